@@ -1,0 +1,74 @@
+"""Provider metadata, read by Airflow's ProvidersManager through the ``apache_airflow_provider`` entry point.
+
+Kept free of Airflow imports: ProvidersManager calls it while it is still discovering providers.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from airflow_kafka_events.__about__ import __version__
+
+INTEGRATION = "Kafka Events"
+
+
+def get_provider_info() -> dict[str, Any]:
+    return {
+        "package-name": "airflow-kafka-events",
+        "name": "Kafka Events",
+        "description": (
+            "Stream every event of a deferred task's trigger through Apache Kafka as Avro envelopes, "
+            "consume streams in order and in batches, and publish explicit asset events."
+        ),
+        "versions": [__version__],
+        "integrations": [
+            {
+                "integration-name": INTEGRATION,
+                "external-doc-url": "https://kafka.apache.org/",
+                "tags": ["apache"],
+            }
+        ],
+        "hooks": [
+            {"integration-name": INTEGRATION, "python-modules": ["airflow_kafka_events.hooks"]},
+        ],
+        "triggers": [
+            {"integration-name": INTEGRATION, "python-modules": ["airflow_kafka_events.triggers"]},
+        ],
+        "operators": [
+            {"integration-name": INTEGRATION, "python-modules": ["airflow_kafka_events.operators"]},
+        ],
+        "plugins": [
+            {
+                "name": "airflow_kafka_events",
+                "plugin-class": "airflow_kafka_events.plugin.KafkaEventsPlugin",
+            }
+        ],
+        "config": {
+            "kafka_events": {
+                "description": "Settings of the airflow-kafka-events provider.\n",
+                "options": {
+                    "kafka_config_id": {
+                        "description": "Default Airflow connection (type kafka) used by producers.\n",
+                        "version_added": "0.1.0",
+                        "type": "string",
+                        "example": "kafka_default",
+                        "default": "kafka_default",
+                    },
+                    "trigger_events_topic": {
+                        "description": "Default topic that streaming triggers write envelopes to.\n",
+                        "version_added": "0.1.0",
+                        "type": "string",
+                        "example": None,
+                        "default": "airflow.trigger-events",
+                    },
+                    "asset_events_topic": {
+                        "description": "Default topic for explicit asset events.\n",
+                        "version_added": "0.1.0",
+                        "type": "string",
+                        "example": None,
+                        "default": "airflow.asset-events",
+                    },
+                },
+            }
+        },
+    }
