@@ -1,0 +1,37 @@
+# Entry points for a fresh machine: `make demo` and `make test` (see README.md).
+VENV ?= .venv
+BIN := $(VENV)/bin
+
+.PHONY: setup demo test test-unit test-integration test-e2e lint bench kafka-start kafka-stop
+
+setup:
+	./scripts/bootstrap.sh
+
+demo: setup
+	$(BIN)/python examples/demo.py
+
+test: setup lint
+	$(BIN)/pytest --durations=15
+
+test-unit: setup
+	$(BIN)/pytest -m unit
+
+test-integration: setup
+	$(BIN)/pytest -m integration
+
+test-e2e: setup
+	$(BIN)/pytest -m e2e
+
+lint: setup
+	$(BIN)/ruff check src tests examples benchmarks
+	$(BIN)/ruff format --check src tests examples benchmarks
+	$(BIN)/mypy
+
+bench: setup
+	$(BIN)/python -m benchmarks
+
+kafka-start: setup
+	$(BIN)/airflow-kafka-events kafka start
+
+kafka-stop:
+	$(BIN)/airflow-kafka-events kafka stop

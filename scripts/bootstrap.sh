@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Set up everything the project needs on a fresh machine:
+#   - a JDK >= 17 and Maven (installed from Debian packages when missing and running as root),
+#   - a virtualenv in .venv with the package (editable) and its test extras, pinned by constraints,
+#   - the Apache Kafka broker jars from Maven Central (cached under ~/.cache, fetched once).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PYTHON="${PYTHON:-python3}"
+VENV="${VENV:-.venv}"
+
+need_apt=()
+java_major() { java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -1; }
+if ! command -v java >/dev/null 2>&1 || [ "$(java_major)" -lt 17 ]; then need_apt+=(openjdk-17-jre-headless); fi
+if ! command -v mvn >/dev/null 2>&1; then need_apt+=(maven); fi
+if [ "${#need_apt[@]}" -gt 0 ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "bootstrap: installing ${need_apt[*]}"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
+  else
+    echo "bootstrap: please install ${need_apt[*]} (Kafka 4.x needs Java 17+ and Maven to fetch its jars)" >&2
+    exit 1
+  fi
+fi
+
+stamp="$VENV/.installed"
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ constraints.txt -nt "$stamp" ]; then
+  [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
+  "$VENV/bin/python" -m pip install -q --upgrade pip
+  "$VENV/bin/python" -m pip install -q -c constraints.txt -e ".[test]"
+  touch "$stamp"
+fi
+
+"$VENV/bin/airflow-kafka-events" kafka fetch

@@ -1,0 +1,534 @@
+"""Envelope types carried on Kafka: trigger event stream elements and asset events.
+
+Every envelope is a frozen dataclass validated on construction (``ValidationError``)
+with ``to_avro()`` / ``from_avro()`` converting to and from the record dict that
+fastavro writes and reads with the schemas in :mod:`airflow_kafka_events.schemas`.
+
+Payload representation (``TriggerEventEnvelope.payload``): ``None`` (no payload), raw
+``bytes``, or any JSON value carried as strict JSON text (RFC 8259, no NaN/Infinity).
+JSON text keeps integers of any size and the exact ``repr`` of floats, and every
+language can parse it.  Tuples are written as JSON arrays and come back as lists;
+``bytearray``/``memoryview`` payloads are stored as ``bytes``; subclasses of ``int``,
+``float``, ``str`` (e.g. ``str`` enums) come back as the base type.  Dict keys must be
+``str``.  Anything else (sets, arbitrary objects, NaN, Infinity) is rejected with
+:class:`~airflow_kafka_events.errors.EnvelopeEncodeError` when the envelope is encoded.
+
+``AssetEventEnvelope.extra`` is a JSON object carried as an Avro ``map<string, string>``
+whose values are the JSON text of each key's value.
+
+This module imports no Airflow module.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from enum import Enum
+from typing import Any, ClassVar
+
+from airflow_kafka_events.errors import EnvelopeDecodeError, EnvelopeEncodeError, ValidationError
+from airflow_kafka_events.schemas import ASSET_EVENT_ENVELOPE, TRIGGER_EVENT_ENVELOPE
+
+__all__ = [
+    "AssetEventEnvelope",
+    "AssetRef",
+    "EventSource",
+    "ProducerIdentity",
+    "SourceKind",
+    "StreamError",
+    "TriggerEventEnvelope",
+    "json_from_text",
+    "json_to_text",
+    "payload_from_avro",
+    "payload_to_avro",
+]
+
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+def _utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def _new_event_id() -> str:
+    return str(uuid.uuid4())
+
+
+# --------------------------------------------------------------------------- JSON values
+_JSON_TYPES_HINT = "None, bool, int, float (finite), str, list, tuple or dict with str keys"
+
+
+def _check_json(value: Any, path: str, what: str, active: set[int]) -> None:
+    if value is None or isinstance(value, (bool, int, str)):
+        return
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise EnvelopeEncodeError(
+                f"{what} value at {path} is {value!r}: strict JSON has no NaN or Infinity"
+            )
+        return
+    if isinstance(value, (list, tuple, dict)):
+        marker = id(value)
+        if marker in active:
+            raise EnvelopeEncodeError(f"{what} value at {path} contains itself (circular reference)")
+        active.add(marker)
+        if isinstance(value, dict):
+            for key, item in value.items():
+                if not isinstance(key, str):
+                    raise EnvelopeEncodeError(
+                        f"{what} value at {path} has a key of type {type(key).__qualname__!r} ({key!r}): "
+                        "JSON object keys must be str"
+                    )
+                _check_json(item, f"{path}[{key!r}]", what, active)
+        else:
+            for index, item in enumerate(value):
+                _check_json(item, f"{path}[{index}]", what, active)
+        active.discard(marker)
+        return
+    raise EnvelopeEncodeError(
+        f"{what} value at {path} has type {type(value).__qualname__!r}, which is not JSON; "
+        f"use {_JSON_TYPES_HINT}, or bytes for a raw payload"
+    )
+
+
+def json_to_text(value: Any, *, what: str = "payload") -> str:
+    """Strict, compact JSON text of ``value``; ``EnvelopeEncodeError`` if it is not JSON.
+
+    Non-ASCII text is kept as is; strings holding lone surrogates (not valid Unicode)
+    fall back to ``\\uXXXX`` escapes so that they still round-trip.
+    """
+    try:
+        _check_json(value, "$", what, set())
+        text = json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    except EnvelopeEncodeError:
+        raise
+    except RecursionError as exc:
+        raise EnvelopeEncodeError(f"{what} value is nested too deeply to encode") from exc
+    except (TypeError, ValueError) as exc:
+        # e.g. an int with more digits than sys.get_int_max_str_digits() allows
+        raise EnvelopeEncodeError(f"{what} value cannot be written as JSON: {exc}") from exc
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = json.dumps(value, ensure_ascii=True, allow_nan=False, separators=(",", ":"))
+    return text
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not strict JSON")
+
+
+def json_from_text(text: str, *, what: str = "payload") -> Any:
+    """Parse strict JSON text; ``EnvelopeDecodeError`` if it is not."""
+    if not isinstance(text, str):
+        raise EnvelopeDecodeError(f"{what} JSON text has type {type(text).__qualname__!r}, expected str")
+    try:
+        return json.loads(text, parse_constant=_reject_constant)
+    except RecursionError as exc:
+        raise EnvelopeDecodeError(f"{what} JSON text is nested too deeply to decode") from exc
+    except ValueError as exc:
+        raise EnvelopeDecodeError(f"{what} is not valid strict JSON text: {exc}") from exc
+
+
+def payload_to_avro(payload: Any) -> bytes | dict[str, str] | None:
+    """The Avro union value for a payload: ``None``, ``bytes`` or ``{"json": <text>}``."""
+    if payload is None:
+        return None
+    if isinstance(payload, (bytes, bytearray, memoryview)):
+        return bytes(payload)
+    return {"json": json_to_text(payload, what="payload")}
+
+
+def payload_from_avro(datum: Any) -> Any:
+    """Inverse of :func:`payload_to_avro`."""
+    if datum is None:
+        return None
+    if isinstance(datum, (bytes, bytearray, memoryview)):
+        return bytes(datum)
+    if isinstance(datum, Mapping) and "json" in datum:
+        return json_from_text(datum["json"], what="payload")
+    raise EnvelopeDecodeError(f"payload has unexpected Avro value of type {type(datum).__qualname__!r}")
+
+
+# --------------------------------------------------------------------------- validation helpers
+def _fail(owner: str, name: str, problem: str) -> ValidationError:
+    return ValidationError(f"{owner}.{name} {problem}")
+
+
+def _check_str(owner: str, name: str, value: Any, *, optional: bool = False, non_empty: bool = False) -> None:
+    if value is None and optional:
+        return
+    if not isinstance(value, str):
+        expected = "a str or None" if optional else "a str"
+        raise _fail(owner, name, f"must be {expected}, got {type(value).__qualname__}")
+    if non_empty and not value:
+        raise _fail(owner, name, "must not be empty")
+
+
+def _check_int(owner: str, name: str, value: Any, *, low: int, high: int, optional: bool = False) -> None:
+    if value is None and optional:
+        return
+    if isinstance(value, bool) or not isinstance(value, int):
+        expected = "an int or None" if optional else "an int"
+        raise _fail(owner, name, f"must be {expected}, got {type(value).__qualname__}")
+    if not low <= value <= high:
+        raise _fail(owner, name, f"must be between {low} and {high}, got {value}")
+
+
+def _utc(owner: str, name: str, value: Any) -> datetime:
+    if not isinstance(value, datetime):
+        raise _fail(owner, name, f"must be a datetime, got {type(value).__qualname__}")
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise _fail(owner, name, f"must be timezone-aware, got naive {value.isoformat()}")
+    try:
+        return value.astimezone(timezone.utc)
+    except (OverflowError, ValueError) as exc:
+        raise _fail(owner, name, f"is out of range in UTC: {value.isoformat()}") from exc
+
+
+def _str_map(owner: str, name: str, value: Any, *, str_values: bool) -> dict[str, Any]:
+    if not isinstance(value, Mapping):
+        raise _fail(owner, name, f"must be a mapping, got {type(value).__qualname__}")
+    result: dict[str, Any] = {}
+    for key, item in value.items():
+        if not isinstance(key, str):
+            raise _fail(owner, name, f"keys must be str, got {type(key).__qualname__} {key!r}")
+        if str_values and not isinstance(item, str):
+            raise ValidationError(f"{owner}.{name}[{key!r}] must be a str, got {type(item).__qualname__}")
+        result[key] = item
+    return result
+
+
+def _timestamp_from_avro(value: Any) -> datetime:
+    # fastavro turns timestamp-micros into an aware UTC datetime; a reader without
+    # logical types hands over the raw microseconds.
+    if isinstance(value, int) and not isinstance(value, bool):
+        return _EPOCH + timedelta(microseconds=value)
+    if isinstance(value, datetime):
+        return value
+    raise EnvelopeDecodeError(f"timestamp has unexpected Avro value of type {type(value).__qualname__!r}")
+
+
+def _set(obj: object, name: str, value: Any) -> None:
+    object.__setattr__(obj, name, value)
+
+
+# --------------------------------------------------------------------------- trigger events
+@dataclass(frozen=True)
+class ProducerIdentity:
+    """The task instance (or other process) that produced a stream element; all optional."""
+
+    dag_id: str | None = None
+    run_id: str | None = None
+    task_id: str | None = None
+    map_index: int | None = None
+    try_number: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("dag_id", "run_id", "task_id"):
+            _check_str("ProducerIdentity", name, getattr(self, name), optional=True)
+        for name in ("map_index", "try_number"):
+            _check_int(
+                "ProducerIdentity", name, getattr(self, name), low=INT32_MIN, high=INT32_MAX, optional=True
+            )
+
+    def to_avro(self) -> dict[str, Any]:
+        return {
+            "dag_id": self.dag_id,
+            "run_id": self.run_id,
+            "task_id": self.task_id,
+            "map_index": self.map_index,
+            "try_number": self.try_number,
+        }
+
+    @classmethod
+    def from_avro(cls, record: Mapping[str, Any]) -> ProducerIdentity:
+        return cls(
+            dag_id=record.get("dag_id"),
+            run_id=record.get("run_id"),
+            task_id=record.get("task_id"),
+            map_index=record.get("map_index"),
+            try_number=record.get("try_number"),
+        )
+
+
+@dataclass(frozen=True)
+class StreamError:
+    """Why a stream ended in failure: an error type name and a message."""
+
+    type: str
+    message: str
+
+    def __post_init__(self) -> None:
+        _check_str("StreamError", "type", self.type, non_empty=True)
+        _check_str("StreamError", "message", self.message)
+
+    @classmethod
+    def from_exception(cls, exc: BaseException) -> StreamError:
+        """``type`` is the exception class's qualified name (with its module unless builtin)."""
+        kind = type(exc)
+        name = (
+            kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
+        )
+        return cls(type=name, message=str(exc))
+
+    def to_avro(self) -> dict[str, Any]:
+        return {"type": self.type, "message": self.message}
+
+    @classmethod
+    def from_avro(cls, record: Mapping[str, Any]) -> StreamError:
+        return cls(type=record["type"], message=record["message"])
+
+
+@dataclass(frozen=True)
+class TriggerEventEnvelope:
+    """One element of a trigger's event stream.
+
+    ``attempt`` is the stream's epoch: a retry that restarts a failed stream writes a
+    higher attempt and consumers follow the highest one.  ``error`` may only be set on
+    the last element (``is_last=True``).
+    """
+
+    AVRO_SCHEMA_NAME: ClassVar[str] = TRIGGER_EVENT_ENVELOPE
+
+    trigger_run_id: str
+    sequence_index: int
+    is_last: bool
+    payload: Any = None
+    attempt: int = 0
+    emitted_at: datetime = field(default_factory=_utcnow)
+    producer: ProducerIdentity = ProducerIdentity()
+    resume_cursor: str | None = None
+    error: StreamError | None = None
+    metadata: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        owner = "TriggerEventEnvelope"
+        _check_str(owner, "trigger_run_id", self.trigger_run_id, non_empty=True)
+        _check_int(owner, "sequence_index", self.sequence_index, low=0, high=INT64_MAX)
+        if not isinstance(self.is_last, bool):
+            raise _fail(owner, "is_last", f"must be a bool, got {type(self.is_last).__qualname__}")
+        _check_int(owner, "attempt", self.attempt, low=0, high=INT32_MAX)
+        _set(self, "emitted_at", _utc(owner, "emitted_at", self.emitted_at))
+        if self.producer is None:
+            _set(self, "producer", ProducerIdentity())
+        elif not isinstance(self.producer, ProducerIdentity):
+            raise _fail(
+                owner, "producer", f"must be a ProducerIdentity, got {type(self.producer).__qualname__}"
+            )
+        _check_str(owner, "resume_cursor", self.resume_cursor, optional=True)
+        if self.error is not None:
+            if not isinstance(self.error, StreamError):
+                raise _fail(
+                    owner, "error", f"must be a StreamError or None, got {type(self.error).__qualname__}"
+                )
+            if not self.is_last:
+                raise _fail(owner, "error", "may only be set on the last element of a stream (is_last=True)")
+        _set(self, "metadata", _str_map(owner, "metadata", self.metadata, str_values=True))
+        if isinstance(self.payload, (bytearray, memoryview)):
+            _set(self, "payload", bytes(self.payload))
+
+    def to_avro(self) -> dict[str, Any]:
+        """The Avro record dict; ``EnvelopeEncodeError`` if the payload is not JSON or bytes."""
+        return {
+            "trigger_run_id": self.trigger_run_id,
+            "attempt": self.attempt,
+            "sequence_index": self.sequence_index,
+            "is_last": self.is_last,
+            "payload": payload_to_avro(self.payload),
+            "emitted_at": self.emitted_at,
+            "producer": self.producer.to_avro(),
+            "resume_cursor": self.resume_cursor,
+            "error": None if self.error is None else self.error.to_avro(),
+            "metadata": dict(self.metadata),
+        }
+
+    @classmethod
+    def from_avro(cls, record: Mapping[str, Any]) -> TriggerEventEnvelope:
+        error = record.get("error")
+        producer = record.get("producer")
+        return cls(
+            trigger_run_id=record["trigger_run_id"],
+            sequence_index=record["sequence_index"],
+            is_last=record["is_last"],
+            payload=payload_from_avro(record.get("payload")),
+            attempt=record.get("attempt", 0),
+            emitted_at=_timestamp_from_avro(record["emitted_at"]),
+            producer=ProducerIdentity() if producer is None else ProducerIdentity.from_avro(producer),
+            resume_cursor=record.get("resume_cursor"),
+            error=None if error is None else StreamError.from_avro(error),
+            metadata=record.get("metadata") or {},
+        )
+
+
+# --------------------------------------------------------------------------- asset events
+class SourceKind(str, Enum):
+    """What produced an asset event (the Avro enum ``SourceKind``)."""
+
+    TASK = "task"
+    DAG_CALLBACK = "dag_callback"
+    TASK_CALLBACK = "task_callback"
+    NOTIFIER = "notifier"
+    EXTERNAL = "external"
+
+
+@dataclass(frozen=True)
+class AssetRef:
+    """The asset an event is about, as Airflow names it."""
+
+    name: str
+    uri: str
+
+    def __post_init__(self) -> None:
+        _check_str("AssetRef", "name", self.name, non_empty=True)
+        _check_str("AssetRef", "uri", self.uri, non_empty=True)
+
+    def to_avro(self) -> dict[str, Any]:
+        return {"name": self.name, "uri": self.uri}
+
+    @classmethod
+    def from_avro(cls, record: Mapping[str, Any]) -> AssetRef:
+        return cls(name=record["name"], uri=record["uri"])
+
+
+@dataclass(frozen=True)
+class EventSource:
+    """Who produced an asset event; only ``kind`` is required (a str value is accepted)."""
+
+    kind: SourceKind
+    dag_id: str | None = None
+    run_id: str | None = None
+    task_id: str | None = None
+    map_index: int | None = None
+    try_number: int | None = None
+    producer: str | None = None
+
+    def __post_init__(self) -> None:
+        owner = "EventSource"
+        if not isinstance(self.kind, SourceKind):
+            try:
+                _set(self, "kind", SourceKind(self.kind))
+            except ValueError as exc:
+                allowed = ", ".join(k.value for k in SourceKind)
+                raise _fail(owner, "kind", f"must be one of {allowed}; got {self.kind!r}") from exc
+        for name in ("dag_id", "run_id", "task_id", "producer"):
+            _check_str(owner, name, getattr(self, name), optional=True)
+        for name in ("map_index", "try_number"):
+            _check_int(owner, name, getattr(self, name), low=INT32_MIN, high=INT32_MAX, optional=True)
+
+    def to_avro(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind.value,
+            "dag_id": self.dag_id,
+            "run_id": self.run_id,
+            "task_id": self.task_id,
+            "map_index": self.map_index,
+            "try_number": self.try_number,
+            "producer": self.producer,
+        }
+
+    @classmethod
+    def from_avro(cls, record: Mapping[str, Any]) -> EventSource:
+        return cls(
+            kind=record["kind"],
+            dag_id=record.get("dag_id"),
+            run_id=record.get("run_id"),
+            task_id=record.get("task_id"),
+            map_index=record.get("map_index"),
+            try_number=record.get("try_number"),
+            producer=record.get("producer"),
+        )
+
+
+@dataclass(frozen=True)
+class AssetEventEnvelope:
+    """An explicit event about an asset.
+
+    ``extra`` is a JSON object (dict with str keys, JSON values); ``partition_date``
+    requires ``partition_key``; ``causation`` lists the ``event_id`` of the events
+    that led to this one.
+    """
+
+    AVRO_SCHEMA_NAME: ClassVar[str] = ASSET_EVENT_ENVELOPE
+
+    asset: AssetRef
+    event_id: str = field(default_factory=_new_event_id)
+    partition_key: str | None = None
+    partition_date: datetime | None = None
+    extra: Mapping[str, Any] = field(default_factory=dict)
+    idempotency_key: str | None = None
+    source: EventSource = EventSource(SourceKind.EXTERNAL)
+    emitted_at: datetime = field(default_factory=_utcnow)
+    causation: tuple[str, ...] = ()
+    signature: bytes | None = None
+
+    def __post_init__(self) -> None:
+        owner = "AssetEventEnvelope"
+        if not isinstance(self.asset, AssetRef):
+            raise _fail(owner, "asset", f"must be an AssetRef, got {type(self.asset).__qualname__}")
+        _check_str(owner, "event_id", self.event_id, non_empty=True)
+        _check_str(owner, "partition_key", self.partition_key, optional=True)
+        if self.partition_date is not None:
+            if self.partition_key is None:
+                raise _fail(owner, "partition_date", "requires partition_key")
+            _set(self, "partition_date", _utc(owner, "partition_date", self.partition_date))
+        _set(self, "extra", _str_map(owner, "extra", self.extra, str_values=False))
+        _check_str(owner, "idempotency_key", self.idempotency_key, optional=True)
+        if not isinstance(self.source, EventSource):
+            raise _fail(owner, "source", f"must be an EventSource, got {type(self.source).__qualname__}")
+        _set(self, "emitted_at", _utc(owner, "emitted_at", self.emitted_at))
+        if isinstance(self.causation, (str, bytes)) or not isinstance(self.causation, Iterable):
+            raise _fail(
+                owner,
+                "causation",
+                f"must be a sequence of event ids, got {type(self.causation).__qualname__}",
+            )
+        causation = tuple(self.causation)
+        for index, item in enumerate(causation):
+            _check_str(owner, f"causation[{index}]", item, non_empty=True)
+        _set(self, "causation", causation)
+        if self.signature is not None:
+            if not isinstance(self.signature, (bytes, bytearray, memoryview)):
+                raise _fail(
+                    owner, "signature", f"must be bytes or None, got {type(self.signature).__qualname__}"
+                )
+            _set(self, "signature", bytes(self.signature))
+
+    def to_avro(self) -> dict[str, Any]:
+        """The Avro record dict; ``EnvelopeEncodeError`` if ``extra`` holds a non-JSON value."""
+        return {
+            "event_id": self.event_id,
+            "asset": self.asset.to_avro(),
+            "partition_key": self.partition_key,
+            "partition_date": self.partition_date,
+            "extra": {key: json_to_text(value, what=f"extra[{key!r}]") for key, value in self.extra.items()},
+            "idempotency_key": self.idempotency_key,
+            "source": self.source.to_avro(),
+            "emitted_at": self.emitted_at,
+            "causation": list(self.causation),
+            "signature": self.signature,
+        }
+
+    @classmethod
+    def from_avro(cls, record: Mapping[str, Any]) -> AssetEventEnvelope:
+        partition_date = record.get("partition_date")
+        extra = record.get("extra") or {}
+        return cls(
+            asset=AssetRef.from_avro(record["asset"]),
+            event_id=record["event_id"],
+            partition_key=record.get("partition_key"),
+            partition_date=None if partition_date is None else _timestamp_from_avro(partition_date),
+            extra={key: json_from_text(text, what=f"extra[{key!r}]") for key, text in extra.items()},
+            idempotency_key=record.get("idempotency_key"),
+            source=EventSource.from_avro(record["source"]),
+            emitted_at=_timestamp_from_avro(record["emitted_at"]),
+            causation=tuple(record.get("causation") or ()),
+            signature=record.get("signature"),
+        )

@@ -1,0 +1,57 @@
+"""Airflow hook: an Airflow Kafka connection turned into this package's Kafka clients.
+
+All configuration inside Airflow comes through the apache-kafka provider's connection
+(``kafka_config_id``, librdkafka keys in the extras; ``AIRFLOW_CONN_*`` variables work
+without a metadata DB). Different roles use different connection ids / consumer groups.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any, TypeVar
+
+from airflow.providers.apache.kafka.hooks.base import KafkaBaseHook
+from confluent_kafka.admin import AdminClient
+
+from airflow_kafka_events.kafka.consumer import Decoder, EnvelopeConsumer
+from airflow_kafka_events.kafka.producer import EnvelopeProducer, get_producer
+from airflow_kafka_events.kafka.settings import KafkaSettings
+from airflow_kafka_events.kafka.topics import TopicSpec, ensure_topics
+
+E = TypeVar("E")
+
+
+class KafkaEventsHook(KafkaBaseHook):
+    """Builds settings, the process-wide producer, consumers and an admin client from a connection.
+
+    :param kafka_config_id: Airflow connection id (type ``kafka``), default ``kafka_default``.
+    """
+
+    hook_name = "Kafka Events"
+
+    def __init__(self, kafka_config_id: str = KafkaBaseHook.default_conn_name, **kwargs: Any) -> None:
+        super().__init__(kafka_config_id=kafka_config_id, **kwargs)
+        self._settings: KafkaSettings | None = None
+
+    def get_settings(self) -> KafkaSettings:
+        """The connection's librdkafka configuration (read once per hook)."""
+        if self._settings is None:
+            self._settings = KafkaSettings(self._build_config())
+        return self._settings
+
+    def get_producer(self) -> EnvelopeProducer:
+        """The process-wide idempotent producer for this connection."""
+        return get_producer(self.get_settings().producer_config())
+
+    def get_admin_client(self) -> AdminClient:
+        return AdminClient(self.get_settings().admin_config())
+
+    def get_envelope_consumer(
+        self, decoder: Decoder[E], *, group_id: str, topics: Sequence[str], **extra: Any
+    ) -> EnvelopeConsumer[E]:
+        """A consumer in its own group with manual commits."""
+        config = self.get_settings().consumer_config(group_id, **extra)
+        return EnvelopeConsumer(config, decoder, topics=topics)
+
+    def ensure_topics(self, specs: Iterable[TopicSpec], *, timeout: float = 30.0) -> list[str]:
+        return ensure_topics(self.get_admin_client(), specs, timeout=timeout)

@@ -1,0 +1,93 @@
+from __future__ import annotations
+
+import pytest
+
+from airflow_kafka_events.errors import ConfigurationError
+from airflow_kafka_events.kafka.settings import KafkaSettings, load_properties
+from airflow_kafka_events.kafka.topics import TopicSpec
+
+pytestmark = pytest.mark.unit
+
+BOOT = {"bootstrap.servers": "127.0.0.1:9092"}
+
+
+def test_bootstrap_servers_required():
+    with pytest.raises(ConfigurationError, match=r"bootstrap\.servers"):
+        KafkaSettings({})
+
+
+def test_producer_config_enforces_idempotence_and_acks_all():
+    cfg = KafkaSettings({**BOOT, "group.id": "g", "linger.ms": 5}).producer_config()
+    assert cfg["enable.idempotence"] is True
+    assert cfg["acks"] == "all"
+    assert cfg["linger.ms"] == 5
+    assert "group.id" not in cfg  # consumer-only keys are stripped
+
+
+@pytest.mark.parametrize(
+    "weakening",
+    [
+        {"enable.idempotence": False},
+        {"enable.idempotence": "false"},
+        {"acks": "1"},
+        {"acks": 0},
+        {"request.required.acks": 1},
+        {"transactional.id": "tx"},
+    ],
+)
+def test_producer_config_refuses_weaker_guarantees(weakening):
+    with pytest.raises(ConfigurationError, match="refused|not supported"):
+        KafkaSettings({**BOOT, **weakening}).producer_config()
+
+
+@pytest.mark.parametrize("acks", ["all", "-1", -1])
+def test_producer_config_accepts_explicit_acks_all(acks):
+    assert KafkaSettings({**BOOT, "acks": acks}).producer_config()["acks"] == "all"
+
+
+def test_consumer_config_disables_auto_commit_and_needs_group():
+    with pytest.raises(ConfigurationError, match=r"group\.id"):
+        KafkaSettings(BOOT).consumer_config()
+    cfg = KafkaSettings({**BOOT, "acks": "all", "group.id": "from-conn"}).consumer_config("mine")
+    assert cfg["group.id"] == "mine"
+    assert cfg["enable.auto.commit"] is False
+    assert cfg["auto.offset.reset"] == "earliest"
+    assert "acks" not in cfg
+    with pytest.raises(ConfigurationError, match="auto.commit"):
+        KafkaSettings({**BOOT, "enable.auto.commit": "true"}).consumer_config("g")
+
+
+def test_from_sources_precedence(tmp_path):
+    props = tmp_path / "client.properties"
+    props.write_text("# comment\nbootstrap.servers=file:1\nclient.id : from-file\nsecurity.protocol=PLAINTEXT\n")
+    env = {"KAFKA_BOOTSTRAP_SERVERS": "env:2", "AIRFLOW_KAFKA_EVENTS_PROPERTIES": str(props)}
+    s = KafkaSettings.from_sources(environ=env)
+    assert s.bootstrap_servers == "env:2"
+    assert s.config["client.id"] == "from-file"
+    s = KafkaSettings.from_sources(bootstrap_servers="flag:3", environ=env, overrides={"client.id": "o"})
+    assert s.bootstrap_servers == "flag:3"
+    assert s.config["client.id"] == "o"
+
+
+def test_properties_file_errors_are_typed(tmp_path):
+    with pytest.raises(ConfigurationError, match="cannot read"):
+        load_properties(tmp_path / "missing.properties")
+    bad = tmp_path / "bad.properties"
+    bad.write_text("no separator here\n")
+    with pytest.raises(ConfigurationError, match="bad.properties:1"):
+        load_properties(bad)
+
+
+def test_topic_spec_validation_and_config():
+    spec = TopicSpec("airflow.trigger-events", partitions=6, retention_ms=3600000, cleanup_policy="compact")
+    assert spec.topic_config() == {"retention.ms": "3600000", "cleanup.policy": "compact"}
+    new = spec.to_new_topic()
+    assert new.num_partitions == 6
+    for bad in (
+        {"name": "bad name"},
+        {"name": "t", "partitions": 0},
+        {"name": "t", "replication_factor": 0},
+        {"name": "t", "cleanup_policy": "shred"},
+    ):
+        with pytest.raises(ConfigurationError):
+            TopicSpec(**bad)
