@@ -201,6 +201,9 @@ class EnvelopeProducer:
             self._closed.set()
             if self._poller.is_alive() and threading.current_thread() is not self._poller:
                 self._poller.join(timeout=5)
+            if os.getpid() == self._pid and not self._poller.is_alive():
+                # release the librdkafka handle (connections, threads) now, not at garbage collection
+                self._producer.close()
 
     @property
     def closed(self) -> bool:

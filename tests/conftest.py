@@ -1,0 +1,151 @@
+"""Session-wide Kafka for the tests that need one, and topic helpers.
+
+``kafka_bootstrap`` picks, in order:
+
+1. ``KAFKA_BOOTSTRAP_SERVERS`` when set (an already running broker);
+2. a Testcontainers Kafka when a Docker daemon answers;
+3. the project's own :class:`~airflow_kafka_events.local_broker.LocalKafkaBroker`, started once
+   for the session in a temporary state dir and stopped (by pid) at the end.
+
+A broker that cannot be obtained is a test *failure*, never a skip.  Every fixture is lazy:
+``pytest -m unit`` starts no broker.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from collections.abc import Callable, Iterator
+
+import pytest
+
+_BROKER_START_TIMEOUT = float(os.environ.get("KAFKA_TEST_START_TIMEOUT", "240"))
+_TOPIC_TIMEOUT = 30.0
+
+
+def _in_ci() -> bool:
+    return os.environ.get("CI", "").strip().lower() in {"1", "true", "yes"}
+
+
+def _no_broker(reason: str) -> None:
+    where = "in CI " if _in_ci() else ""
+    pytest.fail(
+        f"no Kafka broker for the integration tests {where}({reason}). Set KAFKA_BOOTSTRAP_SERVERS, run a "
+        "Docker daemon, or install Java 17+ and Maven so the local broker can start.",
+        pytrace=False,
+    )
+
+
+def _docker_answers() -> bool:
+    try:
+        import docker
+
+        client = docker.from_env(timeout=2)
+        try:
+            return bool(client.ping())
+        finally:
+            client.close()
+    except Exception:
+        return False
+
+
+def _testcontainers_kafka() -> Iterator[str]:
+    try:
+        from testcontainers.community.kafka import KafkaContainer
+    except ImportError:  # older testcontainers
+        from testcontainers.kafka import KafkaContainer  # type: ignore[no-redef]
+
+    container = KafkaContainer().with_kraft().with_env("KAFKA_AUTO_CREATE_TOPICS_ENABLE", "false")
+    with container:
+        yield container.get_bootstrap_server()
+
+
+def _local_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    from airflow_kafka_events.errors import BrokerError
+    from airflow_kafka_events.local_broker import LocalKafkaBroker
+
+    broker = LocalKafkaBroker(state_dir=tmp_path_factory.mktemp("kafka-session"), port=None)
+    try:
+        status = broker.start(timeout=_BROKER_START_TIMEOUT)
+    except BrokerError as exc:
+        _no_broker(f"the local broker did not start: {exc}")
+        raise  # pragma: no cover - pytest.fail raised already
+    try:
+        assert status.bootstrap_servers is not None
+        yield status.bootstrap_servers
+    finally:
+        broker.stop()
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """``bootstrap.servers`` of a real Kafka broker for this test session."""
+    configured = os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "").strip()
+    if configured:
+        yield configured
+    elif _docker_answers():
+        yield from _testcontainers_kafka()
+    else:
+        yield from _local_kafka(tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def kafka_admin(kafka_bootstrap: str):
+    """A confluent-kafka ``AdminClient`` bound to :func:`kafka_bootstrap`."""
+    from confluent_kafka.admin import AdminClient
+
+    return AdminClient({"bootstrap.servers": kafka_bootstrap})
+
+
+def _wait_for_topic(admin, topic: str, partitions: int, timeout: float = _TOPIC_TIMEOUT) -> None:
+    """Block until ``topic`` is in the metadata with a leader for every partition."""
+    deadline = time.monotonic() + timeout
+    while True:
+        meta = admin.list_topics(topic=topic, timeout=5).topics.get(topic)
+        if (
+            meta is not None
+            and meta.error is None
+            and len(meta.partitions) == partitions
+            and all(p.leader >= 0 for p in meta.partitions.values())
+        ):
+            return
+        if time.monotonic() >= deadline:
+            raise TimeoutError(f"topic {topic} not ready after {timeout}s: {meta}")
+        time.sleep(0.1)
+
+
+@pytest.fixture
+def new_topic(kafka_admin) -> Iterator[Callable[..., str]]:
+    """Factory ``new_topic(partitions=3, prefix="t", config=None) -> name`` of a fresh topic.
+
+    Every topic it creates is deleted at teardown.
+    """
+    from confluent_kafka.admin import NewTopic
+
+    created: list[str] = []
+
+    def make(partitions: int = 3, prefix: str = "t", config: dict | None = None) -> str:
+        name = f"{prefix}-{uuid.uuid4().hex[:12]}"
+        spec = NewTopic(
+            name,
+            num_partitions=partitions,
+            replication_factor=1,
+            config={k: str(v) for k, v in (config or {}).items()},
+        )
+        kafka_admin.create_topics([spec], operation_timeout=_TOPIC_TIMEOUT)[name].result(
+            timeout=_TOPIC_TIMEOUT
+        )
+        created.append(name)
+        _wait_for_topic(kafka_admin, name, partitions)
+        return name
+
+    yield make
+
+    if created:
+        futures = kafka_admin.delete_topics(created, operation_timeout=_TOPIC_TIMEOUT)
+        for future in futures.values():
+            try:
+                future.result(timeout=_TOPIC_TIMEOUT)
+            except Exception:  # already gone, or the broker is stopping: nothing to clean up
+                pass
