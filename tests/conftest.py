@@ -149,3 +149,15 @@ def new_topic(kafka_admin) -> Iterator[Callable[..., str]]:
                 future.result(timeout=_TOPIC_TIMEOUT)
             except Exception:  # already gone, or the broker is stopping: nothing to clean up
                 pass
+
+
+_KINDS = ("unit", "integration", "e2e")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Every test says what it needs: exactly one of the unit / integration / e2e markers."""
+    unmarked = [item.nodeid for item in items if not any(item.get_closest_marker(k) for k in _KINDS)]
+    if unmarked:
+        raise pytest.UsageError(
+            "tests without a unit/integration/e2e marker:\n  " + "\n  ".join(unmarked[:20])
+        )

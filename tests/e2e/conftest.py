@@ -1,0 +1,102 @@
+"""Fixtures for end-to-end tests against a real Airflow deployment.
+
+* ``airflow_dag_dirs`` -- every ``dags`` directory below ``tests/e2e`` (``tests/e2e/dags``,
+  ``tests/e2e/<feature>/dags``, ...). Their files are copied into one session DAGs folder.
+* ``airflow_dags_folder`` -- that session DAGs folder.
+* ``airflow_extra_env`` -- extra environment for every Airflow component (Kafka connection, ...).
+* ``migrated_airflow_home`` -- an :class:`AirflowStack` whose metadata DB is migrated but whose
+  components are not running; use ``.cli(...)``, ``.env`` and ``.home`` (discovery tests).
+* ``airflow_stack`` -- the same :class:`AirflowStack`, started: api-server, scheduler (LocalExecutor),
+  triggerer and dag-processor, healthy. One per session; stopped at session end.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+_TESTS_DIR = Path(__file__).resolve().parents[1]
+if str(_TESTS_DIR) not in sys.path:
+    sys.path.insert(0, str(_TESTS_DIR))
+
+from harness.airflow_stack import AirflowStack, AirflowStackError  # noqa: E402
+
+E2E_DIR = Path(__file__).resolve().parent
+
+
+def _copy_dag_dir(source: Path, target: Path, origin: dict[Path, Path]) -> None:
+    for path in sorted(source.rglob("*")):
+        rel = path.relative_to(source)
+        if "__pycache__" in rel.parts or path.is_dir():
+            continue
+        if rel in origin:
+            raise pytest.UsageError(f"DAG file {rel} exists in both {origin[rel]} and {source}")
+        origin[rel] = source
+        (target / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(path, target / rel)
+
+
+@pytest.fixture(scope="session")
+def airflow_dag_dirs() -> list[Path]:
+    """Directories whose files make up the session DAGs folder: every ``dags`` dir below tests/e2e."""
+    return sorted(p for p in E2E_DIR.rglob("dags") if p.is_dir() and "__pycache__" not in p.parts)
+
+
+@pytest.fixture(scope="session")
+def airflow_dags_folder(tmp_path_factory: pytest.TempPathFactory, airflow_dag_dirs: list[Path]) -> Path:
+    folder = tmp_path_factory.mktemp("e2e-dags")
+    origin: dict[Path, Path] = {}
+    for source in airflow_dag_dirs:
+        _copy_dag_dir(source, folder, origin)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def airflow_extra_env(request: pytest.FixtureRequest) -> dict[str, str]:
+    """Environment added to every Airflow component; holds ``kafka_default`` when a broker fixture exists."""
+    env: dict[str, str] = {}
+    try:
+        bootstrap = request.getfixturevalue("kafka_bootstrap")
+    except pytest.FixtureLookupError:
+        bootstrap = None
+    if bootstrap:
+        env["AIRFLOW_CONN_KAFKA_DEFAULT"] = json.dumps(
+            {"conn_type": "kafka", "extra": {"bootstrap.servers": bootstrap}}
+        )
+    return env
+
+
+@pytest.fixture(scope="session")
+def migrated_airflow_home(
+    tmp_path_factory: pytest.TempPathFactory, airflow_dags_folder: Path
+) -> Iterator[AirflowStack]:
+    """An AirflowStack (not started) whose home holds a migrated SQLite metadata DB."""
+    stack = AirflowStack(home=tmp_path_factory.mktemp("airflow-home"), dags_folder=airflow_dags_folder)
+    try:
+        stack.migrate()
+    except AirflowStackError as exc:
+        pytest.fail(f"airflow db migrate failed:\n{exc}", pytrace=False)
+    yield stack
+    stack.stop()
+
+
+@pytest.fixture(scope="session")
+def airflow_stack(
+    migrated_airflow_home: AirflowStack, airflow_extra_env: dict[str, str]
+) -> Iterator[AirflowStack]:
+    """The running Airflow deployment shared by all e2e tests of the session."""
+    stack = migrated_airflow_home
+    stack.extra_env.update(airflow_extra_env)
+    try:
+        stack.start(timeout=300.0)
+    except AirflowStackError as exc:
+        pytest.fail(f"Airflow stack failed to start:\n{exc}", pytrace=False)
+    try:
+        yield stack
+    finally:
+        stack.stop()
