@@ -75,6 +75,9 @@ def _local_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         assert status.bootstrap_servers is not None
         yield status.bootstrap_servers
     finally:
+        from airflow_kafka_events.kafka.producer import close_all_producers
+
+        close_all_producers(timeout=10)  # deliver what tests queued while the broker is still up
         broker.stop()
 
 

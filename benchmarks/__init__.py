@@ -1,0 +1,1 @@
+"""Benchmarks (never run in CI). ``python -m benchmarks`` lists and runs them."""

@@ -1,0 +1,21 @@
+"""Run a benchmark: ``python -m benchmarks [NAME]`` (no name: list them)."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+BENCHMARKS = {
+    "producer": "benchmarks.producer_throughput",
+}
+
+
+def main(argv: list[str]) -> int:
+    if not argv or argv[0] not in BENCHMARKS:
+        print("benchmarks:", ", ".join(BENCHMARKS), "\nusage: python -m benchmarks NAME [ARGS...]")
+        return 0 if not argv else 2
+    return int(importlib.import_module(BENCHMARKS[argv[0]]).main(argv[1:]) or 0)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

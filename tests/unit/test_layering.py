@@ -1,0 +1,53 @@
+"""The bottom layers import no Airflow module, so external producers never load Airflow."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.unit
+
+AIRFLOW_FREE = [
+    "airflow_kafka_events",
+    "airflow_kafka_events.errors",
+    "airflow_kafka_events.schemas",
+    "airflow_kafka_events.envelopes",
+    "airflow_kafka_events.codec",
+    "airflow_kafka_events.kafka",
+    "airflow_kafka_events.kafka.settings",
+    "airflow_kafka_events.kafka.producer",
+    "airflow_kafka_events.kafka.consumer",
+    "airflow_kafka_events.kafka.topics",
+    "airflow_kafka_events.local_broker",
+    "airflow_kafka_events.cli",
+    "airflow_kafka_events.provider",
+]
+
+
+@pytest.mark.parametrize("module", AIRFLOW_FREE)
+def test_module_imports_no_airflow(module):
+    code = (
+        f"import sys, {module}\n"
+        "bad = sorted(m for m in sys.modules if m == 'airflow' or m.startswith('airflow.'))\n"
+        "assert not bad, bad\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+
+
+def test_provider_info_lists_importable_modules():
+    import importlib
+
+    from airflow_kafka_events.provider import get_provider_info
+
+    info = get_provider_info()
+    assert info["package-name"] == "airflow-kafka-events"
+    for kind in ("hooks", "triggers", "operators"):
+        for entry in info[kind]:
+            for module in entry["python-modules"]:
+                importlib.import_module(module)
+    (plugin,) = info["plugins"]
+    module, _, cls = plugin["plugin-class"].rpartition(".")
+    assert getattr(importlib.import_module(module), cls).name == plugin["name"]
