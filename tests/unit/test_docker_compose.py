@@ -361,9 +361,7 @@ def test_dockerfile_installs_the_package(dockerfile_instructions: list[tuple[str
 @pytest.mark.unit
 def test_dockerignore_keeps_the_copied_files() -> None:
     ignore = DOCKER_DIR / "Dockerfile.dockerignore"
-    assert ignore.exists(), (
-        "docker/Dockerfile.dockerignore keeps the build context small"
-    )
+    assert ignore.exists(), "docker/Dockerfile.dockerignore keeps the build context small"
     lines = [ln.strip() for ln in ignore.read_text(encoding="utf-8").splitlines()]
     patterns = [ln for ln in lines if ln and not ln.startswith("#")]
     if "*" in patterns:
