@@ -90,3 +90,131 @@ class TopicError(KafkaOperationError):
 
 class BrokerError(AirflowKafkaEventsError, RuntimeError):
     """The embedded local broker could not be fetched, started, or stopped."""
+
+
+# --------------------------------------------------------------------------- streams
+class StreamIdentityError(ConfigurationError):
+    """A streaming trigger cannot tell which stream it writes (no trigger_run_id, no task instance)."""
+
+
+class StreamProgressError(KafkaOperationError):
+    """Finding how far a stream got in Kafka failed: metadata, watermarks, reads or a timeout."""
+
+
+class StreamTimeoutError(AirflowKafkaEventsError, TimeoutError):
+    """A wrapped trigger did not finish within the stream's timeout."""
+
+
+class WrappedTaskFailedError(AirflowKafkaEventsError):
+    """A wrapped trigger ended its task as failed (it yielded a ``TaskFailedEvent``)."""
+
+
+# --------------------------------------------------------------------------- trigger event streams
+def _rebuild_stream_error(cls: type[StreamReadError], args: tuple[Any, ...], state: dict[str, Any]) -> Any:
+    error = cls.__new__(cls)
+    error.args = args
+    error.__dict__.update(state)
+    return error
+
+
+class StreamReadError(AirflowKafkaEventsError):
+    """Reading one trigger run's event stream cannot go on.
+
+    ``topic`` and ``trigger_run_id`` name the stream (``None`` when not known).
+    """
+
+    def __init__(self, message: str, *, topic: str | None = None, trigger_run_id: str | None = None) -> None:
+        super().__init__(message)
+        self.topic = topic
+        self.trigger_run_id = trigger_run_id
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # keyword-only attributes survive pickling (task runners ship exceptions between processes)
+        return (_rebuild_stream_error, (type(self), self.args, dict(self.__dict__)))
+
+
+class StreamNotStartedError(StreamReadError, TimeoutError):
+    """No element of the stream arrived within the start timeout: its producer never started."""
+
+
+class StreamGapError(StreamReadError, TimeoutError):
+    """The next expected ``sequence_index`` (``missing_index``) did not arrive in time.
+
+    ``present`` lists (sorted) the later sequence indexes of the same ``attempt`` that did
+    arrive; it is empty when nothing arrived at all.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        missing_index: int,
+        attempt: int,
+        present: tuple[int, ...] = (),
+        topic: str | None = None,
+        trigger_run_id: str | None = None,
+    ) -> None:
+        super().__init__(message, topic=topic, trigger_run_id=trigger_run_id)
+        self.missing_index = missing_index
+        self.attempt = attempt
+        self.present = present
+
+
+class StreamFailedError(StreamReadError):
+    """The producer ended the stream with an error (``is_last`` with ``error``).
+
+    ``type`` and ``message`` are the producer's error; ``envelope`` is the failing element.
+    """
+
+    def __init__(
+        self,
+        type: str,  # the producer's error type, named as in StreamError
+        message: str,
+        *,
+        attempt: int | None = None,
+        sequence_index: int | None = None,
+        envelope: Any = None,
+        topic: str | None = None,
+        trigger_run_id: str | None = None,
+    ) -> None:
+        where = f"stream {trigger_run_id!r}" if trigger_run_id is not None else "stream"
+        if topic is not None:
+            where += f" on topic {topic!r}"
+        position = ""
+        if attempt is not None and sequence_index is not None:
+            position = f" (attempt {attempt}, sequence_index {sequence_index})"
+        super().__init__(
+            f"{where} failed{position}: {type}: {message}", topic=topic, trigger_run_id=trigger_run_id
+        )
+        self.type = type
+        self.message = message
+        self.attempt = attempt
+        self.sequence_index = sequence_index
+        self.envelope = envelope
+
+
+# --------------------------------------------------------------------------- trigger arguments
+def _rebuild_error(cls: type[Exception], args: tuple[Any, ...], state: dict[str, Any]) -> Any:
+    error = cls.__new__(cls)
+    error.args = args
+    error.__dict__.update(state)
+    return error
+
+
+class TriggerSerializationError(ValidationError):
+    """A trigger argument does not survive Airflow's trigger-kwargs serialization round trip.
+
+    ``owner`` names who passed it (an operator and its task id), ``argument`` is the path of
+    the value inside the trigger keyword arguments (e.g. ``"options['transform']"``) and
+    ``reason`` what went wrong.  Raised while a DAG file is parsed (so it is an import error of
+    that file) or when a task defers.
+    """
+
+    def __init__(self, message: str, *, owner: str, argument: str, reason: str) -> None:
+        super().__init__(message)
+        self.owner = owner
+        self.argument = argument
+        self.reason = reason
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild_error, (type(self), self.args, dict(self.__dict__)))

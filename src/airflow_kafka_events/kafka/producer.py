@@ -56,6 +56,13 @@ def _receipt(msg: Message) -> DeliveryReceipt:
     )
 
 
+def _no_report(topic: str, timeout: float) -> DeliveryError:
+    return DeliveryError(
+        f"no delivery report for a message to {topic!r} within {timeout}s",
+        kafka_error=KafkaError(KafkaError._MSG_TIMED_OUT),
+    )
+
+
 def _encode_key(key: bytes | str | None) -> bytes | None:
     if key is None or isinstance(key, bytes):
         return key
@@ -156,10 +163,7 @@ class EnvelopeProducer:
         try:
             return future.result(timeout=timeout)
         except concurrent.futures.TimeoutError as exc:
-            raise DeliveryError(
-                f"no delivery report for a message to {topic!r} within {timeout}s",
-                kafka_error=KafkaError(KafkaError._MSG_TIMED_OUT),
-            ) from exc
+            raise _no_report(topic, timeout) from exc
 
     async def send_async(
         self,
@@ -176,10 +180,7 @@ class EnvelopeProducer:
         try:
             return await asyncio.wait_for(asyncio.wrap_future(future), timeout)
         except asyncio.TimeoutError as exc:
-            raise DeliveryError(
-                f"no delivery report for a message to {topic!r} within {timeout}s",
-                kafka_error=KafkaError(KafkaError._MSG_TIMED_OUT),
-            ) from exc
+            raise _no_report(topic, timeout) from exc
 
     def flush(self, timeout: float = 30.0) -> None:
         """Wait until every queued message is delivered; raise if some are still pending."""

@@ -175,6 +175,7 @@ class KafkaSettings:
         config.pop("request.required.acks", None)
         config["enable.idempotence"] = True
         config["acks"] = "all"
+        config.setdefault("partitioner", "murmur2_random")
         return config
 
     def consumer_config(self, group_id: str | None = None, **extra: Any) -> dict[str, Any]:

@@ -1,3 +1,8 @@
-"""triggers of airflow-kafka-events (filled in by the streaming features)."""
+"""Triggers of airflow-kafka-events: streaming triggers that write every page to Kafka."""
 
 from __future__ import annotations
+
+from airflow_kafka_events.triggers.streaming import Page, StreamingTrigger
+from airflow_kafka_events.triggers.wrapper import StreamingWrapperTrigger
+
+__all__ = ["Page", "StreamingTrigger", "StreamingWrapperTrigger"]

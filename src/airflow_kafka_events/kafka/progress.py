@@ -1,0 +1,401 @@
+"""How far a stream got: the latest envelope of one ``trigger_run_id`` in Kafka.
+
+Every envelope of a stream has the key ``trigger_run_id``, so all of them are in one
+partition (:func:`~airflow_kafka_events.kafka.partitioner.partition_for_key`) in the order
+they were written, and sequence numbers only grow within an attempt: the key's last record
+is the stream's latest progress.  :func:`find_stream_progress` reads that partition
+*backwards* from the high watermark in chunks (default 500 offsets), decoding only records
+with the key, until it meets the key or the low watermark.
+
+The reader is a plain ``assign()`` consumer: it joins no group and commits nothing (its
+``group.id`` is a throwaway, ``enable.auto.commit=false``).  Kafka failures raise
+:class:`~airflow_kafka_events.errors.StreamProgressError` (with librdkafka's error code).
+Calls block; run them in a thread from asyncio code.
+
+This module imports no Airflow module.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+
+from airflow_kafka_events.codec import TRIGGER_EVENT_CODEC, EnvelopeCodec
+from airflow_kafka_events.envelopes import StreamError, TriggerEventEnvelope
+from airflow_kafka_events.errors import EnvelopeDecodeError, StreamProgressError
+from airflow_kafka_events.kafka.partitioner import partition_for_key
+from airflow_kafka_events.kafka.settings import KafkaSettings
+
+__all__ = [
+    "FIRST_OFFSET_METADATA_KEY",
+    "StreamLocation",
+    "StreamProgress",
+    "find_stream_progress",
+    "lookup_stream",
+]
+
+log = logging.getLogger(__name__)
+
+#: Envelope ``metadata`` key holding the offset of the attempt's ``sequence_index`` 0
+#: envelope (written on every later envelope of the attempt by the streaming triggers).
+FIRST_OFFSET_METADATA_KEY = "first_offset"
+
+DEFAULT_CHUNK_SIZE = 500
+
+#: Errors worth retrying until the lookup's deadline (leadership moves, timeouts, transport).
+_TRANSIENT_CODES = frozenset(
+    {
+        KafkaError.NOT_LEADER_FOR_PARTITION,
+        KafkaError.LEADER_NOT_AVAILABLE,
+        KafkaError.REQUEST_TIMED_OUT,
+        KafkaError.NOT_ENOUGH_REPLICAS,
+        KafkaError.OFFSET_NOT_AVAILABLE,
+        KafkaError.FENCED_LEADER_EPOCH,
+        KafkaError.UNKNOWN_LEADER_EPOCH,
+        KafkaError.KAFKA_STORAGE_ERROR,
+        KafkaError._TRANSPORT,
+        KafkaError._TIMED_OUT,
+        KafkaError._ALL_BROKERS_DOWN,
+    }
+)
+#: An unknown topic is retried only this long (metadata of a just created topic propagating).
+_UNKNOWN_TOPIC_CODES = frozenset(
+    {KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC, KafkaError._UNKNOWN_PARTITION}
+)
+UNKNOWN_TOPIC_GRACE = 5.0
+
+
+@dataclass(frozen=True)
+class StreamLocation:
+    """The partition that holds a stream, and its watermarks when it was looked up."""
+
+    topic: str
+    partition: int
+    num_partitions: int
+    low: int
+    high: int
+
+
+@dataclass(frozen=True)
+class StreamProgress:
+    """The latest envelope of a stream: highest ``(attempt, sequence_index)`` at its end.
+
+    ``first_offset`` is the offset of the ``sequence_index`` 0 envelope of the same attempt
+    (``None`` when it cannot be found any more).
+    """
+
+    trigger_run_id: str
+    topic: str
+    partition: int
+    offset: int
+    attempt: int
+    sequence_index: int
+    is_last: bool
+    error: StreamError | None
+    resume_cursor: str | None
+    first_offset: int | None
+
+    @classmethod
+    def from_envelope(
+        cls,
+        envelope: TriggerEventEnvelope,
+        *,
+        topic: str,
+        partition: int,
+        offset: int,
+        first_offset: int | None,
+    ) -> StreamProgress:
+        return cls(
+            trigger_run_id=envelope.trigger_run_id,
+            topic=topic,
+            partition=partition,
+            offset=offset,
+            attempt=envelope.attempt,
+            sequence_index=envelope.sequence_index,
+            is_last=envelope.is_last,
+            error=envelope.error,
+            resume_cursor=envelope.resume_cursor,
+            first_offset=first_offset,
+        )
+
+
+def metadata_first_offset(envelope: TriggerEventEnvelope) -> int | None:
+    """The attempt's first offset recorded in ``envelope.metadata``, if any."""
+    text = envelope.metadata.get(FIRST_OFFSET_METADATA_KEY)
+    if text is None:
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        return None
+    return value if value >= 0 else None
+
+
+@dataclass(frozen=True)
+class _Found:
+    offset: int
+    envelope: TriggerEventEnvelope
+
+    @property
+    def rank(self) -> tuple[int, int, int]:
+        return (self.envelope.attempt, self.envelope.sequence_index, self.offset)
+
+
+class _PartitionScanner:
+    """Reads offset ranges of one partition, keeping the decoded records of one key."""
+
+    def __init__(
+        self,
+        config: KafkaSettings | Mapping[str, Any],
+        topic: str,
+        trigger_run_id: str,
+        *,
+        timeout: float,
+        codec: EnvelopeCodec[TriggerEventEnvelope],
+    ) -> None:
+        settings = config if isinstance(config, KafkaSettings) else KafkaSettings(config)
+        consumer_config = settings.with_overrides({"enable.auto.commit": False}).consumer_config(
+            f"airflow-kafka-events-progress-{uuid.uuid4().hex}",
+            **{
+                "enable.partition.eof": True,
+                "auto.offset.reset": "earliest",
+                "enable.auto.offset.store": False,
+            },
+        )
+        self.topic = topic
+        self.trigger_run_id = trigger_run_id
+        self.key = trigger_run_id.encode("utf-8")
+        self.timeout = timeout
+        self.started = time.monotonic()
+        self.deadline = self.started + timeout
+        self.codec = codec
+        try:
+            self.consumer = Consumer(consumer_config)
+        except KafkaException as exc:
+            raise StreamProgressError.from_exception("cannot create the stream progress reader", exc) from exc
+
+    # ------------------------------------------------------------------ deadline and errors
+    def remaining(self, what: str) -> float:
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise StreamProgressError(
+                f"looking up stream {self.trigger_run_id!r} in topic {self.topic!r} took longer than "
+                f"{self.timeout}s ({what})",
+                kafka_error=KafkaError(KafkaError._TIMED_OUT),
+            )
+        return left
+
+    def transient(self, error: KafkaError | None) -> bool:
+        """Whether ``error`` is worth retrying (until the deadline)."""
+        if error is None:
+            return False
+        code = error.code()
+        if code in _UNKNOWN_TOPIC_CODES:
+            return time.monotonic() - self.started < min(UNKNOWN_TOPIC_GRACE, self.timeout)
+        return bool(error.retriable()) or code in _TRANSIENT_CODES
+
+    def pause(self) -> None:
+        time.sleep(min(0.1, max(0.0, self.deadline - time.monotonic())))
+
+    def close(self) -> None:
+        try:
+            self.consumer.close()
+        except Exception as exc:  # closing must not mask the caller's own error
+            log.warning("closing the stream progress reader failed: %s", exc)
+
+    # ------------------------------------------------------------------ metadata
+    def locate(self) -> StreamLocation:
+        while True:
+            left = self.remaining("topic metadata")
+            try:
+                metadata = self.consumer.list_topics(self.topic, timeout=min(left, 5.0))
+            except KafkaException as exc:
+                error = StreamProgressError.from_exception(
+                    f"cannot read metadata of topic {self.topic!r}", exc
+                )
+                if not self.transient(error.kafka_error):
+                    raise error from exc
+                self.pause()
+                continue
+            meta = metadata.topics.get(self.topic)
+            err = None if meta is None else meta.error
+            if meta is not None and err is None and meta.partitions:
+                num_partitions = len(meta.partitions)
+                break
+            if err is not None and not self.transient(err):
+                raise StreamProgressError(f"topic {self.topic!r} is not available", kafka_error=err)
+            self.pause()
+        partition = partition_for_key(self.key, num_partitions)
+        tp = TopicPartition(self.topic, partition)
+        while True:
+            left = self.remaining("watermarks")
+            try:
+                low, high = self.consumer.get_watermark_offsets(tp, timeout=min(left, 5.0), cached=False)
+                break
+            except KafkaException as exc:
+                # e.g. NOT_LEADER_FOR_PARTITION right after a topic was created or a leader moved
+                error = StreamProgressError.from_exception(
+                    f"cannot read the watermarks of {self.topic!r} partition {partition}", exc
+                )
+                if not self.transient(error.kafka_error):
+                    raise error from exc
+                self.pause()
+        return StreamLocation(
+            topic=self.topic, partition=partition, num_partitions=num_partitions, low=low, high=high
+        )
+
+    # ------------------------------------------------------------------ reading
+    def read_range(self, partition: int, start: int, end: int) -> list[_Found]:
+        """Records of the key with ``start <= offset < end``, in offset order."""
+        found: list[_Found] = []
+        try:
+            self.consumer.assign([TopicPartition(self.topic, partition, start)])
+        except KafkaException as exc:
+            raise StreamProgressError.from_exception("cannot assign the stream partition", exc) from exc
+        batch = max(1, min(end - start, 1000))
+        while True:
+            left = self.remaining(f"reading offsets {start}..{end - 1} of partition {partition}")
+            try:
+                messages = self.consumer.consume(num_messages=batch, timeout=min(left, 1.0))
+            except KafkaException as exc:
+                raise StreamProgressError.from_exception("reading the stream partition failed", exc) from exc
+            for msg in messages:
+                err = msg.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        return found
+                    if self.transient(err):
+                        continue
+                    raise StreamProgressError("reading the stream partition failed", kafka_error=err)
+                offset = msg.offset()
+                if offset is None or offset < start:
+                    continue
+                if offset >= end:
+                    return found
+                if msg.key() == self.key:
+                    record = self._decode(msg.value(), partition, offset)
+                    if record is not None:
+                        found.append(record)
+                if offset >= end - 1:
+                    return found
+
+    def _decode(self, value: bytes | None, partition: int, offset: int) -> _Found | None:
+        if value is None:
+            return None
+        try:
+            envelope = self.codec.decode(value)
+        except EnvelopeDecodeError as exc:
+            # Not one of ours (our writers use this codec): ignore it, as a reader would.
+            log.warning(
+                "skipping undecodable record with key %r at %s[%d]@%d: %s",
+                self.trigger_run_id,
+                self.topic,
+                partition,
+                offset,
+                exc,
+            )
+            return None
+        if envelope.trigger_run_id != self.trigger_run_id:
+            return None
+        return _Found(offset=offset, envelope=envelope)
+
+    # ------------------------------------------------------------------ search
+    def latest(self, location: StreamLocation, chunk_size: int) -> StreamProgress | None:
+        end = location.high
+        while end > location.low:
+            start = max(location.low, end - chunk_size)
+            records = self.read_range(location.partition, start, end)
+            if records:
+                best = max(records, key=lambda r: r.rank)
+                first = self._first_offset(location, best, records, start, chunk_size)
+                return StreamProgress.from_envelope(
+                    best.envelope,
+                    topic=self.topic,
+                    partition=location.partition,
+                    offset=best.offset,
+                    first_offset=first,
+                )
+            end = start
+        return None
+
+    def _first_offset(
+        self, location: StreamLocation, best: _Found, records: list[_Found], start: int, chunk_size: int
+    ) -> int | None:
+        attempt = best.envelope.attempt
+        lowest: int | None = None
+        while True:
+            for record in sorted(records, key=lambda r: r.offset, reverse=True):
+                if record.offset > best.offset or record.envelope.attempt != attempt:
+                    continue
+                if record.envelope.sequence_index == 0:
+                    return record.offset
+                hinted = metadata_first_offset(record.envelope)
+                if hinted is not None:
+                    return hinted
+                lowest = record.offset
+            if start <= location.low:
+                return lowest
+            end, start = start, max(location.low, start - chunk_size)
+            records = self.read_range(location.partition, start, end)
+
+
+def _check_args(topic: str, trigger_run_id: str, timeout: float, chunk_size: int) -> None:
+    if not isinstance(topic, str) or not topic:
+        raise ValueError(f"topic must be a non-empty str, got {topic!r}")
+    if not isinstance(trigger_run_id, str) or not trigger_run_id:
+        raise ValueError(f"trigger_run_id must be a non-empty str, got {trigger_run_id!r}")
+    if timeout <= 0:
+        raise ValueError(f"timeout must be positive, got {timeout!r}")
+    if chunk_size < 1:
+        raise ValueError(f"chunk_size must be at least 1, got {chunk_size!r}")
+
+
+def lookup_stream(
+    config: KafkaSettings | Mapping[str, Any],
+    topic: str,
+    trigger_run_id: str,
+    *,
+    timeout: float = 30.0,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
+    codec: EnvelopeCodec[TriggerEventEnvelope] = TRIGGER_EVENT_CODEC,
+) -> tuple[StreamLocation, StreamProgress | None]:
+    """Where the stream lives (partition, watermarks) and its latest envelope (``None``: none).
+
+    ``config`` is :class:`KafkaSettings` or a librdkafka mapping with ``bootstrap.servers``
+    (producer-only keys are dropped; group and commit settings are replaced).  The whole
+    lookup is bounded by ``timeout`` seconds.
+    """
+    _check_args(topic, trigger_run_id, timeout, chunk_size)
+    scanner = _PartitionScanner(config, topic, trigger_run_id, timeout=timeout, codec=codec)
+    try:
+        location = scanner.locate()
+        return location, scanner.latest(location, chunk_size)
+    finally:
+        scanner.close()
+
+
+def find_stream_progress(
+    config: KafkaSettings | Mapping[str, Any],
+    topic: str,
+    trigger_run_id: str,
+    *,
+    timeout: float = 30.0,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
+    codec: EnvelopeCodec[TriggerEventEnvelope] = TRIGGER_EVENT_CODEC,
+) -> StreamProgress | None:
+    """The latest envelope of ``trigger_run_id`` in ``topic``, or ``None`` if it has none.
+
+    Scans the key's partition backwards from the high watermark in chunks of ``chunk_size``
+    offsets and returns the highest ``(attempt, sequence_index)`` of the last chunk holding
+    any record of the key.  See :func:`lookup_stream`.
+    """
+    _, progress = lookup_stream(
+        config, topic, trigger_run_id, timeout=timeout, chunk_size=chunk_size, codec=codec
+    )
+    return progress

@@ -1,0 +1,446 @@
+"""Streaming triggers: every page a trigger fetches goes to Kafka; the task resumes once.
+
+Airflow resumes a deferred task on the *first* event its trigger yields and drops the
+rest, so a :class:`StreamingTrigger` does not yield its pages: it writes each page to Kafka
+as a :class:`~airflow_kafka_events.envelopes.TriggerEventEnvelope` (key
+``trigger_run_id``) and yields ONE event at the end, carrying a
+:class:`~airflow_kafka_events.streams.StreamDescriptor` that tells the task where the stream
+is (``TriggerEvent(descriptor.to_dict())``, or with ``finish_task=True`` a
+``TaskSuccessEvent``/``TaskFailedEvent`` whose XCom ``return_value`` is the descriptor).
+
+Delivery and resume
+    The delivery of each page is awaited (``acks=all``) before the next page is fetched, so
+    what is in Kafka is exactly what was fetched.  A trigger that is stopped (triggerer
+    restart, redistribution, crash) and started again looks its stream up in Kafka
+    (:func:`~airflow_kafka_events.kafka.progress.lookup_stream`) and continues after the
+    last written page from that page's ``cursor``: written pages are not fetched again.
+    The rules are in :func:`~airflow_kafka_events.streams.plan_resume`.
+
+End of an attempt
+    After the last page a *terminal marker* is written: an ``is_last`` envelope without
+    payload whose ``sequence_index`` is the number of data pages (an empty stream is one
+    terminal marker with ``sequence_index`` 0).  If ``pages()`` raises, or a page cannot be
+    encoded, the terminal marker carries the error and so does the descriptor; the task
+    then fails (the operator fails it, or ``finish_task`` yields ``TaskFailedEvent``).  A
+    retry then writes a new attempt.  Kafka errors are not stream errors: they fail the
+    trigger and the next run resumes after what was delivered.
+
+Readers follow the highest ``attempt`` of a key and should ignore a repeated
+``(attempt, sequence_index)`` (Airflow may briefly run one trigger in two triggerers).
+Keep the partition count of a stream topic fixed: a key's partition depends on it.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import inspect
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from airflow.triggers.base import BaseTrigger, TaskFailedEvent, TaskSuccessEvent, TriggerEvent
+
+from airflow_kafka_events.codec import TRIGGER_EVENT_CODEC
+from airflow_kafka_events.envelopes import ProducerIdentity, StreamError, TriggerEventEnvelope
+from airflow_kafka_events.errors import (
+    ConfigurationError,
+    EnvelopeEncodeError,
+    StreamIdentityError,
+    ValidationError,
+)
+from airflow_kafka_events.kafka.producer import EnvelopeProducer
+from airflow_kafka_events.kafka.progress import FIRST_OFFSET_METADATA_KEY, lookup_stream
+from airflow_kafka_events.kafka.settings import KafkaSettings
+from airflow_kafka_events.streams import StreamDescriptor, plan_resume, stream_id
+
+__all__ = ["DEFAULT_TOPIC", "RETURN_VALUE_KEY", "Page", "StreamingTrigger"]
+
+DEFAULT_TOPIC = "airflow.trigger-events"
+#: XCom key of the descriptor when ``finish_task=True``.
+RETURN_VALUE_KEY = "return_value"
+
+_STREAM_KWARGS = ("trigger_run_id", "topic", "kafka_config_id", "finish_task", "restart", "producer_identity")
+_IDENTITY_FIELDS = ("dag_id", "run_id", "task_id", "map_index", "try_number")
+
+
+@dataclass(frozen=True)
+class Page:
+    """One page of a stream.
+
+    ``payload`` is a JSON value (``None``, bool, int, finite float, str, list, dict with str
+    keys) or ``bytes``.  ``cursor`` is where to resume *after* this page: a restarted
+    trigger calls ``pages(cursor)`` of the last written page.  A page without a cursor
+    cannot be resumed after; a stream interrupted after such a page restarts as a new
+    attempt.
+    """
+
+    payload: Any = None
+    cursor: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.cursor is not None and not isinstance(self.cursor, str):
+            raise ValidationError(f"Page.cursor must be a str or None, got {type(self.cursor).__qualname__}")
+
+
+class _AttemptWriter:
+    """Writes the envelopes of one attempt, one awaited delivery at a time."""
+
+    def __init__(
+        self,
+        producer: EnvelopeProducer,
+        *,
+        topic: str,
+        partition: int,
+        trigger_run_id: str,
+        attempt: int,
+        next_seq: int,
+        first_offset: int | None,
+        cursor: str | None,
+        identity: ProducerIdentity,
+        delivery_timeout: float,
+    ) -> None:
+        self.producer = producer
+        self.topic = topic
+        self.partition = partition
+        self.trigger_run_id = trigger_run_id
+        self.attempt = attempt
+        self.next_seq = next_seq
+        self.first_offset = first_offset
+        self.cursor = cursor
+        self.identity = identity
+        self.delivery_timeout = delivery_timeout
+        self.written = 0
+
+    def _metadata(self) -> dict[str, str]:
+        if self.next_seq == 0 or self.first_offset is None:
+            return {}
+        return {FIRST_OFFSET_METADATA_KEY: str(self.first_offset)}
+
+    def encode(self, *, payload: Any, cursor: str | None, is_last: bool, error: StreamError | None) -> bytes:
+        envelope = TriggerEventEnvelope(
+            trigger_run_id=self.trigger_run_id,
+            sequence_index=self.next_seq,
+            is_last=is_last,
+            payload=payload,
+            attempt=self.attempt,
+            producer=self.identity,
+            resume_cursor=cursor,
+            error=error,
+            metadata=self._metadata(),
+        )
+        return TRIGGER_EVENT_CODEC.encode(envelope, topic=self.topic)
+
+    async def send(self, value: bytes, cursor: str | None) -> int:
+        receipt = await self.producer.send_async(
+            self.topic,
+            value,
+            key=self.trigger_run_id,
+            partition=self.partition,
+            timeout=self.delivery_timeout,
+        )
+        if self.next_seq == 0:
+            self.first_offset = receipt.offset
+        self.next_seq += 1
+        self.cursor = cursor
+        self.written += 1
+        return receipt.offset
+
+    async def finish(self, error: StreamError | None) -> StreamDescriptor:
+        count = self.next_seq
+        value = self.encode(payload=None, cursor=self.cursor, is_last=True, error=error)
+        last_offset = await self.send(value, self.cursor)
+        return StreamDescriptor(
+            topic=self.topic,
+            trigger_run_id=self.trigger_run_id,
+            attempt=self.attempt,
+            count=count,
+            first_offset=self.first_offset,
+            last_offset=last_offset,
+            partition=self.partition,
+            error=None if error is None else error.to_avro(),
+        )
+
+
+async def _close_iterator(iterator: Any) -> None:
+    aclose = getattr(iterator, "aclose", None)
+    if aclose is None:
+        return
+    result = aclose()
+    if inspect.isawaitable(result):
+        await result
+
+
+class StreamingTrigger(BaseTrigger):
+    """Base class of triggers that stream pages through Kafka and resume their task once.
+
+    Subclasses implement :meth:`trigger_kwargs` (their own ``__init__`` keyword arguments,
+    JSON or Airflow-serde serializable) and :meth:`pages` (an async iterator of
+    :class:`Page`).  :meth:`serialize` returns ``(classpath, {**trigger_kwargs(),
+    **stream kwargs})``, which maps 1:1 onto ``__init__``.
+
+    :param trigger_run_id: the stream's id and Kafka key.  Default: derived from the task
+        instance the triggerer attaches (``stream_id(dag_id, run_id, task_id, map_index)``),
+        which is what ``start_from_trigger`` tasks rely on.
+    :param topic: the Kafka topic of the stream.
+    :param kafka_config_id: Airflow Kafka connection (read in ``run()``, never in ``__init__``).
+    :param finish_task: end the task from the trigger (``TaskSuccessEvent`` /
+        ``TaskFailedEvent`` with the descriptor as XCom ``return_value``) instead of
+        resuming it with ``TriggerEvent(descriptor)``.
+    :param restart: start a new attempt even if the stream has progress (a cleared task).
+    :param producer_identity: ``ProducerIdentity`` fields for the envelopes; default: the
+        task instance's ``dag_id``, ``run_id``, ``task_id``, ``map_index``, ``try_number``.
+    """
+
+    #: Upper bound (seconds) of the progress lookup in Kafka.
+    progress_timeout: float = 60.0
+    #: Upper bound (seconds) of the delivery of one envelope.
+    delivery_timeout: float = 30.0
+
+    def __init__(
+        self,
+        *,
+        trigger_run_id: str | None = None,
+        topic: str = DEFAULT_TOPIC,
+        kafka_config_id: str = "kafka_default",
+        finish_task: bool = False,
+        restart: bool = False,
+        producer_identity: Mapping[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        if trigger_run_id is not None and (not isinstance(trigger_run_id, str) or not trigger_run_id):
+            raise ConfigurationError(
+                f"trigger_run_id must be a non-empty str or None, got {trigger_run_id!r}"
+            )
+        if not isinstance(topic, str) or not topic:
+            raise ConfigurationError(f"topic must be a non-empty str, got {topic!r}")
+        if not isinstance(kafka_config_id, str) or not kafka_config_id:
+            raise ConfigurationError(f"kafka_config_id must be a non-empty str, got {kafka_config_id!r}")
+        if producer_identity is not None:
+            if not isinstance(producer_identity, Mapping):
+                raise ConfigurationError(
+                    f"producer_identity must be a dict or None, got {type(producer_identity).__qualname__}"
+                )
+            unknown = set(producer_identity) - set(_IDENTITY_FIELDS)
+            if unknown:
+                raise ConfigurationError(f"producer_identity has unknown fields {sorted(unknown)}")
+            ProducerIdentity(**producer_identity)  # validates the values
+            producer_identity = dict(producer_identity)
+        self.trigger_run_id = trigger_run_id
+        self.topic = topic
+        self.kafka_config_id = kafka_config_id
+        self.finish_task = bool(finish_task)
+        self.restart = bool(restart)
+        self.producer_identity = producer_identity
+        self._pages_iterator: Any = None
+
+    # ------------------------------------------------------------------ subclass API
+    @abc.abstractmethod
+    def trigger_kwargs(self) -> dict[str, Any]:
+        """The subclass's own ``__init__`` keyword arguments (serializable)."""
+
+    @abc.abstractmethod
+    def pages(self, cursor: str | None) -> AsyncIterator[Page]:
+        """Pages after ``cursor`` (``None``: from the beginning), in order.
+
+        Implement as ``async def pages(self, cursor): ... yield Page(...)``.  Each page is
+        delivered to Kafka before the next one is requested.  An exception ends the stream
+        with that error (see :meth:`stream_error_for`).
+        """
+
+    def stream_error_for(self, exc: BaseException) -> StreamError:
+        """The :class:`StreamError` recorded when ``pages()`` raised ``exc``."""
+        return StreamError.from_exception(exc)
+
+    # ------------------------------------------------------------------ serialization
+    def stream_kwargs(self) -> dict[str, Any]:
+        return {
+            "trigger_run_id": self.trigger_run_id,
+            "topic": self.topic,
+            "kafka_config_id": self.kafka_config_id,
+            "finish_task": self.finish_task,
+            "restart": self.restart,
+            "producer_identity": None if self.producer_identity is None else dict(self.producer_identity),
+        }
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        own = dict(self.trigger_kwargs())
+        clash = set(own) & set(_STREAM_KWARGS)
+        if clash:
+            raise ConfigurationError(
+                f"{type(self).__qualname__}.trigger_kwargs() reuses stream argument names {sorted(clash)}"
+            )
+        classpath = f"{type(self).__module__}.{type(self).__qualname__}"
+        return classpath, {**own, **self.stream_kwargs()}
+
+    # ------------------------------------------------------------------ identity
+    def resolve_trigger_run_id(self) -> str:
+        """``trigger_run_id``, else the task instance's :func:`stream_id`; else ``StreamIdentityError``."""
+        if self.trigger_run_id:
+            return self.trigger_run_id
+        ti = self.task_instance
+        if ti is None:
+            raise StreamIdentityError(
+                f"{type(self).__qualname__} has no trigger_run_id and no task instance to derive it from; "
+                "pass trigger_run_id=stream_id(dag_id, run_id, task_id, map_index)"
+            )
+        map_index = getattr(ti, "map_index", None)
+        try:
+            return stream_id(
+                getattr(ti, "dag_id", None),  # type: ignore[arg-type]
+                getattr(ti, "run_id", None),  # type: ignore[arg-type]
+                getattr(ti, "task_id", None),  # type: ignore[arg-type]
+                -1 if map_index is None else map_index,
+            )
+        except ValidationError as exc:
+            raise StreamIdentityError(f"cannot derive trigger_run_id from the task instance: {exc}") from exc
+
+    def resolve_producer_identity(self) -> ProducerIdentity:
+        """``producer_identity`` if given, else the task instance's fields, else empty."""
+        if self.producer_identity is not None:
+            return ProducerIdentity(**self.producer_identity)
+        ti = self.task_instance
+        if ti is None:
+            return ProducerIdentity()
+        values: dict[str, Any] = {}
+        for name in _IDENTITY_FIELDS:
+            value = getattr(ti, name, None)
+            wanted = int if name in ("map_index", "try_number") else str
+            if isinstance(value, wanted) and not isinstance(value, bool):
+                values[name] = value
+        try:
+            return ProducerIdentity(**values)
+        except ValidationError:
+            return ProducerIdentity()
+
+    # ------------------------------------------------------------------ events
+    def final_event(self, descriptor: StreamDescriptor) -> TriggerEvent:
+        """The one event yielded at the end of :meth:`run`."""
+        payload = descriptor.to_dict()
+        if not self.finish_task:
+            return TriggerEvent(payload)
+        if descriptor.failed:
+            return TaskFailedEvent(xcoms={RETURN_VALUE_KEY: payload})
+        return TaskSuccessEvent(xcoms={RETURN_VALUE_KEY: payload})
+
+    # ------------------------------------------------------------------ run
+    def _open_kafka(self) -> tuple[KafkaSettings, EnvelopeProducer]:
+        # Blocking (connection lookup, client creation): called in a worker thread.
+        from airflow_kafka_events.hooks import KafkaEventsHook
+
+        hook = KafkaEventsHook(kafka_config_id=self.kafka_config_id)
+        return hook.get_settings(), hook.get_producer()
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        """Write the stream to Kafka (resuming it if it has progress); yield one event."""
+        trigger_run_id = self.resolve_trigger_run_id()
+        identity = self.resolve_producer_identity()
+        settings, producer = await asyncio.to_thread(self._open_kafka)
+        location, progress = await asyncio.to_thread(
+            lookup_stream, settings, self.topic, trigger_run_id, timeout=self.progress_timeout
+        )
+        plan = plan_resume(progress, self.restart)
+        if plan.already_complete and progress is not None:
+            self.log.info(
+                "stream %s attempt %d is already complete in %s[%d]; reporting it again",
+                trigger_run_id,
+                progress.attempt,
+                self.topic,
+                progress.partition,
+            )
+            yield self.final_event(
+                StreamDescriptor(
+                    topic=self.topic,
+                    trigger_run_id=trigger_run_id,
+                    attempt=progress.attempt,
+                    count=progress.sequence_index,
+                    first_offset=progress.first_offset,
+                    last_offset=progress.offset,
+                    partition=progress.partition,
+                    error=None,
+                )
+            )
+            return
+        continuing = progress is not None and plan.attempt == progress.attempt
+        self.log.info(
+            "stream %s: writing attempt %d from sequence %d (%s) to %s[%d]",
+            trigger_run_id,
+            plan.attempt,
+            plan.next_seq,
+            f"resuming after cursor {plan.cursor!r}" if continuing else "from the beginning",
+            self.topic,
+            location.partition,
+        )
+        writer = _AttemptWriter(
+            producer,
+            topic=self.topic,
+            partition=location.partition,
+            trigger_run_id=trigger_run_id,
+            attempt=plan.attempt,
+            next_seq=plan.next_seq,
+            first_offset=progress.first_offset if continuing and progress is not None else None,
+            cursor=plan.cursor,
+            identity=identity,
+            delivery_timeout=self.delivery_timeout,
+        )
+        error = await self._write_pages(writer, plan.cursor)
+        descriptor = await writer.finish(error)
+        self.log.info(
+            "stream %s attempt %d ended: %d pages (%d written by this run), offsets %s..%d%s",
+            trigger_run_id,
+            descriptor.attempt,
+            descriptor.count,
+            writer.written - 1,
+            descriptor.first_offset,
+            descriptor.last_offset,
+            "" if error is None else f", error {error.type}: {error.message}",
+        )
+        yield self.final_event(descriptor)
+
+    async def _write_pages(self, writer: _AttemptWriter, cursor: str | None) -> StreamError | None:
+        """Fetch and deliver pages one by one; the error that ended the stream, if any."""
+        try:
+            iterator = self.pages(cursor)
+        except Exception as exc:
+            self.log.warning("pages() of stream %s failed", writer.trigger_run_id, exc_info=True)
+            return self.stream_error_for(exc)
+        self._pages_iterator = iterator
+        try:
+            while True:
+                try:
+                    page = await iterator.__anext__()
+                except StopAsyncIteration:
+                    return None
+                except Exception as exc:
+                    self.log.warning("pages() of stream %s failed", writer.trigger_run_id, exc_info=True)
+                    return self.stream_error_for(exc)
+                try:
+                    if not isinstance(page, Page):
+                        raise TypeError(f"pages() must yield Page objects, got {type(page).__qualname__}")
+                    value = writer.encode(payload=page.payload, cursor=page.cursor, is_last=False, error=None)
+                except (EnvelopeEncodeError, ValidationError, TypeError) as exc:
+                    self.log.warning(
+                        "page %d of stream %s cannot be written: %s",
+                        writer.next_seq,
+                        writer.trigger_run_id,
+                        exc,
+                    )
+                    return self.stream_error_for(exc)
+                await writer.send(value, page.cursor)
+        finally:
+            self._pages_iterator = None
+            try:
+                await _close_iterator(iterator)
+            except Exception:
+                self.log.warning("closing pages() of stream %s failed", writer.trigger_run_id, exc_info=True)
+
+    async def cleanup(self) -> None:
+        """Close a page iterator left open by an interrupted run. Never raises."""
+        iterator, self._pages_iterator = self._pages_iterator, None
+        try:
+            if iterator is not None:
+                await _close_iterator(iterator)
+            await super().cleanup()
+        except Exception:
+            self.log.warning("cleanup of %s failed", type(self).__qualname__, exc_info=True)

@@ -1,0 +1,362 @@
+"""StreamingTrigger.run() and the progress lookup against a real Kafka broker.
+
+The triggers are driven the way the triggerer drives them: ``run()`` iterated in an asyncio
+loop, ``cleanup()`` afterwards, ``asyncio.Task.cancel()`` to stop them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from contextlib import suppress
+from types import SimpleNamespace
+
+import pytest
+from airflow.triggers.base import TaskFailedEvent, TaskSuccessEvent, TriggerEvent
+from confluent_kafka import KafkaError, Producer
+
+from airflow_kafka_events.codec import TRIGGER_EVENT_CODEC
+from airflow_kafka_events.envelopes import ProducerIdentity, TriggerEventEnvelope
+from airflow_kafka_events.errors import StreamProgressError
+from airflow_kafka_events.kafka.partitioner import partition_for_key
+from airflow_kafka_events.kafka.progress import find_stream_progress, lookup_stream
+from airflow_kafka_events.kafka.settings import KafkaSettings
+from airflow_kafka_events.streams import StreamDescriptor
+from integration.triggers import sample_triggers as samples
+from integration.triggers.sample_triggers import PagedTrigger, collect, read_topic, wait_for
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(autouse=True)
+def kafka_connection(monkeypatch, kafka_bootstrap):
+    """The default Airflow Kafka connection, from the environment (no metadata DB)."""
+    extra = {"bootstrap.servers": kafka_bootstrap}
+    monkeypatch.setenv("AIRFLOW_CONN_KAFKA_DEFAULT", json.dumps({"conn_type": "kafka", "extra": extra}))
+
+
+def _key(prefix: str = "dag") -> str:
+    return f"{prefix}/task/-1/run-{uuid.uuid4().hex}"
+
+
+def _run(trigger) -> list[TriggerEvent]:
+    return asyncio.run(collect(trigger))
+
+
+def _descriptor(events: list[TriggerEvent]) -> StreamDescriptor:
+    (event,) = events
+    assert type(event) is TriggerEvent
+    return StreamDescriptor.from_dict(event.payload)
+
+
+def _assert_complete_stream(stored, *, pages: int, attempt: int = 0, first_page: int = 0) -> None:
+    """Envelopes 0..pages of one attempt, in order, in one partition; only the last is_last."""
+    mine = [s for s in stored if s.envelope.attempt == attempt]
+    assert [s.envelope.sequence_index for s in mine] == list(range(pages + 1))
+    assert len({s.partition for s in mine}) == 1
+    assert [s.offset for s in mine] == sorted(s.offset for s in mine)
+    assert [s.envelope.is_last for s in mine] == [False] * pages + [True]
+    terminal = mine[-1].envelope
+    assert terminal.payload is None and terminal.error is None
+    for index, s in enumerate(mine[:-1]):
+        assert s.envelope.payload == samples.page_payload(first_page + index)
+        assert s.envelope.resume_cursor == str(first_page + index + 1)
+
+
+# --------------------------------------------------------------------------- streams
+@pytest.mark.parametrize("pages", [0, 1, 250])
+def test_every_page_is_an_envelope_and_one_event_describes_the_stream(kafka_bootstrap, new_topic, pages):
+    topic = new_topic(partitions=3)
+    key = _key()
+    events = _run(PagedTrigger(total=pages, trigger_run_id=key, topic=topic))
+    descriptor = _descriptor(events)
+
+    stored = read_topic(kafka_bootstrap, topic, key)
+    _assert_complete_stream(stored, pages=pages)
+    assert descriptor == StreamDescriptor(
+        topic=topic,
+        trigger_run_id=key,
+        attempt=0,
+        count=pages,
+        first_offset=stored[0].offset,
+        last_offset=stored[-1].offset,
+        partition=partition_for_key(key.encode(), 3),
+        error=None,
+    )
+    assert stored[0].partition == descriptor.partition
+    if pages == 0:  # an empty stream is one terminal marker
+        assert len(stored) == 1 and stored[0].envelope.sequence_index == 0
+    assert dict(samples.FETCHES[key]) == {i: 1 for i in range(pages)}
+
+
+def test_bytes_payloads_and_producer_identity_from_the_task_instance(kafka_bootstrap, new_topic):
+    topic = new_topic(partitions=3)
+    trigger = samples.BytesTrigger(chunks=["naïve", "second"], topic=topic)
+    trigger.task_instance = SimpleNamespace(
+        dag_id="dag", run_id="manual__1", task_id="task", map_index=2, try_number=4
+    )
+    descriptor = _descriptor(_run(trigger))
+    key = "dag/task/2/manual__1"
+    assert descriptor.trigger_run_id == key
+    stored = read_topic(kafka_bootstrap, topic, key)
+    assert [s.envelope.payload for s in stored] == ["naïve".encode(), b"second", None]
+    identity = ProducerIdentity(dag_id="dag", run_id="manual__1", task_id="task", map_index=2, try_number=4)
+    assert {s.envelope.producer for s in stored} == {identity}
+
+
+def test_concurrent_streams_on_one_topic_keep_per_key_order(kafka_bootstrap, new_topic):
+    topic = new_topic(partitions=3)
+    first = _key("a")
+    # a second key in the same partition, so that the two streams really interleave
+    second = next(
+        k for k in (_key("b") for _ in range(1000)) if partition_for_key(k, 3) == partition_for_key(first, 3)
+    )
+
+    async def both():
+        return await asyncio.gather(
+            collect(PagedTrigger(total=120, trigger_run_id=first, topic=topic)),
+            collect(PagedTrigger(total=80, trigger_run_id=second, topic=topic)),
+        )
+
+    events_a, events_b = asyncio.run(both())
+    stored = read_topic(kafka_bootstrap, topic)
+    a = [s for s in stored if s.envelope.trigger_run_id == first]
+    b = [s for s in stored if s.envelope.trigger_run_id == second]
+    _assert_complete_stream(a, pages=120)
+    _assert_complete_stream(b, pages=80)
+    # interleaved: each stream's offsets start before the other's end
+    assert a[0].offset < b[-1].offset and b[0].offset < a[-1].offset
+    assert _descriptor(events_a).count == 120 and _descriptor(events_b).count == 80
+
+
+def test_resumed_stream_continues_after_the_last_written_page(kafka_bootstrap, new_topic):
+    topic = new_topic(partitions=3)
+    key = _key()
+    k = 7
+    samples.PAUSE_BEFORE[key] = k + 1  # the first run blocks before fetching page k+1
+
+    def visible(seq: int) -> bool:
+        return any(s.envelope.sequence_index >= seq for s in read_topic(kafka_bootstrap, topic, key))
+
+    async def scenario():
+        first = PagedTrigger(total=20, trigger_run_id=key, topic=topic)
+        task = asyncio.create_task(collect(first))
+        await wait_for(lambda: visible(k), what=f"envelope {k}")
+        task.cancel()
+        with suppress(asyncio.CancelledError):
+            await task
+        assert task.cancelled()
+        samples.PAUSE_BEFORE.pop(key)
+        again = PagedTrigger(**first.serialize()[1])
+        return await collect(again)
+
+    descriptor = _descriptor(asyncio.run(scenario()))
+    assert dict(samples.FETCHES[key]) == {i: 1 for i in range(20)}  # no page fetched twice
+    stored = read_topic(kafka_bootstrap, topic, key)
+    _assert_complete_stream(stored, pages=20)
+    assert {s.envelope.attempt for s in stored} == {0}
+    # the second run knew where the attempt began although it did not write it
+    assert (descriptor.attempt, descriptor.count) == (0, 20)
+    assert (descriptor.first_offset, descriptor.last_offset) == (stored[0].offset, stored[-1].offset)
+
+
+def test_interrupted_stream_without_cursors_restarts_as_a_new_attempt(kafka_bootstrap, new_topic):
+    topic = new_topic(partitions=3)
+    key = _key()
+    samples.PAUSE_BEFORE[key] = 3
+
+    async def scenario():
+        first = PagedTrigger(total=5, cursors=False, trigger_run_id=key, topic=topic)
+        task = asyncio.create_task(collect(first))
+        await wait_for(lambda: len(read_topic(kafka_bootstrap, topic, key)) == 3, what="three envelopes")
+        task.cancel()
+        with suppress(asyncio.CancelledError):
+            await task
+        samples.PAUSE_BEFORE.pop(key)
+        return await collect(PagedTrigger(**first.serialize()[1]))
+
+    descriptor = _descriptor(asyncio.run(scenario()))
+    stored = read_topic(kafka_bootstrap, topic, key)
+    assert [(s.envelope.attempt, s.envelope.sequence_index) for s in stored] == [
+        (0, 0),
+        (0, 1),
+        (0, 2),
+        *[(1, i) for i in range(6)],
+    ]
+    assert (descriptor.attempt, descriptor.count, descriptor.first_offset) == (1, 5, stored[3].offset)
+
+
+def test_failure_mid_stream_ends_the_attempt_with_the_error_and_a_rerun_starts_attempt_1(
+    kafka_bootstrap, new_topic
+):
+    topic = new_topic(partitions=3)
+    key = _key()
+    kwargs = {"total": 6, "fail_at": 3, "trigger_run_id": key, "topic": topic}
+
+    failed = _descriptor(_run(PagedTrigger(**kwargs)))
+    error = {"type": f"{samples.MODULE}.PageFetchError", "message": "page 3 is unavailable"}
+    assert failed.error == error and failed.failed
+    assert (failed.attempt, failed.count) == (0, 3)
+    stored = read_topic(kafka_bootstrap, topic, key)
+    assert [(s.envelope.sequence_index, s.envelope.is_last) for s in stored] == [
+        (0, False),
+        (1, False),
+        (2, False),
+        (3, True),
+    ]
+    terminal = stored[-1].envelope
+    assert terminal.payload is None and terminal.error is not None
+    assert (terminal.error.type, terminal.error.message) == (error["type"], error["message"])
+    assert failed.last_offset == stored[-1].offset
+
+    retried = _descriptor(_run(PagedTrigger(**kwargs)))  # the source works now
+    assert (retried.attempt, retried.count, retried.error) == (1, 6, None)
+    stored = read_topic(kafka_bootstrap, topic, key)
+    _assert_complete_stream(stored, pages=6, attempt=1)
+    assert retried.first_offset == next(s.offset for s in stored if s.envelope.attempt == 1)
+
+
+def test_a_payload_that_is_not_json_fails_the_stream(kafka_bootstrap, new_topic):
+    topic = new_topic(partitions=1)
+    key = _key()
+    descriptor = _descriptor(_run(PagedTrigger(total=4, bad_payload_at=2, trigger_run_id=key, topic=topic)))
+    assert descriptor.count == 2
+    assert descriptor.error is not None
+    assert descriptor.error["type"] == "airflow_kafka_events.errors.EnvelopeEncodeError"
+    stored = read_topic(kafka_bootstrap, topic, key)
+    assert [s.envelope.is_last for s in stored] == [False, False, True]
+
+
+def test_a_complete_stream_is_reported_again_without_writing(kafka_bootstrap, new_topic):
+    topic = new_topic(partitions=3)
+    key = _key()
+    kwargs = {"total": 4, "trigger_run_id": key, "topic": topic}
+    first = _descriptor(_run(PagedTrigger(**kwargs)))
+    before = read_topic(kafka_bootstrap, topic)
+    again = _descriptor(_run(PagedTrigger(**kwargs)))
+    assert again == first
+    assert read_topic(kafka_bootstrap, topic) == before
+    assert dict(samples.FETCHES[key]) == {i: 1 for i in range(4)}
+
+
+def test_restart_writes_a_new_attempt(kafka_bootstrap, new_topic):
+    topic = new_topic(partitions=3)
+    key = _key()
+    _run(PagedTrigger(total=2, trigger_run_id=key, topic=topic))
+    restarted = _descriptor(_run(PagedTrigger(total=3, trigger_run_id=key, topic=topic, restart=True)))
+    assert (restarted.attempt, restarted.count) == (1, 3)
+    stored = read_topic(kafka_bootstrap, topic, key)
+    _assert_complete_stream(stored, pages=2, attempt=0)
+    _assert_complete_stream(stored, pages=3, attempt=1)
+
+
+def test_finish_task_yields_a_task_end_event_with_the_descriptor_as_xcom(kafka_bootstrap, new_topic):
+    topic = new_topic(partitions=3)
+    key = _key()
+    (event,) = _run(PagedTrigger(total=3, trigger_run_id=key, topic=topic, finish_task=True))
+    assert type(event) is TaskSuccessEvent
+    descriptor = StreamDescriptor.from_dict((event.xcoms or {})["return_value"])
+    assert (descriptor.trigger_run_id, descriptor.count, descriptor.error) == (key, 3, None)
+
+    failing = _key()
+    (event,) = _run(PagedTrigger(total=3, fail_at=1, trigger_run_id=failing, topic=topic, finish_task=True))
+    assert type(event) is TaskFailedEvent
+    assert StreamDescriptor.from_dict((event.xcoms or {})["return_value"]).failed
+
+
+# --------------------------------------------------------------------------- progress lookup
+def _envelope(key: str, seq: int, *, attempt: int = 0, is_last: bool = False, **kw) -> bytes:
+    return TRIGGER_EVENT_CODEC.encode(
+        TriggerEventEnvelope(
+            trigger_run_id=key, sequence_index=seq, is_last=is_last, attempt=attempt, payload=seq, **kw
+        )
+    )
+
+
+def _produce(bootstrap: str, topic: str, records: list[tuple[str, bytes]]) -> None:
+    producer = Producer(KafkaSettings({"bootstrap.servers": bootstrap}).producer_config())
+    for key, value in records:
+        while True:
+            try:
+                producer.produce(topic, value=value, key=key)
+                break
+            except BufferError:
+                producer.poll(0.1)
+    assert producer.flush(30) == 0
+
+
+def _noise(n: int) -> list[tuple[str, bytes]]:
+    return [(f"other-{i % 5}", _envelope(f"other-{i % 5}", i)) for i in range(n)]
+
+
+def test_progress_of_an_unknown_stream_is_none(kafka_bootstrap, new_topic):
+    topic = new_topic(partitions=1)
+    settings = KafkaSettings({"bootstrap.servers": kafka_bootstrap})
+    assert find_stream_progress(settings, topic, "nobody", timeout=30) is None
+    _produce(kafka_bootstrap, topic, _noise(1200))
+    location, progress = lookup_stream(settings, topic, "nobody", timeout=30, chunk_size=500)
+    assert progress is None
+    assert (location.partition, location.num_partitions, location.low, location.high) == (0, 1, 0, 1200)
+
+
+def test_progress_is_found_behind_many_records_of_other_keys(kafka_bootstrap, new_topic):
+    topic = new_topic(partitions=1)
+    key = _key()
+    # seq 0 (no hint) far behind, then seq 1..3 without the first-offset hint, then noise
+    records = [(key, _envelope(key, 0, resume_cursor="1"))]
+    records += _noise(700)
+    records += [(key, _envelope(key, seq, resume_cursor=str(seq + 1))) for seq in (1, 2, 3)]
+    records += _noise(1300)
+    _produce(kafka_bootstrap, topic, records)
+
+    progress = find_stream_progress(
+        {"bootstrap.servers": kafka_bootstrap, "linger.ms": 5}, topic, key, timeout=30, chunk_size=500
+    )
+    assert progress is not None
+    assert (progress.attempt, progress.sequence_index, progress.is_last) == (0, 3, False)
+    assert progress.resume_cursor == "4"
+    assert progress.offset == 703
+    assert progress.first_offset == 0  # found by scanning back across chunks
+
+
+def test_progress_takes_the_highest_attempt_and_sequence_of_the_last_chunk(kafka_bootstrap, new_topic):
+    topic = new_topic(partitions=1)
+    key = _key()
+    records = [(key, _envelope(key, seq, attempt=1)) for seq in range(3)]
+    records.append((key, _envelope(key, 5, attempt=0)))  # a late write of an older attempt
+    records += [("x", _envelope("x", 0))]
+    _produce(kafka_bootstrap, topic, records)
+    progress = find_stream_progress(KafkaSettings({"bootstrap.servers": kafka_bootstrap}), topic, key)
+    assert progress is not None
+    assert (progress.attempt, progress.sequence_index, progress.offset, progress.first_offset) == (1, 2, 2, 0)
+
+
+def test_progress_uses_the_first_offset_hint(kafka_bootstrap, new_topic):
+    topic = new_topic(partitions=1)
+    key = _key()
+    hint = {"first_offset": "0"}
+    records = [(key, _envelope(key, 0))] + [(key, _envelope(key, s, metadata=hint)) for s in (1, 2)]
+    records.append((key, _envelope(key, 3, is_last=True, metadata=hint)))
+    _produce(kafka_bootstrap, topic, records)
+    progress = find_stream_progress(
+        KafkaSettings({"bootstrap.servers": kafka_bootstrap}), topic, key, chunk_size=1
+    )
+    assert progress is not None
+    assert (progress.sequence_index, progress.is_last, progress.first_offset) == (3, True, 0)
+
+
+def test_progress_skips_undecodable_records_of_the_key(kafka_bootstrap, new_topic):
+    topic = new_topic(partitions=1)
+    key = _key()
+    _produce(kafka_bootstrap, topic, [(key, _envelope(key, 0)), (key, b"not an envelope")])
+    progress = find_stream_progress(KafkaSettings({"bootstrap.servers": kafka_bootstrap}), topic, key)
+    assert progress is not None and (progress.sequence_index, progress.offset) == (0, 0)
+
+
+def test_progress_of_a_missing_topic_is_a_typed_error(kafka_bootstrap):
+    settings = KafkaSettings({"bootstrap.servers": kafka_bootstrap})
+    with pytest.raises(StreamProgressError) as caught:
+        find_stream_progress(settings, f"missing-{uuid.uuid4().hex}", "k", timeout=20)
+    unknown = {KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC, KafkaError._UNKNOWN_PARTITION}
+    assert caught.value.code in unknown  # given up after a short grace, not at the deadline
