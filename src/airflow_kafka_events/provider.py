@@ -37,6 +37,12 @@ def get_provider_info() -> dict[str, Any]:
         "operators": [
             {"integration-name": INTEGRATION, "python-modules": ["airflow_kafka_events.operators"]},
         ],
+        "task-decorators": [
+            {
+                "name": "stream_consumer",
+                "class-name": "airflow_kafka_events.operators.decorators.stream_consumer_task",
+            },
+        ],
         "plugins": [
             {
                 "name": "airflow_kafka_events",

@@ -1,0 +1,348 @@
+"""Consumer side: read another task's trigger event stream by reference, in order, in batches.
+
+:class:`StreamRef` names the stream of a producing task of the SAME DAG run
+(``stream_id(dag_id, run_id, producer_task_id, map_index)``); no DAG edge is needed, so a
+:class:`StreamConsumerOperator` can run beside its producer and handle pages while they are
+being written.
+
+Guarantees (from :class:`~airflow_kafka_events.kafka.stream_reader.StreamReader`): pages
+are handled strictly in ``sequence_index`` order, duplicates are dropped, the reader follows
+the producer's highest attempt, a missing page fails the task with
+:class:`~airflow_kafka_events.errors.StreamGapError` after ``gap_timeout``, a stream that
+does not start fails it with :class:`~airflow_kafka_events.errors.StreamNotStartedError`
+after ``start_timeout``, and a stream that its producer ended with an error fails it with
+:class:`~airflow_kafka_events.errors.StreamFailedError` (after the pages before the error
+were handled).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import KW_ONLY, dataclass
+from typing import TYPE_CHECKING, Any
+
+from airflow.sdk import BaseOperator
+
+from airflow_kafka_events.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
+from airflow_kafka_events.errors import (
+    ConfigurationError,
+    StreamNotStartedError,
+    StreamProgressError,
+    ValidationError,
+)
+from airflow_kafka_events.kafka.stream_reader import BatchPolicy, StreamReader
+from airflow_kafka_events.operators.streaming import (
+    StreamEvent,
+    _owner,
+    checkpoint_key,
+    drive_stream,
+    generation_of,
+    state_store_of,
+)
+from airflow_kafka_events.serialization_check import check_trigger_kwargs
+from airflow_kafka_events.streams import stream_id
+from airflow_kafka_events.triggers.streaming import DEFAULT_TOPIC
+
+if TYPE_CHECKING:
+    from airflow.sdk.definitions.context import Context
+
+    from airflow_kafka_events.kafka.settings import KafkaSettings
+
+__all__ = ["StreamConsumerOperator", "StreamRef", "consumer_group_id"]
+
+
+@dataclass(frozen=True)
+class StreamRef:
+    """The stream of task ``producer_task_id`` (and ``map_index``) in the consumer's DAG run.
+
+    Resolved at run time (:meth:`resolve`) to ``stream_id(dag_id, run_id, producer_task_id,
+    map_index)``, the ``trigger_run_id`` a streaming producer of that task writes under.
+    ``topic`` and ``kafka_config_id`` say where the stream is.
+    """
+
+    producer_task_id: str
+    _: KW_ONLY
+    map_index: int = -1
+    topic: str = DEFAULT_TOPIC
+    kafka_config_id: str = "kafka_default"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.producer_task_id, str) or not self.producer_task_id:
+            raise ConfigurationError(
+                f"StreamRef.producer_task_id must be a non-empty str, got {self.producer_task_id!r}"
+            )
+        if "/" in self.producer_task_id:
+            raise ConfigurationError(
+                f"StreamRef.producer_task_id cannot contain '/': {self.producer_task_id!r}"
+            )
+        if isinstance(self.map_index, bool) or not isinstance(self.map_index, int) or self.map_index < -1:
+            raise ConfigurationError(f"StreamRef.map_index must be an int >= -1, got {self.map_index!r}")
+        for name in ("topic", "kafka_config_id"):
+            value = getattr(self, name)
+            if not isinstance(value, str) or not value:
+                raise ConfigurationError(f"StreamRef.{name} must be a non-empty str, got {value!r}")
+
+    def trigger_run_id(self, dag_id: str, run_id: str) -> str:
+        """The referenced stream's id in DAG run ``run_id`` of ``dag_id``."""
+        return stream_id(dag_id, run_id, self.producer_task_id, self.map_index)
+
+    def resolve(self, context: Mapping[str, Any]) -> str:
+        """The referenced stream's id in the DAG run of ``context`` (``context["ti"]``)."""
+        ti = context["ti"]
+        return self.trigger_run_id(ti.dag_id, ti.run_id)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def consumer_group_id(dag_id: str, task_id: str, map_index: int = -1) -> str:
+    """The Kafka consumer group of a consuming task (one per task; mapped instances apart)."""
+    group = f"airflow-kafka-events.{dag_id}.{task_id}"
+    return group if map_index is None or map_index < 0 else f"{group}.{map_index}"
+
+
+class StreamConsumerOperator(BaseOperator):
+    """Handles the pages of another task's stream (:class:`StreamRef`) in order, in batches.
+
+    Give ``handler``, the dotted path of an importable callable ``handler(events, context)``,
+    or subclass and override :meth:`handle_trigger_events`.  ``events`` is a list of
+    :class:`~airflow_kafka_events.operators.streaming.StreamEvent` (``payload``,
+    ``sequence_index``, ``attempt``, ``trigger_run_id``), at most ``max_events`` of them; a
+    batch is handed over as soon as ``max_events`` pages are there or ``max_wait`` seconds
+    after its first page arrived.
+
+    Position: after each handled batch the position is checkpointed in
+    ``context["task_state_store"]`` (key ``"stream:<trigger_run_id>"``, generation = the DAG
+    run's ``clear_number``) and committed to the consumer group ``airflow-kafka-events.
+    <dag_id>.<task_id>`` (the commit carries the checkpoint in its metadata; it is used
+    when no task state store is available, and shows the consumer's lag).  A handler that
+    raises fails the task; the retry resumes after the last handled batch, so each batch's
+    effect happens once if the handler applies a batch atomically.  A cleared task starts
+    over: with no checkpoint of its generation it reads the latest attempt found in Kafka
+    from its first page.
+
+    Waiting: the task reads in a blocking poll loop on its worker (it holds a worker slot
+    while the producer is still writing); waiting for the first page is bounded by
+    ``start_timeout`` and for each next page by ``gap_timeout``.
+
+    Returns (XCom) ``{"trigger_run_id", "topic", "attempt", "pages", "pages_this_try",
+    "batches_this_try", "restarted", "finished"}``, ``pages`` counting every page of the
+    attempt handled by any try.
+
+    :param stream: the stream to read.
+    :param handler: dotted path of ``handler(events, context)``.
+    :param max_events: most pages per batch.
+    :param max_wait: seconds a batch waits for more pages once it has one.
+    :param gap_timeout: seconds to wait for the next page of a started stream.
+    :param start_timeout: seconds to wait for the stream's first element.
+    :param kafka_config_id: Kafka connection (default: ``stream.kafka_config_id``).
+    :param poll_timeout: seconds of one Kafka poll.
+    :param lookup_timeout: seconds to look up the stream's latest attempt on a fresh start.
+    """
+
+    ui_color = "#f0e4ff"
+
+    def __init__(
+        self,
+        *,
+        stream: StreamRef,
+        handler: str | None = None,
+        max_events: int = 100,
+        max_wait: float = 1.0,
+        gap_timeout: float = 300.0,
+        start_timeout: float = 600.0,
+        kafka_config_id: str | None = None,
+        poll_timeout: float = 0.2,
+        lookup_timeout: float = 30.0,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        owner = _owner(self)
+        if not isinstance(stream, StreamRef):
+            raise ConfigurationError(f"{owner}: stream must be a StreamRef, got {type(stream).__qualname__}")
+        if handler is not None:
+            # a callable here would have to travel to the worker: it must be a dotted path
+            check_trigger_kwargs({"handler": handler}, owner=owner)
+            if not isinstance(handler, str) or "." not in handler.strip(".") or handler.strip() != handler:
+                raise ConfigurationError(
+                    f"{owner}: handler must be the dotted path of an importable callable "
+                    f"'module.function', got {handler!r}"
+                )
+        elif type(self).handle_trigger_events is StreamConsumerOperator.handle_trigger_events:
+            raise ConfigurationError(
+                f"{owner}: give handler='module.function' or override handle_trigger_events"
+            )
+        BatchPolicy(max_events, max_wait)  # validates both
+        for name, value in (
+            ("gap_timeout", gap_timeout),
+            ("start_timeout", start_timeout),
+            ("poll_timeout", poll_timeout),
+            ("lookup_timeout", lookup_timeout),
+        ):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+                raise ConfigurationError(f"{owner}: {name} must be > 0 seconds, got {value!r}")
+        if kafka_config_id is not None and (not isinstance(kafka_config_id, str) or not kafka_config_id):
+            raise ConfigurationError(
+                f"{owner}: kafka_config_id must be a non-empty str, got {kafka_config_id!r}"
+            )
+        self.stream = stream
+        self.handler = handler
+        self.max_events = max_events
+        self.max_wait = float(max_wait)
+        self.gap_timeout = float(gap_timeout)
+        self.start_timeout = float(start_timeout)
+        self.kafka_config_id = kafka_config_id or stream.kafka_config_id
+        self.poll_timeout = float(poll_timeout)
+        self.lookup_timeout = float(lookup_timeout)
+        self._handler_callable: Callable[..., Any] | None = None
+
+    # ------------------------------------------------------------------ handling
+    def handle_trigger_events(self, events: Sequence[StreamEvent], context: Context) -> Any:
+        """Handle one batch of pages (in order).  Default: call ``handler(events, context)``."""
+        return self.load_handler()(events, context)
+
+    def load_handler(self) -> Callable[..., Any]:
+        """The ``handler`` callable (imported once)."""
+        if self._handler_callable is None:
+            if self.handler is None:
+                raise ConfigurationError(f"{_owner(self)} has no handler")
+            from airflow.sdk.module_loading import import_string
+
+            try:
+                function = import_string(self.handler)
+            except ImportError as exc:
+                raise ConfigurationError(
+                    f"{_owner(self)}: cannot import handler {self.handler!r}: {exc}"
+                ) from exc
+            if not callable(function):
+                raise ConfigurationError(f"{_owner(self)}: handler {self.handler!r} is not callable")
+            self._handler_callable = function
+        return self._handler_callable
+
+    # ------------------------------------------------------------------ Kafka
+    def get_settings(self) -> KafkaSettings:
+        from airflow_kafka_events.hooks import KafkaEventsHook
+
+        return KafkaEventsHook(kafka_config_id=self.kafka_config_id).get_settings()
+
+    def starting_point(self, settings: KafkaSettings, trigger_run_id: str) -> Checkpoint:
+        """Where a task without a checkpoint starts: the first page of the latest attempt in Kafka.
+
+        Nothing written yet (or the lookup failed): the start of the partition, following
+        whatever attempt comes.
+        """
+        from airflow_kafka_events.kafka.progress import find_stream_progress
+
+        try:
+            progress = find_stream_progress(
+                settings, self.stream.topic, trigger_run_id, timeout=self.lookup_timeout
+            )
+        except StreamProgressError as exc:
+            self.log.info("stream %s: no progress found (%s); reading from the start", trigger_run_id, exc)
+            return Checkpoint()
+        if progress is None:
+            return Checkpoint()
+        self.log.info(
+            "stream %s: starting at attempt %d (offset %s of partition %d)",
+            trigger_run_id,
+            progress.attempt,
+            progress.first_offset,
+            progress.partition,
+        )
+        return Checkpoint(
+            attempt=progress.attempt,
+            next_sequence_index=0,
+            offset=progress.first_offset,
+            partition=progress.partition,
+        )
+
+    def open_reader(
+        self, settings: KafkaSettings, trigger_run_id: str, checkpoint: Checkpoint | None, group_id: str
+    ) -> StreamReader:
+        return StreamReader(
+            settings.consumer_config(group_id),
+            self.stream.topic,
+            trigger_run_id,
+            checkpoint=checkpoint,
+            max_events=self.max_events,
+            max_wait=self.max_wait,
+            gap_timeout=self.gap_timeout,
+            start_timeout=self.start_timeout,
+            group_id=group_id,
+            poll_timeout=self.poll_timeout,
+        )
+
+    # ------------------------------------------------------------------ execute
+    def execute(self, context: Context) -> dict[str, Any]:
+        ti = context["ti"]
+        try:
+            trigger_run_id = self.stream.resolve(context)
+        except ValidationError as exc:
+            raise ConfigurationError(
+                f"{_owner(self)}: cannot name the stream of {self.stream}: {exc}"
+            ) from exc
+        if self.handler is not None:
+            self.load_handler()  # fail before reading anything
+        store = state_store_of(context)
+        generation = generation_of(context)
+        key = checkpoint_key(trigger_run_id)
+        settings = self.get_settings()
+        start: Checkpoint | None = None
+        if store is not None:
+            start = load_checkpoint(store, key, generation)
+            if start is not None:
+                self.log.info("stream %s: resuming after checkpoint %s", trigger_run_id, start)
+            else:
+                start = self.starting_point(settings, trigger_run_id)
+        else:
+            self.log.warning(
+                "no task state store in the context: the position is kept in the consumer group only"
+            )
+        map_index = getattr(ti, "map_index", -1)
+        group_id = consumer_group_id(ti.dag_id, ti.task_id, -1 if map_index is None else map_index)
+
+        save: Callable[[Checkpoint], None] | None = None
+        if store is not None:
+            checkpoint_store = store
+
+            def save(checkpoint: Checkpoint) -> None:
+                save_checkpoint(checkpoint_store, key, checkpoint, generation)
+
+        def handle_batch(events: list[StreamEvent]) -> Any:
+            return self.handle_trigger_events(events, context)
+
+        self.log.info(
+            "reading stream %s of task %r from topic %s (group %s)",
+            trigger_run_id,
+            self.stream.producer_task_id,
+            self.stream.topic,
+            group_id,
+        )
+        try:
+            with self.open_reader(settings, trigger_run_id, start, group_id) as reader:
+                summary, _ = drive_stream(
+                    reader,
+                    trigger_run_id=trigger_run_id,
+                    topic=self.stream.topic,
+                    handle_batch=handle_batch,
+                    save=save,
+                    start=start,
+                    logger=self.log,
+                )
+        except StreamNotStartedError as exc:
+            raise StreamNotStartedError(
+                f"{exc}. Is task {self.stream.producer_task_id!r}"
+                f"{'' if self.stream.map_index < 0 else f' (map_index {self.stream.map_index})'} "
+                f"of this DAG run streaming to topic {self.stream.topic!r}?",
+                topic=exc.topic,
+                trigger_run_id=exc.trigger_run_id,
+            ) from exc
+        self.log.info(
+            "stream %s: %d page(s) handled by this try in %d batch(es); %d in all",
+            trigger_run_id,
+            summary.pages_this_try,
+            summary.batches_this_try,
+            summary.pages,
+        )
+        return summary.to_dict()

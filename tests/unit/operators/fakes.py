@@ -1,0 +1,161 @@
+"""Test doubles for the operator tests: an in-memory stream reader, a JSON store, a context."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+from typing import Any
+
+from airflow_kafka_events.checkpoint import Checkpoint
+from airflow_kafka_events.envelopes import StreamError, TriggerEventEnvelope
+from airflow_kafka_events.kafka.stream_reader import StreamBatch
+from airflow_kafka_events.streams import StreamDescriptor
+
+TOPIC = "airflow.trigger-events"
+
+
+def stream(run: str, n: int, *, attempt: int = 0, error: str | None = None) -> list[TriggerEventEnvelope]:
+    """``n`` data pages then the payload-less end marker (with ``error`` when given)."""
+    envelopes = [
+        TriggerEventEnvelope(
+            trigger_run_id=run,
+            sequence_index=i,
+            attempt=attempt,
+            is_last=False,
+            payload={"page": i, "attempt": attempt},
+            resume_cursor=str(i + 1),
+        )
+        for i in range(n)
+    ]
+    envelopes.append(
+        TriggerEventEnvelope(
+            trigger_run_id=run,
+            sequence_index=n,
+            attempt=attempt,
+            is_last=True,
+            error=None if error is None else StreamError(type="HTTPError", message=error),
+        )
+    )
+    return envelopes
+
+
+def descriptor(run: str, n: int, *, attempt: int = 0, error: str | None = None) -> dict[str, Any]:
+    return StreamDescriptor(
+        topic=TOPIC,
+        trigger_run_id=run,
+        attempt=attempt,
+        count=n,
+        first_offset=0,
+        last_offset=n,
+        partition=0,
+        error=None if error is None else {"type": "HTTPError", "message": error},
+    ).to_dict()
+
+
+class FakeReader:
+    """Hands out ``envelopes`` (offset = list index) in batches of ``max_events``, from ``checkpoint``."""
+
+    def __init__(
+        self,
+        envelopes: list[TriggerEventEnvelope],
+        *,
+        checkpoint: Checkpoint | None = None,
+        max_events: int = 3,
+    ) -> None:
+        self.checkpoints: list[Checkpoint] = []
+        self._acked = checkpoint
+        self.max_events = max_events
+        self.pending = [
+            (offset, e)
+            for offset, e in enumerate(envelopes)
+            if checkpoint is None
+            or e.attempt > checkpoint.attempt
+            or (e.attempt == checkpoint.attempt and e.sequence_index >= checkpoint.next_sequence_index)
+        ]
+        self.number = 0
+        self.closed = False
+        self.finished = bool(checkpoint is not None and checkpoint.finished)
+
+    def next_batch(self) -> StreamBatch:
+        chunk, self.pending = self.pending[: self.max_events], self.pending[self.max_events :]
+        if not chunk:
+            assert self.finished, "read past the end of a stream that did not finish"
+            assert self._acked is not None
+            events: list[TriggerEventEnvelope] = []
+            checkpoint = self._acked
+        else:
+            events = [e for _, e in chunk]
+            last_offset, last = chunk[-1]
+            self.finished = last.is_last
+            checkpoint = Checkpoint(
+                attempt=last.attempt,
+                next_sequence_index=last.sequence_index + 1,
+                offset=last_offset + 1,
+                partition=0,
+                finished=last.is_last,
+            )
+        self.number += 1
+        return StreamBatch(
+            events=events,
+            attempt=checkpoint.attempt,
+            restarted=False,
+            finished=self.finished,
+            rejected=[],
+            first_offset=chunk[0][0] if chunk else None,
+            last_offset=chunk[-1][0] if chunk else None,
+            partition=0,
+            checkpoint=checkpoint,
+            number=self.number,
+        )
+
+    def ack(self, batch: StreamBatch) -> Checkpoint:
+        self._acked = batch.checkpoint
+        self.checkpoints.append(batch.checkpoint)
+        return batch.checkpoint
+
+    def checkpoint(self) -> Checkpoint | None:
+        return self._acked
+
+    def close(self) -> None:
+        self.closed = True
+
+    def __enter__(self) -> FakeReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class DictStore:
+    """Keeps JSON text, as Airflow's task state store keeps JSON values; records every write."""
+
+    def __init__(self) -> None:
+        self.data: dict[str, str] = {}
+        self.writes: list[tuple[str, Any]] = []
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return json.loads(self.data[key]) if key in self.data else default
+
+    def set(self, key: str, value: Any) -> None:
+        self.data[key] = json.dumps(value)
+        self.writes.append((key, json.loads(self.data[key])))
+
+
+def context(
+    *,
+    dag_id: str = "dag",
+    run_id: str = "manual__1",
+    task_id: str = "produce",
+    map_index: int = -1,
+    clear_number: int = 0,
+    store: DictStore | None = None,
+    conf: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    ti = SimpleNamespace(dag_id=dag_id, run_id=run_id, task_id=task_id, map_index=map_index, try_number=1)
+    ctx: dict[str, Any] = {
+        "ti": ti,
+        "dag_run": SimpleNamespace(clear_number=clear_number, conf=conf or {}),
+    }
+    if store is not None:
+        ctx["task_state_store"] = store
+    return ctx
