@@ -4,7 +4,11 @@
    Maven Central jars) unless ``KAFKA_BOOTSTRAP_SERVERS`` points at one;
 2. writes two interleaved paginated streams as Avro ``TriggerEventEnvelope`` records, keyed
    by ``trigger_run_id`` on a 3-partition topic — one of them ends in an error;
-3. reads them back in order per stream and prints what happened.
+3. reads them back in order per stream and prints what happened;
+4. starts a real Airflow (api-server, scheduler with the LocalExecutor, triggerer,
+   dag-processor) on a temporary SQLite metadata DB with ``examples/dags`` and runs
+   ``demo_streaming``: a producer defers ONCE while its trigger writes 100 pages to Kafka, and a
+   consumer beside it handles the pages in order while the producer is still paging.
 
 Run it with ``make demo``.
 """
@@ -12,11 +16,15 @@ Run it with ``make demo``.
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import shutil
 import sys
 import time
 import uuid
 from pathlib import Path
+
+from confluent_kafka.admin import AdminClient
 
 from airflow_kafka_events.codec import TRIGGER_EVENT_CODEC
 from airflow_kafka_events.envelopes import ProducerIdentity, StreamError, TriggerEventEnvelope
@@ -25,8 +33,13 @@ from airflow_kafka_events.kafka.producer import EnvelopeProducer
 from airflow_kafka_events.kafka.settings import KafkaSettings
 from airflow_kafka_events.kafka.topics import TopicSpec, delete_topics, ensure_topics
 from airflow_kafka_events.local_broker import LocalKafkaBroker
+from airflow_kafka_events.streams import stream_id
+from airflow_kafka_events.triggers.streaming import DEFAULT_TOPIC
+
+PAGES = 100
 
 REPO = Path(__file__).resolve().parents[1]
+DEMO_DIR = REPO / ".demo"
 
 
 def say(msg: str) -> None:
@@ -36,7 +49,7 @@ def say(msg: str) -> None:
 def broker_bootstrap(keep: bool) -> tuple[str, LocalKafkaBroker | None]:
     if os.environ.get("KAFKA_BOOTSTRAP_SERVERS"):
         return os.environ["KAFKA_BOOTSTRAP_SERVERS"], None
-    broker = LocalKafkaBroker(state_dir=REPO / ".demo" / "kafka")
+    broker = LocalKafkaBroker(state_dir=DEMO_DIR / "kafka")
     t0 = time.monotonic()
     status = broker.start()
     say(
@@ -79,16 +92,8 @@ def stream_pages(run_id: str, pages: int, fail_at: int | None) -> list[TriggerEv
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--keep", action="store_true", help="leave the local broker running")
-    args = parser.parse_args(argv)
-
-    bootstrap, broker = broker_bootstrap(args.keep)
-    settings = KafkaSettings({"bootstrap.servers": bootstrap})
-    from confluent_kafka.admin import AdminClient
-
-    admin = AdminClient(settings.admin_config())
+def envelope_demo(settings: KafkaSettings, admin: AdminClient) -> bool:
+    """Part 1: two interleaved envelope streams written and read back in order."""
     topic = f"demo.trigger-events.{uuid.uuid4().hex[:8]}"
     ensure_topics(admin, [TopicSpec(topic, partitions=3)])
     say(f"[kafka]  created topic {topic} (3 partitions)")
@@ -139,10 +144,91 @@ def main(argv: list[str] | None = None) -> int:
             outcome = f"failed ({last.error.message})" if last.error else "complete"
             say(f"[result] {run_id}: {len(envs)} envelopes in order {order} -> {outcome}")
         ok = set(seen) == set(streams)
-        say("[demo]   OK: every stream read back in order" if ok else "[demo]   FAILED: streams missing")
-        return 0 if ok else 1
+        say("[demo]   part 1 OK: every stream read back in order" if ok else "[demo]   part 1 FAILED")
+        return ok
     finally:
         delete_topics(admin, [topic])
+
+
+def airflow_demo(bootstrap: str, settings: KafkaSettings, admin: AdminClient) -> bool:
+    """Part 2: real Airflow components run the streaming DAG of examples/dags."""
+    sys.path.insert(0, str(REPO / "tests"))
+    from harness.airflow_stack import AirflowStack
+
+    ensure_topics(admin, [TopicSpec(DEFAULT_TOPIC, partitions=3)])
+    home = DEMO_DIR / "airflow"
+    shutil.rmtree(home, ignore_errors=True)
+    conn = {"conn_type": "kafka", "extra": {"bootstrap.servers": bootstrap}}
+    stack = AirflowStack(home, REPO / "examples" / "dags", {"AIRFLOW_CONN_KAFKA_DEFAULT": json.dumps(conn)})
+    t0 = time.monotonic()
+    stack.start(dag_ids=["demo_streaming"])
+    say(
+        f"[airflow] api-server, scheduler, triggerer, dag-processor healthy in {time.monotonic() - t0:.1f}s "
+        f"(AIRFLOW_HOME={home})"
+    )
+    try:
+        out = home / "demo-run"
+        out.mkdir()
+        t0 = time.monotonic()
+        run_id = stack.trigger_dag("demo_streaming", conf={"dir": str(out)})
+        state = stack.wait_for_dag_run("demo_streaming", run_id, timeout=300)
+        say(f"[airflow] demo_streaming run {run_id}: {state} in {time.monotonic() - t0:.1f}s")
+        rows = stack.state_change_log("demo_streaming", run_id=run_id, task_id="fetch_pages")
+        states = [r.get("event") for r in rows]
+        deferrals = states.count("deferred")
+        say(
+            f"[airflow] fetch_pages state changes: {' -> '.join(str(s) for s in states)}  "
+            f"({deferrals} deferral for {PAGES} pages)"
+        )
+        handled = [json.loads(line) for line in (out / "handled.jsonl").read_text().splitlines()]
+        seqs = [h["seq"] for h in handled]
+        last_written = _last_envelope_time(settings, stream_id("demo_streaming", run_id, "fetch_pages"))
+        early = sum(1 for h in handled if last_written is not None and h["at"] < last_written)
+        say(
+            f"[airflow] handle_pages handled {len(handled)} pages, in order: {seqs == list(range(PAGES))}; "
+            f"{early} of them before the producer wrote its last page"
+        )
+        summary = stack.xcom("demo_streaming", run_id, "handle_pages")
+        say(f"[airflow] handle_pages returned {summary}")
+        ok = state == "success" and deferrals == 1 and seqs == list(range(PAGES))
+        say("[demo]   part 2 OK: one deferral, each page handled once, in order" if ok else "[demo]   FAILED")
+        if not ok:
+            say(stack.diagnostics())
+        return ok
+    finally:
+        stack.stop()
+        say("[airflow] stopped")
+
+
+def _last_envelope_time(settings: KafkaSettings, trigger_run_id: str) -> float | None:
+    """emitted_at (epoch seconds) of the stream's is_last envelope."""
+    config = settings.consumer_config(f"demo-check-{uuid.uuid4().hex[:8]}")
+    with EnvelopeConsumer(config, TRIGGER_EVENT_CODEC, topics=[DEFAULT_TOPIC]) as consumer:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            for rec in consumer.poll_batch(max_records=500, timeout=0.5):
+                env = rec.value
+                if env is not None and env.trigger_run_id == trigger_run_id and env.is_last:
+                    return env.emitted_at.timestamp()
+    return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--keep", action="store_true", help="leave the local broker running")
+    parser.add_argument("--skip-airflow", action="store_true", help="only the Kafka part")
+    args = parser.parse_args(argv)
+
+    bootstrap, broker = broker_bootstrap(args.keep)
+    settings = KafkaSettings({"bootstrap.servers": bootstrap})
+    admin = AdminClient(settings.admin_config())
+    try:
+        ok = envelope_demo(settings, admin)
+        if ok and not args.skip_airflow:
+            ok = airflow_demo(bootstrap, settings, admin)
+        say("[demo]   ALL OK" if ok else "[demo]   FAILED")
+        return 0 if ok else 1
+    finally:
         del admin  # release the client's connections before the broker goes away
         if broker is not None and not args.keep:
             broker.stop()
