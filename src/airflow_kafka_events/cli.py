@@ -10,10 +10,12 @@ Handlers import what they need when they run: importing this module imports no A
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections.abc import Callable, Sequence
+from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from airflow_kafka_events.__about__ import __version__
 from airflow_kafka_events.errors import AirflowKafkaEventsError
@@ -130,9 +132,139 @@ def add_kafka_group(subparsers: argparse._SubParsersAction[argparse.ArgumentPars
     group.set_defaults(handler=None, group_parser=group)
 
 
+# --------------------------------------------------------------------------- emit group
+def _iso_datetime(text: str) -> datetime:
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00") if text.endswith("Z") else text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not an ISO-8601 datetime: {text!r}") from exc
+
+
+def _json_object(text: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not valid JSON: {exc}") from exc
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"must be a JSON object, got {type(value).__name__}")
+    return value
+
+
+def _property(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    return key.strip(), value
+
+
+#: Producer name of events emitted by ``airflow-kafka-events emit`` without ``--producer``.
+CLI_PRODUCER = "airflow-kafka-events-cli"
+
+
+def _emit(args: argparse.Namespace) -> int:
+    import os
+
+    from airflow_kafka_events.assets.external import ENV_PRODUCER, emit
+
+    receipt = emit(
+        args.asset,
+        name=args.name,
+        partition_key=args.partition_key,
+        partition_date=args.partition_date,
+        extra=args.extra,
+        idempotency_key=args.idempotency_key,
+        causation=args.causation or None,
+        topic=args.topic,
+        producer=args.producer or os.environ.get(ENV_PRODUCER) or CLI_PRODUCER,
+        bootstrap_servers=args.bootstrap_servers,
+        properties_file=args.properties,
+        overrides=dict(args.property) if args.property else None,
+        timeout=args.timeout,
+        max_extra_bytes=args.max_extra_bytes,
+    )
+    print(receipt.to_json())
+    return EXIT_OK
+
+
+def add_emit_group(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from airflow_kafka_events.assets.validation import DEFAULT_MAX_EXTRA_BYTES
+
+    emit = subparsers.add_parser(
+        "emit",
+        help="publish one asset event to Kafka from outside Airflow and print its receipt as JSON",
+        description=(
+            "Publish one asset event (source kind 'external') and wait until Kafka acknowledged it "
+            "(acks=all). The printed receipt acknowledges persistence in Kafka, not in Airflow. "
+            "No Airflow module, service or credential is used. Values of extra under sensitive key "
+            "names (password, token, api_key, secret, ...) are replaced by '***'."
+        ),
+    )
+    emit.add_argument("--asset", required=True, metavar="URI", help="asset URI (as in Asset(uri=...))")
+    emit.add_argument("--name", default=None, help="asset name (default: the URI)")
+    emit.add_argument("--partition-key", default=None, metavar="K")
+    emit.add_argument(
+        "--partition-date",
+        type=_iso_datetime,
+        default=None,
+        metavar="ISO",
+        help="timezone-aware ISO-8601 datetime, e.g. 2026-01-31T00:00:00+00:00 (needs --partition-key)",
+    )
+    emit.add_argument("--extra", type=_json_object, default=None, metavar="JSON", help="a JSON object")
+    emit.add_argument(
+        "--idempotency-key",
+        default=None,
+        metavar="K",
+        help="default: sha256 of the event's content; pass distinct keys to publish identical events",
+    )
+    emit.add_argument(
+        "--causation", action="append", default=[], metavar="EVENT_ID", help="id of a causing event (repeat)"
+    )
+    emit.add_argument(
+        "--bootstrap-servers",
+        default=None,
+        help="Kafka bootstrap servers (default: $KAFKA_BOOTSTRAP_SERVERS)",
+    )
+    emit.add_argument(
+        "--properties",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="librdkafka properties file (default: $AIRFLOW_KAFKA_EVENTS_PROPERTIES)",
+    )
+    emit.add_argument(
+        "--property",
+        type=_property,
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="extra librdkafka setting (repeat); overrides the file and the flags",
+    )
+    emit.add_argument(
+        "--topic",
+        default=None,
+        metavar="T",
+        help="default: $AIRFLOW__KAFKA_EVENTS__ASSET_EVENTS_TOPIC or airflow.asset-events",
+    )
+    emit.add_argument(
+        "--producer",
+        default=None,
+        metavar="NAME",
+        help=f"name of the producing system (default: $AIRFLOW_KAFKA_EVENTS_PRODUCER or {CLI_PRODUCER})",
+    )
+    emit.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the broker's ack")
+    emit.add_argument(
+        "--max-extra-bytes",
+        type=int,
+        default=DEFAULT_MAX_EXTRA_BYTES,
+        help="bound on extra as compact UTF-8 JSON (%(default)s)",
+    )
+    emit.set_defaults(handler=_emit, group_parser=emit)
+
+
 #: Command groups, in help order.
 COMMAND_GROUPS: list[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None]] = [
     add_kafka_group,
+    add_emit_group,
 ]
 
 

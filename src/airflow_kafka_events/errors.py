@@ -218,3 +218,64 @@ class TriggerSerializationError(ValidationError):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (_rebuild_error, (type(self), self.args, dict(self.__dict__)))
+
+
+# --------------------------------------------------------------------------- asset events
+class AssetEventValidationError(ValidationError):
+    """An asset event was rejected before anything was sent to Kafka."""
+
+
+class InvalidAssetError(AssetEventValidationError):
+    """The asset is not one Airflow would accept (empty, whitespace-only, too long, reserved scheme)."""
+
+
+class PartitionKeyError(AssetEventValidationError):
+    """A partition key Airflow would reject: not a str, blank or whitespace-only, or over 250 characters."""
+
+
+class PartitionDateError(AssetEventValidationError):
+    """A partition date that is not a ``datetime``."""
+
+
+class NaiveDatetimeError(PartitionDateError):
+    """A datetime without a timezone where an instant is needed."""
+
+
+class PartitionDateWithoutKeyError(AssetEventValidationError):
+    """A ``partition_date`` was given without a ``partition_key``."""
+
+
+class PartitionInheritanceError(AssetEventValidationError):
+    """``inherit_partition=True`` cannot be honoured (no run partition, or an explicit key as well)."""
+
+
+class ExtraError(AssetEventValidationError):
+    """The event's ``extra`` cannot be published."""
+
+
+class ExtraNotSerializableError(ExtraError):
+    """``extra`` is not a JSON object (str keys, strict JSON values)."""
+
+
+class ExtraTooLargeError(ExtraError):
+    """``extra`` is larger, as compact UTF-8 JSON, than the configured bound."""
+
+
+class IdempotencyKeyError(AssetEventValidationError):
+    """An explicit idempotency key that is not a non-blank str of bounded length."""
+
+
+class CausationError(AssetEventValidationError):
+    """A causation entry that is not a non-empty event id."""
+
+
+class CausationLoopError(CausationError):
+    """The causation chain is longer than allowed: most likely a feedback loop between DAGs."""
+
+
+class ParseTimeEmissionError(AssetEventValidationError):
+    """An asset event was emitted while a DAG file was being parsed (top-level DAG code)."""
+
+
+class NoEmissionContextError(AssetEventValidationError):
+    """No running task or callback context to take the event's source from."""

@@ -1,0 +1,73 @@
+"""Explicit asset events: publish "this asset changed" to Kafka when it becomes true.
+
+Airflow-free (importable by external producers without Airflow):
+
+* :func:`airflow_kafka_events.assets.external.emit` — emit from any Python process (not
+  re-exported here: ``airflow_kafka_events.assets.emit`` is the Airflow-aware module);
+* :class:`Receipt`, :func:`causation_depth`, :func:`provenance_extra`,
+  :func:`default_idempotency_key`, :class:`SeenKeys`.
+
+Airflow-aware, imported on first use (importing this package imports no Airflow module):
+
+* :func:`emit_asset_event`, :func:`emit_from_dag_callback`, :func:`emit_from_task_callback`
+  (:mod:`airflow_kafka_events.assets.emit`);
+* :class:`AssetEventNotifier` (:mod:`airflow_kafka_events.assets.notifier`).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from airflow_kafka_events.assets.external import (
+    PROVENANCE_EXTRA_KEY,
+    Receipt,
+    causation_depth,
+    causation_from_extra,
+    provenance_extra,
+    record_key,
+)
+from airflow_kafka_events.assets.idempotency import SeenKeys, default_idempotency_key
+
+if TYPE_CHECKING:
+    from airflow_kafka_events.assets.emit import (
+        emit_asset_event,
+        emit_from_dag_callback,
+        emit_from_task_callback,
+    )
+    from airflow_kafka_events.assets.notifier import AssetEventNotifier
+
+__all__ = [
+    "PROVENANCE_EXTRA_KEY",
+    "AssetEventNotifier",
+    "Receipt",
+    "SeenKeys",
+    "causation_depth",
+    "causation_from_extra",
+    "default_idempotency_key",
+    "emit_asset_event",
+    "emit_from_dag_callback",
+    "emit_from_task_callback",
+    "provenance_extra",
+    "record_key",
+]
+
+_LAZY = {
+    "emit_asset_event": "airflow_kafka_events.assets.emit",
+    "emit_from_dag_callback": "airflow_kafka_events.assets.emit",
+    "emit_from_task_callback": "airflow_kafka_events.assets.emit",
+    "AssetEventNotifier": "airflow_kafka_events.assets.notifier",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})

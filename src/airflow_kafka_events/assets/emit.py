@@ -1,0 +1,479 @@
+"""Emit asset events from Airflow: running tasks, task- and DAG-level callbacks.
+
+``emit_asset_event(asset, ...)`` publishes one
+:class:`~airflow_kafka_events.envelopes.AssetEventEnvelope` to Kafka *now* and returns a
+:class:`~airflow_kafka_events.assets.external.Receipt` once the broker acknowledged it
+(``acks=all``).  Semantics:
+
+* immediate publication: the event is in Kafka when the call returns, whatever the task or
+  DAG run does next; a later failure does not retract it;
+* no state transition: emitting marks nothing successful; outlets are unchanged (a task with
+  an outlet and an explicit emission produces separate events);
+* explicit partitions: ``partition_key`` / ``partition_date`` are only what the caller passes
+  (a date requires a key, and must be timezone-aware); ``inherit_partition=True`` opts in to
+  the current run's partition;
+* runtime-only: emitting while a DAG file is parsed raises :class:`ParseTimeEmissionError`;
+* the receipt acknowledges persistence in Kafka, not in Airflow: the event becomes an Airflow
+  asset event only when the watcher/bridge consumes it;
+* ``extra`` is redacted with Airflow's secrets masker (registered secrets anywhere in
+  strings, values under sensitive key names) before anything leaves the process;
+* every event carries an idempotency key (default: see
+  :mod:`airflow_kafka_events.assets.idempotency`) and a causation chain.
+
+Source attribution: ``emit_asset_event`` takes it from the running task (kind ``task``);
+callbacks say what they are — :func:`emit_from_task_callback` (kind ``task_callback``, with the
+task instance) and :func:`emit_from_dag_callback` (kind ``dag_callback``, DAG id and run id
+only: in Airflow 3.3 a DAG callback's context may carry the run's *last* task instance, which
+did not produce the event, so it is never used).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+from typing import Any
+
+from airflow_kafka_events.assets.external import (
+    Receipt,
+    build_envelope,
+    causation_from_extra,
+    publish,
+    resolve_asset,
+)
+from airflow_kafka_events.assets.validation import (
+    DEFAULT_MAX_CAUSATION_DEPTH,
+    DEFAULT_MAX_EXTRA_BYTES,
+    check_causation,
+    check_max_bytes,
+    check_timeout,
+    redact_by_key,
+)
+from airflow_kafka_events.envelopes import AssetRef, EventSource, SourceKind
+from airflow_kafka_events.errors import (
+    InvalidAssetError,
+    NoEmissionContextError,
+    ParseTimeEmissionError,
+    PartitionDateError,
+    PartitionInheritanceError,
+    ValidationError,
+)
+from airflow_kafka_events.kafka.producer import EnvelopeProducer
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "airflow_redact",
+    "emit_asset_event",
+    "emit_from_dag_callback",
+    "emit_from_task_callback",
+    "is_dag_callback_context",
+    "parsing_dag_file",
+    "run_partition",
+    "source_from_dag_context",
+    "source_from_task_context",
+    "to_asset_ref",
+    "triggering_causation",
+]
+
+CONFIG_SECTION = "kafka_events"
+
+
+# --------------------------------------------------------------------------- Airflow facts
+def parsing_dag_file() -> bool:
+    """Whether a DAG file is being parsed right now in this process.
+
+    Airflow 3.3's DAG importer (used by the DAG processor, ``DagBag`` and the task runner's own
+    parse of the DAG file) sets ``DagContext.current_autoregister_module_name`` while a DAG
+    file's module executes and clears it once the file is imported.  Code inside a
+    ``with DAG(...)`` block with no task running is DAG definition too.  (The
+    ``_AIRFLOW_PARSING_CONTEXT_*`` environment variables are not a signal: the task runner sets
+    them to parse the file and leaves them set while the task runs.)
+    """
+    from airflow.sdk.definitions._internal.contextmanager import _CURRENT_CONTEXT, DagContext
+
+    if DagContext.current_autoregister_module_name is not None:
+        return True
+    return bool(DagContext.active) and not _CURRENT_CONTEXT
+
+
+def _reject_parse_time() -> None:
+    if parsing_dag_file():
+        raise ParseTimeEmissionError(
+            "asset events cannot be emitted while a DAG file is parsed (top-level DAG code runs on "
+            "every parse); emit from a task, a callback or a notifier"
+        )
+
+
+def _current_context() -> Mapping[str, Any] | None:
+    from airflow.sdk import get_current_context
+
+    try:
+        return get_current_context()
+    except RuntimeError:
+        return None
+
+
+def _field(obj: Any, name: str) -> Any:
+    if obj is None:
+        return None
+    if isinstance(obj, Mapping):
+        return obj.get(name)
+    return getattr(obj, name, None)
+
+
+def is_dag_callback_context(context: Mapping[str, Any]) -> bool:
+    """Whether ``context`` is a DAG-level callback's: Airflow 3.3 sets ``reason`` only there."""
+    return "reason" in context
+
+
+def source_from_task_context(
+    context: Mapping[str, Any], *, kind: SourceKind = SourceKind.TASK, producer: str | None = None
+) -> EventSource:
+    """The source of an event produced by the context's task instance (``ti``)."""
+    ti = context.get("ti") or context.get("task_instance")
+    if ti is None:
+        raise NoEmissionContextError(
+            "the context has no task instance ('ti'); for a DAG-level event use emit_from_dag_callback"
+        )
+    return EventSource(
+        kind,
+        dag_id=_field(ti, "dag_id"),
+        run_id=_field(ti, "run_id"),
+        task_id=_field(ti, "task_id"),
+        map_index=_field(ti, "map_index"),
+        try_number=_field(ti, "try_number"),
+        producer=producer,
+    )
+
+
+def source_from_dag_context(
+    context: Mapping[str, Any], *, kind: SourceKind = SourceKind.DAG_CALLBACK, producer: str | None = None
+) -> EventSource:
+    """The DAG-level source of an event: DAG id and run id only, never the context's ``ti``."""
+    dag_run = context.get("dag_run")
+    dag_id = _field(context.get("dag"), "dag_id") or _field(dag_run, "dag_id")
+    run_id = context.get("run_id") or _field(dag_run, "run_id")
+    if not isinstance(dag_id, str) or not dag_id:
+        raise NoEmissionContextError("the callback context names no DAG (no 'dag' nor 'dag_run')")
+    return EventSource(
+        kind, dag_id=dag_id, run_id=run_id if isinstance(run_id, str) else None, producer=producer
+    )
+
+
+def _as_datetime(value: Any) -> datetime | None:
+    if value is None or isinstance(value, datetime):
+        return value
+    if isinstance(value, str):  # a DAG run serialized to JSON (deadline callbacks)
+        try:
+            return datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError as exc:
+            raise PartitionDateError(f"the run's partition_date {value!r} is not ISO-8601") from exc
+    raise PartitionDateError(f"the run's partition_date has type {type(value).__qualname__}")
+
+
+def run_partition(context: Mapping[str, Any] | None) -> tuple[str | None, datetime | None]:
+    """The partition key and date of the context's DAG run (``dag_run.partition_key`` in 3.3)."""
+    if not context:
+        return None, None
+    dag_run = context.get("dag_run")
+    key = _field(dag_run, "partition_key")
+    if key is None:
+        key = context.get("partition_key")
+    date = _field(dag_run, "partition_date")
+    if date is None:
+        date = context.get("partition_date")
+    return key, _as_datetime(date)
+
+
+def triggering_causation(context: Mapping[str, Any] | None) -> tuple[str, ...]:
+    """Event ids of the chains of this package's events that triggered the context's run.
+
+    Reads ``context["triggering_asset_events"]``; an event counts when its ``extra`` carries
+    :data:`~airflow_kafka_events.assets.external.PROVENANCE_EXTRA_KEY` (written by the bridge).
+    """
+    if not context:
+        return ()
+    accessor = context.get("triggering_asset_events")
+    if not isinstance(accessor, Mapping) or not accessor:
+        return ()
+    chain: list[str] = []
+    try:
+        for events in accessor.values():
+            for event in events:
+                for event_id in causation_from_extra(_field(event, "extra")):
+                    if event_id not in chain:
+                        chain.append(event_id)
+    except Exception as exc:  # causation is best effort; the explicit one still applies
+        log.warning("could not read the triggering asset events for causation: %s", exc)
+    return tuple(chain)
+
+
+def airflow_redact(extra: dict[str, Any]) -> Any:
+    """Airflow's secrets masker over ``extra``, then every scalar under a key it deems sensitive.
+
+    ``redact`` masks registered secrets (connection passwords, ``mask_secret`` values) anywhere
+    in strings and strings under sensitive key names (``password``, ``token``, ``api_key`` ...
+    plus ``[core] sensitive_var_conn_names``); the second pass also masks numbers and booleans
+    under those keys, which Airflow's masker leaves as they are.
+    """
+    from airflow.sdk._shared.secrets_masker import should_hide_value_for_key
+    from airflow.sdk.log import redact
+
+    return redact_by_key(redact(extra), should_hide_value_for_key)
+
+
+def to_asset_ref(asset: Any) -> AssetRef:
+    """``AssetRef`` of an ``airflow.sdk.Asset``, a str (``Asset(str)``: name and URI) or an ``AssetRef``."""
+    from airflow.sdk import Asset, AssetAlias
+    from airflow.sdk.definitions.asset import AssetRef as AirflowAssetRef
+
+    if isinstance(asset, Asset):
+        return AssetRef(name=asset.name, uri=asset.uri)
+    if isinstance(asset, str):
+        try:
+            built = Asset(asset)
+        except (TypeError, ValueError) as exc:
+            raise InvalidAssetError(f"invalid asset {asset!r}: {exc}") from exc
+        return AssetRef(name=built.name, uri=built.uri)
+    if isinstance(asset, (AssetAlias, AirflowAssetRef)):
+        raise InvalidAssetError(
+            f"{type(asset).__name__} cannot be emitted to: pass the Asset itself (name and uri)"
+        )
+    return resolve_asset(asset)
+
+
+def _config(option: str, fallback: str) -> str:
+    from airflow.sdk.configuration import conf
+
+    return str(conf.get(CONFIG_SECTION, option, fallback=fallback))
+
+
+def _max_extra_bytes(value: int | None) -> int:
+    if value is not None:
+        return check_max_bytes(value)
+    raw = _config("asset_event_max_extra_bytes", str(DEFAULT_MAX_EXTRA_BYTES))
+    try:
+        return check_max_bytes(int(raw))
+    except ValueError as exc:
+        raise ValidationError(
+            f"[{CONFIG_SECTION}] asset_event_max_extra_bytes={raw!r} is not an int"
+        ) from exc
+
+
+def _producer_for(kafka_config_id: str) -> EnvelopeProducer:
+    from airflow_kafka_events.hooks import KafkaEventsHook
+
+    return KafkaEventsHook(kafka_config_id=kafka_config_id).get_producer()
+
+
+# --------------------------------------------------------------------------- the one emit path
+def _emit(
+    asset: Any,
+    *,
+    context: Mapping[str, Any] | None,
+    source: EventSource,
+    partition_key: str | None,
+    partition_date: datetime | None,
+    extra: Mapping[str, Any] | None,
+    idempotency_key: str | None,
+    kafka_config_id: str | None,
+    topic: str | None,
+    inherit_partition: bool,
+    causation: Iterable[str] | None,
+    timeout: float,
+    max_extra_bytes: int | None,
+    max_causation_depth: int,
+) -> Receipt:
+    wait = check_timeout(timeout)
+    ref = to_asset_ref(asset)
+    if inherit_partition:
+        if partition_key is not None:
+            raise PartitionInheritanceError(
+                "inherit_partition=True takes the run's partition key: do not pass partition_key as well"
+            )
+        partition_key, run_date = run_partition(context)
+        if partition_key is None:
+            raise PartitionInheritanceError(
+                "inherit_partition=True, but the current DAG run has no partition key to inherit"
+            )
+        if partition_date is None:
+            partition_date = run_date
+    explicit = check_causation(causation, max_depth=max_causation_depth)
+    envelope = build_envelope(
+        asset=ref,
+        source=source,
+        partition_key=partition_key,
+        partition_date=partition_date,
+        extra=extra,
+        idempotency_key=idempotency_key,
+        causation=(*triggering_causation(context), *explicit),
+        redactor=airflow_redact,
+        max_extra_bytes=_max_extra_bytes(max_extra_bytes),
+        max_causation_depth=max_causation_depth,
+    )
+    conn_id = kafka_config_id or _config("kafka_config_id", "kafka_default")
+    target = topic or _config("asset_events_topic", "airflow.asset-events")
+    return publish(envelope, producer=_producer_for(conn_id), topic=target, timeout=wait)
+
+
+def emit_asset_event(
+    asset: Any,
+    *,
+    partition_key: str | None = None,
+    partition_date: datetime | None = None,
+    extra: Mapping[str, Any] | None = None,
+    idempotency_key: str | None = None,
+    kafka_config_id: str | None = None,
+    topic: str | None = None,
+    source: EventSource | None = None,
+    inherit_partition: bool = False,
+    causation: Iterable[str] | None = None,
+    timeout: float = 30.0,
+    max_extra_bytes: int | None = None,
+    max_causation_depth: int = DEFAULT_MAX_CAUSATION_DEPTH,
+) -> Receipt:
+    """Publish an asset event now and return its :class:`Receipt` (persisted in Kafka, not Airflow).
+
+    :param asset: an ``airflow.sdk.Asset`` (name and URI) or a str (``Asset(str)``).
+    :param partition_key: partition of the event; ``None`` means none (see ``inherit_partition``).
+    :param partition_date: timezone-aware date of the partition; requires a key.
+    :param extra: JSON object; redacted with Airflow's secrets masker, at most 64 KiB (default of
+        ``max_extra_bytes`` / ``[kafka_events] asset_event_max_extra_bytes``) as compact UTF-8 JSON.
+    :param idempotency_key: default derived from asset, partition, extra and the source without
+        ``try_number`` (a retry re-emitting the same event gets the same key).
+    :param kafka_config_id: Airflow Kafka connection (default ``[kafka_events] kafka_config_id``,
+        ``kafka_default``).
+    :param topic: default ``[kafka_events] asset_events_topic`` (``airflow.asset-events``).
+    :param source: who produced the event; default: the running task (kind ``task``).
+    :param inherit_partition: take the current DAG run's partition key (and date, unless
+        ``partition_date`` is given); raises :class:`PartitionInheritanceError` if it has none.
+    :param causation: ids of events that led to this one; the ids of this package's events that
+        triggered the current run are prepended automatically.
+    :param timeout: seconds to wait for the broker's acknowledgement.
+    :param max_causation_depth: refuse (:class:`CausationLoopError`) an event with more ancestors.
+    """
+    _reject_parse_time()
+    context = _current_context()
+    if source is None:
+        if context is None:
+            raise NoEmissionContextError(
+                "emit_asset_event() needs a running task to take the source from; in a DAG callback use "
+                "emit_from_dag_callback(context, ...), in a task callback emit_from_task_callback(context, "
+                "...), outside Airflow airflow_kafka_events.assets.external.emit(...), or pass source="
+            )
+        source = source_from_task_context(context)
+    elif not isinstance(source, EventSource):
+        raise ValidationError(f"source must be an EventSource, got {type(source).__qualname__}")
+    return _emit(
+        asset,
+        context=context,
+        source=source,
+        partition_key=partition_key,
+        partition_date=partition_date,
+        extra=extra,
+        idempotency_key=idempotency_key,
+        kafka_config_id=kafka_config_id,
+        topic=topic,
+        inherit_partition=inherit_partition,
+        causation=causation,
+        timeout=timeout,
+        max_extra_bytes=max_extra_bytes,
+        max_causation_depth=max_causation_depth,
+    )
+
+
+def _callback_context(context: Any) -> Mapping[str, Any]:
+    if not isinstance(context, Mapping):
+        raise NoEmissionContextError(
+            f"pass the callback's context (a mapping) as the first argument, got {type(context).__qualname__}"
+        )
+    return context
+
+
+def emit_from_dag_callback(
+    context: Mapping[str, Any],
+    asset: Any,
+    *,
+    partition_key: str | None = None,
+    partition_date: datetime | None = None,
+    extra: Mapping[str, Any] | None = None,
+    idempotency_key: str | None = None,
+    kafka_config_id: str | None = None,
+    topic: str | None = None,
+    inherit_partition: bool = False,
+    causation: Iterable[str] | None = None,
+    timeout: float = 30.0,
+    max_extra_bytes: int | None = None,
+    max_causation_depth: int = DEFAULT_MAX_CAUSATION_DEPTH,
+) -> Receipt:
+    """Emit from a DAG-level callback: kind ``dag_callback``, DAG id and run id, no task instance.
+
+    Use it in ``DAG(on_success_callback=..., on_failure_callback=...)``: the context's ``ti``
+    (Airflow 3.3 passes the run's last task instance when there is one) is never used as the
+    event's source.  Other parameters as :func:`emit_asset_event`.
+    """
+    _reject_parse_time()
+    ctx = _callback_context(context)
+    return _emit(
+        asset,
+        context=ctx,
+        source=source_from_dag_context(ctx),
+        partition_key=partition_key,
+        partition_date=partition_date,
+        extra=extra,
+        idempotency_key=idempotency_key,
+        kafka_config_id=kafka_config_id,
+        topic=topic,
+        inherit_partition=inherit_partition,
+        causation=causation,
+        timeout=timeout,
+        max_extra_bytes=max_extra_bytes,
+        max_causation_depth=max_causation_depth,
+    )
+
+
+def emit_from_task_callback(
+    context: Mapping[str, Any],
+    asset: Any,
+    *,
+    partition_key: str | None = None,
+    partition_date: datetime | None = None,
+    extra: Mapping[str, Any] | None = None,
+    idempotency_key: str | None = None,
+    kafka_config_id: str | None = None,
+    topic: str | None = None,
+    inherit_partition: bool = False,
+    causation: Iterable[str] | None = None,
+    timeout: float = 30.0,
+    max_extra_bytes: int | None = None,
+    max_causation_depth: int = DEFAULT_MAX_CAUSATION_DEPTH,
+) -> Receipt:
+    """Emit from a task-level callback (``on_failure_callback`` ...): kind ``task_callback``, with the TI.
+
+    A DAG-level callback's context (it has ``reason``) is refused with
+    :class:`NoEmissionContextError`.  Other parameters as :func:`emit_asset_event`.
+    """
+    _reject_parse_time()
+    ctx = _callback_context(context)
+    if is_dag_callback_context(ctx):
+        raise NoEmissionContextError(
+            "this is a DAG-level callback's context (its 'ti' is only the run's last task instance): "
+            "use emit_from_dag_callback(context, ...)"
+        )
+    return _emit(
+        asset,
+        context=ctx,
+        source=source_from_task_context(ctx, kind=SourceKind.TASK_CALLBACK),
+        partition_key=partition_key,
+        partition_date=partition_date,
+        extra=extra,
+        idempotency_key=idempotency_key,
+        kafka_config_id=kafka_config_id,
+        topic=topic,
+        inherit_partition=inherit_partition,
+        causation=causation,
+        timeout=timeout,
+        max_extra_bytes=max_extra_bytes,
+        max_causation_depth=max_causation_depth,
+    )
