@@ -10,7 +10,9 @@
 Epoch rules (``attempt``): a stream's envelopes carry ``(attempt, sequence_index)``; readers
 follow the highest attempt.  An attempt ends with exactly one ``is_last`` envelope, a
 *terminal marker* with no payload, whose ``sequence_index`` is the number of data pages of
-the attempt and which carries the error when the attempt failed.
+the attempt and which carries the error when the attempt failed.  Every envelope of an
+attempt written for a known task generation (the DAG run's ``clear_number``) carries it in
+its ``metadata["generation"]``: a task cleared since the attempt was written starts a new one.
 
 This module imports no Airflow module.
 """
@@ -221,22 +223,31 @@ class ResumePlan(NamedTuple):
     already_complete: bool
 
 
-def plan_resume(progress: StreamProgress | None, restart: bool) -> ResumePlan:
+def plan_resume(progress: StreamProgress | None, generation: int | None) -> ResumePlan:
     """The resume decision for the latest envelope of a stream (``None``: nothing written yet).
 
+    ``generation`` is the generation of the task instance the trigger runs for (the DAG
+    run's ``clear_number``), or ``None`` when it is not known (a ``start_from_trigger``
+    task); ``progress.generation`` is the generation recorded on the latest envelope.
+
     * nothing written: attempt 0 from sequence 0;
-    * ``restart`` (a user cleared the task): a new attempt (``last.attempt + 1``, or 0) from 0;
-    * the last envelope is data (the writer was interrupted): same attempt, continue at
-      ``sequence_index + 1`` from its ``resume_cursor``; pages already in Kafka are not
-      fetched again.  A page without a cursor cannot be resumed after, so then a new attempt
-      starts from 0;
+    * ``generation`` is known and differs from the latest envelope's (the task was cleared
+      since that attempt was written, or the attempt was written without a generation): a
+      new attempt (``last.attempt + 1``) from 0;
+    * the last envelope is data (the writer was interrupted, e.g. by a triggerer restart):
+      same attempt, continue at ``sequence_index + 1`` from its ``resume_cursor``; pages
+      already in Kafka are not fetched again.  A page without a cursor cannot be resumed
+      after, so then a new attempt starts from 0;
     * the last envelope ends a failed attempt: a new attempt from 0 (a retry is a new epoch);
     * the last envelope ends a successful attempt: ``already_complete``.
+
+    So a trigger run again with the same generation (a triggerer restart, a retry) resumes,
+    and one with a new generation (a clear) starts over.
     """
     if progress is None:
         return ResumePlan(attempt=0, next_seq=0, cursor=None, already_complete=False)
     fresh = ResumePlan(attempt=progress.attempt + 1, next_seq=0, cursor=None, already_complete=False)
-    if restart:
+    if generation is not None and progress.generation != generation:
         return fresh
     if not progress.is_last:
         if progress.resume_cursor is None:

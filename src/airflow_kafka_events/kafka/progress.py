@@ -7,6 +7,13 @@ is the stream's latest progress.  :func:`find_stream_progress` reads that partit
 *backwards* from the high watermark in chunks (default 500 offsets), decoding only records
 with the key, until it meets the key or the low watermark.
 
+The cost of a lookup that finds nothing (a new stream) grows with the partition, so a caller
+that knows no envelope of the stream can be older than some instant passes it as
+``not_before_ms`` (epoch milliseconds): the first offset with a timestamp at or after it
+(``offsets_for_times`` on the key's partition) is the lowest offset read.  Envelopes with an
+older timestamp are ignored by design; keep the bound early enough for clock skew between
+the writers (or the broker, with ``LogAppendTime``) and whoever computed it.
+
 The reader is a plain ``assign()`` consumer: it joins no group and commits nothing (its
 ``group.id`` is a throwaway, ``enable.auto.commit=false``).  Kafka failures raise
 :class:`~airflow_kafka_events.errors.StreamProgressError` (with librdkafka's error code).
@@ -34,6 +41,7 @@ from airflow_kafka_events.kafka.settings import KafkaSettings
 
 __all__ = [
     "FIRST_OFFSET_METADATA_KEY",
+    "GENERATION_METADATA_KEY",
     "StreamLocation",
     "StreamProgress",
     "find_stream_progress",
@@ -45,6 +53,9 @@ log = logging.getLogger(__name__)
 #: Envelope ``metadata`` key holding the offset of the attempt's ``sequence_index`` 0
 #: envelope (written on every later envelope of the attempt by the streaming triggers).
 FIRST_OFFSET_METADATA_KEY = "first_offset"
+#: Envelope ``metadata`` key holding the generation (the task's ``clear_number``) an attempt
+#: was written for (on every envelope of the attempt, when the writer knew it).
+GENERATION_METADATA_KEY = "generation"
 
 DEFAULT_CHUNK_SIZE = 500
 
@@ -73,13 +84,24 @@ UNKNOWN_TOPIC_GRACE = 5.0
 
 @dataclass(frozen=True)
 class StreamLocation:
-    """The partition that holds a stream, and its watermarks when it was looked up."""
+    """The partition that holds a stream, and its watermarks when it was looked up.
+
+    ``scan_start`` is the lowest offset the lookup would read: ``low``, or with a
+    ``not_before_ms`` bound the first offset whose timestamp is at or after it (``high``
+    when there is none); it is never below ``low``.
+    """
 
     topic: str
     partition: int
     num_partitions: int
     low: int
     high: int
+    scan_start: int = 0
+    not_before_ms: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.scan_start < self.low:
+            object.__setattr__(self, "scan_start", self.low)
 
 
 @dataclass(frozen=True)
@@ -87,7 +109,8 @@ class StreamProgress:
     """The latest envelope of a stream: highest ``(attempt, sequence_index)`` at its end.
 
     ``first_offset`` is the offset of the ``sequence_index`` 0 envelope of the same attempt
-    (``None`` when it cannot be found any more).
+    (``None`` when it cannot be found any more).  ``generation`` is the task generation
+    recorded in the envelope's metadata (``None``: none recorded).
     """
 
     trigger_run_id: str
@@ -100,6 +123,7 @@ class StreamProgress:
     error: StreamError | None
     resume_cursor: str | None
     first_offset: int | None
+    generation: int | None = None
 
     @classmethod
     def from_envelope(
@@ -122,12 +146,25 @@ class StreamProgress:
             error=envelope.error,
             resume_cursor=envelope.resume_cursor,
             first_offset=first_offset,
+            generation=metadata_generation(envelope),
         )
 
 
 def metadata_first_offset(envelope: TriggerEventEnvelope) -> int | None:
     """The attempt's first offset recorded in ``envelope.metadata``, if any."""
     text = envelope.metadata.get(FIRST_OFFSET_METADATA_KEY)
+    if text is None:
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        return None
+    return value if value >= 0 else None
+
+
+def metadata_generation(envelope: TriggerEventEnvelope) -> int | None:
+    """The task generation recorded in ``envelope.metadata``, if any."""
+    text = envelope.metadata.get(GENERATION_METADATA_KEY)
     if text is None:
         return None
     try:
@@ -247,7 +284,51 @@ class _PartitionScanner:
                     raise error from exc
                 self.pause()
         return StreamLocation(
-            topic=self.topic, partition=partition, num_partitions=num_partitions, low=low, high=high
+            topic=self.topic,
+            partition=partition,
+            num_partitions=num_partitions,
+            low=low,
+            high=high,
+            scan_start=low,
+        )
+
+    def bound(self, location: StreamLocation, not_before_ms: int) -> StreamLocation:
+        """``location`` whose ``scan_start`` is the first offset at or after ``not_before_ms``."""
+        wanted = TopicPartition(self.topic, location.partition, not_before_ms)
+        while True:
+            left = self.remaining("offsets for the not_before bound")
+            try:
+                (found,) = self.consumer.offsets_for_times([wanted], timeout=min(left, 5.0))
+            except KafkaException as exc:
+                error = StreamProgressError.from_exception(
+                    f"cannot look up the offset of timestamp {not_before_ms} in "
+                    f"{self.topic!r} partition {location.partition}",
+                    exc,
+                )
+                if not self.transient(error.kafka_error):
+                    raise error from exc
+                self.pause()
+                continue
+            if found.error is not None:
+                if not self.transient(found.error):
+                    raise StreamProgressError(
+                        f"cannot look up the offset of timestamp {not_before_ms} in "
+                        f"{self.topic!r} partition {location.partition}",
+                        kafka_error=found.error,
+                    )
+                self.pause()
+                continue
+            break
+        # a negative offset: no record at or after the timestamp, so nothing to read
+        start = location.high if found.offset < 0 else min(max(found.offset, location.low), location.high)
+        return StreamLocation(
+            topic=location.topic,
+            partition=location.partition,
+            num_partitions=location.num_partitions,
+            low=location.low,
+            high=location.high,
+            scan_start=start,
+            not_before_ms=not_before_ms,
         )
 
     # ------------------------------------------------------------------ reading
@@ -308,8 +389,8 @@ class _PartitionScanner:
     # ------------------------------------------------------------------ search
     def latest(self, location: StreamLocation, chunk_size: int) -> StreamProgress | None:
         end = location.high
-        while end > location.low:
-            start = max(location.low, end - chunk_size)
+        while end > location.scan_start:
+            start = max(location.scan_start, end - chunk_size)
             records = self.read_range(location.partition, start, end)
             if records:
                 best = max(records, key=lambda r: r.rank)
@@ -339,13 +420,15 @@ class _PartitionScanner:
                 if hinted is not None:
                     return hinted
                 lowest = record.offset
-            if start <= location.low:
+            if start <= location.scan_start:
                 return lowest
-            end, start = start, max(location.low, start - chunk_size)
+            end, start = start, max(location.scan_start, start - chunk_size)
             records = self.read_range(location.partition, start, end)
 
 
-def _check_args(topic: str, trigger_run_id: str, timeout: float, chunk_size: int) -> None:
+def _check_args(
+    topic: str, trigger_run_id: str, timeout: float, chunk_size: int, not_before_ms: int | None
+) -> None:
     if not isinstance(topic, str) or not topic:
         raise ValueError(f"topic must be a non-empty str, got {topic!r}")
     if not isinstance(trigger_run_id, str) or not trigger_run_id:
@@ -354,6 +437,12 @@ def _check_args(topic: str, trigger_run_id: str, timeout: float, chunk_size: int
         raise ValueError(f"timeout must be positive, got {timeout!r}")
     if chunk_size < 1:
         raise ValueError(f"chunk_size must be at least 1, got {chunk_size!r}")
+    if not_before_ms is not None and (
+        isinstance(not_before_ms, bool) or not isinstance(not_before_ms, int) or not_before_ms < 0
+    ):
+        raise ValueError(
+            f"not_before_ms must be an int >= 0 (epoch milliseconds) or None, got {not_before_ms!r}"
+        )
 
 
 def lookup_stream(
@@ -364,17 +453,22 @@ def lookup_stream(
     timeout: float = 30.0,
     chunk_size: int = DEFAULT_CHUNK_SIZE,
     codec: EnvelopeCodec[TriggerEventEnvelope] = TRIGGER_EVENT_CODEC,
+    not_before_ms: int | None = None,
 ) -> tuple[StreamLocation, StreamProgress | None]:
     """Where the stream lives (partition, watermarks) and its latest envelope (``None``: none).
 
     ``config`` is :class:`KafkaSettings` or a librdkafka mapping with ``bootstrap.servers``
     (producer-only keys are dropped; group and commit settings are replaced).  The whole
-    lookup is bounded by ``timeout`` seconds.
+    lookup is bounded by ``timeout`` seconds.  ``not_before_ms`` (epoch milliseconds):
+    read no offset below the first one whose record timestamp is at or after it (see the
+    module doc); the returned location's ``scan_start`` is that offset.
     """
-    _check_args(topic, trigger_run_id, timeout, chunk_size)
+    _check_args(topic, trigger_run_id, timeout, chunk_size, not_before_ms)
     scanner = _PartitionScanner(config, topic, trigger_run_id, timeout=timeout, codec=codec)
     try:
         location = scanner.locate()
+        if not_before_ms is not None:
+            location = scanner.bound(location, not_before_ms)
         return location, scanner.latest(location, chunk_size)
     finally:
         scanner.close()
@@ -388,14 +482,22 @@ def find_stream_progress(
     timeout: float = 30.0,
     chunk_size: int = DEFAULT_CHUNK_SIZE,
     codec: EnvelopeCodec[TriggerEventEnvelope] = TRIGGER_EVENT_CODEC,
+    not_before_ms: int | None = None,
 ) -> StreamProgress | None:
     """The latest envelope of ``trigger_run_id`` in ``topic``, or ``None`` if it has none.
 
     Scans the key's partition backwards from the high watermark in chunks of ``chunk_size``
-    offsets and returns the highest ``(attempt, sequence_index)`` of the last chunk holding
-    any record of the key.  See :func:`lookup_stream`.
+    offsets (down to the low watermark, or to the first offset at or after
+    ``not_before_ms``) and returns the highest ``(attempt, sequence_index)`` of the last
+    chunk holding any record of the key.  See :func:`lookup_stream`.
     """
     _, progress = lookup_stream(
-        config, topic, trigger_run_id, timeout=timeout, chunk_size=chunk_size, codec=codec
+        config,
+        topic,
+        trigger_run_id,
+        timeout=timeout,
+        chunk_size=chunk_size,
+        codec=codec,
+        not_before_ms=not_before_ms,
     )
     return progress

@@ -7,8 +7,9 @@ is the operator half:
 
 * :meth:`StreamingOperatorMixin.defer_stream` (called from ``execute()``) names the stream
   deterministically (``stream_id(dag_id, run_id, task_id, map_index)``, so retries and
-  consumers find it), decides whether the stream starts over (a user *clear*) or resumes
-  (a *retry*), checks the trigger arguments survive Airflow's serialization, and defers;
+  consumers find it), gives the trigger the task's *generation* (so a user *clear* starts
+  the stream over and a *retry* resumes it) and a lower time bound for its progress lookup,
+  checks the trigger arguments survive Airflow's serialization, and defers;
 * :meth:`StreamingOperatorMixin.resume_stream`, the method the task resumes in, reads the
   stream back from Kafka in order and in batches and hands it to the operator:
 
@@ -29,13 +30,29 @@ is the operator half:
   producer's error) before any of its pages is handled: the retry writes a new attempt.
 
 Restart or resume
-    ``context["dag_run"].clear_number`` is the *generation*.  :meth:`defer_stream` keeps
-    ``{"generation": n}`` in the task state store (key ``"stream-generation:<id>"``): a
-    stored marker of another generation means the task was cleared, so the trigger gets
-    ``restart=True`` and writes a new attempt; the same generation (a retry) resumes the
-    stream where it is in Kafka.  Checkpoints are stored per generation too, so a cleared
-    task reads its new attempt from the start.  ``clear_number`` counts clears of the whole
-    DAG run, so clearing another task of the run also counts as a clear here.
+    ``context["dag_run"].clear_number`` is the *generation*.  :meth:`defer_stream` passes it
+    to the trigger (``generation=``), which records it on every envelope it writes: when
+    the stream's latest envelope is of another generation the task was cleared since, and
+    the trigger writes a new attempt; with the same generation (a retry, or the same
+    trigger run again after a triggerer restart) it resumes the stream where it is in
+    Kafka.  The decision is made from what is in Kafka and the trigger's own kwargs, so it
+    survives a triggerer restart at any point.  Checkpoints are stored per generation too,
+    so a cleared task reads its new attempt from the start.  ``clear_number`` counts clears
+    of the whole DAG run, so clearing another task of the run also counts as a clear here.
+    Envelopes written without a generation (by a ``start_from_trigger`` task) count as of
+    another generation.
+
+Bounded progress lookup
+    :meth:`defer_stream` also passes ``not_before``: the DAG run's ``run_after`` (no task of
+    the run starts before it, and it does not change when the run is cleared) minus
+    :attr:`StreamingOperatorMixin.stream_not_before_margin` (default 10 minutes, for clock
+    skew between Airflow's database and the Kafka writers or broker).  The trigger's
+    progress lookup reads the stream's partition only from there, so starting a new stream
+    does not read the whole partition.  Envelopes of the stream older than the bound are
+    ignored (e.g. of a deleted DAG run whose run id was used again).  The task SDK's
+    ``dag_run`` has no ``queued_at``, and its ``start_date`` is reset by a clear, which
+    would hide the attempts of earlier generations; without a ``run_after`` no bound is
+    passed.
 
 Pure "fetch into Kafka" tasks
     :class:`StreamingTriggerOperator` runs a streaming trigger with ``finish_task=True``,
@@ -59,7 +76,7 @@ import logging
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, ClassVar, NoReturn, Protocol
 
 from airflow.sdk import BaseOperator
@@ -83,17 +100,16 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CHECKPOINT_KEY_PREFIX",
-    "GENERATION_KEY_PREFIX",
+    "DEFAULT_NOT_BEFORE_MARGIN",
     "RESUME_METHOD",
     "StreamEvent",
     "StreamSummary",
     "StreamingOperatorMixin",
     "StreamingTriggerOperator",
     "checkpoint_key",
-    "decide_restart",
     "drive_stream",
-    "generation_key",
     "generation_of",
+    "not_before_of",
     "page_events",
     "task_stream_id",
     "with_stream_kwargs",
@@ -105,8 +121,8 @@ log = logging.getLogger(__name__)
 RESUME_METHOD = "resume_stream"
 #: Task state store key prefix of a stream's read checkpoint.
 CHECKPOINT_KEY_PREFIX = "stream:"
-#: Task state store key prefix of the generation marker of a producing task.
-GENERATION_KEY_PREFIX = "stream-generation:"
+#: How much earlier than the DAG run's ``run_after`` a stream's progress lookup starts.
+DEFAULT_NOT_BEFORE_MARGIN = timedelta(minutes=10)
 
 
 # ====================================================================== events
@@ -168,23 +184,20 @@ def checkpoint_key(trigger_run_id: str) -> str:
     return f"{CHECKPOINT_KEY_PREFIX}{trigger_run_id}"
 
 
-def generation_key(trigger_run_id: str) -> str:
-    """Task state store key of the generation marker of the task producing ``trigger_run_id``."""
-    return f"{GENERATION_KEY_PREFIX}{trigger_run_id}"
+def not_before_of(
+    context: Mapping[str, Any], margin: timedelta = DEFAULT_NOT_BEFORE_MARGIN
+) -> datetime | None:
+    """The instant no envelope of the DAG run's streams can be older than, or ``None``.
 
-
-def decide_restart(stored: Any, generation: int) -> bool:
-    """Whether a producing task starts its stream over, given its stored generation marker.
-
-    No marker (first deferral): resume whatever is in Kafka (normally nothing).  A marker of
-    the same generation (a retry): resume.  A marker of another generation, or an unreadable
-    one (the task was cleared since): start over.
+    ``dag_run.run_after`` minus ``margin``: the scheduler starts no task of a run before its
+    ``run_after``, and a clear does not change it (unlike ``start_date`` and ``queued_at``),
+    so the bound also covers the attempts of earlier generations.  ``None`` when the
+    context has no timezone-aware ``run_after``.
     """
-    if stored is None:
-        return False
-    if isinstance(stored, Mapping) and stored.get("generation") == generation:
-        return False
-    return True
+    run_after = getattr(context.get("dag_run"), "run_after", None)
+    if not isinstance(run_after, datetime) or run_after.tzinfo is None or run_after.utcoffset() is None:
+        return None
+    return run_after - margin
 
 
 def state_store_of(context: Mapping[str, Any]) -> CheckpointStore | None:
@@ -370,6 +383,8 @@ class StreamingOperatorMixin:
     the stream is complete in Kafka when the task resumes, so these only bound broker
     trouble).  ``trigger_kwargs_fields`` names operator attributes that feed a trigger;
     they are checked for serializability when the operator is created.
+    ``stream_not_before_margin`` is how much earlier than the DAG run's ``run_after`` the
+    trigger's progress lookup starts (see the module doc).
     """
 
     stream_max_events: ClassVar[int] = 100
@@ -377,6 +392,7 @@ class StreamingOperatorMixin:
     stream_gap_timeout: ClassVar[float] = 60.0
     stream_start_timeout: ClassVar[float] = 60.0
     stream_poll_timeout: ClassVar[float] = 0.2
+    stream_not_before_margin: ClassVar[timedelta] = DEFAULT_NOT_BEFORE_MARGIN
     trigger_kwargs_fields: ClassVar[Sequence[str]] = ()
 
     # ------------------------------------------------------------------ parse time
@@ -406,9 +422,10 @@ class StreamingOperatorMixin:
     ) -> NoReturn:
         """Defer to ``trigger``, streaming every page through Kafka; call from ``execute()``.
 
-        The trigger gets the task's deterministic ``trigger_run_id`` (unless it has one
-        already) and ``restart`` (the task was cleared since its last deferral; see the
-        module doc).  Raises :class:`~airflow_kafka_events.errors.TriggerSerializationError`
+        The trigger gets the task's deterministic ``trigger_run_id``, its ``generation``
+        (the DAG run's ``clear_number``) and ``not_before`` (the DAG run's ``run_after``
+        minus :attr:`stream_not_before_margin`), each unless it has one already; see the
+        module doc.  Raises :class:`~airflow_kafka_events.errors.TriggerSerializationError`
         when a trigger argument would not survive Airflow's serialization.  On resume the
         pages go to :meth:`handle_trigger_events` if the operator overrides it, else to
         ``method_name(context, event)`` once per page.  ``context`` defaults to the running
@@ -427,22 +444,22 @@ class StreamingOperatorMixin:
 
             context = get_current_context()
         trigger_run_id = trigger.trigger_run_id or task_stream_id(context)
-        store = state_store_of(context)
-        generation = generation_of(context)
-        restart = trigger.restart
-        marker_key = generation_key(trigger_run_id)
-        if store is not None and decide_restart(store.get(marker_key, None), generation):
-            self._log().info(
-                "stream %s: the task was cleared (generation %d): the stream starts over",
-                trigger_run_id,
-                generation,
-            )
-            restart = True
-        streaming = with_stream_kwargs(trigger, trigger_run_id=trigger_run_id, restart=restart)
+        generation = trigger.generation if trigger.generation is not None else generation_of(context)
+        not_before = trigger.not_before
+        if not_before is None:
+            bound = not_before_of(context, self.stream_not_before_margin)
+            not_before = None if bound is None else bound.isoformat()
+        streaming = with_stream_kwargs(
+            trigger, trigger_run_id=trigger_run_id, generation=generation, not_before=not_before
+        )
         classpath, kwargs = streaming.serialize()
         check_trigger_kwargs(kwargs, owner=f"{_owner(self)} deferring to {classpath}")
-        if store is not None:
-            store.set(marker_key, {"generation": generation})
+        self._log().info(
+            "stream %s: deferring (generation %d, progress lookup not before %s)",
+            trigger_run_id,
+            generation,
+            not_before,
+        )
         operator: Any = self
         operator.defer(
             trigger=streaming,
@@ -657,8 +674,11 @@ class StreamingTriggerOperator(StreamingOperatorMixin, BaseOperator):
     The trigger runs with ``finish_task=True``: it ends the task (failed if the stream
     failed) with the :class:`~airflow_kafka_events.streams.StreamDescriptor` as XCom
     ``return_value``.  With ``start_from_trigger=True`` (default) the task starts in the
-    triggerer and never takes a worker slot; otherwise ``execute()`` defers to it through
-    :meth:`~StreamingOperatorMixin.defer_stream` (which also handles clears).  Consume the
+    triggerer and never takes a worker slot; its trigger gets no ``generation`` (nor
+    ``not_before``): such a task cannot tell a clear from a retry, and after a clear its
+    complete stream is reported again, not fetched again.  Otherwise ``execute()`` defers
+    to it through :meth:`~StreamingOperatorMixin.defer_stream`, which passes both (so a
+    clear starts the stream over).  Consume the
     stream by reference with
     :class:`~airflow_kafka_events.operators.consumer.StreamConsumerOperator`.
 

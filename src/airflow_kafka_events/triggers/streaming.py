@@ -16,6 +16,22 @@ Delivery and resume
     last written page from that page's ``cursor``: written pages are not fetched again.
     The rules are in :func:`~airflow_kafka_events.streams.plan_resume`.
 
+Generations
+    ``generation`` is the task's generation (the DAG run's ``clear_number``; the operators
+    pass it).  Every envelope of an attempt records it (``metadata["generation"]``), and a
+    trigger whose generation differs from the one on the stream's latest envelope writes a
+    new attempt: the task was cleared since.  It is a plain value of the trigger's kwargs,
+    so a trigger run again with the same kwargs -- after a triggerer restart, even during
+    the first deferral after a clear -- resumes its attempt.  Without a generation
+    (``None``, e.g. ``start_from_trigger`` tasks) a clear cannot be told from a retry.
+
+Bounded lookup
+    ``not_before`` (ISO-8601 with a timezone) is an instant no envelope of the stream can be
+    older than (the operators pass the DAG run's ``run_after`` minus a margin for clock
+    skew).  The progress lookup then reads the key's partition only from the first record
+    at or after it, so looking up a new stream does not read the whole partition.
+    Envelopes older than the bound are ignored.
+
 End of an attempt
     After the last page a *terminal marker* is written: an ``is_last`` envelope without
     payload whose ``sequence_index`` is the number of data pages (an empty stream is one
@@ -35,8 +51,10 @@ from __future__ import annotations
 import abc
 import asyncio
 import inspect
+import math
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TaskFailedEvent, TaskSuccessEvent, TriggerEvent
@@ -50,7 +68,11 @@ from airflow_kafka_events.errors import (
     ValidationError,
 )
 from airflow_kafka_events.kafka.producer import EnvelopeProducer
-from airflow_kafka_events.kafka.progress import FIRST_OFFSET_METADATA_KEY, lookup_stream
+from airflow_kafka_events.kafka.progress import (
+    FIRST_OFFSET_METADATA_KEY,
+    GENERATION_METADATA_KEY,
+    lookup_stream,
+)
 from airflow_kafka_events.kafka.settings import KafkaSettings
 from airflow_kafka_events.streams import StreamDescriptor, plan_resume, stream_id
 
@@ -60,7 +82,15 @@ DEFAULT_TOPIC = "airflow.trigger-events"
 #: XCom key of the descriptor when ``finish_task=True``.
 RETURN_VALUE_KEY = "return_value"
 
-_STREAM_KWARGS = ("trigger_run_id", "topic", "kafka_config_id", "finish_task", "restart", "producer_identity")
+_STREAM_KWARGS = (
+    "trigger_run_id",
+    "topic",
+    "kafka_config_id",
+    "finish_task",
+    "generation",
+    "not_before",
+    "producer_identity",
+)
 _IDENTITY_FIELDS = ("dag_id", "run_id", "task_id", "map_index", "try_number")
 
 
@@ -99,6 +129,7 @@ class _AttemptWriter:
         cursor: str | None,
         identity: ProducerIdentity,
         delivery_timeout: float,
+        generation: int | None = None,
     ) -> None:
         self.producer = producer
         self.topic = topic
@@ -110,12 +141,16 @@ class _AttemptWriter:
         self.cursor = cursor
         self.identity = identity
         self.delivery_timeout = delivery_timeout
+        self.generation = generation
         self.written = 0
 
     def _metadata(self) -> dict[str, str]:
-        if self.next_seq == 0 or self.first_offset is None:
-            return {}
-        return {FIRST_OFFSET_METADATA_KEY: str(self.first_offset)}
+        metadata: dict[str, str] = {}
+        if self.generation is not None:
+            metadata[GENERATION_METADATA_KEY] = str(self.generation)
+        if self.next_seq > 0 and self.first_offset is not None:
+            metadata[FIRST_OFFSET_METADATA_KEY] = str(self.first_offset)
+        return metadata
 
     def encode(self, *, payload: Any, cursor: str | None, is_last: bool, error: StreamError | None) -> bytes:
         envelope = TriggerEventEnvelope(
@@ -171,6 +206,29 @@ async def _close_iterator(iterator: Any) -> None:
         await result
 
 
+def _parse_not_before(value: Any) -> datetime | None:
+    """``not_before`` as an aware datetime; ``ConfigurationError`` unless ISO-8601 text with a timezone."""
+    if value is None:
+        return None
+    if isinstance(value, datetime):
+        moment = value
+    elif isinstance(value, str):
+        text = value.strip()
+        if text.endswith(("Z", "z")):  # fromisoformat() of Python 3.10 does not read "Z"
+            text = text[:-1] + "+00:00"
+        try:
+            moment = datetime.fromisoformat(text)
+        except ValueError:
+            raise ConfigurationError(f"not_before must be an ISO-8601 timestamp, got {value!r}") from None
+    else:
+        raise ConfigurationError(
+            f"not_before must be an ISO-8601 timestamp (str) or None, got {type(value).__qualname__}"
+        )
+    if moment.tzinfo is None or moment.utcoffset() is None:
+        raise ConfigurationError(f"not_before must have a timezone (e.g. +00:00), got {value!r}")
+    return moment
+
+
 class StreamingTrigger(BaseTrigger):
     """Base class of triggers that stream pages through Kafka and resume their task once.
 
@@ -187,7 +245,13 @@ class StreamingTrigger(BaseTrigger):
     :param finish_task: end the task from the trigger (``TaskSuccessEvent`` /
         ``TaskFailedEvent`` with the descriptor as XCom ``return_value``) instead of
         resuming it with ``TriggerEvent(descriptor)``.
-    :param restart: start a new attempt even if the stream has progress (a cleared task).
+    :param generation: the task's generation (the DAG run's ``clear_number``, an int >= 0):
+        recorded on every envelope; an attempt of another generation is not resumed, a new
+        attempt starts (the task was cleared).  ``None``: unknown, the stream is resumed
+        whatever generation wrote it.
+    :param not_before: ISO-8601 timestamp with a timezone (a tz-aware ``datetime`` is
+        accepted and stored as its ISO text): no envelope of the stream is older, so the
+        progress lookup reads nothing older.  ``None``: the whole partition may be read.
     :param producer_identity: ``ProducerIdentity`` fields for the envelopes; default: the
         task instance's ``dag_id``, ``run_id``, ``task_id``, ``map_index``, ``try_number``.
     """
@@ -204,7 +268,8 @@ class StreamingTrigger(BaseTrigger):
         topic: str = DEFAULT_TOPIC,
         kafka_config_id: str = "kafka_default",
         finish_task: bool = False,
-        restart: bool = False,
+        generation: int | None = None,
+        not_before: str | datetime | None = None,
         producer_identity: Mapping[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
@@ -217,6 +282,11 @@ class StreamingTrigger(BaseTrigger):
             raise ConfigurationError(f"topic must be a non-empty str, got {topic!r}")
         if not isinstance(kafka_config_id, str) or not kafka_config_id:
             raise ConfigurationError(f"kafka_config_id must be a non-empty str, got {kafka_config_id!r}")
+        if generation is not None and (
+            isinstance(generation, bool) or not isinstance(generation, int) or generation < 0
+        ):
+            raise ConfigurationError(f"generation must be an int >= 0 or None, got {generation!r}")
+        not_before_moment = _parse_not_before(not_before)
         if producer_identity is not None:
             if not isinstance(producer_identity, Mapping):
                 raise ConfigurationError(
@@ -231,9 +301,18 @@ class StreamingTrigger(BaseTrigger):
         self.topic = topic
         self.kafka_config_id = kafka_config_id
         self.finish_task = bool(finish_task)
-        self.restart = bool(restart)
+        self.generation = generation
+        self.not_before = None if not_before_moment is None else not_before_moment.isoformat()
         self.producer_identity = producer_identity
         self._pages_iterator: Any = None
+
+    @property
+    def not_before_ms(self) -> int | None:
+        """``not_before`` in epoch milliseconds (rounded down, at least 0), or ``None``."""
+        moment = _parse_not_before(self.not_before)
+        if moment is None:
+            return None
+        return max(0, math.floor(moment.timestamp() * 1000))
 
     # ------------------------------------------------------------------ subclass API
     @abc.abstractmethod
@@ -260,7 +339,8 @@ class StreamingTrigger(BaseTrigger):
             "topic": self.topic,
             "kafka_config_id": self.kafka_config_id,
             "finish_task": self.finish_task,
-            "restart": self.restart,
+            "generation": self.generation,
+            "not_before": self.not_before,
             "producer_identity": None if self.producer_identity is None else dict(self.producer_identity),
         }
 
@@ -338,9 +418,25 @@ class StreamingTrigger(BaseTrigger):
         identity = self.resolve_producer_identity()
         settings, producer = await asyncio.to_thread(self._open_kafka)
         location, progress = await asyncio.to_thread(
-            lookup_stream, settings, self.topic, trigger_run_id, timeout=self.progress_timeout
+            lookup_stream,
+            settings,
+            self.topic,
+            trigger_run_id,
+            timeout=self.progress_timeout,
+            not_before_ms=self.not_before_ms,
         )
-        plan = plan_resume(progress, self.restart)
+        if location.not_before_ms is not None:
+            self.log.info(
+                "stream %s: looked up from offset %d of %s[%d] (not before %s; offsets %d..%d)",
+                trigger_run_id,
+                location.scan_start,
+                self.topic,
+                location.partition,
+                self.not_before,
+                location.low,
+                location.high,
+            )
+        plan = plan_resume(progress, self.generation)
         if plan.already_complete and progress is not None:
             self.log.info(
                 "stream %s attempt %d is already complete in %s[%d]; reporting it again",
@@ -363,15 +459,35 @@ class StreamingTrigger(BaseTrigger):
             )
             return
         continuing = progress is not None and plan.attempt == progress.attempt
+        if continuing:
+            why = f"resuming after cursor {plan.cursor!r}"
+        elif progress is None:
+            why = "from the beginning"
+        elif self.generation is not None and progress.generation != self.generation:
+            why = (
+                f"from the beginning: attempt {progress.attempt} is of generation {progress.generation}, "
+                f"this task is of generation {self.generation}"
+            )
+        elif progress.is_last:
+            why = f"from the beginning: attempt {progress.attempt} failed"
+        else:
+            why = (
+                f"from the beginning: page {progress.sequence_index} of attempt {progress.attempt} "
+                "has no cursor"
+            )
         self.log.info(
             "stream %s: writing attempt %d from sequence %d (%s) to %s[%d]",
             trigger_run_id,
             plan.attempt,
             plan.next_seq,
-            f"resuming after cursor {plan.cursor!r}" if continuing else "from the beginning",
+            why,
             self.topic,
             location.partition,
         )
+        # an attempt has one generation: a trigger without one keeps the attempt's
+        generation = self.generation
+        if generation is None and continuing and progress is not None:
+            generation = progress.generation
         writer = _AttemptWriter(
             producer,
             topic=self.topic,
@@ -383,6 +499,7 @@ class StreamingTrigger(BaseTrigger):
             cursor=plan.cursor,
             identity=identity,
             delivery_timeout=self.delivery_timeout,
+            generation=generation,
         )
         error = await self._write_pages(writer, plan.cursor)
         descriptor = await writer.finish(error)

@@ -16,10 +16,12 @@ import os
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
+from airflow.triggers.base import BaseTrigger, TriggerEvent
+
 from airflow_kafka_events.errors import ConfigurationError
 from airflow_kafka_events.triggers.streaming import Page, StreamingTrigger
 
-__all__ = ["CountingPagesTrigger", "GateTimeoutError"]
+__all__ = ["CountingPagesTrigger", "GateTimeoutError", "OnePageTrigger"]
 
 
 class GateTimeoutError(TimeoutError):
@@ -106,3 +108,42 @@ class CountingPagesTrigger(StreamingTrigger):
             yield Page(
                 payload={**self.extra, "page": index, "pages": self.pages_total}, cursor=str(index + 1)
             )
+
+
+class OnePageTrigger(BaseTrigger):
+    """A classic (non-streaming) trigger: fetches ONE page and resumes its task with it.
+
+    The baseline of the paginated-deferral benchmark: an operator defers to it once per page
+    (the pattern :class:`CountingPagesTrigger` replaces).  After sleeping ``delay`` seconds it
+    yields ``TriggerEvent({"page": page, "next": page + 1})``, with ``"next": None`` for the
+    last of ``pages`` pages.
+
+    :param page: the page to fetch (0-based).
+    :param pages: number of pages of the source.
+    :param delay: seconds to sleep before the page is "fetched".
+    """
+
+    def __init__(self, *, page: int, pages: int, delay: float = 0.0) -> None:
+        super().__init__()
+        for name, value in (("page", page), ("pages", pages)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ConfigurationError(f"{name} must be an int >= 0, got {value!r}")
+        if page >= pages:
+            raise ConfigurationError(f"page must be < pages, got page={page!r}, pages={pages!r}")
+        if not isinstance(delay, (int, float)) or isinstance(delay, bool) or delay < 0:
+            raise ConfigurationError(f"delay must be >= 0 seconds, got {delay!r}")
+        self.page = page
+        self.pages = pages
+        self.delay = float(delay)
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return (
+            f"{type(self).__module__}.{type(self).__qualname__}",
+            {"page": self.page, "pages": self.pages, "delay": self.delay},
+        )
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        if self.delay:
+            await asyncio.sleep(self.delay)
+        following = self.page + 1
+        yield TriggerEvent({"page": self.page, "next": following if following < self.pages else None})

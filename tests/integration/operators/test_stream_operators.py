@@ -1,8 +1,9 @@
 """Streaming operators against a real Kafka broker, driven like Airflow drives them, without Airflow services.
 
 The context is a fake with a dict-backed ``task_state_store`` (it keeps JSON values, as
-Airflow's does); a "retry" is a new operator instance run with the same store, a "clear" the
-same with the DAG run's ``clear_number`` raised.  Triggers run in an asyncio loop, the way the
+Airflow's does) and a DAG run with a ``run_after`` (fixed per run id); a "retry" is a new
+operator instance run with the same store, a "clear" the same with the DAG run's
+``clear_number`` raised.  Triggers run in an asyncio loop, the way the
 triggerer runs them.
 """
 
@@ -12,6 +13,8 @@ import asyncio
 import json
 import threading
 import uuid
+from contextlib import suppress
+from datetime import datetime, timezone
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -34,6 +37,7 @@ from airflow_kafka_events.operators import (
 from airflow_kafka_events.operators.streaming import checkpoint_key
 from airflow_kafka_events.streams import StreamDescriptor, stream_id
 from airflow_kafka_events.triggers.testing import CountingPagesTrigger
+from integration.triggers.sample_triggers import read_topic, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -60,13 +64,17 @@ class DictStore:
         self.data[key] = json.dumps(value)
 
 
+RUN_AFTER: dict[str, datetime] = {}
+
+
 def make_context(
     run_id: str, task_id: str, store: DictStore, *, clear_number: int = 0, try_number: int = 1
 ) -> dict[str, Any]:
     ti = SimpleNamespace(dag_id=DAG_ID, run_id=run_id, task_id=task_id, map_index=-1, try_number=try_number)
+    run_after = RUN_AFTER.setdefault(run_id, datetime.now(timezone.utc))  # a clear does not move it
     return {
         "ti": ti,
-        "dag_run": SimpleNamespace(clear_number=clear_number, conf={}),
+        "dag_run": SimpleNamespace(clear_number=clear_number, conf={}, run_after=run_after),
         "task_state_store": store,
     }
 
@@ -283,7 +291,7 @@ def test_single_event_shim_retry_resumes_after_the_last_handled_page(new_topic):
     retry = PagesOperator(task_id="produce", topic=topic, pages=25, effects=effects)
     context = make_context(run_id, "produce", store, try_number=2)
     deferred = deferral(retry, context)
-    assert deferred.trigger.restart is False  # a retry resumes the stream in Kafka
+    assert deferred.trigger.generation == 0  # a retry: the same generation, the stream resumes
     event = run_trigger(deferred.trigger)
     assert StreamDescriptor.from_dict(event.payload).attempt == 0  # reported again, not rewritten
     result = retry.resume_stream(context, event=event.payload, **deferred.kwargs)
@@ -307,11 +315,70 @@ def test_a_cleared_task_writes_a_new_attempt_and_handles_it_from_the_start(new_t
     context = make_context(run_id, "produce", store, clear_number=1)
     cleared = BatchPagesOperator(task_id="produce", topic=topic, pages=12, effects=effects)  # type: ignore[arg-type]
     deferred = deferral(cleared, context)
-    assert deferred.trigger.restart is True
+    assert deferred.trigger.generation == 1
+    assert deferred.trigger.not_before is not None
     event = run_trigger(deferred.trigger)
     summary = cleared.resume_stream(context, event=event.payload, **deferred.kwargs)
     assert summary["attempt"] == 1 and summary["pages"] == 12 and summary["pages_this_try"] == 12
     assert effects == [(1, p) for p in range(12)]
+
+
+def test_a_cleared_task_whose_trigger_is_run_again_resumes_its_new_attempt(
+    new_topic, kafka_bootstrap, tmp_path: Path
+):
+    """A triggerer restart during the first deferral after a clear: the pages are fetched once."""
+    topic = new_topic(partitions=3)
+    run_id = new_run_id()
+    store = DictStore()
+    effects: list[tuple[int, int]] = []
+    defer_and_resume(
+        BatchPagesOperator(task_id="produce", topic=topic, pages=10, effects=effects),  # type: ignore[arg-type]
+        make_context(run_id, "produce", store),
+    )
+    effects.clear()
+
+    gate = tmp_path / "gate"
+
+    class Gated(BatchPagesOperator):
+        def execute(self, context: Any) -> None:
+            trigger = CountingPagesTrigger(
+                pages=10, topic=topic, gate_path=str(gate), gate_page=6, gate_timeout=120
+            )
+            self.defer_stream(trigger, context=context)
+
+    context = make_context(run_id, "produce", store, clear_number=1)
+    cleared = Gated(task_id="produce", topic=topic, pages=10, effects=effects)  # type: ignore[arg-type]
+    deferred = deferral(cleared, context)
+    key = stream_id(DAG_ID, run_id, "produce")
+
+    def written(attempt: int) -> list[int]:
+        return [
+            s.envelope.sequence_index
+            for s in read_topic(kafka_bootstrap, topic, key)
+            if s.envelope.attempt == attempt
+        ]
+
+    async def triggerer_restarts() -> TriggerEvent:
+        task = asyncio.create_task(_collect(deferred.trigger))
+        await wait_for(lambda: written(1) == list(range(6)), what="pages 0..5 of attempt 1")
+        task.cancel()
+        with suppress(asyncio.CancelledError):
+            await task
+        gate.write_text("open")
+        from airflow.sdk.module_loading import import_string
+
+        classpath, kwargs = deferred.trigger.serialize()  # what the triggerer stored
+        (event,) = await _collect(import_string(classpath)(**kwargs))
+        return event
+
+    event = asyncio.run(triggerer_restarts())
+    descriptor = StreamDescriptor.from_dict(event.payload)
+    assert (descriptor.attempt, descriptor.count) == (1, 10)
+    assert written(1) == list(range(11))  # each page of attempt 1 written once, then the end marker
+    assert written(2) == []
+    summary = cleared.resume_stream(context, event=event.payload, **deferred.kwargs)
+    assert summary["attempt"] == 1 and summary["pages"] == 10 and summary["pages_this_try"] == 10
+    assert effects == [(1, p) for p in range(10)]
 
 
 def test_a_failed_stream_fails_the_resumed_task_with_the_producer_error(new_topic, tmp_path: Path):

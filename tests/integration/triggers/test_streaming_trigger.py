@@ -7,7 +7,9 @@ loop, ``cleanup()`` afterwards, ``asyncio.Task.cancel()`` to stop them.
 from __future__ import annotations
 
 import asyncio
+import datetime
 import json
+import time
 import uuid
 from contextlib import suppress
 from types import SimpleNamespace
@@ -240,15 +242,94 @@ def test_a_complete_stream_is_reported_again_without_writing(kafka_bootstrap, ne
     assert dict(samples.FETCHES[key]) == {i: 1 for i in range(4)}
 
 
-def test_restart_writes_a_new_attempt(kafka_bootstrap, new_topic):
+def _generations(stored, attempt: int) -> set[str | None]:
+    return {s.envelope.metadata.get("generation") for s in stored if s.envelope.attempt == attempt}
+
+
+def test_a_new_generation_writes_a_new_attempt_and_the_same_one_reports_it_again(kafka_bootstrap, new_topic):
     topic = new_topic(partitions=3)
     key = _key()
-    _run(PagedTrigger(total=2, trigger_run_id=key, topic=topic))
-    restarted = _descriptor(_run(PagedTrigger(total=3, trigger_run_id=key, topic=topic, restart=True)))
-    assert (restarted.attempt, restarted.count) == (1, 3)
+    _run(PagedTrigger(total=2, trigger_run_id=key, topic=topic, generation=0))
+    cleared = _descriptor(_run(PagedTrigger(total=3, trigger_run_id=key, topic=topic, generation=1)))
+    assert (cleared.attempt, cleared.count) == (1, 3)
     stored = read_topic(kafka_bootstrap, topic, key)
     _assert_complete_stream(stored, pages=2, attempt=0)
     _assert_complete_stream(stored, pages=3, attempt=1)
+    # every envelope of an attempt, terminal marker included, records its generation
+    assert (_generations(stored, 0), _generations(stored, 1)) == ({"0"}, {"1"})
+
+    again = _descriptor(_run(PagedTrigger(total=3, trigger_run_id=key, topic=topic, generation=1)))
+    assert again == cleared  # a retry of generation 1: complete, reported again
+    assert read_topic(kafka_bootstrap, topic, key) == stored
+
+
+def test_a_triggerer_restart_during_the_first_deferral_after_a_clear_resumes_the_new_attempt(
+    kafka_bootstrap, new_topic
+):
+    """The trigger kwargs of a cleared task, run twice: the second run resumes, it does not restart."""
+    topic = new_topic(partitions=3)
+    key = _key()
+    total, k = 12, 5
+    first = _descriptor(_run(PagedTrigger(total=total, trigger_run_id=key, topic=topic, generation=0)))
+    assert (first.attempt, first.count) == (0, total)
+
+    def visible(attempt: int, seq: int) -> bool:
+        return any(
+            (s.envelope.attempt, s.envelope.sequence_index) == (attempt, seq)
+            for s in read_topic(kafka_bootstrap, topic, key)
+        )
+
+    samples.PAUSE_BEFORE[key] = k + 1  # the run of generation 1 blocks before fetching page k+1
+
+    async def scenario():
+        cleared = PagedTrigger(total=total, trigger_run_id=key, topic=topic, generation=1)
+        task = asyncio.create_task(collect(cleared))
+        await wait_for(lambda: visible(1, k), what=f"envelope {k} of attempt 1")
+        task.cancel()  # the triggerer stops ...
+        with suppress(asyncio.CancelledError):
+            await task
+        assert task.cancelled()
+        samples.PAUSE_BEFORE.pop(key)
+        # ... and runs the trigger again from its stored kwargs
+        return await collect(PagedTrigger(**cleared.serialize()[1]))
+
+    descriptor = _descriptor(asyncio.run(scenario()))
+    # attempt 0 fetched every page once, attempt 1 too: the rerun did not fetch pages 0..k again
+    assert dict(samples.FETCHES[key]) == {i: 2 for i in range(total)}
+    stored = read_topic(kafka_bootstrap, topic, key)
+    assert {s.envelope.attempt for s in stored} == {0, 1}  # no attempt 2
+    _assert_complete_stream(stored, pages=total, attempt=0)
+    _assert_complete_stream(stored, pages=total, attempt=1)
+    assert _generations(stored, 1) == {"1"}
+    attempt_1 = [s for s in stored if s.envelope.attempt == 1]
+    assert (descriptor.attempt, descriptor.count) == (1, total)
+    assert (descriptor.first_offset, descriptor.last_offset) == (attempt_1[0].offset, attempt_1[-1].offset)
+
+
+def test_a_trigger_without_a_generation_resumes_an_attempt_and_keeps_its_generation(
+    kafka_bootstrap, new_topic
+):
+    topic = new_topic(partitions=3)
+    key = _key()
+    samples.PAUSE_BEFORE[key] = 3
+
+    async def scenario():
+        task = asyncio.create_task(
+            collect(PagedTrigger(total=6, trigger_run_id=key, topic=topic, generation=4))
+        )
+        await wait_for(lambda: len(read_topic(kafka_bootstrap, topic, key)) == 3, what="three envelopes")
+        task.cancel()
+        with suppress(asyncio.CancelledError):
+            await task
+        samples.PAUSE_BEFORE.pop(key)
+        return await collect(PagedTrigger(total=6, trigger_run_id=key, topic=topic))
+
+    descriptor = _descriptor(asyncio.run(scenario()))
+    assert (descriptor.attempt, descriptor.count) == (0, 6)
+    assert dict(samples.FETCHES[key]) == {i: 1 for i in range(6)}
+    stored = read_topic(kafka_bootstrap, topic, key)
+    _assert_complete_stream(stored, pages=6)
+    assert _generations(stored, 0) == {"4"}
 
 
 def test_finish_task_yields_a_task_end_event_with_the_descriptor_as_xcom(kafka_bootstrap, new_topic):
@@ -360,3 +441,134 @@ def test_progress_of_a_missing_topic_is_a_typed_error(kafka_bootstrap):
         find_stream_progress(settings, f"missing-{uuid.uuid4().hex}", "k", timeout=20)
     unknown = {KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC, KafkaError._UNKNOWN_PARTITION}
     assert caught.value.code in unknown  # given up after a short grace, not at the deadline
+
+
+# --------------------------------------------------------------------------- bounded lookup
+NOISE_RECORDS = 20_000
+
+
+def _produce_noise(bootstrap: str, topic: str, n: int) -> None:
+    """``n`` small records of other keys (not envelopes: the lookup decodes only its own key)."""
+    producer = Producer(KafkaSettings({"bootstrap.servers": bootstrap, "linger.ms": 20}).producer_config())
+    for i in range(n):
+        while True:
+            try:
+                producer.produce(topic, value=b"x" * 16, key=f"other-{i % 7}")
+                break
+            except BufferError:
+                producer.poll(0.1)
+    assert producer.flush(60) == 0
+
+
+def _now_ms_after_everything_produced() -> int:
+    time.sleep(0.02)  # the next millisecond is later than every record produced so far
+    return int(time.time() * 1000)
+
+
+@pytest.fixture
+def reads(monkeypatch) -> list[tuple[int, int]]:
+    """The offset ranges ``[start, end)`` the progress lookups read, in order."""
+    from airflow_kafka_events.kafka import progress as progress_module
+
+    ranges: list[tuple[int, int]] = []
+    original = progress_module._PartitionScanner.read_range
+
+    def read_range(self, partition: int, start: int, end: int):
+        ranges.append((start, end))
+        return original(self, partition, start, end)
+
+    monkeypatch.setattr(progress_module._PartitionScanner, "read_range", read_range)
+    return ranges
+
+
+def _iso(ms: int) -> str:
+    return datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.timezone.utc).isoformat()
+
+
+def test_a_new_stream_with_a_bound_reads_nothing_older_and_finds_what_it_wrote_after_it(
+    kafka_bootstrap, new_topic, reads
+):
+    """20k records of other keys before the bound: the lookups read none of them."""
+    topic = new_topic(partitions=1)
+    settings = KafkaSettings({"bootstrap.servers": kafka_bootstrap})
+    _produce_noise(kafka_bootstrap, topic, NOISE_RECORDS)
+    bound = _now_ms_after_everything_produced()
+
+    # without the bound a new stream's lookup reads the whole partition (in one chunk here)
+    location, progress = lookup_stream(settings, topic, "nobody", timeout=60, chunk_size=NOISE_RECORDS)
+    assert progress is None and location.scan_start == 0
+    assert sum(end - start for start, end in reads) == NOISE_RECORDS
+    reads.clear()
+
+    # with it: nothing at or after the bound yet, so nothing is read at all
+    location, progress = lookup_stream(settings, topic, "nobody", timeout=60, not_before_ms=bound)
+    assert progress is None and reads == []
+    assert (location.low, location.high, location.scan_start) == (0, NOISE_RECORDS, NOISE_RECORDS)
+    assert location.not_before_ms == bound
+
+    # a trigger with the bound, interrupted after envelope k, then run again with the same kwargs
+    key = _key()
+    k = 4
+    samples.PAUSE_BEFORE[key] = k + 1
+
+    async def scenario():
+        first = PagedTrigger(total=10, trigger_run_id=key, topic=topic, generation=0, not_before=_iso(bound))
+        task = asyncio.create_task(collect(first))
+        await wait_for(
+            lambda: any(s.envelope.sequence_index == k for s in read_topic(kafka_bootstrap, topic, key)),
+            what=f"envelope {k}",
+        )
+        task.cancel()
+        with suppress(asyncio.CancelledError):
+            await task
+        samples.PAUSE_BEFORE.pop(key)
+        return await collect(PagedTrigger(**first.serialize()[1]))
+
+    descriptor = _descriptor(asyncio.run(scenario()))
+    assert dict(samples.FETCHES[key]) == {i: 1 for i in range(10)}  # resumed: progress was found
+    assert (descriptor.attempt, descriptor.count, descriptor.first_offset) == (0, 10, NOISE_RECORDS)
+    assert reads and min(start for start, _ in reads) >= NOISE_RECORDS  # never below the bound
+
+    # more records of other keys after the stream: the lookup still starts at the bound
+    _produce_noise(kafka_bootstrap, topic, 3_000)
+    reads.clear()
+    location, progress = lookup_stream(settings, topic, key, timeout=60, not_before_ms=bound)
+    assert progress is not None and (progress.sequence_index, progress.is_last) == (10, True)
+    assert progress.first_offset == NOISE_RECORDS and progress.generation == 0
+    assert location.scan_start == NOISE_RECORDS and min(start for start, _ in reads) >= NOISE_RECORDS
+
+
+def test_envelopes_older_than_the_bound_are_ignored_by_design(kafka_bootstrap, new_topic, reads):
+    """The bound promises that nothing of the stream is older: what is older is not looked at."""
+    topic = new_topic(partitions=1)
+    settings = KafkaSettings({"bootstrap.servers": kafka_bootstrap})
+    key = _key()
+    _produce(kafka_bootstrap, topic, [(key, _envelope(key, 0, resume_cursor="1"))])  # offset 0, no hint
+    _produce_noise(kafka_bootstrap, topic, 999)
+    between = _now_ms_after_everything_produced()
+    _produce(
+        kafka_bootstrap, topic, [(key, _envelope(key, seq, resume_cursor=str(seq + 1))) for seq in (1, 2)]
+    )
+    _produce_noise(kafka_bootstrap, topic, 1000)
+    after = _now_ms_after_everything_produced()
+
+    # unbounded: seq 0 is found as the attempt's first offset, far behind
+    progress = find_stream_progress(settings, topic, key, chunk_size=500)
+    assert progress is not None and (progress.sequence_index, progress.first_offset) == (2, 0)
+
+    # bounded between seq 0 and seq 1: the progress is found, the search for seq 0 stops at the bound
+    reads.clear()
+    location, progress = lookup_stream(settings, topic, key, chunk_size=500, not_before_ms=between)
+    assert location.scan_start == 1000
+    assert progress is not None and (progress.sequence_index, progress.offset) == (2, 1001)
+    assert progress.first_offset == 1000  # the lowest envelope of the attempt at or after the bound
+    assert min(start for start, _ in reads) == 1000
+
+    # a bound later than the stream's progress: nothing of it is found (the bound was wrong)
+    reads.clear()
+    location, progress = lookup_stream(settings, topic, key, not_before_ms=after)
+    assert progress is None and reads == [] and location.scan_start == location.high == 2002
+
+    # a bound before everything: the same as no bound
+    location, progress = lookup_stream(settings, topic, key, chunk_size=500, not_before_ms=0)
+    assert location.scan_start == 0 and progress is not None and progress.first_offset == 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import datetime
 from types import SimpleNamespace
 from typing import Any
 
@@ -150,12 +151,17 @@ def context(
     clear_number: int = 0,
     store: DictStore | None = None,
     conf: dict[str, Any] | None = None,
+    run_after: datetime | None = None,
+    try_number: int = 1,
 ) -> dict[str, Any]:
-    ti = SimpleNamespace(dag_id=dag_id, run_id=run_id, task_id=task_id, map_index=map_index, try_number=1)
-    ctx: dict[str, Any] = {
-        "ti": ti,
-        "dag_run": SimpleNamespace(clear_number=clear_number, conf=conf or {}),
-    }
+    """A task context; its ``dag_run`` has a ``run_after`` only when one is given."""
+    ti = SimpleNamespace(
+        dag_id=dag_id, run_id=run_id, task_id=task_id, map_index=map_index, try_number=try_number
+    )
+    dag_run = SimpleNamespace(clear_number=clear_number, conf=conf or {})
+    if run_after is not None:
+        dag_run.run_after = run_after
+    ctx: dict[str, Any] = {"ti": ti, "dag_run": dag_run}
     if store is not None:
         ctx["task_state_store"] = store
     return ctx

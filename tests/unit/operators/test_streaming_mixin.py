@@ -1,8 +1,9 @@
-"""StreamingOperatorMixin without Kafka: the resume shim, batches, checkpoints, the restart rule."""
+"""StreamingOperatorMixin without Kafka: the resume shim, batches, checkpoints, generation and bound."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
@@ -18,11 +19,11 @@ from airflow_kafka_events.errors import (
 )
 from airflow_kafka_events.operators import StreamEvent, StreamingOperatorMixin, StreamingTriggerOperator
 from airflow_kafka_events.operators.streaming import (
+    DEFAULT_NOT_BEFORE_MARGIN,
     RESUME_METHOD,
     checkpoint_key,
-    decide_restart,
-    generation_key,
     generation_of,
+    not_before_of,
     page_events,
 )
 from airflow_kafka_events.streams import stream_id
@@ -221,45 +222,74 @@ def test_defer_stream_names_the_stream_and_resumes_in_the_mixin():
     deferred = _deferred(LegacyOperator(task_id="produce"), context(store=store))
     trigger = deferred.trigger
     assert isinstance(trigger, CountingPagesTrigger)
-    assert trigger.trigger_run_id == RUN and trigger.restart is False and trigger.pages_total == 3
+    assert trigger.trigger_run_id == RUN and trigger.generation == 0 and trigger.pages_total == 3
+    assert trigger.not_before is None  # the context's DAG run has no run_after
     assert deferred.method_name == RESUME_METHOD
     assert deferred.kwargs == {"handler_method": "execute_complete", "kafka_config_id": "kafka_default"}
-    assert store.get(generation_key(RUN)) == {"generation": 0}
+    assert store.writes == []  # the restart decision lives in the trigger's kwargs, not in the store
 
 
-def test_restart_is_decided_from_the_generation_a_retry_resumes_a_clear_restarts():
+def test_a_retry_passes_the_same_generation_and_a_clear_the_new_one():
     store = DictStore()
     first = _deferred(LegacyOperator(task_id="produce"), context(store=store, clear_number=0))
-    retry = _deferred(LegacyOperator(task_id="produce"), context(store=store, clear_number=0))
+    retry = _deferred(LegacyOperator(task_id="produce"), context(store=store, clear_number=0, try_number=2))
     cleared = _deferred(LegacyOperator(task_id="produce"), context(store=store, clear_number=1))
-    retry_after_clear = _deferred(LegacyOperator(task_id="produce"), context(store=store, clear_number=1))
-    assert [d.trigger.restart for d in (first, retry, cleared, retry_after_clear)] == [
-        False,
-        False,
-        True,
-        False,
-    ]
-    assert store.get(generation_key(RUN)) == {"generation": 1}
+    retry_after_clear = _deferred(
+        LegacyOperator(task_id="produce"), context(store=store, clear_number=1, try_number=2)
+    )
+    deferrals = (first, retry, cleared, retry_after_clear)
+    assert [d.trigger.generation for d in deferrals] == [0, 0, 1, 1]
+    # the generation is a plain kwarg: a triggerer rebuilding the trigger gets the same one
+    assert [d.trigger.serialize()[1]["generation"] for d in deferrals] == [0, 0, 1, 1]
+    assert store.writes == []
+
+
+def test_not_before_is_the_run_after_of_the_dag_run_minus_the_margin():
+    run_after = datetime(2030, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
+    deferred = _deferred(LegacyOperator(task_id="produce"), context(store=DictStore(), run_after=run_after))
+    assert DEFAULT_NOT_BEFORE_MARGIN == timedelta(minutes=10)
+    assert deferred.trigger.not_before == "2030-01-02T02:54:05+00:00"
+    assert deferred.trigger.not_before_ms == int((run_after - timedelta(minutes=10)).timestamp() * 1000)
+    # the same bound for a retry and after a clear: run_after does not move when a run is cleared
+    cleared = _deferred(
+        LegacyOperator(task_id="produce"), context(store=DictStore(), run_after=run_after, clear_number=3)
+    )
+    assert cleared.trigger.not_before == deferred.trigger.not_before
+
+    class Skewed(LegacyOperator):
+        stream_not_before_margin = timedelta(hours=1)
+
+    skewed = _deferred(Skewed(task_id="produce"), context(store=DictStore(), run_after=run_after))
+    assert skewed.trigger.not_before == "2030-01-02T02:04:05+00:00"
+
+
+def test_not_before_of_needs_a_timezone_aware_run_after():
+    run_after = datetime(2030, 1, 2, 3, 4, 5, tzinfo=timezone(timedelta(hours=2)))
+    assert not_before_of(context(run_after=run_after)) == run_after - timedelta(minutes=10)
+    assert not_before_of(context(run_after=run_after), timedelta(0)) == run_after
+    assert not_before_of(context(run_after=datetime(2030, 1, 2))) is None  # naive
+    assert not_before_of(context()) is None
+    assert not_before_of({"ti": object()}) is None
+
+
+def test_a_generation_or_bound_given_to_the_trigger_is_kept():
+    class Explicit(LegacyOperator):
+        def execute(self, context: Any) -> None:
+            self.defer_stream(
+                CountingPagesTrigger(pages=1, generation=9, not_before="2020-01-01T00:00:00+00:00"),
+                context=context,
+            )
+
+    run_after = datetime(2030, 1, 2, tzinfo=timezone.utc)
+    deferred = _deferred(
+        Explicit(task_id="produce"), context(store=DictStore(), clear_number=1, run_after=run_after)
+    )
+    assert (deferred.trigger.generation, deferred.trigger.not_before) == (9, "2020-01-01T00:00:00+00:00")
 
 
 def test_mapped_task_instances_get_their_own_stream():
     deferred = _deferred(LegacyOperator(task_id="produce"), context(store=DictStore(), map_index=4))
     assert deferred.trigger.trigger_run_id == stream_id("dag", "manual__1", "produce", 4)
-
-
-@pytest.mark.parametrize(
-    ("stored", "generation", "restart"),
-    [
-        (None, 0, False),
-        ({"generation": 0}, 0, False),
-        ({"generation": 3}, 3, False),
-        ({"generation": 0}, 1, True),
-        ({"generation": 2}, 1, True),
-        ("garbage", 0, True),
-    ],
-)
-def test_decide_restart(stored, generation, restart):
-    assert decide_restart(stored, generation) is restart
 
 
 def test_generation_is_the_dag_run_clear_number():
@@ -292,7 +322,7 @@ def test_an_unserializable_trigger_argument_is_refused_at_defer_time_naming_it()
         ClosureOperator(task_id="produce").execute(context(store=store))
     assert info.value.argument == "transform['step']"
     assert "a lambda" in str(info.value) and "ClosureOperator(task_id='produce')" in str(info.value)
-    assert store.writes == []  # no generation marker for a deferral that did not happen
+    assert store.writes == []
 
 
 def test_defer_stream_needs_a_streaming_trigger():
@@ -329,5 +359,19 @@ def test_streaming_trigger_operator_defers_from_execute_without_start_from_trigg
         trigger_kwargs={"pages": 2},
         start_from_trigger=False,
     )
-    deferred = _deferred(op, context(store=DictStore()))
+    run_after = datetime(2030, 1, 2, tzinfo=timezone.utc)
+    deferred = _deferred(op, context(store=DictStore(), clear_number=2, run_after=run_after))
     assert deferred.trigger.finish_task is True and deferred.trigger.trigger_run_id == RUN
+    assert deferred.trigger.generation == 2  # deferring from execute(): a clear starts over
+    assert deferred.trigger.not_before == "2030-01-01T23:50:00+00:00"
+
+
+def test_a_fetch_only_task_started_from_the_trigger_has_no_generation():
+    op = StreamingTriggerOperator(
+        task_id="fetch",
+        trigger_cls="airflow_kafka_events.triggers.testing.CountingPagesTrigger",
+        trigger_kwargs={"pages": 4},
+    )
+    assert op.start_trigger_args is not None
+    trigger = CountingPagesTrigger(**op.start_trigger_args.trigger_kwargs)
+    assert trigger.generation is None and trigger.not_before is None

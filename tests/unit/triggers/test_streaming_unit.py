@@ -17,7 +17,8 @@ from airflow.triggers.base import TaskFailedEvent, TaskSuccessEvent, TriggerEven
 from hypothesis import given
 from hypothesis import strategies as st
 
-from airflow_kafka_events.envelopes import ProducerIdentity, StreamError
+from airflow_kafka_events.codec import TRIGGER_EVENT_CODEC
+from airflow_kafka_events.envelopes import ProducerIdentity, StreamError, TriggerEventEnvelope
 from airflow_kafka_events.errors import (
     ConfigurationError,
     EnvelopeEncodeError,
@@ -26,7 +27,13 @@ from airflow_kafka_events.errors import (
     ValidationError,
     WrappedTaskFailedError,
 )
-from airflow_kafka_events.kafka.progress import StreamProgress
+from airflow_kafka_events.kafka.progress import (
+    GENERATION_METADATA_KEY,
+    StreamLocation,
+    StreamProgress,
+    find_stream_progress,
+    lookup_stream,
+)
 from airflow_kafka_events.streams import (
     ResumePlan,
     StreamDescriptor,
@@ -36,6 +43,7 @@ from airflow_kafka_events.streams import (
     stream_id,
 )
 from airflow_kafka_events.triggers import Page, StreamingTrigger, StreamingWrapperTrigger
+from airflow_kafka_events.triggers.streaming import _AttemptWriter
 from airflow_kafka_events.triggers.wrapper import TASK_FAILED_ERROR_TYPE, TIMEOUT_ERROR_TYPE, json_payload
 from integration.triggers import sample_triggers as samples
 
@@ -180,7 +188,13 @@ def test_descriptor_from_dict_requires_fields():
 
 # --------------------------------------------------------------------------- resume rules
 def _progress(
-    *, attempt: int = 0, seq: int = 4, is_last: bool = False, error: bool = False, cursor: str | None = "c5"
+    *,
+    attempt: int = 0,
+    seq: int = 4,
+    is_last: bool = False,
+    error: bool = False,
+    cursor: str | None = "c5",
+    generation: int | None = None,
 ) -> StreamProgress:
     return StreamProgress(
         trigger_run_id="k",
@@ -193,45 +207,117 @@ def _progress(
         error=StreamError(type="E", message="m") if error else None,
         resume_cursor=cursor,
         first_offset=90,
+        generation=generation,
+    )
+
+
+_INTERRUPTED = {"attempt": 2, "seq": 4}
+_COMPLETE = {"attempt": 2, "seq": 4, "is_last": True}
+_FAILED = {"attempt": 2, "seq": 4, "is_last": True, "error": True}
+_NO_CURSOR = {"attempt": 2, "seq": 4, "cursor": None}
+_NEW_ATTEMPT = ResumePlan(3, 0, None, False)
+_RESUME = ResumePlan(2, 5, "c5", False)
+_DONE = ResumePlan(2, 5, None, True)
+
+
+@pytest.mark.parametrize(
+    ("progress", "generation", "expected"),
+    [
+        # nothing written: attempt 0, whatever the generation
+        pytest.param(None, None, ResumePlan(0, 0, None, False), id="nothing-written"),
+        pytest.param(None, 0, ResumePlan(0, 0, None, False), id="nothing-written-gen-0"),
+        pytest.param(None, 3, ResumePlan(0, 0, None, False), id="nothing-written-gen-3"),
+        # no generation known (start_from_trigger): the rules of the stream alone
+        pytest.param(_progress(**_INTERRUPTED), None, _RESUME, id="interrupted"),
+        pytest.param(_progress(seq=0, cursor="c1"), None, ResumePlan(0, 1, "c1", False), id="after-first"),
+        pytest.param(_progress(**_NO_CURSOR), None, _NEW_ATTEMPT, id="no-cursor"),
+        pytest.param(_progress(**_FAILED), None, _NEW_ATTEMPT, id="failed-attempt"),
+        pytest.param(_progress(**_COMPLETE), None, _DONE, id="complete"),
+        pytest.param(_progress(**_INTERRUPTED, generation=4), None, _RESUME, id="no-gen-resumes-any-gen"),
+        pytest.param(_progress(**_COMPLETE, generation=4), None, _DONE, id="no-gen-complete-any-gen"),
+        # the same generation (a retry, a triggerer restart): the rules of the stream
+        pytest.param(_progress(**_INTERRUPTED, generation=1), 1, _RESUME, id="same-gen-interrupted"),
+        pytest.param(_progress(**_COMPLETE, generation=1), 1, _DONE, id="same-gen-complete"),
+        pytest.param(_progress(**_FAILED, generation=1), 1, _NEW_ATTEMPT, id="same-gen-failed"),
+        pytest.param(_progress(**_NO_CURSOR, generation=1), 1, _NEW_ATTEMPT, id="same-gen-no-cursor"),
+        pytest.param(_progress(**_INTERRUPTED, generation=0), 0, _RESUME, id="gen-0-interrupted"),
+        # another generation (the task was cleared since): a new attempt from 0
+        pytest.param(_progress(**_INTERRUPTED, generation=0), 1, _NEW_ATTEMPT, id="cleared-interrupted"),
+        pytest.param(_progress(**_COMPLETE, generation=0), 1, _NEW_ATTEMPT, id="cleared-complete"),
+        pytest.param(_progress(**_FAILED, generation=0), 1, _NEW_ATTEMPT, id="cleared-failed"),
+        pytest.param(_progress(**_COMPLETE, generation=5), 1, _NEW_ATTEMPT, id="other-higher-gen"),
+        # written without a generation, read by a task that knows its own: another generation
+        pytest.param(_progress(**_INTERRUPTED), 0, _NEW_ATTEMPT, id="progress-gen-none-interrupted"),
+        pytest.param(_progress(**_COMPLETE), 1, _NEW_ATTEMPT, id="progress-gen-none-complete"),
+    ],
+)
+def test_plan_resume(progress, generation, expected):
+    plan = plan_resume(progress, generation)
+    assert plan == expected
+    attempt, next_seq, cursor, already_complete = plan  # a plain tuple too
+    assert (attempt, next_seq, cursor, already_complete) == tuple(expected)
+
+
+def test_progress_reads_the_generation_from_the_envelope_metadata():
+    def progress(metadata: dict[str, str]) -> StreamProgress:
+        envelope = TriggerEventEnvelope(
+            trigger_run_id="k", sequence_index=1, is_last=False, payload=1, metadata=metadata
+        )
+        return StreamProgress.from_envelope(envelope, topic="t", partition=0, offset=7, first_offset=None)
+
+    assert progress({GENERATION_METADATA_KEY: "3"}).generation == 3
+    assert progress({GENERATION_METADATA_KEY: "0", "first_offset": "2"}).generation == 0
+    assert progress({}).generation is None
+    assert progress({GENERATION_METADATA_KEY: "x"}).generation is None
+    assert progress({GENERATION_METADATA_KEY: "-1"}).generation is None
+
+
+def test_stream_location_never_scans_below_the_low_watermark():
+    location = StreamLocation(topic="t", partition=0, num_partitions=1, low=40, high=90)
+    assert location.scan_start == 40 and location.not_before_ms is None
+    bounded = StreamLocation(topic="t", partition=0, num_partitions=1, low=40, high=90, scan_start=70)
+    assert bounded.scan_start == 70
+
+
+@pytest.mark.parametrize("bad", [-1, True, 1.5, "1700000000000"])
+def test_lookup_refuses_a_bad_not_before_before_any_kafka_access(bad):
+    with pytest.raises(ValueError, match="not_before_ms"):
+        lookup_stream({"bootstrap.servers": "nowhere:1"}, "t", "k", not_before_ms=bad)
+    with pytest.raises(ValueError, match="not_before_ms"):
+        find_stream_progress({"bootstrap.servers": "nowhere:1"}, "t", "k", not_before_ms=bad)
+
+
+def _writer(*, generation: int | None, next_seq: int, first_offset: int | None) -> _AttemptWriter:
+    return _AttemptWriter(
+        None,  # type: ignore[arg-type]  # encode() does not produce
+        topic="t",
+        partition=0,
+        trigger_run_id="k",
+        attempt=1,
+        next_seq=next_seq,
+        first_offset=first_offset,
+        cursor=None,
+        identity=ProducerIdentity(),
+        delivery_timeout=1.0,
+        generation=generation,
     )
 
 
 @pytest.mark.parametrize(
-    ("progress", "restart", "expected"),
+    ("generation", "next_seq", "first_offset", "metadata"),
     [
-        pytest.param(None, False, ResumePlan(0, 0, None, False), id="nothing-written"),
-        pytest.param(None, True, ResumePlan(0, 0, None, False), id="nothing-written-restart"),
-        pytest.param(_progress(attempt=2, seq=4), False, ResumePlan(2, 5, "c5", False), id="interrupted"),
-        pytest.param(_progress(seq=0, cursor="c1"), False, ResumePlan(0, 1, "c1", False), id="after-first"),
-        pytest.param(
-            _progress(attempt=2, seq=4, cursor=None), False, ResumePlan(3, 0, None, False), id="no-cursor"
-        ),
-        pytest.param(
-            _progress(attempt=2, seq=4, is_last=True, error=True),
-            False,
-            ResumePlan(3, 0, None, False),
-            id="failed-attempt",
-        ),
-        pytest.param(
-            _progress(attempt=2, seq=4, is_last=True), False, ResumePlan(2, 5, None, True), id="complete"
-        ),
-        pytest.param(_progress(attempt=2), True, ResumePlan(3, 0, None, False), id="restart-interrupted"),
-        pytest.param(
-            _progress(attempt=2, is_last=True), True, ResumePlan(3, 0, None, False), id="restart-complete"
-        ),
-        pytest.param(
-            _progress(attempt=2, is_last=True, error=True),
-            True,
-            ResumePlan(3, 0, None, False),
-            id="restart-failed",
-        ),
+        (None, 0, None, {}),
+        (None, 3, 10, {"first_offset": "10"}),
+        (2, 0, None, {"generation": "2"}),
+        (2, 3, 10, {"generation": "2", "first_offset": "10"}),
+        (0, 3, None, {"generation": "0"}),
     ],
 )
-def test_plan_resume(progress, restart, expected):
-    plan = plan_resume(progress, restart)
-    assert plan == expected
-    attempt, next_seq, cursor, already_complete = plan  # a plain tuple too
-    assert (attempt, next_seq, cursor, already_complete) == tuple(expected)
+def test_every_envelope_of_an_attempt_records_its_generation(generation, next_seq, first_offset, metadata):
+    writer = _writer(generation=generation, next_seq=next_seq, first_offset=first_offset)
+    for is_last in (False, True):
+        value = writer.encode(payload=None if is_last else {"p": 1}, cursor="c", is_last=is_last, error=None)
+        assert TRIGGER_EVENT_CODEC.decode(value).metadata == metadata
 
 
 # --------------------------------------------------------------------------- pages and triggers
@@ -278,15 +364,23 @@ def _triggers() -> list[Any]:
             topic="x.events",
             kafka_config_id="other",
             finish_task=True,
-            restart=True,
+            generation=2,
+            not_before="2030-01-02T03:04:05.123000+00:00",
             producer_identity={"dag_id": "d", "try_number": 2},
         ),
-        samples.BytesTrigger(chunks=["a", "b"], trigger_run_id="k"),
+        samples.BytesTrigger(chunks=["a", "b"], trigger_run_id="k", generation=0),
+        samples.BytesTrigger(chunks=["a"], not_before=moment + datetime.timedelta(hours=2)),
         StreamingWrapperTrigger(
             wrapped_classpath=f"{SAMPLES}.MultiEventTrigger", wrapped_kwargs={"name": "n", "count": 2}
         ),
         StreamingWrapperTrigger.wrap(
             DateTimeTrigger(moment=moment), max_events=1, timeout=2.5, timeout_is_error=False, topic="w"
+        ),
+        StreamingWrapperTrigger(
+            wrapped_classpath=f"{SAMPLES}.MultiEventTrigger",
+            wrapped_kwargs={"name": "n", "count": 1},
+            generation=7,
+            not_before="2030-01-02T05:04:05+02:00",
         ),
     ]
 
@@ -318,9 +412,29 @@ def test_serialize_maps_onto_init():
         "topic": "t",
         "kafka_config_id": "kafka_default",
         "finish_task": False,
-        "restart": False,
+        "generation": None,
+        "not_before": None,
         "producer_identity": None,
     }
+    json.dumps(kwargs)
+
+
+def test_generation_and_not_before_are_plain_json_kwargs():
+    trigger = samples.PagedTrigger(total=1, generation=3, not_before="2030-01-02T03:04:05Z")
+    kwargs = trigger.serialize()[1]
+    assert (kwargs["generation"], kwargs["not_before"]) == (3, "2030-01-02T03:04:05+00:00")
+    assert json.loads(json.dumps(kwargs)) == kwargs
+    assert trigger.not_before_ms == 1893553445000
+    moment = datetime.datetime(
+        2030, 1, 2, 5, 4, 5, 678900, tzinfo=datetime.timezone(datetime.timedelta(hours=2))
+    )
+    from_datetime = samples.PagedTrigger(total=1, not_before=moment)
+    assert from_datetime.not_before == "2030-01-02T05:04:05.678900+02:00"
+    assert from_datetime.not_before_ms == 1893553445678
+    assert _round_trip(from_datetime).serialize() == from_datetime.serialize()
+    assert samples.PagedTrigger(total=1).not_before_ms is None
+    assert samples.PagedTrigger(total=1, not_before="1960-01-01T00:00:00+00:00").not_before_ms == 0
+    assert not hasattr(samples.PagedTrigger(total=1), "restart")
 
 
 def test_serialize_refuses_subclass_kwargs_named_like_stream_kwargs():
@@ -345,6 +459,15 @@ def test_serialize_refuses_subclass_kwargs_named_like_stream_kwargs():
         {"producer_identity": ["dag"]},
         {"producer_identity": {"unknown": 1}},
         {"producer_identity": {"map_index": "x"}},
+        {"generation": -1},
+        {"generation": True},
+        {"generation": "1"},
+        {"generation": 1.0},
+        {"not_before": "yesterday"},
+        {"not_before": "2030-01-02T03:04:05"},  # no timezone
+        {"not_before": datetime.datetime(2030, 1, 2)},  # naive
+        {"not_before": 1893553445},
+        {"not_before": ""},
     ],
 )
 def test_stream_kwargs_are_checked(kwargs):
