@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import KW_ONLY, dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
@@ -38,6 +39,7 @@ from airflow_kafka_events.operators.streaming import (
     checkpoint_key,
     drive_stream,
     generation_of,
+    not_before_of,
     state_store_of,
 )
 from airflow_kafka_events.serialization_check import check_trigger_kwargs
@@ -226,17 +228,25 @@ class StreamConsumerOperator(BaseOperator):
 
         return KafkaEventsHook(kafka_config_id=self.kafka_config_id).get_settings()
 
-    def starting_point(self, settings: KafkaSettings, trigger_run_id: str) -> Checkpoint:
+    def starting_point(
+        self, settings: KafkaSettings, trigger_run_id: str, not_before: datetime | None = None
+    ) -> Checkpoint:
         """Where a task without a checkpoint starts: the first page of the latest attempt in Kafka.
 
         Nothing written yet (or the lookup failed): the start of the partition, following
-        whatever attempt comes.
+        whatever attempt comes.  ``not_before`` bounds the lookup (no envelope of the DAG run's
+        streams is older than its ``run_after``, see ``not_before_of``).
         """
         from airflow_kafka_events.kafka.progress import find_stream_progress
 
+        not_before_ms = None if not_before is None else int(not_before.timestamp() * 1000)
         try:
             progress = find_stream_progress(
-                settings, self.stream.topic, trigger_run_id, timeout=self.lookup_timeout
+                settings,
+                self.stream.topic,
+                trigger_run_id,
+                timeout=self.lookup_timeout,
+                not_before_ms=not_before_ms,
             )
         except StreamProgressError as exc:
             self.log.info("stream %s: no progress found (%s); reading from the start", trigger_run_id, exc)
@@ -294,7 +304,7 @@ class StreamConsumerOperator(BaseOperator):
             if start is not None:
                 self.log.info("stream %s: resuming after checkpoint %s", trigger_run_id, start)
             else:
-                start = self.starting_point(settings, trigger_run_id)
+                start = self.starting_point(settings, trigger_run_id, not_before_of(context))
         else:
             self.log.warning(
                 "no task state store in the context: the position is kept in the consumer group only"

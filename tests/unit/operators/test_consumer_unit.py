@@ -117,7 +117,8 @@ class _Consumer(StreamConsumerOperator):
     def get_settings(self):
         return None
 
-    def starting_point(self, settings, trigger_run_id):
+    def starting_point(self, settings, trigger_run_id, not_before=None):
+        self.not_before = not_before
         return Checkpoint()
 
     def open_reader(self, settings, trigger_run_id, checkpoint, group_id):
@@ -237,3 +238,21 @@ def test_the_decorated_function_must_take_events_and_context():
 def test_the_decorator_refuses_a_handler_argument():
     with pytest.raises(ConfigurationError, match="no handler"):
         stream_consumer_task(handler="m.f", stream=StreamRef("p"))
+
+
+def test_a_fresh_consumer_bounds_its_lookup_by_the_runs_run_after():
+    from datetime import datetime, timedelta, timezone
+
+    from airflow_kafka_events.operators.streaming import DEFAULT_NOT_BEFORE_MARGIN
+
+    RECORDED.clear()
+    run_after = datetime(2026, 11, 29, 10, 0, tzinfo=timezone.utc)
+    op = _Consumer(
+        envelopes=stream(PRODUCER_RUN, 2),
+        task_id="consume",
+        stream=StreamRef("produce"),
+        handler=f"{__name__}.record",
+    )
+    op.execute(context(task_id="consume", store=DictStore(), run_after=run_after))
+    assert op.not_before == run_after - DEFAULT_NOT_BEFORE_MARGIN
+    assert DEFAULT_NOT_BEFORE_MARGIN == timedelta(minutes=10)
