@@ -1,0 +1,862 @@
+"""Paginated HTTP APIs as streaming triggers: every page of the API becomes one Kafka envelope.
+
+:class:`HttpPaginationTrigger` walks a paginated JSON API inside the triggerer and writes each
+response (or the part of it named by ``items_path``) as one page of its stream; the task
+resumes ONCE, when the last page is in Kafka.  :class:`GraphPaginationTrigger` is the same for
+Microsoft-Graph-style APIs (``@odata.nextLink`` and ``value``).
+
+Connection
+    ``http_conn_id`` is an Airflow HTTP connection, resolved in ``run()`` (never in
+    ``__init__``) by the http provider's :class:`~airflow.providers.http.hooks.http.HttpAsyncHook`:
+    ``host`` (with or without scheme), ``schema`` (scheme, default ``http``), ``port``,
+    ``login``/``password`` (basic auth), and extra fields as request headers.  The extras
+    ``timeout``, ``proxy``/``proxies``, ``verify``/``verify_ssl``, ``allow_redirects``,
+    ``max_redirects`` and ``trust_env`` are honoured; ``srv_lookup``, ``stream`` and ``cert``
+    are not supported here.  Headers given to the trigger override the connection's.
+
+Where the next page is
+    * ``cursor_path``: a path into the JSON body (dotted ``"paging.next"``, or a list of keys
+      and list indices such as ``["@odata.nextLink"]`` for keys that contain dots).  Without
+      ``cursor_param`` its value is a *next link*: a URL (absolute, or relative to the
+      response's URL), fetched with ``GET`` and without ``params``/``data`` (a next link
+      carries its own query).  With ``cursor_param`` the value is an opaque *token*: the next
+      request is the first one (``method``, ``params``, ``data``) with the query parameter
+      ``cursor_param=<token>`` added.
+    * ``next_link_header=True``: the ``rel="next"`` target of the RFC 8288 (RFC 5988)
+      ``Link`` response header is the next link.
+    * neither: the API has a single page.
+
+    A missing, ``null`` or empty cursor value ends the stream after that page.  Next links must
+    have the origin (scheme, host, port) of the first request (the connection's, unless
+    ``endpoint`` is an absolute URL), so the connection's credentials are never sent elsewhere,
+    unless ``allow_foreign_next_links=True``; a next link that repeats an earlier one of the
+    run, or that contains a credential of the connection, ends the stream with an error.
+
+Pages
+    Every successful response is one page (``payload`` = the decoded JSON body, or its
+    ``items_path`` value; an empty body is ``None``), so an API without data is ONE page with
+    no items, not an empty stream.  ``Page.cursor`` is where the next request goes (the
+    absolute next URL, or the token); on the API's last page it is :data:`END_CURSOR` (``""``),
+    not ``None``, so that even a trigger interrupted right after the last page resumes instead
+    of starting a new attempt.  A trigger restarted by the triggerer continues from the last
+    written page's cursor: no page already in Kafka is requested again.  ``max_pages`` bounds
+    the pages of the stream (counted across restarts).
+
+Failures
+    ``429 Too Many Requests`` and ``5xx`` answers, connection errors and timeouts
+    (``request_timeout``) are retried, ``max_retries`` times per request, after the answer's
+    ``Retry-After`` (delay-seconds or an HTTP date, at most ``max_retry_after`` seconds) or,
+    without one, an exponential backoff (``retry_backoff * 2**(retry - 1)``, at most
+    ``max_backoff`` seconds); then the stream ends with a :class:`HttpRetriesExhaustedError`.
+    Any other non-2xx answer (``4xx``, an unfollowed redirect) ends it at once with an
+    :class:`HttpStatusError`.  Error messages name the page, the method, the status and the
+    URL (with userinfo removed and the values of credential-like query parameters replaced by
+    ``***``).  Request headers, credentials and the bodies of error answers are never logged
+    nor written to Kafka.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import json
+import math
+import re
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any, NamedTuple
+from urllib.parse import parse_qsl, urlencode, urljoin, urlsplit, urlunsplit
+
+from airflow_kafka_events.errors import AirflowKafkaEventsError, ConfigurationError
+from airflow_kafka_events.triggers.streaming import Page, StreamingTrigger
+
+if TYPE_CHECKING:
+    import aiohttp
+
+__all__ = [
+    "END_CURSOR",
+    "GraphPaginationTrigger",
+    "HttpPaginationError",
+    "HttpPaginationTrigger",
+    "HttpRetriesExhaustedError",
+    "HttpStatusError",
+    "NextLinkError",
+    "ResponseFormatError",
+    "parse_link_header",
+    "parse_retry_after",
+    "redact_url",
+]
+
+#: ``Page.cursor`` of the API's last page: nothing comes after it.  (A ``None`` cursor would
+#: make a trigger interrupted right after that page start a new attempt and fetch every page
+#: again; with this one it only writes the terminal marker.)
+END_CURSOR = ""
+
+_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
+_DEFAULT_TIMEOUT = 60.0
+_SENSITIVE_NAME = re.compile(
+    r"key|token|secret|passw|pwd|auth|sig|credential|session|cookie|code", re.IGNORECASE
+)
+_PathPart = str | int
+
+
+# ====================================================================== errors
+class HttpPaginationError(AirflowKafkaEventsError):
+    """Why a paginated HTTP stream ended in failure.
+
+    ``method``, ``url`` (redacted, see :func:`redact_url`) and ``status`` (``None`` for
+    connection errors and timeouts) describe the request that failed.
+    """
+
+    def __init__(self, message: str, *, method: str, url: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.method = method
+        self.url = url
+        self.status = status
+
+
+class HttpStatusError(HttpPaginationError):
+    """The API answered a status that is not retried (``4xx`` other than ``429``, ``3xx``)."""
+
+
+class HttpRetriesExhaustedError(HttpPaginationError):
+    """``429``/``5xx`` answers or connection errors persisted through ``max_retries`` retries."""
+
+
+class ResponseFormatError(HttpPaginationError):
+    """A successful answer that cannot be a page: not JSON, no ``items_path``, a bad cursor."""
+
+
+class NextLinkError(HttpPaginationError):
+    """A next link that is not followed: another origin, not http(s), a loop, a credential in it."""
+
+
+# ====================================================================== helpers
+def redact_url(url: str) -> str:
+    """``url`` for logs and errors: no userinfo; credential-like query values become ``***``."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "<unparsable URL>"
+    netloc = parts.netloc.rpartition("@")[2]
+    query = parts.query
+    if query:
+        pairs = parse_qsl(query, keep_blank_values=True)
+        query = urlencode(
+            [(name, "***" if _SENSITIVE_NAME.search(name) else value) for name, value in pairs], safe="*$/:"
+        )
+    return urlunsplit((parts.scheme, netloc, parts.path, query, ""))
+
+
+def parse_retry_after(value: str | None, now: datetime | None = None) -> float | None:
+    """Seconds to wait from a ``Retry-After`` header: delay-seconds or an HTTP date.
+
+    ``None`` when the header is missing or unparsable; a date in the past is ``0.0``.
+    """
+    if value is None:
+        return None
+    text = value.strip()
+    if not text:
+        return None
+    try:
+        seconds = float(text)
+    except ValueError:
+        pass
+    else:
+        return seconds if math.isfinite(seconds) and seconds >= 0 else None
+    try:
+        when = email.utils.parsedate_to_datetime(text)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=timezone.utc)
+    reference = now if now is not None else datetime.now(timezone.utc)
+    return max(0.0, (when - reference).total_seconds())
+
+
+_LINK = re.compile(r"<([^>]*)>((?:\s*;\s*[^;,=\"\s]+\s*(?:=\s*(?:\"[^\"]*\"|[^;,]*))?)*)")
+_LINK_PARAM = re.compile(r";\s*([^;=,\s]+)\s*(?:=\s*(\"[^\"]*\"|[^;,]*))?")
+
+
+def parse_link_header(values: str | Iterable[str]) -> dict[str, str]:
+    """``{rel: target}`` of RFC 8288 ``Link`` header value(s); the first target of a rel wins.
+
+    ``rel`` values are lower-cased and split on whitespace (``rel="next last"`` names both);
+    targets are returned as written (resolve relative ones against the response's URL).
+    """
+    text = values if isinstance(values, str) else ",".join(values)
+    links: dict[str, str] = {}
+    for match in _LINK.finditer(text):
+        target, params = match.group(1).strip(), match.group(2)
+        for name, raw in _LINK_PARAM.findall(params):
+            if name.lower() != "rel":
+                continue
+            rel = raw.strip()
+            if len(rel) >= 2 and rel[0] == rel[-1] == '"':
+                rel = rel[1:-1]
+            for token in rel.lower().split():
+                links.setdefault(token, target)
+    return links
+
+
+def _parse_path(value: Any, name: str) -> tuple[_PathPart, ...] | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        parts: list[Any] = value.split(".")
+    elif isinstance(value, (list, tuple)):
+        parts = list(value)
+    else:
+        raise ConfigurationError(
+            f"{name} must be a dotted str, a list of keys/indices, or None; got {type(value).__qualname__}"
+        )
+    if not parts:
+        raise ConfigurationError(f"{name} must not be empty")
+    for part in parts:
+        if isinstance(part, bool) or not isinstance(part, (str, int)) or part == "":
+            raise ConfigurationError(f"{name} has an invalid part {part!r} (non-empty str or int)")
+    return tuple(parts)
+
+
+def _lookup(document: Any, path: Sequence[_PathPart]) -> tuple[bool, Any]:
+    """``(found, value)`` of ``path`` in a decoded JSON document."""
+    current = document
+    for part in path:
+        if isinstance(current, Mapping) and isinstance(part, str) and part in current:
+            current = current[part]
+        elif isinstance(current, list) and (isinstance(part, int) or (part.isdigit())):
+            index = int(part)
+            if not -len(current) <= index < len(current):
+                return False, None
+            current = current[index]
+        else:
+            return False, None
+    return True, current
+
+
+def _path_text(path: Sequence[_PathPart]) -> str:
+    return ".".join(str(part) for part in path)
+
+
+def _origin(url: str) -> tuple[str, str, int | None]:
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    port = parts.port or {"http": 80, "https": 443}.get(scheme)
+    return scheme, (parts.hostname or "").lower(), port
+
+
+def _url_from_endpoint(base_url: str, endpoint: str) -> str:
+    """The http provider's joining rule: ``base_url`` + ``/`` + ``endpoint`` (absolute endpoints kept)."""
+    if urlsplit(endpoint).scheme in ("http", "https"):
+        return endpoint
+    if base_url and not base_url.endswith("/") and endpoint and not endpoint.startswith("/"):
+        return f"{base_url}/{endpoint}"
+    return base_url + endpoint
+
+
+def _is_encoded(url: str) -> bool:
+    """``url`` has only characters a percent-encoded URL may have (then it is sent as is)."""
+    return all(33 <= ord(char) < 127 for char in url)
+
+
+def _query_items(params: Mapping[str, Any]) -> list[tuple[str, str]]:
+    items: list[tuple[str, str]] = []
+    for name, value in params.items():
+        values = value if isinstance(value, (list, tuple)) else [value]
+        for item in values:
+            if item is None:
+                continue
+            if isinstance(item, bool):
+                items.append((name, "true" if item else "false"))
+            else:
+                items.append((name, str(item)))
+    return items
+
+
+def _check_number(name: str, value: Any, *, low: float, strict: bool = False, integer: bool = False) -> None:
+    ok = False
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if not (integer and isinstance(value, float)) and math.isfinite(value):
+            ok = value > low if strict else value >= low
+    if not ok:
+        kind = "an int" if integer else "a number"
+        raise ConfigurationError(f"{name} must be {kind} {'>' if strict else '>='} {low:g}, got {value!r}")
+
+
+class _Request:
+    """One request of the walk: where it goes and what it sends.
+
+    ``exact``: ``url`` is a next link, sent byte for byte (already percent-encoded).
+    """
+
+    __slots__ = ("exact", "json_body", "method", "query", "url")
+
+    def __init__(
+        self,
+        method: str,
+        url: str,
+        query: list[tuple[str, str]] | None,
+        json_body: Any,
+        *,
+        exact: bool = False,
+    ) -> None:
+        self.method = method
+        self.url = url
+        self.query = query
+        self.json_body = json_body
+        self.exact = exact
+
+    def display(self) -> str:
+        url = self.url
+        if self.query:
+            url = f"{url}{'&' if urlsplit(url).query else '?'}{urlencode(self.query)}"
+        return f"{self.method} {redact_url(url)}"
+
+
+class _Answer(NamedTuple):
+    """A successful answer: decoded JSON body, ``Link`` targets by rel (absolute), final URL."""
+
+    body: Any
+    links: dict[str, str]
+    url: str
+
+
+class _Session:
+    """The connection as the http provider resolves it, and an aiohttp session using it."""
+
+    def __init__(self, base_url: str, headers: dict[str, str], auth: Any, options: dict[str, Any]) -> None:
+        self.base_url = base_url
+        self.headers = headers
+        self.auth = auth
+        self.options = options
+        self.client: aiohttp.ClientSession | None = None
+        self.origin: tuple[str, str, int | None] = _origin(base_url)
+
+    def secrets(self) -> list[str]:
+        """Credential values of the connection (must never end up in a stored cursor)."""
+        found: list[str] = []
+        password = getattr(self.auth, "password", None)
+        if isinstance(password, str) and len(password) >= 4:
+            found.append(password)
+        for name, value in self.headers.items():
+            if _SENSITIVE_NAME.search(name) and isinstance(value, str) and len(value) >= 4:
+                found.append(value)
+                found.extend(part for part in value.split() if len(part) >= 8)  # "Bearer <token>"
+        return found
+
+
+# ====================================================================== the trigger
+class HttpPaginationTrigger(StreamingTrigger):
+    """Streams the pages of a paginated JSON API through Kafka (see the module doc).
+
+    :param endpoint: path (or absolute URL) of the first request, joined to the connection's
+        base URL like the http provider does.
+    :param http_conn_id: Airflow HTTP connection (resolved in ``run()``).
+    :param method: HTTP method of the first request (and of token-cursor requests).
+    :param params: query parameters of the first request (values: str, number, bool, list).
+    :param headers: request headers, over the connection's (keep credentials in the connection).
+    :param data: JSON body of the first request (and of token-cursor requests).
+    :param cursor_path: where the next link / cursor is in the JSON body.
+    :param cursor_param: send the ``cursor_path`` value as this query parameter (token cursors).
+    :param next_link_header: follow the ``Link: <...>; rel="next"`` response header.
+    :param items_path: the page payload is this part of the body instead of the whole body.
+    :param max_pages: most pages of the stream (``None``: until the API's last page).
+    :param max_retries: retries of one request after ``429``/``5xx``/connection errors.
+    :param retry_backoff: first backoff in seconds; doubled on every further retry.
+    :param max_backoff: cap of the backoff in seconds.
+    :param max_retry_after: longest ``Retry-After`` honoured, in seconds.
+    :param request_timeout: seconds for one request (default: the connection's ``timeout``
+        extra, else 60).
+    :param allow_foreign_next_links: follow next links to another origin than the connection's
+        (the connection's credentials then go there too).
+
+    Stream keyword arguments (``trigger_run_id``, ``topic``, ``kafka_config_id``, ...) as in
+    :class:`~airflow_kafka_events.triggers.streaming.StreamingTrigger`.
+    """
+
+    #: ``__init__`` keyword arguments of this class, in :meth:`trigger_kwargs` order.
+    _own_kwargs: tuple[str, ...] = (
+        "endpoint",
+        "http_conn_id",
+        "method",
+        "params",
+        "headers",
+        "data",
+        "cursor_path",
+        "cursor_param",
+        "next_link_header",
+        "items_path",
+        "max_pages",
+        "max_retries",
+        "retry_backoff",
+        "max_backoff",
+        "max_retry_after",
+        "request_timeout",
+        "allow_foreign_next_links",
+    )
+
+    def __init__(
+        self,
+        *,
+        endpoint: str,
+        http_conn_id: str = "http_default",
+        method: str = "GET",
+        params: Mapping[str, Any] | None = None,
+        headers: Mapping[str, str] | None = None,
+        data: Any = None,
+        cursor_path: str | Sequence[str | int] | None = None,
+        cursor_param: str | None = None,
+        next_link_header: bool = False,
+        items_path: str | Sequence[str | int] | None = None,
+        max_pages: int | None = None,
+        max_retries: int = 5,
+        retry_backoff: float = 1.0,
+        max_backoff: float = 60.0,
+        max_retry_after: float = 300.0,
+        request_timeout: float | None = None,
+        allow_foreign_next_links: bool = False,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        owner = type(self).__qualname__
+        if not isinstance(endpoint, str):
+            raise ConfigurationError(f"{owner}: endpoint must be a str, got {type(endpoint).__qualname__}")
+        if not isinstance(http_conn_id, str) or not http_conn_id:
+            raise ConfigurationError(f"{owner}: http_conn_id must be a non-empty str, got {http_conn_id!r}")
+        if not isinstance(method, str) or method.upper() not in _METHODS:
+            raise ConfigurationError(f"{owner}: method must be one of {', '.join(_METHODS)}, got {method!r}")
+        if params is not None:
+            if not isinstance(params, Mapping) or not all(isinstance(k, str) for k in params):
+                raise ConfigurationError(f"{owner}: params must be a dict with str keys or None")
+            for name, value in params.items():
+                values = value if isinstance(value, (list, tuple)) else [value]
+                if not all(v is None or isinstance(v, (str, int, float, bool)) for v in values):
+                    raise ConfigurationError(
+                        f"{owner}: params[{name!r}] must be a str, number, bool, None or a list of those"
+                    )
+        if headers is not None and (
+            not isinstance(headers, Mapping)
+            or not all(isinstance(k, str) and isinstance(v, str) for k, v in headers.items())
+        ):
+            raise ConfigurationError(f"{owner}: headers must be a dict of str to str or None")
+        if data is not None:
+            try:
+                json.dumps(data, allow_nan=False)
+            except (TypeError, ValueError) as exc:
+                raise ConfigurationError(f"{owner}: data must be JSON-serializable: {exc}") from exc
+        self._cursor_path = _parse_path(cursor_path, f"{owner}: cursor_path")
+        self._items_path = _parse_path(items_path, f"{owner}: items_path")
+        if not isinstance(next_link_header, bool):
+            raise ConfigurationError(f"{owner}: next_link_header must be a bool, got {next_link_header!r}")
+        if next_link_header and cursor_path is not None:
+            raise ConfigurationError(f"{owner}: give cursor_path or next_link_header, not both")
+        if cursor_param is not None:
+            if not isinstance(cursor_param, str) or not cursor_param:
+                raise ConfigurationError(f"{owner}: cursor_param must be a non-empty str or None")
+            if cursor_path is None:
+                raise ConfigurationError(f"{owner}: cursor_param needs cursor_path (where the token is)")
+        if max_pages is not None:
+            _check_number(f"{owner}: max_pages", max_pages, low=1, integer=True)
+        _check_number(f"{owner}: max_retries", max_retries, low=0, integer=True)
+        _check_number(f"{owner}: retry_backoff", retry_backoff, low=0)
+        _check_number(f"{owner}: max_backoff", max_backoff, low=0)
+        _check_number(f"{owner}: max_retry_after", max_retry_after, low=0)
+        if request_timeout is not None:
+            _check_number(f"{owner}: request_timeout", request_timeout, low=0, strict=True)
+        if not isinstance(allow_foreign_next_links, bool):
+            raise ConfigurationError(f"{owner}: allow_foreign_next_links must be a bool")
+        self.endpoint = endpoint
+        self.http_conn_id = http_conn_id
+        self.method = method.upper()
+        self.params: dict[str, Any] | None = (
+            None
+            if params is None
+            else {k: list(v) if isinstance(v, (list, tuple)) else v for k, v in params.items()}
+        )
+        self.headers: dict[str, str] | None = None if headers is None else dict(headers)
+        self.data = data
+        self.cursor_path: str | list[str | int] | None = (
+            cursor_path if cursor_path is None or isinstance(cursor_path, str) else list(cursor_path)
+        )
+        self.cursor_param = cursor_param
+        self.next_link_header = next_link_header
+        self.items_path: str | list[str | int] | None = (
+            items_path if items_path is None or isinstance(items_path, str) else list(items_path)
+        )
+        self.max_pages = max_pages
+        self.max_retries = max_retries
+        self.retry_backoff = float(retry_backoff)
+        self.max_backoff = float(max_backoff)
+        self.max_retry_after = float(max_retry_after)
+        self.request_timeout = None if request_timeout is None else float(request_timeout)
+        self.allow_foreign_next_links = allow_foreign_next_links
+        self._first_index = 0
+
+    # ------------------------------------------------------------------ serialization
+    def trigger_kwargs(self) -> dict[str, Any]:
+        values = {name: getattr(self, name) for name in self._own_kwargs}
+        for name in ("params", "headers", "cursor_path", "items_path"):
+            value = values.get(name)
+            if isinstance(value, dict):
+                values[name] = {k: list(v) if isinstance(v, list) else v for k, v in value.items()}
+            elif isinstance(value, list):
+                values[name] = list(value)
+        return values
+
+    # ------------------------------------------------------------------ stream position
+    async def _write_pages(self, writer: Any, cursor: str | None) -> Any:
+        # The stream's next sequence index: ``pages()`` numbers pages (logs, ``max_pages``)
+        # from where a restarted trigger continues.
+        self._first_index = int(getattr(writer, "next_seq", 0) or 0)
+        return await super()._write_pages(writer, cursor)
+
+    # ------------------------------------------------------------------ connection
+    async def open_session(self) -> _Session:
+        """Resolve ``http_conn_id`` with the http provider's ``HttpAsyncHook``; open an aiohttp session."""
+        import aiohttp
+        from airflow.providers.http.hooks.http import HttpAsyncHook
+
+        hook = HttpAsyncHook(method=self.method, http_conn_id=self.http_conn_id)
+        config = await hook.config()
+        if getattr(hook, "_srv_lookup_enabled", False):
+            raise ConfigurationError(
+                f"connection {self.http_conn_id!r}: srv_lookup is not supported by {type(self).__qualname__}"
+            )
+        headers = {str(k): str(v) for k, v in (config.headers or {}).items()}
+        for name, value in (self.headers or {}).items():  # the trigger's headers win, any case
+            for existing in [k for k in headers if k.lower() == name.lower()]:
+                del headers[existing]
+            headers[name] = value
+        auth = config.auth
+        if auth is not None and not any(k.lower() == "authorization" for k in headers):
+            # login/password as a header (aiohttp deprecates ``auth=``); an explicit
+            # Authorization header of the connection or the trigger wins
+            encode = getattr(aiohttp, "encode_basic_auth", None)
+            headers["Authorization"] = (
+                encode(auth.login, auth.password, auth.encoding) if encode is not None else auth.encode()
+            )
+        if not any(k.lower() == "accept" for k in headers):
+            headers["Accept"] = "application/json"
+        extra = dict(config.extra_options or {})
+        options: dict[str, Any] = {}
+        proxy = extra.get("proxy")
+        if isinstance(proxy, Mapping):  # requests-style {"https": "..."}
+            proxy = proxy.get("https") or proxy.get("http")
+        if isinstance(proxy, str) and proxy:
+            options["proxy"] = proxy
+        verify = extra.get("verify_ssl")
+        if verify is not None and str(verify).strip().lower() in ("false", "0", "no"):
+            options["ssl"] = False
+        if "allow_redirects" in extra:
+            options["allow_redirects"] = str(extra["allow_redirects"]).strip().lower() not in (
+                "false",
+                "0",
+                "no",
+            )
+        if "max_redirects" in extra:
+            try:
+                options["max_redirects"] = int(extra["max_redirects"])
+            except (TypeError, ValueError):
+                pass
+        timeout = self.request_timeout
+        if timeout is None:
+            try:
+                timeout = float(extra["timeout"]) if extra.get("timeout") is not None else None
+            except (TypeError, ValueError):
+                timeout = None
+            if timeout is None or not timeout > 0:
+                timeout = _DEFAULT_TIMEOUT
+        trust_env = str(extra.get("trust_env", "false")).strip().lower() in ("true", "1", "yes")
+        session = _Session(config.base_url, headers, auth, options)
+        session.client = aiohttp.ClientSession(
+            timeout=aiohttp.ClientTimeout(total=timeout), trust_env=trust_env, raise_for_status=False
+        )
+        return session
+
+    # ------------------------------------------------------------------ requests
+    def first_request(self, base_url: str) -> _Request:
+        query = _query_items(self.params or {})
+        return _Request(self.method, _url_from_endpoint(base_url, self.endpoint), query or None, self.data)
+
+    def request_for(self, cursor: str, base_url: str) -> _Request:
+        """The request of the page after ``cursor`` (a next URL, or a token with ``cursor_param``)."""
+        if self.cursor_param is not None:
+            request = self.first_request(base_url)
+            query = [(k, v) for k, v in (request.query or []) if k != self.cursor_param]
+            query.append((self.cursor_param, cursor))
+            request.query = query
+            return request
+        return _Request("GET", cursor, None, None, exact=_is_encoded(cursor))
+
+    def backoff(self, retry: int) -> float:
+        """Seconds before retry number ``retry`` (1-based) without ``Retry-After``."""
+        return min(self.max_backoff, self.retry_backoff * (2 ** (retry - 1)))
+
+    async def fetch(self, session: _Session, request: _Request, index: int) -> _Answer:
+        """The successful answer to ``request`` (page ``index``), retrying as documented."""
+        import aiohttp
+        from yarl import URL
+
+        assert session.client is not None
+        url = URL(request.url, encoded=True) if request.exact else URL(request.url)
+        retry = 0
+        while True:
+            status: int | None = None
+            failure: str
+            delay: float | None = None
+            try:
+                async with session.client.request(
+                    request.method,
+                    url,
+                    params=request.query,
+                    json=request.json_body,
+                    headers=session.headers,
+                    **session.options,
+                ) as response:
+                    status = response.status
+                    if 200 <= status < 300:
+                        body = await response.read()
+                        links = parse_link_header(response.headers.getall("Link", []))
+                        final_url = str(response.url)  # after redirects
+                        return _Answer(
+                            body=self._decode(body, request),
+                            links={rel: urljoin(final_url, target) for rel, target in links.items()},
+                            url=final_url,
+                        )
+                    failure = f"answered {status} {response.reason or ''}".rstrip()
+                    if status == 429 or status >= 500:
+                        retry_after = parse_retry_after(response.headers.get("Retry-After"))
+                        if retry_after is not None:
+                            delay = min(retry_after, self.max_retry_after)
+                    else:
+                        raise HttpStatusError(
+                            f"page {index}: {request.display()} {failure}",
+                            method=request.method,
+                            url=redact_url(request.url),
+                            status=status,
+                        )
+            except aiohttp.InvalidURL:
+                raise HttpPaginationError(
+                    f"page {index}: {request.display()}: not a valid URL",
+                    method=request.method,
+                    url=redact_url(request.url),
+                ) from None
+            except aiohttp.TooManyRedirects as exc:
+                raise HttpStatusError(
+                    f"page {index}: {request.display()} was redirected too many times (last status "
+                    f"{exc.status})",
+                    method=request.method,
+                    url=redact_url(request.url),
+                    status=exc.status,
+                ) from None
+            except (aiohttp.ClientError, asyncio.TimeoutError, TimeoutError) as exc:
+                status = None
+                if isinstance(exc, aiohttp.ClientResponseError):  # its str() has the full URL
+                    status = exc.status
+                    detail = f"{exc.status} {exc.message}".strip()
+                elif isinstance(exc, (asyncio.TimeoutError, TimeoutError)):
+                    detail = str(exc) or f"no answer within {session.client.timeout.total:g}s"
+                else:
+                    detail = str(exc)
+                failure = f"failed: {type(exc).__name__}{f': {detail}' if detail else ''}"
+            retry += 1
+            if retry > self.max_retries:
+                raise HttpRetriesExhaustedError(
+                    f"page {index}: {request.display()} {failure}; gave up after {retry} attempt(s) "
+                    f"(max_retries={self.max_retries})",
+                    method=request.method,
+                    url=redact_url(request.url),
+                    status=status,
+                )
+            if delay is None:
+                delay = self.backoff(retry)
+            self.log.warning(
+                "page %d: %s %s; retry %d of %d in %.2fs",
+                index,
+                request.display(),
+                failure,
+                retry,
+                self.max_retries,
+                delay,
+            )
+            await asyncio.sleep(delay)
+
+    def _decode(self, body: bytes, request: _Request) -> Any:
+        if not body.strip():
+            return None
+        try:
+            return json.loads(body)
+        except (UnicodeDecodeError, ValueError) as exc:
+            raise ResponseFormatError(
+                f"{request.display()} answered a body that is not JSON ({type(exc).__name__})",
+                method=request.method,
+                url=redact_url(request.url),
+            ) from None
+
+    # ------------------------------------------------------------------ page content
+    def page_payload(self, body: Any, request: _Request) -> Any:
+        """The page's payload: ``body``, or its ``items_path`` value."""
+        if self._items_path is None:
+            return body
+        found, value = _lookup(body, self._items_path)
+        if not found:
+            raise ResponseFormatError(
+                f"{request.display()} answered a body without items_path {_path_text(self._items_path)!r}",
+                method=request.method,
+                url=redact_url(request.url),
+            )
+        return value
+
+    def next_cursor(self, answer: _Answer, request: _Request, session: _Session) -> str | None:
+        """Where the page after this answer is (``None``: this was the last page)."""
+        if self.next_link_header:
+            value: Any = answer.links.get("next")
+        elif self._cursor_path is not None:
+            _found, value = _lookup(answer.body, self._cursor_path)
+        else:
+            return None
+        if value is None or value == "":
+            return None
+        if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+            raise ResponseFormatError(
+                f"{request.display()}: the cursor at {_path_text(self._cursor_path or ())!r} is a "
+                f"{type(value).__qualname__}, not a str or number",
+                method=request.method,
+                url=redact_url(request.url),
+            )
+        cursor = value if isinstance(value, str) else json.dumps(value)
+        if self.cursor_param is None:
+            cursor = self._check_next_link(urljoin(answer.url, cursor), request, session)
+        for secret in session.secrets():
+            if secret in cursor:
+                raise NextLinkError(
+                    f"{request.display()}: the next cursor contains a credential of connection "
+                    f"{self.http_conn_id!r}; it is not stored",
+                    method=request.method,
+                    url=redact_url(request.url),
+                )
+        return cursor
+
+    def _check_next_link(self, link: str, request: _Request, session: _Session) -> str:
+        scheme = urlsplit(link).scheme.lower()
+        if scheme not in ("http", "https"):
+            raise NextLinkError(
+                f"{request.display()}: the next link is not an http(s) URL ({scheme or 'no scheme'})",
+                method=request.method,
+                url=redact_url(request.url),
+            )
+        if not self.allow_foreign_next_links and _origin(link) != session.origin:
+            raise NextLinkError(
+                f"{request.display()}: the next link {redact_url(link)} leaves the origin "
+                f"{session.origin[0]}://{session.origin[1]}:{session.origin[2]} of the first request "
+                f"(connection {self.http_conn_id!r}); pass allow_foreign_next_links=True to follow it",
+                method=request.method,
+                url=redact_url(request.url),
+            )
+        return link
+
+    # ------------------------------------------------------------------ the walk
+    async def pages(self, cursor: str | None) -> AsyncIterator[Page]:
+        if cursor == END_CURSOR:
+            return  # the last written page was the API's last page
+        index = self._first_index if cursor is not None else 0
+        if self.max_pages is not None and index >= self.max_pages:
+            return
+        session = await self.open_session()
+        session.origin = _origin(self.first_request(session.base_url).url)
+        try:
+            request = (
+                self.first_request(session.base_url)
+                if cursor is None
+                else self.request_for(cursor, session.base_url)
+            )
+            seen: set[str] = set() if cursor is None else {cursor}
+            self.log.info(
+                "connection %s: %s with %s",
+                self.http_conn_id,
+                "starting" if cursor is None else f"resuming at page {index}",
+                request.display(),
+            )
+            while True:
+                answer = await self.fetch(session, request, index)
+                payload = self.page_payload(answer.body, request)
+                following = self.next_cursor(answer, request, session)
+                if following is not None and following in seen:
+                    raise NextLinkError(
+                        f"page {index}: {request.display()} points back to an earlier page; stopping a loop",
+                        method=request.method,
+                        url=redact_url(request.url),
+                    )
+                capped = self.max_pages is not None and index + 1 >= self.max_pages
+                self.log.info(
+                    "page %d: %s%s",
+                    index,
+                    request.display(),
+                    " (the API's last page)"
+                    if following is None
+                    else (f" (max_pages={self.max_pages} reached)" if capped else ""),
+                )
+                yield Page(payload=payload, cursor=END_CURSOR if following is None else following)
+                if following is None or capped:
+                    return
+                seen.add(following)
+                request = self.request_for(following, session.base_url)
+                index += 1
+        finally:
+            if session.client is not None:
+                await session.client.close()
+
+
+#: What :class:`GraphPaginationTrigger` fixes (not among its ``__init__`` arguments).
+_GRAPH_FIXED = ("cursor_path", "cursor_param", "next_link_header", "items_path")
+
+
+class GraphPaginationTrigger(HttpPaginationTrigger):
+    """:class:`HttpPaginationTrigger` for Microsoft-Graph-style APIs.
+
+    The next page is the absolute ``@odata.nextLink`` of the body (fetched with ``GET``), the
+    page payload the body's ``value`` list.  ``http_conn_id`` (default ``msgraph``) is an HTTP
+    connection to the Graph root, e.g. host ``https://graph.microsoft.com``; put the
+    ``Authorization`` header in its extras.  ``endpoint`` is e.g. ``"v1.0/users"``; OData
+    options go to ``params`` (``{"$top": 100, "$select": "id,displayName"}``).  Graph's
+    throttling answers (``429`` with ``Retry-After``) are waited out.
+    """
+
+    _own_kwargs = tuple(name for name in HttpPaginationTrigger._own_kwargs if name not in _GRAPH_FIXED)
+
+    def __init__(
+        self,
+        *,
+        endpoint: str,
+        http_conn_id: str = "msgraph",
+        method: str = "GET",
+        params: Mapping[str, Any] | None = None,
+        headers: Mapping[str, str] | None = None,
+        data: Any = None,
+        max_pages: int | None = None,
+        max_retries: int = 5,
+        retry_backoff: float = 1.0,
+        max_backoff: float = 60.0,
+        max_retry_after: float = 300.0,
+        request_timeout: float | None = None,
+        allow_foreign_next_links: bool = False,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(
+            endpoint=endpoint,
+            http_conn_id=http_conn_id,
+            method=method,
+            params=params,
+            headers=headers,
+            data=data,
+            cursor_path=["@odata.nextLink"],
+            items_path="value",
+            max_pages=max_pages,
+            max_retries=max_retries,
+            retry_backoff=retry_backoff,
+            max_backoff=max_backoff,
+            max_retry_after=max_retry_after,
+            request_timeout=request_timeout,
+            allow_foreign_next_links=allow_foreign_next_links,
+            **kwargs,
+        )
