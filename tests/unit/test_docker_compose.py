@@ -446,3 +446,20 @@ def test_asset_bridge_is_opt_in(compose: dict[str, Any], services: dict[str, dic
     # The image's /entrypoint would run the command as `airflow airflow-kafka-events ...`.
     assert "/entrypoint" not in _as_argv(bridge.get("entrypoint")), "bridge must bypass /entrypoint"
     assert bridge.get("image") == compose["x-airflow-common"].get("image")
+
+
+@pytest.mark.unit
+def test_asset_bridge_reaches_the_api_with_the_op_users_password_file(
+    compose: dict[str, Any], services: dict[str, dict[str, Any]]
+) -> None:
+    env = services["asset-bridge"]["environment"]
+    assert env["AIRFLOW_KAFKA_EVENTS_BRIDGE_API_URL"] == "http://airflow-apiserver:8080"
+    assert env["AIRFLOW_KAFKA_EVENTS_BRIDGE_USERNAME"] == "bridge"
+    assert "bridge:op" in env["AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS"]
+    # the api-server writes the generated passwords where the bridge reads them: one shared volume
+    passwords = env["AIRFLOW_KAFKA_EVENTS_BRIDGE_PASSWORD_FILE"]
+    assert env["AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE"] == passwords
+    for name in ("asset-bridge", "airflow-apiserver"):
+        mounts = [str(v) for v in services[name].get("volumes", [])]
+        assert any(m.startswith("airflow-auth:") and passwords.startswith(m.split(":")[1]) for m in mounts)
+    assert "airflow-auth" in compose["volumes"]
