@@ -68,6 +68,28 @@ def airflow_extra_env(request: pytest.FixtureRequest) -> dict[str, str]:
         env["AIRFLOW_CONN_KAFKA_DEFAULT"] = json.dumps(
             {"conn_type": "kafka", "extra": {"bootstrap.servers": bootstrap}}
         )
+        # Asset watchers (tests/e2e/assets_watcher): a connection of their own with its own
+        # consumer group; topic and group names carry a per-session suffix.
+        import uuid
+
+        watcher_run = uuid.uuid4().hex[:8]
+        env["AIRFLOW_KAFKA_EVENTS_E2E_WATCHER_RUN"] = watcher_run
+        env["AIRFLOW_CONN_KAFKA_WATCHER"] = json.dumps(
+            {
+                "conn_type": "kafka",
+                "extra": {
+                    "bootstrap.servers": bootstrap,
+                    "group.id": f"e2e-asset-watchers-{watcher_run}",
+                    "enable.auto.commit": "false",
+                    "auto.offset.reset": "earliest",
+                    "session.timeout.ms": "10000",
+                    "topic.metadata.refresh.interval.ms": "2000",
+                },
+            }
+        )
+        # Watchers sharing a consumer re-subscribe one by one after a triggerer restart: give the
+        # cohort time to join before the first record is handed out (default 0).
+        env["AIRFLOW__TRIGGERER__SHARED_STREAM_COHORT_GRACE_PERIOD"] = "5"
     return env
 
 

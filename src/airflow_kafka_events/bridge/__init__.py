@@ -1,0 +1,52 @@
+"""The partition bridge: Kafka asset events -> Airflow asset events with their partition key.
+
+``airflow-kafka-events bridge`` runs :class:`~airflow_kafka_events.bridge.service.BridgeService`
+with a :class:`~airflow_kafka_events.bridge.config.BridgeConfig`; the REST client is
+:mod:`airflow_kafka_events.bridge.airflow_api`.  Importing this package imports no Airflow
+module (the bridge is a plain process beside Airflow, talking to its REST API).
+"""
+
+from __future__ import annotations
+
+from airflow_kafka_events.bridge.airflow_api import (
+    AirflowApiClient,
+    AirflowApiError,
+    AssetIdCache,
+    AuthenticationError,
+    BridgeError,
+    ForbiddenError,
+    NotFoundError,
+    RejectedError,
+    TransientApiError,
+    UnknownAssetError,
+)
+from airflow_kafka_events.bridge.config import BridgeConfig, RetryPolicy
+from airflow_kafka_events.bridge.service import (
+    BridgeService,
+    CausationTooDeepError,
+    DeadLetterError,
+    Outcome,
+    RetriesExhaustedError,
+    event_extra,
+)
+
+__all__ = [
+    "AirflowApiClient",
+    "AirflowApiError",
+    "AssetIdCache",
+    "AuthenticationError",
+    "BridgeConfig",
+    "BridgeError",
+    "BridgeService",
+    "CausationTooDeepError",
+    "DeadLetterError",
+    "ForbiddenError",
+    "NotFoundError",
+    "Outcome",
+    "RejectedError",
+    "RetriesExhaustedError",
+    "RetryPolicy",
+    "TransientApiError",
+    "UnknownAssetError",
+    "event_extra",
+]

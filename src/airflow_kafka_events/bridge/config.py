@@ -1,0 +1,424 @@
+"""Settings of the partition bridge: one validated, immutable :class:`BridgeConfig`.
+
+Every setting comes from a command-line flag, else an environment variable, else a default
+(:meth:`BridgeConfig.from_sources`).  Kafka settings use the package's usual sources
+(``--bootstrap-servers`` / ``--properties`` / ``--property``, ``KAFKA_BOOTSTRAP_SERVERS``,
+``AIRFLOW_KAFKA_EVENTS_PROPERTIES``).  The password never comes from a flag (flags are visible in
+the process list): it comes from ``--password-file``, ``$AIRFLOW_KAFKA_EVENTS_BRIDGE_PASSWORD_FILE``
+or ``$AIRFLOW_KAFKA_EVENTS_BRIDGE_PASSWORD``.  A password file holds the password, or a simple auth
+manager passwords file (a JSON object ``{"<username>": "<password>", ...}``).
+
+Authorization is the same as the asset watcher's (:mod:`airflow_kafka_events.assets.authz`):
+``--allow`` rules (JSON objects restricting ``source_kinds`` / ``dag_ids`` / ``producers``; an
+event must match one) and HMAC-SHA256 signatures checked with the keys of ``--signing-key-file``
+(one key per line, the current key first; every listed key is accepted, for rotation).
+
+This module imports no Airflow module.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import math
+import os
+import random
+import urllib.parse
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from airflow_kafka_events.assets.authz import Allowlist
+from airflow_kafka_events.errors import ConfigurationError, ValidationError
+from airflow_kafka_events.kafka.settings import KafkaSettings
+
+__all__ = [
+    "DEFAULT_DLQ_TOPIC",
+    "DEFAULT_GROUP",
+    "DEFAULT_TOPIC",
+    "ENV_ALLOW",
+    "ENV_API_URL",
+    "ENV_ASSETS",
+    "ENV_DLQ_TOPIC",
+    "ENV_FAULT",
+    "ENV_GROUP",
+    "ENV_PASSWORD",
+    "ENV_PASSWORD_FILE",
+    "ENV_SIGNING_KEY_FILES",
+    "ENV_TOPIC",
+    "ENV_USERNAME",
+    "FAULT_EXIT_AFTER_POST",
+    "BridgeConfig",
+    "RetryPolicy",
+    "parse_allow_rules",
+    "read_password_file",
+    "read_signing_keys",
+]
+
+ENV_PREFIX = "AIRFLOW_KAFKA_EVENTS_BRIDGE_"
+ENV_API_URL = ENV_PREFIX + "API_URL"
+ENV_USERNAME = ENV_PREFIX + "USERNAME"
+ENV_PASSWORD = ENV_PREFIX + "PASSWORD"
+ENV_PASSWORD_FILE = ENV_PREFIX + "PASSWORD_FILE"
+ENV_TOPIC = ENV_PREFIX + "TOPIC"
+ENV_GROUP = ENV_PREFIX + "GROUP"
+ENV_DLQ_TOPIC = ENV_PREFIX + "DLQ_TOPIC"
+#: Comma-separated asset patterns (as ``--asset``).
+ENV_ASSETS = ENV_PREFIX + "ASSETS"
+#: Allowlist in its JSON form: a list of rule objects (as ``--allow``, one rule each).
+ENV_ALLOW = ENV_PREFIX + "ALLOW"
+#: Files of signing keys, separated by ``os.pathsep`` (as ``--signing-key-file``).
+ENV_SIGNING_KEY_FILES = ENV_PREFIX + "SIGNING_KEY_FILES"
+#: Fault injection for tests: ``exit-after-post`` or ``exit-after-post:<partition key>``.
+ENV_FAULT = ENV_PREFIX + "FAULT"
+#: The provider's topic option, read as a fallback for the topic (as ``emit`` does).
+ENV_ASSET_EVENTS_TOPIC = "AIRFLOW__KAFKA_EVENTS__ASSET_EVENTS_TOPIC"
+
+DEFAULT_TOPIC = "airflow.asset-events"
+DEFAULT_GROUP = "airflow-kafka-events.bridge"
+DEFAULT_DLQ_TOPIC = "airflow.kafka-events.dlq"
+FAULT_EXIT_AFTER_POST = "exit-after-post"
+
+#: Default bound on an event's causation chain (the asset watcher's default too).
+DEFAULT_MAX_CAUSATION_DEPTH = 8
+
+#: Largest page Airflow's REST API returns with the default ``[api] maximum_page_limit``.
+API_PAGE_LIMIT = 100
+
+
+# --------------------------------------------------------------------------- retry policy
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Bounded exponential backoff for transient failures (5xx, 408, 429, connection errors).
+
+    ``max_attempts`` counts every attempt, the first included.  The delay after the ``n``-th
+    failure is ``initial_backoff * multiplier ** (n - 1)`` capped at ``max_backoff``, raised to a
+    server's ``Retry-After`` (also capped), then shortened by up to ``jitter`` (a fraction) so
+    that replicas do not retry in lock step; it never exceeds ``max_backoff``.
+    """
+
+    max_attempts: int = 8
+    initial_backoff: float = 0.5
+    max_backoff: float = 30.0
+    multiplier: float = 2.0
+    jitter: float = 0.2
+
+    def __post_init__(self) -> None:
+        if isinstance(self.max_attempts, bool) or not isinstance(self.max_attempts, int):
+            raise ConfigurationError(f"max_attempts must be an int, got {self.max_attempts!r}")
+        if self.max_attempts < 1:
+            raise ConfigurationError(f"max_attempts must be >= 1, got {self.max_attempts}")
+        for name in ("initial_backoff", "max_backoff", "multiplier", "jitter"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise ConfigurationError(f"{name} must be a finite number, got {value!r}")
+        if self.initial_backoff < 0 or self.max_backoff < self.initial_backoff:
+            raise ConfigurationError(
+                f"backoff must satisfy 0 <= initial_backoff <= max_backoff, got "
+                f"{self.initial_backoff} and {self.max_backoff}"
+            )
+        if self.multiplier < 1:
+            raise ConfigurationError(f"multiplier must be >= 1, got {self.multiplier}")
+        if not 0 <= self.jitter < 1:
+            raise ConfigurationError(f"jitter must be in [0, 1), got {self.jitter}")
+
+    def delay(
+        self, failures: int, retry_after: float | None = None, *, rand: Callable[[], float] = random.random
+    ) -> float:
+        """Seconds to wait after ``failures`` failed attempts (``failures >= 1``)."""
+        if failures < 1:
+            raise ValueError(f"failures must be >= 1, got {failures}")
+        exponent = min(failures - 1, 64)  # no float overflow on absurd counts
+        base = min(self.max_backoff, self.initial_backoff * self.multiplier**exponent)
+        if retry_after is not None and retry_after > base:
+            return min(self.max_backoff, retry_after)
+        return base * (1.0 - self.jitter * rand())
+
+    def gives_up_after(self, failures: int) -> bool:
+        """Whether ``failures`` failed attempts exhaust the policy."""
+        return failures >= self.max_attempts
+
+    def worst_case_wait(self) -> float:
+        """Total backoff, without jitter, before the policy gives up (request time not included)."""
+        return sum(
+            min(self.max_backoff, self.initial_backoff * self.multiplier ** min(n, 64))
+            for n in range(self.max_attempts - 1)
+        )
+
+
+# --------------------------------------------------------------------------- helpers
+def read_password_file(path: str | os.PathLike[str], username: str) -> str:
+    """The password in ``path``: the file's text, or ``{username: password}`` of a JSON object file."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigurationError(f"cannot read the password file {p}: {exc.strerror or exc}") from None
+    stripped = text.strip()
+    if stripped.startswith("{"):
+        try:
+            users = json.loads(stripped)
+        except ValueError:
+            users = None
+        if isinstance(users, dict):
+            value = users.get(username)
+            if not isinstance(value, str) or not value:
+                raise ConfigurationError(
+                    f"the password file {p} is a JSON object without a password for user {username!r}"
+                )
+            return value
+    password = text.rstrip("\r\n")
+    if not password:
+        raise ConfigurationError(f"the password file {p} is empty")
+    return password
+
+
+def read_signing_keys(paths: Iterable[str | os.PathLike[str]]) -> tuple[bytes, ...]:
+    """The HMAC keys in ``paths``: every non-blank line (without its line break), UTF-8, in order."""
+    keys: list[bytes] = []
+    for path in paths:
+        p = Path(path)
+        try:
+            text = p.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ConfigurationError(f"cannot read the signing key file {p}: {exc.strerror or exc}") from None
+        found = [line.rstrip("\r") for line in text.split("\n") if line.strip()]
+        if not found:
+            raise ConfigurationError(f"the signing key file {p} holds no key")
+        keys.extend(key.encode("utf-8") for key in found)
+    return tuple(keys)
+
+
+def parse_allow_rules(values: Iterable[Any]) -> Allowlist | None:
+    """An :class:`Allowlist` from rules given as JSON text (an object, or a list of objects) or dicts."""
+    rules: list[Any] = []
+    for value in values:
+        if isinstance(value, str):
+            try:
+                value = json.loads(value)
+            except ValueError as exc:
+                raise ConfigurationError(f"an allow rule is not valid JSON: {exc}") from None
+        rules.extend(value if isinstance(value, list) else [value])
+    if not rules:
+        return None
+    try:
+        return Allowlist.from_config(rules)
+    except ValidationError as exc:
+        raise ConfigurationError(f"invalid allow rule: {exc}") from None
+
+
+def _check_api_url(url: str) -> str:
+    parsed = urllib.parse.urlsplit(url)
+    if parsed.scheme not in {"http", "https"} or not parsed.netloc:
+        raise ConfigurationError(f"the Airflow API URL must be http(s)://host[:port][/prefix], got {url!r}")
+    if parsed.username or parsed.password:
+        raise ConfigurationError(
+            "the Airflow API URL must not hold credentials; use --username/--password-file"
+        )
+    if parsed.query or parsed.fragment:
+        raise ConfigurationError(f"the Airflow API URL must have no query or fragment, got {url!r}")
+    return url.rstrip("/")
+
+
+def _positive(name: str, value: Any, *, integer: bool = False, allow_zero: bool = False) -> None:
+    kinds: tuple[type, ...] = (int,) if integer else (int, float)
+    bad_type = isinstance(value, bool) or not isinstance(value, kinds)
+    if bad_type or (isinstance(value, float) and not math.isfinite(value)):
+        raise ConfigurationError(f"{name} must be {'an int' if integer else 'a number'}, got {value!r}")
+    if value < 0 or (value == 0 and not allow_zero):
+        raise ConfigurationError(f"{name} must be {'>= 0' if allow_zero else '> 0'}, got {value!r}")
+
+
+def _split_patterns(values: Iterable[str]) -> tuple[str, ...]:
+    patterns: list[str] = []
+    for value in values:
+        for part in value.split(","):
+            part = part.strip()
+            if part and part not in patterns:
+                patterns.append(part)
+    return tuple(patterns)
+
+
+def _parse_fault(value: str | None) -> tuple[bool, str | None]:
+    if not value:
+        return False, None
+    kind, sep, key = value.partition(":")
+    if kind != FAULT_EXIT_AFTER_POST or (sep and not key):
+        raise ConfigurationError(
+            f"{ENV_FAULT} must be {FAULT_EXIT_AFTER_POST!r} or '{FAULT_EXIT_AFTER_POST}:<partition key>', "
+            f"got {value!r}"
+        )
+    return True, key or None
+
+
+# --------------------------------------------------------------------------- config
+@dataclass(frozen=True)
+class BridgeConfig:
+    """Everything the bridge needs; validated on construction (:class:`ConfigurationError`).
+
+    ``assets`` holds ``fnmatch`` patterns matched against an event's asset URI and name; when it is
+    not empty, events of other assets are skipped (left to other consumers).  ``allowlist`` and
+    ``signing_keys`` (when not empty, events must be signed with one of them) refuse events to the
+    dead-letter topic, as do events with more than ``max_causation_depth`` ancestors.
+    ``recheck_records`` is how
+    many records of a newly assigned partition are first looked up among the asset's
+    ``recent_events_limit`` most recent Airflow asset events (the window a previous owner may have
+    posted without committing).  ``fault_after_post`` (tests only) makes the process exit between
+    the POST of an event (optionally only of ``fault_partition_key``) and its offset commit.
+    """
+
+    kafka: KafkaSettings
+    api_url: str
+    username: str
+    password: str = field(repr=False)
+    topic: str = DEFAULT_TOPIC
+    group_id: str = DEFAULT_GROUP
+    dlq_topic: str = DEFAULT_DLQ_TOPIC
+    assets: tuple[str, ...] = ()
+    allowlist: Allowlist | None = None
+    signing_keys: tuple[bytes, ...] = field(default=(), repr=False)
+    max_causation_depth: int = DEFAULT_MAX_CAUSATION_DEPTH
+    skip_unpartitioned: bool = False
+    request_timeout: float = 10.0
+    retry: RetryPolicy = RetryPolicy()
+    token_renew_margin: float = 60.0
+    recheck_records: int = 20
+    recent_events_limit: int = API_PAGE_LIMIT
+    seen_keys_max: int = 100_000
+    seen_keys_ttl: float = 24 * 3600.0
+    batch_size: int = 50
+    poll_timeout: float = 1.0
+    fault_after_post: bool = False
+    fault_partition_key: str | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.kafka, KafkaSettings):
+            raise ConfigurationError(f"kafka must be KafkaSettings, got {type(self.kafka).__qualname__}")
+        object.__setattr__(self, "api_url", _check_api_url(self.api_url))
+        for name in ("username", "password", "topic", "group_id", "dlq_topic"):
+            value = getattr(self, name)
+            if not isinstance(value, str) or not value.strip():
+                raise ConfigurationError(f"{name} must be a non-empty str")
+        if self.dlq_topic == self.topic:
+            raise ConfigurationError("the dead-letter topic must differ from the topic the bridge consumes")
+        if not isinstance(self.retry, RetryPolicy):
+            raise ConfigurationError("retry must be a RetryPolicy")
+        object.__setattr__(self, "assets", _split_patterns(self.assets))
+        if self.allowlist is not None and not isinstance(self.allowlist, Allowlist):
+            raise ConfigurationError("allowlist must be an Allowlist or None")
+        keys = tuple(self.signing_keys)
+        if any(not isinstance(key, bytes) or not key for key in keys):
+            raise ConfigurationError("signing keys must be non-empty bytes")
+        object.__setattr__(self, "signing_keys", keys)
+        _positive("max_causation_depth", self.max_causation_depth, integer=True, allow_zero=True)
+        _positive("request_timeout", self.request_timeout)
+        _positive("token_renew_margin", self.token_renew_margin, allow_zero=True)
+        _positive("recheck_records", self.recheck_records, integer=True, allow_zero=True)
+        _positive("recent_events_limit", self.recent_events_limit, integer=True)
+        _positive("seen_keys_max", self.seen_keys_max, integer=True)
+        _positive("seen_keys_ttl", self.seen_keys_ttl)
+        _positive("batch_size", self.batch_size, integer=True)
+        _positive("poll_timeout", self.poll_timeout)
+        if self.fault_partition_key is not None and not self.fault_after_post:
+            raise ConfigurationError("fault_partition_key needs fault_after_post")
+
+    def handles(self, uri: str, name: str) -> bool:
+        """Whether events of the asset (``uri``, ``name``) are this bridge's (``assets``)."""
+        if not self.assets:
+            return True
+        return any(fnmatch.fnmatchcase(uri, p) or fnmatch.fnmatchcase(name, p) for p in self.assets)
+
+    def consumer_config(self) -> dict[str, Any]:
+        """librdkafka consumer settings: the bridge's group, manual commits, earliest reset."""
+        return self.kafka.consumer_config(self.group_id)
+
+    def describe(self) -> dict[str, Any]:
+        """The settings worth logging (no password, no Kafka secrets)."""
+        return {
+            "bootstrap_servers": self.kafka.bootstrap_servers,
+            "topic": self.topic,
+            "group_id": self.group_id,
+            "dlq_topic": self.dlq_topic,
+            "api_url": self.api_url,
+            "username": self.username,
+            "assets": list(self.assets),
+            "allow": None if self.allowlist is None else self.allowlist.to_config(),
+            "signed_events_only": bool(self.signing_keys),
+            "max_causation_depth": self.max_causation_depth,
+            "skip_unpartitioned": self.skip_unpartitioned,
+            "max_attempts": self.retry.max_attempts,
+            "recheck_records": self.recheck_records,
+            "recent_events_limit": self.recent_events_limit,
+        }
+
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def from_sources(
+        cls,
+        *,
+        api_url: str | None = None,
+        username: str | None = None,
+        password_file: str | os.PathLike[str] | None = None,
+        topic: str | None = None,
+        group_id: str | None = None,
+        dlq_topic: str | None = None,
+        assets: Iterable[str] = (),
+        allow: Iterable[Any] = (),
+        signing_key_files: Iterable[str | os.PathLike[str]] = (),
+        bootstrap_servers: str | None = None,
+        properties_file: str | os.PathLike[str] | None = None,
+        overrides: Mapping[str, Any] | None = None,
+        environ: Mapping[str, str] | None = None,
+        **options: Any,
+    ) -> BridgeConfig:
+        """Flags (the arguments) win over the environment, which wins over the defaults.
+
+        ``options`` are further :class:`BridgeConfig` fields (``request_timeout``, ``retry`` ...).
+        """
+        env = os.environ if environ is None else environ
+        url = api_url or env.get(ENV_API_URL)
+        if not url:
+            raise ConfigurationError(
+                f"the bridge needs the Airflow API URL: pass --api-url or set {ENV_API_URL}"
+            )
+        user = username or env.get(ENV_USERNAME)
+        if not user:
+            raise ConfigurationError(f"the bridge needs a username: pass --username or set {ENV_USERNAME}")
+        file = password_file or env.get(ENV_PASSWORD_FILE)
+        if file:
+            password = read_password_file(file, user)
+        elif env.get(ENV_PASSWORD):
+            password = env[ENV_PASSWORD]
+        else:
+            raise ConfigurationError(
+                "the bridge needs a password: pass --password-file or set "
+                f"{ENV_PASSWORD_FILE} or {ENV_PASSWORD}"
+            )
+        fault, fault_key = _parse_fault(env.get(ENV_FAULT))
+        patterns = list(assets) or ([env[ENV_ASSETS]] if env.get(ENV_ASSETS) else [])
+        rules = list(allow) or ([env[ENV_ALLOW]] if env.get(ENV_ALLOW) else [])
+        key_files = list(signing_key_files) or [
+            p for p in env.get(ENV_SIGNING_KEY_FILES, "").split(os.pathsep) if p.strip()
+        ]
+        kafka = KafkaSettings.from_sources(
+            bootstrap_servers=bootstrap_servers,
+            properties_file=properties_file,
+            overrides=overrides,
+            environ=env,
+        )
+        return cls(
+            kafka=kafka,
+            api_url=url,
+            username=user,
+            password=password,
+            topic=topic or env.get(ENV_TOPIC) or env.get(ENV_ASSET_EVENTS_TOPIC) or DEFAULT_TOPIC,
+            group_id=group_id or env.get(ENV_GROUP) or DEFAULT_GROUP,
+            dlq_topic=dlq_topic or env.get(ENV_DLQ_TOPIC) or DEFAULT_DLQ_TOPIC,
+            assets=tuple(patterns),
+            allowlist=parse_allow_rules(rules),
+            signing_keys=read_signing_keys(key_files),
+            fault_after_post=fault,
+            fault_partition_key=fault_key,
+            **options,
+        )

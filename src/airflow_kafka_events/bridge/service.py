@@ -1,0 +1,615 @@
+"""The partition bridge: asset events from Kafka become Airflow asset events WITH their partition key.
+
+Airflow 3.3 gives the events of an ``AssetWatcher`` no partition key, so DAGs scheduled with
+``PartitionedAssetTimetable`` never run from a watcher.  The public REST API does accept one
+(``POST /api/v2/assets/events``), so the bridge consumes
+:class:`~airflow_kafka_events.envelopes.AssetEventEnvelope` records and posts each of them there.
+
+For each record, in partition order:
+
+1. a record that does not decode (poison: ``undecodable``, ``unknown-schema``,
+   ``invalid-envelope``) goes to the dead-letter topic;
+2. events of assets outside ``--asset`` (when given), and without a partition key when
+   ``--skip-unpartitioned``, are skipped (left to other consumers, e.g. an AssetWatcher);
+3. the same checks as the asset watcher's: signature (``--signing-key-file``: ``signature-missing``
+   / ``signature-invalid``), source allowlist (``--allow``: ``not-allowed``), causation depth
+   (``--max-causation-depth``: ``causation-too-deep``), and a partition key Airflow would accept
+   (``invalid-envelope``) — a failure goes to the dead-letter topic;
+4. a repeat of an idempotency key seen recently (a bounded :class:`SeenKeys` per process, scoped
+   by asset) is skipped;
+5. the asset id is resolved by exact name and URI (cached; asked again on a miss) — an unknown
+   asset goes to the dead-letter topic (``unknown-asset``);
+6. for the first ``recheck_records`` records of a newly assigned partition (the window a previous
+   owner may have posted without committing), and before repeating a POST whose outcome is
+   unknown (timeout, 5xx), the asset's most recent Airflow events are searched for the envelope's
+   ``event_id`` or idempotency key: when found, nothing is posted;
+7. ``POST /api/v2/assets/events`` with the partition key and ``extra`` = the envelope's extra,
+   ``partition_date`` (ISO-8601; the REST API has no such field, so it travels in ``extra``) and
+   the provenance under ``extra["airflow_kafka_events"]`` (``event_id``, ``idempotency_key``,
+   ``causation``, ``source``, ``emitted_at``, ``kafka`` coordinates) — what
+   :func:`~airflow_kafka_events.assets.emit.triggering_causation` reads to extend causation chains;
+   any other 4xx goes to the dead-letter topic with Airflow's answer (``rejected-by-airflow``);
+8. the record's offset is committed — only after a 2xx, a found duplicate, a skip, or an
+   acknowledged dead-letter write.
+
+Transient failures (connection errors, timeouts, 5xx, 408, 425, 429) are retried with bounded
+exponential backoff; when the budget is spent the bridge stops with an error *without* committing
+(the record is not skipped: a restarted bridge, or another replica, takes it again).  A 401 renews
+the token once; a 403 or refused credentials stop the bridge (configuration errors).
+
+SIGTERM / SIGINT: the event in flight is finished and committed, then the consumer leaves the
+group; records fetched but not handled are not committed and are delivered again.
+
+Dead-letter records are written with :class:`~airflow_kafka_events.dlq.DeadLetterWriter` (the
+original value, key and headers plus the ``x-reason`` / ``x-error-*`` / ``x-source-*`` headers of
+:mod:`airflow_kafka_events.dlq`).  Besides the :class:`~airflow_kafka_events.dlq.DeadLetterReason`
+codes the bridge writes ``unknown-asset`` (no active Airflow asset with that name and URI) and
+``rejected-by-airflow`` (any other 4xx answer; the status and Airflow's detail are in
+``x-error-message``).
+
+This module imports no Airflow module.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+import threading
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from enum import Enum
+from types import FrameType
+from typing import Any, TypeVar
+
+from confluent_kafka import KafkaError, TopicPartition
+
+from airflow_kafka_events.assets.authz import AuthorizationError, verify_envelope
+from airflow_kafka_events.assets.external import PROVENANCE_EXTRA_KEY, causation_depth, provenance_extra
+from airflow_kafka_events.assets.idempotency import SeenKeys
+from airflow_kafka_events.assets.validation import check_partition_key
+from airflow_kafka_events.bridge.airflow_api import (
+    AirflowApiClient,
+    AssetIdCache,
+    BridgeError,
+    NotFoundError,
+    RejectedError,
+    TransientApiError,
+    UnknownAssetError,
+)
+from airflow_kafka_events.bridge.config import BridgeConfig
+from airflow_kafka_events.codec import ASSET_EVENT_CODEC
+from airflow_kafka_events.dlq import DeadLetter, DeadLetterReason, DeadLetterWriter
+from airflow_kafka_events.envelopes import AssetEventEnvelope
+from airflow_kafka_events.errors import (
+    ConfigurationError,
+    KafkaOperationError,
+    PartitionKeyError,
+    UnknownSchemaError,
+    ValidationError,
+)
+from airflow_kafka_events.kafka.consumer import ConsumedRecord, EnvelopeConsumer
+from airflow_kafka_events.kafka.producer import EnvelopeProducer, get_producer
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "FAULT_EXIT_CODE",
+    "REASON_REJECTED_BY_AIRFLOW",
+    "REASON_UNKNOWN_ASSET",
+    "BridgeService",
+    "CausationTooDeepError",
+    "DeadLetterError",
+    "Outcome",
+    "RetriesExhaustedError",
+    "event_extra",
+]
+
+T = TypeVar("T")
+
+#: Exit status of the process when the fault-injection hook fires (tests only).
+FAULT_EXIT_CODE = 75
+#: ``x-reason`` of an event whose asset Airflow does not have (active, with that name and URI).
+REASON_UNKNOWN_ASSET = "unknown-asset"
+#: ``x-reason`` of an event Airflow answered with a 4xx (other than 401/403).
+REASON_REJECTED_BY_AIRFLOW = "rejected-by-airflow"
+#: Commits failing this many times in a row stop the bridge: without commits every restart would
+#: replay more than the recheck window covers.
+MAX_CONSECUTIVE_COMMIT_FAILURES = 3
+#: librdkafka errors of a poll that are worth waiting out.
+_TRANSIENT_POLL_ERRORS = frozenset(
+    {
+        KafkaError.UNKNOWN_TOPIC_OR_PART,
+        KafkaError._UNKNOWN_TOPIC,
+        KafkaError._UNKNOWN_PARTITION,
+        KafkaError._TRANSPORT,
+        KafkaError._ALL_BROKERS_DOWN,
+        KafkaError._TIMED_OUT,
+        KafkaError.LEADER_NOT_AVAILABLE,
+        KafkaError.NOT_LEADER_FOR_PARTITION,
+        KafkaError.COORDINATOR_NOT_AVAILABLE,
+        KafkaError.NOT_COORDINATOR,
+    }
+)
+
+
+class Outcome(str, Enum):
+    """What the bridge did with one record (each one is committed afterwards)."""
+
+    POSTED = "posted"
+    ALREADY_PRESENT = "already_present"  # found among the asset's recent Airflow events
+    DUPLICATE = "duplicate"  # idempotency key seen recently by this process
+    DEAD_LETTERED = "dead_lettered"
+    SKIPPED = "skipped"  # another asset (--asset), or no partition key and --skip-unpartitioned
+
+
+class RetriesExhaustedError(BridgeError):
+    """Transient failures outlasted the retry policy; nothing was committed."""
+
+
+class DeadLetterError(BridgeError):
+    """A record could not be written to the dead-letter topic; nothing was committed."""
+
+
+class CausationTooDeepError(BridgeError):
+    """An event's causation chain is longer than ``max_causation_depth`` (a feedback loop)."""
+
+
+class _Refusal(Exception):
+    """A record the bridge dead-letters: ``reason`` (the ``x-reason`` code) and the error."""
+
+    def __init__(self, reason: str, error: BaseException) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.error = error
+
+
+class _StopRequested(Exception):
+    """A stop was requested while waiting to retry."""
+
+
+# --------------------------------------------------------------------------- pure helpers
+def event_extra(envelope: AssetEventEnvelope, record: ConsumedRecord[Any] | None = None) -> dict[str, Any]:
+    """``extra`` of the Airflow asset event made from ``envelope``.
+
+    The envelope's extra, ``partition_date`` (ISO-8601 in UTC, when the envelope has one; it
+    replaces a ``partition_date`` key of the envelope's extra) and, under
+    ``"airflow_kafka_events"``, :func:`provenance_extra` plus ``source``, ``emitted_at``,
+    ``partition_date`` and the Kafka coordinates of the record.
+    """
+    extra: dict[str, Any] = dict(envelope.extra)
+    info: dict[str, Any] = dict(provenance_extra(envelope)[PROVENANCE_EXTRA_KEY])
+    info.setdefault("source", envelope.source.to_avro())
+    info.setdefault("emitted_at", envelope.emitted_at.isoformat())
+    if envelope.partition_date is not None:
+        date = envelope.partition_date.isoformat()
+        extra["partition_date"] = date
+        info.setdefault("partition_date", date)
+    if record is not None:
+        info["kafka"] = {"topic": record.topic, "partition": record.partition, "offset": record.offset}
+    extra[PROVENANCE_EXTRA_KEY] = info
+    return extra
+
+
+def _clip(text: str, limit: int = 500) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _decode_reason(error: BaseException | None) -> str:
+    """The dead-letter reason of a record that did not decode (as the asset watcher classifies it)."""
+    if isinstance(error, UnknownSchemaError):
+        return DeadLetterReason.UNKNOWN_SCHEMA.value
+    if error is not None and isinstance(error.__cause__, ValidationError):
+        return DeadLetterReason.INVALID_ENVELOPE.value
+    return DeadLetterReason.UNDECODABLE.value
+
+
+def _tp(record: ConsumedRecord[Any]) -> tuple[str, int]:
+    return (record.topic, record.partition)
+
+
+# --------------------------------------------------------------------------- service
+class BridgeService:
+    """The consumer loop.  ``run()`` blocks until :meth:`request_stop` (or a signal) or a fatal error.
+
+    ``api`` / ``producer`` replace the REST client / dead-letter producer built from ``config``.
+    ``after_post(envelope)`` is called after a successful POST and before the commit: a test can
+    raise (or exit) there to simulate a crash between the two.
+    """
+
+    def __init__(
+        self,
+        config: BridgeConfig,
+        *,
+        api: AirflowApiClient | None = None,
+        producer: EnvelopeProducer | None = None,
+        after_post: Callable[[AssetEventEnvelope], None] | None = None,
+    ) -> None:
+        self.config = config
+        self.api = api or AirflowApiClient(
+            config.api_url,
+            config.username,
+            config.password,
+            timeout=config.request_timeout,
+            renew_margin=config.token_renew_margin,
+        )
+        self._own_api = api is None
+        self._producer = producer
+        self._after_post = after_post
+        self._dlq: DeadLetterWriter | None = None
+        self.assets = AssetIdCache(self.api)
+        self.seen = SeenKeys(max_size=config.seen_keys_max, ttl=config.seen_keys_ttl)
+        self.stats: Counter[str] = Counter()
+        self._stop = threading.Event()
+        self._consumer: EnvelopeConsumer[AssetEventEnvelope] | None = None
+        self._assigned: set[tuple[str, int]] = set()
+        self._recheck: dict[tuple[str, int], int] = {}
+        self._commit_failures = 0
+        self._lock = threading.Lock()
+
+    # ------------------------------------------------------------------ control
+    def request_stop(self) -> None:
+        """Finish the event in flight, commit it, and return from :meth:`run`."""
+        self._stop.set()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop.is_set()
+
+    def install_signal_handlers(self) -> None:
+        """SIGTERM and SIGINT request a graceful stop (call from the main thread)."""
+
+        def handler(signum: int, frame: FrameType | None) -> None:
+            if self._stop.is_set():
+                log.info("received %s again: still stopping", signal.Signals(signum).name)
+                return
+            log.info("received %s: finishing the event in flight, then stopping", signal.Signals(signum).name)
+            self._stop.set()
+
+        signal.signal(signal.SIGTERM, handler)
+        signal.signal(signal.SIGINT, handler)
+
+    # ------------------------------------------------------------------ lifecycle
+    def run(self) -> None:
+        """Consume until stopped.  Raises :class:`BridgeError` (or a subclass) on a fatal error."""
+        log.info("bridge starting: %s", self.config.describe())
+        try:
+            self._with_retries("logging in to the Airflow API", self.api.login)
+            self._open_kafka()
+            while not self._stop.is_set():
+                records = self._poll()
+                if records:
+                    self._handle_batch(records)
+        except _StopRequested:
+            pass
+        finally:
+            self._close()
+        log.info("bridge stopped: %s", dict(self.stats))
+
+    def _open_kafka(self) -> None:
+        config = self.config
+        if self._producer is None:
+            self._producer = get_producer(config.kafka.producer_config())
+        consumer: EnvelopeConsumer[AssetEventEnvelope] = EnvelopeConsumer(
+            config.consumer_config(), ASSET_EVENT_CODEC, topics=[config.topic]
+        )
+        self._consumer = consumer
+        # Subscribe again with rebalance callbacks (the first subscription had none).
+        consumer.client.subscribe(
+            [config.topic], on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_revoke
+        )
+        self._check_topics(consumer)
+
+    def _check_topics(self, consumer: EnvelopeConsumer[Any]) -> None:
+        for topic, required in ((self.config.dlq_topic, True), (self.config.topic, False)):
+            try:
+                meta = consumer.client.list_topics(topic=topic, timeout=15).topics.get(topic)
+            except Exception as exc:  # metadata failure: the poll loop will report the broker
+                log.warning("could not read the metadata of topic %r: %s", topic, exc)
+                continue
+            missing = meta is None or (
+                meta.error is not None and meta.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+            )
+            if missing and required:
+                raise ConfigurationError(
+                    f"the dead-letter topic {topic!r} does not exist; create it (or pass --dlq-topic)"
+                )
+            if missing:
+                log.warning("topic %r does not exist yet; waiting for it", topic)
+
+    def _close(self) -> None:
+        if self._consumer is not None:
+            self._consumer.close()
+            self._consumer = None
+        if self._own_api:
+            self.api.close()
+
+    # ------------------------------------------------------------------ rebalance callbacks
+    def _on_assign(self, consumer: Any, partitions: Sequence[TopicPartition]) -> None:
+        with self._lock:
+            for tp in partitions:
+                key = (tp.topic, tp.partition)
+                self._assigned.add(key)
+                self._recheck[key] = self.config.recheck_records
+        log.info("assigned %s", ", ".join(f"{tp.topic}[{tp.partition}]" for tp in partitions) or "nothing")
+
+    def _on_revoke(self, consumer: Any, partitions: Sequence[TopicPartition]) -> None:
+        with self._lock:
+            for tp in partitions:
+                self._assigned.discard((tp.topic, tp.partition))
+                self._recheck.pop((tp.topic, tp.partition), None)
+        log.info("revoked %s", ", ".join(f"{tp.topic}[{tp.partition}]" for tp in partitions) or "nothing")
+
+    def _take_recheck(self, record: ConsumedRecord[Any]) -> bool:
+        with self._lock:
+            left = self._recheck.get(_tp(record), 0)
+            if left > 0:
+                self._recheck[_tp(record)] = left - 1
+            return left > 0
+
+    # ------------------------------------------------------------------ the loop
+    def _poll(self) -> list[ConsumedRecord[AssetEventEnvelope]]:
+        assert self._consumer is not None
+        try:
+            return self._consumer.poll_batch(
+                max_records=self.config.batch_size, timeout=self.config.poll_timeout
+            )
+        except KafkaOperationError as exc:
+            if exc.code in _TRANSIENT_POLL_ERRORS or exc.retriable:
+                log.warning("Kafka: %s; waiting", exc)
+                self._stop.wait(self.config.poll_timeout)
+                return []
+            raise
+
+    def _handle_batch(self, records: Sequence[ConsumedRecord[AssetEventEnvelope]]) -> None:
+        assert self._consumer is not None
+        for index, record in enumerate(records):
+            if self._stop.is_set():
+                return  # not committed: delivered again after the restart
+            if _tp(record) not in self._assigned:
+                continue  # revoked since it was fetched: its new owner handles it
+            outcome = self.handle(record)
+            self.stats[outcome.value] += 1
+            if outcome is Outcome.POSTED:
+                assert record.value is not None
+                self._fire_after_post(record.value)
+            if not self._commit(record):
+                self._rewind(records[index + 1 :])
+                return
+
+    def _commit(self, record: ConsumedRecord[Any]) -> bool:
+        assert self._consumer is not None
+        try:
+            self._consumer.commit([record])
+        except KafkaOperationError as exc:
+            self._commit_failures += 1
+            log.warning(
+                "committing %s[%d]@%d failed (%d in a row): %s; it will be checked against Airflow when "
+                "delivered again",
+                record.topic,
+                record.partition,
+                record.offset,
+                self._commit_failures,
+                exc,
+            )
+            if self._commit_failures >= MAX_CONSECUTIVE_COMMIT_FAILURES:
+                raise BridgeError(
+                    f"{self._commit_failures} offset commits failed in a row; stopping: {exc}"
+                ) from exc
+            return False
+        self._commit_failures = 0
+        return True
+
+    def _rewind(self, rest: Sequence[ConsumedRecord[Any]]) -> None:
+        """Seek back to the first record of each partition that was fetched but not handled."""
+        assert self._consumer is not None
+        first: dict[tuple[str, int], int] = {}
+        for record in rest:
+            first.setdefault(_tp(record), record.offset)
+        for (topic, partition), offset in first.items():
+            try:
+                self._consumer.client.seek(TopicPartition(topic, partition, offset))
+            except Exception as exc:  # not assigned any more: its new owner reads it
+                log.info("not seeking %s[%d] back to %d: %s", topic, partition, offset, exc)
+
+    def _fire_after_post(self, envelope: AssetEventEnvelope) -> None:
+        if self._after_post is not None:
+            self._after_post(envelope)
+        config = self.config
+        if config.fault_after_post and config.fault_partition_key in (None, envelope.partition_key):
+            log.warning(
+                "fault injection: exiting with status %d after posting %s, before committing it",
+                FAULT_EXIT_CODE,
+                envelope.event_id,
+            )
+            logging.shutdown()
+            sys.stderr.flush()
+            os._exit(FAULT_EXIT_CODE)
+
+    # ------------------------------------------------------------------ one record
+    def handle(self, record: ConsumedRecord[AssetEventEnvelope]) -> Outcome:
+        """Post (or dead-letter, or skip) one record; the caller commits it afterwards."""
+        where = f"{record.topic}[{record.partition}]@{record.offset}"
+        if record.error is not None or record.value is None:
+            error = record.error or ValueError("the record has no value")
+            return self._dead_letter(record, _Refusal(_decode_reason(record.error), error))
+        envelope = record.value
+        asset = envelope.asset
+        if not self.config.handles(asset.uri, asset.name):
+            log.debug(
+                "%s: event %s is for %s, not one of --asset: skipped", where, envelope.event_id, asset.uri
+            )
+            return Outcome.SKIPPED
+        if self.config.skip_unpartitioned and envelope.partition_key is None:
+            log.info("%s: event %s has no partition key: skipped", where, envelope.event_id)
+            return Outcome.SKIPPED
+        try:
+            self._check(envelope)
+        except _Refusal as refusal:
+            return self._dead_letter(record, refusal)
+        seen_key = self._seen_key(envelope)
+        if seen_key in self.seen:
+            log.info(
+                "%s: event %s repeats idempotency key %s: skipped",
+                where,
+                envelope.event_id,
+                envelope.idempotency_key,
+            )
+            return Outcome.DUPLICATE
+        try:
+            outcome, event = self._deliver(envelope, record)
+        except UnknownAssetError as exc:
+            return self._dead_letter(record, _Refusal(REASON_UNKNOWN_ASSET, exc))
+        except RejectedError as exc:
+            return self._dead_letter(record, _Refusal(REASON_REJECTED_BY_AIRFLOW, exc))
+        self.seen.add(seen_key)
+        log.info(
+            "%s: event %s of %s (partition_key=%r) %s as Airflow asset event %s",
+            where,
+            envelope.event_id,
+            asset.uri,
+            envelope.partition_key,
+            "posted" if outcome is Outcome.POSTED else "already present",
+            event.get("id"),
+        )
+        return outcome
+
+    def _check(self, envelope: AssetEventEnvelope) -> None:
+        """The asset watcher's checks, plus the partition key; raises :class:`_Refusal`."""
+        config = self.config
+        if config.signing_keys:
+            try:
+                verify_envelope(envelope, config.signing_keys)
+            except AuthorizationError as exc:
+                raise _Refusal(exc.reason, exc) from None
+        if config.allowlist is not None:
+            try:
+                config.allowlist.check(envelope)
+            except AuthorizationError as exc:
+                raise _Refusal(DeadLetterReason.NOT_ALLOWED.value, exc) from None
+        depth = causation_depth(envelope)
+        if depth > config.max_causation_depth:
+            raise _Refusal(
+                DeadLetterReason.CAUSATION_TOO_DEEP.value,
+                CausationTooDeepError(
+                    f"event {envelope.event_id} for asset {envelope.asset.uri!r} has {depth} ancestor "
+                    f"event(s), more than max_causation_depth={config.max_causation_depth}: DAGs "
+                    "triggering each other through this asset look like a feedback loop"
+                ),
+            )
+        try:
+            check_partition_key(envelope.partition_key)
+        except PartitionKeyError as exc:
+            raise _Refusal(DeadLetterReason.INVALID_ENVELOPE.value, exc) from None
+
+    @staticmethod
+    def _seen_key(envelope: AssetEventEnvelope) -> str:
+        key = envelope.idempotency_key or f"event_id:{envelope.event_id}"
+        return f"{envelope.asset.uri}\x00{key}"
+
+    def _deliver(
+        self, envelope: AssetEventEnvelope, record: ConsumedRecord[Any]
+    ) -> tuple[Outcome, Mapping[str, Any]]:
+        asset = envelope.asset
+        extra = event_extra(envelope, record)
+        state = {"check": self._take_recheck(record), "refreshed": False}
+        asset_id = self._with_retries(
+            "resolving the asset id", lambda: self.assets.get(asset.name, asset.uri)
+        )
+
+        def attempt() -> tuple[Outcome, Mapping[str, Any]]:
+            if state["check"]:
+                found = self.api.find_recent_event(
+                    asset_id,
+                    event_id=envelope.event_id,
+                    idempotency_key=envelope.idempotency_key,
+                    limit=self.config.recent_events_limit,
+                )
+                if found is not None:
+                    return Outcome.ALREADY_PRESENT, found
+                state["check"] = False
+            try:
+                created = self.api.post_asset_event(
+                    asset_id, partition_key=envelope.partition_key, extra=extra
+                )
+            except TransientApiError as exc:
+                if exc.ambiguous:
+                    state["check"] = True  # it may have been created: look before posting again
+                raise
+            return Outcome.POSTED, created
+
+        while True:
+            try:
+                return self._with_retries(f"posting event {envelope.event_id}", attempt)
+            except NotFoundError:
+                if state["refreshed"]:
+                    raise
+                # the cached id may be stale (asset removed and added again): ask once more
+                state["refreshed"] = True
+                self.assets.invalidate(asset.name, asset.uri)
+                asset_id = self._with_retries(
+                    "resolving the asset id", lambda: self.assets.get(asset.name, asset.uri)
+                )
+
+    def _with_retries(self, what: str, operation: Callable[[], T]) -> T:
+        policy = self.config.retry
+        failures = 0
+        while True:
+            try:
+                return operation()
+            except TransientApiError as exc:
+                failures += 1
+                if policy.gives_up_after(failures):
+                    raise RetriesExhaustedError(
+                        f"{what}: giving up after {failures} attempts; nothing was committed: {exc}"
+                    ) from exc
+                delay = policy.delay(failures, exc.retry_after)
+                log.warning(
+                    "%s failed (attempt %d of %d): %s; retrying in %.1fs",
+                    what,
+                    failures,
+                    policy.max_attempts,
+                    exc,
+                    delay,
+                )
+                if self._stop.wait(delay):
+                    raise _StopRequested from None
+
+    def _dead_letter(self, record: ConsumedRecord[Any], refusal: _Refusal) -> Outcome:
+        """Write ``record`` to the dead-letter topic and wait for the broker's acknowledgement."""
+        if self._dlq is None:
+            if self._producer is None:
+                self._producer = get_producer(self.config.kafka.producer_config())
+            self._dlq = DeadLetterWriter(self._producer, self.config.dlq_topic)
+        envelope = record.value
+        letter = DeadLetter.from_exception(
+            refusal.reason,
+            refusal.error,
+            topic=record.topic,
+            partition=record.partition,
+            offset=record.offset,
+            timestamp_ms=record.timestamp_ms,
+            consumer=f"airflow-kafka-events bridge (group={self.config.group_id})",
+            event_id=envelope.event_id if envelope is not None else None,
+            asset_uri=envelope.asset.uri if envelope is not None else None,
+        )
+        try:
+            receipt = self._dlq.write(letter, value=record.raw, key=record.key, headers=record.headers)
+        except KafkaOperationError as exc:
+            raise DeadLetterError(
+                f"could not write {record.topic}[{record.partition}]@{record.offset} to the dead-letter "
+                f"topic {self.config.dlq_topic!r}; nothing was committed: {exc}"
+            ) from exc
+        log.warning(
+            "%s[%d]@%d dead-lettered to %s[%d]@%d: %s: %s",
+            record.topic,
+            record.partition,
+            record.offset,
+            receipt.topic,
+            receipt.partition,
+            receipt.offset,
+            letter.reason,
+            _clip(letter.error_message),
+        )
+        return Outcome.DEAD_LETTERED

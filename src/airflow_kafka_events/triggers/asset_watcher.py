@@ -1,0 +1,904 @@
+"""Asset events from Kafka into Airflow through an ``AssetWatcher``.
+
+:class:`KafkaAssetEventTrigger` turns the
+:class:`~airflow_kafka_events.envelopes.AssetEventEnvelope` records on a topic into Airflow
+asset events for *one* asset::
+
+    from airflow.sdk import DAG, Asset, AssetWatcher
+
+    investigate = Asset(
+        "ops://investigate",
+        watchers=[
+            AssetWatcher(
+                name="investigate_from_kafka",
+                trigger=KafkaAssetEventTrigger(
+                    topics=["airflow.asset-events"],
+                    asset_uri="ops://investigate",
+                    kafka_config_id="kafka_watcher",
+                    dlq_topic="airflow.asset-events.dlq",
+                ),
+            )
+        ],
+    )
+
+    with DAG("investigate_failure", schedule=[investigate]): ...
+
+(:func:`kafka_watched_asset` builds the same ``Asset`` without repeating its URI.)
+
+What Airflow records
+    ``AssetEvent.extra == {"from_trigger": True, "payload": <payload>}`` where the payload is
+    :func:`envelope_payload`: the envelope's ``event_id``, ``asset``, ``partition_key``,
+    ``partition_date``, ``extra``, ``idempotency_key``, ``source``, ``emitted_at``,
+    ``causation``, whether it was ``signed``, the ``kafka`` coordinates, and the provenance
+    under ``"airflow_kafka_events"``.  Airflow 3.3 gives watcher events **no partition key**:
+    this path serves non-partitioned consumer DAGs (``partition_key`` stays readable in the
+    payload).  Several events that arrive before the consumer DAG's run is created coalesce
+    into one run that sees all of them in ``triggering_asset_events`` (one event does not mean
+    one run: apache/airflow#54659, #56050).
+
+How it consumes
+    It is a :class:`~airflow.providers.apache.kafka.triggers.shared_stream.KafkaSharedStreamTrigger`:
+    every watcher with the same :meth:`~KafkaAssetEventTrigger.shared_stream_key` (class,
+    topics, Kafka connection, consumer group, dead-letter topic and connection) shares one
+    consumer in the triggerer, and an offset is committed only after every watcher moved past
+    the record and Airflow persisted the asset events made from it (ack mode).  The consumer
+    group comes from the connection's ``group.id`` unless ``group_id`` is given; use a
+    connection per role, e.g. ``kafka_watcher`` with its own ``group.id`` (auto-commit is
+    always off; ``auto.offset.reset`` defaults to ``earliest``).  Watchers that share a
+    consumer group in one triggerer must share the dead-letter topic: two different shared
+    streams on one group and overlapping topics would split the partitions between them, so
+    the second one refuses to start (:class:`~airflow_kafka_events.errors.ConfigurationError`).
+
+What it does with each record
+    1. bytes that are not an asset event envelope (unknown framing, unknown schema, invalid
+       fields) are dead-lettered once per consumer group (the first watcher to see the record
+       writes it, the others move on);
+    2. envelopes for another asset are skipped (matched on ``asset_uri`` and/or
+       ``asset_name``); with ``include_partitioned=False`` so are envelopes with a partition key
+       (leave those to a partition-aware bridge);
+    3. for its asset: signature check (``signing_conn_id``), allowlist (``allow``), causation
+       depth (``max_causation_depth``) -- any failure is dead-lettered with its reason and never
+       reaches Airflow;
+    4. repeats of an ``idempotency_key`` (or, without one, of an ``event_id``) already turned
+       into an asset event by this watcher are dropped;
+    5. everything else fires one ``TriggerEvent``.
+
+    The dead-letter record (:mod:`airflow_kafka_events.dlq`) is the original record plus
+    ``x-reason`` / ``x-error-type`` / ``x-source-*`` headers; the watcher waits for the broker's
+    acknowledgement (retrying with backoff while the dead-letter topic is unreachable) and only
+    then rejects the record (``reject_shared_stream_event``), which lets the offset be committed.
+    Without ``dlq_topic`` refused records are logged and dropped.
+
+Deduplication window
+    Seen keys live in the watcher's memory (:class:`~airflow_kafka_events.assets.SeenKeys`,
+    at most ``dedupe_max_keys`` keys, each for ``dedupe_ttl`` seconds from its first sighting).
+    A triggerer restart (or a restart of this watcher's trigger) forgets them: across restarts
+    only committed offsets protect, so a record whose asset event was persisted but whose offset
+    was not yet committed when the triggerer died comes back once more, and so does a repeat
+    published after the memory forgot the key.  Exactly-once is not promised; consumer DAGs
+    should be safe to re-run.
+
+Triggerer restarts
+    Watchers that share a consumer re-subscribe one by one; a watcher that joins after the
+    shared poll started misses the records its siblings handled (and committed) in between.
+    Set ``[triggerer] shared_stream_cohort_grace_period`` to a few seconds (the default ``0``
+    starts polling at once) so the cohort joins before the first record is handed out, or give
+    each watcher its own consumer group (``group_id``), which needs no grace period at all.
+    Several triggerers: each runs its own consumer in the group, Kafka splits the partitions
+    between them, and a watcher only sees the partitions of its triggerer's consumer -- run the
+    watchers of one consumer group on a single triggerer, or one group per watcher.
+
+Feedback loops
+    An operational DAG that emits to the asset that triggers it (directly or through other
+    DAGs) makes a chain: each event lists its ancestors in ``causation``.  The watcher refuses
+    (dead-letters, ``causation-too-deep``) an event with more than ``max_causation_depth``
+    ancestors, so such a loop runs at most ``max_causation_depth + 1`` times per seed event.
+    Emitting code continues the chain with :func:`watcher_causation` (pass its result as
+    ``causation=``): the emit helpers read provenance at the top level of an asset event's
+    ``extra``, while a watcher's asset event carries it inside ``extra["payload"]``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Hashable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
+
+from airflow.providers.apache.kafka.triggers.shared_stream import (
+    KafkaBrokerPayload,
+    KafkaSharedStreamProducer,
+    KafkaSharedStreamTrigger,
+)
+from airflow.triggers.base import TriggerEvent
+from airflow.triggers.shared_stream import reject_shared_stream_event
+from asgiref.sync import sync_to_async
+from confluent_kafka import Consumer, KafkaError
+
+from airflow_kafka_events.assets.authz import Allowlist, AuthorizationError, verify_envelope
+from airflow_kafka_events.assets.external import (
+    PROVENANCE_EXTRA_KEY,
+    causation_depth,
+    causation_from_extra,
+    provenance_extra,
+)
+from airflow_kafka_events.assets.idempotency import SeenKeys
+from airflow_kafka_events.assets.validation import sanitize_asset_uri
+from airflow_kafka_events.codec import ASSET_EVENT_CODEC
+from airflow_kafka_events.dlq import DeadLetter, DeadLetterReason, DeadLetterWriter
+from airflow_kafka_events.envelopes import AssetEventEnvelope, AssetRef
+from airflow_kafka_events.errors import (
+    ConfigurationError,
+    EnvelopeDecodeError,
+    KafkaOperationError,
+    UnknownSchemaError,
+    ValidationError,
+)
+
+if TYPE_CHECKING:
+    from airflow.sdk import Asset
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "DEFAULT_WATCHER_CONN_ID",
+    "DEFAULT_WATCHER_MAX_CAUSATION_DEPTH",
+    "CausationTooDeepError",
+    "KafkaAssetEventStreamProducer",
+    "KafkaAssetEventTrigger",
+    "KafkaRecord",
+    "causation_from_watcher_extra",
+    "envelope_payload",
+    "kafka_watched_asset",
+    "watcher_causation",
+    "watcher_payload",
+]
+
+#: Default Kafka connection of watchers: a connection of its own, with its own ``group.id``.
+DEFAULT_WATCHER_CONN_ID = "kafka_watcher"
+#: Default bound on an accepted event's ancestors (feedback-loop guard of the watcher).
+DEFAULT_WATCHER_MAX_CAUSATION_DEPTH = 8
+#: First element of every shared-stream key of this module.
+SHARED_STREAM_NAMESPACE = "airflow_kafka_events.asset_watcher"
+
+_DLQ_RETRY_FIRST_DELAY = 1.0
+_DLQ_RETRY_MAX_DELAY = 30.0
+_SIGNING_KEY_RETRY_INTERVAL = 10.0
+_ERROR_LOG_INTERVAL = 60.0
+#: Client errors that will not heal by themselves: the shared poll fails (its watchers restart).
+_FATAL_ERROR_CODES = frozenset(
+    {
+        KafkaError._AUTHENTICATION,
+        KafkaError.SASL_AUTHENTICATION_FAILED,
+        KafkaError.TOPIC_AUTHORIZATION_FAILED,
+        KafkaError.GROUP_AUTHORIZATION_FAILED,
+    }
+)
+
+
+# --------------------------------------------------------------------------- raw records
+class KafkaRecord(NamedTuple):
+    """One consumed record as the shared stream hands it to every watcher."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes | None], ...] = ()
+    timestamp_ms: int | None = None
+
+
+# --------------------------------------------------------------------------- payload helpers
+def _iso(value: datetime | None) -> str | None:
+    if value is None:
+        return None
+    return value.astimezone(timezone.utc).isoformat(timespec="microseconds")
+
+
+def envelope_payload(envelope: AssetEventEnvelope, record: KafkaRecord | None = None) -> dict[str, Any]:
+    """The JSON payload a watcher gives Airflow for ``envelope`` (``AssetEvent.extra["payload"]``)."""
+    payload: dict[str, Any] = {
+        "event_id": envelope.event_id,
+        "asset": {"name": envelope.asset.name, "uri": envelope.asset.uri},
+        "partition_key": envelope.partition_key,
+        "partition_date": _iso(envelope.partition_date),
+        "extra": dict(envelope.extra),
+        "idempotency_key": envelope.idempotency_key,
+        "source": envelope.source.to_avro(),
+        "emitted_at": _iso(envelope.emitted_at),
+        "causation": list(envelope.causation),
+        "signed": envelope.signature is not None,
+    }
+    if record is not None:
+        payload["kafka"] = {"topic": record.topic, "partition": record.partition, "offset": record.offset}
+    payload.update(provenance_extra(envelope))
+    return payload
+
+
+def _field(obj: Any, name: str) -> Any:
+    if isinstance(obj, Mapping):
+        return obj.get(name)
+    return getattr(obj, name, None)
+
+
+def watcher_payload(event_or_extra: Any) -> dict[str, Any] | None:
+    """The payload of an asset event a watcher made, or ``None`` for any other asset event.
+
+    Accepts an asset event (anything with ``extra``, e.g. an item of
+    ``context["triggering_asset_events"][asset]``) or its ``extra`` mapping.
+    """
+    extra = event_or_extra if isinstance(event_or_extra, Mapping) else _field(event_or_extra, "extra")
+    if not isinstance(extra, Mapping) or not extra.get("from_trigger"):
+        return None
+    payload = extra.get("payload")
+    if not isinstance(payload, Mapping) or PROVENANCE_EXTRA_KEY not in payload:
+        return None
+    return dict(payload)
+
+
+def causation_from_watcher_extra(extra: Any) -> tuple[str, ...]:
+    """The causation chain (ancestors, then the event) of an asset event's ``extra``.
+
+    Reads the provenance a watcher puts in ``extra["payload"]`` and, for events made another
+    way (a bridge, the REST API with provenance), at the top level of ``extra``.
+    """
+    chain = causation_from_extra(extra)
+    if chain:
+        return chain
+    payload = watcher_payload(extra)
+    return causation_from_extra(payload) if payload is not None else ()
+
+
+def watcher_causation(context: Mapping[str, Any] | None) -> tuple[str, ...]:
+    """Event ids of the chains behind the current run's triggering asset events.
+
+    Pass it as ``causation=`` to ``emit_asset_event`` / ``emit_from_dag_callback`` /
+    ``emit_from_task_callback`` so an event emitted by a run that a watcher triggered extends
+    the chain, and the watchers' ``max_causation_depth`` can cut feedback loops.
+    """
+    if not context:
+        return ()
+    accessor = context.get("triggering_asset_events")
+    if not isinstance(accessor, Mapping) or not accessor:
+        return ()
+    chain: list[str] = []
+    for events in accessor.values():
+        for event in events:
+            for event_id in causation_from_watcher_extra(_field(event, "extra")):
+                if event_id not in chain:
+                    chain.append(event_id)
+    return tuple(chain)
+
+
+# --------------------------------------------------------------------------- process-wide state
+class _Claims:
+    """A bounded set of claimed keys: the first caller of ``claim(key)`` gets ``True``."""
+
+    def __init__(self, max_size: int = 65_536) -> None:
+        self.max_size = max_size
+        self._keys: OrderedDict[Hashable, None] = OrderedDict()
+
+    def claim(self, key: Hashable) -> bool:
+        if key in self._keys:
+            self._keys.move_to_end(key)
+            return False
+        self._keys[key] = None
+        while len(self._keys) > self.max_size:
+            self._keys.popitem(last=False)
+        return True
+
+    def release(self, key: Hashable) -> None:
+        self._keys.pop(key, None)
+
+    def clear(self) -> None:
+        self._keys.clear()
+
+
+#: Records already dead-lettered in this process (per shared stream, or per watcher for records
+#: about its own asset): a redelivery after a sibling's failure is not dead-lettered twice.
+_DEAD_LETTERED = _Claims()
+
+_GROUPS_LOCK = threading.Lock()
+#: (bootstrap servers, group.id) -> {shared-stream key: topics} of the consumers open in this process.
+_OPEN_GROUPS: dict[tuple[str, str], dict[Hashable, frozenset[str]]] = {}
+
+
+def _claim_consumer_group(bootstrap: str, group_id: str, identity: Hashable, topics: Sequence[str]) -> None:
+    wanted = frozenset(topics)
+    with _GROUPS_LOCK:
+        members = _OPEN_GROUPS.setdefault((bootstrap, group_id), {})
+        for other, other_topics in members.items():
+            if other != identity and other_topics & wanted:
+                raise ConfigurationError(
+                    f"consumer group {group_id!r} already has a shared stream on topics "
+                    f"{sorted(other_topics & wanted)} in this triggerer ({other!r}); a second one "
+                    f"({identity!r}) would split the partitions and each would miss the other's "
+                    "records. Watchers that share a consumer group must share the dead-letter "
+                    "topic and connection; give this watcher another group_id."
+                )
+        members[identity] = wanted
+
+
+def _release_consumer_group(bootstrap: str, group_id: str, identity: Hashable) -> None:
+    with _GROUPS_LOCK:
+        members = _OPEN_GROUPS.get((bootstrap, group_id))
+        if members is None:
+            return
+        members.pop(identity, None)
+        if not members:
+            del _OPEN_GROUPS[(bootstrap, group_id)]
+
+
+# --------------------------------------------------------------------------- the shared consumer
+def _header_value(value: Any) -> bytes | None:
+    if value is None or isinstance(value, bytes):
+        return value
+    if isinstance(value, str):
+        return value.encode("utf-8")
+    return bytes(value)
+
+
+def _headers(raw: Any) -> tuple[tuple[str, bytes | None], ...]:
+    if not raw:
+        return ()
+    items = raw.items() if isinstance(raw, Mapping) else raw
+    return tuple((str(name), _header_value(value)) for name, value in items)
+
+
+class KafkaAssetEventStreamProducer(KafkaSharedStreamProducer):
+    """The shared consumer behind :class:`KafkaAssetEventTrigger` (ack mode).
+
+    Differences from the provider's producer: it hands every watcher a :class:`KafkaRecord`
+    (value, key, headers and coordinates, so a watcher can dead-letter the record itself, with
+    its reason); it builds the consumer with this package's settings (auto-commit forced off,
+    ``auto.offset.reset`` defaulting to ``earliest``, ``group_id`` overriding the connection's
+    ``group.id``); passing client errors are logged instead of ending the stream; and it never
+    re-publishes rejected records (the watchers wrote them to the dead-letter topic before
+    rejecting them).  Offset commits, the per-partition lanes and the redelivery floor are the
+    provider's.
+    """
+
+    def __init__(
+        self,
+        *,
+        topics: Sequence[str],
+        kafka_config_id: str = DEFAULT_WATCHER_CONN_ID,
+        poll_timeout: float = 1.0,
+        group_id: str | None = None,
+        identity: Hashable = None,
+    ) -> None:
+        super().__init__(topics=topics, kafka_config_id=kafka_config_id, poll_timeout=poll_timeout)
+        self.group_id = group_id
+        self.identity = identity
+        self._group: tuple[str, str] | None = None
+        self._last_error_log: dict[int, float] = {}
+
+    def consumer_config(self) -> dict[str, Any]:
+        """librdkafka configuration of the consumer, from the connection (sync: reads it)."""
+        from airflow_kafka_events.hooks import KafkaEventsHook
+
+        settings = KafkaEventsHook(kafka_config_id=self.kafka_config_id).get_settings()
+        config = settings.consumer_config(self.group_id)
+        config.setdefault("error_cb", self._client_error)
+        return config
+
+    def _open_consumer(self) -> Consumer:
+        config = self.consumer_config()
+        bootstrap, group_id = str(config["bootstrap.servers"]), str(config["group.id"])
+        _claim_consumer_group(bootstrap, group_id, self.identity, self.topics)
+        self._group = (bootstrap, group_id)
+        try:
+            consumer = Consumer(config)
+            consumer.subscribe(self.topics)
+        except BaseException:
+            self._release_group()
+            raise
+        return consumer
+
+    def _release_group(self) -> None:
+        if self._group is not None:
+            _release_consumer_group(*self._group, self.identity)
+            self._group = None
+
+    def _client_error(self, error: KafkaError) -> None:
+        """librdkafka's error callback: log (rate-limited) what the client reports."""
+        self._log_error(error, "Kafka client error")
+
+    def _log_error(self, error: KafkaError, what: str) -> None:
+        now = time.monotonic()
+        code = error.code()
+        if now - self._last_error_log.get(code, -_ERROR_LOG_INTERVAL) >= _ERROR_LOG_INTERVAL:
+            self._last_error_log[code] = now
+            log.warning(
+                "%s on %s (group %s): %s; the consumer retries by itself",
+                what,
+                self.topics,
+                self._group[1] if self._group else self.group_id,
+                error,
+            )
+
+    def _check_error(self, error: KafkaError) -> None:
+        if error.fatal() or error.code() in _FATAL_ERROR_CODES:
+            raise KafkaOperationError(f"Kafka consumer error on {self.topics}", kafka_error=error)
+        if error.code() == KafkaError._PARTITION_EOF:
+            return
+        self._log_error(error, "Kafka consumer error")
+
+    async def open_stream(self) -> AsyncIterator[tuple[KafkaRecord, KafkaBrokerPayload]]:
+        consumer = await sync_to_async(self._open_consumer)()
+        self._consumer = consumer
+        poll = sync_to_async(consumer.poll)
+        while True:
+            message = await poll(self.poll_timeout)
+            if message is None:
+                continue
+            error = message.error()
+            if error is not None:
+                self._check_error(error)
+                continue
+            topic = str(message.topic())
+            partition = int(message.partition() or 0)
+            offset = int(message.offset() or 0)
+            timestamp_type, timestamp = message.timestamp()
+            record = KafkaRecord(
+                topic=topic,
+                partition=partition,
+                offset=offset,
+                key=message.key(),
+                value=message.value(),
+                headers=_headers(message.headers()),
+                timestamp_ms=timestamp if timestamp_type else None,
+            )
+            yield record, KafkaBrokerPayload(topic=topic, partition=partition, offset=offset)
+
+    async def aclose(self) -> None:
+        try:
+            await super().aclose()
+        finally:
+            self._release_group()
+
+
+# --------------------------------------------------------------------------- the trigger
+class CausationTooDeepError(AuthorizationError):
+    """An event's causation chain is longer than the watcher's ``max_causation_depth``."""
+
+    reason = DeadLetterReason.CAUSATION_TOO_DEEP.value
+
+
+@dataclass(frozen=True)
+class _Verdict:
+    action: Literal["accept", "skip", "reject"]
+    payload: dict[str, Any] | None = None
+    reason: DeadLetterReason | None = None
+    error: BaseException | None = None
+    envelope: AssetEventEnvelope | None = None
+    #: the record is nobody's in particular (undecodable): one dead letter per consumer group
+    group_scope: bool = False
+
+
+_SKIP = _Verdict("skip")
+
+
+def _reject(
+    reason: DeadLetterReason,
+    error: BaseException,
+    envelope: AssetEventEnvelope | None = None,
+    *,
+    group_scope: bool = False,
+) -> _Verdict:
+    return _Verdict("reject", reason=reason, error=error, envelope=envelope, group_scope=group_scope)
+
+
+class KafkaAssetEventTrigger(KafkaSharedStreamTrigger):
+    """Fire one event per asset event envelope on ``topics`` that is about this watcher's asset.
+
+    See the module docstring for the whole behaviour.
+
+    :param topics: topics the asset events are published to.
+    :param asset_uri: URI of the watched asset (normalized like ``Asset`` does); events match
+        when their ``asset.uri`` equals it.
+    :param asset_name: name of the watched asset; events match when their ``asset.name`` equals
+        it.  At least one of ``asset_uri`` / ``asset_name``; with both, both must match.
+    :param kafka_config_id: Kafka connection of the consumer (default ``kafka_watcher``); its
+        ``group.id`` is the consumer group unless ``group_id`` is given.
+    :param group_id: consumer group, overriding the connection's ``group.id``.
+    :param poll_timeout: seconds each ``poll`` of the shared consumer waits.
+    :param dlq_topic: dead-letter topic for refused records (``None``: log and drop them).
+    :param dlq_kafka_config_id: connection the dead-letter producer uses (default
+        ``kafka_config_id``).
+    :param allow: allowlist in its JSON form
+        (:class:`~airflow_kafka_events.assets.authz.Allowlist`), e.g.
+        ``[{"source_kinds": ["dag_callback"], "dag_ids": ["etl_*"]}]``; ``None``: any source.
+    :param signing_conn_id: Airflow connection whose password is the HMAC-SHA256 key; when set,
+        only events signed with it (or with a key listed in the connection extra's
+        ``previous_keys``) are accepted.
+    :param max_causation_depth: refuse events with more ancestors than this (default 8).
+    :param include_partitioned: when ``False``, skip events that carry a partition key.
+    :param dedupe_max_keys: idempotency keys remembered (most recently seen kept).
+    :param dedupe_ttl: seconds a key is remembered from its first sighting (``None``: until
+        evicted).
+    """
+
+    def __init__(
+        self,
+        *,
+        topics: Sequence[str],
+        asset_uri: str | None = None,
+        asset_name: str | None = None,
+        kafka_config_id: str = DEFAULT_WATCHER_CONN_ID,
+        group_id: str | None = None,
+        poll_timeout: float = 1.0,
+        dlq_topic: str | None = None,
+        dlq_kafka_config_id: str | None = None,
+        allow: Sequence[Mapping[str, Any]] | None = None,
+        signing_conn_id: str | None = None,
+        max_causation_depth: int = DEFAULT_WATCHER_MAX_CAUSATION_DEPTH,
+        include_partitioned: bool = True,
+        dedupe_max_keys: int = 100_000,
+        dedupe_ttl: float | None = 24 * 3600.0,
+    ) -> None:
+        if isinstance(topics, str) or not topics or not all(isinstance(t, str) and t for t in topics):
+            raise ValidationError(f"topics must be a non-empty list of topic names, got {topics!r}")
+        super().__init__(
+            topics=list(topics),
+            kafka_config_id=kafka_config_id,
+            poll_timeout=poll_timeout,
+            dlq_topic=dlq_topic,
+        )
+        if asset_uri is None and asset_name is None:
+            raise ValidationError("KafkaAssetEventTrigger needs asset_uri and/or asset_name")
+        for name, value in (("asset_uri", asset_uri), ("asset_name", asset_name)):
+            if value is not None and (not isinstance(value, str) or not value.strip()):
+                raise ValidationError(f"{name} must be a non-empty str, got {value!r}")
+        for name, value in (
+            ("kafka_config_id", kafka_config_id),
+            ("group_id", group_id),
+            ("dlq_topic", dlq_topic),
+            ("dlq_kafka_config_id", dlq_kafka_config_id),
+            ("signing_conn_id", signing_conn_id),
+        ):
+            if value is not None and (not isinstance(value, str) or not value):
+                raise ValidationError(f"{name} must be a non-empty str or None, got {value!r}")
+        if isinstance(max_causation_depth, bool) or not isinstance(max_causation_depth, int):
+            raise ValidationError(f"max_causation_depth must be an int >= 0, got {max_causation_depth!r}")
+        if max_causation_depth < 0:
+            raise ValidationError(f"max_causation_depth must be an int >= 0, got {max_causation_depth!r}")
+        self.asset_uri = sanitize_asset_uri(asset_uri) if asset_uri is not None else None
+        self.asset_name = asset_name
+        self.group_id = group_id
+        self.dlq_kafka_config_id = dlq_kafka_config_id
+        allowlist = Allowlist.from_config(allow)
+        self._allowlist = allowlist
+        self.allow = allowlist.to_config() if allowlist is not None else None
+        self.signing_conn_id = signing_conn_id
+        self.max_causation_depth = max_causation_depth
+        self.include_partitioned = bool(include_partitioned)
+        self.dedupe_max_keys = dedupe_max_keys
+        self.dedupe_ttl = float(dedupe_ttl) if dedupe_ttl is not None else None
+        self._seen = SeenKeys(max_size=dedupe_max_keys, ttl=self.dedupe_ttl)
+        self._dlq_writer: DeadLetterWriter | None = None
+        self._signing_keys: list[bytes] | None = None
+        self._signing_key_error: BaseException | None = None
+        self._signing_key_retry_at = 0.0
+
+    # ------------------------------------------------------------------ identity
+    @classmethod
+    def classpath(cls) -> str:
+        return f"{cls.__module__}.{cls.__qualname__}"
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        """This class's path (the provider's hard-codes its own) and every ``__init__`` argument."""
+        return (
+            self.classpath(),
+            {
+                "topics": list(self.topics),
+                "asset_uri": self.asset_uri,
+                "asset_name": self.asset_name,
+                "kafka_config_id": self.kafka_config_id,
+                "group_id": self.group_id,
+                "poll_timeout": self.poll_timeout,
+                "dlq_topic": self.dlq_topic,
+                "dlq_kafka_config_id": self.dlq_kafka_config_id,
+                "allow": self.allow,
+                "signing_conn_id": self.signing_conn_id,
+                "max_causation_depth": self.max_causation_depth,
+                "include_partitioned": self.include_partitioned,
+                "dedupe_max_keys": self.dedupe_max_keys,
+                "dedupe_ttl": self.dedupe_ttl,
+            },
+        )
+
+    @classmethod
+    def _stream_key(cls, kwargs: Mapping[str, Any]) -> tuple[Any, ...]:
+        kafka_config_id = kwargs.get("kafka_config_id") or DEFAULT_WATCHER_CONN_ID
+        return (
+            SHARED_STREAM_NAMESPACE,
+            cls.classpath(),
+            tuple(sorted(kwargs["topics"])),
+            kafka_config_id,
+            kwargs.get("group_id"),
+            kwargs.get("dlq_topic"),
+            kwargs.get("dlq_kafka_config_id") or kafka_config_id,
+        )
+
+    def shared_stream_key(self) -> Hashable:
+        """``(namespace, class, topics, connection, group_id, dlq topic, dlq connection)``.
+
+        The provider's key is only ``(topics, connection)``: another trigger class or a watcher
+        with another dead-letter topic would join the same consumer.
+        """
+        return self._stream_key(self.serialize()[1])
+
+    @classmethod
+    def create_shared_stream_producer(cls, kwargs: dict[str, Any]) -> KafkaAssetEventStreamProducer:
+        return KafkaAssetEventStreamProducer(
+            topics=sorted(kwargs["topics"]),
+            kafka_config_id=kwargs.get("kafka_config_id") or DEFAULT_WATCHER_CONN_ID,
+            poll_timeout=kwargs.get("poll_timeout", 1.0),
+            group_id=kwargs.get("group_id"),
+            identity=cls._stream_key(kwargs),
+        )
+
+    @property
+    def consumer_label(self) -> str:
+        """Who refuses a record, for the dead-letter ``x-consumer`` header and logs."""
+        asset = self.asset_uri if self.asset_uri is not None else f"name={self.asset_name}"
+        group = self.group_id or f"group.id of {self.kafka_config_id}"
+        return f"{type(self).__name__}(asset={asset}, group={group})"
+
+    # ------------------------------------------------------------------ filtering
+    def _is_ours(self, asset: AssetRef) -> bool:
+        if self.asset_name is not None and asset.name != self.asset_name:
+            return False
+        if self.asset_uri is None or asset.uri == self.asset_uri:
+            return True
+        try:
+            return sanitize_asset_uri(asset.uri) == self.asset_uri
+        except Exception:
+            return False
+
+    async def _load_signing_keys(self) -> list[bytes]:
+        """The accepted keys: the connection's password, then its extra's ``previous_keys``."""
+        from airflow.sdk import BaseHook
+
+        assert self.signing_conn_id is not None
+        conn = await BaseHook.aget_connection(self.signing_conn_id)
+        keys: list[bytes] = []
+        if conn.password:
+            keys.append(conn.password.encode("utf-8"))
+        previous = conn.extra_dejson.get("previous_keys") or []
+        if isinstance(previous, str) or not isinstance(previous, list):
+            raise ConfigurationError(
+                f"connection {self.signing_conn_id!r}: extra 'previous_keys' must be a list of str"
+            )
+        keys.extend(str(key).encode("utf-8") for key in previous if key)
+        if not keys:
+            raise ConfigurationError(
+                f"connection {self.signing_conn_id!r} holds no signing key (set its password)"
+            )
+        return keys
+
+    async def _keys(self) -> list[bytes]:
+        if self._signing_keys is not None:
+            return self._signing_keys
+        now = time.monotonic()
+        if self._signing_key_error is not None and now < self._signing_key_retry_at:
+            raise self._signing_key_error
+        try:
+            self._signing_keys = await self._load_signing_keys()
+        except Exception as exc:
+            self._signing_key_error = exc
+            self._signing_key_retry_at = now + _SIGNING_KEY_RETRY_INTERVAL
+            raise
+        self._signing_key_error = None
+        return self._signing_keys
+
+    def _decode_record(self, record: KafkaRecord) -> AssetEventEnvelope | _Verdict:
+        if record.value is None:
+            error = EnvelopeDecodeError("the record has no value (a tombstone), not an asset event envelope")
+            return _reject(DeadLetterReason.UNDECODABLE, error, group_scope=True)
+        try:
+            return ASSET_EVENT_CODEC.decode(record.value)
+        except UnknownSchemaError as exc:
+            return _reject(DeadLetterReason.UNKNOWN_SCHEMA, exc, group_scope=True)
+        except EnvelopeDecodeError as exc:
+            reason = (
+                DeadLetterReason.INVALID_ENVELOPE
+                if isinstance(exc.__cause__, ValidationError)
+                else DeadLetterReason.UNDECODABLE
+            )
+            return _reject(reason, exc, group_scope=True)
+
+    async def _check(self, record: KafkaRecord, envelope: AssetEventEnvelope) -> _Verdict:
+        if not self._is_ours(envelope.asset):
+            return _SKIP
+        if not self.include_partitioned and envelope.partition_key is not None:
+            return _SKIP
+        if self.signing_conn_id is not None:
+            try:
+                keys = await self._keys()
+            except Exception as exc:
+                return _reject(DeadLetterReason.SIGNING_KEY_UNAVAILABLE, exc, envelope)
+            try:
+                verify_envelope(envelope, keys)
+            except AuthorizationError as exc:
+                return _reject(DeadLetterReason(exc.reason), exc, envelope)
+        if self._allowlist is not None:
+            try:
+                self._allowlist.check(envelope)
+            except AuthorizationError as exc:
+                return _reject(DeadLetterReason.NOT_ALLOWED, exc, envelope)
+        depth = causation_depth(envelope)
+        if depth > self.max_causation_depth:
+            error = CausationTooDeepError(
+                f"event {envelope.event_id} for asset {envelope.asset.uri!r} has {depth} ancestor "
+                f"event(s), more than max_causation_depth={self.max_causation_depth}: DAGs "
+                "triggering each other through this asset look like a feedback loop"
+            )
+            return _reject(DeadLetterReason.CAUSATION_TOO_DEEP, error, envelope)
+        key = envelope.idempotency_key or f"event_id:{envelope.event_id}"
+        if not self._seen.add(key):
+            self.log.info(
+                "Dropping repeat of asset event %s (idempotency key %s) at %s[%s]@%s",
+                envelope.event_id,
+                key,
+                record.topic,
+                record.partition,
+                record.offset,
+            )
+            return _SKIP
+        return _Verdict("accept", payload=envelope_payload(envelope, record), envelope=envelope)
+
+    async def judge(self, record: KafkaRecord) -> _Verdict:
+        """What to do with one record: accept (with its payload), skip, or reject (with a reason)."""
+        try:
+            decoded = self._decode_record(record)
+            if isinstance(decoded, _Verdict):
+                return decoded
+            return await self._check(record, decoded)
+        except Exception as exc:  # a bug: keep the record for replay rather than lose it
+            self.log.exception("Checking %s[%s]@%s failed", record.topic, record.partition, record.offset)
+            return _reject(DeadLetterReason.INTERNAL_ERROR, exc)
+
+    async def filter_shared_stream(self, shared_stream: AsyncIterator[Any]) -> AsyncIterator[TriggerEvent]:
+        """Accepted records fire a ``TriggerEvent``; refused ones are dead-lettered, then rejected.
+
+        Nothing in here raises while a record is being handled (the shared stream would count a
+        failing watcher's current record as handled): every failure becomes a dead letter.
+        """
+        async for record in shared_stream:
+            verdict = await self.judge(record)
+            if verdict.action == "accept":
+                yield TriggerEvent(verdict.payload)
+            elif verdict.action == "reject" and await self._dead_letter(record, verdict):
+                reject_shared_stream_event()
+
+    # ------------------------------------------------------------------ dead letters
+    def _make_dlq_writer(self) -> DeadLetterWriter:
+        from airflow_kafka_events.hooks import KafkaEventsHook
+
+        assert self.dlq_topic is not None
+        conn_id = self.dlq_kafka_config_id or self.kafka_config_id
+        return DeadLetterWriter(KafkaEventsHook(kafka_config_id=conn_id).get_producer(), self.dlq_topic)
+
+    async def _dead_letter_writer(self) -> DeadLetterWriter:
+        if self._dlq_writer is None:
+            self._dlq_writer = await sync_to_async(self._make_dlq_writer)()
+        return self._dlq_writer
+
+    async def _dead_letter(self, record: KafkaRecord, verdict: _Verdict) -> bool:
+        """Write the dead-letter record of ``record`` and wait until it is acknowledged.
+
+        Returns ``False`` when another watcher of the shared stream (or this one, before a
+        redelivery) already dead-letters it: the caller then simply moves on.  While the
+        dead-letter topic is unreachable it retries with backoff (up to 30 s between tries).
+        """
+        assert verdict.reason is not None and verdict.error is not None
+        stream_key = self.shared_stream_key()
+        scope: Hashable = stream_key if verdict.group_scope else (stream_key, self.asset_uri, self.asset_name)
+        claim = (scope, record.topic, record.partition, record.offset)
+        if not _DEAD_LETTERED.claim(claim):
+            return False
+        envelope = verdict.envelope
+        letter = DeadLetter.from_exception(
+            verdict.reason,
+            verdict.error,
+            topic=record.topic,
+            partition=record.partition,
+            offset=record.offset,
+            timestamp_ms=record.timestamp_ms,
+            consumer=self.consumer_label,
+            event_id=envelope.event_id if envelope is not None else None,
+            asset_uri=envelope.asset.uri if envelope is not None else None,
+        )
+        if self.dlq_topic is None:
+            self.log.error(
+                "Dropping %s[%s]@%s (%s: %s); no dlq_topic is configured",
+                record.topic,
+                record.partition,
+                record.offset,
+                letter.reason,
+                letter.error_message,
+            )
+            return True
+        delay = _DLQ_RETRY_FIRST_DELAY
+        try:
+            while True:
+                try:
+                    writer = await self._dead_letter_writer()
+                    receipt = await writer.awrite(
+                        letter, value=record.value, key=record.key, headers=record.headers
+                    )
+                except Exception as exc:
+                    self.log.error(
+                        "Cannot dead-letter %s[%s]@%s to %s (%s); retrying in %.0fs, the record stays "
+                        "uncommitted meanwhile",
+                        record.topic,
+                        record.partition,
+                        record.offset,
+                        self.dlq_topic,
+                        exc,
+                        delay,
+                    )
+                    await asyncio.sleep(delay)
+                    delay = min(delay * 2, _DLQ_RETRY_MAX_DELAY)
+                    continue
+                self.log.warning(
+                    "Dead-lettered %s[%s]@%s to %s[%s]@%s: %s: %s",
+                    record.topic,
+                    record.partition,
+                    record.offset,
+                    receipt.topic,
+                    receipt.partition,
+                    receipt.offset,
+                    letter.reason,
+                    letter.error_message,
+                )
+                return True
+        except BaseException:
+            # cancelled (watcher removed, triggerer stopping) before the write was acknowledged:
+            # whoever sees the record next must dead-letter it
+            _DEAD_LETTERED.release(claim)
+            raise
+
+
+# --------------------------------------------------------------------------- DAG-side helper
+def kafka_watched_asset(
+    uri: str,
+    *,
+    topics: Sequence[str],
+    name: str | None = None,
+    watcher_name: str | None = None,
+    group: str | None = None,
+    extra: dict[str, Any] | None = None,
+    **trigger_kwargs: Any,
+) -> Asset:
+    """An ``Asset`` whose ``AssetWatcher`` is a :class:`KafkaAssetEventTrigger` for it.
+
+    ``uri`` / ``name`` / ``group`` / ``extra`` are the ``Asset``'s; the trigger gets the asset's
+    normalized URI and name, ``topics`` and ``trigger_kwargs``.  ``watcher_name`` defaults to
+    ``"kafka:<asset name>"``.
+    """
+    from airflow.sdk import Asset, AssetWatcher
+
+    plain = Asset(name=name, uri=uri) if name is not None else Asset(uri=uri)
+    trigger = KafkaAssetEventTrigger(
+        topics=topics, asset_uri=plain.uri, asset_name=plain.name, **trigger_kwargs
+    )
+    kwargs: dict[str, Any] = {}
+    if group is not None:
+        kwargs["group"] = group
+    if extra is not None:
+        kwargs["extra"] = extra
+    return Asset(
+        name=plain.name,
+        uri=plain.uri,
+        watchers=[AssetWatcher(name=watcher_name or f"kafka:{plain.name}", trigger=trigger)],
+        **kwargs,
+    )

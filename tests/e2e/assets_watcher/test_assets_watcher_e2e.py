@@ -1,0 +1,347 @@
+"""Asset watchers through a real Airflow (scheduler, triggerer, dag-processor, api-server) and Kafka.
+
+(a) a DAG-level failure callback emits an operational event for ``ops://investigate``; the
+    investigation DAG, scheduled on that asset through a ``KafkaAssetEventTrigger`` watcher,
+    runs once and sees the event's payload in its triggering asset events;
+(b) the same idempotency key published twice becomes exactly one asset event;
+(c) a poison record goes to the dead-letter topic with its reason, and the next good event
+    still becomes an asset event;
+(d) a feedback loop (a DAG whose failure callback emits to the asset that triggers it) is cut
+    at the watcher's ``max_causation_depth``: the number of runs is bounded;
+(e) two assets on one topic (one shared consumer) across a triggerer crash and restart: no
+    event lost (the stack sets ``[triggerer] shared_stream_cohort_grace_period``).
+
+Every watched asset of ``dags/e2e_assets_watcher.py`` shares one consumer group.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer
+
+from airflow_kafka_events.assets import external
+from airflow_kafka_events.assets.external import Receipt
+from airflow_kafka_events.dlq import DeadLetter
+from airflow_kafka_events.kafka.producer import get_producer
+from airflow_kafka_events.kafka.settings import KafkaSettings
+from harness.airflow_stack import AirflowStack
+
+pytestmark = pytest.mark.e2e
+
+INVESTIGATE_URI = "ops://investigate/"
+DEDUPE_URI = "e2e://watcher/dedupe"
+POISON_URI = "e2e://watcher/poison"
+LOOP_URI = "e2e://watcher/loop"
+RESTART_A_URI = "e2e://watcher/restart-a"
+RESTART_B_URI = "e2e://watcher/restart-b"
+LOOP_MAX_DEPTH = 2  # as in the DAG file
+DAG_IDS = (
+    "e2e_watcher_failing_job",
+    "e2e_watcher_investigate",
+    "e2e_watcher_dedupe",
+    "e2e_watcher_poison",
+    "e2e_watcher_loop",
+    "e2e_watcher_restart_a",
+    "e2e_watcher_restart_b",
+)
+EVENT_TIMEOUT = 240.0
+
+
+@pytest.fixture(scope="module")
+def topics(kafka_admin, airflow_extra_env: dict[str, str]) -> dict[str, str]:
+    """The watched topic (3 partitions) and the dead-letter topic of this session exist."""
+    from confluent_kafka import KafkaError, KafkaException
+    from confluent_kafka.admin import NewTopic
+
+    run = airflow_extra_env.get("AIRFLOW_KAFKA_EVENTS_E2E_WATCHER_RUN")
+    assert run, "tests/e2e/conftest.py airflow_extra_env must set AIRFLOW_KAFKA_EVENTS_E2E_WATCHER_RUN"
+    names = {"events": f"e2e.watcher.events.{run}", "dlq": f"e2e.watcher.dlq.{run}"}
+    specs = [NewTopic(names["events"], num_partitions=3), NewTopic(names["dlq"], num_partitions=1)]
+    for future in kafka_admin.create_topics(specs).values():
+        try:
+            future.result(timeout=30)
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                raise
+    deadline = time.monotonic() + 30
+    for name in names.values():
+        while True:
+            meta = kafka_admin.list_topics(topic=name, timeout=5).topics.get(name)
+            if meta is not None and meta.error is None and meta.partitions:
+                if all(p.leader >= 0 for p in meta.partitions.values()):
+                    break
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"topic {name} not ready: {meta}")
+            time.sleep(0.2)
+    return names
+
+
+@pytest.fixture(scope="module")
+def stack(airflow_stack: AirflowStack, topics: dict[str, str]) -> AirflowStack:
+    for dag_id in DAG_IDS:
+        airflow_stack.wait_dag_parsed(dag_id, timeout=180)
+    return airflow_stack
+
+
+def _emit(bootstrap: str, topic: str, uri: str, **kwargs: Any) -> Receipt:
+    return external.emit(uri, topic=topic, bootstrap_servers=bootstrap, producer="e2e-test", **kwargs)
+
+
+def _asset_events(stack: AirflowStack, uri: str) -> list[dict[str, Any]]:
+    rows = stack.query(
+        "SELECT ae.id, ae.extra, ae.partition_key FROM asset_event ae "
+        "JOIN asset a ON a.id = ae.asset_id WHERE a.uri = ? ORDER BY ae.id",
+        (uri,),
+    )
+    for row in rows:
+        row["extra"] = json.loads(row["extra"]) if isinstance(row["extra"], str) else row["extra"]
+        row["payload"] = (row["extra"] or {}).get("payload") or {}
+    return rows
+
+
+def _events_with(stack: AirflowStack, uri: str, event_id: str) -> list[dict[str, Any]]:
+    return [row for row in _asset_events(stack, uri) if row["payload"].get("event_id") == event_id]
+
+
+def _wait_for_events(
+    stack: AirflowStack, uri: str, event_ids: list[str], timeout: float = EVENT_TIMEOUT
+) -> None:
+    def arrived() -> bool:
+        seen = {row["payload"].get("event_id") for row in _asset_events(stack, uri)}
+        return all(event_id in seen for event_id in event_ids)
+
+    stack.wait_for(arrived, timeout, f"asset events {event_ids} of {uri}", components=("triggerer",))
+
+
+def _dead_letters(bootstrap: str, topic: str) -> list[tuple[DeadLetter, Any]]:
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"e2e-dlq-reader-{uuid.uuid4().hex}",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+        }
+    )
+    consumer.subscribe([topic])
+    found: list[tuple[DeadLetter, Any]] = []
+    quiet_until = time.monotonic() + 5.0
+    try:
+        while time.monotonic() < quiet_until:
+            msg = consumer.poll(0.5)
+            if msg is None or msg.error() is not None:
+                continue
+            found.append((DeadLetter.from_headers(msg.headers()), msg))
+            quiet_until = time.monotonic() + 2.0
+    finally:
+        consumer.close()
+    return found
+
+
+def _wait_for_dead_letter(
+    stack: AirflowStack, bootstrap: str, topic: str, match: Callable[[DeadLetter], bool], what: str
+) -> list[tuple[DeadLetter, Any]]:
+    def matching() -> list[tuple[DeadLetter, Any]]:
+        return [(letter, msg) for letter, msg in _dead_letters(bootstrap, topic) if match(letter)]
+
+    return stack.wait_for(
+        matching, EVENT_TIMEOUT, what, components=("triggerer", "dag-processor"), interval=2.0
+    )
+
+
+def _committed(bootstrap: str, group: str, topic: str, partition: int) -> int:
+    from confluent_kafka import TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    try:
+        (committed,) = consumer.committed([TopicPartition(topic, partition)], timeout=10)
+        return committed.offset
+    finally:
+        consumer.close()
+
+
+def _dag_runs(stack: AirflowStack, dag_id: str) -> list[dict[str, Any]]:
+    return stack.query(
+        "SELECT id, run_id, state, run_type FROM dag_run WHERE dag_id = ? ORDER BY id", (dag_id,)
+    )
+
+
+# --------------------------------------------------------------------------- (a)
+def test_failure_callback_event_runs_the_investigation_dag_once(stack, kafka_bootstrap, topics):
+    run_id = stack.trigger_dag("e2e_watcher_failing_job")
+    assert stack.wait_for_dag_run("e2e_watcher_failing_job", run_id, timeout=240) == "failed"
+
+    def from_this_run() -> list[dict[str, Any]]:
+        return [
+            row
+            for row in _asset_events(stack, INVESTIGATE_URI)
+            if row["payload"].get("extra", {}).get("failed_run_id") == run_id
+        ]
+
+    stack.wait_for(
+        from_this_run, EVENT_TIMEOUT, "the investigation asset event", ("triggerer", "dag-processor")
+    )
+    time.sleep(3)
+    (event,) = from_this_run()  # exactly one asset event for the failed run
+    assert event["extra"]["from_trigger"] is True
+    assert event["partition_key"] is None  # watcher events carry no partition
+    payload = event["payload"]
+    assert payload["asset"] == {"name": "ops://investigate", "uri": INVESTIGATE_URI}
+    assert payload["source"]["kind"] == "dag_callback"
+    assert payload["source"]["dag_id"] == "e2e_watcher_failing_job"
+    assert payload["source"]["run_id"] == run_id
+    assert payload["source"]["task_id"] is None  # a DAG-level event: no task is invented
+    assert payload["extra"]["failed_dag_id"] == "e2e_watcher_failing_job"
+    assert payload["causation"] == []
+    assert payload["airflow_kafka_events"]["event_id"] == payload["event_id"]
+    assert payload["kafka"]["topic"] == topics["events"]
+
+    def investigation_run() -> str | None:
+        rows = stack.query(
+            "SELECT dr.run_id FROM dag_run dr JOIN dagrun_asset_event dae ON dae.dag_run_id = dr.id "
+            "WHERE dr.dag_id = 'e2e_watcher_investigate' AND dae.event_id = ?",
+            (event["id"],),
+        )
+        return rows[0]["run_id"] if rows else None
+
+    inv_run_id = stack.wait_for(investigation_run, EVENT_TIMEOUT, "the investigation DAG run", ("scheduler",))
+    assert stack.wait_for_dag_run("e2e_watcher_investigate", inv_run_id, timeout=240) == "success"
+    seen = stack.xcom("e2e_watcher_investigate", inv_run_id, "investigate")
+    mine = [p for p in seen if p["event_id"] == payload["event_id"]]
+    assert mine == [payload]
+    runs_for_event = stack.query(
+        "SELECT COUNT(*) AS n FROM dagrun_asset_event dae JOIN dag_run dr ON dr.id = dae.dag_run_id "
+        "WHERE dr.dag_id = 'e2e_watcher_investigate' AND dae.event_id = ?",
+        (event["id"],),
+    )
+    assert runs_for_event[0]["n"] == 1
+
+
+# --------------------------------------------------------------------------- (b)
+def test_duplicate_publish_becomes_one_asset_event(stack, kafka_bootstrap, topics):
+    key = f"dedupe-{uuid.uuid4().hex[:8]}"
+    first = _emit(kafka_bootstrap, topics["events"], DEDUPE_URI, extra={"batch": 1}, idempotency_key=key)
+    again = _emit(kafka_bootstrap, topics["events"], DEDUPE_URI, extra={"batch": 1}, idempotency_key=key)
+    # same asset -> same record key -> same partition: once the marker is in, the repeat was handled
+    marker = _emit(
+        kafka_bootstrap, topics["events"], DEDUPE_URI, extra={"batch": 2}, idempotency_key=f"{key}-m"
+    )
+    assert first.event_id != again.event_id
+    assert first.partition == again.partition == marker.partition
+    assert first.offset < again.offset < marker.offset
+    _wait_for_events(stack, DEDUPE_URI, [marker.event_id])
+    time.sleep(3)
+    keyed = [row for row in _asset_events(stack, DEDUPE_URI) if row["payload"].get("idempotency_key") == key]
+    assert [row["payload"]["event_id"] for row in keyed] == [first.event_id]
+    assert _events_with(stack, DEDUPE_URI, again.event_id) == []
+
+
+# --------------------------------------------------------------------------- (c)
+def test_poison_is_dead_lettered_and_the_next_event_still_arrives(stack, kafka_bootstrap, topics):
+    producer = get_producer(KafkaSettings({"bootstrap.servers": kafka_bootstrap}).producer_config())
+    poison = b"\x7f{not an asset event envelope}"
+    stored = producer.send_and_wait(topics["events"], poison, key=POISON_URI.encode(), timeout=30)
+    good = _emit(kafka_bootstrap, topics["events"], POISON_URI, extra={"after": "poison"})
+    assert (good.partition, good.topic) == (stored.partition, stored.topic) and good.offset > stored.offset
+    _wait_for_events(stack, POISON_URI, [good.event_id])
+    (event,) = _events_with(stack, POISON_URI, good.event_id)
+    assert event["payload"]["extra"] == {"after": "poison"}
+    letters = _wait_for_dead_letter(
+        stack,
+        kafka_bootstrap,
+        topics["dlq"],
+        lambda letter: (
+            (letter.source_topic, letter.source_partition, letter.source_offset)
+            == (stored.topic, stored.partition, stored.offset)
+        ),
+        "the poison record's dead letter",
+    )
+    (letter, msg), *repeats = letters
+    assert repeats == []  # six watchers share the consumer: the poison is dead-lettered once
+    assert letter.reason == "undecodable"
+    assert letter.error_type.startswith("airflow_kafka_events.errors.")
+    assert msg.value() == poison and msg.key() == POISON_URI.encode()
+    assert letter.consumer and "KafkaAssetEventTrigger" in letter.consumer
+
+
+# --------------------------------------------------------------------------- (d)
+def test_feedback_loop_is_cut_at_the_causation_depth(stack, kafka_bootstrap, topics):
+    assert _dag_runs(stack, "e2e_watcher_loop") == []
+    seed = _emit(kafka_bootstrap, topics["events"], LOOP_URI, extra={"hop": "seed"})
+    letters = _wait_for_dead_letter(
+        stack,
+        kafka_bootstrap,
+        topics["dlq"],
+        lambda letter: letter.asset_uri == LOOP_URI and letter.reason == "causation-too-deep",
+        "the loop's refused event",
+    )
+    (letter, _), *more = letters
+    assert more == []
+    assert f"max_causation_depth={LOOP_MAX_DEPTH}" in letter.error_message
+
+    def settled() -> list[dict[str, Any]] | None:
+        runs = _dag_runs(stack, "e2e_watcher_loop")
+        return runs if runs and all(run["state"] in ("success", "failed") for run in runs) else None
+
+    runs = stack.wait_for(settled, 240, "the loop's runs to finish", ("scheduler",))
+    time.sleep(10)  # nothing else starts
+    runs = _dag_runs(stack, "e2e_watcher_loop")
+    events = _asset_events(stack, LOOP_URI)
+    chains = [row["payload"]["causation"] for row in events]
+    assert chains == [[], [seed.event_id], [seed.event_id, events[1]["payload"]["event_id"]]]
+    assert len(events) == LOOP_MAX_DEPTH + 1
+    assert len(runs) == LOOP_MAX_DEPTH + 1, runs
+    assert {run["run_type"] for run in runs} == {"asset_triggered"}
+    assert all(run["state"] == "failed" for run in runs)
+    # the refused event is the one the last run emitted
+    assert letter.event_id not in {row["payload"]["event_id"] for row in events}
+
+
+# --------------------------------------------------------------------------- (e)
+def test_two_assets_on_one_topic_lose_nothing_across_a_triggerer_restart(
+    stack, kafka_bootstrap, topics, airflow_extra_env
+):
+    topic = topics["events"]
+    warm = [
+        _emit(kafka_bootstrap, topic, uri, extra={"phase": "before"})
+        for uri in (RESTART_A_URI, RESTART_B_URI)
+    ]
+    _wait_for_events(stack, RESTART_A_URI, [warm[0].event_id])
+    _wait_for_events(stack, RESTART_B_URI, [warm[1].event_id])
+    # The offset of a record is committed shortly after Airflow confirmed its asset event; a
+    # crash inside that window redelivers the record to a watcher that forgot its keys (a
+    # duplicate, as documented). Crash outside it, so that any duplicate below is a real bug.
+    group = json.loads(airflow_extra_env["AIRFLOW_CONN_KAFKA_WATCHER"])["extra"]["group.id"]
+    stack.wait_for(
+        lambda: all(_committed(kafka_bootstrap, group, r.topic, r.partition) > r.offset for r in warm),
+        60,
+        "the warm-up records' offsets to be committed",
+        ("triggerer",),
+    )
+
+    stack.kill_component("triggerer")  # a crash: nothing is shut down cleanly
+    while_down = [
+        _emit(kafka_bootstrap, topic, uri, extra={"phase": "down"}) for uri in (RESTART_A_URI, RESTART_B_URI)
+    ]
+    started = time.monotonic()
+    stack.restart_component("triggerer", timeout=180)
+    after = [
+        _emit(kafka_bootstrap, topic, uri, extra={"phase": "after"}) for uri in (RESTART_A_URI, RESTART_B_URI)
+    ]
+
+    _wait_for_events(stack, RESTART_A_URI, [while_down[0].event_id, after[0].event_id])
+    _wait_for_events(stack, RESTART_B_URI, [while_down[1].event_id, after[1].event_id])
+    recovered_in = time.monotonic() - started
+    time.sleep(3)
+    for uri, receipts in (
+        (RESTART_A_URI, (warm[0], while_down[0], after[0])),
+        (RESTART_B_URI, (warm[1], while_down[1], after[1])),
+    ):
+        for receipt in receipts:
+            assert len(_events_with(stack, uri, receipt.event_id)) == 1, (uri, receipt)
+    print(f"both watchers caught up {recovered_in:.1f}s after the triggerer restart began")

@@ -1,0 +1,292 @@
+"""Asset watcher against a real Kafka broker.
+
+* the dead-letter writer: the record lands with the original value/key and the reason headers;
+* signatures: sign, publish, consume, verify;
+* the whole watcher path in-process: ``KafkaAssetEventTrigger`` driven by Airflow's own
+  ``SharedStreamManager`` (ack mode) over a real consumer group -- accepted events, repeats,
+  poison, refused events in the dead-letter topic, offsets committed only past handled records;
+* the restart hazard: a watcher that joins the shared consumer late misses records its sibling
+  already committed, unless ``[triggerer] shared_stream_cohort_grace_period`` covers the gap.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from airflow.triggers.shared_stream import SharedStreamManager
+from confluent_kafka import Consumer, TopicPartition
+
+from airflow_kafka_events.assets.authz import sign_envelope, verify_envelope
+from airflow_kafka_events.assets.external import build_envelope, publish
+from airflow_kafka_events.codec import ASSET_EVENT_CODEC
+from airflow_kafka_events.dlq import DeadLetter, DeadLetterReason, DeadLetterWriter
+from airflow_kafka_events.envelopes import AssetEventEnvelope, AssetRef, EventSource, SourceKind
+from airflow_kafka_events.errors import EnvelopeDecodeError
+from airflow_kafka_events.kafka.producer import get_producer
+from airflow_kafka_events.kafka.settings import KafkaSettings
+from airflow_kafka_events.triggers import asset_watcher
+from airflow_kafka_events.triggers.asset_watcher import KafkaAssetEventTrigger
+
+pytestmark = pytest.mark.integration
+
+ASSET_A = AssetRef(name="it://watched/a", uri="it://watched/a")
+ASSET_B = AssetRef(name="it://watched/b", uri="it://watched/b")
+
+
+@pytest.fixture(autouse=True)
+def _fresh_process_state():
+    asset_watcher._DEAD_LETTERED.clear()
+    yield
+    asset_watcher._DEAD_LETTERED.clear()
+
+
+def _producer(bootstrap: str):
+    return get_producer(KafkaSettings({"bootstrap.servers": bootstrap}).producer_config())
+
+
+def _read_all(bootstrap: str, topic: str, expected: int, timeout: float = 60.0) -> list[Any]:
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"read-{uuid.uuid4().hex}",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+        }
+    )
+    consumer.subscribe([topic])
+    messages: list[Any] = []
+    deadline = time.monotonic() + timeout
+    try:
+        while len(messages) < expected and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is not None and msg.error() is None:
+                messages.append(msg)
+        # anything beyond what was expected would be a duplicate: give it a moment to show up
+        end = time.monotonic() + 2.0
+        while time.monotonic() < end:
+            msg = consumer.poll(0.2)
+            if msg is not None and msg.error() is None:
+                messages.append(msg)
+    finally:
+        consumer.close()
+    assert len(messages) >= expected, f"only {len(messages)} of {expected} records on {topic}"
+    return messages
+
+
+def _committed(bootstrap: str, group: str, topic: str, partitions: int) -> dict[int, int]:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    try:
+        offsets = consumer.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=10)
+        return {tp.partition: tp.offset for tp in offsets}
+    finally:
+        consumer.close()
+
+
+def _event(asset: AssetRef, **kwargs: Any) -> AssetEventEnvelope:
+    return build_envelope(asset=asset, source=EventSource(SourceKind.EXTERNAL, producer="itest"), **kwargs)
+
+
+# --------------------------------------------------------------------------- dead-letter writer
+def test_dead_letter_record_lands_with_reason_headers(kafka_bootstrap, new_topic):
+    topic = new_topic(partitions=1, prefix="dlq")
+    writer = DeadLetterWriter(_producer(kafka_bootstrap), topic, timeout=30.0)
+    letter = DeadLetter.from_exception(
+        DeadLetterReason.UNDECODABLE,
+        EnvelopeDecodeError("the bytes are no Avro single-object encoding"),
+        topic="asset-events",
+        partition=3,
+        offset=1234,
+        timestamp_ms=1_700_000_000_000,
+        consumer="KafkaAssetEventTrigger(asset=it://watched/a, group=g)",
+    )
+    receipt = asyncio.run(
+        writer.awrite(letter, value=b"\xffpoison", key=b"it://watched/a", headers=[("trace", b"t-1")])
+    )
+    sync_receipt = writer.write(letter, value=None)
+    assert (receipt.topic, sync_receipt.topic) == (topic, topic)
+    first, second = _read_all(kafka_bootstrap, topic, expected=2)
+    assert first.value() == b"\xffpoison" and first.key() == b"it://watched/a"
+    headers = first.headers()
+    assert headers[0] == ("trace", b"t-1")
+    named = dict(headers)
+    assert named["x-reason"] == b"undecodable"
+    assert named["x-error-type"] == b"airflow_kafka_events.errors.EnvelopeDecodeError"
+    assert named["x-source-topic"] == b"asset-events"
+    assert named["x-source-partition"] == b"3"
+    assert named["x-source-offset"] == b"1234"
+    assert DeadLetter.from_headers(headers) == letter
+    assert second.value() is None and DeadLetter.from_headers(second.headers()).reason == "undecodable"
+
+
+# --------------------------------------------------------------------------- signatures
+def test_signed_envelope_survives_kafka_and_verifies(kafka_bootstrap, new_topic):
+    topic = new_topic(partitions=1, prefix="signed")
+    key = "an HMAC key of at least thirty-two bytes"
+    signed = sign_envelope(_event(ASSET_A, extra={"rows": 3, "ratio": 0.25, "note": "café ✓"}), key)
+    publish(signed, producer=_producer(kafka_bootstrap), topic=topic, timeout=30)
+    (msg,) = _read_all(kafka_bootstrap, topic, expected=1)
+    decoded = ASSET_EVENT_CODEC.decode(msg.value())
+    assert decoded == signed
+    verify_envelope(decoded, key)
+    verify_envelope(decoded, ["rotated-out key", key])
+
+
+# --------------------------------------------------------------------------- the watcher path
+def _watcher_conn(monkeypatch: pytest.MonkeyPatch, bootstrap: str, conn_id: str, group: str) -> None:
+    extra = {
+        "bootstrap.servers": bootstrap,
+        "group.id": group,
+        "enable.auto.commit": "false",
+        "auto.offset.reset": "earliest",
+        "session.timeout.ms": "6000",
+        "heartbeat.interval.ms": "500",
+    }
+    monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", json.dumps({"conn_type": "kafka", "extra": extra}))
+
+
+class Watchers:
+    """Run watchers through Airflow's SharedStreamManager; 'persist' every event they fire."""
+
+    def __init__(self, grace: float = 0.0) -> None:
+        self.manager = SharedStreamManager(ack_timeout=60.0, cohort_grace_period=grace)
+        self.fired: dict[int, list[dict[str, Any]]] = {}
+        self.tasks: list[asyncio.Task] = []
+
+    def start(self, trigger_id: int, trigger: KafkaAssetEventTrigger) -> None:
+        key = trigger.shared_stream_key()
+        stream = self.manager.subscribe(trigger_id=trigger_id, trigger=trigger, key=key)
+        self.fired[trigger_id] = []
+
+        async def run() -> None:
+            async for event in trigger.filter_shared_stream(stream):
+                seq = self.manager.bind_pending_event(trigger_id=trigger_id, key=key)
+                self.fired[trigger_id].append(event.payload)
+                if seq is not None:
+                    self.manager.confirm_persisted([seq])
+
+        async def guarded() -> None:
+            try:
+                await run()
+            finally:
+                await self.manager.unsubscribe(trigger_id, key)
+
+        self.tasks.append(asyncio.create_task(guarded()))
+
+    async def stop(self) -> None:
+        for task in self.tasks:
+            task.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+        await self.manager.stop_all()
+
+
+async def _until(condition: Callable[[], Any], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        await asyncio.sleep(0.2)
+
+
+def test_watchers_share_a_consumer_and_commit_only_handled_records(kafka_bootstrap, new_topic, monkeypatch):
+    topic = new_topic(partitions=1, prefix="watched")
+    dlq_topic = new_topic(partitions=1, prefix="watched-dlq")
+    group = f"watchers-{uuid.uuid4().hex[:8]}"
+    _watcher_conn(monkeypatch, kafka_bootstrap, "kafka_watcher_it", group)
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_ASSET_SIGNING_IT", json.dumps({"conn_type": "generic", "password": "b-signing-key"})
+    )
+    producer = _producer(kafka_bootstrap)
+    a1 = _event(ASSET_A, extra={"n": 1}, idempotency_key="a-1")
+    a1_again = _event(ASSET_A, extra={"n": 1}, idempotency_key="a-1")
+    b_signed = sign_envelope(_event(ASSET_B, extra={"n": 2}), "b-signing-key")
+    b_unsigned = _event(ASSET_B, extra={"n": 3})
+    a_deep = _event(ASSET_A, extra={"n": 4}, causation=["E0", "E1", "E2"])
+    a2 = _event(ASSET_A, extra={"n": 5})
+    for envelope in (a1, a1_again, b_signed):
+        publish(envelope, producer=producer, topic=topic)
+    producer.send_and_wait(topic, b"plain text, not an envelope", key=b"it://watched/a")
+    for envelope in (b_unsigned, a_deep, a2):
+        publish(envelope, producer=producer, topic=topic)
+    common = {"topics": [topic], "kafka_config_id": "kafka_watcher_it", "dlq_topic": dlq_topic}
+    watcher_a = KafkaAssetEventTrigger(asset_uri=ASSET_A.uri, max_causation_depth=2, **common)
+    watcher_b = KafkaAssetEventTrigger(asset_uri=ASSET_B.uri, signing_conn_id="asset_signing_it", **common)
+
+    async def scenario() -> Watchers:
+        watchers = Watchers()
+        watchers.start(1, watcher_a)
+        watchers.start(2, watcher_b)
+        try:
+            await _until(
+                lambda: _committed(kafka_bootstrap, group, topic, 1).get(0) == 7, 90, "offsets committed to 7"
+            )
+        finally:
+            await watchers.stop()
+        return watchers
+
+    watchers = asyncio.run(scenario())
+    assert [p["event_id"] for p in watchers.fired[1]] == [a1.event_id, a2.event_id]
+    assert [p["event_id"] for p in watchers.fired[2]] == [b_signed.event_id]
+    assert watchers.fired[2][0]["signed"] is True
+    assert watchers.fired[1][0]["kafka"] == {"topic": topic, "partition": 0, "offset": 0}
+    letters = {
+        DeadLetter.from_headers(msg.headers()).source_offset: (DeadLetter.from_headers(msg.headers()), msg)
+        for msg in _read_all(kafka_bootstrap, dlq_topic, expected=3)
+    }
+    assert sorted(letters) == [3, 4, 5]  # one record each: the poison once, though both watchers saw it
+    assert letters[3][0].reason == "undecodable" and letters[3][1].value() == b"plain text, not an envelope"
+    assert letters[4][0].reason == "signature-missing" and letters[4][0].event_id == b_unsigned.event_id
+    assert letters[5][0].reason == "causation-too-deep" and letters[5][0].asset_uri == ASSET_A.uri
+    assert all(letter.source_topic == topic for letter, _ in letters.values())
+
+
+def _late_subscriber_run(
+    kafka_bootstrap: str, topic: str, group: str, grace: float, conn_id: str
+) -> dict[int, list[str]]:
+    """Watcher A subscribes, then watcher B one second later; one event for each is waiting."""
+    common = {"topics": [topic], "kafka_config_id": conn_id}
+    watcher_a = KafkaAssetEventTrigger(asset_uri=ASSET_A.uri, **common)
+    watcher_b = KafkaAssetEventTrigger(asset_uri=ASSET_B.uri, **common)
+
+    async def scenario() -> dict[int, list[str]]:
+        watchers = Watchers(grace=grace)
+        watchers.start(1, watcher_a)
+        try:
+            if grace == 0:
+                # the first watcher alone handles (skips) B's record and the offset is committed
+                await _until(lambda: watchers.fired[1], 60, "watcher A's event")
+                await _until(lambda: _committed(kafka_bootstrap, group, topic, 1).get(0) == 2, 60, "commit")
+            else:
+                await asyncio.sleep(1.0)
+            watchers.start(2, watcher_b)
+            await asyncio.sleep(3.0 if grace == 0 else grace + 6.0)
+            if grace:
+                await _until(lambda: watchers.fired[2], 60, "watcher B's event")
+        finally:
+            await watchers.stop()
+        return {tid: [p["event_id"] for p in fired] for tid, fired in watchers.fired.items()}
+
+    return asyncio.run(scenario())
+
+
+def test_late_subscriber_needs_the_cohort_grace_period(kafka_bootstrap, new_topic, monkeypatch):
+    producer = _producer(kafka_bootstrap)
+    results = {}
+    for grace in (0.0, 4.0):
+        topic = new_topic(partitions=1, prefix="cohort")
+        group = f"cohort-{uuid.uuid4().hex[:8]}"
+        conn_id = f"kafka_cohort_{int(grace)}"
+        _watcher_conn(monkeypatch, kafka_bootstrap, conn_id, group)
+        a, b = _event(ASSET_A), _event(ASSET_B)
+        publish(a, producer=producer, topic=topic)
+        publish(b, producer=producer, topic=topic)
+        results[grace] = (_late_subscriber_run(kafka_bootstrap, topic, group, grace, conn_id), a, b)
+    fired, a, b = results[0.0]
+    assert fired == {1: [a.event_id], 2: []}, "without a grace period the late watcher loses B's event"
+    fired, a, b = results[4.0]
+    assert fired == {1: [a.event_id], 2: [b.event_id]}
