@@ -23,6 +23,20 @@ AIRFLOW_FREE = [
     "airflow_kafka_events.local_broker",
     "airflow_kafka_events.cli",
     "airflow_kafka_events.provider",
+    "airflow_kafka_events.streams",
+    "airflow_kafka_events.checkpoint",
+    "airflow_kafka_events.dlq",
+    "airflow_kafka_events.kafka.partitioner",
+    "airflow_kafka_events.kafka.progress",
+    "airflow_kafka_events.kafka.stream_reader",
+    "airflow_kafka_events.assets.external",
+    "airflow_kafka_events.assets.validation",
+    "airflow_kafka_events.assets.idempotency",
+    "airflow_kafka_events.assets.authz",
+    "airflow_kafka_events.bridge",
+    "airflow_kafka_events.bridge.service",
+    "airflow_kafka_events.bridge.airflow_api",
+    "airflow_kafka_events.bridge.config",
 ]
 
 

@@ -139,12 +139,16 @@ def provenance_extra(envelope: AssetEventEnvelope) -> dict[str, Any]:
 def causation_from_extra(extra: Any) -> tuple[str, ...]:
     """The chain (ancestors oldest first, then the event itself) carried by an asset event's extra.
 
-    Reads :data:`PROVENANCE_EXTRA_KEY` as written by :func:`provenance_extra`; anything else
-    (an event from outlets, the REST API, another producer) gives ``()``.
+    Reads :data:`PROVENANCE_EXTRA_KEY` as written by :func:`provenance_extra` — at the top
+    level (events posted by the partition bridge) or inside ``extra["payload"]`` (events an
+    AssetWatcher made, ``{"from_trigger": True, "payload": ...}``); anything else (an event from
+    outlets, the REST API, another producer) gives ``()``.
     """
     if not isinstance(extra, Mapping):
         return ()
     info = extra.get(PROVENANCE_EXTRA_KEY)
+    if info is None and extra.get("from_trigger") and isinstance(extra.get("payload"), Mapping):
+        info = extra["payload"].get(PROVENANCE_EXTRA_KEY)
     if not isinstance(info, Mapping):
         return ()
     event_id = info.get("event_id")

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
+from airflow_kafka_events.triggers.asset_watcher import KafkaAssetEventTrigger
 from airflow_kafka_events.triggers.streaming import Page, StreamingTrigger
 from airflow_kafka_events.triggers.wrapper import StreamingWrapperTrigger
 
-__all__ = ["Page", "StreamingTrigger", "StreamingWrapperTrigger"]
+__all__ = ["KafkaAssetEventTrigger", "Page", "StreamingTrigger", "StreamingWrapperTrigger"]

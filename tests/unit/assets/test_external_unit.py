@@ -300,3 +300,15 @@ def test_cli_emit_validation_errors_exit_1_before_sending(producer, capsys):
     assert code == cli.EXIT_ERROR
     assert "timezone-aware" in capsys.readouterr().err
     assert producer.sent == []
+
+
+def test_provenance_is_found_in_a_watcher_made_event_payload():
+    from airflow_kafka_events.triggers.asset_watcher import envelope_payload
+
+    parent = build_envelope(
+        asset=AssetRef(name="a", uri="s3://a"), source=EventSource(SourceKind.EXTERNAL), causation=["E0"]
+    )
+    # what an AssetWatcher turns the watcher's TriggerEvent payload into (Airflow 3.3.2)
+    extra = {"from_trigger": True, "payload": envelope_payload(parent)}
+    assert causation_from_extra(extra) == ("E0", parent.event_id)
+    assert causation_from_extra({"payload": envelope_payload(parent)}) == ()  # not from a trigger
