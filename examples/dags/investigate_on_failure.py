@@ -47,7 +47,7 @@ from airflow_kafka_events.triggers.asset_watcher import (
 )
 
 TOPIC = "airflow.asset-events"
-DLQ_TOPIC = "airflow.asset-events.dlq"
+DLQ_TOPIC = "airflow.kafka-events.dlq"
 
 INVESTIGATE = kafka_watched_asset(
     "ops://investigate",

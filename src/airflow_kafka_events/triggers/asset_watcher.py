@@ -15,7 +15,7 @@ asset events for *one* asset::
                     topics=["airflow.asset-events"],
                     asset_uri="ops://investigate",
                     kafka_config_id="kafka_watcher",
-                    dlq_topic="airflow.asset-events.dlq",
+                    dlq_topic="airflow.kafka-events.dlq",
                 ),
             )
         ],

@@ -799,7 +799,7 @@ def test_example_dag_parses_and_wires_the_watcher():
     (watcher,) = asset.watchers
     trigger = watcher.trigger
     assert isinstance(trigger, KafkaAssetEventTrigger)
-    assert trigger.kafka_config_id == "kafka_watcher" and trigger.dlq_topic == "airflow.asset-events.dlq"
+    assert trigger.kafka_config_id == "kafka_watcher" and trigger.dlq_topic == "airflow.kafka-events.dlq"
     assert trigger.max_causation_depth == 3
     assert trigger.allow == [{"source_kinds": ["dag_callback"], "dag_ids": ["nightly_*"]}]
     classpath, kwargs = trigger.serialize()
