@@ -42,6 +42,7 @@ def get_provider_info() -> dict[str, Any]:
                 "name": "stream_consumer",
                 "class-name": "airflow_kafka_events.operators.decorators.stream_consumer_task",
             },
+            {"name": "iterable", "class-name": "airflow_kafka_events.iteration.decorator.iterable_task"},
         ],
         "plugins": [
             {

@@ -1,0 +1,83 @@
+"""Task iteration (AIP-104 semantics) over lists and streams: ``@task.iterable``.
+
+One task instance runs a function over many items -- an upstream list, or the pages of
+another task's stream read while that task is still paging -- with bounded in-task
+concurrency, per-item retries and timeouts, a progress checkpoint in the task state store
+(a retry runs only the items not done yet), per-item results in a Kafka results stream
+and a bounded summary as XCom.  ``batch(size=n)`` spreads the items over n task
+instances.
+
+* :mod:`~airflow_kafka_events.iteration.runner` -- the engine (no Airflow import):
+  :class:`IterationRunner`, :class:`CompletedItems`, the errors;
+* :mod:`~airflow_kafka_events.iteration.sources` -- :func:`from_stream`, :func:`results_of`,
+  :class:`StreamItems`;
+* :mod:`~airflow_kafka_events.iteration.operator` -- :class:`IterableOperator`;
+* :mod:`~airflow_kafka_events.iteration.decorator` -- :func:`iterable_task`
+  (``@task.iterable``);
+* :mod:`~airflow_kafka_events.iteration.results` -- the results stream writer.
+
+Importing this package imports no Airflow module; the Airflow-aware names are loaded on
+first use.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from airflow_kafka_events.iteration.runner import (
+    CompletedItems,
+    Item,
+    ItemInfo,
+    ItemTimeoutError,
+    IterationFailedError,
+    IterationRunner,
+    IterationSummary,
+    NonRetryableItemError,
+    SkipItem,
+    SourceRestartedError,
+    TooManyAbandonedThreadsError,
+    shard_of,
+)
+
+if TYPE_CHECKING:
+    from airflow_kafka_events.iteration.decorator import iterable_task
+    from airflow_kafka_events.iteration.operator import IterableOperator
+    from airflow_kafka_events.iteration.sources import StreamItems, from_stream, results_of
+
+__all__ = [
+    "CompletedItems",
+    "Item",
+    "ItemInfo",
+    "ItemTimeoutError",
+    "IterableOperator",
+    "IterationFailedError",
+    "IterationRunner",
+    "IterationSummary",
+    "NonRetryableItemError",
+    "SkipItem",
+    "SourceRestartedError",
+    "StreamItems",
+    "TooManyAbandonedThreadsError",
+    "from_stream",
+    "iterable_task",
+    "results_of",
+    "shard_of",
+]
+
+_LAZY = {
+    "iterable_task": "airflow_kafka_events.iteration.decorator",
+    "IterableOperator": "airflow_kafka_events.iteration.operator",
+    "StreamItems": "airflow_kafka_events.iteration.sources",
+    "from_stream": "airflow_kafka_events.iteration.sources",
+    "results_of": "airflow_kafka_events.iteration.sources",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value

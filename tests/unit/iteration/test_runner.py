@@ -1,0 +1,649 @@
+"""The iteration engine alone: no Airflow, no broker."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import json
+import os
+import threading
+import time
+import tracemalloc
+from typing import Any
+
+import pytest
+
+from airflow_kafka_events.errors import ConfigurationError, ValidationError
+from airflow_kafka_events.iteration.runner import (
+    DEFAULT_CHECKPOINT_KEY,
+    CompletedItems,
+    Item,
+    ItemInfo,
+    ItemTimeoutError,
+    IterationCheckpoint,
+    IterationFailedError,
+    IterationRunner,
+    NonRetryableItemError,
+    ResultDeliveryError,
+    SinkOpening,
+    SkipItem,
+    TooManyAbandonedThreadsError,
+    retry_delay,
+    shard_of,
+)
+
+pytestmark = pytest.mark.unit
+
+
+class Store:
+    """JSON round trip like Airflow's task state store; counts writes; can stop accepting them."""
+
+    def __init__(self) -> None:
+        self.data: dict[str, str] = {}
+        self.sets = 0
+        self.frozen = False
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return json.loads(self.data[key]) if key in self.data else default
+
+    def set(self, key: str, value: Any) -> None:
+        self.sets += 1
+        if not self.frozen:
+            self.data[key] = json.dumps(value)
+
+    def checkpoint(self) -> IterationCheckpoint:
+        return IterationCheckpoint.from_json(self.get(DEFAULT_CHECKPOINT_KEY))
+
+
+class WorkerDied(BaseException):
+    """Stands for the worker process dying: nothing after it runs (the store is frozen first)."""
+
+
+def items(n: int, start: int = 0) -> list[Item]:
+    return [Item(i, {"n": i}) for i in range(start, n)]
+
+
+def ordinals(calls: list[Any]) -> list[int]:
+    return sorted(calls)
+
+
+# ====================================================================== success
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_every_item_runs_once_with_its_value(kind):
+    seen: list[int] = []
+    lock = threading.Lock()
+
+    def sync_handler(value, context):
+        with lock:
+            seen.append(value["n"])
+        return value["n"] * 2
+
+    async def async_handler(value, context):
+        await asyncio.sleep(0)
+        seen.append(value["n"])
+        return value["n"] * 2
+
+    handler = sync_handler if kind == "sync" else async_handler
+    store = Store()
+    summary = IterationRunner(handler, concurrency=4, store=store).run(items(50))
+
+    assert sorted(seen) == list(range(50))
+    assert (summary.items, summary.succeeded, summary.succeeded_this_try, summary.failed) == (50, 50, 50, 0)
+    assert store.checkpoint().completed.watermark == 50
+    assert store.checkpoint().completed.ranges == []
+
+
+def test_an_async_item_source_is_consumed_lazily():
+    pulled: list[int] = []
+
+    async def source():
+        for i in range(10):
+            pulled.append(i)
+            yield Item(i, i)
+
+    handled: list[tuple[int, int]] = []
+
+    async def handler(value, context):
+        handled.append((value, len(pulled)))
+
+    IterationRunner(handler, concurrency=1).run(source())
+    # an item is pulled only when a slot is free: never far ahead of the handled ones
+    assert all(pulled_then - value <= 2 for value, pulled_then in handled), handled
+
+
+# ====================================================================== failures and retries
+def test_a_failing_item_is_retried_with_backoff_while_other_items_keep_going():
+    calls: list[tuple[int, int]] = []  # (ordinal, try)
+    release = threading.Event()
+
+    async def handler(value, context):
+        info: ItemInfo = context["iteration_item"]
+        calls.append((info.ordinal, info.attempt))
+        if info.ordinal == 0 and info.attempt < 3:
+            raise ValueError("flaky")
+        if info.ordinal == 1:
+            raise ValueError("always")
+        if info.ordinal == 9:
+            release.set()
+
+    runner = IterationRunner(
+        handler, concurrency=1, item_retries=2, item_retry_delay=0.3, item_retry_backoff=2
+    )
+    with pytest.raises(IterationFailedError) as caught:
+        runner.run(items(10))
+
+    summary = caught.value.summary
+    assert summary.failed == 1 and summary.failed_items == ["1"], summary
+    assert summary.succeeded == 9 and summary.item_retries == 4, summary
+    assert calls.count((0, 1)) == 1 and (0, 3) in calls and (1, 3) in calls
+    # with ONE slot, items 2..9 ran while item 0 waited for its retry: the delay held no slot
+    assert calls.index((9, 1)) < calls.index((0, 2)), calls
+    assert "1 item(s) failed: 1" in str(caught.value)
+
+
+def test_retry_delays_grow_with_the_backoff_and_are_capped():
+    assert [retry_delay(a, 1.0, 2.0, None) for a in (1, 2, 3)] == [1.0, 2.0, 4.0]
+    assert retry_delay(5, 1.0, 3.0, 10.0) == 10.0
+    assert retry_delay(1, 0.0, 2.0, None) == 0.0
+
+
+def test_non_retryable_and_skip_signals():
+    tries: dict[int, int] = {}
+
+    def handler(value, context):
+        n = value["n"]
+        tries[n] = tries.get(n, 0) + 1
+        if n == 2:
+            raise NonRetryableItemError("bad data")
+        if n == 3:
+            raise SkipItem("nothing to do")
+
+    store = Store()
+    with pytest.raises(IterationFailedError) as caught:
+        IterationRunner(handler, item_retries=5, store=store).run(items(5))
+    assert tries[2] == 1  # no retry
+    assert caught.value.summary.skipped_items == 1
+    assert 3 in store.checkpoint().completed and 2 not in store.checkpoint().completed
+
+
+@pytest.mark.parametrize("fail_fast", [True, False])
+def test_fail_fast_stops_scheduling_while_collect_tries_every_item(fail_fast):
+    called: list[int] = []
+
+    def handler(value, context):
+        called.append(value["n"])
+        if value["n"] in (3, 7):
+            raise RuntimeError(f"item {value['n']} broke")
+
+    with pytest.raises(IterationFailedError) as caught:
+        IterationRunner(handler, concurrency=1, fail_fast=fail_fast).run(items(20))
+
+    summary = caught.value.summary
+    if fail_fast:
+        assert called == [0, 1, 2, 3] and summary.stopped_early and summary.failed_items == ["3"]
+        assert "fail_fast" in str(caught.value)
+    else:
+        assert called == list(range(20)) and not summary.stopped_early
+        assert summary.failed_items == ["3", "7"] and summary.succeeded == 18
+    assert isinstance(caught.value.__cause__, RuntimeError)
+
+
+def test_failed_item_ids_are_capped():
+    def handler(value, context):
+        raise ValueError("no")
+
+    with pytest.raises(IterationFailedError) as caught:
+        IterationRunner(handler, max_failed_ids=5, item_id=lambda item: f"id-{item.ordinal}").run(items(50))
+    summary = caught.value.summary
+    assert summary.failed == 50
+    assert summary.failed_items == [f"id-{i}" for i in range(5)] and summary.failed_items_truncated
+    json.dumps(summary.to_dict())  # the summary stays JSON (an XCom)
+
+
+# ====================================================================== timeouts
+def test_async_item_timeout_cancels_the_item_and_fails_it():
+    cancelled = threading.Event()
+
+    async def handler(value, context):
+        if value["n"] == 2:
+            try:
+                await asyncio.sleep(30)
+            except asyncio.CancelledError:
+                cancelled.set()
+                raise
+        if value["n"] == 3:
+            raise TimeoutError("the item's own timeout")  # not the runner's
+
+    started = time.monotonic()
+    with pytest.raises(IterationFailedError) as caught:
+        IterationRunner(handler, concurrency=2, item_timeout=0.2).run(items(6))
+
+    summary = caught.value.summary
+    assert time.monotonic() - started < 10
+    assert cancelled.is_set()
+    assert summary.failed_items == ["2", "3"] or summary.failed_items == ["3", "2"]
+    assert summary.timed_out == 1  # only item 2: item 3 raised its own TimeoutError
+    assert summary.succeeded == 4
+
+
+def test_sync_item_timeout_is_enforced_by_abandoning_the_thread():
+    """PINNED: a sync item over item_timeout fails at once; its thread is abandoned, not awaited."""
+    release = threading.Event()
+    finished_late = threading.Event()
+    errors: list[BaseException] = []
+
+    def handler(value, context):
+        if value["n"] == 1 and context["iteration_item"].attempt == 1:
+            release.wait(30)
+            finished_late.set()
+            return "late"
+        return value["n"]
+
+    runner = IterationRunner(handler, concurrency=1, item_timeout=0.2, item_retries=1)
+    original = runner._failed
+
+    def record(work, exc):
+        errors.append(exc)
+        original(work, exc)
+
+    runner._failed = record  # type: ignore[method-assign]
+    started = time.monotonic()
+    summary = runner.run(items(5))
+    elapsed = time.monotonic() - started
+
+    assert elapsed < 10 and not finished_late.is_set()  # did not wait for the hung call
+    assert [type(e) for e in errors] == [ItemTimeoutError]
+    assert "abandoned" in str(errors[0])
+    # the retry ran in a replacement thread and every item succeeded
+    assert summary.succeeded == 5 and summary.timed_out == 1 and summary.abandoned_threads == 1
+    release.set()
+    assert finished_late.wait(5)  # the abandoned call ran to its end; its result was ignored
+
+
+def test_too_many_hung_sync_items_fail_the_task():
+    release = threading.Event()
+
+    def handler(value, context):
+        release.wait(30)
+
+    try:
+        with pytest.raises(TooManyAbandonedThreadsError):
+            IterationRunner(handler, concurrency=2, item_timeout=0.1, max_abandoned_threads=2).run(items(10))
+    finally:
+        release.set()
+
+
+# ====================================================================== concurrency and isolation
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_concurrency_limit_is_respected(kind):
+    lock = threading.Lock()
+    state = {"now": 0, "max": 0}
+
+    def enter():
+        with lock:
+            state["now"] += 1
+            state["max"] = max(state["max"], state["now"])
+
+    def leave():
+        with lock:
+            state["now"] -= 1
+
+    def sync_handler(value, context):
+        enter()
+        time.sleep(0.01)
+        leave()
+
+    async def async_handler(value, context):
+        enter()
+        await asyncio.sleep(0.01)
+        leave()
+
+    IterationRunner(sync_handler if kind == "sync" else async_handler, concurrency=3).run(items(40))
+    assert state["max"] == 3
+
+
+def test_each_item_gets_its_own_context_copy_and_os_environ_is_untouched(caplog):
+    base = {"ti": object(), "shared": "yes"}
+    contexts: list[dict[str, Any]] = []
+    lock = threading.Lock()
+    environ = dict(os.environ)
+
+    def handler(value, context):
+        context["mine"] = value["n"]  # mutating the copy must not leak to other items
+        time.sleep(0.001)
+        with lock:
+            contexts.append(context)
+        assert context["mine"] == value["n"]
+        assert context["iteration_item"].ordinal == value["n"]
+
+    IterationRunner(handler, concurrency=4, context=base).run(items(20))
+
+    assert len({id(c) for c in contexts}) == 20
+    assert all(c["ti"] is base["ti"] and c["shared"] == "yes" for c in contexts)  # shallow copies
+    assert base == {"ti": base["ti"], "shared": "yes"}
+    assert dict(os.environ) == environ
+
+
+def test_items_changing_os_environ_are_reported(caplog, monkeypatch):
+    monkeypatch.delenv("ITERATION_TEST_VAR", raising=False)
+
+    def handler(value, context):
+        os.environ["ITERATION_TEST_VAR"] = "x"
+
+    with caplog.at_level("WARNING"):
+        IterationRunner(handler).run(items(1))
+    monkeypatch.delenv("ITERATION_TEST_VAR", raising=False)
+    assert "ITERATION_TEST_VAR" in caplog.text and "os.environ" in caplog.text
+
+
+# ====================================================================== watermark checkpoint
+def test_completed_items_watermark_and_out_of_order_ranges():
+    done = CompletedItems()
+    for index in (0, 1, 5, 3, 6, 4, 9):
+        assert done.add(index)
+    assert not done.add(5) and not done.add(0)
+    assert (done.watermark, done.ranges, len(done)) == (2, [[3, 7], [9, 10]], 7)
+    assert 4 in done and 2 not in done and 8 not in done and -1 not in done
+    done.add(2)
+    assert (done.watermark, done.ranges) == (7, [[9, 10]])
+    done.add(8)
+    done.add(7)
+    assert (done.watermark, done.ranges, len(done)) == (10, [], 10)
+
+    # a permanently failed item leaves ONE gap; what completes after it is one range
+    gap = CompletedItems()
+    for index in range(1000):
+        if index != 5:
+            gap.add(index)
+    assert (gap.watermark, gap.ranges) == (5, [[6, 1000]])
+    again = CompletedItems.from_json(json.loads(json.dumps(gap.to_json())))
+    assert (again.watermark, again.ranges, len(again)) == (5, [[6, 1000]], 999)
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"watermark": -1},
+        {"watermark": 3, "ranges": [[2, 4]]},
+        {"watermark": 0, "ranges": [[5, 5]]},
+        {"watermark": 0, "ranges": [[5, 8], [7, 9]]},
+        {"watermark": 0, "ranges": [["a", 2]]},
+        [],
+    ],
+)
+def test_completed_items_reject_malformed_json(bad):
+    with pytest.raises(ValidationError):
+        CompletedItems.from_json(bad)
+
+
+def test_checkpoint_json_round_trip_and_format_check():
+    checkpoint = IterationCheckpoint(
+        generation=2,
+        source="list:n:10",
+        shard=1,
+        shards=3,
+        completed=CompletedItems(4, [[6, 8]]),
+        results=None,
+    )
+    assert IterationCheckpoint.from_json(json.loads(json.dumps(checkpoint.to_json()))).to_json() == (
+        checkpoint.to_json()
+    )
+    with pytest.raises(ValidationError, match="format"):
+        IterationCheckpoint.from_json({**checkpoint.to_json(), "format": 99})
+
+
+def test_checkpoints_are_batched_not_per_item():
+    store = Store()
+
+    async def handler(value, context):
+        return None
+
+    summary = IterationRunner(handler, store=store, checkpoint_every=100, checkpoint_interval=3600).run(
+        items(1000)
+    )
+    assert store.sets == 1000 // 100 + 1 == summary.checkpoints_saved  # + the final save
+
+
+def test_time_based_checkpoints_while_items_are_slow():
+    store = Store()
+
+    async def handler(value, context):
+        await asyncio.sleep(0.05)
+
+    IterationRunner(handler, store=store, checkpoint_every=10_000, checkpoint_interval=0.1).run(items(12))
+    assert 2 <= store.sets <= 12  # some interval saves and the final one, never one per item
+
+
+def _run_until_worker_death(store: Store, n: int, die_at: int, **kwargs: Any) -> list[int]:
+    calls: list[int] = []
+
+    def handler(value, context):
+        if value["n"] == die_at:
+            store.frozen = True  # the process is gone: nothing it does later is stored
+            raise WorkerDied
+        calls.append(value["n"])
+
+    with pytest.raises(WorkerDied):
+        IterationRunner(handler, store=store, **kwargs).run(items(n))
+    store.frozen = False
+    return calls
+
+
+def test_a_retry_after_worker_death_resumes_at_the_last_checkpoint():
+    store = Store()
+    first = _run_until_worker_death(store, 100, die_at=45, concurrency=1, checkpoint_every=10)
+    assert first == list(range(45))
+    assert store.checkpoint().completed.watermark == 40  # saved before item 40 started
+
+    second: list[int] = []
+
+    def handler(value, context):
+        second.append(value["n"])
+
+    summary = IterationRunner(handler, store=store, concurrency=1, checkpoint_every=10).run(items(100))
+    assert second == list(range(40, 100))  # items done by the first try before its checkpoint: skipped
+    assert (summary.skipped, summary.succeeded_this_try, summary.succeeded, summary.resumed) == (
+        40,
+        60,
+        100,
+        True,
+    )
+
+
+def test_a_retry_after_failed_items_runs_only_them():
+    store = Store()
+
+    def flaky(value, context):
+        if value["n"] % 10 == 3:
+            raise ValueError("not yet")
+
+    with pytest.raises(IterationFailedError):
+        IterationRunner(flaky, store=store, concurrency=3).run(items(50))
+    assert store.checkpoint().completed.watermark == 3
+
+    second: list[int] = []
+
+    def handler(value, context):
+        second.append(value["n"])
+
+    summary = IterationRunner(handler, store=store, concurrency=3).run(items(50))
+    assert sorted(second) == [3, 13, 23, 33, 43]
+    assert summary.succeeded == 50 and store.checkpoint().completed.watermark == 50
+
+
+def test_a_cleared_task_or_another_source_starts_over():
+    store = Store()
+    IterationRunner(lambda v, c: None, store=store, generation=0, source_key="list:n:10").run(items(10))
+
+    runs: list[int] = []
+
+    def handler(value, context):
+        runs.append(value["n"])
+
+    IterationRunner(handler, store=store, generation=1, source_key="list:n:10").run(items(10))  # cleared
+    assert sorted(runs) == list(range(10))
+    runs.clear()
+    IterationRunner(handler, store=store, generation=1, source_key="list:n:12").run(items(12))  # new items
+    assert sorted(runs) == list(range(12))
+    runs.clear()
+    IterationRunner(handler, store=store, generation=1, source_key="list:n:12").run(items(12))  # a retry
+    assert runs == []
+
+
+# ====================================================================== sharding
+def test_shards_split_the_items_exactly_once():
+    seen: list[int] = []
+    lock = threading.Lock()
+
+    def handler(value, context):
+        with lock:
+            seen.append(value["n"])
+
+    summaries = [IterationRunner(handler, shard=k, shards=3, concurrency=2).run(items(100)) for k in range(3)]
+    assert sorted(seen) == list(range(100))
+    assert [s.items for s in summaries] == [34, 33, 33]
+    assert all(shard_of(n, 3) == k for k in range(3) for n in range(k, 100, 3))
+
+
+def test_sharded_checkpoints_track_local_indexes():
+    store = Store()
+
+    def handler(value, context):
+        if value["n"] == 7:  # local index 7 // 3 == 2 of shard 1
+            raise ValueError("no")
+
+    with pytest.raises(IterationFailedError):
+        IterationRunner(handler, store=store, shard=1, shards=3, concurrency=1).run(items(30))
+    completed = store.checkpoint().completed
+    assert (completed.watermark, completed.ranges) == (2, [[3, 10]])
+
+
+# ====================================================================== results sink
+class FakeSink:
+    """Acknowledges every result from another thread, as a Kafka producer does."""
+
+    def __init__(self, recovered: tuple[int, ...] = (), fail_at: int | None = None) -> None:
+        self.recovered = recovered
+        self.fail_at = fail_at
+        self.put_order: list[int] = []
+        self.acked: list[int] = []
+        self.saved: Any = "unset"
+        self.pool = concurrent.futures.ThreadPoolExecutor(2)
+
+    def open(self, saved: Any, *, restart: bool) -> SinkOpening:
+        self.saved = saved
+        return SinkOpening(recovered=self.recovered)
+
+    def put(self, item: Item, item_id: str, result: Any) -> concurrent.futures.Future[Any]:
+        if result == "not json":
+            raise NonRetryableItemError("cannot encode")
+        self.put_order.append(item.ordinal)
+
+        def deliver() -> int:
+            time.sleep(0.001)
+            if item.ordinal == self.fail_at:
+                raise OSError("broker gone")
+            return item.ordinal
+
+        return self.pool.submit(deliver)
+
+    def delivered(self, value: Any) -> None:
+        self.acked.append(value)
+
+    def state(self) -> Any:
+        return {"acked": len(self.acked)}
+
+
+def test_items_are_done_only_once_their_results_are_delivered():
+    store = Store()
+    sink = FakeSink(recovered=(4, 5))
+
+    def handler(value, context):
+        return "not json" if value["n"] == 9 else value["n"]
+
+    with pytest.raises(IterationFailedError) as caught:
+        IterationRunner(handler, store=store, sink=sink, concurrency=3).run(items(12))
+    summary = caught.value.summary
+    assert summary.failed_items == ["9"]  # a result that cannot be written fails its item
+    assert summary.recovered == 2 and summary.skipped == 2  # delivered before a worker died: not re-run
+    assert sorted(sink.acked) == [0, 1, 2, 3, 6, 7, 8, 10, 11]
+    checkpoint = store.checkpoint()
+    assert checkpoint.results == {"acked": 9}
+    assert (checkpoint.completed.watermark, checkpoint.completed.ranges) == (9, [[10, 12]])
+
+
+def test_a_lost_result_fails_the_task():
+    sink = FakeSink(fail_at=3)
+    with pytest.raises(ResultDeliveryError, match="item 3 was not delivered"):
+        IterationRunner(lambda v, c: v["n"], sink=sink, concurrency=1).run(items(10))
+
+
+# ====================================================================== options and scale
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"concurrency": 0},
+        {"item_retries": -1},
+        {"item_timeout": 0},
+        {"item_retry_backoff": 0.5},
+        {"shard": 3, "shards": 3},
+        {"checkpoint_every": 0},
+        {"item_retry_delay": "1s"},
+    ],
+)
+def test_bad_options_are_configuration_errors(kwargs):
+    with pytest.raises(ConfigurationError):
+        IterationRunner(lambda v, c: None, **kwargs)
+
+
+def test_a_runner_runs_once():
+    runner = IterationRunner(lambda v, c: None)
+    runner.run([])
+    with pytest.raises(RuntimeError):
+        runner.run([])
+
+
+def test_100_000_trivial_items_in_one_runner_are_fast_flat_and_checkpointed_in_batches():
+    store = Store()
+    handled = 0
+
+    async def handler(value, context):
+        nonlocal handled
+        handled += 1
+
+    def source():
+        for i in range(100_000):
+            yield Item(i, i)
+
+    tracemalloc.start()
+    started = time.monotonic()
+    try:
+        summary = IterationRunner(handler, store=store, concurrency=8, context={"k": "v"}).run(source())
+        elapsed = time.monotonic() - started
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+
+    assert handled == summary.succeeded == 100_000
+    assert store.sets == 100_000 // 500 + 1  # batched watermarks: no per-item store call
+    assert store.checkpoint().completed.to_json() == {"watermark": 100_000, "ranges": []}
+    assert peak < 8 * 1024 * 1024, f"peak {peak / 1e6:.1f} MB"  # nothing kept per item
+    assert elapsed < 30, f"{elapsed:.1f}s"
+    print(f"\n100,000 items in {elapsed:.2f}s (traced), peak {peak / 1e6:.2f} MB, {store.sets} store writes")
+
+
+ENGINE_MODULES = ["airflow_kafka_events.iteration", "airflow_kafka_events.iteration.runner"]
+
+
+@pytest.mark.parametrize("module", ENGINE_MODULES)
+def test_the_engine_imports_no_airflow(module):
+    import subprocess
+    import sys
+
+    code = (
+        f"import sys, {module}\n"
+        "bad = sorted(m for m in sys.modules if m == 'airflow' or m.startswith('airflow.'))\n"
+        "assert not bad, bad\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
