@@ -101,6 +101,7 @@ Feedback loops
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import threading
 import time
@@ -536,7 +537,7 @@ class KafkaAssetEventTrigger(KafkaSharedStreamTrigger):
         poll_timeout: float = 1.0,
         dlq_topic: str | None = None,
         dlq_kafka_config_id: str | None = None,
-        allow: Sequence[Mapping[str, Any]] | None = None,
+        allow: Sequence[Mapping[str, Any]] | str | None = None,
         signing_conn_id: str | None = None,
         max_causation_depth: int = DEFAULT_WATCHER_MAX_CAUSATION_DEPTH,
         include_partitioned: bool = True,
@@ -573,6 +574,11 @@ class KafkaAssetEventTrigger(KafkaSharedStreamTrigger):
         self.asset_name = asset_name
         self.group_id = group_id
         self.dlq_kafka_config_id = dlq_kafka_config_id
+        if isinstance(allow, str):  # the serialized form (see serialize())
+            try:
+                allow = json.loads(allow)
+            except ValueError as exc:
+                raise ValidationError(f"allow must be a JSON list of rules, got {allow!r}") from exc
         allowlist = Allowlist.from_config(allow)
         self._allowlist = allowlist
         self.allow = allowlist.to_config() if allowlist is not None else None
@@ -605,7 +611,10 @@ class KafkaAssetEventTrigger(KafkaSharedStreamTrigger):
                 "poll_timeout": self.poll_timeout,
                 "dlq_topic": self.dlq_topic,
                 "dlq_kafka_config_id": self.dlq_kafka_config_id,
-                "allow": self.allow,
+                # JSON text, not a list of dicts: Airflow 3.3 stores a dict inside a list in another
+                # form than the DAG serializer gives it, so the watcher's trigger hash would differ
+                # before and after storage and Airflow would never register the watcher.
+                "allow": None if self.allow is None else json.dumps(self.allow, sort_keys=True),
                 "signing_conn_id": self.signing_conn_id,
                 "max_causation_depth": self.max_causation_depth,
                 "include_partitioned": self.include_partitioned,

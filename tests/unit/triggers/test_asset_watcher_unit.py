@@ -804,3 +804,20 @@ def test_example_dag_parses_and_wires_the_watcher():
     assert trigger.allow == [{"source_kinds": ["dag_callback"], "dag_ids": ["nightly_*"]}]
     classpath, kwargs = trigger.serialize()
     assert KafkaAssetEventTrigger(**roundtrip_trigger_kwargs(kwargs)).serialize() == (classpath, kwargs)
+
+
+@pytest.mark.parametrize("kwargs", [FULL_KWARGS, {"topics": ["events"], "asset_name": "n"}])
+def test_the_watcher_hash_survives_the_trigger_table_so_airflow_registers_it(kwargs):
+    # What the dag-processor does (dag_processing/collection.py, Airflow 3.3): hash the encoded
+    # watcher trigger, store it as a Trigger row, and later compare with the hash of the row's
+    # kwargs. A difference makes Airflow drop and re-create the trigger on every parse and never
+    # link the watcher (seen with `allow` as a list of dicts).
+    from airflow.models.trigger import Trigger
+
+    encoded = encode_trigger(KafkaAssetEventTrigger(**kwargs))
+    row = Trigger(classpath=encoded["classpath"], kwargs=encoded["kwargs"])
+    assert BaseEventTrigger.hash(row.classpath, row.kwargs) == BaseEventTrigger.hash(
+        encoded["classpath"], encoded["kwargs"]
+    )
+    rebuilt = KafkaAssetEventTrigger(**row.kwargs)
+    assert rebuilt.allow == KafkaAssetEventTrigger(**kwargs).allow
