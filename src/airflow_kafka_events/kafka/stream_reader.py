@@ -853,10 +853,15 @@ class StreamReader:
             ) from exc
 
     def _consume(self, timeout: float) -> list[Message]:
+        # librdkafka's consume(n, timeout) waits for n messages or the whole timeout, so a page
+        # arriving mid-wait would sit until the timeout ends. Wait for ONE message (returns as soon
+        # as it arrives), then take whatever else is already fetched without waiting.
         try:
-            return list(
-                self._consumer.consume(num_messages=max(self.policy.max_events, 500), timeout=timeout)
-            )
+            first = self._consumer.consume(num_messages=1, timeout=timeout)
+            if not first:
+                return []
+            rest = self._consumer.consume(num_messages=max(self.policy.max_events, 500) - 1, timeout=0)
+            return [*first, *rest]
         except KafkaException as exc:
             raise KafkaOperationError.from_exception(f"consuming {self._where()} failed", exc) from exc
 

@@ -195,8 +195,8 @@ def test_a_stream_that_never_starts_names_the_producer_task():
 
 # --------------------------------------------------------------------------- @task.stream_consumer
 def test_the_decorator_is_registered_in_the_provider_info_and_reachable_as_task_attribute():
-    (entry,) = get_provider_info()["task-decorators"]
-    assert entry == {
+    entries = {e["name"]: e for e in get_provider_info()["task-decorators"]}
+    assert entries["stream_consumer"] == {
         "name": "stream_consumer",
         "class-name": "airflow_kafka_events.operators.decorators.stream_consumer_task",
     }
