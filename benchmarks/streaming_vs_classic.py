@@ -1,0 +1,313 @@
+"""B1: classic per-page deferral vs streaming (one deferral), side by side under a real Airflow.
+
+One broker and one Airflow deployment (api-server, scheduler with the LocalExecutor, triggerer,
+dag-processor on SQLite; ``tests/harness/airflow_stack.py``) are started once, with
+``benchmarks/dags`` as the DAGs folder.  Then the two DAGs of ``benchmarks/dags/bench_paging.py``
+run alternately, ``--runs`` times each, over the same paginated source (``--pages`` pages,
+``--delay`` seconds of simulated latency each):
+
+* ``classic``: the task defers to a one-page trigger, resumes on a worker with the page, handles
+  it and defers again for the next page (one defer/resume cycle per page);
+* ``streaming``: the task defers ONCE to ``CountingPagesTrigger``, which writes every page to
+  Kafka; the task resumes once and reads the pages back in batches.
+
+Per run: the number of ``deferred`` state changes of the task (metadata ``log`` table), the wall
+time of the DAG run (``queued_at`` -> ``end_date`` from the REST API, and the benchmark's own clock
+around trigger + wait), the final state and the scheduler's ``state mismatch`` log rows (the
+upstream race "finished with state success, but the task instance's state attribute is queued"
+that can fail a classic run).  Failed runs are counted, never retried or hidden; the medians are
+over the runs that succeeded.  Uses ``KAFKA_BOOTSTRAP_SERVERS`` or starts the local broker.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka.admin import AdminClient
+
+from airflow_kafka_events.kafka import KafkaSettings, TopicSpec, ensure_topics
+from airflow_kafka_events.local_broker import LocalKafkaBroker
+from airflow_kafka_events.triggers.streaming import DEFAULT_TOPIC
+
+REPO = Path(__file__).resolve().parents[1]
+DAGS_FOLDER = Path(__file__).resolve().parent / "dags"
+TASK_ID = "fetch_pages"
+VARIANTS = {"classic": "bench_classic_paging", "streaming": "bench_streaming_paging"}
+
+
+def say(msg: str) -> None:
+    print(msg, flush=True)
+
+
+def loadavg() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+# ====================================================================== environment
+@dataclass
+class Environment:
+    """A running broker (ours or ``KAFKA_BOOTSTRAP_SERVERS``) and a running Airflow stack."""
+
+    stack: Any  # harness.airflow_stack.AirflowStack
+    settings: KafkaSettings
+    bootstrap: str
+    home: Path
+    started_in: float
+    broker_pid: int | None = None
+    notes: dict[str, Any] = field(default_factory=dict)
+
+
+@contextlib.contextmanager
+def airflow_environment(
+    dag_ids: Sequence[str], *, prefix: str, keep_home: bool = False
+) -> Iterator[Environment]:
+    """Start the broker (unless ``KAFKA_BOOTSTRAP_SERVERS``) and the Airflow stack; stop both after.
+
+    Both are stopped through their own APIs, by the pids they started.  The Airflow home (logs,
+    metadata DB) is a temporary directory, removed afterwards unless ``keep_home`` or the body
+    raised (then its path is printed).
+    """
+    sys.path.insert(0, str(REPO / "tests"))
+    from harness.airflow_stack import AirflowStack
+
+    t0 = time.monotonic()
+    scratch = Path(tempfile.mkdtemp(prefix=prefix))
+    broker: LocalKafkaBroker | None = None
+    broker_pid: int | None = None
+    bootstrap = os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "")
+    stack = None
+    failed = False
+    try:
+        if not bootstrap:
+            broker = LocalKafkaBroker(state_dir=scratch / "kafka")
+            status = broker.start()
+            bootstrap, broker_pid = str(status.bootstrap_servers), status.pid
+            say(f"[broker]  local Kafka {status.version} at {bootstrap} (pid {broker_pid})")
+        settings = KafkaSettings({"bootstrap.servers": bootstrap})
+        admin = AdminClient(settings.admin_config())
+        ensure_topics(admin, [TopicSpec(DEFAULT_TOPIC, partitions=3)])
+        del admin
+        conn = {"conn_type": "kafka", "extra": {"bootstrap.servers": bootstrap}}
+        stack = AirflowStack(
+            scratch / "airflow", DAGS_FOLDER, {"AIRFLOW_CONN_KAFKA_DEFAULT": json.dumps(conn)}
+        )
+        stack.start(dag_ids=list(dag_ids))
+        started_in = time.monotonic() - t0
+        pids = {name: stack.pid(name) for name in ("api-server", "scheduler", "triggerer", "dag-processor")}
+        say(f"[airflow] stack healthy, DAGs parsed in {started_in:.1f}s (home {stack.home}; pids {pids})")
+        yield Environment(stack, settings, bootstrap, stack.home, started_in, broker_pid)
+    except BaseException:
+        failed = True
+        raise
+    finally:
+        if stack is not None:
+            stack.stop()
+            say("[airflow] stopped")
+        if broker is not None:
+            broker.stop()
+            say(f"[broker]  stopped (pid {broker_pid})")
+        if keep_home or failed:
+            say(f"[files]   kept {scratch}")
+        else:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+
+# ====================================================================== one run
+@dataclass
+class RunResult:
+    variant: str
+    dag_id: str
+    run_id: str
+    state: str
+    deferrals: int
+    state_changes: list[str]
+    state_mismatches: int
+    tries: int
+    pages_handled: int | None
+    wall_api_s: float | None  # queued_at -> end_date
+    wall_clock_s: float  # trigger + wait, the benchmark's own clock
+    loadavg_end: list[float]
+
+
+def _seconds(start: str | None, end: str | None) -> float | None:
+    if not start or not end:
+        return None
+    parse = datetime.fromisoformat
+    return (parse(end.replace("Z", "+00:00")) - parse(start.replace("Z", "+00:00"))).total_seconds()
+
+
+def run_once(env: Environment, variant: str, pages: int, delay: float, timeout: float) -> RunResult:
+    stack = env.stack
+    dag_id = VARIANTS[variant]
+    t0 = time.monotonic()
+    run_id = stack.trigger_dag(dag_id, conf={"pages": pages, "delay": delay})
+    try:
+        state = stack.wait_for_dag_run(dag_id, run_id, timeout=timeout)
+    except Exception as exc:  # a run stuck past the deadline is a failure too
+        say(f"[{variant}] {run_id} did not finish within {timeout:.0f}s: {str(exc).splitlines()[0]}")
+        state = "timeout"
+        with contextlib.suppress(Exception):  # let the next run start
+            stack.api(
+                "PATCH",
+                f"dags/{dag_id}/dagRuns/{run_id}",
+                params={"update_mask": "state"},
+                json={"state": "failed"},
+            )
+    wall_clock = time.monotonic() - t0
+    run = stack.dag_run(dag_id, run_id)
+    rows = stack.state_change_log(dag_id, run_id=run_id, task_id=TASK_ID)
+    events = [str(r.get("event")) for r in rows]
+    mismatches = len(stack.state_change_log(dag_id, run_id=run_id, events=["state mismatch"]))
+    pages_handled = None
+    if state == "success":
+        with contextlib.suppress(Exception):
+            pages_handled = int(stack.xcom(dag_id, run_id, TASK_ID)["pages"])
+    tries = len(stack.task_instance_tries(dag_id, run_id, TASK_ID))
+    return RunResult(
+        variant=variant,
+        dag_id=dag_id,
+        run_id=run_id,
+        state=state,
+        deferrals=events.count("deferred"),
+        state_changes=events,
+        state_mismatches=mismatches,
+        tries=tries,
+        pages_handled=pages_handled,
+        wall_api_s=_seconds(run.get("queued_at"), run.get("end_date")),
+        wall_clock_s=round(wall_clock, 3),
+        loadavg_end=loadavg(),
+    )
+
+
+# ====================================================================== report
+def _median(values: Iterable[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return statistics.median(present) if present else None
+
+
+def summarize(results: list[RunResult], pages: int) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    for variant in VARIANTS:
+        mine = [r for r in results if r.variant == variant]
+        ok = [r for r in mine if r.state == "success" and r.pages_handled == pages]
+        out[variant] = {
+            "runs": len(mine),
+            "succeeded": len(ok),
+            "failures": len(mine) - len(ok),
+            "failed_states": [r.state for r in mine if r not in ok],
+            "state_mismatches": sum(r.state_mismatches for r in mine),
+            "deferrals_per_run": [r.deferrals for r in mine],
+            "median_deferrals_ok": _median(r.deferrals for r in ok),
+            "median_wall_api_s": _median(r.wall_api_s for r in ok),
+            "median_wall_clock_s": _median(r.wall_clock_s for r in ok),
+            "wall_api_s_ok": [r.wall_api_s for r in ok],
+            "wall_clock_s_ok": [r.wall_clock_s for r in ok],
+        }
+    classic, streaming = out["classic"]["median_wall_api_s"], out["streaming"]["median_wall_api_s"]
+    ratio = classic / streaming if classic and streaming else None
+    out["ratio"] = {"classic_over_streaming_median_wall_api": ratio}
+    return out
+
+
+def _fmt(value: float | None, spec: str = ".1f") -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def print_table(
+    results: list[RunResult], summary: dict[str, dict[str, Any]], pages: int, delay: float
+) -> None:
+    say("")
+    say(f"B1 per run ({pages} pages x {delay * 1000:.0f} ms):")
+    say(
+        f"{'variant':<10} {'run_id':<44} {'state':<8} {'defer':>5} {'mism':>4} "
+        f"{'wall(api)':>9} {'wall(own)':>9}"
+    )
+    for r in results:
+        say(
+            f"{r.variant:<10} {r.run_id:<44} {r.state:<8} {r.deferrals:>5} {r.state_mismatches:>4} "
+            f"{_fmt(r.wall_api_s):>8}s {_fmt(r.wall_clock_s):>8}s"
+        )
+    say("")
+    say(
+        f"{'variant':<10} {'runs':>4} {'ok':>3} {'fail':>4} {'mismatch':>8} {'deferrals':>9} "
+        f"{'median wall (api)':>18} {'median wall (own)':>18}"
+    )
+    for variant in VARIANTS:
+        s = summary[variant]
+        say(
+            f"{variant:<10} {s['runs']:>4} {s['succeeded']:>3} {s['failures']:>4} {s['state_mismatches']:>8} "
+            f"{_fmt(s['median_deferrals_ok'], '.0f'):>9} {_fmt(s['median_wall_api_s']):>17}s "
+            f"{_fmt(s['median_wall_clock_s']):>17}s"
+        )
+    ratio = summary["ratio"]["classic_over_streaming_median_wall_api"]
+    say(f"ratio classic/streaming of the median wall time (queued -> end): {_fmt(ratio)}x")
+
+
+# ====================================================================== main
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pages", type=int, default=100, help="pages of the source (default 100)")
+    parser.add_argument("--delay", type=float, default=0.02, help="seconds of latency per page (0.02)")
+    parser.add_argument("--runs", type=int, default=3, help="runs of each variant, alternating (3)")
+    parser.add_argument("--out", type=Path, help="also write the results as JSON to this file")
+    parser.add_argument("--no-warmup", action="store_true", help="skip the uncounted 2-page warm-up runs")
+    parser.add_argument("--keep-home", action="store_true", help="keep the Airflow home (logs, DB)")
+    args = parser.parse_args(argv)
+    if args.pages < 1 or args.runs < 1 or args.delay < 0:
+        parser.error("--pages and --runs must be >= 1, --delay >= 0")
+
+    load_start = loadavg()
+    say(f"[machine] {os.cpu_count()} CPUs, load average {load_start}")
+    results: list[RunResult] = []
+    started = time.monotonic()
+    with airflow_environment(list(VARIANTS.values()), prefix="bench-b1-", keep_home=args.keep_home) as env:
+        if not args.no_warmup:
+            for variant in VARIANTS:
+                warm = run_once(env, variant, pages=2, delay=0.0, timeout=300)
+                say(f"[warmup]  {variant}: {warm.state} in {_fmt(warm.wall_api_s)}s (not counted)")
+        for i in range(args.runs):
+            for variant in VARIANTS:
+                per_page = 15.0 if variant == "classic" else 0.5
+                timeout = max(300.0, args.pages * (args.delay + per_page))
+                result = run_once(env, variant, args.pages, args.delay, timeout)
+                results.append(result)
+                say(
+                    f"[run {i + 1}/{args.runs}] {variant:<9} {result.state:<8} "
+                    f"deferrals={result.deferrals:<4} wall(api)={_fmt(result.wall_api_s)}s "
+                    f"wall(own)={_fmt(result.wall_clock_s)}s "
+                    f"pages={result.pages_handled} state-mismatch={result.state_mismatches} "
+                    f"load={result.loadavg_end}"
+                )
+        startup = env.started_in
+    summary = summarize(results, args.pages)
+    print_table(results, summary, args.pages, args.delay)
+    load_end = loadavg()
+    say(f"[machine] load average at the end {load_end}; benchmark took {time.monotonic() - started:.0f}s")
+    if args.out:
+        document = {
+            "benchmark": "B1 classic per-page deferral vs streaming",
+            "pages": args.pages,
+            "delay_s": args.delay,
+            "runs_per_variant": args.runs,
+            "stack_startup_s": round(startup, 1),
+            "machine": {"cpus": os.cpu_count(), "loadavg_start": load_start, "loadavg_end": load_end},
+            "summary": summary,
+            "runs": [asdict(r) for r in results],
+        }
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(document, indent=2) + "\n")
+        say(f"[results] written to {args.out}")
+    return 0 if all(s["succeeded"] for k, s in summary.items() if k in VARIANTS) else 1
