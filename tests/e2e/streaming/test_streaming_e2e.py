@@ -26,31 +26,8 @@ pytestmark = pytest.mark.e2e
 HERE = Path(__file__).resolve().parent
 
 
-@pytest.fixture(scope="module")
-def stream_topic(kafka_admin) -> str:
-    """The default trigger events topic exists (the brokers of the tests do not auto-create topics)."""
-    from confluent_kafka import KafkaError, KafkaException
-    from confluent_kafka.admin import NewTopic
-
-    futures = kafka_admin.create_topics([NewTopic(DEFAULT_TOPIC, num_partitions=3, replication_factor=1)])
-    try:
-        futures[DEFAULT_TOPIC].result(timeout=30)
-    except KafkaException as exc:
-        if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
-            raise
-    deadline = time.monotonic() + 30
-    while True:
-        meta = kafka_admin.list_topics(topic=DEFAULT_TOPIC, timeout=5).topics.get(DEFAULT_TOPIC)
-        if meta is not None and meta.error is None and meta.partitions:
-            if all(p.leader >= 0 for p in meta.partitions.values()):
-                return DEFAULT_TOPIC
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"topic {DEFAULT_TOPIC} not ready: {meta}")
-        time.sleep(0.2)
-
-
 @pytest.fixture
-def stack(airflow_stack: AirflowStack, stream_topic: str) -> AirflowStack:
+def stack(airflow_stack: AirflowStack, trigger_events_topic: str) -> AirflowStack:
     return airflow_stack
 
 
