@@ -23,6 +23,19 @@ E = TypeVar("E")
 E_co = TypeVar("E_co", covariant=True)
 
 
+def consume_available(consumer: Consumer, max_messages: int, timeout: float) -> list[Message]:
+    """Wait up to ``timeout`` for ONE message, then take what else is already fetched (no waiting).
+
+    librdkafka's ``consume(n, timeout)`` returns only when ``n`` messages arrived or the whole
+    timeout passed, so a lone record arriving mid-wait would sit until the timeout ends; this
+    hands it over as soon as it arrives.  Raises ``KafkaException`` like ``consume``.
+    """
+    first = consumer.consume(num_messages=1, timeout=timeout)
+    if not first or max_messages <= 1:
+        return list(first)
+    return [*first, *consumer.consume(num_messages=max_messages - 1, timeout=0)]
+
+
 class Decoder(Protocol[E_co]):
     def decode(self, data: bytes) -> E_co: ...
 
@@ -101,7 +114,7 @@ class EnvelopeConsumer(Generic[E]):
     def poll_batch(self, max_records: int = 500, timeout: float = 1.0) -> list[ConsumedRecord[E]]:
         """Return up to ``max_records`` records, waiting at most ``timeout`` seconds for the first."""
         try:
-            messages = self._consumer.consume(num_messages=max_records, timeout=timeout)
+            messages = consume_available(self._consumer, max_records, timeout)
         except KafkaException as exc:
             raise KafkaOperationError.from_exception("consume failed", exc) from exc
         records: list[ConsumedRecord[E]] = []

@@ -176,6 +176,10 @@ class KafkaSettings:
         config["enable.idempotence"] = True
         config["acks"] = "all"
         config.setdefault("partitioner", "murmur2_random")
+        # Most sends here wait for their own receipt (a trigger awaits each page, an emit returns a
+        # receipt), so librdkafka's default 5 ms batching delay would be pure latency (B4: p50 6 ms
+        # at 5 ms, under 1 ms at 0). Pipelined sends still batch while earlier ones are in flight.
+        config.setdefault("linger.ms", 1)
         return config
 
     def consumer_config(self, group_id: str | None = None, **extra: Any) -> dict[str, Any]:

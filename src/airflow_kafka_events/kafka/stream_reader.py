@@ -97,7 +97,7 @@ from airflow_kafka_events.errors import (
     TopicError,
     ValidationError,
 )
-from airflow_kafka_events.kafka.consumer import ConsumedRecord, Decoder
+from airflow_kafka_events.kafka.consumer import ConsumedRecord, Decoder, consume_available
 
 __all__ = [
     "BatchPolicy",
@@ -853,15 +853,8 @@ class StreamReader:
             ) from exc
 
     def _consume(self, timeout: float) -> list[Message]:
-        # librdkafka's consume(n, timeout) waits for n messages or the whole timeout, so a page
-        # arriving mid-wait would sit until the timeout ends. Wait for ONE message (returns as soon
-        # as it arrives), then take whatever else is already fetched without waiting.
         try:
-            first = self._consumer.consume(num_messages=1, timeout=timeout)
-            if not first:
-                return []
-            rest = self._consumer.consume(num_messages=max(self.policy.max_events, 500) - 1, timeout=0)
-            return [*first, *rest]
+            return consume_available(self._consumer, max(self.policy.max_events, 500), timeout)
         except KafkaException as exc:
             raise KafkaOperationError.from_exception(f"consuming {self._where()} failed", exc) from exc
 

@@ -163,7 +163,7 @@ def test_get_producer_is_one_per_process_and_config_and_thread_safe(kafka_bootst
     try:
         assert not errors
         assert len({id(p) for p in seen}) == 1
-        assert get_producer({**config, "linger.ms": 1}) is not seen[0]
+        assert get_producer({**config, "linger.ms": 7}) is not seen[0]  # another config, another producer
     finally:
         close_all_producers()
     assert seen[0].closed

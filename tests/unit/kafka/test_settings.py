@@ -93,3 +93,8 @@ def test_topic_spec_validation_and_config():
     ):
         with pytest.raises(ConfigurationError):
             TopicSpec(**bad)
+
+
+def test_producer_config_defaults_to_a_short_linger_but_keeps_an_explicit_one():
+    assert KafkaSettings(BOOT).producer_config()["linger.ms"] == 1
+    assert KafkaSettings({**BOOT, "linger.ms": 20}).producer_config()["linger.ms"] == 20
