@@ -1,0 +1,195 @@
+"""``@task.iterable`` at scale and per-item partitioned fan-out, through a real Airflow.
+
+* 100,000 items iterated by ONE task instance (no map indexes, no ``max_map_length`` cap);
+* an iterable task publishing one partitioned asset event per item (``emit_partitions``):
+  with the partition bridge running (a subprocess, as in ``tests/e2e/bridge``), the
+  ``PartitionedAssetTimetable`` DAG on that asset runs once per item's partition key.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness.airflow_stack import AirflowStack
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
+
+SCALE_DAG = "e2e_iterate_scale"
+SCALE_ITEMS = 100_000
+FANOUT_DAG = "e2e_iterate_fanout"
+PROCESS_DAG = "e2e_iterate_fanout_process"
+ASSET_EVENTS_TOPIC = "airflow.asset-events"  # where emit_partitions publishes by default
+
+
+def _ensure_topic(kafka_admin: Any, topic: str, partitions: int = 3) -> None:
+    from confluent_kafka import KafkaError, KafkaException
+    from confluent_kafka.admin import NewTopic
+
+    futures = kafka_admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])
+    try:
+        futures[topic].result(timeout=30)
+    except KafkaException as exc:
+        if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+            raise
+    deadline = time.monotonic() + 30
+    while True:
+        meta = kafka_admin.list_topics(topic=topic, timeout=5).topics.get(topic)
+        if meta is not None and meta.error is None and meta.partitions:
+            if all(p.leader >= 0 for p in meta.partitions.values()):
+                return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"topic {topic} not ready: {meta}")
+        time.sleep(0.2)
+
+
+def _run(stack: AirflowStack, dag_id: str, conf: dict[str, Any], timeout: float) -> str:
+    started = time.monotonic()
+    run_id = stack.trigger_dag(dag_id, conf=conf)
+    state = stack.wait_for_dag_run(dag_id, run_id, timeout=timeout)
+    assert state == "success", (
+        f"{dag_id} run {run_id} is {state}; task instances: "
+        f"{[(t['task_id'], t['map_index'], t['state']) for t in stack.task_instances(dag_id, run_id)]}\n"
+        f"{stack.diagnostics()}"
+    )
+    print(f"\n{dag_id} run took {time.monotonic() - started:.1f}s")
+    return run_id
+
+
+# --------------------------------------------------------------------------- 100,000 items
+def test_one_hundred_thousand_items_in_one_task_instance(airflow_stack: AirflowStack):
+    stack = airflow_stack
+    stack.wait_dag_parsed(SCALE_DAG, timeout=180)
+    run_id = _run(stack, SCALE_DAG, {}, timeout=300)
+
+    rows = stack.query(
+        "SELECT map_index, state FROM task_instance WHERE dag_id = ? AND run_id = ? AND task_id = ?",
+        (SCALE_DAG, run_id, "touch"),
+    )
+    assert [(r["map_index"], r["state"]) for r in rows] == [(-1, "success")], rows
+    summary = stack.xcom(SCALE_DAG, run_id, "touch")
+    assert (summary["items"], summary["succeeded"], summary["failed"]) == (SCALE_ITEMS, SCALE_ITEMS, 0), {
+        k: v for k, v in summary.items() if k != "failed_items"
+    }
+    assert summary["failed_items"] == [], summary["failed_items"][:10]
+    print(f"touch: {summary.get('duration_seconds')}s, {summary.get('items_per_second')} items/s")
+
+
+# --------------------------------------------------------------------------- partitioned fan-out
+class Bridge:
+    """``python -m airflow_kafka_events.cli bridge`` against the stack; output goes to ``log_path``."""
+
+    def __init__(self, stack: AirflowStack, bootstrap: str, dlq: str, group: str, log_path: Path) -> None:
+        self.log_path = log_path
+        environ = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW__", "AIRFLOW_CONN_"))}
+        environ.update(
+            {"AIRFLOW_KAFKA_EVENTS_BRIDGE_PASSWORD_FILE": str(stack.passwords_file), "PYTHONUNBUFFERED": "1"}
+        )
+        self._log = log_path.open("ab")
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "airflow_kafka_events.cli",
+                "bridge",
+                "--bootstrap-servers",
+                bootstrap,
+                "--topic",
+                ASSET_EVENTS_TOPIC,
+                "--group",
+                group,
+                "--dlq-topic",
+                dlq,
+                "--api-url",
+                stack.base_url,
+                "--username",
+                "bridge",
+                "--asset",
+                "x-e2e://iterate/*",
+                "--allow",
+                '{"source_kinds": ["task"], "dag_ids": ["e2e_iterate_fanout"]}',
+                "--property",
+                "session.timeout.ms=6000",
+            ],
+            env=environ,
+            stdin=subprocess.DEVNULL,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def stop(self, timeout: float = 60) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=30)
+        self._log.close()
+        return self.proc.returncode
+
+
+@pytest.fixture
+def bridge(
+    airflow_stack: AirflowStack,
+    kafka_bootstrap: str,
+    kafka_admin: Any,
+    new_topic: Callable[..., str],
+    tmp_path: Path,
+) -> Iterator[Bridge]:
+    _ensure_topic(kafka_admin, ASSET_EVENTS_TOPIC)
+    dlq = new_topic(partitions=1, prefix="e2e-iterate-dlq")
+    # the asset becomes known to the REST API once a DAG using it is parsed
+    airflow_stack.wait_dag_parsed(PROCESS_DAG, timeout=180)
+    airflow_stack.wait_dag_parsed(FANOUT_DAG, timeout=180)
+    group = f"e2e-iterate-bridge-{uuid.uuid4().hex[:8]}"
+    running = Bridge(airflow_stack, kafka_bootstrap, dlq, group, tmp_path / "bridge.log")
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+def _process_runs(stack: AirflowStack, keys: set[str]) -> list[dict[str, Any]]:
+    rows = stack.query(
+        "SELECT run_id, state, partition_key FROM dag_run WHERE dag_id = ? ORDER BY id", (PROCESS_DAG,)
+    )
+    return [row for row in rows if row["partition_key"] in keys]
+
+
+def test_each_item_publishes_a_partition_and_the_partitioned_dag_runs_once_per_item(
+    airflow_stack: AirflowStack, bridge: Bridge
+):
+    stack = airflow_stack
+    suffix = uuid.uuid4().hex[:6]
+    keys = [f"item-{n}-{suffix}" for n in range(3)]
+    run_id = _run(stack, FANOUT_DAG, {"keys": keys}, timeout=300)
+    summary = stack.xcom(FANOUT_DAG, run_id, "fan_out")
+    assert (summary["items"], summary["succeeded"], summary["failed"]) == (3, 3, 0), summary
+
+    def done() -> list[dict[str, Any]] | None:
+        runs = _process_runs(stack, set(keys))
+        finished = {r["partition_key"] for r in runs if r["state"] in ("success", "failed")}
+        return runs if finished == set(keys) else None
+
+    runs = stack.wait_for(
+        done, 300, f"one finished {PROCESS_DAG} run for each of {keys}", ("scheduler", "api-server")
+    )
+    assert sorted(r["partition_key"] for r in runs) == sorted(keys), (runs, bridge.log()[-3000:])
+    assert all(r["state"] == "success" for r in runs), (runs, bridge.log()[-3000:])
+    for run in runs:
+        seen = stack.xcom(PROCESS_DAG, run["run_id"], "process_partition")
+        assert seen["partition_key"] == run["partition_key"], seen
