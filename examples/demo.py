@@ -26,8 +26,6 @@ import argparse
 import json
 import os
 import shutil
-import signal
-import subprocess
 import sys
 import time
 import uuid
@@ -50,6 +48,7 @@ from airflow_kafka_events.triggers.streaming import DEFAULT_TOPIC
 
 if TYPE_CHECKING:
     from harness.airflow_stack import AirflowStack
+    from harness.bridge_process import BridgeProcess
 
 PAGES = 100
 
@@ -280,7 +279,19 @@ def streaming_demo(stack: AirflowStack, home: Path, settings: KafkaSettings) -> 
 def asset_events_demo(stack: AirflowStack, bootstrap: str, home: Path, bridge_group: str) -> bool:
     """Part 3: explicit asset events into Airflow, through the partition bridge and an asset watcher."""
     t0 = time.monotonic()
-    bridge = Bridge(stack, bootstrap, bridge_group, home / "logs" / "bridge.log")
+    from harness.bridge_process import BridgeProcess
+
+    bridge = BridgeProcess(
+        stack,
+        bootstrap,
+        topic=ASSET_EVENTS_TOPIC,
+        dlq=DLQ_TOPIC,
+        group=bridge_group,
+        log_path=home / "logs" / "bridge.log",
+        # only the partitioned asset; ops://investigate is left to its watcher
+        assets=[ORDERS_BATCHES],
+        allow=[json.dumps({"source_kinds": ["task"], "dag_ids": [INGEST_DAG]})],
+    )
     say(
         f"[assets] partition bridge started (pid {bridge.proc.pid}, group {bridge_group}, "
         f"log {bridge.log_path})"
@@ -313,7 +324,7 @@ def asset_events_demo(stack: AirflowStack, bootstrap: str, home: Path, bridge_gr
     return ok and watched
 
 
-def partition_bridge_demo(stack: AirflowStack, bridge: Bridge) -> bool:
+def partition_bridge_demo(stack: AirflowStack, bridge: BridgeProcess) -> bool:
     """Use case 1: batches published before the ingestion failed each get their partitioned run."""
     from harness.airflow_stack import AirflowStackError
 
@@ -457,64 +468,6 @@ def watcher_demo(stack: AirflowStack) -> bool:
         and inv["state"] == "success"
         and len(mine) == 1
     )
-
-
-class Bridge:
-    """``airflow-kafka-events bridge`` as a subprocess, posting to the stack's REST API as ``bridge`` (op)."""
-
-    def __init__(self, stack: AirflowStack, bootstrap: str, group: str, log_path: Path) -> None:
-        self.log_path = log_path
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW__", "AIRFLOW_CONN_"))}
-        env["AIRFLOW_KAFKA_EVENTS_BRIDGE_PASSWORD_FILE"] = str(stack.passwords_file)
-        env["PYTHONUNBUFFERED"] = "1"
-        self._log = log_path.open("ab")
-        self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "airflow_kafka_events.cli",
-                "bridge",
-                "--bootstrap-servers",
-                bootstrap,
-                "--topic",
-                ASSET_EVENTS_TOPIC,
-                "--group",
-                group,
-                "--dlq-topic",
-                DLQ_TOPIC,
-                "--api-url",
-                stack.base_url,
-                "--username",
-                "bridge",
-                # only the partitioned asset; ops://investigate is left to its watcher
-                "--asset",
-                ORDERS_BATCHES,
-                "--allow",
-                json.dumps({"source_kinds": ["task"], "dag_ids": [INGEST_DAG]}),
-                "--property",
-                "session.timeout.ms=6000",
-            ],
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def stop(self, timeout: float = 60) -> int:
-        """SIGTERM: the bridge finishes and commits the event in flight, then exits 0."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=30)
-        self._log.close()
-        return self.proc.returncode
 
 
 def _start_at_end(bootstrap: str, group: str, topic: str) -> int:

@@ -574,12 +574,13 @@ class KafkaAssetEventTrigger(KafkaSharedStreamTrigger):
         self.asset_name = asset_name
         self.group_id = group_id
         self.dlq_kafka_config_id = dlq_kafka_config_id
+        rules: Any = allow
         if isinstance(allow, str):  # the serialized form (see serialize())
             try:
-                allow = json.loads(allow)
+                rules = json.loads(allow)
             except ValueError as exc:
                 raise ValidationError(f"allow must be a JSON list of rules, got {allow!r}") from exc
-        allowlist = Allowlist.from_config(allow)
+        allowlist = Allowlist.from_config(rules)
         self._allowlist = allowlist
         self.allow = allowlist.to_config() if allowlist is not None else None
         self.signing_conn_id = signing_conn_id

@@ -18,10 +18,6 @@ partition keys (the asset and the DAGs are shared by the session).
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -35,6 +31,7 @@ from airflow_kafka_events.assets.external import emit
 from airflow_kafka_events.bridge.service import FAULT_EXIT_CODE
 from airflow_kafka_events.dlq import DeadLetter
 from harness.airflow_stack import AirflowStack
+from harness.bridge_process import BridgeProcess
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 
@@ -44,99 +41,29 @@ ASSET_NAME = "e2e_bridge_batches"
 ASSET_URI = "x-e2e://bridge/batches"
 
 
-class Bridge:
-    """One ``airflow-kafka-events bridge`` subprocess; its stderr goes to ``log_path``."""
-
-    def __init__(
-        self,
-        stack: AirflowStack,
-        bootstrap: str,
-        topic: str,
-        dlq: str,
-        group: str,
-        log_path: Path,
-        env: dict[str, str] | None = None,
-    ) -> None:
-        self.log_path = log_path
-        environ = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW__", "AIRFLOW_CONN_"))}
-        environ.update(
-            {
-                "AIRFLOW_KAFKA_EVENTS_BRIDGE_PASSWORD_FILE": str(stack.passwords_file),
-                "PYTHONUNBUFFERED": "1",
-                **(env or {}),
-            }
-        )
-        self._log = log_path.open("ab")
-        self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "airflow_kafka_events.cli",
-                "bridge",
-                "--bootstrap-servers",
-                bootstrap,
-                "--topic",
-                topic,
-                "--group",
-                group,
-                "--dlq-topic",
-                dlq,
-                "--api-url",
-                stack.base_url,
-                "--username",
-                "bridge",
-                "--asset",
-                "x-e2e://bridge/*",
-                "--allow",
-                '{"source_kinds": ["task"], "dag_ids": ["e2e_bridge_*"]}',
-                "--allow",
-                '{"source_kinds": ["external"], "producers": ["e2e-bridge"]}',
-                # a crashed bridge's partitions move on after the session timeout (default 45 s)
-                "--property",
-                "session.timeout.ms=6000",
-            ],
-            env=environ,
-            stdin=subprocess.DEVNULL,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def wait_exit(self, timeout: float) -> int:
-        try:
-            return self.proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            raise AssertionError(
-                f"the bridge did not exit within {timeout}s:\n{self.log()[-4000:]}"
-            ) from None
-
-    def stop(self, timeout: float = 60) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=30)
-        self._log.close()
-        return self.proc.returncode
-
-
 @pytest.fixture
 def bridge_factory(
     airflow_stack: AirflowStack, kafka_bootstrap: str, new_topic: Callable[..., str], tmp_path: Path
-) -> Iterator[Callable[..., Bridge]]:
+) -> Iterator[Callable[..., BridgeProcess]]:
     topic = new_topic(partitions=3, prefix="e2e-asset-events")
     dlq = new_topic(partitions=1, prefix="e2e-bridge-dlq")
     group = f"e2e-bridge-{uuid.uuid4().hex[:8]}"
-    started: list[Bridge] = []
+    started: list[BridgeProcess] = []
 
-    def start(env: dict[str, str] | None = None) -> Bridge:
-        bridge = Bridge(
-            airflow_stack, kafka_bootstrap, topic, dlq, group, tmp_path / f"bridge-{len(started)}.log", env
+    def start(env: dict[str, str] | None = None) -> BridgeProcess:
+        bridge = BridgeProcess(
+            airflow_stack,
+            kafka_bootstrap,
+            topic=topic,
+            dlq=dlq,
+            group=group,
+            log_path=tmp_path / f"bridge-{len(started)}.log",
+            assets=["x-e2e://bridge/*"],
+            allow=[
+                '{"source_kinds": ["task"], "dag_ids": ["e2e_bridge_*"]}',
+                '{"source_kinds": ["external"], "producers": ["e2e-bridge"]}',
+            ],
+            env=env,
         )
         started.append(bridge)
         return bridge

@@ -8,10 +8,6 @@
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -21,6 +17,7 @@ from typing import Any
 import pytest
 
 from harness.airflow_stack import AirflowStack
+from harness.bridge_process import BridgeProcess
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 
@@ -85,63 +82,6 @@ def test_one_hundred_thousand_items_in_one_task_instance(airflow_stack: AirflowS
 
 
 # --------------------------------------------------------------------------- partitioned fan-out
-class Bridge:
-    """``python -m airflow_kafka_events.cli bridge`` against the stack; output goes to ``log_path``."""
-
-    def __init__(self, stack: AirflowStack, bootstrap: str, dlq: str, group: str, log_path: Path) -> None:
-        self.log_path = log_path
-        environ = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW__", "AIRFLOW_CONN_"))}
-        environ.update(
-            {"AIRFLOW_KAFKA_EVENTS_BRIDGE_PASSWORD_FILE": str(stack.passwords_file), "PYTHONUNBUFFERED": "1"}
-        )
-        self._log = log_path.open("ab")
-        self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "airflow_kafka_events.cli",
-                "bridge",
-                "--bootstrap-servers",
-                bootstrap,
-                "--topic",
-                ASSET_EVENTS_TOPIC,
-                "--group",
-                group,
-                "--dlq-topic",
-                dlq,
-                "--api-url",
-                stack.base_url,
-                "--username",
-                "bridge",
-                "--asset",
-                "x-e2e://iterate/*",
-                "--allow",
-                '{"source_kinds": ["task"], "dag_ids": ["e2e_iterate_fanout"]}',
-                "--property",
-                "session.timeout.ms=6000",
-            ],
-            env=environ,
-            stdin=subprocess.DEVNULL,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def stop(self, timeout: float = 60) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=30)
-        self._log.close()
-        return self.proc.returncode
-
-
 @pytest.fixture
 def bridge(
     airflow_stack: AirflowStack,
@@ -149,14 +89,23 @@ def bridge(
     kafka_admin: Any,
     new_topic: Callable[..., str],
     tmp_path: Path,
-) -> Iterator[Bridge]:
+) -> Iterator[BridgeProcess]:
     _ensure_topic(kafka_admin, ASSET_EVENTS_TOPIC)
     dlq = new_topic(partitions=1, prefix="e2e-iterate-dlq")
     # the asset becomes known to the REST API once a DAG using it is parsed
     airflow_stack.wait_dag_parsed(PROCESS_DAG, timeout=180)
     airflow_stack.wait_dag_parsed(FANOUT_DAG, timeout=180)
     group = f"e2e-iterate-bridge-{uuid.uuid4().hex[:8]}"
-    running = Bridge(airflow_stack, kafka_bootstrap, dlq, group, tmp_path / "bridge.log")
+    running = BridgeProcess(
+        airflow_stack,
+        kafka_bootstrap,
+        topic=ASSET_EVENTS_TOPIC,
+        dlq=dlq,
+        group=group,
+        log_path=tmp_path / "bridge.log",
+        assets=["x-e2e://iterate/*"],
+        allow=['{"source_kinds": ["task"], "dag_ids": ["e2e_iterate_fanout"]}'],
+    )
     try:
         yield running
     finally:
@@ -171,7 +120,7 @@ def _process_runs(stack: AirflowStack, keys: set[str]) -> list[dict[str, Any]]:
 
 
 def test_each_item_publishes_a_partition_and_the_partitioned_dag_runs_once_per_item(
-    airflow_stack: AirflowStack, bridge: Bridge
+    airflow_stack: AirflowStack, bridge: BridgeProcess
 ):
     stack = airflow_stack
     suffix = uuid.uuid4().hex[:6]
