@@ -14,7 +14,6 @@ A broker that cannot be obtained is a test *failure*, never a skip.  Every fixtu
 from __future__ import annotations
 
 import os
-import time
 import uuid
 from collections.abc import Callable, Iterator
 
@@ -101,46 +100,21 @@ def kafka_admin(kafka_bootstrap: str):
     return AdminClient({"bootstrap.servers": kafka_bootstrap})
 
 
-def _wait_for_topic(admin, topic: str, partitions: int, timeout: float = _TOPIC_TIMEOUT) -> None:
-    """Block until ``topic`` is in the metadata with a leader for every partition."""
-    deadline = time.monotonic() + timeout
-    while True:
-        meta = admin.list_topics(topic=topic, timeout=5).topics.get(topic)
-        if (
-            meta is not None
-            and meta.error is None
-            and len(meta.partitions) == partitions
-            and all(p.leader >= 0 for p in meta.partitions.values())
-        ):
-            return
-        if time.monotonic() >= deadline:
-            raise TimeoutError(f"topic {topic} not ready after {timeout}s: {meta}")
-        time.sleep(0.1)
-
-
 @pytest.fixture
 def new_topic(kafka_admin) -> Iterator[Callable[..., str]]:
     """Factory ``new_topic(partitions=3, prefix="t", config=None) -> name`` of a fresh topic.
 
     Every topic it creates is deleted at teardown.
     """
-    from confluent_kafka.admin import NewTopic
+    from airflow_kafka_events.kafka.topics import TopicSpec, ensure_topics
 
     created: list[str] = []
 
     def make(partitions: int = 3, prefix: str = "t", config: dict | None = None) -> str:
         name = f"{prefix}-{uuid.uuid4().hex[:12]}"
-        spec = NewTopic(
-            name,
-            num_partitions=partitions,
-            replication_factor=1,
-            config={k: str(v) for k, v in (config or {}).items()},
-        )
-        kafka_admin.create_topics([spec], operation_timeout=_TOPIC_TIMEOUT)[name].result(
-            timeout=_TOPIC_TIMEOUT
-        )
+        spec = TopicSpec(name, partitions=partitions, config={k: str(v) for k, v in (config or {}).items()})
         created.append(name)
-        _wait_for_topic(kafka_admin, name, partitions)
+        ensure_topics(kafka_admin, [spec], timeout=_TOPIC_TIMEOUT)  # waits for a leader per partition
         return name
 
     yield make

@@ -150,9 +150,8 @@ class StreamProgress:
         )
 
 
-def metadata_first_offset(envelope: TriggerEventEnvelope) -> int | None:
-    """The attempt's first offset recorded in ``envelope.metadata``, if any."""
-    text = envelope.metadata.get(FIRST_OFFSET_METADATA_KEY)
+def _metadata_int(envelope: TriggerEventEnvelope, key: str) -> int | None:
+    text = envelope.metadata.get(key)
     if text is None:
         return None
     try:
@@ -160,18 +159,16 @@ def metadata_first_offset(envelope: TriggerEventEnvelope) -> int | None:
     except ValueError:
         return None
     return value if value >= 0 else None
+
+
+def metadata_first_offset(envelope: TriggerEventEnvelope) -> int | None:
+    """The attempt's first offset recorded in ``envelope.metadata``, if any."""
+    return _metadata_int(envelope, FIRST_OFFSET_METADATA_KEY)
 
 
 def metadata_generation(envelope: TriggerEventEnvelope) -> int | None:
     """The task generation recorded in ``envelope.metadata``, if any."""
-    text = envelope.metadata.get(GENERATION_METADATA_KEY)
-    if text is None:
-        return None
-    try:
-        value = int(text)
-    except ValueError:
-        return None
-    return value if value >= 0 else None
+    return _metadata_int(envelope, GENERATION_METADATA_KEY)
 
 
 @dataclass(frozen=True)

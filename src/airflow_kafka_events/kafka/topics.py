@@ -56,14 +56,28 @@ class TopicSpec:
         )
 
 
+def _ready(meta: object) -> bool:
+    """A topic is usable once it has partitions and each has a leader."""
+    partitions = getattr(meta, "partitions", None)
+    return (
+        getattr(meta, "error", None) is None
+        and bool(partitions)
+        and all(p.leader >= 0 for p in partitions.values())  # type: ignore[union-attr]
+    )
+
+
 def _wait_visible(admin: AdminClient, names: set[str], present: bool, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while True:
-        topics = set(admin.list_topics(timeout=max(0.5, deadline - time.monotonic())).topics)
-        if (names <= topics) if present else not (names & topics):
+        topics = admin.list_topics(timeout=max(0.5, deadline - time.monotonic())).topics
+        if present:
+            done = all(name in topics and _ready(topics[name]) for name in names)
+        else:
+            done = not (names & set(topics))
+        if done:
             return
         if time.monotonic() >= deadline:
-            state = "appear" if present else "disappear"
+            state = "become ready" if present else "disappear"
             raise TopicError(f"topics {sorted(names)} did not {state} within {timeout}s")
         time.sleep(0.1)
 

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import pytest
 
+from airflow_kafka_events.kafka.topics import TopicSpec, ensure_topics
 from airflow_kafka_events.streams import stream_id
 from harness.airflow_stack import AirflowStack
 from integration.triggers.http_server import PagedApi, page_items
@@ -82,24 +83,7 @@ def _lines(path: Path) -> list[str]:
 
 def _ensure_topic(kafka_admin, topic: str) -> None:
     """Create ``topic`` (3 partitions) unless it exists; wait until it has leaders."""
-    from confluent_kafka import KafkaError, KafkaException
-    from confluent_kafka.admin import NewTopic
-
-    futures = kafka_admin.create_topics([NewTopic(topic, num_partitions=3, replication_factor=1)])
-    try:
-        futures[topic].result(timeout=30)
-    except KafkaException as exc:
-        if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
-            raise
-    deadline = time.monotonic() + 30
-    while True:
-        meta = kafka_admin.list_topics(topic=topic, timeout=5).topics.get(topic)
-        if meta is not None and meta.error is None and meta.partitions:
-            if all(p.leader >= 0 for p in meta.partitions.values()):
-                return
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"topic {topic} not ready: {meta}")
-        time.sleep(0.2)
+    ensure_topics(kafka_admin, [TopicSpec(topic, partitions=3)])
 
 
 def test_killed_triggerer_mid_pagination_resumes_and_each_page_is_served_once(

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from airflow_kafka_events.kafka.topics import TopicSpec, ensure_topics
 from harness.airflow_stack import AirflowStack
 from harness.bridge_process import BridgeProcess
 
@@ -29,24 +30,7 @@ ASSET_EVENTS_TOPIC = "airflow.asset-events"  # where emit_partitions publishes b
 
 
 def _ensure_topic(kafka_admin: Any, topic: str, partitions: int = 3) -> None:
-    from confluent_kafka import KafkaError, KafkaException
-    from confluent_kafka.admin import NewTopic
-
-    futures = kafka_admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])
-    try:
-        futures[topic].result(timeout=30)
-    except KafkaException as exc:
-        if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
-            raise
-    deadline = time.monotonic() + 30
-    while True:
-        meta = kafka_admin.list_topics(topic=topic, timeout=5).topics.get(topic)
-        if meta is not None and meta.error is None and meta.partitions:
-            if all(p.leader >= 0 for p in meta.partitions.values()):
-                return
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"topic {topic} not ready: {meta}")
-        time.sleep(0.2)
+    ensure_topics(kafka_admin, [TopicSpec(topic, partitions=partitions)])
 
 
 def _run(stack: AirflowStack, dag_id: str, conf: dict[str, Any], timeout: float) -> str:
