@@ -37,21 +37,23 @@ What Airflow records
     one run: apache/airflow#54659, #56050).
 
 How it consumes
-    It is a :class:`~airflow.providers.apache.kafka.triggers.shared_stream.KafkaSharedStreamTrigger`:
-    every watcher with the same :meth:`~KafkaAssetEventTrigger.shared_stream_key` (class,
-    topics, Kafka connection, consumer group, dead-letter topic and connection) shares one
-    consumer in the triggerer, and an offset is committed only after every watcher moved past
-    the record and Airflow persisted the asset events made from it (ack mode).  The consumer
-    group comes from the connection's ``group.id`` unless ``group_id`` is given; use a
-    connection per role, e.g. ``kafka_watcher`` with its own ``group.id`` (auto-commit is
-    always off; ``auto.offset.reset`` defaults to ``earliest``).  Watchers that share a
-    consumer group in one triggerer must share the dead-letter topic: two different shared
-    streams on one group and overlapping topics would split the partitions between them, so
-    the second one refuses to start (:class:`~airflow_kafka_events.errors.ConfigurationError`).
+    Each watcher has a stream of its own
+    (:class:`~airflow_kafka_events.triggers.asset_stream.KafkaAssetEventStreamProducer`, through
+    Airflow's shared-stream ack channel): a reader that ``assign()``s every partition of the
+    topics -- no consumer group, so two or more triggerers cannot split a topic between them --
+    and a position kept in the watched asset's ``asset_state_store``, moved past a record only
+    after Airflow confirmed the asset events made from it (or the record was dead-lettered).
+    A watcher moved to another triggerer, or restarted, resumes from there.  Each record is
+    decoded once per triggerer however many watchers read it, and records for other assets are
+    skipped before they reach the watcher.  The connection's (or ``group_id``'s) consumer group
+    is only read once: a partition without a stored position starts at the offset that group
+    committed (so upgrading from a group-based watcher replays nothing), else at the
+    connection's ``auto.offset.reset`` (default ``earliest``).  Every blocking client call runs
+    on the reader's own thread (never on the triggerer's shared ``sync_to_async`` thread).
 
 What it does with each record
     1. bytes that are not an asset event envelope (unknown framing, unknown schema, invalid
-       fields) are dead-lettered once per consumer group (the first watcher to see the record
+       fields) are dead-lettered once per triggerer (the first watcher to see the record
        writes it, the others move on);
     2. envelopes for another asset are skipped (matched on ``asset_uri`` and/or
        ``asset_name``); with ``include_partitioned=False`` so are envelopes with a partition key
@@ -71,22 +73,18 @@ What it does with each record
 
 Deduplication window
     Seen keys live in the watcher's memory (:class:`~airflow_kafka_events.assets.SeenKeys`,
-    at most ``dedupe_max_keys`` keys, each for ``dedupe_ttl`` seconds from its first sighting).
-    A triggerer restart (or a restart of this watcher's trigger) forgets them: across restarts
-    only committed offsets protect, so a record whose asset event was persisted but whose offset
-    was not yet committed when the triggerer died comes back once more, and so does a repeat
-    published after the memory forgot the key.  Exactly-once is not promised; consumer DAGs
-    should be safe to re-run.
+    at most ``dedupe_max_keys`` keys, each for ``dedupe_ttl`` seconds from its first sighting),
+    and the most recent 1,000 keys of events Airflow confirmed are stored with the position,
+    so a repeat published after a restart is dropped too.  After a triggerer crash (``kill
+    -9``), the records whose asset events were confirmed after the last store of the position
+    (stored at most once a second while it moves) become asset events once more: duplicates
+    are bounded to about a second of events, nothing is lost.  Consumer DAGs should still be
+    safe to re-run.
 
-Triggerer restarts
-    Watchers that share a consumer re-subscribe one by one; a watcher that joins after the
-    shared poll started misses the records its siblings handled (and committed) in between.
-    Set ``[triggerer] shared_stream_cohort_grace_period`` to a few seconds (the default ``0``
-    starts polling at once) so the cohort joins before the first record is handed out, or give
-    each watcher its own consumer group (``group_id``), which needs no grace period at all.
-    Several triggerers: each runs its own consumer in the group, Kafka splits the partitions
-    between them, and a watcher only sees the partitions of its triggerer's consumer -- run the
-    watchers of one consumer group on a single triggerer, or one group per watcher.
+Undecodable records
+    Every watcher reading a topic sees its undecodable records; within one triggerer only the
+    first dead-letters a record, so the dead-letter topic gets one copy per triggerer that runs
+    watchers of that topic.
 
 Feedback loops
     An operational DAG that emits to the asset that triggers it (directly or through other
@@ -103,23 +101,17 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import threading
 import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any, Literal, NamedTuple
+from typing import TYPE_CHECKING, Any, Literal
 
-from airflow.providers.apache.kafka.triggers.shared_stream import (
-    KafkaBrokerPayload,
-    KafkaSharedStreamProducer,
-    KafkaSharedStreamTrigger,
-)
+from airflow.providers.apache.kafka.triggers.shared_stream import KafkaSharedStreamTrigger
 from airflow.triggers.base import TriggerEvent
 from airflow.triggers.shared_stream import reject_shared_stream_event
 from asgiref.sync import sync_to_async
-from confluent_kafka import Consumer, KafkaError
 
 from airflow_kafka_events.assets.authz import Allowlist, AuthorizationError, verify_envelope
 from airflow_kafka_events.assets.external import (
@@ -136,9 +128,13 @@ from airflow_kafka_events.envelopes import AssetEventEnvelope, AssetRef
 from airflow_kafka_events.errors import (
     ConfigurationError,
     EnvelopeDecodeError,
-    KafkaOperationError,
     UnknownSchemaError,
     ValidationError,
+)
+from airflow_kafka_events.triggers.asset_stream import (
+    KafkaAssetEventStreamProducer,
+    KafkaRecord,
+    asset_matches,
 )
 
 if TYPE_CHECKING:
@@ -170,29 +166,6 @@ SHARED_STREAM_NAMESPACE = "airflow_kafka_events.asset_watcher"
 _DLQ_RETRY_FIRST_DELAY = 1.0
 _DLQ_RETRY_MAX_DELAY = 30.0
 _SIGNING_KEY_RETRY_INTERVAL = 10.0
-_ERROR_LOG_INTERVAL = 60.0
-#: Client errors that will not heal by themselves: the shared poll fails (its watchers restart).
-_FATAL_ERROR_CODES = frozenset(
-    {
-        KafkaError._AUTHENTICATION,
-        KafkaError.SASL_AUTHENTICATION_FAILED,
-        KafkaError.TOPIC_AUTHORIZATION_FAILED,
-        KafkaError.GROUP_AUTHORIZATION_FAILED,
-    }
-)
-
-
-# --------------------------------------------------------------------------- raw records
-class KafkaRecord(NamedTuple):
-    """One consumed record as the shared stream hands it to every watcher."""
-
-    topic: str
-    partition: int
-    offset: int
-    key: bytes | None
-    value: bytes | None
-    headers: tuple[tuple[str, bytes | None], ...] = ()
-    timestamp_ms: int | None = None
 
 
 # --------------------------------------------------------------------------- payload helpers
@@ -305,165 +278,6 @@ class _Claims:
 #: about its own asset): a redelivery after a sibling's failure is not dead-lettered twice.
 _DEAD_LETTERED = _Claims()
 
-_GROUPS_LOCK = threading.Lock()
-#: (bootstrap servers, group.id) -> {shared-stream key: topics} of the consumers open in this process.
-_OPEN_GROUPS: dict[tuple[str, str], dict[Hashable, frozenset[str]]] = {}
-
-
-def _claim_consumer_group(bootstrap: str, group_id: str, identity: Hashable, topics: Sequence[str]) -> None:
-    wanted = frozenset(topics)
-    with _GROUPS_LOCK:
-        members = _OPEN_GROUPS.setdefault((bootstrap, group_id), {})
-        for other, other_topics in members.items():
-            if other != identity and other_topics & wanted:
-                raise ConfigurationError(
-                    f"consumer group {group_id!r} already has a shared stream on topics "
-                    f"{sorted(other_topics & wanted)} in this triggerer ({other!r}); a second one "
-                    f"({identity!r}) would split the partitions and each would miss the other's "
-                    "records. Watchers that share a consumer group must share the dead-letter "
-                    "topic and connection; give this watcher another group_id."
-                )
-        members[identity] = wanted
-
-
-def _release_consumer_group(bootstrap: str, group_id: str, identity: Hashable) -> None:
-    with _GROUPS_LOCK:
-        members = _OPEN_GROUPS.get((bootstrap, group_id))
-        if members is None:
-            return
-        members.pop(identity, None)
-        if not members:
-            del _OPEN_GROUPS[(bootstrap, group_id)]
-
-
-# --------------------------------------------------------------------------- the shared consumer
-def _header_value(value: Any) -> bytes | None:
-    if value is None or isinstance(value, bytes):
-        return value
-    if isinstance(value, str):
-        return value.encode("utf-8")
-    return bytes(value)
-
-
-def _headers(raw: Any) -> tuple[tuple[str, bytes | None], ...]:
-    if not raw:
-        return ()
-    items = raw.items() if isinstance(raw, Mapping) else raw
-    return tuple((str(name), _header_value(value)) for name, value in items)
-
-
-class KafkaAssetEventStreamProducer(KafkaSharedStreamProducer):
-    """The shared consumer behind :class:`KafkaAssetEventTrigger` (ack mode).
-
-    Differences from the provider's producer: it hands every watcher a :class:`KafkaRecord`
-    (value, key, headers and coordinates, so a watcher can dead-letter the record itself, with
-    its reason); it builds the consumer with this package's settings (auto-commit forced off,
-    ``auto.offset.reset`` defaulting to ``earliest``, ``group_id`` overriding the connection's
-    ``group.id``); passing client errors are logged instead of ending the stream; and it never
-    re-publishes rejected records (the watchers wrote them to the dead-letter topic before
-    rejecting them).  Offset commits, the per-partition lanes and the redelivery floor are the
-    provider's.
-    """
-
-    def __init__(
-        self,
-        *,
-        topics: Sequence[str],
-        kafka_config_id: str = DEFAULT_WATCHER_CONN_ID,
-        poll_timeout: float = 1.0,
-        group_id: str | None = None,
-        identity: Hashable = None,
-    ) -> None:
-        super().__init__(topics=topics, kafka_config_id=kafka_config_id, poll_timeout=poll_timeout)
-        self.group_id = group_id
-        self.identity = identity
-        self._group: tuple[str, str] | None = None
-        self._last_error_log: dict[int, float] = {}
-
-    def consumer_config(self) -> dict[str, Any]:
-        """librdkafka configuration of the consumer, from the connection (sync: reads it)."""
-        from airflow_kafka_events.hooks import KafkaEventsHook
-
-        settings = KafkaEventsHook(kafka_config_id=self.kafka_config_id).get_settings()
-        config = settings.consumer_config(self.group_id)
-        config.setdefault("error_cb", self._client_error)
-        return config
-
-    def _open_consumer(self) -> Consumer:
-        config = self.consumer_config()
-        bootstrap, group_id = str(config["bootstrap.servers"]), str(config["group.id"])
-        _claim_consumer_group(bootstrap, group_id, self.identity, self.topics)
-        self._group = (bootstrap, group_id)
-        try:
-            consumer = Consumer(config)
-            consumer.subscribe(self.topics)
-        except BaseException:
-            self._release_group()
-            raise
-        return consumer
-
-    def _release_group(self) -> None:
-        if self._group is not None:
-            _release_consumer_group(*self._group, self.identity)
-            self._group = None
-
-    def _client_error(self, error: KafkaError) -> None:
-        """librdkafka's error callback: log (rate-limited) what the client reports."""
-        self._log_error(error, "Kafka client error")
-
-    def _log_error(self, error: KafkaError, what: str) -> None:
-        now = time.monotonic()
-        code = error.code()
-        if now - self._last_error_log.get(code, -_ERROR_LOG_INTERVAL) >= _ERROR_LOG_INTERVAL:
-            self._last_error_log[code] = now
-            log.warning(
-                "%s on %s (group %s): %s; the consumer retries by itself",
-                what,
-                self.topics,
-                self._group[1] if self._group else self.group_id,
-                error,
-            )
-
-    def _check_error(self, error: KafkaError) -> None:
-        if error.fatal() or error.code() in _FATAL_ERROR_CODES:
-            raise KafkaOperationError(f"Kafka consumer error on {self.topics}", kafka_error=error)
-        if error.code() == KafkaError._PARTITION_EOF:
-            return
-        self._log_error(error, "Kafka consumer error")
-
-    async def open_stream(self) -> AsyncIterator[tuple[KafkaRecord, KafkaBrokerPayload]]:
-        consumer = await sync_to_async(self._open_consumer)()
-        self._consumer = consumer
-        poll = sync_to_async(consumer.poll)
-        while True:
-            message = await poll(self.poll_timeout)
-            if message is None:
-                continue
-            error = message.error()
-            if error is not None:
-                self._check_error(error)
-                continue
-            topic = str(message.topic())
-            partition = int(message.partition() or 0)
-            offset = int(message.offset() or 0)
-            timestamp_type, timestamp = message.timestamp()
-            record = KafkaRecord(
-                topic=topic,
-                partition=partition,
-                offset=offset,
-                key=message.key(),
-                value=message.value(),
-                headers=_headers(message.headers()),
-                timestamp_ms=timestamp if timestamp_type else None,
-            )
-            yield record, KafkaBrokerPayload(topic=topic, partition=partition, offset=offset)
-
-    async def aclose(self) -> None:
-        try:
-            await super().aclose()
-        finally:
-            self._release_group()
-
 
 # --------------------------------------------------------------------------- the trigger
 class CausationTooDeepError(AuthorizationError):
@@ -479,7 +293,7 @@ class _Verdict:
     reason: DeadLetterReason | None = None
     error: BaseException | None = None
     envelope: AssetEventEnvelope | None = None
-    #: the record is nobody's in particular (undecodable): one dead letter per consumer group
+    #: the record is nobody's in particular (undecodable): one dead letter per triggerer
     group_scope: bool = False
 
 
@@ -506,10 +320,10 @@ class KafkaAssetEventTrigger(KafkaSharedStreamTrigger):
         when their ``asset.uri`` equals it.
     :param asset_name: name of the watched asset; events match when their ``asset.name`` equals
         it.  At least one of ``asset_uri`` / ``asset_name``; with both, both must match.
-    :param kafka_config_id: Kafka connection of the consumer (default ``kafka_watcher``); its
-        ``group.id`` is the consumer group unless ``group_id`` is given.
-    :param group_id: consumer group, overriding the connection's ``group.id``.
-    :param poll_timeout: seconds each ``poll`` of the shared consumer waits.
+    :param kafka_config_id: Kafka connection of the reader (default ``kafka_watcher``).
+    :param group_id: a consumer group whose committed offsets a new watcher starts from
+        (default: the connection's ``group.id``); the watcher never joins or commits to it.
+    :param poll_timeout: seconds each ``poll`` of the watcher's reader waits.
     :param dlq_topic: dead-letter topic for refused records (``None``: log and drop them).
     :param dlq_kafka_config_id: connection the dead-letter producer uses (default
         ``kafka_config_id``).
@@ -635,23 +449,33 @@ class KafkaAssetEventTrigger(KafkaSharedStreamTrigger):
             kwargs.get("group_id"),
             kwargs.get("dlq_topic"),
             kwargs.get("dlq_kafka_config_id") or kafka_config_id,
+            kwargs.get("asset_uri"),
+            kwargs.get("asset_name"),
+            bool(kwargs.get("include_partitioned", True)),
         )
 
     def shared_stream_key(self) -> Hashable:
-        """``(namespace, class, topics, connection, group_id, dlq topic, dlq connection)``.
+        """``(namespace, class, topics, connection, group_id, dlq, dlq connection, asset, partitioned)``.
 
-        The provider's key is only ``(topics, connection)``: another trigger class or a watcher
-        with another dead-letter topic would join the same consumer.
+        One stream per watcher: each has its own reader and its own durable position (see
+        :mod:`airflow_kafka_events.triggers.asset_stream`), so it sees every partition of its
+        topics whichever triggerer runs it.
         """
         return self._stream_key(self.serialize()[1])
 
     @classmethod
-    def create_shared_stream_producer(cls, kwargs: dict[str, Any]) -> KafkaAssetEventStreamProducer:
+    def create_shared_stream_producer(  # type: ignore[override]  # not the provider's group consumer
+        cls, kwargs: dict[str, Any]
+    ) -> KafkaAssetEventStreamProducer:
         return KafkaAssetEventStreamProducer(
             topics=sorted(kwargs["topics"]),
             kafka_config_id=kwargs.get("kafka_config_id") or DEFAULT_WATCHER_CONN_ID,
+            asset_uri=kwargs.get("asset_uri"),
+            asset_name=kwargs.get("asset_name"),
             poll_timeout=kwargs.get("poll_timeout", 1.0),
             group_id=kwargs.get("group_id"),
+            include_partitioned=bool(kwargs.get("include_partitioned", True)),
+            dedupe_ttl=kwargs.get("dedupe_ttl", 24 * 3600.0),
             identity=cls._stream_key(kwargs),
         )
 
@@ -664,14 +488,7 @@ class KafkaAssetEventTrigger(KafkaSharedStreamTrigger):
 
     # ------------------------------------------------------------------ filtering
     def _is_ours(self, asset: AssetRef) -> bool:
-        if self.asset_name is not None and asset.name != self.asset_name:
-            return False
-        if self.asset_uri is None or asset.uri == self.asset_uri:
-            return True
-        try:
-            return sanitize_asset_uri(asset.uri) == self.asset_uri
-        except Exception:
-            return False
+        return asset_matches(asset, asset_uri=self.asset_uri, asset_name=self.asset_name)
 
     async def _load_signing_keys(self) -> list[bytes]:
         """The accepted keys: the connection's password, then its extra's ``previous_keys``."""
@@ -710,10 +527,14 @@ class KafkaAssetEventTrigger(KafkaSharedStreamTrigger):
         return self._signing_keys
 
     def _decode_record(self, record: KafkaRecord) -> AssetEventEnvelope | _Verdict:
+        if isinstance(record.decoded, AssetEventEnvelope):
+            return record.decoded  # the stream decoded it once for every watcher of this triggerer
         if record.value is None:
             error = EnvelopeDecodeError("the record has no value (a tombstone), not an asset event envelope")
             return _reject(DeadLetterReason.UNDECODABLE, error, group_scope=True)
         try:
+            if isinstance(record.decoded, BaseException):
+                raise record.decoded
             return ASSET_EVENT_CODEC.decode(record.value)
         except UnknownSchemaError as exc:
             return _reject(DeadLetterReason.UNKNOWN_SCHEMA, exc, group_scope=True)
@@ -763,6 +584,8 @@ class KafkaAssetEventTrigger(KafkaSharedStreamTrigger):
                 record.offset,
             )
             return _SKIP
+        if record.ticket is not None:
+            record.ticket.accepted_key = key  # stored with the position once Airflow confirmed it
         return _Verdict("accept", payload=envelope_payload(envelope, record), envelope=envelope)
 
     async def judge(self, record: KafkaRecord) -> _Verdict:
@@ -811,7 +634,12 @@ class KafkaAssetEventTrigger(KafkaSharedStreamTrigger):
         """
         assert verdict.reason is not None and verdict.error is not None
         stream_key = self.shared_stream_key()
-        scope: Hashable = stream_key if verdict.group_scope else (stream_key, self.asset_uri, self.asset_name)
+        # an undecodable record is every watcher's on the topic: one dead letter per triggerer
+        scope: Hashable = (
+            ("any-watcher", self.kafka_config_id, self.dlq_topic)
+            if verdict.group_scope
+            else (stream_key, self.asset_uri, self.asset_name)
+        )
         claim = (scope, record.topic, record.partition, record.offset)
         if not _DEAD_LETTERED.claim(claim):
             return False

@@ -3,10 +3,10 @@
 * the dead-letter writer: the record lands with the original value/key and the reason headers;
 * signatures: sign, publish, consume, verify;
 * the whole watcher path in-process: ``KafkaAssetEventTrigger`` driven by Airflow's own
-  ``SharedStreamManager`` (ack mode) over a real consumer group -- accepted events, repeats,
-  poison, refused events in the dead-letter topic, offsets committed only past handled records;
-* the restart hazard: a watcher that joins the shared consumer late misses records its sibling
-  already committed, unless ``[triggerer] shared_stream_cohort_grace_period`` covers the gap.
+  ``SharedStreamManager`` (ack mode) over real partitions -- accepted events, repeats, poison,
+  refused events in the dead-letter topic, positions stored only past handled records;
+* two triggerers (two managers) running six watchers of one topic: nothing lost, nothing twice;
+* a restarted watcher resumes at its stored position; a new one at its old group's commits.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from airflow_kafka_events.errors import EnvelopeDecodeError
 from airflow_kafka_events.kafka.producer import get_producer
 from airflow_kafka_events.kafka.settings import KafkaSettings
 from airflow_kafka_events.triggers import asset_watcher
+from airflow_kafka_events.triggers.asset_stream import KafkaAssetEventStreamProducer, state_key
 from airflow_kafka_events.triggers.asset_watcher import KafkaAssetEventTrigger
 
 pytestmark = pytest.mark.integration
@@ -193,7 +194,45 @@ async def _until(condition: Callable[[], Any], timeout: float, what: str) -> Non
         await asyncio.sleep(0.2)
 
 
-def test_watchers_share_a_consumer_and_commit_only_handled_records(kafka_bootstrap, new_topic, monkeypatch):
+class MemoryStores:
+    """The ``asset_state_store`` of each asset, as the triggerer's supervisor would keep it."""
+
+    def __init__(self) -> None:
+        self.values: dict[tuple[str, str], Any] = {}
+
+    def for_asset(self, asset: str) -> Any:
+        stores = self
+
+        class Store:
+            async def aget(self, key: str, default: Any = None) -> Any:
+                return json.loads(json.dumps(stores.values.get((asset, key), default)))
+
+            async def aset(self, key: str, value: Any) -> None:
+                stores.values[(asset, key)] = json.loads(json.dumps(value))
+
+        return Store()
+
+    def positions(self, asset: str, conn_id: str) -> dict[int, int]:
+        stored = self.values.get((asset, state_key(conn_id))) or {}
+        return {
+            int(p): o for partitions in stored.get("positions", {}).values() for p, o in partitions.items()
+        }
+
+
+@pytest.fixture
+def stores(monkeypatch) -> MemoryStores:
+    memory = MemoryStores()
+    monkeypatch.setattr(
+        KafkaAssetEventStreamProducer,
+        "store",
+        lambda self: memory.for_asset(self.asset_uri or self.asset_name),
+    )
+    return memory
+
+
+def test_watchers_handle_only_their_records_and_store_positions_past_them(
+    kafka_bootstrap, new_topic, monkeypatch, stores
+):
     topic = new_topic(partitions=1, prefix="watched")
     dlq_topic = new_topic(partitions=1, prefix="watched-dlq")
     group = f"watchers-{uuid.uuid4().hex[:8]}"
@@ -222,9 +261,12 @@ def test_watchers_share_a_consumer_and_commit_only_handled_records(kafka_bootstr
         watchers.start(1, watcher_a)
         watchers.start(2, watcher_b)
         try:
-            await _until(
-                lambda: _committed(kafka_bootstrap, group, topic, 1).get(0) == 7, 90, "offsets committed to 7"
-            )
+            for asset in (ASSET_A, ASSET_B):
+                await _until(
+                    lambda a=asset: stores.positions(a.uri, "kafka_watcher_it") == {0: 7},
+                    90,
+                    f"{asset.uri}'s stored position to reach 7",
+                )
         finally:
             await watchers.stop()
         return watchers
@@ -234,6 +276,11 @@ def test_watchers_share_a_consumer_and_commit_only_handled_records(kafka_bootstr
     assert [p["event_id"] for p in watchers.fired[2]] == [b_signed.event_id]
     assert watchers.fired[2][0]["signed"] is True
     assert watchers.fired[1][0]["kafka"] == {"topic": topic, "partition": 0, "offset": 0}
+    # the accepted keys are stored with the position (a repeat after a restart is dropped too)
+    stored_a = stores.values[(ASSET_A.uri, state_key("kafka_watcher_it"))]
+    assert "a-1" in stored_a["seen"]
+    # no consumer group was joined or committed to
+    assert _committed(kafka_bootstrap, group, topic, 1)[0] < 0
     letters = {
         DeadLetter.from_headers(msg.headers()).source_offset: (DeadLetter.from_headers(msg.headers()), msg)
         for msg in _read_all(kafka_bootstrap, dlq_topic, expected=3)
@@ -245,48 +292,114 @@ def test_watchers_share_a_consumer_and_commit_only_handled_records(kafka_bootstr
     assert all(letter.source_topic == topic for letter, _ in letters.values())
 
 
-def _late_subscriber_run(
-    kafka_bootstrap: str, topic: str, group: str, grace: float, conn_id: str
-) -> dict[int, list[str]]:
-    """Watcher A subscribes, then watcher B one second later; one event for each is waiting."""
-    common = {"topics": [topic], "kafka_config_id": conn_id}
-    watcher_a = KafkaAssetEventTrigger(asset_uri=ASSET_A.uri, **common)
-    watcher_b = KafkaAssetEventTrigger(asset_uri=ASSET_B.uri, **common)
+WATCHED = [AssetRef(name=f"it://multi/{i}", uri=f"it://multi/{i}") for i in range(6)]
 
-    async def scenario() -> dict[int, list[str]]:
-        watchers = Watchers(grace=grace)
-        watchers.start(1, watcher_a)
+
+def test_two_triggerers_lose_nothing_whichever_watchers_each_runs(
+    kafka_bootstrap, new_topic, monkeypatch, stores
+):
+    """Six watchers, one topic of 3 partitions, one connection with one group.id, two triggerers.
+
+    Before: the group split the partitions between the triggerers and 60 of 120 events were lost.
+    """
+    topic = new_topic(partitions=3, prefix="multi")
+    _watcher_conn(monkeypatch, kafka_bootstrap, "kafka_watcher_multi", f"multi-{uuid.uuid4().hex[:8]}")
+    producer = _producer(kafka_bootstrap)
+    sent: dict[str, list[str]] = {asset.uri: [] for asset in WATCHED}
+    for n in range(20):
+        for asset in WATCHED:
+            envelope = _event(asset, extra={"n": n})
+            # spread every asset's events over every partition
+            value = ASSET_EVENT_CODEC.encode(envelope, topic=topic)
+            producer.send_and_wait(topic, value, key=asset.uri, partition=n % 3)
+            sent[asset.uri].append(envelope.event_id)
+    common = {"topics": [topic], "kafka_config_id": "kafka_watcher_multi"}
+    triggers = {
+        i + 1: KafkaAssetEventTrigger(asset_uri=asset.uri, **common) for i, asset in enumerate(WATCHED)
+    }
+
+    async def scenario() -> tuple[Watchers, Watchers]:
+        first, second = Watchers(), Watchers()  # two triggerers: two managers, nothing shared
+        for tid, trigger in triggers.items():
+            (first if tid % 2 else second).start(tid, trigger)
         try:
-            if grace == 0:
-                # the first watcher alone handles (skips) B's record and the offset is committed
-                await _until(lambda: watchers.fired[1], 60, "watcher A's event")
-                await _until(lambda: _committed(kafka_bootstrap, group, topic, 1).get(0) == 2, 60, "commit")
-            else:
-                await asyncio.sleep(1.0)
-            watchers.start(2, watcher_b)
-            await asyncio.sleep(3.0 if grace == 0 else grace + 6.0)
-            if grace:
-                await _until(lambda: watchers.fired[2], 60, "watcher B's event")
+            await _until(
+                lambda: sum(len(f) for w in (first, second) for f in w.fired.values()) >= 120,
+                120,
+                "120 asset events",
+            )
+            for asset in WATCHED:
+                await _until(
+                    lambda a=asset: sum(stores.positions(a.uri, "kafka_watcher_multi").values()) == 120,
+                    60,
+                    f"{asset.uri}'s positions to pass every record",
+                )
+        finally:
+            await first.stop()
+            await second.stop()
+        return first, second
+
+    first, second = asyncio.run(scenario())
+    fired = {**first.fired, **second.fired}
+    for tid, asset in enumerate(WATCHED, start=1):
+        got = [p["event_id"] for p in fired[tid]]
+        assert sorted(got) == sorted(sent[asset.uri]), asset.uri  # all 20, none twice
+        assert len(got) == len(set(got)) == 20
+
+
+def test_a_restarted_watcher_resumes_at_its_stored_position(kafka_bootstrap, new_topic, monkeypatch, stores):
+    topic = new_topic(partitions=2, prefix="resume")
+    _watcher_conn(monkeypatch, kafka_bootstrap, "kafka_watcher_resume", f"resume-{uuid.uuid4().hex[:8]}")
+    producer = _producer(kafka_bootstrap)
+    before = [publish(_event(ASSET_A, extra={"n": n}), producer=producer, topic=topic) for n in range(4)]
+    trigger = KafkaAssetEventTrigger(
+        asset_uri=ASSET_A.uri, topics=[topic], kafka_config_id="kafka_watcher_resume"
+    )
+
+    async def run_until(count: int) -> list[str]:
+        watchers = Watchers()
+        watchers.start(1, trigger)
+        try:
+            await _until(lambda: len(watchers.fired[1]) >= count, 60, f"{count} events")
+            await asyncio.sleep(0)  # nothing else is awaited: stop right after the last event
         finally:
             await watchers.stop()
-        return {tid: [p["event_id"] for p in fired] for tid, fired in watchers.fired.items()}
+        return [p["event_id"] for p in watchers.fired[1]]
 
-    return asyncio.run(scenario())
+    assert asyncio.run(run_until(4)) == [r.event_id for r in before]
+    # a late watcher of another asset joining the topic now misses nothing either
+    after = [publish(_event(ASSET_A, extra={"n": n}), producer=producer, topic=topic) for n in range(4, 7)]
+    again = asyncio.run(run_until(3))
+    assert sorted(again) == sorted(r.event_id for r in after)  # only the new ones: nothing twice
 
 
-def test_late_subscriber_needs_the_cohort_grace_period(kafka_bootstrap, new_topic, monkeypatch):
+def test_a_new_watcher_starts_where_its_old_consumer_group_committed(
+    kafka_bootstrap, new_topic, monkeypatch, stores
+):
+    """Upgrading from group-based watchers: the group's commits are the first position."""
+    topic = new_topic(partitions=1, prefix="upgrade")
+    group = f"upgrade-{uuid.uuid4().hex[:8]}"
+    _watcher_conn(monkeypatch, kafka_bootstrap, "kafka_watcher_upgrade", group)
     producer = _producer(kafka_bootstrap)
-    results = {}
-    for grace in (0.0, 4.0):
-        topic = new_topic(partitions=1, prefix="cohort")
-        group = f"cohort-{uuid.uuid4().hex[:8]}"
-        conn_id = f"kafka_cohort_{int(grace)}"
-        _watcher_conn(monkeypatch, kafka_bootstrap, conn_id, group)
-        a, b = _event(ASSET_A), _event(ASSET_B)
-        publish(a, producer=producer, topic=topic)
-        publish(b, producer=producer, topic=topic)
-        results[grace] = (_late_subscriber_run(kafka_bootstrap, topic, group, grace, conn_id), a, b)
-    fired, a, b = results[0.0]
-    assert fired == {1: [a.event_id], 2: []}, "without a grace period the late watcher loses B's event"
-    fired, a, b = results[4.0]
-    assert fired == {1: [a.event_id], 2: [b.event_id]}
+    receipts = [publish(_event(ASSET_A, extra={"n": n}), producer=producer, topic=topic) for n in range(5)]
+    old = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": group, "enable.auto.commit": False})
+    try:
+        old.commit(offsets=[TopicPartition(topic, 0, 3)], asynchronous=False)  # the old watcher's commit
+    finally:
+        old.close()
+    trigger = KafkaAssetEventTrigger(
+        asset_uri=ASSET_A.uri, topics=[topic], kafka_config_id="kafka_watcher_upgrade"
+    )
+
+    async def scenario() -> list[str]:
+        watchers = Watchers()
+        watchers.start(1, trigger)
+        try:
+            await _until(
+                lambda: stores.positions(ASSET_A.uri, "kafka_watcher_upgrade") == {0: 5}, 60, "position 5"
+            )
+        finally:
+            await watchers.stop()
+        return [p["event_id"] for p in watchers.fired[1]]
+
+    assert asyncio.run(scenario()) == [receipts[3].event_id, receipts[4].event_id]

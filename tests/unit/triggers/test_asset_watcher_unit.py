@@ -20,7 +20,6 @@ from airflow.serialization.encoders import encode_trigger
 from airflow.serialization.serialized_objects import BaseSerialization
 from airflow.triggers.base import BaseEventTrigger
 from airflow.triggers.shared_stream import AdvanceItem, SharedStreamManager, SharedStreamProducer
-from confluent_kafka import KafkaError
 
 from airflow_kafka_events.assets.authz import sign_envelope
 from airflow_kafka_events.assets.external import PROVENANCE_EXTRA_KEY
@@ -36,7 +35,6 @@ from airflow_kafka_events.envelopes import (
 from airflow_kafka_events.errors import (
     ConfigurationError,
     DeliveryError,
-    KafkaOperationError,
     ValidationError,
 )
 from airflow_kafka_events.kafka.producer import DeliveryReceipt
@@ -63,10 +61,8 @@ KEY = b"s" * 32
 @pytest.fixture(autouse=True)
 def _fresh_process_state():
     asset_watcher._DEAD_LETTERED.clear()
-    asset_watcher._OPEN_GROUPS.clear()
     yield
     asset_watcher._DEAD_LETTERED.clear()
-    asset_watcher._OPEN_GROUPS.clear()
 
 
 # --------------------------------------------------------------------------- fakes
@@ -201,7 +197,7 @@ def test_serialize_round_trips_through_airflow_storage(kwargs):
     assert BaseEventTrigger.hash(classpath, decoded) == BaseEventTrigger.hash(classpath, stored)
 
 
-def test_shared_stream_key_includes_class_topics_group_and_dlq():
+def test_shared_stream_key_is_one_stream_per_watcher():
     base = make_trigger(topics=["b", "a"], dlq_topic="dlq")
     key = base.shared_stream_key()
     assert key == (
@@ -212,14 +208,16 @@ def test_shared_stream_key_includes_class_topics_group_and_dlq():
         None,
         "dlq",
         "kafka_watcher",
+        "ops://investigate/",
+        None,
+        True,
     )
-    # siblings for other assets, with other filters, share the consumer
-    sibling = make_trigger(
-        topics=["a", "b"], dlq_topic="dlq", asset_uri="ops://cleanup", max_causation_depth=1
-    )
-    assert sibling.shared_stream_key() == key
     hash(key)
-    # anything that changes the consumer or the dead-letter destination does not
+    # a watcher of another asset has a stream (a reader, a position) of its own
+    sibling = make_trigger(topics=["a", "b"], dlq_topic="dlq", asset_uri="ops://cleanup")
+    assert sibling.shared_stream_key() != key
+    # filters that the stream does not apply keep the key
+    assert make_trigger(topics=["a", "b"], dlq_topic="dlq", max_causation_depth=1).shared_stream_key() == key
     for change in (
         {"topics": ["a"]},
         {"kafka_config_id": "kafka_other"},
@@ -227,6 +225,8 @@ def test_shared_stream_key_includes_class_topics_group_and_dlq():
         {"dlq_topic": "dlq2"},
         {"dlq_topic": None},
         {"dlq_kafka_config_id": "kafka_dlq"},
+        {"asset_name": "investigate"},
+        {"include_partitioned": False},
     ):
         kwargs = {"topics": ["a", "b"], "dlq_topic": "dlq", **change}
         assert make_trigger(**kwargs).shared_stream_key() != key, change
@@ -234,8 +234,7 @@ def test_shared_stream_key_includes_class_topics_group_and_dlq():
     class Subclass(KafkaAssetEventTrigger):
         pass
 
-    assert Subclass(topics=["a", "b"], asset_uri="x://y", dlq_topic="dlq").shared_stream_key() != key
-    # the provider's key ignores both the class and the DLQ
+    assert Subclass(topics=["a", "b"], asset_uri=ASSET.uri, dlq_topic="dlq").shared_stream_key() != key
     provider = KafkaSharedStreamTrigger(topics=["a", "b"], kafka_config_id="kafka_watcher", dlq_topic="dlq")
     assert provider.shared_stream_key() != key
 
@@ -248,7 +247,10 @@ def test_shared_stream_producer_is_ours_and_never_republishes_rejects():
     assert producer.kafka_config_id == "kafka_watcher_ops"
     assert producer.group_id == "ops-watchers"
     assert producer.poll_timeout == 0.5
-    assert producer.dlq_topic is None  # the watcher writes its own dead letters, with reasons
+    assert (producer.asset_uri, producer.asset_name) == (trigger.asset_uri, trigger.asset_name)
+    assert producer.include_partitioned == trigger.include_partitioned
+    # the watcher writes its own dead letters, with reasons: the stream never re-publishes
+    assert not hasattr(producer, "dlq_topic")
     assert producer.identity == trigger.shared_stream_key()
 
 
@@ -417,18 +419,17 @@ def test_invalid_envelope_fields_are_a_reason_of_their_own(monkeypatch):
     assert dlq.letters()[0].reason == "invalid-envelope"
 
 
-def test_poison_is_dead_lettered_once_per_consumer_group(monkeypatch):
+def test_poison_is_dead_lettered_once_per_triggerer(monkeypatch):
     dlq = FakeDlqProducer()
     one = make_trigger(dlq)
-    two = make_trigger(dlq, asset_uri=OTHER.uri)
-    assert one.shared_stream_key() == two.shared_stream_key()
+    two = make_trigger(dlq, asset_uri=OTHER.uri)  # another watcher (another stream) of the topic
     poison = record(b"garbage", 3)
     _, rejected_one = run_filter(one, [poison], monkeypatch)
     _, rejected_two = run_filter(two, [poison], monkeypatch)
     assert rejected_one == [3] and rejected_two == []  # the second watcher just moves on
     assert len(dlq.sent) == 1
-    # a watcher of another consumer group dead-letters its own copy
-    other_group = make_trigger(dlq, group_id="elsewhere")
+    # a watcher reading through another connection dead-letters its own copy
+    other_group = make_trigger(dlq, kafka_config_id="kafka_elsewhere")
     _, rejected = run_filter(other_group, [poison], monkeypatch)
     assert rejected == [3] and len(dlq.sent) == 2
 
@@ -659,103 +660,6 @@ def test_rejects_and_persist_confirmations_reach_the_broker_advance(monkeypatch)
     assert outcomes[3].rejected == 1 and outcomes[3].acked == 1
     assert all(outcome.failed == 0 for outcome in outcomes.values())
     assert sorted(letter.reason for letter in dlq.letters()) == ["causation-too-deep", "undecodable"]
-
-
-# --------------------------------------------------------------------------- the consumer side
-class FakeMessage:
-    def __init__(self, offset: int = 0, error: KafkaError | None = None) -> None:
-        self._offset, self._error = offset, error
-
-    def error(self):
-        return self._error
-
-    def topic(self):
-        return "events"
-
-    def partition(self):
-        return 1
-
-    def offset(self):
-        return self._offset
-
-    def key(self):
-        return b"k"
-
-    def value(self):
-        return b"v%d" % self._offset
-
-    def headers(self):
-        return [("h", b"1")]
-
-    def timestamp(self):
-        return (1, 1234)
-
-
-class FakeConsumer:
-    instances: list[FakeConsumer] = []
-
-    def __init__(self, config):
-        self.config = config
-        self.messages = [
-            None,
-            FakeMessage(error=KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART)),
-            FakeMessage(error=KafkaError(KafkaError._PARTITION_EOF)),
-            FakeMessage(5),
-            FakeMessage(error=KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED)),
-        ]
-        self.subscribed: list[str] = []
-        self.closed = False
-        FakeConsumer.instances.append(self)
-
-    def subscribe(self, topics):
-        self.subscribed = list(topics)
-
-    def poll(self, timeout):
-        return self.messages.pop(0) if self.messages else None
-
-    def close(self):
-        self.closed = True
-
-
-def test_stream_producer_hands_out_records_and_survives_passing_errors(monkeypatch):
-    monkeypatch.setenv(
-        "AIRFLOW_CONN_KAFKA_WATCHER",
-        json.dumps({"conn_type": "kafka", "extra": {"bootstrap.servers": "b:9092", "group.id": "watchers"}}),
-    )
-    monkeypatch.setattr(asset_watcher, "Consumer", FakeConsumer)
-    producer = make_trigger().create_shared_stream_producer(make_trigger().serialize()[1])
-    assert isinstance(producer, KafkaAssetEventStreamProducer)
-    config = producer.consumer_config()
-    assert config["group.id"] == "watchers" and config["enable.auto.commit"] is False
-    assert config["auto.offset.reset"] == "earliest"
-    overridden = KafkaAssetEventStreamProducer(topics=["events"], group_id="own-group").consumer_config()
-    assert overridden["group.id"] == "own-group"
-
-    async def consume():
-        stream = producer.open_stream()
-        got = await stream.__anext__()
-        with pytest.raises(KafkaOperationError, match="TOPIC_AUTHORIZATION_FAILED"):
-            await stream.__anext__()
-        await producer.aclose()
-        return got
-
-    got_record, payload = asyncio.run(consume())
-    assert got_record == KafkaRecord("events", 1, 5, b"k", b"v5", (("h", b"1"),), 1234)
-    assert payload == KafkaBrokerPayload(topic="events", partition=1, offset=5)
-    consumer = FakeConsumer.instances[-1]
-    assert consumer.subscribed == ["events"] and consumer.closed
-    assert asset_watcher._OPEN_GROUPS == {}  # released on close
-
-
-def test_two_shared_streams_on_one_group_and_topic_refuse_to_start():
-    asset_watcher._claim_consumer_group("b:9092", "g", "stream-1", ["events", "more"])
-    asset_watcher._claim_consumer_group("b:9092", "g", "stream-1", ["events", "more"])  # same stream again
-    asset_watcher._claim_consumer_group("b:9092", "g", "stream-2", ["unrelated"])  # disjoint topics: fine
-    asset_watcher._claim_consumer_group("b:9092", "other", "stream-3", ["events"])  # another group: fine
-    with pytest.raises(ConfigurationError, match="would split the partitions"):
-        asset_watcher._claim_consumer_group("b:9092", "g", "stream-4", ["more"])
-    asset_watcher._release_consumer_group("b:9092", "g", "stream-1")
-    asset_watcher._claim_consumer_group("b:9092", "g", "stream-4", ["more"])
 
 
 # --------------------------------------------------------------------------- consumer-side helpers

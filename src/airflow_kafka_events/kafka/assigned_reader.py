@@ -1,0 +1,217 @@
+"""Read every partition of some topics from chosen offsets, without joining a consumer group.
+
+A consumer group splits partitions between its members: two triggerers whose watchers share
+one group each see only part of the topic (measured: 60 of 120 events never became asset
+events, silently).  :class:`AssignedReader` instead ``assign()``s every partition itself and
+starts where its owner says; the owner keeps the positions (for a watcher, in Airflow's
+``asset_state_store``), so the reader is correct wherever and however often it runs, and a
+restarted owner resumes at once (no group rebalance or session timeout to wait out).
+
+Every client call runs on the reader's own :class:`~airflow_kafka_events.kafka.client_executor.ClientExecutor`
+thread.  Nothing is ever committed; ``group.id`` (required by librdkafka) is only used to look
+up offsets an older consumer group committed, so a watcher that had one resumes from there.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message
+from confluent_kafka import TopicPartition as KafkaTopicPartition
+
+from airflow_kafka_events.errors import ConfigurationError, KafkaOperationError, TopicError
+from airflow_kafka_events.kafka.client_executor import ClientExecutor
+from airflow_kafka_events.kafka.positions import Partition
+
+log = logging.getLogger(__name__)
+
+__all__ = ["FATAL_CONSUMER_ERRORS", "AssignedReader", "StartPolicy"]
+
+#: Client errors that will not heal by themselves: the reader raises instead of retrying.
+FATAL_CONSUMER_ERRORS = frozenset(
+    {
+        KafkaError._AUTHENTICATION,
+        KafkaError.SASL_AUTHENTICATION_FAILED,
+        KafkaError.TOPIC_AUTHORIZATION_FAILED,
+        KafkaError.GROUP_AUTHORIZATION_FAILED,
+        KafkaError.CLUSTER_AUTHORIZATION_FAILED,
+    }
+)
+#: Placeholder ``group.id`` when the connection names none: librdkafka insists on one.
+_NO_GROUP = "airflow-kafka-events.assigned-reader"
+_ERROR_LOG_INTERVAL = 60.0
+
+
+class StartPolicy:
+    """Where a partition without a stored position starts: a committed group offset, else the reset."""
+
+    EARLIEST = "earliest"
+    LATEST = "latest"
+
+    @staticmethod
+    def from_config(config: Mapping[str, Any]) -> str:
+        value = str(config.get("auto.offset.reset", "earliest")).lower()
+        if value in {"earliest", "smallest", "beginning"}:
+            return StartPolicy.EARLIEST
+        if value in {"latest", "largest", "end"}:
+            return StartPolicy.LATEST
+        raise ConfigurationError(
+            f"auto.offset.reset={value!r} cannot place a new reader: use 'earliest' or 'latest'"
+        )
+
+
+class AssignedReader:
+    """One consumer over all partitions of ``topics`` (assign, never subscribe, never commit).
+
+    :param config: librdkafka consumer configuration (``bootstrap.servers`` ... ); auto-commit
+        is forced off.  Its ``group.id``, when set, is only read from (committed offsets).
+    :param name: for thread names and logs.
+    """
+
+    def __init__(self, config: Mapping[str, Any], topics: Sequence[str], *, name: str) -> None:
+        if not topics:
+            raise ConfigurationError("an AssignedReader needs at least one topic")
+        self.topics = sorted(topics)
+        self.name = name
+        cfg = dict(config)
+        self.group_id: str | None = str(cfg["group.id"]) if cfg.get("group.id") else None
+        cfg.setdefault("group.id", _NO_GROUP)
+        cfg["enable.auto.commit"] = False
+        cfg["enable.auto.offset.store"] = False
+        self.start_policy = StartPolicy.from_config(cfg)
+        self.bootstrap_servers = str(cfg.get("bootstrap.servers", ""))
+        self._config = cfg
+        self._executor = ClientExecutor(name)
+        self._consumer: Consumer | None = None
+        self._last_error_log: dict[int, float] = {}
+
+    # ------------------------------------------------------------------ opening
+    async def open(self) -> None:
+        self._consumer = await self._executor.run(self._new_consumer)
+
+    def _new_consumer(self) -> Consumer:
+        config = dict(self._config)
+        config.setdefault("error_cb", self._client_error)
+        try:
+            return Consumer(config)
+        except KafkaException as exc:
+            raise KafkaOperationError.from_exception(
+                f"cannot create a Kafka consumer for {self.topics} at {self.bootstrap_servers}", exc
+            ) from exc
+
+    def _client(self) -> Consumer:
+        if self._consumer is None:
+            raise KafkaOperationError(f"reader {self.name} is not open")
+        return self._consumer
+
+    async def partitions(self, timeout: float = 10.0) -> list[Partition]:
+        """Every partition of every topic (raises :class:`TopicError` naming a missing topic)."""
+        return await self._executor.run(self._partitions, timeout)
+
+    def _partitions(self, timeout: float) -> list[Partition]:
+        found: list[Partition] = []
+        for topic in self.topics:
+            try:
+                meta = self._client().list_topics(topic=topic, timeout=timeout).topics.get(topic)
+            except KafkaException as exc:
+                raise KafkaOperationError.from_exception(
+                    f"cannot read the metadata of topic {topic!r} from {self.bootstrap_servers}", exc
+                ) from exc
+            if meta is None or meta.error is not None or not meta.partitions:
+                cause = meta.error if meta is not None else "no metadata"
+                raise TopicError(
+                    f"topic {topic!r} is not available on {self.bootstrap_servers} ({cause}); create it "
+                    "first (e.g. `airflow-kafka-events topics ensure` or your cluster's tooling)"
+                )
+            found.extend((topic, p) for p in sorted(meta.partitions))
+        return found
+
+    async def start_offsets(
+        self, partitions: Sequence[Partition], timeout: float = 10.0
+    ) -> dict[Partition, int]:
+        """Where ``partitions`` start without a stored position: the group's commit, else the policy."""
+        return await self._executor.run(self._start_offsets, list(partitions), timeout)
+
+    def _start_offsets(self, partitions: list[Partition], timeout: float) -> dict[Partition, int]:
+        committed: dict[Partition, int] = {}
+        if self.group_id is not None and partitions:
+            tps = [KafkaTopicPartition(t, p) for t, p in partitions]
+            try:
+                for tp in self._client().committed(tps, timeout=timeout):
+                    if tp.error is None and tp.offset >= 0:
+                        committed[(tp.topic, tp.partition)] = tp.offset
+            except KafkaException as exc:
+                log.warning(
+                    "Cannot read the offsets group %s committed (%s); using the policy", self.group_id, exc
+                )
+        starts: dict[Partition, int] = {}
+        for topic, partition in partitions:
+            if (topic, partition) in committed:
+                starts[(topic, partition)] = committed[(topic, partition)]
+                continue
+            low, high = self._client().get_watermark_offsets(
+                KafkaTopicPartition(topic, partition), timeout=timeout
+            )
+            starts[(topic, partition)] = low if self.start_policy == StartPolicy.EARLIEST else high
+        return starts
+
+    async def assign(self, positions: Mapping[Partition, int]) -> None:
+        """Start (or add) reading these partitions at these offsets."""
+        tps = [KafkaTopicPartition(t, p, o) for (t, p), o in sorted(positions.items())]
+        await self._executor.run(self._client().incremental_assign, tps)
+
+    # ------------------------------------------------------------------ reading
+    async def poll(self, timeout: float) -> Message | None:
+        """The next record, or ``None``; passing client errors are logged, fatal ones raised."""
+        message = await self._executor.run(self._client().poll, timeout)
+        if message is None:
+            return None
+        error = message.error()
+        if error is None:
+            return message
+        self._check_error(error)
+        return None
+
+    async def seek(self, tp: Partition, offset: int) -> None:
+        await self._executor.run(self._client().seek, KafkaTopicPartition(tp[0], tp[1], offset))
+
+    def _client_error(self, error: KafkaError) -> None:
+        """librdkafka's error callback: rate-limited, at warning level (the client retries itself)."""
+        if error.fatal() or error.code() in FATAL_CONSUMER_ERRORS:
+            log.error("Kafka client error for %s at %s: %s", self.topics, self.bootstrap_servers, error)
+            return
+        self._log_passing(error, "Kafka client error")
+
+    def _check_error(self, error: KafkaError) -> None:
+        if error.code() == KafkaError._PARTITION_EOF:
+            return
+        if error.fatal() or error.code() in FATAL_CONSUMER_ERRORS:
+            raise KafkaOperationError(
+                f"Kafka consumer error on {self.topics} at {self.bootstrap_servers}", kafka_error=error
+            )
+        self._log_passing(error, "Kafka consumer error")
+
+    def _log_passing(self, error: KafkaError, what: str) -> None:
+        now = time.monotonic()
+        code = error.code()
+        if now - self._last_error_log.get(code, -_ERROR_LOG_INTERVAL) >= _ERROR_LOG_INTERVAL:
+            self._last_error_log[code] = now
+            log.warning(
+                "%s on %s at %s: %s; the client retries by itself",
+                what,
+                self.topics,
+                self.bootstrap_servers,
+                error,
+            )
+
+    # ------------------------------------------------------------------ closing
+    async def close(self) -> None:
+        consumer, self._consumer = self._consumer, None
+        try:
+            if consumer is not None:
+                await self._executor.run(consumer.close)
+        finally:
+            self._executor.shutdown()

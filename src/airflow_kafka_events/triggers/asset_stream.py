@@ -1,0 +1,457 @@
+"""The stream behind one asset watcher: its own reader, its own durable position.
+
+Why not one consumer group shared by the watchers (the design before 0.x): Airflow places each
+watcher on a triggerer of its choice, and a group splits the partitions between the triggerers'
+consumers, so a watcher saw only its triggerer's share of the topic (measured: 60 of 120
+events lost, silently, with two triggerers).  Commits cannot repair that: the shared stream
+reports how many subscribers accepted a record, not which.
+
+So each watcher (:class:`~airflow_kafka_events.triggers.asset_watcher.KafkaAssetEventTrigger`)
+has its own shared-stream group and :class:`KafkaAssetEventStreamProducer`:
+
+* an :class:`~airflow_kafka_events.kafka.assigned_reader.AssignedReader` reads every partition
+  of the topics (no group membership, nothing committed), on its own thread;
+* its position lives in the watcher's asset's ``asset_state_store`` (AIP-103) under
+  :data:`STATE_KEY`: per partition, the first record whose asset event Airflow has not yet
+  confirmed (the shared stream's persistence-gated ``advance``), else the offset after the last
+  record read.  The watcher resumes there on any triggerer, after any restart or move;
+* the idempotency keys of the events it turned into asset events (the most recent
+  :data:`DURABLE_KEYS`, each for ``dedupe_ttl``) are stored with the position, so a repeat
+  published later is dropped after a restart too;
+* records for other assets are read and skipped here (they never enter the shared stream), and
+  each record is decoded once per triggerer (:class:`_DecodeCache`), however many watchers read it;
+* a partition without a stored position starts at the offset the watcher's consumer group
+  committed (the old design's commits, so upgrading replays nothing), else at the connection's
+  ``auto.offset.reset`` (default ``earliest``); that start is stored at once.
+
+After ``kill -9`` of a triggerer, records whose asset events were persisted after the last
+store (at most :data:`FLUSH_INTERVAL` seconds of events, plus one confirmation round) become
+asset events once more: duplicates are bounded, nothing is lost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Hashable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple, Protocol
+
+from airflow.providers.apache.kafka.triggers.shared_stream import KafkaBrokerPayload
+from airflow.triggers.shared_stream import AdvanceItem, SharedStreamProducer
+from asgiref.sync import sync_to_async
+from confluent_kafka import Message
+
+from airflow_kafka_events.assets.validation import sanitize_asset_uri
+from airflow_kafka_events.codec import ASSET_EVENT_CODEC
+from airflow_kafka_events.envelopes import AssetEventEnvelope, AssetRef
+from airflow_kafka_events.errors import ConfigurationError, ValidationError
+from airflow_kafka_events.kafka.assigned_reader import AssignedReader
+from airflow_kafka_events.kafka.positions import (
+    Partition,
+    PositionTracker,
+    positions_from_json,
+    positions_to_json,
+)
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "DURABLE_KEYS",
+    "FLUSH_INTERVAL",
+    "STATE_KEY",
+    "KafkaAssetEventStreamProducer",
+    "KafkaRecord",
+    "asset_matches",
+    "state_key",
+]
+
+#: ``asset_state_store`` key prefix of a watcher's position (``<prefix>[<connection id>]``).
+STATE_KEY = "airflow_kafka_events.watcher"
+#: Seconds between two stores of a changing position (the bound on duplicates after a crash).
+FLUSH_INTERVAL = 1.0
+#: Idempotency keys kept in the store with the position.
+DURABLE_KEYS = 1000
+#: Records handed to the watcher and not yet confirmed, before reading pauses (the shared
+#: stream fails a subscriber whose queue of 1024 overflows).
+MAX_PENDING = 256
+#: Seconds between two looks for partitions a topic gained.
+PARTITION_REFRESH_INTERVAL = 30.0
+_STORE_WARN_INTERVAL = 60.0
+
+
+class KafkaRecord(NamedTuple):
+    """One consumed record as a watcher gets it: bytes, coordinates, and the decoding."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes | None], ...] = ()
+    timestamp_ms: int | None = None
+    #: the decoded envelope, or the error decoding raised (``None``: not decoded yet)
+    decoded: AssetEventEnvelope | BaseException | None = None
+    #: filled by the watcher when it turned the record into an asset event
+    ticket: _Ticket | None = None
+
+
+@dataclass
+class _Ticket:
+    accepted_key: str | None = None
+
+
+class PositionStore(Protocol):
+    async def aget(self, key: str, default: Any = None) -> Any: ...
+
+    async def aset(self, key: str, value: Any) -> None: ...
+
+
+def state_key(kafka_config_id: str) -> str:
+    """The ``asset_state_store`` key of a watcher reading through ``kafka_config_id``."""
+    return f"{STATE_KEY}[{kafka_config_id}]"
+
+
+def asset_matches(asset: AssetRef, *, asset_uri: str | None, asset_name: str | None) -> bool:
+    """Whether an envelope's asset is the watched one (by name and/or normalized URI)."""
+    if asset_name is not None and asset.name != asset_name:
+        return False
+    if asset_uri is None or asset.uri == asset_uri:
+        return True
+    try:
+        return sanitize_asset_uri(asset.uri) == asset_uri
+    except Exception:
+        return False
+
+
+# --------------------------------------------------------------------------- decoding once
+class _DecodeCache:
+    """Recently decoded records of this process, so N watchers on one topic decode a record once."""
+
+    def __init__(self, max_size: int = 4096) -> None:
+        self.max_size = max_size
+        self._items: OrderedDict[Hashable, AssetEventEnvelope | BaseException] = OrderedDict()
+
+    def decode(self, where: Hashable, value: bytes | None) -> AssetEventEnvelope | BaseException:
+        found = self._items.get(where)
+        if found is not None:
+            self._items.move_to_end(where)
+            return found
+        result: AssetEventEnvelope | BaseException
+        if value is None:
+            from airflow_kafka_events.errors import EnvelopeDecodeError
+
+            result = EnvelopeDecodeError("the record has no value (a tombstone), not an asset event envelope")
+        else:
+            try:
+                result = ASSET_EVENT_CODEC.decode(value)
+            except Exception as exc:
+                result = exc
+        self._items[where] = result
+        while len(self._items) > self.max_size:
+            self._items.popitem(last=False)
+        return result
+
+
+_DECODED = _DecodeCache()
+
+
+def _headers(raw: Any) -> tuple[tuple[str, bytes | None], ...]:
+    if not raw:
+        return ()
+    items = raw.items() if isinstance(raw, Mapping) else raw
+    out: list[tuple[str, bytes | None]] = []
+    for name, value in items:
+        if value is not None and not isinstance(value, bytes):
+            value = value.encode("utf-8") if isinstance(value, str) else bytes(value)
+        out.append((str(name), value))
+    return tuple(out)
+
+
+def _record(message: Message, decoded: AssetEventEnvelope | BaseException) -> KafkaRecord:
+    timestamp_type, timestamp = message.timestamp()
+    return KafkaRecord(
+        topic=str(message.topic()),
+        partition=int(message.partition() or 0),
+        offset=int(message.offset() or 0),
+        key=message.key(),
+        value=message.value(),
+        headers=_headers(message.headers()),
+        timestamp_ms=timestamp if timestamp_type else None,
+        decoded=decoded,
+        ticket=_Ticket(),
+    )
+
+
+# --------------------------------------------------------------------------- durable keys
+class _DurableKeys:
+    """Idempotency keys of persisted asset events: the most recent ones, each for ``ttl`` seconds."""
+
+    def __init__(self, stored: Any, *, ttl: float | None, max_size: int = DURABLE_KEYS) -> None:
+        self.ttl = ttl
+        self.max_size = max_size
+        self._keys: OrderedDict[str, float] = OrderedDict()
+        if isinstance(stored, Mapping):
+            for key, seen_at in sorted(stored.items(), key=lambda kv: kv[1]):
+                if isinstance(key, str) and isinstance(seen_at, (int, float)):
+                    self._keys[key] = float(seen_at)
+        self._expire()
+        self.dirty = False
+
+    def _expire(self) -> None:
+        if self.ttl is not None:
+            cutoff = time.time() - self.ttl
+            for key in [k for k, at in self._keys.items() if at < cutoff]:
+                del self._keys[key]
+        while len(self._keys) > self.max_size:
+            self._keys.popitem(last=False)
+
+    def __contains__(self, key: str) -> bool:
+        seen_at = self._keys.get(key)
+        return seen_at is not None and (self.ttl is None or seen_at >= time.time() - self.ttl)
+
+    def add(self, key: str) -> None:
+        self._keys.setdefault(key, time.time())
+        self._expire()
+        self.dirty = True
+
+    def to_json(self) -> dict[str, float]:
+        return dict(self._keys)
+
+
+# --------------------------------------------------------------------------- the producer
+class KafkaAssetEventStreamProducer(SharedStreamProducer):
+    """Broker side of one watcher's shared stream (ack mode): read, skip, hand on, store.
+
+    :param store: where the position is kept (default: the watched asset's ``asset_state_store``
+        accessor; anything with ``aget``/``aset``).
+    """
+
+    def __init__(
+        self,
+        *,
+        topics: Sequence[str],
+        kafka_config_id: str,
+        asset_uri: str | None,
+        asset_name: str | None,
+        poll_timeout: float = 1.0,
+        group_id: str | None = None,
+        include_partitioned: bool = True,
+        dedupe_ttl: float | None = 24 * 3600.0,
+        identity: Hashable = None,
+        store: PositionStore | None = None,
+        flush_interval: float = FLUSH_INTERVAL,
+        max_pending: int = MAX_PENDING,
+    ) -> None:
+        if asset_uri is None and asset_name is None:
+            raise ConfigurationError("a watcher's stream needs asset_uri and/or asset_name")
+        self.topics = sorted(topics)
+        self.kafka_config_id = kafka_config_id
+        self.asset_uri = asset_uri
+        self.asset_name = asset_name
+        self.poll_timeout = poll_timeout
+        self.group_id = group_id
+        self.include_partitioned = include_partitioned
+        self.dedupe_ttl = dedupe_ttl
+        self.identity = identity
+        self.flush_interval = flush_interval
+        self.max_pending = max_pending
+        self._store = store
+        self._state_key = state_key(kafka_config_id)
+        self._reader: AssignedReader | None = None
+        self._tracker: PositionTracker | None = None
+        self._keys = _DurableKeys(None, ttl=dedupe_ttl)
+        self._room = asyncio.Event()
+        self._flush_lock = asyncio.Lock()
+        self._last_flush = 0.0
+        self._last_store_warning = -_STORE_WARN_INTERVAL
+        self._next_partition_refresh = 0.0
+
+    # ------------------------------------------------------------------ configuration
+    @property
+    def label(self) -> str:
+        asset = self.asset_uri if self.asset_uri is not None else f"name={self.asset_name}"
+        return f"watcher of {asset} on {self.topics}"
+
+    def consumer_config(self) -> dict[str, Any]:
+        """librdkafka configuration of the reader, from the connection (sync: reads it)."""
+        from airflow_kafka_events.hooks import KafkaEventsHook
+
+        settings = KafkaEventsHook(kafka_config_id=self.kafka_config_id).get_settings()
+        try:
+            return settings.consumer_config(self.group_id)
+        except ConfigurationError:  # no group.id anywhere: fine, the reader joins no group
+            return settings.consumer_config("airflow-kafka-events.assigned-reader")
+
+    def store(self) -> PositionStore:
+        if self._store is None:
+            from airflow.sdk.execution_time.context import AssetStateStoreAccessor
+
+            if self.asset_name is not None:
+                self._store = AssetStateStoreAccessor(name=self.asset_name)
+            else:
+                self._store = AssetStateStoreAccessor(uri=self.asset_uri)
+        return self._store
+
+    # ------------------------------------------------------------------ opening
+    async def _load_state(self) -> dict[Partition, int]:
+        stored = await self.store().aget(self._state_key, None)
+        if stored is None:
+            return {}
+        if not isinstance(stored, Mapping):
+            raise ValidationError(f"{self.label}: stored state {self._state_key!r} is not a mapping")
+        self._keys = _DurableKeys(stored.get("seen"), ttl=self.dedupe_ttl)
+        return positions_from_json(stored.get("positions"))
+
+    async def _open(self) -> tuple[AssignedReader, PositionTracker]:
+        config = await sync_to_async(self.consumer_config)()
+        reader = AssignedReader(config, self.topics, name=f"watcher-{self.asset_name or self.asset_uri}")
+        self._reader = reader
+        await reader.open()
+        partitions = await reader.partitions()
+        stored = await self._load_state()
+        missing = [tp for tp in partitions if tp not in stored]
+        starts = {tp: stored[tp] for tp in partitions if tp in stored}
+        starts.update(await reader.start_offsets(missing))
+        tracker = PositionTracker(starts)
+        self._tracker = tracker
+        await reader.assign(starts)
+        log.info(
+            "%s reads %d partition(s) from %s (%d stored, %d new)",
+            self.label,
+            len(starts),
+            positions_to_json(starts),
+            len(starts) - len(missing),
+            len(missing),
+        )
+        await self.flush(force=True)  # a new start (latest, a group's commit) is durable from now on
+        self._next_partition_refresh = time.monotonic() + PARTITION_REFRESH_INTERVAL
+        return reader, tracker
+
+    async def _refresh_partitions(self, reader: AssignedReader, tracker: PositionTracker) -> None:
+        if time.monotonic() < self._next_partition_refresh:
+            return
+        self._next_partition_refresh = time.monotonic() + PARTITION_REFRESH_INTERVAL
+        new = [tp for tp in await reader.partitions() if tp not in set(tracker.partitions())]
+        if new:
+            # a partition the topic gained: every record on it is new
+            starts = {tp: 0 for tp in new}
+            tracker.add_partitions(starts)
+            await reader.assign(starts)
+            log.info("%s reads new partition(s) %s from the beginning", self.label, positions_to_json(starts))
+
+    # ------------------------------------------------------------------ reading
+    def _wanted(self, decoded: AssetEventEnvelope | BaseException) -> bool:
+        if not isinstance(decoded, AssetEventEnvelope):
+            return True  # the watcher dead-letters it
+        if not asset_matches(decoded.asset, asset_uri=self.asset_uri, asset_name=self.asset_name):
+            return False
+        if not self.include_partitioned and decoded.partition_key is not None:
+            return False
+        key = decoded.idempotency_key or f"event_id:{decoded.event_id}"
+        if key in self._keys:
+            log.info(
+                "%s drops a repeat of asset event %s (idempotency key %s)", self.label, decoded.event_id, key
+            )
+            return False
+        return True
+
+    async def open_stream(self) -> AsyncIterator[tuple[KafkaRecord, KafkaBrokerPayload]]:
+        reader, tracker = await self._open()
+        where_prefix = (reader.bootstrap_servers,)
+        while True:
+            while tracker.pending_count() >= self.max_pending:
+                self._room.clear()
+                await self._room.wait()
+            message = await reader.poll(self.poll_timeout)
+            if message is None:
+                await self._refresh_partitions(reader, tracker)
+                await self.flush()
+                continue
+            tp = (str(message.topic()), int(message.partition() or 0))
+            offset = int(message.offset() or 0)
+            decoded = _DECODED.decode((*where_prefix, *tp, offset), message.value())
+            if not self._wanted(decoded):
+                tracker.read(tp, offset)
+                await self.flush()
+                continue
+            record = _record(message, decoded)
+            tracker.hand_on(tp, offset, record.ticket)
+            yield record, KafkaBrokerPayload(topic=tp[0], partition=tp[1], offset=offset)
+
+    # ------------------------------------------------------------------ advancing
+    def get_advance_lane(self, broker_payload: KafkaBrokerPayload) -> Hashable:
+        return broker_payload.topic, broker_payload.partition
+
+    async def advance(self, batch: Sequence[AdvanceItem]) -> None:
+        """Records Airflow confirmed (or the watcher dead-lettered) stop holding the position back.
+
+        A failed record (ack timeout, overflow) holds it: the reader seeks back and reads it again.
+        """
+        tracker, reader = self._tracker, self._reader
+        if tracker is None or reader is None:
+            raise RuntimeError(f"{self.label}: advance before the stream was opened")
+        first = batch[0].broker_payload
+        tp = (first.topic, first.partition)
+        done: list[int] = []
+        held: int | None = None
+        for item in batch:
+            outcome = item.outcome
+            if outcome.failed > 0 or (outcome.acked == 0 and outcome.rejected == 0):
+                held = item.broker_payload.offset
+                break
+            done.append(item.broker_payload.offset)
+        for ticket in tracker.finish(tp, done):
+            if ticket is not None and ticket.accepted_key is not None:
+                self._keys.add(ticket.accepted_key)
+        if held is not None:
+            log.warning("%s reads %s[%s]@%s again: it was not confirmed", self.label, tp[0], tp[1], held)
+            tracker.rewind(tp, held)
+            await reader.seek(tp, held)
+        self._room.set()
+        await self.flush()
+
+    # ------------------------------------------------------------------ storing
+    async def flush(self, *, force: bool = False) -> None:
+        """Store the position (and the durable keys) if it changed, at most every ``flush_interval``."""
+        tracker = self._tracker
+        if tracker is None:
+            return
+        if not force and time.monotonic() - self._last_flush < self.flush_interval:
+            return
+        async with self._flush_lock:
+            positions = tracker.durable()
+            if not force and not self._keys.dirty and not tracker.changed_since_stored():
+                return
+            value = {"version": 1, "positions": positions_to_json(positions), "seen": self._keys.to_json()}
+            try:
+                await self.store().aset(self._state_key, value)
+            except Exception as exc:
+                self._warn_store(exc)
+                return
+            self._last_flush = time.monotonic()
+            tracker.mark_stored(positions)
+            self._keys.dirty = False
+
+    def _warn_store(self, exc: BaseException) -> None:
+        now = time.monotonic()
+        if now - self._last_store_warning >= _STORE_WARN_INTERVAL:
+            self._last_store_warning = now
+            log.warning(
+                "%s cannot store its position in the asset state store (%s); it keeps reading and "
+                "retries, and a restart before the next store reads the unstored records again",
+                self.label,
+                exc,
+            )
+
+    async def aclose(self) -> None:
+        try:
+            await asyncio.wait_for(self.flush(force=True), timeout=10.0)
+        except Exception as exc:
+            self._warn_store(exc)
+        finally:
+            reader, self._reader = self._reader, None
+            if reader is not None:
+                await reader.close()
