@@ -13,7 +13,7 @@ Record format:
 
   ==========================  =====================================================================
   ``x-reason``                short code: ``undecodable``, ``unknown-schema``, ``invalid-envelope``,
-                              ``signature-missing``, ``signature-invalid``,
+                              ``too-large``, ``signature-missing``, ``signature-invalid``,
                               ``signing-key-unavailable``, ``not-allowed``, ``causation-too-deep``,
                               ``internal-error`` (see :class:`DeadLetterReason`)
   ``x-error-type``            qualified name of the exception that refused it
@@ -26,9 +26,27 @@ Record format:
   ``x-event-id``              the envelope's event id / asset URI, when the bytes decoded
   ``x-asset-uri``
   ``x-dead-lettered-at``      UTC ISO-8601 instant the record was refused
+  ``x-truncated``             ``true`` on a *reference* dead letter (below), absent otherwise
+  ``x-truncated-cause``       why the whole record could not be written (the limit, or the error)
+  ``x-original-value-bytes``  size of the original value (the dead letter holds a prefix of it)
+  ``x-original-headers-dropped``  how many original headers were left out (only when > 0)
   ==========================  =====================================================================
 
   All header values are UTF-8 text.  :meth:`DeadLetter.from_headers` reads them back.
+
+Records the dead-letter topic cannot carry
+    A record larger than the dead-letter producer may send (librdkafka's ``message.max.bytes``,
+    default 1,000,000 bytes) or than the dead-letter topic accepts (the topic's
+    ``max.message.bytes``) is written as a **reference** instead of failing for ever: the value
+    is cut to its first :data:`REFERENCE_PREFIX_BYTES` bytes, the original headers are kept up to
+    :data:`REFERENCE_MAX_HEADER_BYTES` bytes in all, the key up to :data:`REFERENCE_MAX_KEY_BYTES`
+    bytes, and ``x-truncated: true``, ``x-truncated-cause`` and ``x-original-value-bytes`` say so;
+    the source coordinates (``x-source-*``) locate the whole record while the source topic keeps
+    it.  If even that does not fit, a bare reference (empty value, no original headers) is
+    written.  :class:`DeadLetterWriter` chooses the form by itself: a record it knows to be too
+    large for ``message.max.bytes`` goes straight to the reference form, and a
+    ``MSG_SIZE_TOO_LARGE`` / ``RECORD_LIST_TOO_LARGE`` answer (client or broker) makes it write
+    the reference at once, never retrying the record that cannot fit.
 
 A dead-letter topic can receive the same record more than once (a redelivery after a crash
 between the write and the offset commit): readers should tolerate duplicates, e.g. by
@@ -39,16 +57,24 @@ This module imports no Airflow module.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+import dataclasses
+import logging
+from collections.abc import Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from enum import Enum
 from typing import Any, Protocol
 
+from confluent_kafka import KafkaError
+
 from airflow_kafka_events.errors import ValidationError
 from airflow_kafka_events.kafka.producer import DeliveryReceipt
+from airflow_kafka_events.kafka.topics import CLIENT_DEFAULT_MESSAGE_MAX_BYTES, client_message_max_bytes
+
+log = logging.getLogger(__name__)
 
 __all__ = [
+    "CLIENT_DEFAULT_MESSAGE_MAX_BYTES",
     "DEAD_LETTER_HEADERS",
     "HEADER_ASSET_URI",
     "HEADER_CONSUMER",
@@ -56,17 +82,27 @@ __all__ = [
     "HEADER_ERROR_MESSAGE",
     "HEADER_ERROR_TYPE",
     "HEADER_EVENT_ID",
+    "HEADER_ORIGINAL_HEADERS_DROPPED",
+    "HEADER_ORIGINAL_VALUE_BYTES",
     "HEADER_REASON",
     "HEADER_SOURCE_OFFSET",
     "HEADER_SOURCE_PARTITION",
     "HEADER_SOURCE_TIMESTAMP",
     "HEADER_SOURCE_TOPIC",
+    "HEADER_TRUNCATED",
+    "HEADER_TRUNCATED_CAUSE",
     "MAX_ERROR_MESSAGE_CHARS",
+    "REFERENCE_HEADERS",
+    "REFERENCE_MAX_HEADER_BYTES",
+    "REFERENCE_MAX_KEY_BYTES",
+    "REFERENCE_PREFIX_BYTES",
     "DeadLetter",
     "DeadLetterReason",
     "DeadLetterWriter",
     "dead_letter_headers",
     "error_type_name",
+    "is_size_error",
+    "record_size",
 ]
 
 HEADER_REASON = "x-reason"
@@ -80,6 +116,10 @@ HEADER_CONSUMER = "x-consumer"
 HEADER_EVENT_ID = "x-event-id"
 HEADER_ASSET_URI = "x-asset-uri"
 HEADER_DEAD_LETTERED_AT = "x-dead-lettered-at"
+HEADER_TRUNCATED = "x-truncated"
+HEADER_TRUNCATED_CAUSE = "x-truncated-cause"
+HEADER_ORIGINAL_VALUE_BYTES = "x-original-value-bytes"
+HEADER_ORIGINAL_HEADERS_DROPPED = "x-original-headers-dropped"
 
 #: Every header name this module writes (original headers with these names are dropped).
 DEAD_LETTER_HEADERS: frozenset[str] = frozenset(
@@ -97,9 +137,26 @@ DEAD_LETTER_HEADERS: frozenset[str] = frozenset(
         HEADER_DEAD_LETTERED_AT,
     }
 )
+#: The further headers of a reference dead letter (original headers with these names are dropped too).
+REFERENCE_HEADERS: frozenset[str] = frozenset(
+    {HEADER_TRUNCATED, HEADER_TRUNCATED_CAUSE, HEADER_ORIGINAL_VALUE_BYTES, HEADER_ORIGINAL_HEADERS_DROPPED}
+)
+_WRITTEN_HEADERS = DEAD_LETTER_HEADERS | REFERENCE_HEADERS
 
 #: Longest ``x-error-message`` written; longer messages are cut and end with "...".
 MAX_ERROR_MESSAGE_CHARS = 1000
+#: Bytes of the original value a reference dead letter keeps.
+REFERENCE_PREFIX_BYTES = 4096
+#: Bytes (names and values) of original headers a reference dead letter keeps, in order.
+REFERENCE_MAX_HEADER_BYTES = 16 * 1024
+#: Longest key a reference dead letter keeps (a longer one is cut).
+REFERENCE_MAX_KEY_BYTES = 4096
+#: What librdkafka and the broker add to a record's key, value and headers (record batch and
+#: record framing), with a margin: a record within ``message.max.bytes`` minus this is sent whole.
+RECORD_OVERHEAD_BYTES = 512
+#: Errors of a write that is too large to ever succeed: client-side ``message.max.bytes``, or
+#: the topic's ``max.message.bytes`` answered by the broker.
+_SIZE_ERROR_CODES = frozenset({KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.RECORD_LIST_TOO_LARGE})
 
 Header = tuple[str, "bytes | str | None"]
 
@@ -124,6 +181,8 @@ class DeadLetterReason(str, Enum):
     NOT_ALLOWED = "not-allowed"
     #: The event's causation chain is longer than the consumer accepts (feedback loop).
     CAUSATION_TOO_DEEP = "causation-too-deep"
+    #: The record, or its envelope's ``extra``, is larger than the consumer accepts.
+    TOO_LARGE = "too-large"
     #: The consumer failed while checking the record (a bug); the record is kept for replay.
     INTERNAL_ERROR = "internal-error"
 
@@ -167,6 +226,11 @@ class DeadLetter:
     event_id: str | None = None
     asset_uri: str | None = None
     dead_lettered_at: datetime = field(default_factory=_utcnow)
+    #: A reference dead letter: the value is only a prefix of the original (see the module doc).
+    truncated: bool = False
+    truncated_cause: str | None = None
+    original_value_bytes: int | None = None
+    original_headers_dropped: int = 0
 
     def __post_init__(self) -> None:
         if isinstance(self.reason, DeadLetterReason):
@@ -178,14 +242,34 @@ class DeadLetter:
         if not isinstance(self.error_message, str):
             raise ValidationError("DeadLetter.error_message must be a str")
         object.__setattr__(self, "error_message", _cut(self.error_message))
-        for name in ("source_partition", "source_offset"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise ValidationError(f"DeadLetter.{name} must be an int, got {value!r}")
+        self._check_ints(("source_partition", "source_offset"), minimum=None)
+        self._check_ints(("original_value_bytes", "original_headers_dropped"), minimum=0)
         stamp = self.dead_lettered_at
         if not isinstance(stamp, datetime) or stamp.tzinfo is None:
             raise ValidationError("DeadLetter.dead_lettered_at must be a timezone-aware datetime")
         object.__setattr__(self, "dead_lettered_at", stamp.astimezone(timezone.utc))
+        if self.truncated_cause is not None:
+            object.__setattr__(self, "truncated_cause", _cut(self.truncated_cause))
+
+    def _check_ints(self, names: Sequence[str], *, minimum: int | None) -> None:
+        """Ints (``None`` allowed only where ``minimum`` is set: the optional sizes)."""
+        for name in names:
+            value = getattr(self, name)
+            if value is None and minimum is not None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, int) or value < (minimum or -(2**63)):
+                bound = "an int" if minimum is None else f"an int >= {minimum}"
+                raise ValidationError(f"DeadLetter.{name} must be {bound}, got {value!r}")
+
+    def as_reference(self, cause: str, *, original_value_bytes: int, headers_dropped: int = 0) -> DeadLetter:
+        """This letter for a reference dead letter (the value cut to a prefix, see the module doc)."""
+        return dataclasses.replace(
+            self,
+            truncated=True,
+            truncated_cause=cause,
+            original_value_bytes=original_value_bytes,
+            original_headers_dropped=headers_dropped,
+        )
 
     @classmethod
     def from_exception(
@@ -232,6 +316,19 @@ class DeadLetter:
             (HEADER_ASSET_URI, self.asset_uri),
             (HEADER_DEAD_LETTERED_AT, self.dead_lettered_at.isoformat(timespec="microseconds")),
         ]
+        if self.truncated:
+            values += [
+                (HEADER_TRUNCATED, "true"),
+                (HEADER_TRUNCATED_CAUSE, self.truncated_cause),
+                (
+                    HEADER_ORIGINAL_VALUE_BYTES,
+                    None if self.original_value_bytes is None else str(self.original_value_bytes),
+                ),
+                (
+                    HEADER_ORIGINAL_HEADERS_DROPPED,
+                    str(self.original_headers_dropped) if self.original_headers_dropped else None,
+                ),
+            ]
         return [(name, value.encode("utf-8")) for name, value in values if value is not None]
 
     @classmethod
@@ -240,7 +337,7 @@ class DeadLetter:
         items = headers.items() if isinstance(headers, Mapping) else (headers or [])
         found: dict[str, str | None] = {}
         for name, value in items:
-            if name in DEAD_LETTER_HEADERS:
+            if name in _WRITTEN_HEADERS:
                 found[name] = _text(value)
 
         def required(name: str) -> str:
@@ -256,6 +353,9 @@ class DeadLetter:
             except ValueError as exc:
                 raise ValidationError(f"header {name!r} is not an int: {value!r}") from exc
 
+        def optional_number(name: str) -> int | None:
+            return number(name) if found.get(name) is not None else None
+
         stamp = found.get(HEADER_DEAD_LETTERED_AT)
         return cls(
             reason=required(HEADER_REASON),
@@ -264,22 +364,83 @@ class DeadLetter:
             source_topic=required(HEADER_SOURCE_TOPIC),
             source_partition=number(HEADER_SOURCE_PARTITION),
             source_offset=number(HEADER_SOURCE_OFFSET),
-            source_timestamp_ms=(
-                number(HEADER_SOURCE_TIMESTAMP) if found.get(HEADER_SOURCE_TIMESTAMP) is not None else None
-            ),
+            source_timestamp_ms=optional_number(HEADER_SOURCE_TIMESTAMP),
             consumer=found.get(HEADER_CONSUMER),
             event_id=found.get(HEADER_EVENT_ID),
             asset_uri=found.get(HEADER_ASSET_URI),
             dead_lettered_at=datetime.fromisoformat(stamp) if stamp else _utcnow(),
+            truncated=found.get(HEADER_TRUNCATED) == "true",
+            truncated_cause=found.get(HEADER_TRUNCATED_CAUSE),
+            original_value_bytes=optional_number(HEADER_ORIGINAL_VALUE_BYTES),
+            original_headers_dropped=optional_number(HEADER_ORIGINAL_HEADERS_DROPPED) or 0,
         )
 
 
 def dead_letter_headers(original: Sequence[Header] | None, letter: DeadLetter) -> list[Header]:
     """The headers of the dead-letter record: ``original`` minus ``x-*`` names we write, then ours."""
-    kept: list[Header] = [
-        (name, value) for name, value in (original or ()) if name not in DEAD_LETTER_HEADERS
-    ]
+    kept: list[Header] = [(name, value) for name, value in (original or ()) if name not in _WRITTEN_HEADERS]
     return [*kept, *letter.headers()]
+
+
+def _header_bytes(name: str, value: bytes | str | None) -> int:
+    size = len(name.encode("utf-8"))
+    if isinstance(value, str):
+        return size + len(value.encode("utf-8"))
+    return size + (len(value) if value is not None else 0)
+
+
+def record_size(
+    value: bytes | None, key: bytes | str | None = None, headers: Iterable[Header] | None = None
+) -> int:
+    """Bytes of a record's value, key and headers (names and values): what size limits count."""
+    size = len(value) if value is not None else 0
+    if key is not None:
+        size += len(key.encode("utf-8") if isinstance(key, str) else key)
+    return size + sum(_header_bytes(name, item) for name, item in (headers or ()))
+
+
+def is_size_error(exc: BaseException) -> bool:
+    """Whether ``exc`` says the record is too large to be written at all (never worth a retry).
+
+    ``MSG_SIZE_TOO_LARGE`` is librdkafka's answer for a record over the producer's
+    ``message.max.bytes`` *and* the broker's for one over the topic's ``max.message.bytes``;
+    ``RECORD_LIST_TOO_LARGE`` the broker's for a batch over it.
+    """
+    code: Any = getattr(exc, "code", None)
+    if callable(code):
+        code = code()
+    if code is None and exc.args and isinstance(exc.args[0], KafkaError):
+        code = exc.args[0].code()
+    return code in _SIZE_ERROR_CODES
+
+
+def _bounded_headers(original: Sequence[Header] | None, limit: int) -> tuple[list[Header], int]:
+    """The original headers, in order, while their bytes stay within ``limit``; and how many were left."""
+    kept: list[Header] = []
+    used = 0
+    items = [(name, value) for name, value in (original or ()) if name not in _WRITTEN_HEADERS]
+    for index, (name, value) in enumerate(items):
+        size = _header_bytes(name, value)
+        if used + size > limit:
+            return kept, len(items) - index
+        kept.append((name, value))
+        used += size
+    return kept, 0
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """One form of a dead-letter record to try: what is produced."""
+
+    value: bytes | None
+    key: bytes | None
+    headers: list[Header]
+
+
+_RAISE_LIMITS = (
+    "; to keep whole records raise max.message.bytes on the dead-letter topic and message.max.bytes "
+    "on its producer"
+)
 
 
 class _Producer(Protocol):
@@ -312,19 +473,87 @@ class DeadLetterWriter:
     """Writes refused records to ``topic`` and waits for the broker's acknowledgement.
 
     ``producer`` should be idempotent with ``acks=all`` (an
-    :class:`~airflow_kafka_events.kafka.producer.EnvelopeProducer`); a failed delivery raises
-    :class:`~airflow_kafka_events.errors.DeliveryError` (or another
+    :class:`~airflow_kafka_events.kafka.producer.EnvelopeProducer`).  A record too large for
+    the producer (``max_message_bytes``, default the producer's ``message.max.bytes``) or for
+    the topic is written as a reference (see the module doc) instead of failing.  Any other
+    failed delivery raises :class:`~airflow_kafka_events.errors.DeliveryError` (or another
     :class:`~airflow_kafka_events.errors.KafkaOperationError`): the caller must then not move
     past the record.
     """
 
-    def __init__(self, producer: _Producer, topic: str, *, timeout: float = 30.0) -> None:
+    def __init__(
+        self,
+        producer: _Producer,
+        topic: str,
+        *,
+        timeout: float = 30.0,
+        max_message_bytes: int | None = None,
+        reference_prefix_bytes: int = REFERENCE_PREFIX_BYTES,
+    ) -> None:
         if not isinstance(topic, str) or not topic:
             raise ValidationError(f"dead-letter topic must be a non-empty str, got {topic!r}")
+        if max_message_bytes is None:
+            config = getattr(producer, "config", None)
+            max_message_bytes = client_message_max_bytes(config if isinstance(config, Mapping) else {})
+        for name, value in (("max_message_bytes", max_message_bytes), ("prefix", reference_prefix_bytes)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValidationError(f"{name} must be an int >= 0, got {value!r}")
         self.producer = producer
         self.topic = topic
         self.timeout = timeout
+        self.max_message_bytes = max_message_bytes
+        self.reference_prefix_bytes = reference_prefix_bytes
 
+    # ------------------------------------------------------------------ forms
+    def _reference(
+        self,
+        letter: DeadLetter,
+        value: bytes | None,
+        key: bytes | None,
+        headers: Sequence[Header] | None,
+        cause: str,
+        *,
+        bare: bool = False,
+    ) -> _Plan:
+        original = list(headers or ())
+        kept, dropped = _bounded_headers(original, 0 if bare else REFERENCE_MAX_HEADER_BYTES)
+        if bare:
+            dropped = len([name for name, _ in original if name not in _WRITTEN_HEADERS])
+        prefix = None if value is None else (b"" if bare else value[: self.reference_prefix_bytes])
+        reference = letter.as_reference(
+            cause, original_value_bytes=len(value) if value is not None else 0, headers_dropped=dropped
+        )
+        cut_key = key[: 256 if bare else REFERENCE_MAX_KEY_BYTES] if key is not None else None
+        return _Plan(prefix, cut_key, [*kept, *reference.headers()])
+
+    def _plans(
+        self, letter: DeadLetter, value: bytes | None, key: bytes | None, headers: Sequence[Header] | None
+    ) -> Generator[_Plan, BaseException, None]:
+        """The forms to try, largest first; each next one is sent the size error of the previous."""
+        whole = _Plan(value, key, dead_letter_headers(headers, letter))
+        size = record_size(whole.value, whole.key, whole.headers)
+        cause = f"the record is {size} bytes, over message.max.bytes={self.max_message_bytes} minus framing"
+        if size + RECORD_OVERHEAD_BYTES <= self.max_message_bytes:
+            cause = f"writing the whole record failed: {(yield whole)}"
+        cause += _RAISE_LIMITS
+        where = f"{letter.source_topic}[{letter.source_partition}]@{letter.source_offset}"
+        log.warning("dead-lettering %s to %r as a reference: %s", where, self.topic, cause)
+        error = yield self._reference(letter, value, key, headers, cause)
+        log.warning("dead-lettering %s to %r as a bare reference: %s", where, self.topic, error)
+        bare_cause = f"{cause}; a reference with a prefix did not fit either: {error}"
+        yield self._reference(letter, value, key, headers, bare_cause, bare=True)
+
+    @staticmethod
+    def _next_plan(plans: Generator[_Plan, BaseException, None], exc: Exception) -> _Plan:
+        """The next form after ``exc``; ``exc`` itself when it is no size error or no form is left."""
+        if not is_size_error(exc):
+            raise exc
+        try:
+            return plans.send(exc)
+        except StopIteration:
+            raise exc from None
+
+    # ------------------------------------------------------------------ API
     def write(
         self,
         letter: DeadLetter,
@@ -333,14 +562,16 @@ class DeadLetterWriter:
         key: bytes | None = None,
         headers: Sequence[Header] | None = None,
     ) -> DeliveryReceipt:
-        """Write one dead-letter record and block until it is acknowledged."""
-        return self.producer.send_and_wait(
-            self.topic,
-            value,
-            key=key,
-            headers=dead_letter_headers(headers, letter),
-            timeout=self.timeout,
-        )
+        """Write one dead-letter record (whole, else a reference) and block until it is acknowledged."""
+        plans = self._plans(letter, value, key, headers)
+        plan = next(plans)
+        while True:
+            try:
+                return self.producer.send_and_wait(
+                    self.topic, plan.value, key=plan.key, headers=plan.headers, timeout=self.timeout
+                )
+            except Exception as exc:  # a size error moves on to the next form; others are raised
+                plan = self._next_plan(plans, exc)
 
     async def awrite(
         self,
@@ -350,11 +581,13 @@ class DeadLetterWriter:
         key: bytes | None = None,
         headers: Sequence[Header] | None = None,
     ) -> DeliveryReceipt:
-        """Write one dead-letter record and await its acknowledgement without blocking the loop."""
-        return await self.producer.send_async(
-            self.topic,
-            value,
-            key=key,
-            headers=dead_letter_headers(headers, letter),
-            timeout=self.timeout,
-        )
+        """Like :meth:`write`, awaiting the acknowledgement without blocking the event loop."""
+        plans = self._plans(letter, value, key, headers)
+        plan = next(plans)
+        while True:
+            try:
+                return await self.producer.send_async(
+                    self.topic, plan.value, key=plan.key, headers=plan.headers, timeout=self.timeout
+                )
+            except Exception as exc:  # a size error moves on to the next form; others are raised
+                plan = self._next_plan(plans, exc)

@@ -36,6 +36,7 @@ AIRFLOW_FREE = [
     "airflow_kafka_events.assets.validation",
     "airflow_kafka_events.assets.idempotency",
     "airflow_kafka_events.assets.authz",
+    "airflow_kafka_events.assets.admission",
     "airflow_kafka_events.bridge",
     "airflow_kafka_events.bridge.service",
     "airflow_kafka_events.bridge.airflow_api",

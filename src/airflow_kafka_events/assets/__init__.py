@@ -5,7 +5,10 @@ Airflow-free (importable by external producers without Airflow):
 * :func:`airflow_kafka_events.assets.external.emit` — emit from any Python process (not
   re-exported here: ``airflow_kafka_events.assets.emit`` is the Airflow-aware module);
 * :class:`Receipt`, :func:`causation_depth`, :func:`provenance_extra`,
-  :func:`default_idempotency_key`, :class:`SeenKeys`.
+  :func:`default_idempotency_key`, :class:`SeenKeys`;
+* :class:`AdmissionPipeline`, :class:`AdmissionConfig`, :class:`AdmissionVerdict`,
+  :class:`CausationTooDeepError` (:mod:`airflow_kafka_events.assets.admission`, imported on
+  first use): what consumers let into Airflow.
 
 Airflow-aware, imported on first use (importing this package imports no Airflow module):
 
@@ -30,6 +33,12 @@ from airflow_kafka_events.assets.external import (
 from airflow_kafka_events.assets.idempotency import SeenKeys, default_idempotency_key
 
 if TYPE_CHECKING:
+    from airflow_kafka_events.assets.admission import (
+        AdmissionConfig,
+        AdmissionPipeline,
+        AdmissionVerdict,
+        CausationTooDeepError,
+    )
     from airflow_kafka_events.assets.emit import (
         emit_asset_event,
         emit_from_dag_callback,
@@ -39,7 +48,11 @@ if TYPE_CHECKING:
 
 __all__ = [
     "PROVENANCE_EXTRA_KEY",
+    "AdmissionConfig",
+    "AdmissionPipeline",
+    "AdmissionVerdict",
     "AssetEventNotifier",
+    "CausationTooDeepError",
     "Receipt",
     "SeenKeys",
     "causation_depth",
@@ -53,6 +66,10 @@ __all__ = [
 ]
 
 _LAZY = {
+    "AdmissionConfig": "airflow_kafka_events.assets.admission",
+    "AdmissionPipeline": "airflow_kafka_events.assets.admission",
+    "AdmissionVerdict": "airflow_kafka_events.assets.admission",
+    "CausationTooDeepError": "airflow_kafka_events.assets.admission",
     "emit_asset_event": "airflow_kafka_events.assets.emit",
     "emit_from_dag_callback": "airflow_kafka_events.assets.emit",
     "emit_from_task_callback": "airflow_kafka_events.assets.emit",

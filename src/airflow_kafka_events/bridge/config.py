@@ -29,7 +29,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from airflow_kafka_events.assets.admission import DEFAULT_MAX_RECORD_BYTES, AdmissionConfig
 from airflow_kafka_events.assets.authz import Allowlist
+from airflow_kafka_events.assets.validation import DEFAULT_MAX_EXTRA_BYTES
 from airflow_kafka_events.errors import ConfigurationError, ValidationError
 from airflow_kafka_events.kafka.settings import KafkaSettings
 
@@ -260,7 +262,9 @@ class BridgeConfig:
     ``assets`` holds ``fnmatch`` patterns matched against an event's asset URI and name; when it is
     not empty, events of other assets are skipped (left to other consumers).  ``allowlist`` and
     ``signing_keys`` (when not empty, events must be signed with one of them) refuse events to the
-    dead-letter topic, as do events with more than ``max_causation_depth`` ancestors.
+    dead-letter topic, as do events with more than ``max_causation_depth`` ancestors, records
+    over ``max_record_bytes`` (value, key and headers) and envelopes whose ``extra`` is over
+    ``max_extra_bytes`` of compact JSON (``too-large``).
     ``recheck_records`` is how
     many records of a newly assigned partition are first looked up among the asset's
     ``recent_events_limit`` most recent Airflow asset events (the window a previous owner may have
@@ -280,6 +284,8 @@ class BridgeConfig:
     signing_keys: tuple[bytes, ...] = field(default=(), repr=False)
     max_causation_depth: int = DEFAULT_MAX_CAUSATION_DEPTH
     skip_unpartitioned: bool = False
+    max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES
+    max_extra_bytes: int = DEFAULT_MAX_EXTRA_BYTES
     request_timeout: float = 10.0
     retry: RetryPolicy = RetryPolicy()
     token_renew_margin: float = 60.0
@@ -312,6 +318,8 @@ class BridgeConfig:
             raise ConfigurationError("signing keys must be non-empty bytes")
         object.__setattr__(self, "signing_keys", keys)
         _positive("max_causation_depth", self.max_causation_depth, integer=True, allow_zero=True)
+        _positive("max_record_bytes", self.max_record_bytes, integer=True)
+        _positive("max_extra_bytes", self.max_extra_bytes, integer=True)
         _positive("request_timeout", self.request_timeout)
         _positive("token_renew_margin", self.token_renew_margin, allow_zero=True)
         _positive("recheck_records", self.recheck_records, integer=True, allow_zero=True)
@@ -328,6 +336,28 @@ class BridgeConfig:
         if not self.assets:
             return True
         return any(fnmatch.fnmatchcase(uri, p) or fnmatch.fnmatchcase(name, p) for p in self.assets)
+
+    def select(self, envelope: Any) -> str | None:
+        """The bridge's own admission stage: ``None`` for its events, else why it skips one."""
+        asset = envelope.asset
+        if not self.handles(asset.uri, asset.name):
+            return f"for asset {asset.uri!r}, not one of --asset"
+        if self.skip_unpartitioned and envelope.partition_key is None:
+            return "has no partition key and --skip-unpartitioned is set"
+        return None
+
+    def admission_config(self) -> AdmissionConfig:
+        """The admission pipeline's settings for the bridge (partition keys checked, remembered after 2xx)."""
+        return AdmissionConfig(
+            max_record_bytes=self.max_record_bytes,
+            max_extra_bytes=self.max_extra_bytes,
+            signing_keys=self.signing_keys or None,
+            allowlist=self.allowlist,
+            max_causation_depth=self.max_causation_depth,
+            check_partition_key=True,
+            select=self.select,
+            remember_on_accept=False,
+        )
 
     def consumer_config(self) -> dict[str, Any]:
         """librdkafka consumer settings: the bridge's group, manual commits, earliest reset."""
@@ -347,6 +377,8 @@ class BridgeConfig:
             "signed_events_only": bool(self.signing_keys),
             "max_causation_depth": self.max_causation_depth,
             "skip_unpartitioned": self.skip_unpartitioned,
+            "max_record_bytes": self.max_record_bytes,
+            "max_extra_bytes": self.max_extra_bytes,
             "max_attempts": self.retry.max_attempts,
             "recheck_records": self.recheck_records,
             "recent_events_limit": self.recent_events_limit,

@@ -7,15 +7,15 @@ Airflow 3.3 gives the events of an ``AssetWatcher`` no partition key, so DAGs sc
 
 For each record, in partition order:
 
-1. a record that does not decode (poison: ``undecodable``, ``unknown-schema``,
-   ``invalid-envelope``) goes to the dead-letter topic;
-2. events of assets outside ``--asset`` (when given), and without a partition key when
-   ``--skip-unpartitioned``, are skipped (left to other consumers, e.g. an AssetWatcher);
-3. the same checks as the asset watcher's: signature (``--signing-key-file``: ``signature-missing``
-   / ``signature-invalid``), source allowlist (``--allow``: ``not-allowed``), causation depth
-   (``--max-causation-depth``: ``causation-too-deep``), and a partition key Airflow would accept
-   (``invalid-envelope``) — a failure goes to the dead-letter topic;
-4. a repeat of an idempotency key seen recently (a bounded :class:`SeenKeys` per process, scoped
+1-4. the asset watcher's admission pipeline (:mod:`airflow_kafka_events.assets.admission`):
+   a record over ``max_record_bytes`` or an ``extra`` over ``max_extra_bytes`` (``too-large``)
+   and a record that does not decode (poison: ``undecodable``, ``unknown-schema``,
+   ``invalid-envelope``) go to the dead-letter topic; events of assets outside ``--asset``
+   (when given), and without a partition key when ``--skip-unpartitioned``, are skipped (left
+   to other consumers, e.g. an AssetWatcher); signature (``--signing-key-file``), source
+   allowlist (``--allow``), causation depth (``--max-causation-depth``) and a partition key
+   Airflow would accept (``invalid-envelope``) — a failure goes to the dead-letter topic; a
+   repeat of an idempotency key seen recently (a bounded :class:`SeenKeys` per process, scoped
    by asset) is skipped;
 5. the asset id is resolved by exact name and URI (cached; asked again on a miss) — an unknown
    asset goes to the dead-letter topic (``unknown-asset``);
@@ -42,7 +42,8 @@ group; records fetched but not handled are not committed and are delivered again
 
 Dead-letter records are written with :class:`~airflow_kafka_events.dlq.DeadLetterWriter` (the
 original value, key and headers plus the ``x-reason`` / ``x-error-*`` / ``x-source-*`` headers of
-:mod:`airflow_kafka_events.dlq`).  Besides the :class:`~airflow_kafka_events.dlq.DeadLetterReason`
+:mod:`airflow_kafka_events.dlq`; a record the dead-letter topic cannot carry becomes a reference,
+never a crash loop).  Besides the :class:`~airflow_kafka_events.dlq.DeadLetterReason`
 codes the bridge writes ``unknown-asset`` (no active Airflow asset with that name and URI) and
 ``rejected-by-airflow`` (any other 4xx answer; the status and Airflow's detail are in
 ``x-error-message``).
@@ -65,10 +66,9 @@ from typing import Any, TypeVar
 
 from confluent_kafka import KafkaError, TopicPartition
 
-from airflow_kafka_events.assets.authz import AuthorizationError, verify_envelope
-from airflow_kafka_events.assets.external import PROVENANCE_EXTRA_KEY, causation_depth, provenance_extra
+from airflow_kafka_events.assets.admission import AdmissionPipeline, AdmissionVerdict, CausationTooDeepError
+from airflow_kafka_events.assets.external import PROVENANCE_EXTRA_KEY, provenance_extra
 from airflow_kafka_events.assets.idempotency import SeenKeys
-from airflow_kafka_events.assets.validation import check_partition_key
 from airflow_kafka_events.bridge.airflow_api import (
     AirflowApiClient,
     AssetIdCache,
@@ -79,17 +79,10 @@ from airflow_kafka_events.bridge.airflow_api import (
     UnknownAssetError,
 )
 from airflow_kafka_events.bridge.config import BridgeConfig
-from airflow_kafka_events.codec import ASSET_EVENT_CODEC
-from airflow_kafka_events.dlq import DeadLetter, DeadLetterReason, DeadLetterWriter
+from airflow_kafka_events.dlq import DeadLetter, DeadLetterWriter
 from airflow_kafka_events.envelopes import AssetEventEnvelope
-from airflow_kafka_events.errors import (
-    ConfigurationError,
-    KafkaOperationError,
-    PartitionKeyError,
-    UnknownSchemaError,
-    ValidationError,
-)
-from airflow_kafka_events.kafka.consumer import ConsumedRecord, EnvelopeConsumer
+from airflow_kafka_events.errors import ConfigurationError, EnvelopeDecodeError, KafkaOperationError
+from airflow_kafka_events.kafka.consumer import RAW_BYTES, ConsumedRecord, EnvelopeConsumer
 from airflow_kafka_events.kafka.producer import EnvelopeProducer, get_producer
 
 log = logging.getLogger(__name__)
@@ -152,19 +145,6 @@ class DeadLetterError(BridgeError):
     """A record could not be written to the dead-letter topic; nothing was committed."""
 
 
-class CausationTooDeepError(BridgeError):
-    """An event's causation chain is longer than ``max_causation_depth`` (a feedback loop)."""
-
-
-class _Refusal(Exception):
-    """A record the bridge dead-letters: ``reason`` (the ``x-reason`` code) and the error."""
-
-    def __init__(self, reason: str, error: BaseException) -> None:
-        super().__init__(reason)
-        self.reason = reason
-        self.error = error
-
-
 class _StopRequested(Exception):
     """A stop was requested while waiting to retry."""
 
@@ -196,13 +176,11 @@ def _clip(text: str, limit: int = 500) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def _decode_reason(error: BaseException | None) -> str:
-    """The dead-letter reason of a record that did not decode (as the asset watcher classifies it)."""
-    if isinstance(error, UnknownSchemaError):
-        return DeadLetterReason.UNKNOWN_SCHEMA.value
-    if error is not None and isinstance(error.__cause__, ValidationError):
-        return DeadLetterReason.INVALID_ENVELOPE.value
-    return DeadLetterReason.UNDECODABLE.value
+def _decoded(record: ConsumedRecord[Any]) -> AssetEventEnvelope | EnvelopeDecodeError | None:
+    """What the consumer already made of a record (``None``: raw bytes, the pipeline decodes)."""
+    if record.error is not None:
+        return record.error
+    return record.value if isinstance(record.value, AssetEventEnvelope) else None
 
 
 def _tp(record: ConsumedRecord[Any]) -> tuple[str, int]:
@@ -240,9 +218,10 @@ class BridgeService:
         self._dlq: DeadLetterWriter | None = None
         self.assets = AssetIdCache(self.api)
         self.seen = SeenKeys(max_size=config.seen_keys_max, ttl=config.seen_keys_ttl)
+        self.admission = AdmissionPipeline(config.admission_config(), seen=self.seen)
         self.stats: Counter[str] = Counter()
         self._stop = threading.Event()
-        self._consumer: EnvelopeConsumer[AssetEventEnvelope] | None = None
+        self._consumer: EnvelopeConsumer[bytes] | None = None
         self._assigned: set[tuple[str, int]] = set()
         self._recheck: dict[tuple[str, int], int] = {}
         self._commit_failures = 0
@@ -291,8 +270,9 @@ class BridgeService:
         config = self.config
         if self._producer is None:
             self._producer = get_producer(config.kafka.producer_config())
-        consumer: EnvelopeConsumer[AssetEventEnvelope] = EnvelopeConsumer(
-            config.consumer_config(), ASSET_EVENT_CODEC, topics=[config.topic]
+        # raw bytes: the admission pipeline checks the size before it decodes
+        consumer: EnvelopeConsumer[bytes] = EnvelopeConsumer(
+            config.consumer_config(), RAW_BYTES, topics=[config.topic]
         )
         self._consumer = consumer
         # Subscribe again with rebalance callbacks (the first subscription had none).
@@ -349,7 +329,7 @@ class BridgeService:
             return left > 0
 
     # ------------------------------------------------------------------ the loop
-    def _poll(self) -> list[ConsumedRecord[AssetEventEnvelope]]:
+    def _poll(self) -> list[ConsumedRecord[bytes]]:
         assert self._consumer is not None
         try:
             return self._consumer.poll_batch(
@@ -362,18 +342,18 @@ class BridgeService:
                 return []
             raise
 
-    def _handle_batch(self, records: Sequence[ConsumedRecord[AssetEventEnvelope]]) -> None:
+    def _handle_batch(self, records: Sequence[ConsumedRecord[Any]]) -> None:
         assert self._consumer is not None
         for index, record in enumerate(records):
             if self._stop.is_set():
                 return  # not committed: delivered again after the restart
             if _tp(record) not in self._assigned:
                 continue  # revoked since it was fetched: its new owner handles it
-            outcome = self.handle(record)
+            outcome, envelope = self._handle(record)
             self.stats[outcome.value] += 1
             if outcome is Outcome.POSTED:
-                assert record.value is not None
-                self._fire_after_post(record.value)
+                assert envelope is not None
+                self._fire_after_post(envelope)
             if not self._commit(record):
                 self._rewind(records[index + 1 :])
                 return
@@ -428,85 +408,52 @@ class BridgeService:
             os._exit(FAULT_EXIT_CODE)
 
     # ------------------------------------------------------------------ one record
-    def handle(self, record: ConsumedRecord[AssetEventEnvelope]) -> Outcome:
-        """Post (or dead-letter, or skip) one record; the caller commits it afterwards."""
+    def handle(self, record: ConsumedRecord[Any]) -> Outcome:
+        """Post (or dead-letter, or skip) one record; the caller commits it afterwards.
+
+        ``record.value`` is the raw bytes (what the bridge's consumer gives) or an envelope
+        already decoded (with ``record.error`` for one that did not decode).
+        """
+        return self._handle(record)[0]
+
+    def _handle(self, record: ConsumedRecord[Any]) -> tuple[Outcome, AssetEventEnvelope | None]:
         where = f"{record.topic}[{record.partition}]@{record.offset}"
-        if record.error is not None or record.value is None:
-            error = record.error or ValueError("the record has no value")
-            return self._dead_letter(record, _Refusal(_decode_reason(record.error), error))
-        envelope = record.value
-        asset = envelope.asset
-        if not self.config.handles(asset.uri, asset.name):
-            log.debug(
-                "%s: event %s is for %s, not one of --asset: skipped", where, envelope.event_id, asset.uri
-            )
-            return Outcome.SKIPPED
-        if self.config.skip_unpartitioned and envelope.partition_key is None:
-            log.info("%s: event %s has no partition key: skipped", where, envelope.event_id)
-            return Outcome.SKIPPED
-        try:
-            self._check(envelope)
-        except _Refusal as refusal:
-            return self._dead_letter(record, refusal)
-        seen_key = self._seen_key(envelope)
-        if seen_key in self.seen:
-            log.info(
-                "%s: event %s repeats idempotency key %s: skipped",
-                where,
-                envelope.event_id,
-                envelope.idempotency_key,
-            )
-            return Outcome.DUPLICATE
+        verdict = self.admission.admit(
+            record.raw, key=record.key, headers=record.headers, decoded=_decoded(record)
+        )
+        if verdict.rejected:
+            assert verdict.reason is not None and verdict.error is not None
+            return self._dead_letter(record, verdict.reason.value, verdict.error, verdict.envelope), None
+        envelope = verdict.envelope
+        assert envelope is not None
+        if verdict.skipped:
+            level = logging.INFO if verdict.duplicate else logging.DEBUG
+            log.log(level, "%s: event %s %s: skipped", where, envelope.event_id, verdict.detail)
+            return (Outcome.DUPLICATE if verdict.duplicate else Outcome.SKIPPED), None
+        return self._post(record, verdict, envelope), envelope
+
+    def _post(
+        self, record: ConsumedRecord[Any], verdict: AdmissionVerdict, envelope: AssetEventEnvelope
+    ) -> Outcome:
         try:
             outcome, event = self._deliver(envelope, record)
         except UnknownAssetError as exc:
-            return self._dead_letter(record, _Refusal(REASON_UNKNOWN_ASSET, exc))
+            return self._dead_letter(record, REASON_UNKNOWN_ASSET, exc, envelope)
         except RejectedError as exc:
-            return self._dead_letter(record, _Refusal(REASON_REJECTED_BY_AIRFLOW, exc))
-        self.seen.add(seen_key)
+            return self._dead_letter(record, REASON_REJECTED_BY_AIRFLOW, exc, envelope)
+        self.admission.remember(verdict)
         log.info(
-            "%s: event %s of %s (partition_key=%r) %s as Airflow asset event %s",
-            where,
+            "%s[%d]@%d: event %s of %s (partition_key=%r) %s as Airflow asset event %s",
+            record.topic,
+            record.partition,
+            record.offset,
             envelope.event_id,
-            asset.uri,
+            envelope.asset.uri,
             envelope.partition_key,
             "posted" if outcome is Outcome.POSTED else "already present",
             event.get("id"),
         )
         return outcome
-
-    def _check(self, envelope: AssetEventEnvelope) -> None:
-        """The asset watcher's checks, plus the partition key; raises :class:`_Refusal`."""
-        config = self.config
-        if config.signing_keys:
-            try:
-                verify_envelope(envelope, config.signing_keys)
-            except AuthorizationError as exc:
-                raise _Refusal(exc.reason, exc) from None
-        if config.allowlist is not None:
-            try:
-                config.allowlist.check(envelope)
-            except AuthorizationError as exc:
-                raise _Refusal(DeadLetterReason.NOT_ALLOWED.value, exc) from None
-        depth = causation_depth(envelope)
-        if depth > config.max_causation_depth:
-            raise _Refusal(
-                DeadLetterReason.CAUSATION_TOO_DEEP.value,
-                CausationTooDeepError(
-                    f"event {envelope.event_id} for asset {envelope.asset.uri!r} has {depth} ancestor "
-                    f"event(s), more than max_causation_depth={config.max_causation_depth}: DAGs "
-                    "triggering each other through this asset look like a feedback loop"
-                ),
-            )
-        try:
-            check_partition_key(envelope.partition_key)
-        except PartitionKeyError as exc:
-            raise _Refusal(DeadLetterReason.INVALID_ENVELOPE.value, exc) from None
-
-    @staticmethod
-    def _seen_key(envelope: AssetEventEnvelope) -> str:
-        key = envelope.idempotency_key or f"event_id:{envelope.event_id}"
-        return f"{envelope.asset.uri}\x00{key}"
 
     def _deliver(
         self, envelope: AssetEventEnvelope, record: ConsumedRecord[Any]
@@ -576,16 +523,21 @@ class BridgeService:
                 if self._stop.wait(delay):
                     raise _StopRequested from None
 
-    def _dead_letter(self, record: ConsumedRecord[Any], refusal: _Refusal) -> Outcome:
+    def _dead_letter(
+        self,
+        record: ConsumedRecord[Any],
+        reason: str,
+        error: BaseException,
+        envelope: AssetEventEnvelope | None,
+    ) -> Outcome:
         """Write ``record`` to the dead-letter topic and wait for the broker's acknowledgement."""
         if self._dlq is None:
             if self._producer is None:
                 self._producer = get_producer(self.config.kafka.producer_config())
             self._dlq = DeadLetterWriter(self._producer, self.config.dlq_topic)
-        envelope = record.value
         letter = DeadLetter.from_exception(
-            refusal.reason,
-            refusal.error,
+            reason,
+            error,
             topic=record.topic,
             partition=record.partition,
             offset=record.offset,

@@ -40,6 +40,17 @@ class Decoder(Protocol[E_co]):
     def decode(self, data: bytes) -> E_co: ...
 
 
+class _RawBytes:
+    """A decoder that keeps the value's bytes: the caller decodes (e.g. after a size check)."""
+
+    def decode(self, data: bytes) -> bytes:
+        return data
+
+
+#: Pass as ``decoder`` to get each record's bytes in ``value`` (and ``raw``), undecoded.
+RAW_BYTES: Decoder[bytes] = _RawBytes()
+
+
 @dataclass(frozen=True)
 class ConsumedRecord(Generic[E]):
     """One consumed message: the decoded envelope, or the decode error and the raw bytes."""

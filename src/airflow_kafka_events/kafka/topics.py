@@ -1,19 +1,51 @@
-"""Topic creation helper: partitions, replication and retention from configuration."""
+"""Topic creation helper: partitions, replication, retention and size limit from configuration.
+
+Two limits decide how large a record can be, and they are not the same setting:
+
+* the **client's** ``message.max.bytes`` (librdkafka, default 1,000,000): the largest record a
+  producer sends; a larger one fails in the client with ``MSG_SIZE_TOO_LARGE`` before it is sent;
+* the **topic's** ``max.message.bytes`` (broker, default 1,048,588): the largest record batch the
+  broker stores; a larger one is answered ``MSG_SIZE_TOO_LARGE`` (``MESSAGE_TOO_LARGE``).
+
+:func:`ensure_topics` with ``message_max_bytes`` gives the topics it creates the client's limit
+(unless a spec sets its own), so a record the producer may send is one the topic accepts.
+Consumers need no setting: librdkafka's ``fetch.max.bytes`` / ``max.partition.fetch.bytes``
+return a batch larger than them when it is the first of the fetch, so keep them at their
+defaults (or at least the topic's limit) and ``receive.message.max.bytes`` above
+``fetch.max.bytes``.
+"""
 
 from __future__ import annotations
 
+import logging
 import re
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
 from airflow_kafka_events.errors import ConfigurationError, TopicError
 
+log = logging.getLogger(__name__)
+
 _TOPIC_NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 _CLEANUP_POLICIES = frozenset({"delete", "compact", "compact,delete", "delete,compact"})
+#: librdkafka's default ``message.max.bytes``.
+CLIENT_DEFAULT_MESSAGE_MAX_BYTES = 1_000_000
+#: The broker's default ``max.message.bytes`` of a topic (Kafka 4.x).
+BROKER_DEFAULT_MAX_MESSAGE_BYTES = 1_048_588
+TOPIC_MAX_MESSAGE_BYTES = "max.message.bytes"
+
+
+def client_message_max_bytes(config: Mapping[str, object]) -> int:
+    """The ``message.max.bytes`` of a librdkafka configuration (its default when unset)."""
+    value = config.get("message.max.bytes")
+    try:
+        return int(str(value)) if value is not None else CLIENT_DEFAULT_MESSAGE_MAX_BYTES
+    except ValueError:
+        raise ConfigurationError(f"message.max.bytes must be an int, got {value!r}") from None
 
 
 @dataclass(frozen=True)
@@ -26,6 +58,9 @@ class TopicSpec:
     retention_ms: int | None = None
     cleanup_policy: str | None = None
     config: Mapping[str, str] = field(default_factory=dict)
+    #: the topic's ``max.message.bytes`` (``None``: the broker's default, or what
+    #: :func:`ensure_topics` aligns it to)
+    max_message_bytes: int | None = None
 
     def __post_init__(self) -> None:
         if not _TOPIC_NAME.match(self.name) or self.name in {".", ".."}:
@@ -38,6 +73,19 @@ class TopicSpec:
             raise ConfigurationError(f"topic {self.name}: retention_ms must be -1 (forever) or >= 0")
         if self.cleanup_policy is not None and self.cleanup_policy not in _CLEANUP_POLICIES:
             raise ConfigurationError(f"topic {self.name}: unknown cleanup_policy {self.cleanup_policy!r}")
+        limit = self.max_message_bytes
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1024):
+            raise ConfigurationError(
+                f"topic {self.name}: max_message_bytes must be an int >= 1024 (bytes), got {limit!r}"
+            )
+
+    @property
+    def message_limit(self) -> int | None:
+        """The ``max.message.bytes`` this spec sets (field or ``config``), ``None`` when unset."""
+        if self.max_message_bytes is not None:
+            return self.max_message_bytes
+        value = self.config.get(TOPIC_MAX_MESSAGE_BYTES)
+        return int(value) if value is not None else None
 
     def topic_config(self) -> dict[str, str]:
         cfg = {k: str(v) for k, v in self.config.items()}
@@ -45,6 +93,8 @@ class TopicSpec:
             cfg["retention.ms"] = str(self.retention_ms)
         if self.cleanup_policy is not None:
             cfg["cleanup.policy"] = self.cleanup_policy
+        if self.max_message_bytes is not None:
+            cfg[TOPIC_MAX_MESSAGE_BYTES] = str(self.max_message_bytes)
         return cfg
 
     def to_new_topic(self) -> NewTopic:
@@ -82,15 +132,58 @@ def _wait_visible(admin: AdminClient, names: set[str], present: bool, timeout: f
         time.sleep(0.1)
 
 
-def ensure_topics(admin: AdminClient, specs: Iterable[TopicSpec], *, timeout: float = 30.0) -> list[str]:
+def align_spec(spec: TopicSpec, message_max_bytes: int) -> TopicSpec:
+    """``spec`` with ``max.message.bytes`` = the client's ``message.max.bytes`` unless it sets one.
+
+    A spec whose own limit is below the client's keeps it, with a warning: the producer may then
+    send records the broker refuses (a dead-letter writer falls back to a reference for those).
+    """
+    limit = spec.message_limit
+    if limit is None:
+        return replace(spec, max_message_bytes=max(1024, message_max_bytes))
+    if limit < message_max_bytes:
+        log.warning(
+            "topic %s: max.message.bytes=%d is below the client's message.max.bytes=%d; records "
+            "between the two are refused by the broker",
+            spec.name,
+            limit,
+            message_max_bytes,
+        )
+    return spec
+
+
+def topic_max_message_bytes(admin: AdminClient, topic: str, *, timeout: float = 15.0) -> int | None:
+    """The ``max.message.bytes`` an existing topic has (``None`` when it cannot be read)."""
+    try:
+        futures = admin.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, topic)])
+        entries = next(iter(futures.values())).result(timeout=timeout)
+        entry = entries.get(TOPIC_MAX_MESSAGE_BYTES)
+        return int(entry.value) if entry is not None and entry.value is not None else None
+    except Exception as exc:  # no access to configs, unknown topic: the caller copes without it
+        log.info("cannot read max.message.bytes of topic %r: %s", topic, exc)
+        return None
+
+
+def ensure_topics(
+    admin: AdminClient,
+    specs: Iterable[TopicSpec],
+    *,
+    timeout: float = 30.0,
+    message_max_bytes: int | None = None,
+) -> list[str]:
     """Create the topics that do not exist yet; return the names created.
 
     An existing topic is left as it is (``TOPIC_ALREADY_EXISTS`` is not an error). Any other
-    failure raises :class:`TopicError` with librdkafka's error code.
+    failure raises :class:`TopicError` with librdkafka's error code.  With
+    ``message_max_bytes`` (the producers' librdkafka ``message.max.bytes``, see
+    :func:`client_message_max_bytes`) new topics get it as ``max.message.bytes`` unless their
+    spec sets one (:func:`align_spec`).
     """
     specs = list(specs)
     if not specs:
         return []
+    if message_max_bytes is not None:
+        specs = [align_spec(spec, message_max_bytes) for spec in specs]
     futures = admin.create_topics([s.to_new_topic() for s in specs], operation_timeout=timeout)
     created: list[str] = []
     for name, fut in futures.items():
