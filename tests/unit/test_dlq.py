@@ -8,17 +8,27 @@ import sys
 from datetime import datetime, timedelta, timezone
 
 import pytest
+from confluent_kafka import KafkaError, KafkaException
 
 from airflow_kafka_events.dlq import (
     DEAD_LETTER_HEADERS,
     MAX_ERROR_MESSAGE_CHARS,
+    REFERENCE_HEADERS,
+    REFERENCE_PREFIX_BYTES,
     DeadLetter,
     DeadLetterReason,
     DeadLetterWriter,
     dead_letter_headers,
     error_type_name,
+    is_size_error,
+    record_size,
 )
-from airflow_kafka_events.errors import EnvelopeDecodeError, ValidationError
+from airflow_kafka_events.errors import (
+    DeliveryError,
+    EnvelopeDecodeError,
+    KafkaOperationError,
+    ValidationError,
+)
 from airflow_kafka_events.kafka.producer import DeliveryReceipt
 
 pytestmark = pytest.mark.unit
@@ -172,3 +182,148 @@ def test_dlq_imports_no_airflow():
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
+
+
+# --------------------------------------------------------------------------- records too large for the DLQ
+class SizeLimitedProducer(FakeProducer):
+    """Refuses, like a broker with a small max.message.bytes, records whose value is over ``limit``."""
+
+    def __init__(self, limit: int, *, error: Exception | None = None, config: dict | None = None) -> None:
+        super().__init__()
+        self.limit = limit
+        self.error = error
+        self.tried: list[int] = []
+        if config is not None:
+            self.config = config
+
+    def _record(self, topic, value, key, headers, timeout):
+        self.tried.append(len(value or b""))
+        if self.error is not None:
+            raise self.error
+        if len(value or b"") > self.limit:
+            raise DeliveryError(
+                f"message to topic {topic!r} was not delivered",
+                kafka_error=KafkaError(KafkaError.MSG_SIZE_TOO_LARGE),
+            )
+        return super()._record(topic, value, key, headers, timeout)
+
+
+def test_reference_headers_exact_bytes():
+    reference = letter(reason="too-large").as_reference(
+        "the record is 2000123 bytes, over message.max.bytes=1000000",
+        original_value_bytes=2_000_000,
+        headers_dropped=3,
+    )
+    assert reference.headers() == [
+        ("x-reason", b"too-large"),
+        ("x-error-type", b"airflow_kafka_events.assets.authz.SignatureInvalidError"),
+        ("x-error-message", b"bad signature"),
+        ("x-source-topic", b"events"),
+        ("x-source-partition", b"2"),
+        ("x-source-offset", b"41"),
+        ("x-source-timestamp", b"1700000000123"),
+        ("x-consumer", b"KafkaAssetEventTrigger(asset=ops://investigate/, group=g)"),
+        ("x-event-id", b"E1"),
+        ("x-asset-uri", b"ops://investigate/"),
+        ("x-dead-lettered-at", b"2026-03-01T12:00:00.000000+00:00"),
+        ("x-truncated", b"true"),
+        ("x-truncated-cause", b"the record is 2000123 bytes, over message.max.bytes=1000000"),
+        ("x-original-value-bytes", b"2000000"),
+        ("x-original-headers-dropped", b"3"),
+    ]
+    assert {name for name, _ in reference.headers()} == DEAD_LETTER_HEADERS | REFERENCE_HEADERS
+    assert DeadLetter.from_headers(reference.headers()) == reference
+    whole = DeadLetter.from_headers(letter().headers())
+    assert not whole.truncated and whole.original_value_bytes is None and whole.original_headers_dropped == 0
+    plain = letter().as_reference("c", original_value_bytes=0)
+    assert [name for name, _ in plain.headers()][-3:] == [
+        "x-truncated",
+        "x-truncated-cause",
+        "x-original-value-bytes",
+    ]
+
+
+def test_a_record_over_message_max_bytes_is_written_as_a_reference_without_trying_it_whole():
+    producer = SizeLimitedProducer(limit=10**9, config={"message.max.bytes": "100000"})
+    writer = DeadLetterWriter(producer, "events.dlq")
+    assert writer.max_message_bytes == 100_000
+    value = bytes(range(256)) * 1000  # 256,000 bytes
+    writer.write(letter(), value=value, key=b"ops://investigate/", headers=[("event_id", b"E1")])
+    assert producer.tried == [REFERENCE_PREFIX_BYTES]  # never the whole record
+    (sent,) = producer.sent
+    assert sent["value"] == value[:REFERENCE_PREFIX_BYTES] and sent["key"] == b"ops://investigate/"
+    assert sent["headers"][0] == ("event_id", b"E1")  # original headers first, as in a whole letter
+    headers = dict(sent["headers"])
+    assert headers["x-truncated"] == b"true" and headers["x-original-value-bytes"] == b"256000"
+    assert b"over message.max.bytes=100000" in headers["x-truncated-cause"]
+    assert b"raise max.message.bytes on the dead-letter topic" in headers["x-truncated-cause"]
+    read = DeadLetter.from_headers(sent["headers"])
+    assert read.truncated and read.original_value_bytes == 256_000 and read.reason == "signature-invalid"
+    assert "x-original-headers-dropped" not in headers
+
+
+def test_a_size_error_of_the_broker_falls_back_to_a_reference_at_once():
+    producer = SizeLimitedProducer(limit=REFERENCE_PREFIX_BYTES)
+    writer = DeadLetterWriter(producer, "events.dlq")
+    value = b"v" * 150_000
+    receipt = writer.write(letter(), value=value)
+    assert receipt.offset == 0
+    assert producer.tried == [150_000, REFERENCE_PREFIX_BYTES]  # one whole try, no retry loop
+    headers = dict(producer.sent[0]["headers"])
+    assert headers["x-truncated"] == b"true"
+    assert b"writing the whole record failed" in headers["x-truncated-cause"]
+    assert b"MSG_SIZE_TOO_LARGE" in headers["x-truncated-cause"]
+
+
+def test_a_bare_reference_when_even_the_prefix_does_not_fit():
+    producer = SizeLimitedProducer(limit=0)
+    many = [(f"h{i}", b"x" * 1000) for i in range(20)]  # 20 KB of original headers
+    asyncio.run(DeadLetterWriter(producer, "events.dlq").awrite(letter(), value=b"v" * 5000, headers=many))
+    assert producer.tried == [5000, REFERENCE_PREFIX_BYTES, 0]
+    (sent,) = producer.sent
+    assert sent["value"] == b""
+    read = DeadLetter.from_headers(sent["headers"])
+    assert read.truncated and read.original_value_bytes == 5000 and read.original_headers_dropped == 20
+    assert "did not fit either" in (read.truncated_cause or "")
+    assert not [name for name, _ in sent["headers"] if name.startswith("h")]
+
+
+def test_a_reference_keeps_original_headers_up_to_a_bound():
+    producer = SizeLimitedProducer(limit=REFERENCE_PREFIX_BYTES)
+    many = [(f"h{i:02d}", b"x" * 1000) for i in range(20)]
+    DeadLetterWriter(producer, "events.dlq").write(letter(), value=b"v" * 10_000, headers=many)
+    headers = producer.sent[0]["headers"]
+    kept = [name for name, _ in headers if name.startswith("h")]
+    assert kept == [f"h{i:02d}" for i in range(16)]  # 16 x 1,003 bytes <= 16 KiB < 17 x 1,003
+    assert DeadLetter.from_headers(headers).original_headers_dropped == 4
+
+
+@pytest.mark.parametrize("asynchronous", [False, True])
+def test_other_errors_are_raised_for_the_caller_to_retry(asynchronous):
+    error = DeliveryError("broker down", kafka_error=KafkaError(KafkaError._MSG_TIMED_OUT))
+    producer = SizeLimitedProducer(limit=10**9, error=error)
+    writer = DeadLetterWriter(producer, "events.dlq")
+    with pytest.raises(DeliveryError, match="broker down"):
+        if asynchronous:
+            asyncio.run(writer.awrite(letter(), value=b"v"))
+        else:
+            writer.write(letter(), value=b"v")
+    assert producer.tried == [1]
+
+
+def test_the_last_size_error_is_raised_when_no_form_fits():
+    error = KafkaOperationError("cannot produce", kafka_error=KafkaError(KafkaError.MSG_SIZE_TOO_LARGE))
+    producer = SizeLimitedProducer(limit=10**9, error=error)
+    with pytest.raises(KafkaOperationError, match="cannot produce"):
+        DeadLetterWriter(producer, "events.dlq").write(letter(), value=b"v" * 10)
+    assert producer.tried == [10, 10, 0]
+
+
+def test_size_errors_are_recognised_in_every_form():
+    assert is_size_error(KafkaException(KafkaError(KafkaError.MSG_SIZE_TOO_LARGE)))
+    assert is_size_error(DeliveryError("x", kafka_error=KafkaError(KafkaError.RECORD_LIST_TOO_LARGE)))
+    assert not is_size_error(DeliveryError("x", kafka_error=KafkaError(KafkaError._MSG_TIMED_OUT)))
+    assert not is_size_error(ValueError("no code"))
+    assert record_size(b"abc", "k", [("h", b"12"), ("n", None)]) == 3 + 1 + 3 + 1
+    with pytest.raises(ValidationError):
+        DeadLetterWriter(FakeProducer(), "dlq", max_message_bytes=-1)
