@@ -81,7 +81,51 @@ class KafkaOperationError(AirflowKafkaEventsError, KafkaException):
 
 
 class DeliveryError(KafkaOperationError):
-    """A produced message was not acknowledged by the broker (delivery report error)."""
+    """A produced message was not acknowledged by the broker (delivery report error).
+
+    Raised as one of two subclasses: :class:`NotSentError` (nothing will be published) or
+    :class:`DeliveryOutcomeUnknownError` (it may have been written).
+    """
+
+
+class NotSentError(DeliveryError):
+    """Not sent — nothing will be published: the message never left the client.
+
+    E.g. no broker was reachable during its whole life, authentication failed, the topic or
+    partition is unknown, or it timed out in the local queue without ever being transmitted.
+    The client no longer holds it, so a retry cannot produce a second copy.
+    """
+
+
+class DeliveryOutcomeUnknownError(DeliveryError):
+    """Outcome unknown — retry with the same idempotency key: the message may have been written.
+
+    E.g. it timed out while a produce request carrying it was in flight, or the caller stopped
+    waiting before the client gave up on it.  Readers de-duplicate on the idempotency key.
+    """
+
+
+class RecordTooLargeError(NotSentError, ValidationError):
+    """A record larger than the client's ``message.max.bytes`` or the topic's ``max.message.bytes``.
+
+    Refused before anything is produced (client limit) or rejected by the broker (topic limit);
+    nothing is published either way.  ``size`` is the record's size, ``limit`` the limit it broke
+    and ``limit_name`` that limit's setting.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        size: int,
+        limit: int | None,
+        limit_name: str,
+        kafka_error: KafkaError | None = None,
+    ) -> None:
+        super().__init__(message, kafka_error=kafka_error)
+        self.size = size
+        self.limit = limit
+        self.limit_name = limit_name
 
 
 class TopicError(KafkaOperationError):

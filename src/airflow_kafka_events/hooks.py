@@ -14,7 +14,7 @@ from airflow.providers.apache.kafka.hooks.base import KafkaBaseHook
 from confluent_kafka.admin import AdminClient
 
 from airflow_kafka_events.kafka.consumer import Decoder, EnvelopeConsumer
-from airflow_kafka_events.kafka.producer import EnvelopeProducer, get_producer
+from airflow_kafka_events.kafka.producer import DEFAULT_ROLE, EnvelopeProducer, get_producer
 from airflow_kafka_events.kafka.settings import KafkaSettings
 from airflow_kafka_events.kafka.topics import TopicSpec, ensure_topics
 
@@ -39,9 +39,15 @@ class KafkaEventsHook(KafkaBaseHook):
             self._settings = KafkaSettings(self._build_config())
         return self._settings
 
-    def get_producer(self) -> EnvelopeProducer:
-        """The process-wide idempotent producer for this connection."""
-        return get_producer(self.get_settings().producer_config())
+    def get_producer(
+        self, *, role: str = DEFAULT_ROLE, message_timeout: float | None = None
+    ) -> EnvelopeProducer:
+        """The process-wide idempotent producer for this connection and role.
+
+        ``message_timeout`` (seconds): how long the caller waits for a receipt; it becomes the
+        producer's ``message.timeout.ms`` (see :func:`~airflow_kafka_events.kafka.producer.get_producer`).
+        """
+        return get_producer(self.get_settings().producer_config(), role=role, message_timeout=message_timeout)
 
     def get_admin_client(self) -> AdminClient:
         return AdminClient(self.get_settings().admin_config())

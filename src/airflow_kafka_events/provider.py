@@ -68,6 +68,16 @@ def get_provider_info() -> dict[str, Any]:
                         "example": None,
                         "default": "airflow.trigger-events",
                     },
+                    "stream_outage_timeout": {
+                        "description": (
+                            "Seconds a streaming trigger's page waits for unreachable Kafka brokers "
+                            "before the trigger fails (its producer's message.timeout.ms).\n"
+                        ),
+                        "version_added": "0.1.0",
+                        "type": "float",
+                        "example": None,
+                        "default": "300",
+                    },
                     "asset_events_topic": {
                         "description": "Default topic for explicit asset events.\n",
                         "version_added": "0.1.0",

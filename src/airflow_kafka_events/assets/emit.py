@@ -18,7 +18,11 @@
 * ``extra`` is redacted with Airflow's secrets masker (registered secrets anywhere in
   strings, values under sensitive key names) before anything leaves the process;
 * every event carries an idempotency key (default: see
-  :mod:`airflow_kafka_events.assets.idempotency`) and a causation chain.
+  :mod:`airflow_kafka_events.assets.idempotency`) and a causation chain;
+* exact failures: :class:`~airflow_kafka_events.errors.NotSentError` means nothing will be
+  published (the client drops the event at ``timeout``), and
+  :class:`~airflow_kafka_events.errors.DeliveryOutcomeUnknownError` means it may have been
+  written: retry with the same idempotency key.
 
 Source attribution: ``emit_asset_event`` takes it from the running task (kind ``task``);
 callbacks say what they are — :func:`emit_from_task_callback` (kind ``task_callback``, with the
@@ -35,6 +39,7 @@ from datetime import datetime
 from typing import Any
 
 from airflow_kafka_events.assets.external import (
+    EMIT_ROLE,
     Receipt,
     build_envelope,
     causation_from_extra,
@@ -261,10 +266,11 @@ def _max_extra_bytes(value: int | None) -> int:
         ) from exc
 
 
-def _producer_for(kafka_config_id: str) -> EnvelopeProducer:
+def _producer_for(kafka_config_id: str, *, message_timeout: float) -> EnvelopeProducer:
     from airflow_kafka_events.hooks import KafkaEventsHook
 
-    return KafkaEventsHook(kafka_config_id=kafka_config_id).get_producer()
+    hook = KafkaEventsHook(kafka_config_id=kafka_config_id)
+    return hook.get_producer(role=EMIT_ROLE, message_timeout=message_timeout)
 
 
 # --------------------------------------------------------------------------- the one emit path
@@ -314,7 +320,8 @@ def _emit(
     )
     conn_id = kafka_config_id or _config("kafka_config_id", "kafka_default")
     target = topic or _config("asset_events_topic", "airflow.asset-events")
-    return publish(envelope, producer=_producer_for(conn_id), topic=target, timeout=wait)
+    producer = _producer_for(conn_id, message_timeout=wait)
+    return publish(envelope, producer=producer, topic=target, timeout=wait)
 
 
 def emit_asset_event(
@@ -350,7 +357,11 @@ def emit_asset_event(
         ``partition_date`` is given); raises :class:`PartitionInheritanceError` if it has none.
     :param causation: ids of events that led to this one; the ids of this package's events that
         triggered the current run are prepended automatically.
-    :param timeout: seconds to wait for the broker's acknowledgement.
+    :param timeout: seconds to wait for the broker's acknowledgement; after it the event is
+        dropped by the client, never published later.  Raises
+        :class:`~airflow_kafka_events.errors.NotSentError` (not sent, nothing will be published) or
+        :class:`~airflow_kafka_events.errors.DeliveryOutcomeUnknownError` (it may have been written:
+        retry with the same idempotency key).
     :param max_causation_depth: refuse (:class:`CausationLoopError`) an event with more ancestors.
     """
     _reject_parse_time()

@@ -48,6 +48,7 @@ from airflow_kafka_events.kafka.settings import KafkaSettings
 
 __all__ = [
     "DEFAULT_TOPIC",
+    "EMIT_ROLE",
     "ENV_PRODUCER",
     "ENV_TOPIC",
     "PROVENANCE_EXTRA_KEY",
@@ -72,6 +73,8 @@ ENV_PRODUCER = "AIRFLOW_KAFKA_EVENTS_PRODUCER"
 PROVENANCE_EXTRA_KEY = "airflow_kafka_events"
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+#: Producer role of asset-event emits: its message timeout is the emit's timeout.
+EMIT_ROLE = "emit"
 
 
 # --------------------------------------------------------------------------- receipt
@@ -232,7 +235,17 @@ def build_envelope(
 def publish(
     envelope: AssetEventEnvelope, *, producer: EnvelopeProducer, topic: str, timeout: float = 30.0
 ) -> Receipt:
-    """Send ``envelope`` (keyed by its asset URI) and wait for the broker's acknowledgement."""
+    """Send ``envelope`` (keyed by its asset URI) and wait for the broker's acknowledgement.
+
+    A :class:`Receipt` means the event is durable in Kafka.  Failures are typed:
+    :class:`~airflow_kafka_events.errors.NotSentError` — not sent, nothing will be published
+    (e.g. no broker reachable, unknown topic; :class:`~airflow_kafka_events.errors.RecordTooLargeError`
+    before anything is produced) — or
+    :class:`~airflow_kafka_events.errors.DeliveryOutcomeUnknownError` — it may have been written:
+    retry with the same idempotency key (readers de-duplicate on it).  With a producer whose
+    message timeout is ``timeout`` (``get_producer(..., role=EMIT_ROLE, message_timeout=timeout)``,
+    as :func:`emit` uses), a failed event is never published later.
+    """
     value = ASSET_EVENT_CODEC.encode(envelope, topic=topic)
     headers: list[tuple[str, bytes | str | None]] = [("event_id", envelope.event_id)]
     if envelope.idempotency_key is not None:
@@ -314,5 +327,5 @@ def emit(
         settings = KafkaSettings.from_sources(
             bootstrap_servers=bootstrap_servers, properties_file=properties_file, overrides=overrides
         )
-    kafka_producer = get_producer(settings.producer_config())
+    kafka_producer = get_producer(settings.producer_config(), role=EMIT_ROLE, message_timeout=wait)
     return publish(envelope, producer=kafka_producer, topic=topic or default_topic(), timeout=wait)

@@ -1,14 +1,34 @@
-"""The process-wide envelope producer.
+"""The process-wide envelope producers, one per configuration and role.
 
-One :class:`EnvelopeProducer` per process and configuration (see :func:`get_producer`):
-librdkafka producers are heavyweight, thread-safe and meant to be shared. A background
-thread serves delivery reports, so callers get a :class:`concurrent.futures.Future`
-(``send``), block for a receipt (``send_and_wait``) or await one (``send_async``) —
-the latter without blocking an asyncio loop such as the triggerer's.
+librdkafka producers are heavyweight, thread-safe and meant to be shared, but two of their
+settings are per producer, not per call: ``message.timeout.ms`` (when librdkafka gives up on a
+message) and ``purge()`` (which empties the whole producer).  So :func:`get_producer` keeps one
+:class:`EnvelopeProducer` per process, configuration and *role* (``"emit"``, ``"stream"`` ...),
+and a caller that waits ``T`` seconds asks for ``message_timeout=T``: librdkafka itself drops
+the message at the caller's deadline, and nothing is published after the caller was told it
+failed.
+
+A background thread serves delivery reports, so callers get a
+:class:`concurrent.futures.Future` (``send``), block for a receipt (``send_and_wait``) or
+await one (``send_async``) — the latter without blocking an asyncio loop such as the
+triggerer's.  A receipt means the record is durable (``acks=all``).  A failure is one of
+
+* :class:`~airflow_kafka_events.errors.NotSentError` — not sent, nothing will be published;
+* :class:`~airflow_kafka_events.errors.DeliveryOutcomeUnknownError` — it may have been written:
+  retry with the same idempotency key.
+
+confluent-kafka does not expose librdkafka's per-message persistence status
+(``rd_kafka_message_status``), so it is derived: every broker connection's count of fully
+transmitted Produce requests comes with the statistics (``statistics.interval.ms``).  A failed
+message is *not sent* when its error means the broker refused it outright (unknown topic,
+authorization, size) or when no Produce request at all left this producer between the last
+statistics report before the send and the first one after the failure; otherwise the outcome
+is unknown.  This is conservative: a producer busy with other messages reports "unknown".
 
 Fork safety: librdkafka handles must not be used across ``fork()``. The registry is keyed
 by pid and cleared in the child, so a forked child creates its own producer and never
-touches (or closes) its parent's. Every producer is flushed at interpreter exit.
+touches (or closes) its parent's. At interpreter exit every producer is flushed for at most
+its message timeout (capped, see :data:`EXIT_FLUSH_CAP`); what is still queued is purged.
 """
 
 from __future__ import annotations
@@ -26,11 +46,48 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
-from airflow_kafka_events.errors import ConfigurationError, DeliveryError, KafkaOperationError
+from airflow_kafka_events.errors import (
+    ConfigurationError,
+    DeliveryError,
+    DeliveryOutcomeUnknownError,
+    KafkaOperationError,
+    NotSentError,
+    RecordTooLargeError,
+)
+from airflow_kafka_events.kafka.client_log import BrokerSnapshot, Cause, ClientHealth, cause_of
 
 log = logging.getLogger(__name__)
 
 Headers = Sequence[tuple[str, bytes | str | None]] | Mapping[str, bytes | str | None]
+
+#: Role of producers asked for without one.
+DEFAULT_ROLE = "default"
+#: librdkafka's defaults.
+DEFAULT_MESSAGE_TIMEOUT = 300.0
+DEFAULT_MESSAGE_MAX_BYTES = 1_000_000
+#: Longest wait, per process exit, for messages still queued (then they are purged).
+EXIT_FLUSH_CAP = 30.0
+#: Per-record overhead librdkafka adds before comparing with message.max.bytes (v2 record).
+_RECORD_OVERHEAD = 36
+
+#: Errors by which the broker (or the client, before sending) refuses every attempt of a
+#: message the same way: it was never written, whatever happened before.
+_REFUSED = frozenset(
+    {
+        KafkaError.UNKNOWN_TOPIC_OR_PART,
+        KafkaError._UNKNOWN_TOPIC,
+        KafkaError._UNKNOWN_PARTITION,
+        KafkaError.TOPIC_AUTHORIZATION_FAILED,
+        KafkaError.CLUSTER_AUTHORIZATION_FAILED,
+        KafkaError.SASL_AUTHENTICATION_FAILED,
+        KafkaError._AUTHENTICATION,
+        KafkaError.MSG_SIZE_TOO_LARGE,
+        KafkaError.INVALID_RECORD,
+        KafkaError.INVALID_REQUIRED_ACKS,
+        KafkaError.RECORD_LIST_TOO_LARGE,
+        KafkaError._INVALID_ARG,
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -56,11 +113,15 @@ def _receipt(msg: Message) -> DeliveryReceipt:
     )
 
 
-def _no_report(topic: str, timeout: float) -> DeliveryError:
-    return DeliveryError(
-        f"no delivery report for a message to {topic!r} within {timeout}s",
-        kafka_error=KafkaError(KafkaError._MSG_TIMED_OUT),
-    )
+def classify_failure(code: int | None, produce_sent: bool | None) -> type[DeliveryError]:
+    """:class:`NotSentError` or :class:`DeliveryOutcomeUnknownError` for a failed message.
+
+    ``produce_sent``: whether any Produce request left the producer during the message's life
+    (``None``: not known).
+    """
+    if code in _REFUSED or produce_sent is False:
+        return NotSentError
+    return DeliveryOutcomeUnknownError
 
 
 def _encode_key(key: bytes | str | None) -> bytes | None:
@@ -69,19 +130,70 @@ def _encode_key(key: bytes | str | None) -> bytes | None:
     return key.encode("utf-8")
 
 
-class EnvelopeProducer:
-    """A thread-safe idempotent producer with delivery reports turned into futures."""
+def _header_list(headers: Headers | None) -> list[tuple[str, bytes | str | None]]:
+    if not headers:
+        return []
+    return list(headers.items()) if isinstance(headers, Mapping) else list(headers)
 
-    def __init__(self, config: Mapping[str, Any], *, poll_interval: float = 0.05) -> None:
+
+def record_size(
+    value: bytes | None, key: bytes | None, headers: Sequence[tuple[str, bytes | str | None]] = ()
+) -> int:
+    """A record's size as librdkafka compares it with ``message.max.bytes`` (an upper bound)."""
+    size = _RECORD_OVERHEAD + len(value or b"") + len(key or b"")
+    for name, header in headers:
+        data = header.encode("utf-8") if isinstance(header, str) else (header or b"")
+        size += 10 + len(name.encode("utf-8")) + len(data)
+    return size
+
+
+def _ms_setting(config: Mapping[str, Any], *keys: str, default: float) -> float:
+    for key in keys:
+        if config.get(key) not in (None, ""):
+            return float(config[key]) / 1000
+    return default
+
+
+@dataclass
+class _Pending:
+    future: concurrent.futures.Future[DeliveryReceipt]
+    topic: str
+    size: int
+    sent_at: float
+    before: BrokerSnapshot | None
+    error: KafkaError | None = None
+    failed_at: float = 0.0
+
+
+class EnvelopeProducer:
+    """A thread-safe idempotent producer with delivery reports turned into futures.
+
+    :param role: shown in log lines and errors (see :func:`get_producer`).
+    """
+
+    def __init__(self, config: Mapping[str, Any], *, poll_interval: float = 0.05, role: str = DEFAULT_ROLE):
         if not config.get("enable.idempotence") or str(config.get("acks")) not in {"all", "-1"}:
             raise ConfigurationError(
                 "EnvelopeProducer needs enable.idempotence=true and acks=all; "
                 "build its config with KafkaSettings.producer_config()"
             )
         self.config = dict(config)
+        self.role = role
         self._pid = os.getpid()
+        self.message_timeout = _ms_setting(
+            config, "message.timeout.ms", "delivery.timeout.ms", default=DEFAULT_MESSAGE_TIMEOUT
+        )
+        self.max_message_bytes = int(config.get("message.max.bytes") or DEFAULT_MESSAGE_MAX_BYTES)
+        self.health = ClientHealth.for_config(
+            config,
+            name=f"producer {role!r}",
+            stats_interval=min(1.0, max(0.1, self.message_timeout / 20)) if self.message_timeout else 1.0,
+        )
+        self._awaiting: list[_Pending] = []
+        self._awaiting_lock = threading.Lock()
+        self.health.add_snapshot_listener(self._on_snapshot)
         try:
-            self._producer = Producer(self.config)
+            self._producer = Producer(self.health.wire(self.config))
         except KafkaException as exc:
             raise KafkaOperationError.from_exception("cannot create Kafka producer", exc) from exc
         self._poll_interval = poll_interval
@@ -89,26 +201,133 @@ class EnvelopeProducer:
         self._poller = threading.Thread(target=self._poll_loop, name="kafka-events-producer", daemon=True)
         self._poller.start()
 
-    # ------------------------------------------------------------------ internals
+    @property
+    def bootstrap_servers(self) -> str:
+        return self.health.bootstrap_servers
+
+    @property
+    def report_grace(self) -> float:
+        """How long after the message timeout a delivery report and its classification may take."""
+        return 3 * self.health.stats_interval + 0.5
+
+    # ------------------------------------------------------------------ delivery reports
     def _poll_loop(self) -> None:
         while not self._closed.is_set():
-            self._producer.poll(self._poll_interval)
+            try:
+                self._producer.poll(self._poll_interval)
+            except Exception as exc:  # a fatal client error is raised from poll()
+                self.health.logger.log(logging.ERROR, "Kafka producer %r: %s", self.role, exc)
+                self._closed.wait(self._poll_interval)
+            self._expire_awaiting(time.monotonic())
 
-    @staticmethod
-    def _on_delivery(future: concurrent.futures.Future[DeliveryReceipt]):  # type: ignore[no-untyped-def]
+    def _on_delivery(self, pending: _Pending):  # type: ignore[no-untyped-def]
         def callback(err: KafkaError | None, msg: Message) -> None:
-            if future.done():
+            if pending.future.done():
                 return
-            if err is not None:
-                future.set_exception(
-                    DeliveryError(f"message to topic {msg.topic()!r} was not delivered", kafka_error=err)
-                )
+            if err is None:
+                self.health.mark_up()
+                pending.future.set_result(_receipt(msg))
+                return
+            pending.error, pending.failed_at = err, time.monotonic()
+            if err.code() in _REFUSED:
+                self._fail(pending, produce_sent=None)
             else:
-                future.set_result(_receipt(msg))
+                with self._awaiting_lock:  # decided by the next statistics report
+                    self._awaiting.append(pending)
 
         return callback
 
+    def _on_snapshot(self, snapshot: BrokerSnapshot) -> None:
+        with self._awaiting_lock:
+            ready = [p for p in self._awaiting if snapshot.ts >= p.failed_at]
+            self._awaiting = [p for p in self._awaiting if snapshot.ts < p.failed_at]
+        for pending in ready:
+            self._fail(pending, produce_sent=snapshot.produce_sent_since(pending.before))
+
+    def _expire_awaiting(self, now: float, *, everything: bool = False) -> None:
+        limit = 3 * self.health.stats_interval
+        with self._awaiting_lock:
+            expired = [p for p in self._awaiting if everything or now - p.failed_at > limit]
+            self._awaiting = [p for p in self._awaiting if p not in expired]
+        for pending in expired:  # no statistics report came: cannot tell
+            self._fail(pending, produce_sent=None)
+
+    def _fail(self, pending: _Pending, *, produce_sent: bool | None) -> None:
+        err = pending.error
+        assert err is not None
+        if not pending.future.done():
+            pending.future.set_exception(
+                self.failure(pending.topic, err, pending.sent_at, pending.size, produce_sent)
+            )
+
+    def failure(
+        self, topic: str, err: KafkaError, since: float, size: int, produce_sent: bool | None
+    ) -> DeliveryError:
+        """The typed error of a failed message, naming the brokers, the topic and the cause."""
+        code = err.code()
+        if code == KafkaError.MSG_SIZE_TOO_LARGE:
+            return RecordTooLargeError(
+                f"not sent — nothing will be published: the broker at {self.bootstrap_servers} refused a "
+                f"record of about {size} bytes for topic {topic!r}: larger than the topic's "
+                "max.message.bytes; send a smaller record or raise the topic's max.message.bytes",
+                size=size,
+                limit=None,
+                limit_name="max.message.bytes",
+                kafka_error=err,
+            )
+        cls = classify_failure(code, produce_sent)
+        seen = self.health.last_error(since)
+        own = cause_of(code)
+        cause, detail = (
+            (own, self.health.redact(err.str()))
+            if seen is None
+            or own
+            in (
+                Cause.UNKNOWN_TOPIC,
+                Cause.AUTHORIZATION,
+            )
+            else (seen.cause, seen.text)
+        )
+        if cls is NotSentError:
+            head = "not sent — nothing will be published"
+            tail = "a retry cannot publish it twice"
+        else:
+            head = "outcome unknown — retry with the same idempotency key"
+            tail = "it may have been written"
+        return cls(
+            f"{head}: message to topic {topic!r} at {self.bootstrap_servers}: {cause.value} ({detail}); "
+            f"{tail}; fix: {self.health.fix_for(cause)}",
+            kafka_error=err,
+        )
+
+    def _caller_gave_up(self, topic: str, waited: float) -> DeliveryOutcomeUnknownError:
+        return DeliveryOutcomeUnknownError(
+            f"outcome unknown — retry with the same idempotency key: no delivery report for a message to "
+            f"topic {topic!r} at {self.bootstrap_servers} within {waited:g}s; the producer (role "
+            f"{self.role!r}, message.timeout.ms={self.message_timeout * 1000:.0f}) may still publish it. "
+            "Fix: ask get_producer(config, role=..., message_timeout=<your timeout>) for a producer that "
+            "gives up when you do",
+            kafka_error=KafkaError(KafkaError._MSG_TIMED_OUT),
+        )
+
+    def _wait_for(self, timeout: float) -> float:
+        """How long a caller that gives a message ``timeout`` seconds waits for its report."""
+        return timeout + self.report_grace if timeout >= self.message_timeout else timeout
+
     # ------------------------------------------------------------------ API
+    def _check_size(self, topic: str, size: int) -> None:
+        if size > self.max_message_bytes:
+            raise RecordTooLargeError(
+                f"not sent — nothing will be published: a record of {size} bytes for topic {topic!r} is "
+                f"larger than the producer's message.max.bytes={self.max_message_bytes}; send less (a "
+                "smaller payload or extra) or raise message.max.bytes in the Kafka connection's extras or "
+                "properties file (and the topic's max.message.bytes, which the broker enforces)",
+                size=size,
+                limit=self.max_message_bytes,
+                limit_name="message.max.bytes",
+                kafka_error=KafkaError(KafkaError.MSG_SIZE_TOO_LARGE),
+            )
+
     def send(
         self,
         topic: str,
@@ -121,31 +340,43 @@ class EnvelopeProducer:
     ) -> concurrent.futures.Future[DeliveryReceipt]:
         """Queue one message; the future resolves with its receipt or a :class:`DeliveryError`.
 
-        A full local queue is waited out (up to ``timeout``), never silently dropped.
+        A record larger than ``message.max.bytes`` raises :class:`RecordTooLargeError` before
+        anything is queued.  A full local queue is waited out (up to ``timeout``), never silently
+        dropped.
         """
         if self._closed.is_set():
             raise KafkaOperationError("producer is closed")
         if os.getpid() != self._pid:
             raise KafkaOperationError("producer used across fork(); call get_producer() in the child")
+        raw_key, header_list = _encode_key(key), _header_list(headers)
+        size = record_size(value, raw_key, header_list)
+        self._check_size(topic, size)
         future: concurrent.futures.Future[DeliveryReceipt] = concurrent.futures.Future()
-        kwargs: dict[str, Any] = {"on_delivery": self._on_delivery(future)}
-        if headers:
-            kwargs["headers"] = list(headers.items()) if isinstance(headers, Mapping) else list(headers)
+        pending = _Pending(future, topic, size, time.monotonic(), self.health.snapshot)
+        kwargs: dict[str, Any] = {"on_delivery": self._on_delivery(pending)}
+        if header_list:
+            kwargs["headers"] = header_list
         if partition is not None:
             kwargs["partition"] = partition
         deadline = time.monotonic() + timeout
         while True:
             try:
-                self._producer.produce(topic, value=value, key=_encode_key(key), **kwargs)
+                self._producer.produce(topic, value=value, key=raw_key, **kwargs)
                 return future
             except BufferError as exc:
                 if time.monotonic() >= deadline:
-                    raise KafkaOperationError(
-                        f"local producer queue full for {timeout}s",
+                    raise NotSentError(
+                        f"not sent — nothing will be published: the local producer queue stayed full for "
+                        f"{timeout}s (brokers at {self.bootstrap_servers}); fix: "
+                        f"{self.health.fix_for(Cause.TIMED_OUT)}",
                         kafka_error=KafkaError(KafkaError._QUEUE_FULL),
                     ) from exc
                 self._producer.poll(0.05)
             except KafkaException as exc:
+                err = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+                if err is not None and err.code() == KafkaError.MSG_SIZE_TOO_LARGE:
+                    self.max_message_bytes = min(self.max_message_bytes, size - 1)
+                    self._check_size(topic, size)
                 raise KafkaOperationError.from_exception(f"cannot produce to {topic!r}", exc) from exc
 
     def send_and_wait(
@@ -160,10 +391,11 @@ class EnvelopeProducer:
     ) -> DeliveryReceipt:
         """Produce and block until the broker acknowledged the message (acks=all)."""
         future = self.send(topic, value, key=key, headers=headers, partition=partition, timeout=timeout)
+        waited = self._wait_for(timeout)
         try:
-            return future.result(timeout=timeout)
+            return future.result(timeout=waited)
         except concurrent.futures.TimeoutError as exc:
-            raise _no_report(topic, timeout) from exc
+            raise self._caller_gave_up(topic, waited) from exc
 
     async def send_async(
         self,
@@ -177,34 +409,67 @@ class EnvelopeProducer:
     ) -> DeliveryReceipt:
         """Produce and await the delivery report without blocking the event loop."""
         future = self.send(topic, value, key=key, headers=headers, partition=partition, timeout=timeout)
+        waited = self._wait_for(timeout)
         try:
-            return await asyncio.wait_for(asyncio.wrap_future(future), timeout)
+            return await asyncio.wait_for(asyncio.wrap_future(future), waited)
         except asyncio.TimeoutError as exc:
-            raise _no_report(topic, timeout) from exc
+            raise self._caller_gave_up(topic, waited) from exc
 
     def flush(self, timeout: float = 30.0) -> None:
         """Wait until every queued message is delivered; raise if some are still pending."""
         remaining = self._producer.flush(timeout)
         if remaining:
-            raise DeliveryError(
-                f"{remaining} message(s) still undelivered after {timeout}s",
+            raise DeliveryOutcomeUnknownError(
+                f"{remaining} message(s) still undelivered after {timeout}s (brokers at "
+                f"{self.bootstrap_servers}); they stay queued and may still be published",
                 kafka_error=KafkaError(KafkaError._MSG_TIMED_OUT),
             )
 
-    def close(self, timeout: float = 30.0) -> None:
-        """Flush and stop the delivery-report thread. Idempotent."""
+    def close(self, timeout: float | None = None) -> None:
+        """Flush for at most ``timeout`` (default: the message timeout), purge what is left, close.
+
+        Never waits longer than ``timeout`` plus a moment: messages still queued are purged (their
+        futures fail) and the librdkafka handle is released.  Raises
+        :class:`DeliveryOutcomeUnknownError` after closing when messages had to be purged.
+        Idempotent.
+        """
         if self._closed.is_set():
             return
+        wait = self.message_timeout if timeout is None else max(0.0, timeout)
+        purged = 0
         try:
             if os.getpid() == self._pid:
-                self.flush(timeout)
+                purged = self._flush_then_purge(wait)
         finally:
             self._closed.set()
             if self._poller.is_alive() and threading.current_thread() is not self._poller:
                 self._poller.join(timeout=5)
-            if os.getpid() == self._pid and not self._poller.is_alive():
-                # release the librdkafka handle (connections, threads) now, not at garbage collection
-                self._producer.close()
+            if os.getpid() == self._pid:
+                self._expire_awaiting(time.monotonic(), everything=True)
+                self.health.logger.flush()
+                if not self._poller.is_alive():
+                    # release the librdkafka handle (connections, threads) now, not at garbage collection
+                    self._producer.close()
+        if purged:
+            raise DeliveryOutcomeUnknownError(
+                f"{purged} message(s) to {self.bootstrap_servers} were still undelivered after {wait:g}s and "
+                "were purged at close; some may have been written: retry them with the same idempotency keys",
+                kafka_error=KafkaError(KafkaError._PURGE_QUEUE),
+            )
+
+    def _flush_then_purge(self, wait: float) -> int:
+        remaining = self._producer.flush(wait)
+        if not remaining:
+            return 0
+        log.warning(
+            "Kafka producer %r: %d message(s) undelivered after %gs at close; purging them",
+            self.role,
+            remaining,
+            wait,
+        )
+        self._producer.purge(in_queue=True, in_flight=True, blocking=True)
+        self._producer.flush(min(1.0, max(wait, 0.1)))  # serve the purged messages' reports
+        return int(remaining)
 
     @property
     def closed(self) -> bool:
@@ -216,32 +481,61 @@ class EnvelopeProducer:
 
 
 # ---------------------------------------------------------------------- process-wide registry
+_RegistryKey = tuple[int, str, tuple[tuple[str, str], ...]]
 _registry_lock = threading.Lock()
-_registry: dict[tuple[int, tuple[tuple[str, str], ...]], EnvelopeProducer] = {}
+_registry: dict[_RegistryKey, EnvelopeProducer] = {}
 
 
 def _config_key(config: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
     return tuple(sorted((str(k), repr(v)) for k, v in config.items()))
 
 
-def get_producer(config: Mapping[str, Any]) -> EnvelopeProducer:
-    """Return this process's producer for ``config`` (created on first use)."""
-    key = (os.getpid(), _config_key(config))
+def role_config(config: Mapping[str, Any], message_timeout: float | None) -> dict[str, Any]:
+    """``config`` with ``message.timeout.ms`` set to ``message_timeout`` seconds (when given)."""
+    out = dict(config)
+    if message_timeout is not None:
+        if not message_timeout > 0:
+            raise ConfigurationError(f"message_timeout must be > 0 seconds, got {message_timeout!r}")
+        out.pop("delivery.timeout.ms", None)  # an alias of message.timeout.ms
+        out["message.timeout.ms"] = max(1, round(message_timeout * 1000))
+    return out
+
+
+def get_producer(
+    config: Mapping[str, Any], *, role: str = DEFAULT_ROLE, message_timeout: float | None = None
+) -> EnvelopeProducer:
+    """This process's producer for ``config``, ``role`` and ``message_timeout`` (created on first use).
+
+    ``message_timeout`` (seconds) becomes the producer's ``message.timeout.ms``: pass how long
+    you wait for a receipt, so that librdkafka drops the message when you stop waiting.  Callers
+    with the same role and timeout share one producer; ``purge()`` and ``close()`` of one role do
+    not touch the others.
+    """
+    wired = role_config(config, message_timeout)
+    key = (os.getpid(), role, _config_key(wired))
     with _registry_lock:
         producer = _registry.get(key)
         if producer is None or producer.closed:
-            producer = _registry[key] = EnvelopeProducer(config)
+            producer = _registry[key] = EnvelopeProducer(wired, role=role)
         return producer
 
 
-def close_all_producers(timeout: float = 30.0) -> None:
-    """Flush and close every producer this process created. Never raises."""
+def close_all_producers(timeout: float | None = None) -> None:
+    """Flush, purge what is left, and close every producer this process created. Never raises.
+
+    All producers together wait at most ``timeout`` seconds (default: the longest message
+    timeout among them, capped at :data:`EXIT_FLUSH_CAP`), each at most its own message timeout.
+    """
     with _registry_lock:
-        mine = [p for (pid, _), p in _registry.items() if pid == os.getpid()]
+        mine = [p for (pid, _, _), p in _registry.items() if pid == os.getpid()]
         _registry.clear()
+    budget = timeout
+    if budget is None:
+        budget = min(EXIT_FLUSH_CAP, max((p.message_timeout for p in mine), default=0.0))
+    deadline = time.monotonic() + max(0.0, budget)
     for producer in mine:
         try:
-            producer.close(timeout)
+            producer.close(min(producer.message_timeout, max(0.0, deadline - time.monotonic())))
         except Exception as exc:  # shutdown must not raise
             log.warning("closing Kafka producer failed: %s", exc)
 

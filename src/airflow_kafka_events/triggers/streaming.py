@@ -41,6 +41,18 @@ End of an attempt
     retry then writes a new attempt.  Kafka errors are not stream errors: they fail the
     trigger and the next run resumes after what was delivered.
 
+Broker outages
+    The trigger's producer has its own role (``"stream"``) whose ``message.timeout.ms`` is the
+    trigger's ``outage_timeout`` (default ``[kafka_events] stream_outage_timeout``, 300 s), so a
+    page waits out an outage that long: librdkafka reconnects with exponential backoff
+    (``reconnect.backoff.ms`` .. ``reconnect.backoff.max.ms``) and retries the same produce
+    request.  One line is logged when a page is held because no broker is reachable and one when
+    it is delivered again.  A page is never written twice by one attempt: the trigger sends it
+    once and awaits its receipt before the next page; librdkafka's retries of that one message
+    carry the idempotent producer's sequence number, which the broker de-duplicates; and a page
+    whose outcome is unknown is never re-sent by this run — the run fails and the next one
+    resumes from what Kafka holds.
+
 Readers follow the highest ``attempt`` of a key and should ignore a repeated
 ``(attempt, sequence_index)`` (Airflow may briefly run one trigger in two triggerers).
 Keep the partition count of a stream topic fixed: a key's partition depends on it.
@@ -51,7 +63,9 @@ from __future__ import annotations
 import abc
 import asyncio
 import inspect
+import logging
 import math
+import time
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -76,9 +90,23 @@ from airflow_kafka_events.kafka.progress import (
 from airflow_kafka_events.kafka.settings import KafkaSettings
 from airflow_kafka_events.streams import StreamDescriptor, plan_resume, stream_id
 
-__all__ = ["DEFAULT_TOPIC", "RETURN_VALUE_KEY", "Page", "StreamingTrigger"]
+__all__ = [
+    "DEFAULT_OUTAGE_TIMEOUT",
+    "DEFAULT_TOPIC",
+    "RETURN_VALUE_KEY",
+    "STREAM_ROLE",
+    "Page",
+    "StreamingTrigger",
+]
 
 DEFAULT_TOPIC = "airflow.trigger-events"
+#: Producer role of streaming triggers (its message timeout is the outage timeout).
+STREAM_ROLE = "stream"
+#: Seconds a page may wait for the brokers to come back (``[kafka_events] stream_outage_timeout``).
+DEFAULT_OUTAGE_TIMEOUT = 300.0
+#: How often a held page checks whether the brokers are down (for the one log line).
+_HELD_CHECK_INTERVAL = 1.0
+_log = logging.getLogger(__name__)
 #: XCom key of the descriptor when ``finish_task=True``.
 RETURN_VALUE_KEY = "return_value"
 
@@ -130,6 +158,7 @@ class _AttemptWriter:
         identity: ProducerIdentity,
         delivery_timeout: float,
         generation: int | None = None,
+        log: Any = None,
     ) -> None:
         self.producer = producer
         self.topic = topic
@@ -143,6 +172,7 @@ class _AttemptWriter:
         self.delivery_timeout = delivery_timeout
         self.generation = generation
         self.written = 0
+        self.log = log if log is not None else _log
 
     def _metadata(self) -> dict[str, str]:
         metadata: dict[str, str] = {}
@@ -167,19 +197,55 @@ class _AttemptWriter:
         return TRIGGER_EVENT_CODEC.encode(envelope, topic=self.topic)
 
     async def send(self, value: bytes, cursor: str | None) -> int:
-        receipt = await self.producer.send_async(
-            self.topic,
-            value,
-            key=self.trigger_run_id,
-            partition=self.partition,
-            timeout=self.delivery_timeout,
+        delivery = asyncio.ensure_future(
+            self.producer.send_async(
+                self.topic,
+                value,
+                key=self.trigger_run_id,
+                partition=self.partition,
+                timeout=self.delivery_timeout,
+            )
         )
+        receipt = await self._await_delivery(delivery)
         if self.next_seq == 0:
             self.first_offset = receipt.offset
         self.next_seq += 1
         self.cursor = cursor
         self.written += 1
         return receipt.offset
+
+    async def _await_delivery(self, delivery: asyncio.Future[Any]) -> Any:
+        """The receipt; logs once when the page is held by an outage and once when it got through."""
+        held_since: float | None = None
+        health = getattr(self.producer, "health", None)
+        try:
+            while True:
+                done, _ = await asyncio.wait({delivery}, timeout=_HELD_CHECK_INTERVAL)
+                if done:
+                    break
+                if held_since is None and health is not None and health.down:
+                    held_since = time.monotonic()
+                    self.log.warning(
+                        "stream %s: Kafka at %s is unreachable (%s); page %d is held and retried "
+                        "for up to %gs",
+                        self.trigger_run_id,
+                        health.bootstrap_servers,
+                        health.describe_unreachable(),
+                        self.next_seq,
+                        self.delivery_timeout,
+                    )
+        except asyncio.CancelledError:
+            delivery.cancel()
+            raise
+        receipt = delivery.result()  # raises the delivery error
+        if held_since is not None:
+            self.log.info(
+                "stream %s: Kafka is back; page %d delivered after being held %.1fs",
+                self.trigger_run_id,
+                self.next_seq,
+                time.monotonic() - held_since,
+            )
+        return receipt
 
     async def finish(self, error: StreamError | None) -> StreamDescriptor:
         count = self.next_seq
@@ -258,8 +324,9 @@ class StreamingTrigger(BaseTrigger):
 
     #: Upper bound (seconds) of the progress lookup in Kafka.
     progress_timeout: float = 60.0
-    #: Upper bound (seconds) of the delivery of one envelope.
-    delivery_timeout: float = 30.0
+    #: How long (seconds) one page may wait for unreachable brokers before the run fails;
+    #: ``None``: ``[kafka_events] stream_outage_timeout`` (default 300).
+    outage_timeout: float | None = None
 
     def __init__(
         self,
@@ -405,12 +472,31 @@ class StreamingTrigger(BaseTrigger):
         return TaskSuccessEvent(xcoms={RETURN_VALUE_KEY: payload})
 
     # ------------------------------------------------------------------ run
+    def resolve_outage_timeout(self) -> float:
+        """``outage_timeout``, else ``[kafka_events] stream_outage_timeout``, else 300 s."""
+        if self.outage_timeout is not None:
+            value: Any = self.outage_timeout
+        else:
+            from airflow.configuration import conf
+
+            value = conf.get("kafka_events", "stream_outage_timeout", fallback=str(DEFAULT_OUTAGE_TIMEOUT))
+        try:
+            seconds = float(value)
+        except (TypeError, ValueError):
+            raise ConfigurationError(
+                f"stream_outage_timeout must be a number of seconds, got {value!r}"
+            ) from None
+        if not seconds > 0:
+            raise ConfigurationError(f"stream_outage_timeout must be > 0 seconds, got {value!r}")
+        return seconds
+
     def _open_kafka(self) -> tuple[KafkaSettings, EnvelopeProducer]:
         # Blocking (connection lookup, client creation): called in a worker thread.
         from airflow_kafka_events.hooks import KafkaEventsHook
 
         hook = KafkaEventsHook(kafka_config_id=self.kafka_config_id)
-        return hook.get_settings(), hook.get_producer()
+        producer = hook.get_producer(role=STREAM_ROLE, message_timeout=self.resolve_outage_timeout())
+        return hook.get_settings(), producer
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         """Write the stream to Kafka (resuming it if it has progress); yield one event."""
@@ -498,8 +584,9 @@ class StreamingTrigger(BaseTrigger):
             first_offset=progress.first_offset if continuing and progress is not None else None,
             cursor=plan.cursor,
             identity=identity,
-            delivery_timeout=self.delivery_timeout,
+            delivery_timeout=producer.message_timeout,
             generation=generation,
+            log=self.log,
         )
         error = await self._write_pages(writer, plan.cursor)
         descriptor = await writer.finish(error)

@@ -49,7 +49,7 @@ def producer(monkeypatch):
     recording = RecordingProducer()
     recording.connections = []  # type: ignore[attr-defined]
 
-    def producer_for(conn_id):
+    def producer_for(conn_id, **kwargs):
         recording.connections.append(conn_id)  # type: ignore[attr-defined]
         return recording
 

@@ -41,7 +41,7 @@ def producer(monkeypatch):
     recording = RecordingProducer()
     configs: list = []
 
-    def get_producer(config):
+    def get_producer(config, **kwargs):
         configs.append(config)
         return recording
 
