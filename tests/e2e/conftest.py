@@ -68,8 +68,8 @@ def airflow_extra_env(request: pytest.FixtureRequest) -> dict[str, str]:
         env["AIRFLOW_CONN_KAFKA_DEFAULT"] = json.dumps(
             {"conn_type": "kafka", "extra": {"bootstrap.servers": bootstrap}}
         )
-        # Asset watchers (tests/e2e/assets_watcher): a connection of their own with its own
-        # consumer group; topic and group names carry a per-session suffix.
+        # Asset watchers (tests/e2e/assets_watcher): a connection of their own; its group.id is
+        # only a starting point for new watchers (they join no group); names carry a suffix.
         import uuid
 
         watcher_run = uuid.uuid4().hex[:8]
@@ -87,9 +87,6 @@ def airflow_extra_env(request: pytest.FixtureRequest) -> dict[str, str]:
                 },
             }
         )
-        # Watchers sharing a consumer re-subscribe one by one after a triggerer restart: give the
-        # cohort time to join before the first record is handed out (default 0).
-        env["AIRFLOW__TRIGGERER__SHARED_STREAM_COHORT_GRACE_PERIOD"] = "5"
     return env
 
 

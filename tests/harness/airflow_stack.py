@@ -158,6 +158,7 @@ class _Component:
     starts: int = 0
     stopped: bool = False  # stopped or killed on purpose: its exit is not a failure
     started_at: float = 0.0  # monotonic
+    env: dict[str, str] = field(default_factory=dict)  # on top of the stack's environment
     started_wall: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
 
     @property
@@ -377,8 +378,26 @@ class AirflowStack:
         self.timings["start_total"] = time.monotonic() - started
         return self
 
+    def add_triggerer(self, name: str, env: Mapping[str, str] | None = None) -> None:
+        """Declare one more triggerer (``name``, e.g. ``triggerer-2``) with its own log-server port.
+
+        Start it with :meth:`restart_component`; ``env`` (e.g. ``AIRFLOW__TRIGGERER__CAPACITY``)
+        is added to its environment only.
+        """
+        if name in self.components:
+            raise AirflowStackError(f"component {name} exists already")
+        self.components[name] = _Component(
+            name,
+            ["triggerer"],
+            self.log_dir / f"{name}.log",
+            env={"AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(free_port()), **(env or {})},
+        )
+
     def stop(self, timeout: float = 30.0) -> None:
         """Stop every running component (SIGTERM to its process group, then SIGKILL after ``timeout``)."""
+        for name in [n for n in self.components if n not in COMPONENTS]:
+            if self.components[name].running:
+                self.stop_component(name, timeout=timeout)
         for name in reversed(COMPONENTS):
             if self.components[name].running:
                 started = time.monotonic()
@@ -414,7 +433,7 @@ class AirflowStack:
         comp.started_wall = datetime.now(timezone.utc)
         comp.proc = subprocess.Popen(
             [*_airflow_executable(), *comp.argv],
-            env=self.env,
+            env={**self.env, **comp.env},
             cwd=self.home,
             stdin=subprocess.DEVNULL,
             stdout=comp.log_fh,

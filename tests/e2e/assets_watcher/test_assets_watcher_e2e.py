@@ -8,10 +8,10 @@
     still becomes an asset event;
 (d) a feedback loop (a DAG whose failure callback emits to the asset that triggers it) is cut
     at the watcher's ``max_causation_depth``: the number of runs is bounded;
-(e) two assets on one topic (one shared consumer) across a triggerer crash and restart: no
-    event lost (the stack sets ``[triggerer] shared_stream_cohort_grace_period``).
+(e) two assets on one topic across a triggerer crash and restart: no event lost, none twice
+    (each watcher resumes at the position it stored in its asset's state store).
 
-Every watched asset of ``dags/e2e_assets_watcher.py`` shares one consumer group.
+Every watched asset of ``dags/e2e_assets_watcher.py`` uses one connection with one ``group.id``.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from airflow_kafka_events.assets.external import Receipt
 from airflow_kafka_events.dlq import DeadLetter
 from airflow_kafka_events.kafka.producer import get_producer
 from airflow_kafka_events.kafka.settings import KafkaSettings
+from airflow_kafka_events.triggers.asset_stream import state_key
 from harness.airflow_stack import AirflowStack
 
 pytestmark = pytest.mark.e2e
@@ -154,15 +155,17 @@ def _wait_for_dead_letter(
     )
 
 
-def _committed(bootstrap: str, group: str, topic: str, partition: int) -> int:
-    from confluent_kafka import TopicPartition
-
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
-    try:
-        (committed,) = consumer.committed([TopicPartition(topic, partition)], timeout=10)
-        return committed.offset
-    finally:
-        consumer.close()
+def _stored_position(stack: AirflowStack, uri: str, topic: str, partition: int) -> int:
+    """Where the watcher of ``uri`` resumes on ``topic[partition]``, from the asset state store."""
+    rows = stack.query(
+        "SELECT s.value FROM asset_state_store s JOIN asset a ON a.id = s.asset_id "
+        "WHERE a.uri = ? AND s.key = ?",
+        (uri, state_key("kafka_watcher")),
+    )
+    if not rows:
+        return -1
+    value = json.loads(rows[0]["value"]) if isinstance(rows[0]["value"], str) else rows[0]["value"]
+    return int(value["positions"].get(topic, {}).get(str(partition), -1))
 
 
 def _dag_runs(stack: AirflowStack, dag_id: str) -> list[dict[str, Any]]:
@@ -313,14 +316,16 @@ def test_two_assets_on_one_topic_lose_nothing_across_a_triggerer_restart(
     ]
     _wait_for_events(stack, RESTART_A_URI, [warm[0].event_id])
     _wait_for_events(stack, RESTART_B_URI, [warm[1].event_id])
-    # The offset of a record is committed shortly after Airflow confirmed its asset event; a
-    # crash inside that window redelivers the record to a watcher that forgot its keys (a
-    # duplicate, as documented). Crash outside it, so that any duplicate below is a real bug.
-    group = json.loads(airflow_extra_env["AIRFLOW_CONN_KAFKA_WATCHER"])["extra"]["group.id"]
+    # A watcher stores its position shortly after Airflow confirmed its asset event; a crash
+    # inside that window reads the record again (a bounded duplicate, as documented). Crash
+    # outside it, so that any duplicate below is a real bug.
     stack.wait_for(
-        lambda: all(_committed(kafka_bootstrap, group, r.topic, r.partition) > r.offset for r in warm),
+        lambda: all(
+            _stored_position(stack, uri, r.topic, r.partition) > r.offset
+            for uri, r in zip((RESTART_A_URI, RESTART_B_URI), warm, strict=True)
+        ),
         60,
-        "the warm-up records' offsets to be committed",
+        "the warm-up records to be past the watchers' stored positions",
         ("triggerer",),
     )
 
