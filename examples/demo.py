@@ -449,6 +449,26 @@ def watcher_demo(stack: AirflowStack) -> bool:
         f"reason {payload['extra'].get('reason')!r}, from {payload['kafka']['topic']}"
         f"[{payload['kafka']['partition']}]@{payload['kafka']['offset']}"
     )
+    kafka = payload["kafka"]
+
+    def stored_position() -> int | None:
+        rows = stack.query(
+            "SELECT s.value FROM asset_state_store s JOIN asset a ON a.id = s.asset_id "
+            "WHERE a.name = ? AND s.key LIKE 'airflow_kafka_events.watcher[%'",
+            (INVESTIGATE_ASSET,),
+        )
+        for row in rows:
+            stored = json.loads(row["value"]) if isinstance(row["value"], str) else row["value"]
+            position = stored["positions"].get(kafka["topic"], {}).get(str(kafka["partition"]))
+            if position is not None and position > kafka["offset"]:
+                return int(position)
+        return None
+
+    position = stack.wait_for(stored_position, 30, "the watcher's stored position", ("triggerer",))
+    say(
+        f"[assets] the watcher stored its position {kafka['topic']}[{kafka['partition']}]@{position} in the "
+        "asset's state store (no consumer group: correct on any number of triggerers)"
+    )
 
     def callback_event_ids() -> list[int]:
         rows = stack.query(
