@@ -45,6 +45,8 @@ __all__ = [
     "ENV_DLQ_TOPIC",
     "ENV_FAULT",
     "ENV_GROUP",
+    "ENV_MAX_EXTRA_BYTES",
+    "ENV_MAX_RECORD_BYTES",
     "ENV_PASSWORD",
     "ENV_PASSWORD_FILE",
     "ENV_SIGNING_KEY_FILES",
@@ -72,6 +74,9 @@ ENV_ASSETS = ENV_PREFIX + "ASSETS"
 ENV_ALLOW = ENV_PREFIX + "ALLOW"
 #: Files of signing keys, separated by ``os.pathsep`` (as ``--signing-key-file``).
 ENV_SIGNING_KEY_FILES = ENV_PREFIX + "SIGNING_KEY_FILES"
+#: Size limits of the admission pipeline (bytes), as ``BridgeConfig.max_record_bytes`` / ``max_extra_bytes``.
+ENV_MAX_RECORD_BYTES = ENV_PREFIX + "MAX_RECORD_BYTES"
+ENV_MAX_EXTRA_BYTES = ENV_PREFIX + "MAX_EXTRA_BYTES"
 #: Fault injection for tests: ``exit-after-post`` or ``exit-after-post:<partition key>``.
 ENV_FAULT = ENV_PREFIX + "FAULT"
 #: The provider's topic option, read as a fallback for the topic (as ``emit`` does).
@@ -240,6 +245,21 @@ def _split_patterns(values: Iterable[str]) -> tuple[str, ...]:
             if part and part not in patterns:
                 patterns.append(part)
     return tuple(patterns)
+
+
+def _size_options(env: Mapping[str, str], options: dict[str, Any]) -> None:
+    """``max_record_bytes`` / ``max_extra_bytes`` from the environment unless given."""
+    for name, variable in (
+        ("max_record_bytes", ENV_MAX_RECORD_BYTES),
+        ("max_extra_bytes", ENV_MAX_EXTRA_BYTES),
+    ):
+        text = env.get(variable, "").strip()
+        if name in options or not text:
+            continue
+        try:
+            options[name] = int(text)
+        except ValueError:
+            raise ConfigurationError(f"{variable} must be a number of bytes, got {text!r}") from None
 
 
 def _parse_fault(value: str | None) -> tuple[bool, str | None]:
@@ -428,6 +448,7 @@ class BridgeConfig:
                 f"{ENV_PASSWORD_FILE} or {ENV_PASSWORD}"
             )
         fault, fault_key = _parse_fault(env.get(ENV_FAULT))
+        _size_options(env, options)
         patterns = list(assets) or ([env[ENV_ASSETS]] if env.get(ENV_ASSETS) else [])
         rules = list(allow) or ([env[ENV_ALLOW]] if env.get(ENV_ALLOW) else [])
         key_files = list(signing_key_files) or [

@@ -170,3 +170,19 @@ def test_bridge_admission_settings_come_from_its_config():
         BridgeConfig(
             kafka=config.kafka, api_url="http://a.test", username="b", password="p", max_extra_bytes=0
         )
+
+
+def test_size_limits_from_the_environment():
+    env = {
+        "KAFKA_BOOTSTRAP_SERVERS": "kafka:9092",
+        "AIRFLOW_KAFKA_EVENTS_BRIDGE_API_URL": "http://airflow.test",
+        "AIRFLOW_KAFKA_EVENTS_BRIDGE_USERNAME": "bridge",
+        "AIRFLOW_KAFKA_EVENTS_BRIDGE_PASSWORD": "pw",
+        "AIRFLOW_KAFKA_EVENTS_BRIDGE_MAX_RECORD_BYTES": "1048576",
+        "AIRFLOW_KAFKA_EVENTS_BRIDGE_MAX_EXTRA_BYTES": "32768",
+    }
+    config = BridgeConfig.from_sources(environ=env)
+    assert (config.max_record_bytes, config.max_extra_bytes) == (1_048_576, 32_768)
+    assert BridgeConfig.from_sources(environ=env, max_extra_bytes=100).max_extra_bytes == 100
+    with pytest.raises(ConfigurationError, match="MAX_RECORD_BYTES must be a number of bytes"):
+        BridgeConfig.from_sources(environ={**env, "AIRFLOW_KAFKA_EVENTS_BRIDGE_MAX_RECORD_BYTES": "1 MB"})
