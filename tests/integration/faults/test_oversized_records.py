@@ -210,3 +210,26 @@ def test_ensure_topics_aligns_new_topics_with_the_clients_limit(kafka_admin):
     finally:
         for future in kafka_admin.delete_topics([aligned, own], operation_timeout=30).values():
             future.result(timeout=30)
+
+
+def test_consumers_with_small_fetch_limits_still_read_a_2_mb_record(kafka_bootstrap, new_topic):
+    """librdkafka returns a record batch larger than fetch.max.bytes / max.partition.fetch.bytes."""
+    topic = new_topic(partitions=1, prefix="big-in", config={"max.message.bytes": SOURCE_LIMIT})
+    value = _two_mb_raw(kafka_bootstrap, topic)
+    consumer = Consumer(
+        {
+            "bootstrap.servers": kafka_bootstrap,
+            "group.id": f"small-fetch-{uuid.uuid4().hex[:8]}",
+            "enable.auto.commit": False,
+            "message.max.bytes": 65_536,  # librdkafka wants fetch.max.bytes >= it
+            "fetch.max.bytes": 100_000,
+            "max.partition.fetch.bytes": 65_536,
+        }
+    )
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    found: list[Any] = []
+    try:
+        wait_until(lambda: _drain(consumer, found) >= 1, 60, "the 2 MB record")
+    finally:
+        consumer.close()
+    assert found[0].value() == value
