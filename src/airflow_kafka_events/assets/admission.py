@@ -35,6 +35,20 @@ keys, or a callable returning them, which may raise — the record is then refus
 ``signing-key-unavailable``), and so is the memory of seen keys (any object with ``in`` and
 ``add(key) -> bool``, e.g. :class:`~airflow_kafka_events.assets.idempotency.SeenKeys`).
 
+How a consumer uses it::
+
+    pipeline = AdmissionPipeline(
+        AdmissionConfig(select=asset_selector(asset_uri=uri), allowlist=allowlist,
+                        signing_keys=keys_or_provider_or_None, remember_on_accept=True),
+        seen=SeenKeys(max_size=100_000, ttl=86_400),
+    )
+    verdict = pipeline.admit(value, key=key, headers=headers)
+    if verdict.accepted:
+        hand_over(verdict.envelope)     # then pipeline.remember(verdict) unless remember_on_accept
+    elif verdict.rejected:
+        dead_letter(value, key, headers, verdict.reason, verdict.error, verdict.envelope)
+    commit()                            # skips (verdict.detail says why) are committed too
+
 This module imports no Airflow module.
 """
 
