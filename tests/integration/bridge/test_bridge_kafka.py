@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from airflow_kafka_events.assets.external import build_envelope, publish
 from airflow_kafka_events.bridge.config import BridgeConfig, RetryPolicy
@@ -38,6 +38,14 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 PASSWORD = "bridge-it-password"
 ASSET = AssetRef(name="batches", uri="s3://lake/batches")
 SRC_DIR = Path(__file__).resolve().parents[3] / "src"
+#: What a broker answers while it is still loading the offsets topic (right after it started).
+_COORDINATOR_NOT_READY = frozenset(
+    {
+        KafkaError.NOT_COORDINATOR,
+        KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+        KafkaError.COORDINATOR_NOT_AVAILABLE,
+    }
+)
 
 
 class Crash(Exception):
@@ -65,11 +73,23 @@ def send_raw(bootstrap: str, topic: str, value: bytes, key: bytes = b"s3://lake/
     producer.send_and_wait(topic, value, key=key, timeout=30)
 
 
-def committed(bootstrap: str, group: str, topic: str, partitions: int = 1) -> list[int]:
+def committed(bootstrap: str, group: str, topic: str, partitions: int = 1, timeout: float = 30) -> list[int]:
+    """The group's committed offsets; a coordinator still loading (fresh broker) is waited out."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    deadline = time.monotonic() + timeout
     try:
-        tps = consumer.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=30)
-        return [tp.offset for tp in tps]
+        while True:
+            try:
+                tps = consumer.committed(
+                    [TopicPartition(topic, p) for p in range(partitions)], timeout=timeout
+                )
+                return [tp.offset for tp in tps]
+            except KafkaException as exc:
+                error = exc.args[0]
+                passing = error.retriable() or error.code() in _COORDINATOR_NOT_READY
+                if not passing or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
     finally:
         consumer.close()
 
