@@ -280,7 +280,8 @@ class AdmissionConfig:
     (see :func:`asset_selector`).  ``check_partition_key``: refuse keys Airflow would refuse
     (the bridge posts them; a watcher's events carry none).  ``remember_on_accept``: the dedupe
     stage records an accepted key at once; otherwise the caller calls
-    :meth:`AdmissionPipeline.remember` once the event is in Airflow.
+    :meth:`AdmissionPipeline.remember` once the event is in Airflow.  ``dedupe=False`` leaves
+    repeats to the caller.
     """
 
     max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES
@@ -291,6 +292,8 @@ class AdmissionConfig:
     check_partition_key: bool = False
     select: Selector | None = None
     remember_on_accept: bool = False
+    #: ``False``: no stage 9 (the caller drops repeats itself, e.g. with a durable store)
+    dedupe: bool = True
 
     def __post_init__(self) -> None:
         _positive_int("max_record_bytes", self.max_record_bytes)
@@ -329,12 +332,14 @@ class AdmissionPipeline:
         *,
         key: bytes | None = None,
         headers: Sequence[Header] | None = None,
-        decoded: AssetEventEnvelope | EnvelopeDecodeError | None = None,
+        decoded: AssetEventEnvelope | BaseException | None = None,
         signing_keys: Iterable[bytes | str] | KeyProvider | BaseException | None = None,
     ) -> AdmissionVerdict:
         """The verdict on one record (its value, key and headers).
 
-        ``decoded``: the record's envelope (or decode error) when the caller decoded it already.
+        ``decoded``: the record's envelope, or the exception decoding raised, when the caller
+        decoded it already (an :class:`EnvelopeDecodeError` gets its reason, any other exception
+        ``internal-error``).
         ``signing_keys``: this call's keys (or provider, or the error that prevented loading
         them), overriding the config's; only used when the config requires signatures.
         """
@@ -350,7 +355,7 @@ class AdmissionPipeline:
         *,
         key: bytes | None = None,
         headers: Sequence[Header] | None = None,
-        decoded: AssetEventEnvelope | EnvelopeDecodeError | None = None,
+        decoded: AssetEventEnvelope | BaseException | None = None,
     ) -> tuple[AssetEventEnvelope, int] | AdmissionVerdict:
         """Stages 1-2: the envelope and the record's bytes, or a (group-scope) rejection."""
         size: int | None = None
@@ -368,6 +373,8 @@ class AdmissionPipeline:
                 decoded = self._decode(value)
             if isinstance(decoded, EnvelopeDecodeError):
                 return _reject(Stage.DECODE, decode_reason(decoded), decoded, record_bytes=size)
+            if isinstance(decoded, BaseException):  # the caller's decoder failed otherwise: a bug
+                return _reject(Stage.INTERNAL, DeadLetterReason.INTERNAL_ERROR, decoded, record_bytes=size)
             return decoded, size
         except Exception as exc:  # a bug: keep the record (dead-lettered) rather than stop
             log.exception("admission failed while screening a record")
@@ -481,6 +488,8 @@ class AdmissionPipeline:
 
     def _dedupe(self, envelope: AssetEventEnvelope) -> AdmissionVerdict:
         key = seen_key(envelope)
+        if not self.config.dedupe:
+            return AdmissionVerdict("accept", Stage.ACCEPTED, envelope=envelope, seen_key=key)
         repeat = (not self.seen.add(key)) if self.config.remember_on_accept else key in self.seen
         if repeat:
             detail = f"repeats idempotency key {envelope.idempotency_key or envelope.event_id!r}"

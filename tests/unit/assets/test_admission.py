@@ -347,3 +347,22 @@ def test_config_takes_str_keys_and_selector_needs_an_asset():
         asset_selector()
     with pytest.raises(ConfigurationError, match="AdmissionConfig"):
         AdmissionPipeline({})  # type: ignore[arg-type]
+
+
+def test_a_decoder_failure_other_than_a_decode_error_is_an_internal_error():
+    bug = KeyError("codec state")
+    verdict = AdmissionPipeline(AdmissionConfig()).admit(b"bytes", decoded=bug)
+    assert (verdict.stage, verdict.reason, verdict.error) == (
+        Stage.INTERNAL,
+        DeadLetterReason.INTERNAL_ERROR,
+        bug,
+    )
+    assert verdict.group_scope
+
+
+def test_dedupe_can_be_left_to_the_caller():
+    pipeline = AdmissionPipeline(AdmissionConfig(dedupe=False, remember_on_accept=True))
+    env = encoded(envelope(sign=False))
+    first, second = pipeline.admit(env), pipeline.admit(env)
+    assert first.accepted and second.accepted and second.seen_key == first.seen_key
+    assert len(pipeline.seen) == 0  # type: ignore[arg-type]
