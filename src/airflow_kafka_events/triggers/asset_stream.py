@@ -44,9 +44,9 @@ from airflow.triggers.shared_stream import AdvanceItem, SharedStreamProducer
 from asgiref.sync import sync_to_async
 from confluent_kafka import Message
 
-from airflow_kafka_events.assets.validation import sanitize_asset_uri
+from airflow_kafka_events.assets.admission import asset_selector
 from airflow_kafka_events.codec import ASSET_EVENT_CODEC
-from airflow_kafka_events.envelopes import AssetEventEnvelope, AssetRef
+from airflow_kafka_events.envelopes import AssetEventEnvelope
 from airflow_kafka_events.errors import ConfigurationError, ValidationError
 from airflow_kafka_events.kafka.assigned_reader import AssignedReader
 from airflow_kafka_events.kafka.positions import (
@@ -64,7 +64,7 @@ __all__ = [
     "STATE_KEY",
     "KafkaAssetEventStreamProducer",
     "KafkaRecord",
-    "asset_matches",
+    "durable_key",
     "state_key",
 ]
 
@@ -114,16 +114,9 @@ def state_key(kafka_config_id: str) -> str:
     return f"{STATE_KEY}[{kafka_config_id}]"
 
 
-def asset_matches(asset: AssetRef, *, asset_uri: str | None, asset_name: str | None) -> bool:
-    """Whether an envelope's asset is the watched one (by name and/or normalized URI)."""
-    if asset_name is not None and asset.name != asset_name:
-        return False
-    if asset_uri is None or asset.uri == asset_uri:
-        return True
-    try:
-        return sanitize_asset_uri(asset.uri) == asset_uri
-    except Exception:
-        return False
+def durable_key(envelope: AssetEventEnvelope) -> str:
+    """The key a watcher stores for an event it turned into an asset event (per asset)."""
+    return envelope.idempotency_key or f"event_id:{envelope.event_id}"
 
 
 # --------------------------------------------------------------------------- decoding once
@@ -259,6 +252,9 @@ class KafkaAssetEventStreamProducer(SharedStreamProducer):
         self.flush_interval = flush_interval
         self.max_pending = max_pending
         self._store = store
+        self._select = asset_selector(
+            asset_uri=asset_uri, asset_name=asset_name, include_partitioned=include_partitioned
+        )
         self._state_key = state_key(kafka_config_id)
         self._reader: AssignedReader | None = None
         self._tracker: PositionTracker | None = None
@@ -346,11 +342,9 @@ class KafkaAssetEventStreamProducer(SharedStreamProducer):
     def _wanted(self, decoded: AssetEventEnvelope | BaseException) -> bool:
         if not isinstance(decoded, AssetEventEnvelope):
             return True  # the watcher dead-letters it
-        if not asset_matches(decoded.asset, asset_uri=self.asset_uri, asset_name=self.asset_name):
-            return False
-        if not self.include_partitioned and decoded.partition_key is not None:
-            return False
-        key = decoded.idempotency_key or f"event_id:{decoded.event_id}"
+        if self._select(decoded) is not None:
+            return False  # another asset's, or partitioned while include_partitioned is off
+        key = durable_key(decoded)
         if key in self._keys:
             log.info(
                 "%s drops a repeat of asset event %s (idempotency key %s)", self.label, decoded.event_id, key

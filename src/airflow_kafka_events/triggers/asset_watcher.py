@@ -104,37 +104,42 @@ import logging
 import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Hashable, Mapping, Sequence
-from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from airflow.providers.apache.kafka.triggers.shared_stream import KafkaSharedStreamTrigger
 from airflow.triggers.base import TriggerEvent
 from airflow.triggers.shared_stream import reject_shared_stream_event
 from asgiref.sync import sync_to_async
 
-from airflow_kafka_events.assets.authz import Allowlist, AuthorizationError, verify_envelope
+from airflow_kafka_events.assets.admission import (
+    DEFAULT_MAX_RECORD_BYTES,
+    AdmissionConfig,
+    AdmissionPipeline,
+    AdmissionVerdict,
+    CausationTooDeepError,
+    Stage,
+    asset_selector,
+)
+from airflow_kafka_events.assets.authz import Allowlist
 from airflow_kafka_events.assets.external import (
     PROVENANCE_EXTRA_KEY,
-    causation_depth,
     causation_from_extra,
     provenance_extra,
 )
 from airflow_kafka_events.assets.idempotency import SeenKeys
-from airflow_kafka_events.assets.validation import sanitize_asset_uri
-from airflow_kafka_events.codec import ASSET_EVENT_CODEC
+from airflow_kafka_events.assets.validation import DEFAULT_MAX_EXTRA_BYTES, sanitize_asset_uri
 from airflow_kafka_events.dlq import DeadLetter, DeadLetterReason, DeadLetterWriter
-from airflow_kafka_events.envelopes import AssetEventEnvelope, AssetRef
+from airflow_kafka_events.envelopes import AssetEventEnvelope
 from airflow_kafka_events.errors import (
     ConfigurationError,
     EnvelopeDecodeError,
-    UnknownSchemaError,
     ValidationError,
 )
 from airflow_kafka_events.triggers.asset_stream import (
     KafkaAssetEventStreamProducer,
     KafkaRecord,
-    asset_matches,
+    durable_key,
 )
 
 if TYPE_CHECKING:
@@ -280,34 +285,8 @@ _DEAD_LETTERED = _Claims()
 
 
 # --------------------------------------------------------------------------- the trigger
-class CausationTooDeepError(AuthorizationError):
-    """An event's causation chain is longer than the watcher's ``max_causation_depth``."""
-
-    reason = DeadLetterReason.CAUSATION_TOO_DEEP.value
-
-
-@dataclass(frozen=True)
-class _Verdict:
-    action: Literal["accept", "skip", "reject"]
-    payload: dict[str, Any] | None = None
-    reason: DeadLetterReason | None = None
-    error: BaseException | None = None
-    envelope: AssetEventEnvelope | None = None
-    #: the record is nobody's in particular (undecodable): one dead letter per triggerer
-    group_scope: bool = False
-
-
-_SKIP = _Verdict("skip")
-
-
-def _reject(
-    reason: DeadLetterReason,
-    error: BaseException,
-    envelope: AssetEventEnvelope | None = None,
-    *,
-    group_scope: bool = False,
-) -> _Verdict:
-    return _Verdict("reject", reason=reason, error=error, envelope=envelope, group_scope=group_scope)
+def _keys_given_per_record() -> list[bytes]:
+    raise RuntimeError("the watcher passes its signing keys with each record")
 
 
 class KafkaAssetEventTrigger(KafkaSharedStreamTrigger):
@@ -338,6 +317,10 @@ class KafkaAssetEventTrigger(KafkaSharedStreamTrigger):
     :param dedupe_max_keys: idempotency keys remembered (most recently seen kept).
     :param dedupe_ttl: seconds a key is remembered from its first sighting (``None``: until
         evicted).
+    :param max_record_bytes: records larger than this (value, key and headers) are
+        dead-lettered ``too-large`` (default 256 KiB).
+    :param max_extra_bytes: events whose ``extra`` is larger than this as compact JSON are
+        dead-lettered ``too-large`` (default 64 KiB, the emit side's bound).
     """
 
     def __init__(
@@ -357,6 +340,8 @@ class KafkaAssetEventTrigger(KafkaSharedStreamTrigger):
         include_partitioned: bool = True,
         dedupe_max_keys: int = 100_000,
         dedupe_ttl: float | None = 24 * 3600.0,
+        max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
+        max_extra_bytes: int = DEFAULT_MAX_EXTRA_BYTES,
     ) -> None:
         if isinstance(topics, str) or not topics or not all(isinstance(t, str) and t for t in topics):
             raise ValidationError(f"topics must be a non-empty list of topic names, got {topics!r}")
@@ -402,7 +387,27 @@ class KafkaAssetEventTrigger(KafkaSharedStreamTrigger):
         self.include_partitioned = bool(include_partitioned)
         self.dedupe_max_keys = dedupe_max_keys
         self.dedupe_ttl = float(dedupe_ttl) if dedupe_ttl is not None else None
+        self.max_record_bytes = max_record_bytes
+        self.max_extra_bytes = max_extra_bytes
         self._seen = SeenKeys(max_size=dedupe_max_keys, ttl=self.dedupe_ttl)
+        try:
+            config = AdmissionConfig(
+                max_record_bytes=max_record_bytes,
+                max_extra_bytes=max_extra_bytes,
+                # the keys are loaded asynchronously from the connection and given per record
+                signing_keys=_keys_given_per_record if signing_conn_id is not None else None,
+                allowlist=allowlist,
+                max_causation_depth=max_causation_depth,
+                select=asset_selector(
+                    asset_uri=self.asset_uri,
+                    asset_name=asset_name,
+                    include_partitioned=self.include_partitioned,
+                ),
+                remember_on_accept=True,
+            )
+        except ConfigurationError as exc:
+            raise ValidationError(str(exc)) from exc
+        self._admission = AdmissionPipeline(config, seen=self._seen)
         self._dlq_writer: DeadLetterWriter | None = None
         self._signing_keys: list[bytes] | None = None
         self._signing_key_error: BaseException | None = None
@@ -435,6 +440,8 @@ class KafkaAssetEventTrigger(KafkaSharedStreamTrigger):
                 "include_partitioned": self.include_partitioned,
                 "dedupe_max_keys": self.dedupe_max_keys,
                 "dedupe_ttl": self.dedupe_ttl,
+                "max_record_bytes": self.max_record_bytes,
+                "max_extra_bytes": self.max_extra_bytes,
             },
         )
 
@@ -487,8 +494,9 @@ class KafkaAssetEventTrigger(KafkaSharedStreamTrigger):
         return f"{type(self).__name__}(asset={asset}, group={group})"
 
     # ------------------------------------------------------------------ filtering
-    def _is_ours(self, asset: AssetRef) -> bool:
-        return asset_matches(asset, asset_uri=self.asset_uri, asset_name=self.asset_name)
+    def _is_ours(self, envelope: AssetEventEnvelope) -> bool:
+        select = self._admission.config.select
+        return select is None or select(envelope) is None
 
     async def _load_signing_keys(self) -> list[bytes]:
         """The accepted keys: the connection's password, then its extra's ``previous_keys``."""
@@ -526,78 +534,44 @@ class KafkaAssetEventTrigger(KafkaSharedStreamTrigger):
         self._signing_key_error = None
         return self._signing_keys
 
-    def _decode_record(self, record: KafkaRecord) -> AssetEventEnvelope | _Verdict:
-        if isinstance(record.decoded, AssetEventEnvelope):
-            return record.decoded  # the stream decoded it once for every watcher of this triggerer
-        if record.value is None:
-            error = EnvelopeDecodeError("the record has no value (a tombstone), not an asset event envelope")
-            return _reject(DeadLetterReason.UNDECODABLE, error, group_scope=True)
+    async def _keys_or_error(self) -> list[bytes] | BaseException | None:
+        if self.signing_conn_id is None:
+            return None
         try:
-            if isinstance(record.decoded, BaseException):
-                raise record.decoded
-            return ASSET_EVENT_CODEC.decode(record.value)
-        except UnknownSchemaError as exc:
-            return _reject(DeadLetterReason.UNKNOWN_SCHEMA, exc, group_scope=True)
-        except EnvelopeDecodeError as exc:
-            reason = (
-                DeadLetterReason.INVALID_ENVELOPE
-                if isinstance(exc.__cause__, ValidationError)
-                else DeadLetterReason.UNDECODABLE
-            )
-            return _reject(reason, exc, group_scope=True)
+            return await self._keys()
+        except Exception as exc:  # the pipeline refuses with signing-key-unavailable
+            return exc
 
-    async def _check(self, record: KafkaRecord, envelope: AssetEventEnvelope) -> _Verdict:
-        if not self._is_ours(envelope.asset):
-            return _SKIP
-        if not self.include_partitioned and envelope.partition_key is not None:
-            return _SKIP
-        if self.signing_conn_id is not None:
-            try:
-                keys = await self._keys()
-            except Exception as exc:
-                return _reject(DeadLetterReason.SIGNING_KEY_UNAVAILABLE, exc, envelope)
-            try:
-                verify_envelope(envelope, keys)
-            except AuthorizationError as exc:
-                return _reject(DeadLetterReason(exc.reason), exc, envelope)
-        if self._allowlist is not None:
-            try:
-                self._allowlist.check(envelope)
-            except AuthorizationError as exc:
-                return _reject(DeadLetterReason.NOT_ALLOWED, exc, envelope)
-        depth = causation_depth(envelope)
-        if depth > self.max_causation_depth:
-            error = CausationTooDeepError(
-                f"event {envelope.event_id} for asset {envelope.asset.uri!r} has {depth} ancestor "
-                f"event(s), more than max_causation_depth={self.max_causation_depth}: DAGs "
-                "triggering each other through this asset look like a feedback loop"
-            )
-            return _reject(DeadLetterReason.CAUSATION_TOO_DEEP, error, envelope)
-        key = envelope.idempotency_key or f"event_id:{envelope.event_id}"
-        if not self._seen.add(key):
+    async def judge(self, record: KafkaRecord) -> AdmissionVerdict:
+        """The admission verdict on one record (:mod:`airflow_kafka_events.assets.admission`).
+
+        The stream decoded the record once for every watcher of this triggerer; the pipeline is
+        the one the partition bridge runs too.
+        """
+        decoded = record.decoded
+        if decoded is not None and not isinstance(decoded, (AssetEventEnvelope, EnvelopeDecodeError)):
+            decoded = None  # not a decode verdict (a bug while decoding): let the pipeline decode
+        screened = self._admission.screen(
+            record.value, key=record.key, headers=record.headers, decoded=decoded
+        )
+        if isinstance(screened, AdmissionVerdict):
+            return screened
+        envelope, size = screened
+        keys = await self._keys_or_error() if self._is_ours(envelope) else None
+        verdict = self._admission.judge(envelope, signing_keys=keys, record_bytes=size)
+        if verdict.duplicate:
             self.log.info(
-                "Dropping repeat of asset event %s (idempotency key %s) at %s[%s]@%s",
+                "Dropping repeat of asset event %s (%s) at %s[%s]@%s",
                 envelope.event_id,
-                key,
+                verdict.detail,
                 record.topic,
                 record.partition,
                 record.offset,
             )
-            return _SKIP
-        if record.ticket is not None:
-            record.ticket.accepted_key = key  # stored with the position once Airflow confirmed it
-        return _Verdict("accept", payload=envelope_payload(envelope, record), envelope=envelope)
-
-    async def judge(self, record: KafkaRecord) -> _Verdict:
-        """What to do with one record: accept (with its payload), skip, or reject (with a reason)."""
-        try:
-            decoded = self._decode_record(record)
-            if isinstance(decoded, _Verdict):
-                return decoded
-            return await self._check(record, decoded)
-        except Exception as exc:  # a bug: keep the record for replay rather than lose it
-            self.log.exception("Checking %s[%s]@%s failed", record.topic, record.partition, record.offset)
-            return _reject(DeadLetterReason.INTERNAL_ERROR, exc)
+        elif verdict.accepted and record.ticket is not None:
+            # stored with the position once Airflow confirmed the asset event
+            record.ticket.accepted_key = durable_key(envelope)
+        return verdict
 
     async def filter_shared_stream(self, shared_stream: AsyncIterator[Any]) -> AsyncIterator[TriggerEvent]:
         """Accepted records fire a ``TriggerEvent``; refused ones are dead-lettered, then rejected.
@@ -606,11 +580,26 @@ class KafkaAssetEventTrigger(KafkaSharedStreamTrigger):
         failing watcher's current record as handled): every failure becomes a dead letter.
         """
         async for record in shared_stream:
-            verdict = await self.judge(record)
-            if verdict.action == "accept":
-                yield TriggerEvent(verdict.payload)
-            elif verdict.action == "reject" and await self._dead_letter(record, verdict):
+            verdict, payload = await self._handle(record)
+            if payload is not None:
+                yield TriggerEvent(payload)
+            elif verdict.rejected and await self._dead_letter(record, verdict):
                 reject_shared_stream_event()
+
+    async def _handle(self, record: KafkaRecord) -> tuple[AdmissionVerdict, dict[str, Any] | None]:
+        verdict: AdmissionVerdict | None = None
+        try:
+            verdict = await self.judge(record)
+            if verdict.accepted and verdict.envelope is not None:
+                return verdict, envelope_payload(verdict.envelope, record)
+            return verdict, None
+        except Exception as exc:  # a bug: keep the record for replay rather than lose it
+            self.log.exception("Checking %s[%s]@%s failed", record.topic, record.partition, record.offset)
+            envelope = verdict.envelope if verdict is not None else None
+            failed = AdmissionVerdict(
+                "reject", Stage.INTERNAL, envelope=envelope, reason=DeadLetterReason.INTERNAL_ERROR, error=exc
+            )
+            return failed, None
 
     # ------------------------------------------------------------------ dead letters
     def _make_dlq_writer(self) -> DeadLetterWriter:
@@ -625,7 +614,7 @@ class KafkaAssetEventTrigger(KafkaSharedStreamTrigger):
             self._dlq_writer = await sync_to_async(self._make_dlq_writer)()
         return self._dlq_writer
 
-    async def _dead_letter(self, record: KafkaRecord, verdict: _Verdict) -> bool:
+    async def _dead_letter(self, record: KafkaRecord, verdict: AdmissionVerdict) -> bool:
         """Write the dead-letter record of ``record`` and wait until it is acknowledged.
 
         Returns ``False`` when another watcher of the shared stream (or this one, before a

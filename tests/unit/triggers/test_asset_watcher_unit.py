@@ -164,6 +164,8 @@ FULL_KWARGS: dict[str, Any] = {
     "include_partitioned": False,
     "dedupe_max_keys": 500,
     "dedupe_ttl": 60.0,
+    "max_record_bytes": 512 * 1024,
+    "max_extra_bytes": 32 * 1024,
 }
 
 
