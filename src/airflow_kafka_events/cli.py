@@ -162,11 +162,15 @@ CLI_PRODUCER = "airflow-kafka-events-cli"
 
 
 def _emit(args: argparse.Namespace) -> int:
+    import logging
     import os
 
     from airflow_kafka_events.assets.external import ENV_PRODUCER, emit
     from airflow_kafka_events.kafka.producer import close_all_producers
 
+    if not getattr(args, "verbose", False) and not logging.getLogger().handlers:
+        # the error line names the broker and the cause; -v shows the Kafka client's own log lines
+        logging.getLogger("airflow_kafka_events").addHandler(logging.NullHandler())
     try:
         receipt = _emit_once(args, emit, os.environ.get(ENV_PRODUCER))
     finally:

@@ -67,6 +67,10 @@ DEFAULT_MESSAGE_TIMEOUT = 300.0
 DEFAULT_MESSAGE_MAX_BYTES = 1_000_000
 #: Longest wait, per process exit, for messages still queued (then they are purged).
 EXIT_FLUSH_CAP = 30.0
+#: Seconds between statistics reports: a failure is classified by the first report after it, and
+#: Produce requests sent between the last report before a send and the send itself count
+#: against it, so a short interval keeps the classification both quick and tight.
+STATS_INTERVAL = 0.1
 #: Per-record overhead librdkafka adds before comparing with message.max.bytes (v2 record).
 _RECORD_OVERHEAD = 36
 
@@ -187,10 +191,11 @@ class EnvelopeProducer:
         self.health = ClientHealth.for_config(
             config,
             name=f"producer {role!r}",
-            stats_interval=min(1.0, max(0.1, self.message_timeout / 20)) if self.message_timeout else 1.0,
+            stats_interval=STATS_INTERVAL,
         )
         self._awaiting: list[_Pending] = []
         self._awaiting_lock = threading.Lock()
+        self._outstanding = 0  # messages produced whose delivery report has not come yet
         self.health.add_snapshot_listener(self._on_snapshot)
         try:
             self._producer = Producer(self.health.wire(self.config))
@@ -222,6 +227,8 @@ class EnvelopeProducer:
 
     def _on_delivery(self, pending: _Pending):  # type: ignore[no-untyped-def]
         def callback(err: KafkaError | None, msg: Message) -> None:
+            with self._awaiting_lock:
+                self._outstanding -= 1
             if pending.future.done():
                 return
             if err is None:
@@ -358,11 +365,24 @@ class EnvelopeProducer:
             kwargs["headers"] = header_list
         if partition is not None:
             kwargs["partition"] = partition
+        self._produce(topic, value, raw_key, kwargs, size=size, timeout=timeout)
+        return future
+
+    def _produce(
+        self,
+        topic: str,
+        value: bytes | None,
+        key: bytes | None,
+        kwargs: dict[str, Any],
+        *,
+        size: int,
+        timeout: float,
+    ) -> None:
         deadline = time.monotonic() + timeout
         while True:
             try:
-                self._producer.produce(topic, value=value, key=raw_key, **kwargs)
-                return future
+                self._produce_once(topic, value, key, kwargs)
+                return
             except BufferError as exc:
                 if time.monotonic() >= deadline:
                     raise NotSentError(
@@ -378,6 +398,18 @@ class EnvelopeProducer:
                     self.max_message_bytes = min(self.max_message_bytes, size - 1)
                     self._check_size(topic, size)
                 raise KafkaOperationError.from_exception(f"cannot produce to {topic!r}", exc) from exc
+
+    def _produce_once(
+        self, topic: str, value: bytes | None, key: bytes | None, kwargs: dict[str, Any]
+    ) -> None:
+        with self._awaiting_lock:
+            self._outstanding += 1
+        try:
+            self._producer.produce(topic, value=value, key=key, **kwargs)
+        except BaseException:
+            with self._awaiting_lock:
+                self._outstanding -= 1
+            raise
 
     def send_and_wait(
         self,
@@ -417,7 +449,7 @@ class EnvelopeProducer:
 
     def flush(self, timeout: float = 30.0) -> None:
         """Wait until every queued message is delivered; raise if some are still pending."""
-        remaining = self._producer.flush(timeout)
+        remaining = self._drain(timeout)
         if remaining:
             raise DeliveryOutcomeUnknownError(
                 f"{remaining} message(s) still undelivered after {timeout}s (brokers at "
@@ -458,7 +490,7 @@ class EnvelopeProducer:
             )
 
     def _flush_then_purge(self, wait: float) -> int:
-        remaining = self._producer.flush(wait)
+        remaining = self._drain(wait)
         if not remaining:
             return 0
         log.warning(
@@ -468,16 +500,29 @@ class EnvelopeProducer:
             wait,
         )
         self._producer.purge(in_queue=True, in_flight=True, blocking=True)
-        self._producer.flush(min(1.0, max(wait, 0.1)))  # serve the purged messages' reports
-        return int(remaining)
+        self._drain(1.0)  # serve the purged messages' reports
+        return remaining
+
+    def _drain(self, timeout: float) -> int:
+        """Serve delivery reports until none is outstanding or ``timeout``; how many are left.
+
+        (``len()`` of a librdkafka producer also counts queued log and statistics events.)
+        """
+        deadline = time.monotonic() + timeout
+        while self._outstanding > 0:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            self._producer.flush(min(left, 0.1))
+        return self._outstanding
 
     @property
     def closed(self) -> bool:
         return self._closed.is_set()
 
     def __len__(self) -> int:
-        """Messages queued locally or in flight."""
-        return len(self._producer)
+        """Messages queued locally or in flight (produced, no delivery report yet)."""
+        return self._outstanding
 
 
 # ---------------------------------------------------------------------- process-wide registry

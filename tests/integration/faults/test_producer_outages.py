@@ -1,0 +1,240 @@
+"""Producers against a broker that is stopped and restarted (its own broker, not the session's).
+
+* an emit while the broker is stopped raises ``NotSentError`` naming the broker within its
+  timeout, and nothing of it is published once the broker is back;
+* the CLI exits non-zero within ``--timeout`` + 2 s;
+* librdkafka's connection errors during an outage reach Python logging as a bounded number of
+  lines, with one line when the brokers go down and one when they are back;
+* a streaming trigger's producer rides out an outage of 15 s and of 60 s mid-stream: every page
+  once, in order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import pytest
+
+from airflow_kafka_events.assets.external import emit
+from airflow_kafka_events.codec import ASSET_EVENT_CODEC
+from airflow_kafka_events.errors import NotSentError
+from airflow_kafka_events.kafka.client_log import LIBRDKAFKA_LOGGER
+from airflow_kafka_events.kafka.producer import get_producer
+from airflow_kafka_events.kafka.settings import KafkaSettings
+from airflow_kafka_events.triggers import Page, StreamingTrigger
+from integration.faults.broker import FaultBroker, read_values, wait_until
+from integration.triggers.sample_triggers import collect, read_topic
+
+pytestmark = [pytest.mark.integration, pytest.mark.faults]
+
+EMIT_TIMEOUT = 5.0
+#: The bound the issue names for the CLI's exit, and used for an emit's failure too.
+SLACK = 2.0
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FaultBroker]:
+    fault_broker = FaultBroker(tmp_path_factory.mktemp("fault-broker"))
+    try:
+        yield fault_broker
+    finally:
+        fault_broker.broker.stop()
+
+
+@pytest.fixture(autouse=True)
+def close_fault_producers(broker) -> Iterator[None]:
+    """Producers of one test do not log into the next one's outage."""
+    yield
+    from airflow_kafka_events.kafka import producer as producer_module
+
+    for producer in list(producer_module._registry.values()):
+        if producer.bootstrap_servers == broker.bootstrap:
+            producer.close(5.0)
+
+
+class _Records(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+    def lines(self, logger: str, containing: str = "") -> list[str]:
+        return [r.getMessage() for r in self.records if r.name == logger and containing in r.getMessage()]
+
+
+@pytest.fixture
+def records() -> Iterator[_Records]:
+    handler = _Records()
+    logger = logging.getLogger("airflow_kafka_events")
+    old_level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG)
+    try:
+        yield handler
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(old_level)
+
+
+def _event_ids(bootstrap: str, topic: str) -> list[str]:
+    return [ASSET_EVENT_CODEC.decode(value).event_id for _, _, value in read_values(bootstrap, topic)]
+
+
+# --------------------------------------------------------------------------- emit
+def test_emit_with_the_broker_stopped_is_not_sent_and_never_published_later(broker):
+    topic = broker.topic(f"faults-emit-{uuid.uuid4().hex[:8]}")
+    common = {"bootstrap_servers": broker.bootstrap, "topic": topic, "timeout": EMIT_TIMEOUT}
+    before = emit("s3://faults/emit", idempotency_key="before", **common)  # the emit producer is connected
+
+    with broker.stopped():
+        started = time.monotonic()
+        with pytest.raises(NotSentError) as info:
+            emit("s3://faults/emit", idempotency_key="during", **common)
+        took = time.monotonic() - started
+    message = str(info.value)
+    assert took <= EMIT_TIMEOUT + SLACK, f"the emit failed after {took:.1f}s"
+    assert broker.bootstrap in message and "nothing will be published" in message
+    assert "unreachable" in message
+
+    # Same asset, same producer, same partition: were the failed event still queued, it would be
+    # delivered before this one.
+    after = emit("s3://faults/emit", idempotency_key="after", **common)
+    assert after.partition == before.partition
+    assert _event_ids(broker.bootstrap, topic) == [before.event_id, after.event_id]
+
+
+def test_cli_emit_with_the_broker_stopped_exits_within_its_timeout(broker):
+    topic = broker.topic(f"faults-cli-{uuid.uuid4().hex[:8]}")
+    key = f"cli-{uuid.uuid4().hex}"
+    command = [
+        sys.executable,
+        "-m",
+        "airflow_kafka_events.cli",
+        "emit",
+        "--asset",
+        "s3://faults/cli",
+        "--bootstrap-servers",
+        broker.bootstrap,
+        "--topic",
+        topic,
+        "--idempotency-key",
+        key,
+        "--timeout",
+        str(EMIT_TIMEOUT),
+    ]
+    with broker.stopped():
+        started = time.monotonic()
+        result = subprocess.run(command, capture_output=True, text=True, timeout=120)
+        took = time.monotonic() - started
+    assert result.returncode != 0
+    assert took <= EMIT_TIMEOUT + SLACK, f"the CLI exited after {took:.1f}s"
+    stderr = result.stderr.strip().splitlines()
+    assert stderr[-1].startswith("airflow-kafka-events: error: not sent"), result.stderr
+    assert broker.bootstrap in stderr[-1]
+    assert not [line for line in stderr if line.startswith("%")], "raw librdkafka lines on stderr"
+    # the process is gone, and with it anything it held: the topic stays empty
+    assert read_values(broker.bootstrap, topic) == []
+
+
+# --------------------------------------------------------------------------- librdkafka logging
+def test_a_stopped_broker_gives_a_bounded_number_of_log_lines(broker, records):
+    attempts: list[int] = []
+    config = KafkaSettings({"bootstrap.servers": broker.bootstrap}).producer_config()
+    config["error_cb"] = lambda err: attempts.append(err.code())  # chained: counts librdkafka's errors
+    producer = get_producer(config, role="faults-logging", message_timeout=10.0)
+
+    def state_lines(containing: str) -> list[str]:
+        lines = records.lines("airflow_kafka_events.kafka.client_log", "'faults-logging'")
+        return [line for line in lines if containing in line]
+
+    topic = broker.topic(f"faults-log-{uuid.uuid4().hex[:8]}")
+    producer.send_and_wait(topic, b"up", timeout=10.0)
+    try:
+        with broker.stopped():
+            with pytest.raises(NotSentError):  # ~10 s with every broker down
+                producer.send_and_wait(topic, b"down", timeout=10.0)
+            librdkafka_lines = records.lines(LIBRDKAFKA_LOGGER)
+            down_attempts = len(attempts)
+        wait_until(lambda: bool(state_lines("reachable again")), timeout=30, what="a 'reachable again' line")
+        producer.send_and_wait(topic, b"back", timeout=10.0)
+    finally:
+        producer.close(5.0)
+    assert down_attempts >= 10, attempts  # librdkafka kept trying ...
+    assert 1 <= len(librdkafka_lines) <= 10, librdkafka_lines  # ... and that became a few lines
+    assert len(state_lines("unreachable")) == 1
+    assert len(state_lines("reachable again")) == 1
+
+
+# --------------------------------------------------------------------------- streaming trigger
+REACHED: dict[str, threading.Event] = {}
+
+
+class OutageTrigger(StreamingTrigger):
+    """``total`` pages, a few ms apart; ``REACHED[trigger_run_id]`` is set when page ``stop_at``
+    has been delivered (the trigger asks for the next one only then)."""
+
+    outage_timeout = 120.0
+
+    def __init__(self, *, total: int, stop_at: int, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.total, self.stop_at = total, stop_at
+
+    def trigger_kwargs(self) -> dict[str, Any]:
+        return {"total": self.total, "stop_at": self.stop_at}
+
+    async def pages(self, cursor: str | None) -> AsyncIterator[Page]:
+        for index in range(int(cursor or 0), self.total):
+            if index == self.stop_at + 1:
+                REACHED[self.trigger_run_id or ""].set()
+            await asyncio.sleep(0.01)
+            yield Page(payload={"page": index}, cursor=str(index + 1))
+
+
+@pytest.mark.parametrize("outage", [15.0, 60.0])
+def test_a_streaming_trigger_rides_out_an_outage_mid_stream(broker, monkeypatch, records, outage):
+    extra = {"bootstrap.servers": broker.bootstrap}
+    monkeypatch.setenv("AIRFLOW_CONN_KAFKA_DEFAULT", json.dumps({"conn_type": "kafka", "extra": extra}))
+    topic = broker.topic(f"faults-stream-{uuid.uuid4().hex[:8]}", partitions=3)
+    key = f"faults/stream/-1/{uuid.uuid4().hex}"
+    REACHED[key] = threading.Event()
+    trigger = OutageTrigger(total=200, stop_at=50, trigger_run_id=key, topic=topic)
+    events: list[Any] = []
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            events.extend(asyncio.run(collect(trigger)))
+        except BaseException as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=run, name="outage-trigger")
+    thread.start()
+    assert REACHED[key].wait(60), "the stream never reached page 50"
+    broker.stop()
+    down_at = time.monotonic()
+    wait_until(lambda: time.monotonic() - down_at >= outage, timeout=outage + 5, what="the outage")
+    broker.start()
+    thread.join(180)
+    assert not thread.is_alive() and not errors, errors
+    (event,) = events
+    assert event.payload["count"] == 200 and event.payload["error"] is None
+
+    stored = read_topic(broker.bootstrap, topic, key)
+    assert [s.envelope.sequence_index for s in stored] == list(range(201))  # every page once, in order
+    assert [s.envelope.payload for s in stored[:-1]] == [{"page": i} for i in range(200)]
+    assert len({s.envelope.attempt for s in stored}) == 1
+    # one line when the brokers went down, one when they were back
+    state = records.lines("airflow_kafka_events.kafka.client_log", "producer 'stream'")
+    assert len([line for line in state if "unreachable" in line]) == 1, state
+    assert len([line for line in state if "reachable again" in line]) == 1, state

@@ -1,0 +1,183 @@
+"""What a failed send is called, how big a record is, and per-role producer configuration.
+
+No broker: the producers here point at a closed port and are only asked about errors, sizes and
+configuration (nothing is delivered).
+"""
+
+from __future__ import annotations
+
+import pytest
+from confluent_kafka import KafkaError
+
+from airflow_kafka_events.errors import (
+    ConfigurationError,
+    DeliveryError,
+    DeliveryOutcomeUnknownError,
+    NotSentError,
+    RecordTooLargeError,
+    ValidationError,
+)
+from airflow_kafka_events.kafka.client_log import Cause
+from airflow_kafka_events.kafka.producer import (
+    EnvelopeProducer,
+    classify_failure,
+    get_producer,
+    record_size,
+    role_config,
+)
+from airflow_kafka_events.kafka.settings import KafkaSettings
+
+pytestmark = pytest.mark.unit
+
+NOWHERE = "127.0.0.1:1"
+
+
+@pytest.fixture
+def producer():
+    config = KafkaSettings({"bootstrap.servers": NOWHERE, "sasl.password": "pw-123"}).producer_config()
+    p = EnvelopeProducer(role_config(config, 5.0), role="emit")
+    yield p
+    p.close(0)
+
+
+# --------------------------------------------------------------------------- classification
+@pytest.mark.parametrize(
+    "code",
+    [
+        KafkaError.UNKNOWN_TOPIC_OR_PART,
+        KafkaError._UNKNOWN_TOPIC,
+        KafkaError._UNKNOWN_PARTITION,
+        KafkaError.TOPIC_AUTHORIZATION_FAILED,
+        KafkaError.SASL_AUTHENTICATION_FAILED,
+        KafkaError.MSG_SIZE_TOO_LARGE,
+    ],
+)
+def test_refusals_are_not_sent_whatever_was_transmitted(code):
+    for produce_sent in (True, False, None):
+        assert classify_failure(code, produce_sent) is NotSentError
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        KafkaError._MSG_TIMED_OUT,
+        KafkaError._TIMED_OUT,
+        KafkaError._PURGE_QUEUE,
+        KafkaError._PURGE_INFLIGHT,
+        KafkaError._TRANSPORT,
+        KafkaError.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+        KafkaError.OUT_OF_ORDER_SEQUENCE_NUMBER,
+    ],
+)
+def test_a_timeout_is_not_sent_only_when_no_produce_request_left_the_client(code):
+    assert classify_failure(code, False) is NotSentError
+    assert classify_failure(code, True) is DeliveryOutcomeUnknownError
+    assert classify_failure(code, None) is DeliveryOutcomeUnknownError  # no evidence: cannot tell
+
+
+def test_both_errors_are_delivery_errors_and_keep_the_kafka_code():
+    for cls in (NotSentError, DeliveryOutcomeUnknownError):
+        error = cls("x", kafka_error=KafkaError(KafkaError._MSG_TIMED_OUT))
+        assert isinstance(error, DeliveryError) and error.code == KafkaError._MSG_TIMED_OUT
+    too_large = RecordTooLargeError("x", size=2, limit=1, limit_name="message.max.bytes")
+    assert isinstance(too_large, NotSentError) and isinstance(too_large, ValidationError)
+
+
+def test_a_failure_names_the_brokers_topic_cause_and_fix_and_no_password(producer):
+    producer.health.error_cb(
+        KafkaError(
+            KafkaError._TRANSPORT,
+            f"{NOWHERE}/bootstrap: Connect to ipv4#{NOWHERE} failed: Connection refused",
+        )
+    )
+    producer.health.error_cb(KafkaError(KafkaError._ALL_BROKERS_DOWN, "1/1 brokers are down"))
+    error = producer.failure("orders", KafkaError(KafkaError._MSG_TIMED_OUT), 0.0, 10, False)
+    text = str(error)
+    assert isinstance(error, NotSentError)
+    assert text.startswith("not sent — nothing will be published")
+    assert NOWHERE in text and "'orders'" in text and "Connection refused" in text
+    assert Cause.UNREACHABLE.value in text and "fix:" in text
+    assert "pw-123" not in text
+    unknown = producer.failure("orders", KafkaError(KafkaError._MSG_TIMED_OUT), 0.0, 10, True)
+    assert isinstance(unknown, DeliveryOutcomeUnknownError)
+    assert str(unknown).startswith("outcome unknown — retry with the same idempotency key")
+
+
+def test_an_unknown_topic_is_named_as_such(producer):
+    error = producer.failure("nope", KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART), 0.0, 10, True)
+    assert isinstance(error, NotSentError)
+    assert Cause.UNKNOWN_TOPIC.value in str(error) and "create the topic" in str(error)
+
+
+def test_a_broker_size_refusal_names_the_topic_limit(producer):
+    error = producer.failure("t", KafkaError(KafkaError.MSG_SIZE_TOO_LARGE), 0.0, 900_000, True)
+    assert isinstance(error, RecordTooLargeError) and error.limit_name == "max.message.bytes"
+
+
+# --------------------------------------------------------------------------- sizes
+def test_record_size_is_an_upper_bound_of_librdkafkas():
+    assert record_size(b"v" * 100, b"k" * 10) == 36 + 110
+    assert record_size(None, None, [("h", "é"), ("n", None)]) == 36 + (10 + 1 + 2) + (10 + 1)
+
+
+def test_an_oversized_record_is_refused_before_producing_naming_the_limit(producer):
+    with pytest.raises(RecordTooLargeError) as info:
+        producer.send("t", b"x" * 1_000_000, key="k")
+    message = str(info.value)
+    assert "message.max.bytes=1000000" in message and "raise message.max.bytes" in message
+    assert info.value.size > info.value.limit == 1_000_000
+    assert len(producer) == 0  # nothing was queued
+
+
+def test_a_raised_client_limit_is_the_one_checked():
+    config = KafkaSettings({"bootstrap.servers": NOWHERE, "message.max.bytes": 2_000_000}).producer_config()
+    p = EnvelopeProducer(config)
+    try:
+        assert p.max_message_bytes == 2_000_000
+        with pytest.raises(RecordTooLargeError, match=r"message.max.bytes=2000000"):
+            p.send("t", b"x" * 2_000_000)
+    finally:
+        p.close(0)
+
+
+# --------------------------------------------------------------------------- roles
+def test_role_config_sets_the_message_timeout_of_the_callers_wait():
+    config = {"bootstrap.servers": NOWHERE, "delivery.timeout.ms": 9, "acks": "all"}
+    assert role_config(config, 5.0) == {
+        "bootstrap.servers": NOWHERE,
+        "acks": "all",
+        "message.timeout.ms": 5000,
+    }
+    assert role_config(config, None) == config
+    with pytest.raises(ConfigurationError):
+        role_config(config, 0)
+
+
+def test_one_producer_per_config_role_and_timeout():
+    config = KafkaSettings({"bootstrap.servers": NOWHERE}).producer_config()
+    made = [
+        get_producer(config, role="emit", message_timeout=5),
+        get_producer(config, role="emit", message_timeout=5),
+        get_producer(config, role="emit", message_timeout=6),
+        get_producer(config, role="stream", message_timeout=5),
+        get_producer(config),
+    ]
+    try:
+        assert made[0] is made[1]
+        assert len({id(p) for p in made}) == 4
+        assert made[0].message_timeout == 5.0 and made[0].role == "emit"
+        assert made[4].message_timeout == 300.0  # librdkafka's default, untouched
+    finally:
+        for p in made:
+            p.close(0)
+
+
+def test_close_of_a_producer_that_cannot_deliver_returns_within_its_timeout(producer):
+    import time
+
+    producer.send("t", b"x")  # queued: the broker does not exist
+    started = time.monotonic()
+    with pytest.raises(DeliveryOutcomeUnknownError, match="purged at close"):
+        producer.close(0.5)
+    assert time.monotonic() - started < 5
+    assert producer.closed
