@@ -101,7 +101,7 @@ class DeliveryOutcomeUnknownError(DeliveryError):
     """Outcome unknown — retry with the same idempotency key: the message may have been written.
 
     E.g. it timed out while a produce request carrying it was in flight, or the caller stopped
-    waiting before the client gave up on it.  Readers de-duplicate on the idempotency key.
+    waiting before the client gave up on it.  Readers drop a repeated idempotency key.
     """
 
 

@@ -242,7 +242,7 @@ def publish(
     (e.g. no broker reachable, unknown topic; :class:`~airflow_kafka_events.errors.RecordTooLargeError`
     before anything is produced) — or
     :class:`~airflow_kafka_events.errors.DeliveryOutcomeUnknownError` — it may have been written:
-    retry with the same idempotency key (readers de-duplicate on it).  With a producer whose
+    retry with the same idempotency key (readers drop a repeated key).  With a producer whose
     message timeout is ``timeout`` (``get_producer(..., role=EMIT_ROLE, message_timeout=timeout)``,
     as :func:`emit` uses), a failed event is never published later.
     """

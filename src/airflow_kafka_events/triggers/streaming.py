@@ -49,7 +49,7 @@ Broker outages
     request.  One line is logged when a page is held because no broker is reachable and one when
     it is delivered again.  A page is never written twice by one attempt: the trigger sends it
     once and awaits its receipt before the next page; librdkafka's retries of that one message
-    carry the idempotent producer's sequence number, which the broker de-duplicates; and a page
+    carry the idempotent producer's sequence number, so the broker stores one copy; and a page
     whose outcome is unknown is never re-sent by this run — the run fails and the next one
     resumes from what Kafka holds.
 

@@ -1,8 +1,8 @@
 """A broker of their own for the fault tests: stopped and restarted on the same address.
 
-The session broker is shared by every other test, so fault tests never stop it.  This one lives
-in a temporary state dir; its ports are chosen once and recorded there, so a restart keeps the
-same ``bootstrap.servers``.
+The broker shared by the whole test run serves every other test, so fault tests never stop
+it.  This one lives in a temporary state dir; its ports are chosen once and recorded there, so
+a restart keeps the same ``bootstrap.servers``.
 """
 
 from __future__ import annotations

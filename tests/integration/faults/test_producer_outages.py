@@ -1,4 +1,4 @@
-"""Producers against a broker that is stopped and restarted (its own broker, not the session's).
+"""Producers against a broker that is stopped and restarted (a broker of their own, not the shared one).
 
 * an emit while the broker is stopped raises ``NotSentError`` naming the broker within its
   timeout, and nothing of it is published once the broker is back;
@@ -238,3 +238,41 @@ def test_a_streaming_trigger_rides_out_an_outage_mid_stream(broker, monkeypatch,
     state = records.lines("airflow_kafka_events.kafka.client_log", "producer 'stream'")
     assert len([line for line in state if "unreachable" in line]) == 1, state
     assert len([line for line in state if "reachable again" in line]) == 1, state
+
+
+# --------------------------------------------------------------------------- oversized records
+def test_an_oversized_emit_fails_before_producing_naming_the_limit(broker):
+    from airflow_kafka_events.errors import RecordTooLargeError
+
+    topic = broker.topic(f"faults-size-{uuid.uuid4().hex[:8]}")
+    extra = {"blob": "x" * 1_100_000}
+    with pytest.raises(RecordTooLargeError) as info:
+        emit(
+            "s3://faults/size",
+            extra=extra,
+            max_extra_bytes=2_000_000,
+            bootstrap_servers=broker.bootstrap,
+            topic=topic,
+        )
+    assert "message.max.bytes=1000000" in str(info.value) and info.value.limit == 1_000_000
+    assert read_values(broker.bootstrap, topic) == []
+
+
+def test_a_record_over_the_topics_limit_is_not_sent_naming_that_limit(broker):
+    from confluent_kafka.admin import AdminClient
+
+    from airflow_kafka_events.errors import RecordTooLargeError
+    from airflow_kafka_events.kafka.topics import TopicSpec, ensure_topics
+
+    topic = f"faults-topic-limit-{uuid.uuid4().hex[:8]}"
+    spec = TopicSpec(topic, partitions=1, config={"max.message.bytes": "10000"})
+    ensure_topics(AdminClient({"bootstrap.servers": broker.bootstrap}), [spec])
+    producer = get_producer(
+        KafkaSettings({"bootstrap.servers": broker.bootstrap}).producer_config(),
+        role="faults-size",
+        message_timeout=10,
+    )
+    with pytest.raises(RecordTooLargeError) as info:
+        producer.send_and_wait(topic, b"x" * 50_000, timeout=10)
+    assert info.value.limit_name == "max.message.bytes" and broker.bootstrap in str(info.value)
+    assert read_values(broker.bootstrap, topic) == []

@@ -181,3 +181,20 @@ def test_close_of_a_producer_that_cannot_deliver_returns_within_its_timeout(prod
         producer.close(0.5)
     assert time.monotonic() - started < 5
     assert producer.closed
+
+
+# --------------------------------------------------------------------------- streaming trigger's role
+def test_the_stream_outage_timeout_comes_from_the_trigger_or_the_provider_config(monkeypatch):
+    from airflow_kafka_events.triggers.streaming import DEFAULT_OUTAGE_TIMEOUT
+    from integration.triggers.sample_triggers import PagedTrigger
+
+    trigger = PagedTrigger(total=1, trigger_run_id="k")
+    monkeypatch.delenv("AIRFLOW__KAFKA_EVENTS__STREAM_OUTAGE_TIMEOUT", raising=False)
+    assert trigger.resolve_outage_timeout() == DEFAULT_OUTAGE_TIMEOUT >= 300
+    monkeypatch.setenv("AIRFLOW__KAFKA_EVENTS__STREAM_OUTAGE_TIMEOUT", "42.5")
+    assert trigger.resolve_outage_timeout() == 42.5
+    monkeypatch.setenv("AIRFLOW__KAFKA_EVENTS__STREAM_OUTAGE_TIMEOUT", "soon")
+    with pytest.raises(ConfigurationError, match="stream_outage_timeout"):
+        trigger.resolve_outage_timeout()
+    trigger.outage_timeout = 7.0
+    assert trigger.resolve_outage_timeout() == 7.0
