@@ -24,6 +24,7 @@ from confluent_kafka import TopicPartition as KafkaTopicPartition
 
 from airflow_kafka_events.errors import ConfigurationError, KafkaOperationError, TopicError
 from airflow_kafka_events.kafka.client_executor import ClientExecutor
+from airflow_kafka_events.kafka.client_log import Cause, ClientHealth, cause_of
 from airflow_kafka_events.kafka.positions import Partition
 
 log = logging.getLogger(__name__)
@@ -42,7 +43,8 @@ FATAL_CONSUMER_ERRORS = frozenset(
 )
 #: Placeholder ``group.id`` when the connection names none: librdkafka insists on one.
 _NO_GROUP = "airflow-kafka-events.assigned-reader"
-_ERROR_LOG_INTERVAL = 60.0
+#: Seconds between librdkafka statistics reports of a reader (only broker up/down is read).
+_STATS_INTERVAL = 30.0
 
 
 class StartPolicy:
@@ -83,20 +85,21 @@ class AssignedReader:
         cfg["enable.auto.offset.store"] = False
         self.start_policy = StartPolicy.from_config(cfg)
         self.bootstrap_servers = str(cfg.get("bootstrap.servers", ""))
-        self._config = cfg
+        #: librdkafka's logs and errors of this reader (rate-limited, causes kept for errors)
+        self.health = ClientHealth.for_config(cfg, name=f"reader {name}", stats_interval=_STATS_INTERVAL)
+        self._config = self.health.wire(cfg)
         self._executor = ClientExecutor(name)
         self._consumer: Consumer | None = None
-        self._last_error_log: dict[int, float] = {}
+        self._opened_at = 0.0
 
     # ------------------------------------------------------------------ opening
     async def open(self) -> None:
+        self._opened_at = time.monotonic()
         self._consumer = await self._executor.run(self._new_consumer)
 
     def _new_consumer(self) -> Consumer:
-        config = dict(self._config)
-        config.setdefault("error_cb", self._client_error)
         try:
-            return Consumer(config)
+            return Consumer(self._config)
         except KafkaException as exc:
             raise KafkaOperationError.from_exception(
                 f"cannot create a Kafka consumer for {self.topics} at {self.bootstrap_servers}", exc
@@ -165,8 +168,13 @@ class AssignedReader:
 
     # ------------------------------------------------------------------ reading
     async def poll(self, timeout: float) -> Message | None:
-        """The next record, or ``None``; passing client errors are logged, fatal ones raised."""
+        """The next record, or ``None``; passing client errors are logged, fatal ones raised.
+
+        Raises :class:`KafkaOperationError` naming the brokers, the cause and the fix when the
+        client saw an authentication or authorization failure: those do not heal by retrying.
+        """
         message = await self._executor.run(self._client().poll, timeout)
+        self._raise_if_refused()
         if message is None:
             return None
         error = message.error()
@@ -178,34 +186,32 @@ class AssignedReader:
     async def seek(self, tp: Partition, offset: int) -> None:
         await self._executor.run(self._client().seek, KafkaTopicPartition(tp[0], tp[1], offset))
 
-    def _client_error(self, error: KafkaError) -> None:
-        """librdkafka's error callback: rate-limited, at warning level (the client retries itself)."""
-        if error.fatal() or error.code() in FATAL_CONSUMER_ERRORS:
-            log.error("Kafka client error for %s at %s: %s", self.topics, self.bootstrap_servers, error)
-            return
-        self._log_passing(error, "Kafka client error")
+    def _raise_if_refused(self) -> None:
+        seen = self.health.last_error(since=self._opened_at)
+        if seen is not None and seen.cause in (Cause.AUTHENTICATION, Cause.AUTHORIZATION):
+            raise KafkaOperationError(
+                f"Kafka refused the reader of {self.topics} at {self.bootstrap_servers}: "
+                f"{seen.cause.value} ({seen.text}); {self.health.fix_for(seen.cause)}",
+                kafka_error=KafkaError(seen.code),
+            )
 
     def _check_error(self, error: KafkaError) -> None:
         if error.code() == KafkaError._PARTITION_EOF:
             return
         if error.fatal() or error.code() in FATAL_CONSUMER_ERRORS:
+            cause = cause_of(error.code())
             raise KafkaOperationError(
-                f"Kafka consumer error on {self.topics} at {self.bootstrap_servers}", kafka_error=error
+                f"Kafka consumer error on {self.topics} at {self.bootstrap_servers}: {cause.value} "
+                f"({error}); {self.health.fix_for(cause)}",
+                kafka_error=error,
             )
-        self._log_passing(error, "Kafka consumer error")
-
-    def _log_passing(self, error: KafkaError, what: str) -> None:
-        now = time.monotonic()
-        code = error.code()
-        if now - self._last_error_log.get(code, -_ERROR_LOG_INTERVAL) >= _ERROR_LOG_INTERVAL:
-            self._last_error_log[code] = now
-            log.warning(
-                "%s on %s at %s: %s; the client retries by itself",
-                what,
-                self.topics,
-                self.bootstrap_servers,
-                error,
-            )
+        self.health.logger.log(
+            logging.WARNING,
+            "Kafka consumer error on %s at %s: %s; the client retries by itself",
+            self.topics,
+            self.bootstrap_servers,
+            error,
+        )
 
     # ------------------------------------------------------------------ closing
     async def close(self) -> None:
