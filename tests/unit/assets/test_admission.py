@@ -366,3 +366,34 @@ def test_dedupe_can_be_left_to_the_caller():
     first, second = pipeline.admit(env), pipeline.admit(env)
     assert first.accepted and second.accepted and second.seen_key == first.seen_key
     assert len(pipeline.seen) == 0  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("case", list(SHARED_CASES))
+def test_the_watcher_trigger_itself_gives_the_bridges_verdict(case, monkeypatch):
+    """Not a hand-built config: the pipeline a real KafkaAssetEventTrigger builds from its kwargs."""
+    import asyncio
+
+    from airflow_kafka_events.triggers.asset_stream import KafkaRecord
+    from airflow_kafka_events.triggers.asset_watcher import KafkaAssetEventTrigger
+
+    make, action, stage, reason = SHARED_CASES[case]
+    value = make(monkeypatch)
+    headers = (("source", b"test"),)
+    trigger = KafkaAssetEventTrigger(
+        topics=["events"],
+        asset_uri=ASSET.uri,
+        asset_name=ASSET.name,
+        allow=ALLOW,
+        signing_conn_id="asset_signing",
+        max_causation_depth=DEPTH,
+    )
+
+    async def keys() -> list[bytes]:
+        return [KEY]
+
+    monkeypatch.setattr(trigger, "_load_signing_keys", keys)
+    record = KafkaRecord("events", 0, 7, b"s3://lake/batches", value, headers)
+    watcher = asyncio.run(trigger.judge(record))
+    bridge = bridge_pipeline().admit(value, key=b"s3://lake/batches", headers=list(headers))
+    assert _summary(watcher) == _summary(bridge)
+    assert (watcher.action, watcher.stage, watcher.reason) == (action, stage, reason)
