@@ -16,7 +16,7 @@ from confluent_kafka.admin import AdminClient
 from airflow_kafka_events.kafka.consumer import Decoder, EnvelopeConsumer
 from airflow_kafka_events.kafka.producer import DEFAULT_ROLE, EnvelopeProducer, get_producer
 from airflow_kafka_events.kafka.settings import KafkaSettings
-from airflow_kafka_events.kafka.topics import TopicSpec, ensure_topics
+from airflow_kafka_events.kafka.topics import TopicSpec, client_message_max_bytes, ensure_topics
 
 E = TypeVar("E")
 
@@ -60,4 +60,7 @@ class KafkaEventsHook(KafkaBaseHook):
         return EnvelopeConsumer(config, decoder, topics=topics)
 
     def ensure_topics(self, specs: Iterable[TopicSpec], *, timeout: float = 30.0) -> list[str]:
-        return ensure_topics(self.get_admin_client(), specs, timeout=timeout)
+        """Create the missing topics, their ``max.message.bytes`` aligned with this connection's
+        producers (``message.max.bytes``) unless a spec sets its own."""
+        limit = client_message_max_bytes(self.get_settings().producer_config())
+        return ensure_topics(self.get_admin_client(), specs, timeout=timeout, message_max_bytes=limit)

@@ -12,7 +12,12 @@ import pytest
 from confluent_kafka import Consumer
 from confluent_kafka.admin import ConfigResource
 
-from airflow_kafka_events.kafka.topics import TopicSpec, delete_topics, ensure_topics
+from airflow_kafka_events.kafka.topics import (
+    TopicSpec,
+    delete_topics,
+    ensure_topics,
+    topic_max_message_bytes,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -52,6 +57,8 @@ def test_hook_builds_clients_from_an_airflow_connection_env_var(kafka_bootstrap,
     created = hook.ensure_topics([TopicSpec(f"hook-{uuid.uuid4().hex[:8]}", partitions=1)])
     try:
         assert len(created) == 1
+        # aligned with the connection's producers: what they may send, the topic takes
+        assert topic_max_message_bytes(hook.get_admin_client(), created[0]) == 1_000_000
     finally:
         delete_topics(hook.get_admin_client(), created)
     consumer = Consumer({**settings.consumer_config("hook-" + topic)})
