@@ -25,6 +25,7 @@ from confluent_kafka import TopicPartition as KafkaTopicPartition
 from airflow_kafka_events.errors import ConfigurationError, KafkaOperationError, TopicError
 from airflow_kafka_events.kafka.client_executor import ClientExecutor
 from airflow_kafka_events.kafka.client_log import Cause, ClientHealth, cause_of
+from airflow_kafka_events.kafka.clients import new_consumer
 from airflow_kafka_events.kafka.positions import Partition
 
 log = logging.getLogger(__name__)
@@ -85,9 +86,9 @@ class AssignedReader:
         cfg["enable.auto.offset.store"] = False
         self.start_policy = StartPolicy.from_config(cfg)
         self.bootstrap_servers = str(cfg.get("bootstrap.servers", ""))
+        self._config = cfg
         #: librdkafka's logs and errors of this reader (rate-limited, causes kept for errors)
         self.health = ClientHealth.for_config(cfg, name=f"reader {name}", stats_interval=_STATS_INTERVAL)
-        self._config = self.health.wire(cfg)
         self._executor = ClientExecutor(name)
         self._consumer: Consumer | None = None
         self._opened_at = 0.0
@@ -98,12 +99,13 @@ class AssignedReader:
         self._consumer = await self._executor.run(self._new_consumer)
 
     def _new_consumer(self) -> Consumer:
-        try:
-            return Consumer(self._config)
-        except KafkaException as exc:
-            raise KafkaOperationError.from_exception(
-                f"cannot create a Kafka consumer for {self.topics} at {self.bootstrap_servers}", exc
-            ) from exc
+        consumer, _ = new_consumer(
+            self._config,
+            name=f"reader {self.name}",
+            what=f"cannot create a reader of {self.topics}",
+            health=self.health,
+        )
+        return consumer
 
     def _client(self) -> Consumer:
         if self._consumer is None:

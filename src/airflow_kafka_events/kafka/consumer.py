@@ -16,6 +16,7 @@ from typing import Any, Generic, Protocol, TypeVar
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from airflow_kafka_events.errors import EnvelopeDecodeError, KafkaOperationError
+from airflow_kafka_events.kafka.clients import new_consumer
 
 log = logging.getLogger(__name__)
 
@@ -84,8 +85,8 @@ class EnvelopeConsumer(Generic[E]):
         if bool(topics) == bool(assignment):
             raise ValueError("pass exactly one of topics (group subscription) or assignment")
         self._decoder = decoder
+        self._consumer, self.health = new_consumer(config, name=f"consumer of {topics or assignment}")
         try:
-            self._consumer = Consumer(dict(config))
             if topics:
                 self._consumer.subscribe(list(topics))
             else:

@@ -31,11 +31,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from airflow_kafka_events.codec import TRIGGER_EVENT_CODEC, EnvelopeCodec
 from airflow_kafka_events.envelopes import StreamError, TriggerEventEnvelope
 from airflow_kafka_events.errors import EnvelopeDecodeError, StreamProgressError
+from airflow_kafka_events.kafka.clients import new_consumer
 from airflow_kafka_events.kafka.partitioner import partition_for_key
 from airflow_kafka_events.kafka.settings import KafkaSettings
 
@@ -209,10 +210,12 @@ class _PartitionScanner:
         self.started = time.monotonic()
         self.deadline = self.started + timeout
         self.codec = codec
-        try:
-            self.consumer = Consumer(consumer_config)
-        except KafkaException as exc:
-            raise StreamProgressError.from_exception("cannot create the stream progress reader", exc) from exc
+        self.consumer, _ = new_consumer(
+            consumer_config,
+            name=f"progress of {trigger_run_id}",
+            what="cannot create the stream progress reader",
+            error_type=StreamProgressError,
+        )
 
     # ------------------------------------------------------------------ deadline and errors
     def remaining(self, what: str) -> float:

@@ -81,7 +81,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, Message, TopicPartition
 
 from airflow_kafka_events.checkpoint import Checkpoint
 from airflow_kafka_events.codec import TRIGGER_EVENT_CODEC
@@ -97,6 +97,7 @@ from airflow_kafka_events.errors import (
     TopicError,
     ValidationError,
 )
+from airflow_kafka_events.kafka.clients import new_consumer
 from airflow_kafka_events.kafka.consumer import ConsumedRecord, Decoder, consume_available
 
 __all__ = [
@@ -542,10 +543,8 @@ class StreamReader:
 
     # ------------------------------------------------------------------ seams
     def _make_consumer(self, config: dict[str, Any]) -> Any:
-        try:
-            return Consumer(config)
-        except KafkaException as exc:
-            raise KafkaOperationError.from_exception("cannot create Kafka consumer", exc) from exc
+        consumer, _ = new_consumer(config, name=f"reader of {self.trigger_run_id}")
+        return consumer
 
     def _new_tracker(self, checkpoint: Checkpoint | None) -> SequenceTracker:
         if checkpoint is None:

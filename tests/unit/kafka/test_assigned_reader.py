@@ -31,7 +31,7 @@ def test_the_reader_never_commits_and_needs_no_group():
     config = reader._config
     assert config["enable.auto.commit"] is False and config["enable.auto.offset.store"] is False
     assert config["group.id"]  # librdkafka insists on one; it is never joined
-    assert callable(config["error_cb"]) and config["logger"] is reader.health.logger
+    assert reader.health.bootstrap_servers == NOWHERE  # its logs and errors are wired at open
 
 
 def test_an_authentication_failure_ends_the_reader_with_its_cause_and_fix():
