@@ -32,6 +32,8 @@ AIRFLOW_FREE = [
     "airflow_kafka_events.kafka.client_executor",
     "airflow_kafka_events.kafka.positions",
     "airflow_kafka_events.kafka.assigned_reader",
+    "airflow_kafka_events.kafka.client_log",
+    "airflow_kafka_events.kafka.clients",
     "airflow_kafka_events.assets.external",
     "airflow_kafka_events.assets.validation",
     "airflow_kafka_events.assets.idempotency",
