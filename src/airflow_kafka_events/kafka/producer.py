@@ -40,6 +40,7 @@ import logging
 import os
 import threading
 import time
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -167,6 +168,7 @@ class _Pending:
     before: BrokerSnapshot | None
     error: KafkaError | None = None
     failed_at: float = 0.0
+    key: bytes | None = None
 
 
 class EnvelopeProducer:
@@ -196,6 +198,7 @@ class EnvelopeProducer:
         self._awaiting: list[_Pending] = []
         self._awaiting_lock = threading.Lock()
         self._outstanding = 0  # messages produced whose delivery report has not come yet
+        self._outstanding_by_key: Counter[tuple[str, bytes | None]] = Counter()
         self.health.add_snapshot_listener(self._on_snapshot)
         try:
             self._producer = Producer(self.health.wire(self.config))
@@ -227,8 +230,7 @@ class EnvelopeProducer:
 
     def _on_delivery(self, pending: _Pending):  # type: ignore[no-untyped-def]
         def callback(err: KafkaError | None, msg: Message) -> None:
-            with self._awaiting_lock:
-                self._outstanding -= 1
+            self._settled(pending.topic, pending.key)
             if pending.future.done():
                 return
             if err is None:
@@ -359,7 +361,7 @@ class EnvelopeProducer:
         size = record_size(value, raw_key, header_list)
         self._check_size(topic, size)
         future: concurrent.futures.Future[DeliveryReceipt] = concurrent.futures.Future()
-        pending = _Pending(future, topic, size, time.monotonic(), self.health.snapshot)
+        pending = _Pending(future, topic, size, time.monotonic(), self.health.snapshot, key=raw_key)
         kwargs: dict[str, Any] = {"on_delivery": self._on_delivery(pending)}
         if header_list:
             kwargs["headers"] = header_list
@@ -404,12 +406,24 @@ class EnvelopeProducer:
     ) -> None:
         with self._awaiting_lock:
             self._outstanding += 1
+            self._outstanding_by_key[(topic, key)] += 1
         try:
             self._producer.produce(topic, value=value, key=key, **kwargs)
         except BaseException:
-            with self._awaiting_lock:
-                self._outstanding -= 1
+            self._settled(topic, key)
             raise
+
+    def _settled(self, topic: str, key: bytes | None) -> None:
+        with self._awaiting_lock:
+            self._outstanding -= 1
+            self._outstanding_by_key[(topic, key)] -= 1
+            if self._outstanding_by_key[(topic, key)] <= 0:
+                del self._outstanding_by_key[(topic, key)]
+
+    def outstanding_for(self, topic: str, key: bytes | str | None) -> int:
+        """Messages to ``topic`` with ``key`` that have no delivery report yet (queued or in flight)."""
+        with self._awaiting_lock:
+            return self._outstanding_by_key.get((topic, _encode_key(key)), 0)
 
     def send_and_wait(
         self,

@@ -42,16 +42,11 @@ End of an attempt
     trigger and the next run resumes after what was delivered.
 
 Broker outages
-    The trigger's producer has its own role (``"stream"``) whose ``message.timeout.ms`` is the
-    trigger's ``outage_timeout`` (default ``[kafka_events] stream_outage_timeout``, 300 s), so a
-    page waits out an outage that long: librdkafka reconnects with exponential backoff
-    (``reconnect.backoff.ms`` .. ``reconnect.backoff.max.ms``) and retries the same produce
-    request.  One line is logged when a page is held because no broker is reachable and one when
-    it is delivered again.  A page is never written twice by one attempt: the trigger sends it
-    once and awaits its receipt before the next page; librdkafka's retries of that one message
-    carry the idempotent producer's sequence number, so the broker stores one copy; and a page
-    whose outcome is unknown is never re-sent by this run — the run fails and the next one
-    resumes from what Kafka holds.
+    Each page waits up to ``outage_timeout`` (``[kafka_events] stream_outage_timeout``, 300 s)
+    for unreachable brokers (:mod:`~airflow_kafka_events.triggers.outage`).  One attempt never
+    writes a page twice: a page is sent once and awaited before the next, librdkafka's retries
+    of it carry the idempotent producer's sequence number (the broker stores one copy), and a
+    page whose outcome is unknown fails the run; the next run resumes from what Kafka holds.
 
 Readers follow the highest ``attempt`` of a key and should ignore a repeated
 ``(attempt, sequence_index)`` (Airflow may briefly run one trigger in two triggerers).
@@ -65,7 +60,6 @@ import asyncio
 import inspect
 import logging
 import math
-import time
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -89,6 +83,13 @@ from airflow_kafka_events.kafka.progress import (
 )
 from airflow_kafka_events.kafka.settings import KafkaSettings
 from airflow_kafka_events.streams import StreamDescriptor, plan_resume, stream_id
+from airflow_kafka_events.triggers.outage import (
+    DEFAULT_OUTAGE_TIMEOUT,
+    STREAM_ROLE,
+    await_delivery,
+    resolve_outage_timeout,
+    wait_for_earlier_sends,
+)
 
 __all__ = [
     "DEFAULT_OUTAGE_TIMEOUT",
@@ -100,12 +101,6 @@ __all__ = [
 ]
 
 DEFAULT_TOPIC = "airflow.trigger-events"
-#: Producer role of streaming triggers (its message timeout is the outage timeout).
-STREAM_ROLE = "stream"
-#: Seconds a page may wait for the brokers to come back (``[kafka_events] stream_outage_timeout``).
-DEFAULT_OUTAGE_TIMEOUT = 300.0
-#: How often a held page checks whether the brokers are down (for the one log line).
-_HELD_CHECK_INTERVAL = 1.0
 _log = logging.getLogger(__name__)
 #: XCom key of the descriptor when ``finish_task=True``.
 RETURN_VALUE_KEY = "return_value"
@@ -206,46 +201,20 @@ class _AttemptWriter:
                 timeout=self.delivery_timeout,
             )
         )
-        receipt = await self._await_delivery(delivery)
+        receipt = await await_delivery(
+            delivery,
+            self.producer,
+            self.log,
+            stream=self.trigger_run_id,
+            page=self.next_seq,
+            timeout=self.delivery_timeout,
+        )
         if self.next_seq == 0:
             self.first_offset = receipt.offset
         self.next_seq += 1
         self.cursor = cursor
         self.written += 1
         return receipt.offset
-
-    async def _await_delivery(self, delivery: asyncio.Future[Any]) -> Any:
-        """The receipt; logs once when the page is held by an outage and once when it got through."""
-        held_since: float | None = None
-        health = getattr(self.producer, "health", None)
-        try:
-            while True:
-                done, _ = await asyncio.wait({delivery}, timeout=_HELD_CHECK_INTERVAL)
-                if done:
-                    break
-                if held_since is None and health is not None and health.down:
-                    held_since = time.monotonic()
-                    self.log.warning(
-                        "stream %s: Kafka at %s is unreachable (%s); page %d is held and retried "
-                        "for up to %gs",
-                        self.trigger_run_id,
-                        health.bootstrap_servers,
-                        health.describe_unreachable(),
-                        self.next_seq,
-                        self.delivery_timeout,
-                    )
-        except asyncio.CancelledError:
-            delivery.cancel()
-            raise
-        receipt = delivery.result()  # raises the delivery error
-        if held_since is not None:
-            self.log.info(
-                "stream %s: Kafka is back; page %d delivered after being held %.1fs",
-                self.trigger_run_id,
-                self.next_seq,
-                time.monotonic() - held_since,
-            )
-        return receipt
 
     async def finish(self, error: StreamError | None) -> StreamDescriptor:
         count = self.next_seq
@@ -474,21 +443,7 @@ class StreamingTrigger(BaseTrigger):
     # ------------------------------------------------------------------ run
     def resolve_outage_timeout(self) -> float:
         """``outage_timeout``, else ``[kafka_events] stream_outage_timeout``, else 300 s."""
-        if self.outage_timeout is not None:
-            value: Any = self.outage_timeout
-        else:
-            from airflow.configuration import conf
-
-            value = conf.get("kafka_events", "stream_outage_timeout", fallback=str(DEFAULT_OUTAGE_TIMEOUT))
-        try:
-            seconds = float(value)
-        except (TypeError, ValueError):
-            raise ConfigurationError(
-                f"stream_outage_timeout must be a number of seconds, got {value!r}"
-            ) from None
-        if not seconds > 0:
-            raise ConfigurationError(f"stream_outage_timeout must be > 0 seconds, got {value!r}")
-        return seconds
+        return resolve_outage_timeout(self.outage_timeout)
 
     def _open_kafka(self) -> tuple[KafkaSettings, EnvelopeProducer]:
         # Blocking (connection lookup, client creation): called in a worker thread.
@@ -503,6 +458,7 @@ class StreamingTrigger(BaseTrigger):
         trigger_run_id = self.resolve_trigger_run_id()
         identity = self.resolve_producer_identity()
         settings, producer = await asyncio.to_thread(self._open_kafka)
+        await wait_for_earlier_sends(producer, self.topic, trigger_run_id, self.log)
         location, progress = await asyncio.to_thread(
             lookup_stream,
             settings,

@@ -276,3 +276,42 @@ def test_a_record_over_the_topics_limit_is_not_sent_naming_that_limit(broker):
         producer.send_and_wait(topic, b"x" * 50_000, timeout=10)
     assert info.value.limit_name == "max.message.bytes" and broker.bootstrap in str(info.value)
     assert read_values(broker.bootstrap, topic) == []
+
+
+def test_a_run_cancelled_while_its_page_is_held_is_resumed_without_writing_that_page_twice(
+    broker, monkeypatch
+):
+    extra = {"bootstrap.servers": broker.bootstrap}
+    monkeypatch.setenv("AIRFLOW_CONN_KAFKA_DEFAULT", json.dumps({"conn_type": "kafka", "extra": extra}))
+    topic = broker.topic(f"faults-cancel-{uuid.uuid4().hex[:8]}")
+    key = f"faults/cancel/-1/{uuid.uuid4().hex}"
+    REACHED[key] = threading.Event()
+    loop = asyncio.new_event_loop()
+    first = loop.create_task(collect(OutageTrigger(total=60, stop_at=20, trigger_run_id=key, topic=topic)))
+    runner = threading.Thread(target=lambda: loop.run_until_complete(asyncio.wait({first})), name="first-run")
+    runner.start()
+    assert REACHED[key].wait(60), "the stream never reached page 20"
+    producer = get_producer(
+        KafkaSettings(extra).producer_config(), role="stream", message_timeout=OutageTrigger.outage_timeout
+    )
+    with broker.stopped():
+        wait_until(lambda: producer.outstanding_for(topic, key) > 0, timeout=30, what="a held page")
+        loop.call_soon_threadsafe(first.cancel)  # the triggerer stops the trigger mid-outage
+        runner.join(30)
+        assert first.cancelled() and producer.outstanding_for(topic, key) == 1
+        second: list[Any] = []
+        rerun = threading.Thread(
+            target=lambda: second.extend(
+                asyncio.run(collect(OutageTrigger(total=60, stop_at=99, trigger_run_id=key, topic=topic)))
+            ),
+            name="second-run",
+        )
+        rerun.start()  # same stream, same process: waits for the held page before looking up progress
+    rerun.join(180)
+    loop.close()
+    assert not rerun.is_alive()
+    (event,) = second
+    assert event.payload["count"] == 60 and event.payload["error"] is None
+    stored = read_topic(broker.bootstrap, topic, key)
+    assert [s.envelope.sequence_index for s in stored] == list(range(61))  # the held page once
+    assert len({s.envelope.attempt for s in stored}) == 1
