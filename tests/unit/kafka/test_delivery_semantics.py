@@ -198,3 +198,40 @@ def test_the_stream_outage_timeout_comes_from_the_trigger_or_the_provider_config
         trigger.resolve_outage_timeout()
     trigger.outage_timeout = 7.0
     assert trigger.resolve_outage_timeout() == 7.0
+
+
+def test_a_held_page_logs_once_when_held_and_once_when_through(monkeypatch):
+    import asyncio
+    from types import SimpleNamespace
+
+    from airflow_kafka_events.triggers import outage
+
+    monkeypatch.setattr(outage, "HELD_CHECK_INTERVAL", 0.01)
+    health = SimpleNamespace(down=False, bootstrap_servers="k:9092", describe_unreachable=lambda: "refused")
+    lines: list[tuple[str, str]] = []
+    log = SimpleNamespace(
+        warning=lambda msg, *a: lines.append(("warning", msg % a)),
+        info=lambda msg, *a: lines.append(("info", msg % a)),
+    )
+
+    async def main() -> str:
+        delivery = asyncio.get_running_loop().create_future()
+
+        async def outage_then_back() -> None:
+            await asyncio.sleep(0.05)
+            health.down = True  # brokers go down
+            await asyncio.sleep(0.2)
+            health.down = False
+            delivery.set_result("receipt")
+
+        task = asyncio.ensure_future(outage_then_back())
+        receipt = await outage.await_delivery(
+            delivery, SimpleNamespace(health=health), log, stream="s", page=7, timeout=300
+        )
+        await task
+        return receipt
+
+    assert asyncio.run(main()) == "receipt"
+    assert [level for level, _ in lines] == ["warning", "info"]
+    assert "k:9092 is unreachable (refused); page 7 is held" in lines[0][1]
+    assert "page 7 delivered" in lines[1][1]
