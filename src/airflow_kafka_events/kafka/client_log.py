@@ -240,6 +240,8 @@ class BrokerSnapshot:
     ts: float
     produce_requests: Mapping[str, int] = field(default_factory=dict)
     states: Mapping[str, str] = field(default_factory=dict)
+    #: topics a broker's metadata answer did not know (no partition but librdkafka's "-1")
+    unknown_topics: frozenset[str] = frozenset()
 
     @property
     def any_up(self) -> bool:
@@ -259,12 +261,18 @@ class BrokerSnapshot:
     @classmethod
     def from_stats(cls, stats: Mapping[str, Any]) -> BrokerSnapshot:
         brokers = stats.get("brokers") or {}
+        topics = stats.get("topics") or {}
         return cls(
             ts=float(stats.get("ts", 0)) / 1e6,
             produce_requests={
                 name: int((b.get("req") or {}).get("Produce", 0)) for name, b in brokers.items()
             },
             states={name: str(b.get("state", "")) for name, b in brokers.items()},
+            unknown_topics=frozenset(
+                name
+                for name, t in topics.items()
+                if set(t.get("partitions") or {}) <= {"-1"} and int(t.get("metadata_age") or 0) > 0
+            ),
         )
 
 

@@ -215,8 +215,9 @@ class EnvelopeProducer:
 
     @property
     def report_grace(self) -> float:
-        """How long after the message timeout a delivery report and its classification may take."""
-        return 3 * self.health.stats_interval + 0.5
+        """How long after the message timeout a delivery report and its classification may take
+        (librdkafka scans for timed-out messages once a second; then one statistics report)."""
+        return 1.5 + 3 * self.health.stats_interval
 
     # ------------------------------------------------------------------ delivery reports
     def _poll_loop(self) -> None:
@@ -264,10 +265,14 @@ class EnvelopeProducer:
     def _fail(self, pending: _Pending, *, produce_sent: bool | None) -> None:
         err = pending.error
         assert err is not None
-        if not pending.future.done():
-            pending.future.set_exception(
-                self.failure(pending.topic, err, pending.sent_at, pending.size, produce_sent)
-            )
+        if pending.future.done():
+            return
+        try:
+            error = self.failure(pending.topic, err, pending.sent_at, pending.size, produce_sent)
+        except Exception:  # never leave a caller without an answer
+            log.exception("Kafka producer %r: describing a failed delivery failed", self.role)
+            error = DeliveryOutcomeUnknownError(f"message to topic {pending.topic!r} failed", kafka_error=err)
+        pending.future.set_exception(error)
 
     def failure(
         self, topic: str, err: KafkaError, since: float, size: int, produce_sent: bool | None
@@ -285,18 +290,7 @@ class EnvelopeProducer:
                 kafka_error=err,
             )
         cls = classify_failure(code, produce_sent)
-        seen = self.health.last_error(since)
-        own = cause_of(code)
-        cause, detail = (
-            (own, self.health.redact(err.str()))
-            if seen is None
-            or own
-            in (
-                Cause.UNKNOWN_TOPIC,
-                Cause.AUTHORIZATION,
-            )
-            else (seen.cause, seen.text)
-        )
+        cause, detail = self._cause(topic, err, since)
         if cls is NotSentError:
             head = "not sent — nothing will be published"
             tail = "a retry cannot publish it twice"
@@ -308,6 +302,19 @@ class EnvelopeProducer:
             f"{tail}; fix: {self.health.fix_for(cause)}",
             kafka_error=err,
         )
+
+    def _cause(self, topic: str, err: KafkaError, since: float) -> tuple[Cause, str]:
+        """The cause to name: the error's own when it says more (unknown topic, authorization), a
+        topic the brokers' metadata does not know, else the most telling one ``error_cb`` reported
+        during the message's life."""
+        own = cause_of(err.code())
+        snapshot = self.health.snapshot
+        if own is Cause.TIMED_OUT and not self.health.down and snapshot and topic in snapshot.unknown_topics:
+            return Cause.UNKNOWN_TOPIC, f"the brokers know no topic {topic!r}"
+        seen = self.health.last_error(since)
+        if seen is None or own in (Cause.UNKNOWN_TOPIC, Cause.AUTHORIZATION):
+            return own, self.health.redact(err.str())
+        return seen.cause, seen.text
 
     def _caller_gave_up(self, topic: str, waited: float) -> DeliveryOutcomeUnknownError:
         return DeliveryOutcomeUnknownError(

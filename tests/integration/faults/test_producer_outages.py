@@ -234,10 +234,13 @@ def test_a_streaming_trigger_rides_out_an_outage_mid_stream(broker, monkeypatch,
     assert [s.envelope.sequence_index for s in stored] == list(range(201))  # every page once, in order
     assert [s.envelope.payload for s in stored[:-1]] == [{"page": i} for i in range(200)]
     assert len({s.envelope.attempt for s in stored}) == 1
-    # one line when the brokers went down, one when they were back
+    # one line when the brokers went down, one when they were back (a broker that accepts a
+    # connection once more while it shuts down is one more down/up pair, never one per retry)
     state = records.lines("airflow_kafka_events.kafka.client_log", "producer 'stream'")
-    assert len([line for line in state if "unreachable" in line]) == 1, state
-    assert len([line for line in state if "reachable again" in line]) == 1, state
+    down = [line for line in state if "unreachable" in line]
+    assert 1 <= len(down) <= 2 and len(down) == len([line for line in state if "reachable again" in line]), (
+        state
+    )
 
 
 # --------------------------------------------------------------------------- oversized records
@@ -315,3 +318,14 @@ def test_a_run_cancelled_while_its_page_is_held_is_resumed_without_writing_that_
     stored = read_topic(broker.bootstrap, topic, key)
     assert [s.envelope.sequence_index for s in stored] == list(range(61))  # the held page once
     assert len({s.envelope.attempt for s in stored}) == 1
+
+
+def test_an_emit_to_a_missing_topic_is_not_sent_naming_the_unknown_topic(broker):
+    topic = f"faults-missing-{uuid.uuid4().hex[:8]}"  # never created; auto-creation is off
+    with pytest.raises(NotSentError) as info:
+        emit("s3://faults/missing", bootstrap_servers=broker.bootstrap, topic=topic, timeout=3.0)
+    assert (
+        "unknown topic" in str(info.value)
+        and topic in str(info.value)
+        and broker.bootstrap in str(info.value)
+    )

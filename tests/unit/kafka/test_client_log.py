@@ -240,3 +240,13 @@ def test_wire_chains_the_callers_callbacks_and_keeps_a_shorter_interval(target):
     config["stats_cb"](json.dumps(_stats(1.0, b=("UP", 0))))
     assert len(seen_errors) == 1 and len(seen_stats) == 1
     assert health.snapshot is not None and health.snapshot.any_up
+
+
+def test_snapshot_names_topics_the_brokers_do_not_know():
+    stats = _stats(1.0, b=("UP", 0))
+    stats["topics"] = {
+        "missing": {"metadata_age": 120, "partitions": {"-1": {}}},
+        "present": {"metadata_age": 120, "partitions": {"-1": {}, "0": {}}},
+        "not-asked-yet": {"metadata_age": 0, "partitions": {"-1": {}}},
+    }
+    assert BrokerSnapshot.from_stats(stats).unknown_topics == {"missing"}
