@@ -31,6 +31,7 @@ __all__ = [
     "CheckpointStore",
     "load_checkpoint",
     "save_checkpoint",
+    "state_store_of",
 ]
 
 #: Version of the JSON layout written by :meth:`Checkpoint.to_json`.
@@ -127,6 +128,18 @@ class CheckpointStore(Protocol):
     def get(self, key: str, default: Any = None) -> Any: ...
 
     def set(self, key: str, value: Any) -> None: ...
+
+
+def state_store_of(context: Mapping[str, Any]) -> CheckpointStore | None:
+    """``context["task_state_store"]`` when the context has one."""
+    store = context.get("task_state_store")
+    if (
+        store is None
+        or not callable(getattr(store, "get", None))
+        or not callable(getattr(store, "set", None))
+    ):
+        return None
+    return store  # type: ignore[no-any-return]
 
 
 def _check_generation(generation: Any) -> None:

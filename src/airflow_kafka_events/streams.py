@@ -5,7 +5,9 @@
 * :class:`StreamDescriptor`: where a finished stream attempt is in Kafka, as JSON values (it
   travels in a ``TriggerEvent`` payload and in XCom);
 * :func:`plan_resume`: what a (re)started streaming trigger does given the latest envelope
-  of its stream found in Kafka.
+  of its stream found in Kafka;
+* :func:`task_stream_id`, :func:`generation_of`, :func:`not_before_of`: a running task's
+  stream id, generation and progress lookup bound, from its context.
 
 Epoch rules (``attempt``): a stream's envelopes carry ``(attempt, sequence_index)``; readers
 follow the highest attempt.  An attempt ends with exactly one ``is_last`` envelope, a
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from airflow_kafka_events.envelopes import StreamError
@@ -30,13 +33,20 @@ if TYPE_CHECKING:
     from airflow_kafka_events.kafka.progress import StreamProgress
 
 __all__ = [
+    "DEFAULT_NOT_BEFORE_MARGIN",
     "ResumePlan",
     "StreamDescriptor",
     "StreamKey",
+    "generation_of",
+    "not_before_of",
     "parse_stream_id",
     "plan_resume",
     "stream_id",
+    "task_stream_id",
 ]
+
+#: How much earlier than the DAG run's ``run_after`` a stream's progress lookup starts.
+DEFAULT_NOT_BEFORE_MARGIN = timedelta(minutes=10)
 
 _SEP = "/"
 
@@ -101,6 +111,42 @@ def parse_stream_id(value: str) -> StreamKey:
     if stream_id(*key) != value:  # pragma: no cover - split/join are inverse once parts are valid
         raise ValidationError(f"not a canonical stream id: {value!r}")
     return key
+
+
+# --------------------------------------------------------------------------- task context
+def task_stream_id(
+    context: Mapping[str, Any], task_id: str | None = None, map_index: int | None = None
+) -> str:
+    """``stream_id`` of ``task_id`` (default: the running task) in the context's DAG run."""
+    ti = context["ti"]
+    if map_index is None:
+        map_index = getattr(ti, "map_index", None)
+    return stream_id(ti.dag_id, ti.run_id, task_id or ti.task_id, -1 if map_index is None else map_index)
+
+
+def generation_of(context: Mapping[str, Any]) -> int:
+    """The task's generation: ``dag_run.clear_number`` (0 when unknown)."""
+    for holder in (context.get("dag_run"), context.get("ti")):
+        value = getattr(holder, "clear_number", None)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    return 0
+
+
+def not_before_of(
+    context: Mapping[str, Any], margin: timedelta = DEFAULT_NOT_BEFORE_MARGIN
+) -> datetime | None:
+    """The instant no envelope of the DAG run's streams can be older than, or ``None``.
+
+    ``dag_run.run_after`` minus ``margin``: the scheduler starts no task of a run before its
+    ``run_after``, and a clear does not change it (unlike ``start_date`` and ``queued_at``),
+    so the bound also covers the attempts of earlier generations.  ``None`` when the
+    context has no timezone-aware ``run_after``.
+    """
+    run_after = getattr(context.get("dag_run"), "run_after", None)
+    if not isinstance(run_after, datetime) or run_after.tzinfo is None or run_after.utcoffset() is None:
+        return None
+    return run_after - margin
 
 
 # --------------------------------------------------------------------------- descriptor

@@ -8,7 +8,14 @@ and a bounded summary as XCom.  ``batch(size=n)`` spreads the items over n task
 instances.
 
 * :mod:`~airflow_kafka_events.iteration.runner` -- the engine (no Airflow import):
-  :class:`IterationRunner`, :class:`CompletedItems`, the errors;
+  :class:`IterationRunner` (scheduling, concurrency, failure policy) over its parts
+  :mod:`~airflow_kafka_events.iteration.items` (items, shards),
+  :mod:`~airflow_kafka_events.iteration.retries` and
+  :mod:`~airflow_kafka_events.iteration.threads` (per-item retries and timeouts),
+  :mod:`~airflow_kafka_events.iteration.checkpoints` (:class:`CompletedItems`, the
+  progress checkpoint), :mod:`~airflow_kafka_events.iteration.outcome` (result sink,
+  summary), :mod:`~airflow_kafka_events.iteration.reporting` (log lines) and
+  :mod:`~airflow_kafka_events.iteration.errors`;
 * :mod:`~airflow_kafka_events.iteration.sources` -- :func:`from_stream`, :func:`results_of`,
   :class:`StreamItems`;
 * :mod:`~airflow_kafka_events.iteration.operator` -- :class:`IterableOperator`;

@@ -11,7 +11,7 @@ Calling the callable
     ``url=``), the constant arguments (``.partial(...)``), and the context values its
     signature names (``ti``, ``dag_run``, ... or all of them with ``**context``) -- taken
     from the item's OWN shallow copy of the context, which also holds
-    ``iteration_item`` (:class:`~airflow_kafka_events.iteration.runner.ItemInfo`).  Sync
+    ``iteration_item`` (:class:`~airflow_kafka_events.iteration.items.ItemInfo`).  Sync
     callables run in worker threads, async ones on the task's event loop.  An item cannot
     defer: raising ``TaskDeferred`` fails the item (no retry); ``AirflowSkipException``
     marks the item done without a result.
@@ -28,9 +28,10 @@ Partitioned asset events
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import uuid
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -38,14 +39,13 @@ from airflow.sdk import BaseOperator
 from airflow.sdk.bases.decorator import get_unique_task_id, is_async_callable
 from airflow.sdk.definitions._internal.mixins import ResolveMixin
 from airflow.sdk.definitions.context import KNOWN_CONTEXT_KEYS
+from airflow.sdk.exceptions import AirflowSkipException, TaskDeferred
 
+from airflow_kafka_events.checkpoint import state_store_of
 from airflow_kafka_events.errors import ConfigurationError
-from airflow_kafka_events.iteration.runner import (
-    DEFAULT_CHECKPOINT_KEY,
-    IterationRunner,
-    NonRetryableItemError,
-    SkipItem,
-)
+from airflow_kafka_events.iteration.checkpoints import DEFAULT_CHECKPOINT_KEY
+from airflow_kafka_events.iteration.errors import NonRetryableItemError, SkipItem
+from airflow_kafka_events.iteration.runner import IterationRunner
 from airflow_kafka_events.iteration.sources import (
     ListItems,
     StreamItems,
@@ -53,12 +53,7 @@ from airflow_kafka_events.iteration.sources import (
     stream_starting_point,
 )
 from airflow_kafka_events.operators.consumer import StreamRef
-from airflow_kafka_events.operators.streaming import (
-    generation_of,
-    not_before_of,
-    state_store_of,
-    task_stream_id,
-)
+from airflow_kafka_events.streams import generation_of, not_before_of, task_stream_id
 from airflow_kafka_events.triggers.streaming import DEFAULT_TOPIC
 
 if TYPE_CHECKING:
@@ -158,6 +153,20 @@ def _bind_with_defaults(
     relaxed.bind(*op_args, **kwargs)
 
 
+@contextlib.contextmanager
+def _item_outcome() -> Iterator[None]:
+    """An item's ``TaskDeferred`` fails it without retries; ``AirflowSkipException`` skips it."""
+    try:
+        yield
+    except TaskDeferred as exc:
+        raise NonRetryableItemError(
+            f"an item cannot defer ({type(exc).__name__}); iterate items that run on the worker, "
+            "or stream the deferred work through Kafka and iterate that stream"
+        ) from None
+    except AirflowSkipException as exc:
+        raise SkipItem(str(exc)) from exc
+
+
 class _Binder:
     """The keyword arguments of one call, as ``@task`` builds them (``KeywordParameters``).
 
@@ -209,7 +218,7 @@ class IterableOperator(BaseOperator):
         ``item_retry_backoff`` multiplies it per retry, ``max_item_retry_delay`` caps it.
     :param item_timeout: seconds (or timedelta) one try of an item may take.  Async items
         are cancelled; a sync item's thread is abandoned (threads cannot be killed) and the
-        item fails -- see :mod:`airflow_kafka_events.iteration.runner`.
+        item fails -- see :mod:`airflow_kafka_events.iteration.retries`.
     :param max_abandoned_threads: sync calls still running after their timeout that fail
         the task (default ``max(4, concurrency)``).
     :param fail_fast: stop at the first item that failed for good, instead of trying every
@@ -382,28 +391,16 @@ class IterableOperator(BaseOperator):
         return emit
 
     def _handler(self) -> Callable[[Any, dict[str, Any]], Any]:
-        from airflow.sdk.exceptions import AirflowSkipException, TaskDeferred
-
         fn = self.python_callable
         op_args = tuple(self.op_args)
         binder = _Binder(fn, op_args, self.op_kwargs)
         emit = self._emitter()
 
-        def deferred(exc: BaseException) -> NonRetryableItemError:
-            return NonRetryableItemError(
-                f"an item cannot defer ({type(exc).__name__}); iterate items that run on the worker, "
-                "or stream the deferred work through Kafka and iterate that stream"
-            )
-
         if is_async_callable(fn):
 
             async def handler(item_kwargs: Any, context: dict[str, Any]) -> Any:
-                try:
+                with _item_outcome():
                     result = await fn(*op_args, **binder(item_kwargs, context))
-                except TaskDeferred as exc:
-                    raise deferred(exc) from None
-                except AirflowSkipException as exc:
-                    raise SkipItem(str(exc)) from exc
                 if emit is not None:
                     await asyncio.to_thread(emit, item_kwargs, context, result)
                 return result
@@ -411,12 +408,8 @@ class IterableOperator(BaseOperator):
             return handler
 
         def sync_handler(item_kwargs: Any, context: dict[str, Any]) -> Any:
-            try:
+            with _item_outcome():
                 result = fn(*op_args, **binder(item_kwargs, context))
-            except TaskDeferred as exc:
-                raise deferred(exc) from None
-            except AirflowSkipException as exc:
-                raise SkipItem(str(exc)) from exc
             if emit is not None:
                 emit(item_kwargs, context, result)
             return result

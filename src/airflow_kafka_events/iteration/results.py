@@ -48,7 +48,9 @@ from airflow_kafka_events.errors import (
     StreamProgressError,
     ValidationError,
 )
-from airflow_kafka_events.iteration.runner import Item, NonRetryableItemError, SinkOpening
+from airflow_kafka_events.iteration.errors import NonRetryableItemError
+from airflow_kafka_events.iteration.items import Item
+from airflow_kafka_events.iteration.outcome import SinkOpening
 from airflow_kafka_events.kafka.producer import EnvelopeProducer
 from airflow_kafka_events.kafka.progress import (
     FIRST_OFFSET_METADATA_KEY,
@@ -90,7 +92,7 @@ def read_partition_range(
         f"airflow-kafka-events-results-scan-{uuid.uuid4().hex}",
         **{"enable.partition.eof": True, "enable.auto.offset.store": False},
     )
-    found: list[tuple[int, TriggerEventEnvelope]] = []
+    scan = _RangeScan(topic, partition, start, end, key)
     deadline = time.monotonic() + timeout
     try:
         consumer = Consumer(config)
@@ -106,28 +108,8 @@ def read_partition_range(
                     kafka_error=KafkaError(KafkaError._TIMED_OUT),
                 )
             for msg in consumer.consume(num_messages=500, timeout=min(left, 1.0)):
-                err = msg.error()
-                if err is not None:
-                    if err.code() == KafkaError._PARTITION_EOF:
-                        return found
-                    if err.retriable():
-                        continue
-                    raise StreamProgressError(f"reading {topic}[{partition}] failed", kafka_error=err)
-                offset = msg.offset()
-                if offset is None or offset < start:
-                    continue
-                if offset >= end:
-                    return found
-                raw = msg.value()
-                if msg.key() == key and raw is not None:
-                    try:
-                        found.append((offset, TRIGGER_EVENT_CODEC.decode(raw)))
-                    except EnvelopeDecodeError as exc:
-                        log.warning(
-                            "skipping an undecodable record at %s[%d]@%d: %s", topic, partition, offset, exc
-                        )
-                if offset >= end - 1:
-                    return found
+                if scan.take(msg):
+                    return scan.found
     except KafkaException as exc:
         raise StreamProgressError.from_exception(f"reading {topic}[{partition}] failed", exc) from exc
     finally:
@@ -137,8 +119,47 @@ def read_partition_range(
             log.warning("closing the results stream reader failed: %s", exc)
 
 
+class _RangeScan:
+    """The records of ``key`` in ``[start, end)`` of one partition, collected message by message."""
+
+    def __init__(self, topic: str, partition: int, start: int, end: int, key: bytes) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.start = start
+        self.end = end
+        self.key = key
+        self.found: list[tuple[int, TriggerEventEnvelope]] = []
+
+    def take(self, msg: Any) -> bool:
+        """Collect ``msg`` if it is one of the range's; whether the range is read to its end."""
+        err = msg.error()
+        if err is not None:
+            if err.code() == KafkaError._PARTITION_EOF:
+                return True
+            if err.retriable():
+                return False
+            raise StreamProgressError(f"reading {self.topic}[{self.partition}] failed", kafka_error=err)
+        offset = msg.offset()
+        if offset is None or offset < self.start:
+            return False
+        if offset >= self.end:
+            return True
+        raw = msg.value()
+        if msg.key() == self.key and raw is not None:
+            self._decode(offset, raw)
+        return offset >= self.end - 1
+
+    def _decode(self, offset: int, raw: bytes) -> None:
+        try:
+            self.found.append((offset, TRIGGER_EVENT_CODEC.decode(raw)))
+        except EnvelopeDecodeError as exc:
+            log.warning(
+                "skipping an undecodable record at %s[%d]@%d: %s", self.topic, self.partition, offset, exc
+            )
+
+
 class ResultsStreamWriter:
-    """Writes an iteration's results stream; a :class:`~airflow_kafka_events.iteration.runner.ResultSink`.
+    """Writes an iteration's results stream; a :class:`~airflow_kafka_events.iteration.outcome.ResultSink`.
 
     ``lookup`` and ``scan`` (defaults: :func:`~airflow_kafka_events.kafka.progress.lookup_stream`
     and :func:`read_partition_range`) are replaceable for tests.

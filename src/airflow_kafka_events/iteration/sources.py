@@ -20,7 +20,7 @@ the runner's checkpoint and the shard rule (``ordinal % shards``) rely on.
 Streams are read from the start of their latest attempt by every try and every shard
 (re-reading pages is cheap; the items already done are skipped).  A producer that starts
 its stream over (a new attempt) while it is iterated fails the try with
-:class:`~airflow_kafka_events.iteration.runner.SourceRestartedError`; the retry iterates
+:class:`~airflow_kafka_events.iteration.errors.SourceRestartedError`; the retry iterates
 the new attempt from its start.
 """
 
@@ -38,9 +38,11 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from airflow_kafka_events.checkpoint import Checkpoint
 from airflow_kafka_events.errors import ConfigurationError, StreamProgressError, ValidationError
-from airflow_kafka_events.iteration.runner import Item, SourceRestartedError
+from airflow_kafka_events.iteration.errors import SourceRestartedError
+from airflow_kafka_events.iteration.items import Item
+from airflow_kafka_events.iteration.threads import settle
 from airflow_kafka_events.operators.consumer import StreamRef
-from airflow_kafka_events.operators.streaming import is_end_marker
+from airflow_kafka_events.stream_consumption import is_end_marker
 from airflow_kafka_events.triggers.streaming import DEFAULT_TOPIC
 
 if TYPE_CHECKING:
@@ -318,7 +320,7 @@ class _Fetcher:
                 self._on_idle_close()
                 return
             try:
-                loop.call_soon_threadsafe(_settle, future, ok, value)
+                loop.call_soon_threadsafe(settle, future, ok, value)
             except RuntimeError:  # the loop is closed
                 pass
 
@@ -342,15 +344,6 @@ class _Fetcher:
         if not busy:
             self._requests.put(None)
             self._on_idle_close()
-
-
-def _settle(future: asyncio.Future[Any], ok: bool, value: Any) -> None:
-    if future.done():
-        return
-    if ok:
-        future.set_result(value)
-    else:
-        future.set_exception(value)
 
 
 class StreamItemSource:

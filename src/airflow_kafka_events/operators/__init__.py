@@ -8,18 +8,17 @@
 * :class:`StreamConsumerOperator` / :class:`StreamRef` -- handle another task's stream of
   the same DAG run by reference, in order, in batches; ``@task.stream_consumer``
   (:func:`stream_consumer_task`) is its TaskFlow flavour.
+
+Both read a stream with :mod:`airflow_kafka_events.stream_consumption` (``StreamEvent``,
+``StreamSummary``, the reading loop and its checkpoints).
 """
 
 from __future__ import annotations
 
 from airflow_kafka_events.operators.consumer import StreamConsumerOperator, StreamRef, consumer_group_id
 from airflow_kafka_events.operators.decorators import stream_consumer_task
-from airflow_kafka_events.operators.streaming import (
-    StreamEvent,
-    StreamingOperatorMixin,
-    StreamingTriggerOperator,
-    StreamSummary,
-)
+from airflow_kafka_events.operators.streaming import StreamingOperatorMixin, StreamingTriggerOperator
+from airflow_kafka_events.stream_consumption import StreamEvent, StreamSummary
 
 __all__ = [
     "StreamConsumerOperator",

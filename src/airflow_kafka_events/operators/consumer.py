@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
 
-from airflow_kafka_events.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
+from airflow_kafka_events.checkpoint import Checkpoint
 from airflow_kafka_events.errors import (
     ConfigurationError,
     StreamNotStartedError,
@@ -33,17 +33,10 @@ from airflow_kafka_events.errors import (
     ValidationError,
 )
 from airflow_kafka_events.kafka.stream_reader import BatchPolicy, StreamReader
-from airflow_kafka_events.operators.streaming import (
-    StreamEvent,
-    _owner,
-    checkpoint_key,
-    drive_stream,
-    generation_of,
-    not_before_of,
-    state_store_of,
-)
+from airflow_kafka_events.operators.common import task_label
 from airflow_kafka_events.serialization_check import check_trigger_kwargs
-from airflow_kafka_events.streams import stream_id
+from airflow_kafka_events.stream_consumption import StreamCheckpoints, StreamEvent, drive_stream
+from airflow_kafka_events.streams import not_before_of, stream_id
 from airflow_kafka_events.triggers.streaming import DEFAULT_TOPIC
 
 if TYPE_CHECKING:
@@ -109,7 +102,7 @@ class StreamConsumerOperator(BaseOperator):
 
     Give ``handler``, the dotted path of an importable callable ``handler(events, context)``,
     or subclass and override :meth:`handle_trigger_events`.  ``events`` is a list of
-    :class:`~airflow_kafka_events.operators.streaming.StreamEvent` (``payload``,
+    :class:`~airflow_kafka_events.stream_consumption.StreamEvent` (``payload``,
     ``sequence_index``, ``attempt``, ``trigger_run_id``), at most ``max_events`` of them; a
     batch is handed over as soon as ``max_events`` pages are there or ``max_wait`` seconds
     after its first page arrived.
@@ -160,7 +153,7 @@ class StreamConsumerOperator(BaseOperator):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        owner = _owner(self)
+        owner = task_label(self)
         if not isinstance(stream, StreamRef):
             raise ConfigurationError(f"{owner}: stream must be a StreamRef, got {type(stream).__qualname__}")
         if handler is not None:
@@ -208,17 +201,17 @@ class StreamConsumerOperator(BaseOperator):
         """The ``handler`` callable (imported once)."""
         if self._handler_callable is None:
             if self.handler is None:
-                raise ConfigurationError(f"{_owner(self)} has no handler")
+                raise ConfigurationError(f"{task_label(self)} has no handler")
             from airflow.sdk.module_loading import import_string
 
             try:
                 function = import_string(self.handler)
             except ImportError as exc:
                 raise ConfigurationError(
-                    f"{_owner(self)}: cannot import handler {self.handler!r}: {exc}"
+                    f"{task_label(self)}: cannot import handler {self.handler!r}: {exc}"
                 ) from exc
             if not callable(function):
-                raise ConfigurationError(f"{_owner(self)}: handler {self.handler!r} is not callable")
+                raise ConfigurationError(f"{task_label(self)}: handler {self.handler!r} is not callable")
             self._handler_callable = function
         return self._handler_callable
 
@@ -286,24 +279,15 @@ class StreamConsumerOperator(BaseOperator):
     # ------------------------------------------------------------------ execute
     def execute(self, context: Context) -> dict[str, Any]:
         ti = context["ti"]
-        try:
-            trigger_run_id = self.stream.resolve(context)
-        except ValidationError as exc:
-            raise ConfigurationError(
-                f"{_owner(self)}: cannot name the stream of {self.stream}: {exc}"
-            ) from exc
+        trigger_run_id = self._trigger_run_id(context)
         if self.handler is not None:
             self.load_handler()  # fail before reading anything
-        store = state_store_of(context)
-        generation = generation_of(context)
-        key = checkpoint_key(trigger_run_id)
+        checkpoints = StreamCheckpoints.of_task(context, trigger_run_id)
         settings = self.get_settings()
         start: Checkpoint | None = None
-        if store is not None:
-            start = load_checkpoint(store, key, generation)
-            if start is not None:
-                self.log.info("stream %s: resuming after checkpoint %s", trigger_run_id, start)
-            else:
+        if checkpoints is not None:
+            start = checkpoints.load(self.log)
+            if start is None:
                 start = self.starting_point(settings, trigger_run_id, not_before_of(context))
         else:
             self.log.warning(
@@ -311,13 +295,6 @@ class StreamConsumerOperator(BaseOperator):
             )
         map_index = getattr(ti, "map_index", -1)
         group_id = consumer_group_id(ti.dag_id, ti.task_id, -1 if map_index is None else map_index)
-
-        save: Callable[[Checkpoint], None] | None = None
-        if store is not None:
-            checkpoint_store = store
-
-            def save(checkpoint: Checkpoint) -> None:
-                save_checkpoint(checkpoint_store, key, checkpoint, generation)
 
         def handle_batch(events: list[StreamEvent]) -> Any:
             return self.handle_trigger_events(events, context)
@@ -336,23 +313,29 @@ class StreamConsumerOperator(BaseOperator):
                     trigger_run_id=trigger_run_id,
                     topic=self.stream.topic,
                     handle_batch=handle_batch,
-                    save=save,
+                    save=None if checkpoints is None else checkpoints.save,
                     start=start,
                     logger=self.log,
                 )
         except StreamNotStartedError as exc:
-            raise StreamNotStartedError(
-                f"{exc}. Is task {self.stream.producer_task_id!r}"
-                f"{'' if self.stream.map_index < 0 else f' (map_index {self.stream.map_index})'} "
-                f"of this DAG run streaming to topic {self.stream.topic!r}?",
-                topic=exc.topic,
-                trigger_run_id=exc.trigger_run_id,
-            ) from exc
-        self.log.info(
-            "stream %s: %d page(s) handled by this try in %d batch(es); %d in all",
-            trigger_run_id,
-            summary.pages_this_try,
-            summary.batches_this_try,
-            summary.pages,
-        )
+            raise self._not_started(exc) from exc
+        summary.log_handled(self.log)
         return summary.to_dict()
+
+    def _trigger_run_id(self, context: Context) -> str:
+        try:
+            return self.stream.resolve(context)
+        except ValidationError as exc:
+            raise ConfigurationError(
+                f"{task_label(self)}: cannot name the stream of {self.stream}: {exc}"
+            ) from exc
+
+    def _not_started(self, exc: StreamNotStartedError) -> StreamNotStartedError:
+        """``exc`` with a hint at the producing task."""
+        where = "" if self.stream.map_index < 0 else f" (map_index {self.stream.map_index})"
+        return StreamNotStartedError(
+            f"{exc}. Is task {self.stream.producer_task_id!r}{where} "
+            f"of this DAG run streaming to topic {self.stream.topic!r}?",
+            topic=exc.topic,
+            trigger_run_id=exc.trigger_run_id,
+        )

@@ -14,7 +14,7 @@
 
 The function is called once per batch with ``(events, context)`` followed by whatever the
 task was called with (``handle(table="x")`` calls ``handle(events, context, table="x")``);
-``events`` is a list of :class:`~airflow_kafka_events.operators.streaming.StreamEvent`.
+``events`` is a list of :class:`~airflow_kafka_events.stream_consumption.StreamEvent`.
 The task returns the consumer's summary dict.  The decorator is registered as
 ``task.stream_consumer`` through the provider's ``task-decorators``; it can also be used
 directly: ``from airflow_kafka_events.operators import stream_consumer_task``.
@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from airflow.sdk.bases.decorator import TaskDecorator
     from airflow.sdk.definitions.context import Context
 
-    from airflow_kafka_events.operators.streaming import StreamEvent
+    from airflow_kafka_events.stream_consumption import StreamEvent
 
 __all__ = ["stream_consumer_task"]
 

@@ -11,10 +11,12 @@ is the operator half:
   the stream over and a *retry* resumes it) and a lower time bound for its progress lookup,
   checks the trigger arguments survive Airflow's serialization, and defers;
 * :meth:`StreamingOperatorMixin.resume_stream`, the method the task resumes in, reads the
-  stream back from Kafka in order and in batches and hands it to the operator:
+  stream back from Kafka in order and in batches (with the reading loop of
+  :mod:`airflow_kafka_events.stream_consumption`) and hands it to the operator:
 
   - to :meth:`~StreamingOperatorMixin.handle_trigger_events` ``(events, context)`` when the
-    operator overrides it: ``events`` is a list of :class:`StreamEvent` (``payload``,
+    operator overrides it: ``events`` is a list of
+    :class:`~airflow_kafka_events.stream_consumption.StreamEvent` (``payload``,
     ``sequence_index``, ``attempt``, ``trigger_run_id``); the task's return value is a
     summary dict (:class:`StreamSummary`);
   - otherwise to the operator's classic single-event method (``method_name``, default
@@ -74,30 +76,43 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass
-from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, ClassVar, NoReturn, Protocol
+from collections.abc import Callable, Mapping, Sequence
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, ClassVar, NoReturn
 
 from airflow.sdk import BaseOperator
 from airflow.triggers.base import StartTriggerArgs
 
-from airflow_kafka_events.checkpoint import Checkpoint, CheckpointStore, load_checkpoint, save_checkpoint
-from airflow_kafka_events.envelopes import TriggerEventEnvelope
-from airflow_kafka_events.errors import (
-    ConfigurationError,
-    KafkaOperationError,
-    StreamFailedError,
-    ValidationError,
-)
-from airflow_kafka_events.kafka.stream_reader import StreamBatch, StreamReader
+from airflow_kafka_events.checkpoint import Checkpoint, state_store_of
+from airflow_kafka_events.errors import ConfigurationError, StreamFailedError, ValidationError
+from airflow_kafka_events.kafka.stream_reader import StreamReader
+from airflow_kafka_events.operators.common import task_label
 from airflow_kafka_events.serialization_check import check_trigger_kwargs
-from airflow_kafka_events.streams import StreamDescriptor, stream_id
+from airflow_kafka_events.stream_consumption import (
+    CHECKPOINT_KEY_PREFIX,
+    StreamCheckpoints,
+    StreamEvent,
+    StreamSummary,
+    checkpoint_key,
+    drive_stream,
+    is_end_marker,
+    page_events,
+)
+from airflow_kafka_events.streams import (
+    DEFAULT_NOT_BEFORE_MARGIN,
+    StreamDescriptor,
+    generation_of,
+    not_before_of,
+    task_stream_id,
+)
 from airflow_kafka_events.triggers.streaming import StreamingTrigger
 
 if TYPE_CHECKING:
     from airflow.sdk.definitions.context import Context
 
+# The consumer side (StreamEvent, StreamSummary, drive_stream, page_events, is_end_marker,
+# checkpoint_key) lives in stream_consumption, the task context functions in streams and
+# checkpoint; they stay importable from here.
 __all__ = [
     "CHECKPOINT_KEY_PREFIX",
     "DEFAULT_NOT_BEFORE_MARGIN",
@@ -109,8 +124,10 @@ __all__ = [
     "checkpoint_key",
     "drive_stream",
     "generation_of",
+    "is_end_marker",
     "not_before_of",
     "page_events",
+    "state_store_of",
     "task_stream_id",
     "with_stream_kwargs",
 ]
@@ -119,97 +136,6 @@ log = logging.getLogger(__name__)
 
 #: The method a streaming task resumes in (``next_method`` of its deferral).
 RESUME_METHOD = "resume_stream"
-#: Task state store key prefix of a stream's read checkpoint.
-CHECKPOINT_KEY_PREFIX = "stream:"
-#: How much earlier than the DAG run's ``run_after`` a stream's progress lookup starts.
-DEFAULT_NOT_BEFORE_MARGIN = timedelta(minutes=10)
-
-
-# ====================================================================== events
-@dataclass(frozen=True)
-class StreamEvent:
-    """One page of a stream as handed to ``handle_trigger_events``.
-
-    ``payload`` is the page payload (a JSON value or bytes), ``sequence_index`` its position
-    (0-based) in attempt ``attempt`` of stream ``trigger_run_id``.
-    """
-
-    payload: Any
-    sequence_index: int
-    attempt: int
-    trigger_run_id: str
-
-    @classmethod
-    def from_envelope(cls, envelope: TriggerEventEnvelope) -> StreamEvent:
-        return cls(
-            payload=envelope.payload,
-            sequence_index=envelope.sequence_index,
-            attempt=envelope.attempt,
-            trigger_run_id=envelope.trigger_run_id,
-        )
-
-
-def is_end_marker(envelope: TriggerEventEnvelope) -> bool:
-    """The payload-less ``is_last`` envelope that ends an attempt (it carries no page)."""
-    return envelope.is_last and envelope.payload is None
-
-
-def page_events(envelopes: Iterable[TriggerEventEnvelope]) -> list[StreamEvent]:
-    """The pages among ``envelopes`` (end markers dropped), as :class:`StreamEvent`."""
-    return [StreamEvent.from_envelope(e) for e in envelopes if not is_end_marker(e)]
-
-
-# ====================================================================== context helpers
-def generation_of(context: Mapping[str, Any]) -> int:
-    """The task's generation: ``dag_run.clear_number`` (0 when unknown)."""
-    for holder in (context.get("dag_run"), context.get("ti")):
-        value = getattr(holder, "clear_number", None)
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-    return 0
-
-
-def task_stream_id(
-    context: Mapping[str, Any], task_id: str | None = None, map_index: int | None = None
-) -> str:
-    """``stream_id`` of ``task_id`` (default: the running task) in the context's DAG run."""
-    ti = context["ti"]
-    if map_index is None:
-        map_index = getattr(ti, "map_index", None)
-    return stream_id(ti.dag_id, ti.run_id, task_id or ti.task_id, -1 if map_index is None else map_index)
-
-
-def checkpoint_key(trigger_run_id: str) -> str:
-    """Task state store key of the read checkpoint of stream ``trigger_run_id``."""
-    return f"{CHECKPOINT_KEY_PREFIX}{trigger_run_id}"
-
-
-def not_before_of(
-    context: Mapping[str, Any], margin: timedelta = DEFAULT_NOT_BEFORE_MARGIN
-) -> datetime | None:
-    """The instant no envelope of the DAG run's streams can be older than, or ``None``.
-
-    ``dag_run.run_after`` minus ``margin``: the scheduler starts no task of a run before its
-    ``run_after``, and a clear does not change it (unlike ``start_date`` and ``queued_at``),
-    so the bound also covers the attempts of earlier generations.  ``None`` when the
-    context has no timezone-aware ``run_after``.
-    """
-    run_after = getattr(context.get("dag_run"), "run_after", None)
-    if not isinstance(run_after, datetime) or run_after.tzinfo is None or run_after.utcoffset() is None:
-        return None
-    return run_after - margin
-
-
-def state_store_of(context: Mapping[str, Any]) -> CheckpointStore | None:
-    """``context["task_state_store"]`` when the context has one."""
-    store = context.get("task_state_store")
-    if (
-        store is None
-        or not callable(getattr(store, "get", None))
-        or not callable(getattr(store, "set", None))
-    ):
-        return None
-    return store  # type: ignore[no-any-return]
 
 
 def with_stream_kwargs(trigger: StreamingTrigger, **overrides: Any) -> StreamingTrigger:
@@ -221,142 +147,7 @@ def with_stream_kwargs(trigger: StreamingTrigger, **overrides: Any) -> Streaming
     return type(trigger)(**kwargs)
 
 
-# ====================================================================== reading loop
-@dataclass
-class StreamSummary:
-    """What a stream reading run did; ``to_dict()`` is the XCom of batch handlers.
-
-    ``pages``: pages of the followed attempt handled so far (by every try);
-    ``pages_this_try`` / ``batches_this_try``: handled by this run; ``restarted``: a newer
-    attempt superseded pages handled before; ``finished``: the stream's end was reached.
-    """
-
-    trigger_run_id: str
-    topic: str
-    attempt: int | None
-    pages: int = 0
-    pages_this_try: int = 0
-    batches_this_try: int = 0
-    restarted: bool = False
-    finished: bool = False
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-class _Reader(Protocol):
-    def next_batch(self) -> StreamBatch: ...
-
-    def ack(self, batch: StreamBatch) -> Checkpoint: ...
-
-    def checkpoint(self) -> Checkpoint | None: ...
-
-
-def _pages_at(checkpoint: Checkpoint | None) -> int:
-    if checkpoint is None:
-        return 0
-    if checkpoint.finished:  # next_sequence_index counts the end marker
-        return max(0, checkpoint.next_sequence_index - 1)
-    return checkpoint.next_sequence_index
-
-
-def drive_stream(
-    reader: _Reader,
-    *,
-    trigger_run_id: str,
-    topic: str,
-    handle_batch: Callable[[list[StreamEvent]], Any] | None = None,
-    handle_event: Callable[[StreamEvent], Any] | None = None,
-    save: Callable[[Checkpoint], None] | None = None,
-    start: Checkpoint | None = None,
-    logger: logging.Logger | Any = None,
-) -> tuple[StreamSummary, Any]:
-    """Read ``reader`` to the stream's end, handing pages over in order; ``(summary, last result)``.
-
-    Exactly one of ``handle_batch`` (called once per batch with its pages) and
-    ``handle_event`` (called once per page) is given.  After each batch the batch's
-    checkpoint is passed to ``save`` and then acknowledged to the reader (which commits it
-    to its consumer group, if any); with ``handle_event`` a checkpoint is also saved after
-    every page but the batch's last.  An exception of a handler propagates at once: nothing
-    after the failing batch (or page) is handled or checkpointed.  Batches without pages
-    (only the end marker) call no handler.
-    """
-    if (handle_batch is None) == (handle_event is None):
-        raise ValueError("pass exactly one of handle_batch and handle_event")
-    out = logger if logger is not None else log
-    summary = StreamSummary(
-        trigger_run_id=trigger_run_id,
-        topic=topic,
-        attempt=None if start is None else start.attempt,
-        pages=_pages_at(start),
-        finished=bool(start is not None and start.finished),
-    )
-    last: Any = None
-    if summary.finished:
-        return summary, last
-    while True:
-        batch = reader.next_batch()
-        for record in batch.rejected:
-            out.warning(
-                "stream %s: skipping an undecodable record at %s[%s] offset %s: %s",
-                trigger_run_id,
-                record.topic,
-                record.partition,
-                record.offset,
-                record.error,
-            )
-        if batch.restarted:
-            out.warning(
-                "stream %s: attempt %d supersedes pages handled before; reading it from its start",
-                trigger_run_id,
-                batch.attempt,
-            )
-            summary.restarted = True
-        if summary.attempt != batch.attempt:
-            summary.attempt = batch.attempt
-            summary.pages = 0
-        events = page_events(batch.events)
-        if events:
-            if handle_batch is not None:
-                last = handle_batch(events)
-                summary.pages = events[-1].sequence_index + 1
-                summary.pages_this_try += len(events)
-            else:
-                assert handle_event is not None
-                before = reader.checkpoint()
-                for position, event in enumerate(events):
-                    last = handle_event(event)
-                    summary.pages = event.sequence_index + 1
-                    summary.pages_this_try += 1
-                    if save is not None and position < len(events) - 1:
-                        save(
-                            Checkpoint(
-                                attempt=event.attempt,
-                                next_sequence_index=event.sequence_index + 1,
-                                # re-reading from the last acknowledged offset is always safe
-                                offset=None if before is None else before.offset,
-                                partition=batch.partition
-                                if batch.partition is not None
-                                else (None if before is None else before.partition),
-                            )
-                        )
-            summary.batches_this_try += 1
-        if save is not None:
-            save(batch.checkpoint)
-        try:
-            reader.ack(batch)
-        except KafkaOperationError as exc:  # the task state store keeps the position anyway
-            out.warning("stream %s: committing the position to Kafka failed: %s", trigger_run_id, exc)
-        if batch.finished:
-            summary.finished = True
-            return summary, last
-
-
 # ====================================================================== the mixin
-def _owner(operator: Any) -> str:
-    return f"{type(operator).__name__}(task_id={getattr(operator, 'task_id', '?')!r})"
-
-
 def _parse_time_values(values: Mapping[str, Any]) -> dict[str, Any]:
     """``values`` without the ones resolved at run time (XComArgs, ...): those are not data yet."""
     from airflow.sdk.definitions._internal.mixins import ResolveMixin
@@ -398,7 +189,7 @@ class StreamingOperatorMixin:
     # ------------------------------------------------------------------ parse time
     def _validate_start_from_trigger_kwargs(self) -> None:
         """Called by Airflow when the operator is created (also for every base ``__init__``)."""
-        owner = _owner(self)
+        owner = task_label(self)
         if getattr(self, "start_from_trigger", False):
             start_args = getattr(self, "start_trigger_args", None)
             trigger_kwargs = getattr(start_args, "trigger_kwargs", None)
@@ -433,11 +224,12 @@ class StreamingOperatorMixin:
         """
         if not isinstance(trigger, StreamingTrigger):
             raise ConfigurationError(
-                f"{_owner(self)}: defer_stream() needs a StreamingTrigger, got {type(trigger).__qualname__}"
+                f"{task_label(self)}: defer_stream() needs a StreamingTrigger, "
+                f"got {type(trigger).__qualname__}"
             )
         if not isinstance(method_name, str) or not method_name:
             raise ConfigurationError(
-                f"{_owner(self)}: method_name must be a method name, got {method_name!r}"
+                f"{task_label(self)}: method_name must be a method name, got {method_name!r}"
             )
         if context is None:
             from airflow.sdk import get_current_context
@@ -453,7 +245,7 @@ class StreamingOperatorMixin:
             trigger, trigger_run_id=trigger_run_id, generation=generation, not_before=not_before
         )
         classpath, kwargs = streaming.serialize()
-        check_trigger_kwargs(kwargs, owner=f"{_owner(self)} deferring to {classpath}")
+        check_trigger_kwargs(kwargs, owner=f"{task_label(self)} deferring to {classpath}")
         self._log().info(
             "stream %s: deferring (generation %d, progress lookup not before %s)",
             trigger_run_id,
@@ -542,6 +334,29 @@ class StreamingOperatorMixin:
             partition=partition,
         )
 
+    def _stream_handlers(
+        self, context: Context, batches: bool, handler_method: str
+    ) -> tuple[Callable[[list[StreamEvent]], Any] | None, Callable[[StreamEvent], Any] | None]:
+        """``(handle_batch, handle_event)``: the batch handler, or the classic single-event method."""
+        if batches:
+
+            def handle_batch(events: list[StreamEvent]) -> Any:
+                return self.handle_trigger_events(events, context)
+
+            return handle_batch, None
+        single = getattr(self, handler_method, None)
+        if not callable(single):
+            raise ConfigurationError(
+                f"{task_label(self)} has no method {handler_method!r} to hand the stream's pages to "
+                "(define it, or override handle_trigger_events)"
+            )
+        legacy: Callable[..., Any] = single
+
+        def handle_event(event: StreamEvent) -> Any:
+            return legacy(context, event=event.payload)
+
+        return None, handle_event
+
     def resume_stream(
         self,
         context: Context,
@@ -550,41 +365,13 @@ class StreamingOperatorMixin:
         kafka_config_id: str = "kafka_default",
     ) -> Any:
         """Where a streaming task resumes: read the stream of ``event`` and hand its pages over."""
-        descriptor = _descriptor_of(event, _owner(self))
+        descriptor = _descriptor_of(event, task_label(self))
         logger = self._log()
-        if descriptor.failed:
-            error = descriptor.error or {}
-            raise StreamFailedError(
-                error.get("type", "Error"),
-                error.get("message", ""),
-                attempt=descriptor.attempt,
-                sequence_index=descriptor.count,
-                topic=descriptor.topic,
-                trigger_run_id=descriptor.trigger_run_id,
-            )
+        _raise_if_failed(descriptor)
         batches = self._handles_batches()
-        single: Callable[..., Any] | None = None
-        if not batches:
-            single = getattr(self, handler_method, None)
-            if not callable(single):
-                raise ConfigurationError(
-                    f"{_owner(self)} has no method {handler_method!r} to hand the stream's pages to "
-                    "(define it, or override handle_trigger_events)"
-                )
-        store = state_store_of(context)
-        generation = generation_of(context)
-        key = checkpoint_key(descriptor.trigger_run_id)
-        stored = load_checkpoint(store, key, generation) if store is not None else None
-        if stored is not None and stored.attempt == descriptor.attempt:
-            start = stored
-            logger.info("stream %s: resuming after checkpoint %s", descriptor.trigger_run_id, stored)
-        else:
-            start = Checkpoint(
-                attempt=descriptor.attempt,
-                next_sequence_index=0,
-                offset=descriptor.first_offset,
-                partition=descriptor.partition,
-            )
+        handle_batch, handle_event = self._stream_handlers(context, batches, handler_method)
+        checkpoints = StreamCheckpoints.of_task(context, descriptor.trigger_run_id)
+        start = _start_of(descriptor, checkpoints, logger)
         logger.info(
             "stream %s: attempt %d has %d page(s) in %s[%d]; handing them to %s",
             descriptor.trigger_run_id,
@@ -594,34 +381,10 @@ class StreamingOperatorMixin:
             descriptor.partition,
             "handle_trigger_events" if batches else handler_method,
         )
-
-        save: Callable[[Checkpoint], None] | None = None
-        if store is not None:
-            checkpoint_store = store
-
-            def save(checkpoint: Checkpoint) -> None:
-                save_checkpoint(checkpoint_store, key, checkpoint, generation)
-
         if start.finished:
-            summary = StreamSummary(
-                descriptor.trigger_run_id, descriptor.topic, start.attempt, _pages_at(start), finished=True
-            )
+            summary = StreamSummary.starting_at(descriptor.trigger_run_id, descriptor.topic, start)
             logger.info("stream %s: every page was handled already", descriptor.trigger_run_id)
             return summary.to_dict() if batches else None
-
-        handle_batch: Callable[[list[StreamEvent]], Any] | None = None
-        handle_event: Callable[[StreamEvent], Any] | None = None
-        if batches:
-
-            def handle_batch(events: list[StreamEvent]) -> Any:
-                return self.handle_trigger_events(events, context)
-
-        else:
-            assert single is not None
-            legacy = single
-
-            def handle_event(event: StreamEvent) -> Any:
-                return legacy(context, event=event.payload)
 
         reader = self.open_stream_reader(
             descriptor.topic,
@@ -637,18 +400,39 @@ class StreamingOperatorMixin:
                 topic=descriptor.topic,
                 handle_batch=handle_batch,
                 handle_event=handle_event,
-                save=save,
+                save=None if checkpoints is None else checkpoints.save,
                 start=start,
                 logger=logger,
             )
-        logger.info(
-            "stream %s: %d page(s) handled by this try in %d batch(es); %d in all",
-            descriptor.trigger_run_id,
-            summary.pages_this_try,
-            summary.batches_this_try,
-            summary.pages,
-        )
+        summary.log_handled(logger)
         return summary.to_dict() if batches else last
+
+
+def _raise_if_failed(descriptor: StreamDescriptor) -> None:
+    """A stream its producer ended with an error fails the task before any page is handled."""
+    if descriptor.failed:
+        error = descriptor.error or {}
+        raise StreamFailedError(
+            error.get("type", "Error"),
+            error.get("message", ""),
+            attempt=descriptor.attempt,
+            sequence_index=descriptor.count,
+            topic=descriptor.topic,
+            trigger_run_id=descriptor.trigger_run_id,
+        )
+
+
+def _start_of(descriptor: StreamDescriptor, checkpoints: StreamCheckpoints | None, logger: Any) -> Checkpoint:
+    """The checkpoint of the descriptor's attempt, or the attempt's first page."""
+    stored = None if checkpoints is None else checkpoints.load(logger, attempt=descriptor.attempt)
+    if stored is not None:
+        return stored
+    return Checkpoint(
+        attempt=descriptor.attempt,
+        next_sequence_index=0,
+        offset=descriptor.first_offset,
+        partition=descriptor.partition,
+    )
 
 
 def _descriptor_of(event: Any, owner: str) -> StreamDescriptor:
@@ -703,16 +487,17 @@ class StreamingTriggerOperator(StreamingOperatorMixin, BaseOperator):
         super().__init__(**kwargs)
         if not isinstance(trigger_cls, str) or "." not in trigger_cls:
             raise ConfigurationError(
-                f"{_owner(self)}: trigger_cls must be the dotted classpath of a trigger, got {trigger_cls!r}"
+                f"{task_label(self)}: trigger_cls must be the dotted classpath of a trigger, "
+                f"got {trigger_cls!r}"
             )
         if trigger_kwargs is not None and not isinstance(trigger_kwargs, Mapping):
             raise ConfigurationError(
-                f"{_owner(self)}: trigger_kwargs must be a dict, got {type(trigger_kwargs).__qualname__}"
+                f"{task_label(self)}: trigger_kwargs must be a dict, got {type(trigger_kwargs).__qualname__}"
             )
         self.trigger_cls = trigger_cls
         self.trigger_kwargs: dict[str, Any] = {**(trigger_kwargs or {}), "finish_task": True}
         self.trigger_timeout = trigger_timeout
-        check_trigger_kwargs(_parse_time_values(self.trigger_kwargs), owner=_owner(self))
+        check_trigger_kwargs(_parse_time_values(self.trigger_kwargs), owner=task_label(self))
         self.start_from_trigger = bool(start_from_trigger)
         self.start_trigger_args = self.stream_start_trigger_args(
             trigger_cls, self.trigger_kwargs, timeout=trigger_timeout
@@ -723,5 +508,7 @@ class StreamingTriggerOperator(StreamingOperatorMixin, BaseOperator):
 
         trigger_class = import_string(self.trigger_cls)
         if not (isinstance(trigger_class, type) and issubclass(trigger_class, StreamingTrigger)):
-            raise ConfigurationError(f"{_owner(self)}: {self.trigger_cls} is not a StreamingTrigger class")
+            raise ConfigurationError(
+                f"{task_label(self)}: {self.trigger_cls} is not a StreamingTrigger class"
+            )
         self.defer_stream(trigger_class(**self.trigger_kwargs), context=context, timeout=self.trigger_timeout)

@@ -1,0 +1,190 @@
+"""What an iteration produces: per-item results handed to a sink, and its summary.
+
+Results
+    With a ``sink`` (:class:`ResultSink`, e.g. the Kafka results stream), each result is
+    handed to ``sink.put`` and the item counts as done only once its delivery is
+    acknowledged, so the checkpoint never covers an item whose result was lost.  On start
+    ``sink.open`` reports the items whose results it already holds beyond the checkpoint's
+    position (delivered after the last save, before a worker died); they are skipped too.
+
+Summary
+    :class:`IterationSummary` counts what one run did; :func:`conclude` returns it, or
+    raises :class:`~airflow_kafka_events.iteration.errors.IterationFailedError` when items
+    failed for good (or ``fail_fast`` stopped the run).
+
+This module imports no Airflow module.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any, Protocol
+
+from airflow_kafka_events.iteration.errors import (
+    IterationFailedError,
+    NonRetryableItemError,
+    ResultDeliveryError,
+)
+from airflow_kafka_events.iteration.items import Item
+
+__all__ = ["IterationSummary", "ResultHandoff", "ResultSink", "SinkOpening", "conclude"]
+
+
+# ====================================================================== results sink
+@dataclass(frozen=True)
+class SinkOpening:
+    """What :meth:`ResultSink.open` found: ``recovered`` ordinals, or ``restarted``.
+
+    ``recovered``: items whose results the sink already holds beyond the saved position
+    (they are done).  ``restarted``: the sink starts over (e.g. a new stream attempt), so
+    the checkpoint cannot be trusted and the iteration starts over too.
+    """
+
+    recovered: tuple[int, ...] = ()
+    restarted: bool = False
+
+
+class ResultSink(Protocol):
+    """Where per-item results go.  Every method is called from the runner's thread.
+
+    * ``open(saved, restart=...)`` once, before any item: ``saved`` is the sink state of
+      the checkpoint (``None``: none), ``restart`` asks for a fresh start;
+    * ``put(item, item_id, result)`` per succeeded item, in completion order: returns a
+      ``concurrent.futures.Future`` resolved once the result is durable (``None``: it is
+      already); raising :class:`NonRetryableItemError` fails the item (e.g. a result that
+      cannot be encoded), anything else fails the task;
+    * ``delivered(value)`` with the future's value once it resolved;
+    * ``state()`` the JSON state stored with a checkpoint: it covers only delivered results
+      (and so only items the checkpoint has as done).
+    """
+
+    def open(self, saved: Any, *, restart: bool) -> SinkOpening: ...
+
+    def put(self, item: Item, item_id: str, result: Any) -> concurrent.futures.Future[Any] | None: ...
+
+    def delivered(self, value: Any) -> None: ...
+
+    def state(self) -> Any: ...
+
+
+class ResultHandoff:
+    """Hands each succeeded item's result to ``sink`` and follows its delivery.
+
+    For the item ``work`` (the runner's token of it): ``done(work)`` once the result is
+    durable; ``failed(work, exc)`` when the sink refuses it for that item
+    (:class:`~airflow_kafka_events.iteration.errors.NonRetryableItemError`);
+    ``fatal(error, cause)`` with a
+    :class:`~airflow_kafka_events.iteration.errors.ResultDeliveryError` when it cannot be
+    handed over or was not delivered (the task fails); ``settled()`` after every delivery
+    report.  :attr:`pending` counts deliveries not reported yet.  Every method runs on the
+    runner's event loop (delivery reports are brought back to it).
+    """
+
+    def __init__(
+        self,
+        sink: ResultSink,
+        *,
+        done: Callable[[Any], None],
+        failed: Callable[[Any, BaseException], None],
+        fatal: Callable[[BaseException, BaseException], None],
+        settled: Callable[[], None],
+    ) -> None:
+        self.sink = sink
+        self._done = done
+        self._failed = failed
+        self._fatal = fatal
+        self._settled = settled
+        self.pending = 0
+
+    def put(self, work: Any, item: Item, item_id: str, result: Any) -> None:
+        try:
+            future = self.sink.put(item, item_id, result)
+        except NonRetryableItemError as exc:
+            self._failed(work, exc)
+            return
+        except Exception as exc:
+            self._fatal(ResultDeliveryError(f"cannot hand the result of item {item_id} over: {exc}"), exc)
+            return
+        if future is None:
+            self._done(work)
+            return
+        self.pending += 1
+        loop = asyncio.get_running_loop()
+
+        def reported(fut: concurrent.futures.Future[Any]) -> None:
+            try:
+                loop.call_soon_threadsafe(self._delivered, work, item_id, fut)
+            except RuntimeError:  # the loop is closed
+                pass
+
+        future.add_done_callback(reported)
+
+    def _delivered(self, work: Any, item_id: str, future: concurrent.futures.Future[Any]) -> None:
+        self.pending -= 1
+        try:
+            value = future.result()
+        except Exception as exc:
+            self._fatal(ResultDeliveryError(f"the result of item {item_id} was not delivered: {exc}"), exc)
+        else:
+            self.sink.delivered(value)
+            self._done(work)
+        self._settled()
+
+
+# ====================================================================== summary
+@dataclass
+class IterationSummary:
+    """What one run of the runner did (``to_dict()`` is JSON; the task's XCom builds on it).
+
+    ``items``: items of this shard seen in the source; ``succeeded``: done by any try
+    (``succeeded_this_try`` by this one; ``skipped`` were done by earlier tries, of which
+    ``recovered`` were found in the results sink past the checkpoint); ``failed``: failed
+    for good (``failed_items``: their ids, at most ``max_failed_ids``); ``stopped_early``:
+    ``fail_fast`` stopped the run before every item was tried; ``skipped_items``: items whose handler
+    raised :class:`SkipItem`.
+    """
+
+    shard: int
+    shards: int
+    generation: int
+    items: int = 0
+    succeeded: int = 0
+    succeeded_this_try: int = 0
+    skipped: int = 0
+    recovered: int = 0
+    skipped_items: int = 0
+    failed: int = 0
+    failed_items: list[str] = field(default_factory=list)
+    failed_items_truncated: bool = False
+    item_retries: int = 0
+    timed_out: int = 0
+    abandoned_threads: int = 0
+    stopped_early: bool = False
+    checkpoints_saved: int = 0
+    resumed: bool = False
+    duration_seconds: float = 0.0
+    items_per_second: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def conclude(summary: IterationSummary, first_failure: BaseException | None) -> IterationSummary:
+    """``summary``, or :class:`IterationFailedError` (caused by ``first_failure``) when items failed."""
+    if summary.failed or summary.stopped_early:
+        ids = ", ".join(summary.failed_items)
+        more = " (and more)" if summary.failed_items_truncated else ""
+        how = (
+            "fail_fast stopped the iteration"
+            if summary.stopped_early
+            else f"{summary.succeeded} of {summary.items} item(s) succeeded"
+        )
+        raise IterationFailedError(
+            f"{summary.failed} item(s) failed: {ids}{more}; {how}. The task's retry runs only the "
+            "items that did not succeed",
+            summary,
+        ) from first_failure
+    return summary

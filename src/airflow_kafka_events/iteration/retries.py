@@ -1,0 +1,106 @@
+"""Per-item retries and timeouts.
+
+A failing item is tried again up to ``item_retries`` more times, after
+``item_retry_delay * item_retry_backoff ** (attempt - 1)`` seconds (at most
+``max_item_retry_delay``; :func:`retry_delay`).  The delay does not hold a concurrency
+slot: the item waits in a :class:`RetryQueue` while other items run.  ``item_timeout``
+bounds one try of an item:
+
+* async items are cancelled with ``asyncio.wait_for`` (:func:`await_with_timeout`);
+* sync items run in worker threads, which Python cannot kill.  At the timeout the item
+  fails with :class:`~airflow_kafka_events.iteration.errors.ItemTimeoutError` (and may be
+  retried) and its thread is ABANDONED: a new thread takes its slot, and the old call keeps
+  running to its end in the background, its result ignored
+  (:class:`~airflow_kafka_events.iteration.threads.ItemThreadPool`).  Its side effects may
+  therefore still happen, even after a retry of the item started.  More than
+  ``max_abandoned_threads`` calls still running after their timeout fail the task
+  (:class:`~airflow_kafka_events.iteration.errors.TooManyAbandonedThreadsError`): hung calls
+  do not pile up for ever.
+
+The task's own ``execution_timeout`` still bounds the whole task.
+
+This module imports no Airflow module.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+from collections.abc import Awaitable
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+from airflow_kafka_events.iteration.errors import ItemTimeoutError
+
+__all__ = ["RetryQueue", "await_with_timeout", "retry_delay"]
+
+W = TypeVar("W")
+
+
+def retry_delay(attempt: int, delay: float, backoff: float, max_delay: float | None) -> float:
+    """Seconds before try ``attempt + 1`` of an item whose try ``attempt`` (1-based) failed."""
+    seconds = delay * (backoff ** (attempt - 1))
+    return seconds if max_delay is None else min(seconds, max_delay)
+
+
+@dataclass(order=True)
+class _Retry(Generic[W]):
+    due: float
+    seq: int
+    work: W = field(compare=False)
+
+
+class RetryQueue(Generic[W]):
+    """Work waiting to be tried again, earliest ``due`` first (ties: first pushed first)."""
+
+    def __init__(self) -> None:
+        self._heap: list[_Retry[W]] = []
+        self._seq = itertools.count()
+
+    def __len__(self) -> int:
+        return len(self._heap)
+
+    def push(self, due: float, work: W) -> None:
+        heapq.heappush(self._heap, _Retry(due, next(self._seq), work))
+
+    def next_due(self) -> float | None:
+        """When the earliest retry is due; ``None`` when nothing waits."""
+        return self._heap[0].due if self._heap else None
+
+    def pop_due(self, now: float) -> W | None:
+        """The earliest work due at ``now``, removed; ``None`` when none is due yet."""
+        if self._heap and self._heap[0].due <= now:
+            return heapq.heappop(self._heap).work
+        return None
+
+
+class _InnerTimeout(Exception):
+    def __init__(self, error: BaseException) -> None:
+        super().__init__(error)
+        self.error = error
+
+
+async def _guard(coroutine: Awaitable[Any]) -> Any:
+    """Await ``coroutine``; a ``TimeoutError`` it raises itself is told apart from ``wait_for``'s."""
+    try:
+        return await coroutine
+    except (TimeoutError, asyncio.TimeoutError) as exc:
+        raise _InnerTimeout(exc) from exc
+
+
+async def await_with_timeout(coroutine: Awaitable[Any], timeout: float | None) -> Any:
+    """Await ``coroutine``, cancelled after ``timeout`` seconds with :class:`ItemTimeoutError`.
+
+    A ``TimeoutError`` raised by the coroutine itself propagates as it is.
+    """
+    if timeout is None:
+        return await coroutine
+    try:
+        return await asyncio.wait_for(_guard(coroutine), timeout=timeout)
+    except asyncio.TimeoutError as exc:
+        raise ItemTimeoutError(
+            f"the item did not finish within item_timeout={timeout:g}s (cancelled)"
+        ) from exc
+    except _InnerTimeout as inner:
+        raise inner.error from None
