@@ -34,6 +34,7 @@ AIRFLOW_FREE = [
     "airflow_kafka_events.kafka.assigned_reader",
     "airflow_kafka_events.kafka.client_log",
     "airflow_kafka_events.kafka.clients",
+    "airflow_kafka_events.stream_consumption",
     "airflow_kafka_events.assets.external",
     "airflow_kafka_events.assets.validation",
     "airflow_kafka_events.assets.idempotency",
