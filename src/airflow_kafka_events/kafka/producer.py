@@ -5,7 +5,8 @@ settings are per producer, not per call: ``message.timeout.ms`` (when librdkafka
 message) and ``purge()`` (which empties the whole producer).  So :func:`get_producer` keeps one
 :class:`EnvelopeProducer` per process, configuration and *role* (``"emit"``, ``"stream"`` ...),
 and a caller that waits ``T`` seconds asks for ``message_timeout=T``: librdkafka itself drops
-the message at the caller's deadline, and nothing is published after the caller was told it
+(and reports) the message by the caller's deadline (``message.timeout.ms`` is ``T`` minus the
+second librdkafka may take to notice), and nothing is published after the caller was told it
 failed.
 
 A background thread serves delivery reports, so callers get a
@@ -68,6 +69,8 @@ DEFAULT_MESSAGE_TIMEOUT = 300.0
 DEFAULT_MESSAGE_MAX_BYTES = 1_000_000
 #: Longest wait, per process exit, for messages still queued (then they are purged).
 EXIT_FLUSH_CAP = 30.0
+#: librdkafka's period of looking for timed-out messages (seconds).
+TIMEOUT_SCAN = 1.0
 #: Seconds between statistics reports: a failure is classified by the first report after it, and
 #: Produce requests sent between the last report before a send and the send itself count
 #: against it, so a short interval keeps the classification both quick and tight.
@@ -557,13 +560,20 @@ def _config_key(config: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
 
 
 def role_config(config: Mapping[str, Any], message_timeout: float | None) -> dict[str, Any]:
-    """``config`` with ``message.timeout.ms`` set to ``message_timeout`` seconds (when given)."""
+    """``config`` whose ``message.timeout.ms`` ends by ``message_timeout`` seconds (when given).
+
+    librdkafka looks for timed-out messages once a second (:data:`TIMEOUT_SCAN`), so a message
+    is reported up to a second after its ``message.timeout.ms``: the setting is the caller's
+    wait minus that second (at least half the wait), and the report arrives by the caller's
+    deadline.
+    """
     out = dict(config)
     if message_timeout is not None:
         if not message_timeout > 0:
             raise ConfigurationError(f"message_timeout must be > 0 seconds, got {message_timeout!r}")
         out.pop("delivery.timeout.ms", None)  # an alias of message.timeout.ms
-        out["message.timeout.ms"] = max(1, round(message_timeout * 1000))
+        seconds = max(message_timeout - TIMEOUT_SCAN, message_timeout / 2)
+        out["message.timeout.ms"] = max(1, round(seconds * 1000))
     return out
 
 
@@ -572,8 +582,9 @@ def get_producer(
 ) -> EnvelopeProducer:
     """This process's producer for ``config``, ``role`` and ``message_timeout`` (created on first use).
 
-    ``message_timeout`` (seconds) becomes the producer's ``message.timeout.ms``: pass how long
-    you wait for a receipt, so that librdkafka drops the message when you stop waiting.  Callers
+    ``message_timeout`` (seconds): how long you wait for a receipt; the producer's
+    ``message.timeout.ms`` is set so that librdkafka drops the message, and reports it, by then
+    (:func:`role_config`).  Callers
     with the same role and timeout share one producer; ``purge()`` and ``close()`` of one role do
     not touch the others.
     """
