@@ -7,12 +7,14 @@ import sys
 
 BENCHMARKS = {
     "producer": "benchmarks.producer_throughput",
+    "codec": "benchmarks.codec_speed",
     "streaming-vs-classic": "benchmarks.streaming_vs_classic",
     "first-page": "benchmarks.first_page_latency",
     "expand-vs-iterate": "benchmarks.expand_vs_iterate",
     "iteration-memory": "benchmarks.iteration_memory",
     "asset-emit": "benchmarks.asset_emit_latency",
     "asset-event-e2e": "benchmarks.asset_event_e2e_latency",
+    "watcher-throughput": "benchmarks.watcher_throughput",
 }
 
 

@@ -1,0 +1,665 @@
+"""B8: asset events per second into Airflow, Airflow's own ceiling vs Kafka watchers on 1/10/100 assets.
+
+One broker and one Airflow deployment (api-server, scheduler, dag-processor, ONE triggerer; SQLite
+metadata DB; ``tests/harness/airflow_stack.py``) with ``benchmarks/dags`` as the DAGs folder.  One
+DAG, ``b8_consumer`` (``benchmarks/dags/b8_watcher_throughput.py``), is scheduled on all B8 assets
+and one that never gets an event (ALL of them must be updated, so no DAG run is made); the
+benchmark moves through phases by writing the phase into a control file the DAG file reads at
+parse time, so only the phase's watchers run (Airflow adds and removes them on the next parse;
+the benchmark waits until the trigger table holds exactly them and every one of them has started).
+The Airflow components import ``airflow_kafka_events`` from a copy of the committed ``src/`` (``git
+archive HEAD``, first on their ``PYTHONPATH``), so edits to the working tree during a run cannot
+change the watchers' code half-way (``--live-src``: the working tree as it is):
+
+``ceiling``
+    ``bench://b8/ceiling`` watched by :class:`b8_triggers.BurstTrigger` (no Kafka at all): on
+    request it fires ``count`` events as fast as it can (or at ``rate``/s), in the same triggerer
+    and the same metadata DB.  This is what Airflow itself can take.
+``kafka-1`` / ``kafka-10`` / ``kafka-100``
+    1, 10, 100 assets, each a ``kafka_watched_asset`` on ONE topic of that configuration (3
+    partitions), in the one triggerer; this process emits asset event envelopes to the topic
+    (pipelined sends with the repo's ``EnvelopeProducer``), spread round-robin over the assets.
+
+Each phase: a warm-up batch (not counted; for Kafka one event per asset), then a **burst** of
+``--events`` events (all emitted at once), then one **paced** batch per rate of ``--rates``
+(``--paced-seconds`` long).  Per batch, from the ``asset_event`` rows (read-only SQLite queries,
+found by the batch tag in ``extra``):
+
+* throughput = events / (last row's ``timestamp`` - first event's ``emitted_at``), and the steady
+  rate between the 10th and the 90th percentile row;
+* latency = row ``timestamp`` - ``emitted_at`` (the trigger's event time for the ceiling, the
+  envelope's ``emitted_at`` for Kafka; one machine clock), p50 / p95 / max;
+* the latency split at the triggerer's ``Trigger fired event`` log line (when its runner yielded
+  the event): emit -> fired (for Kafka: produce, read, decode, filter) and fired -> row (Airflow:
+  the runner's state sync to its supervisor, then one ``Trigger.submit_event`` per event);
+* CPU seconds of the triggerer (supervisor + runner process), scheduler, dag-processor,
+  api-server and broker while the batch ran.
+
+Ratios: every Kafka configuration's burst throughput / the ceiling's.  The path before the
+watcher redesign (one consumer group, polls on a shared thread) is no longer in the code, so it is
+not measured side by side: compare with the ceiling.  Uses ``KAFKA_BOOTSTRAP_SERVERS`` or starts
+the local broker.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka.admin import AdminClient
+
+from airflow_kafka_events.assets.external import build_envelope, record_key
+from airflow_kafka_events.codec import ASSET_EVENT_CODEC
+from airflow_kafka_events.envelopes import AssetRef, EventSource, SourceKind
+from airflow_kafka_events.kafka import KafkaSettings, TopicSpec, ensure_topics
+from airflow_kafka_events.kafka.producer import EnvelopeProducer, close_all_producers
+from airflow_kafka_events.local_broker import LocalKafkaBroker
+from benchmarks.asset_event_e2e_latency import loadavg, parse_db_time, percentile, say
+
+REPO = Path(__file__).resolve().parents[1]
+DAGS_FOLDER = Path(__file__).resolve().parent / "dags"
+DAG_ID = "b8_consumer"
+ASSET_COUNTS = (1, 10, 100)
+CEILING = ("b8_ceiling", "bench://b8/ceiling")
+STATE_KEY_PATTERN = "airflow_kafka_events.watcher[%"
+PARTITIONS = 3
+CPU_COMPONENTS = ("triggerer", "scheduler", "dag-processor", "api-server")
+
+
+def kafka_assets(count: int) -> list[tuple[str, str]]:
+    return [(f"b8_k{count}_a{i:03d}", f"bench://b8/k{count}/a{i:03d}") for i in range(count)]
+
+
+# ====================================================================== CPU accounting
+_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def _tree_cpu(root: int | None) -> float:
+    """CPU seconds (user + system) of ``root`` and its live descendants (Linux /proc)."""
+    if root is None:
+        return 0.0
+    children: dict[int, list[int]] = {}
+    stats: dict[int, list[str]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            raw = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = raw[raw.rfind(")") + 2 :].split()
+        stats[int(entry.name)] = fields
+        children.setdefault(int(fields[1]), []).append(int(entry.name))
+    total, todo = 0.0, [root]
+    while todo:
+        pid = todo.pop()
+        fields = stats.get(pid)
+        if fields is not None:
+            total += (int(fields[11]) + int(fields[12])) / _TICKS  # utime, stime
+        todo.extend(children.get(pid, []))
+    return total
+
+
+def cpu_snapshot(setup: Setup) -> dict[str, float]:
+    out = {name: _tree_cpu(setup.stack.pid(name)) for name in CPU_COMPONENTS}
+    out["broker"] = _tree_cpu(setup.broker_pid)
+    out["this process"] = _tree_cpu(os.getpid())
+    return out
+
+
+# ====================================================================== environment
+@dataclass
+class Setup:
+    stack: Any  # harness.airflow_stack.AirflowStack
+    bootstrap: str
+    run: str
+    control: Path
+    topics: dict[int, str]
+    scratch: Path
+    broker_pid: int | None
+    started_in: float
+    code: str
+    asset_ids: dict[str, int] = field(default_factory=dict)
+
+
+def snapshot_src(dest: Path) -> str:
+    """Extract the committed ``src/`` into ``dest``; return ``<commit>`` (plus ``+dirty src`` if the
+    working tree's ``src/`` differs from it)."""
+    commit = subprocess.run(
+        ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    archive = subprocess.run(
+        ["git", "-C", str(REPO), "archive", "--format=tar", "HEAD", "src"], capture_output=True, check=True
+    ).stdout
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        tar.extractall(dest, filter="data")
+    dirty = subprocess.run(
+        ["git", "-C", str(REPO), "status", "--porcelain", "--", "src"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    return f"{commit} (working tree's src/ differs: not used)" if dirty else commit
+
+
+@contextlib.contextmanager
+def environment(*, keep_home: bool, live_src: bool) -> Iterator[Setup]:
+    """Broker (unless ``KAFKA_BOOTSTRAP_SERVERS``), topics, the Airflow stack; all stopped after."""
+    sys.path.insert(0, str(REPO / "tests"))
+    from harness.airflow_stack import AirflowStack
+
+    t0 = time.monotonic()
+    scratch = Path(tempfile.mkdtemp(prefix="bench-b8-"))
+    control = scratch / "control"
+    control.mkdir()
+    (control / "phase").write_text("none\n")
+    run = uuid.uuid4().hex[:8]
+    broker: LocalKafkaBroker | None = None
+    broker_pid: int | None = None
+    bootstrap = os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "")
+    stack = None
+    failed = False
+    try:
+        if not bootstrap:
+            broker = LocalKafkaBroker(state_dir=scratch / "kafka")
+            status = broker.start()
+            bootstrap = str(status.bootstrap_servers)
+            broker_pid = status.pid
+            say(f"[broker]  local Kafka {status.version} at {bootstrap} (pid {status.pid})")
+        topics = {count: f"bench.b8.k{count}.{run}" for count in ASSET_COUNTS}
+        admin = AdminClient(KafkaSettings({"bootstrap.servers": bootstrap}).admin_config())
+        ensure_topics(
+            admin,
+            [TopicSpec(t, partitions=PARTITIONS) for t in topics.values()]
+            + [TopicSpec(f"bench.b8.dlq.{run}", partitions=1)],
+        )
+        del admin
+        paths = [str(DAGS_FOLDER)]
+        if live_src:
+            code = "working tree"
+        else:
+            code = snapshot_src(scratch / "code")
+            paths.insert(0, str(scratch / "code" / "src"))
+        say(f"[code]    airflow_kafka_events for Airflow: {code}")
+        pythonpath = os.pathsep.join(p for p in (*paths, os.environ.get("PYTHONPATH", "")) if p)
+        extra_env = {
+            "AIRFLOW_KAFKA_EVENTS_B8_RUN": run,
+            "AIRFLOW_KAFKA_EVENTS_B8_DIR": str(control),
+            "PYTHONPATH": pythonpath,  # the triggerer imports b8_triggers.BurstTrigger
+            "AIRFLOW_CONN_KAFKA_WATCHER": json.dumps(
+                {
+                    "conn_type": "kafka",
+                    "extra": {
+                        "bootstrap.servers": bootstrap,
+                        "group.id": f"bench-b8-watchers-{run}",
+                        "enable.auto.commit": "false",
+                        "auto.offset.reset": "earliest",
+                        "topic.metadata.refresh.interval.ms": "2000",
+                    },
+                }
+            ),
+            "AIRFLOW__TRIGGERER__SHARED_STREAM_COHORT_GRACE_PERIOD": "5",
+        }
+        stack = AirflowStack(scratch / "airflow", DAGS_FOLDER, extra_env)
+        stack.start(dag_ids=[DAG_ID])
+        started_in = time.monotonic() - t0
+        pids = {name: stack.pid(name) for name in ("api-server", "scheduler", "triggerer", "dag-processor")}
+        say(f"[airflow] stack healthy, DAG parsed in {started_in:.1f}s (home {stack.home}; pids {pids})")
+        yield Setup(stack, bootstrap, run, control, topics, scratch, broker_pid, started_in, code)
+    except BaseException:
+        failed = True
+        raise
+    finally:
+        close_all_producers()
+        if stack is not None:
+            stack.stop()
+            say("[airflow] stopped")
+        if broker is not None:
+            broker.stop()
+            say("[broker]  stopped")
+        if keep_home or failed:
+            say(f"[files]   kept {scratch}")
+        else:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+
+# ====================================================================== phases
+def phase_assets(phase: str) -> list[tuple[str, str]]:
+    if phase == "ceiling":
+        return [CEILING]
+    return kafka_assets(int(phase.split("-", 1)[1]))
+
+
+def load_asset_ids(setup: Setup) -> None:
+    names = [CEILING[0]] + [name for count in ASSET_COUNTS for name, _ in kafka_assets(count)]
+
+    def all_there() -> dict[str, int] | None:
+        rows = setup.stack.query("SELECT id, name FROM asset WHERE name LIKE 'b8_%'")
+        found = {str(r["name"]): int(r["id"]) for r in rows}
+        return found if all(n in found for n in names) else None
+
+    setup.asset_ids = setup.stack.wait_for(
+        all_there, 120, "the B8 assets in the asset table", ("dag-processor",)
+    )
+
+
+def switch_phase(setup: Setup, phase: str, timeout: float) -> float:
+    """Write ``phase``; wait until exactly its watchers exist, are assigned and have started."""
+    started = time.monotonic()
+    switched_at = datetime.now(timezone.utc)
+    ready_file = setup.control / "ceiling.ready"
+    ready_file.unlink(missing_ok=True)
+    (setup.control / "phase").write_text(phase + "\n")
+    names = {name for name, _ in phase_assets(phase)}
+    ids = [setup.asset_ids[n] for n in names]
+    marks = ",".join("?" * len(ids))
+    stack = setup.stack
+
+    def registered() -> bool:
+        rows = stack.query(
+            "SELECT a.name AS name, t.triggerer_id AS triggerer FROM asset_watcher aw "
+            "JOIN asset a ON a.id = aw.asset_id JOIN trigger t ON t.id = aw.trigger_id"
+        )
+        watched = {str(r["name"]) for r in rows}
+        triggers = int(stack.query("SELECT COUNT(*) AS n FROM trigger")[0]["n"])
+        return watched == names and triggers == len(names) and all(r["triggerer"] is not None for r in rows)
+
+    stack.wait_for(registered, timeout, f"the watchers of phase {phase} to be registered and assigned")
+
+    def running() -> bool:
+        if phase == "ceiling":
+            return ready_file.exists()
+        rows = stack.query(
+            f"SELECT asset_id, updated_at FROM asset_state_store WHERE key LIKE ? AND asset_id IN ({marks})",
+            (STATE_KEY_PATTERN, *ids),
+        )
+        fresh = {int(r["asset_id"]) for r in rows if parse_db_time(r["updated_at"]) >= switched_at}
+        return len(fresh) == len(ids)
+
+    stack.wait_for(
+        running, timeout, f"every watcher of phase {phase} to start reading", ("triggerer",), interval=0.5
+    )
+    return time.monotonic() - started
+
+
+# ====================================================================== batches
+@dataclass
+class Batch:
+    phase: str
+    kind: str  # warmup, burst, paced-<rate>
+    count: int
+    rate: float | None
+    label: str = ""  # the phase, with "#2", "#3" ... when a phase is measured again
+    load_before: list[float] = field(default_factory=list)
+    tag: str = ""
+    emit_s: float = 0.0  # how long emitting took (Kafka: until every send was acknowledged)
+    wall_s: float = 0.0  # first emit -> every row seen by this process
+    rows: int = 0
+    distinct: int = 0
+    throughput: float = 0.0
+    steady_rate: float = 0.0
+    latency_ms: dict[str, float] = field(default_factory=dict)
+    #: the same split at the triggerer's "Trigger fired event" log line (the runner yielded it)
+    emit_to_fired_ms: dict[str, float] = field(default_factory=dict)
+    fired_to_row_ms: dict[str, float] = field(default_factory=dict)
+    cpu_s: dict[str, float] = field(default_factory=dict)
+    loadavg_end: list[float] = field(default_factory=list)
+
+
+def _where(setup: Setup, phase: str) -> tuple[str, list[int], str]:
+    ids = [setup.asset_ids[n] for n, _ in phase_assets(phase)]
+    path = "$.payload.b8" if phase == "ceiling" else "$.payload.extra.b8"
+    return f"asset_id IN ({','.join('?' * len(ids))}) AND json_extract(extra, '{path}') = ?", ids, path
+
+
+def emit_ceiling(setup: Setup, batch: Batch) -> float:
+    spec = {"batch": batch.tag, "count": batch.count, "rate": batch.rate}
+    tmp = setup.control / "ceiling.go.tmp"
+    tmp.write_text(json.dumps(spec))
+    t0 = time.monotonic()
+    os.rename(tmp, setup.control / "ceiling.go")
+    return time.monotonic() - t0
+
+
+def emit_kafka(setup: Setup, producer: EnvelopeProducer, batch: Batch) -> float:
+    count_assets = int(batch.phase.split("-", 1)[1])
+    assets = [AssetRef(name=n, uri=u) for n, u in kafka_assets(count_assets)]
+    topic = setup.topics[count_assets]
+    source = EventSource(SourceKind.EXTERNAL, producer="b8-bench")
+    futures = []
+    t0 = time.monotonic()
+    for seq in range(batch.count):
+        if batch.rate:
+            due = t0 + seq / batch.rate
+            if due > time.monotonic():
+                time.sleep(due - time.monotonic())
+        asset = assets[seq % len(assets)]
+        envelope = build_envelope(
+            asset=asset,
+            source=source,
+            extra={"b8": batch.tag, "seq": seq},
+            idempotency_key=f"{batch.tag}-{seq}",
+        )
+        headers: list[tuple[str, bytes | str | None]] = [("event_id", envelope.event_id)]
+        futures.append(
+            producer.send(
+                topic, ASSET_EVENT_CODEC.encode(envelope, topic=topic), key=record_key(asset), headers=headers
+            )
+        )
+    for future in futures:
+        future.result(timeout=60)
+    return time.monotonic() - t0
+
+
+FIRED = re.compile(r"^(\S+) \[info\s*\] Trigger fired event .*?'b8': '([^']+)', 'seq': (\d+)")
+
+
+def fired_times(setup: Setup, tag: str) -> dict[int, datetime]:
+    """When the triggerer's runner yielded each event of batch ``tag`` (its log, per ``seq``)."""
+    found: dict[int, datetime] = {}
+    with (setup.stack.log_dir / "triggerer.log").open(errors="replace") as fh:
+        for line in fh:
+            if tag not in line:
+                continue
+            match = FIRED.match(line)
+            if match and match.group(2) == tag:
+                found.setdefault(
+                    int(match.group(3)), datetime.fromisoformat(match.group(1).replace("Z", "+00:00"))
+                )
+    return found
+
+
+def spread(values: Sequence[float]) -> dict[str, float]:
+    if not values:
+        return {}
+    return {
+        "p50": round(percentile(values, 50), 1),
+        "p95": round(percentile(values, 95), 1),
+        "max": round(max(values), 1),
+        "min": round(min(values), 1),
+    }
+
+
+def run_batch(setup: Setup, producer: EnvelopeProducer, batch: Batch, timeout: float) -> Batch:
+    batch.tag = f"{setup.run}-{batch.phase}-{batch.kind}-{uuid.uuid4().hex[:6]}"
+    where, ids, path = _where(setup, batch.phase)
+    stack = setup.stack
+    cpu0 = cpu_snapshot(setup)
+    t0 = time.monotonic()
+    if batch.phase == "ceiling":
+        batch.emit_s = emit_ceiling(setup, batch)
+    else:
+        batch.emit_s = emit_kafka(setup, producer, batch)
+
+    def count() -> int:
+        return int(
+            stack.query(f"SELECT COUNT(*) AS n FROM asset_event WHERE {where}", (*ids, batch.tag))[0]["n"]
+        )
+
+    deadline_s = timeout + batch.count / 5
+    stack.wait_for(
+        lambda: count() >= batch.count,
+        deadline_s,
+        f"{batch.count} asset events of {batch.phase} {batch.kind}",
+        ("triggerer",),
+        interval=0.2,
+    )
+    batch.wall_s = time.monotonic() - t0
+    cpu1 = cpu_snapshot(setup)
+    batch.cpu_s = {k: round(cpu1[k] - cpu0.get(k, 0.0), 2) for k in cpu1}
+    batch.loadavg_end = loadavg()
+    rows = stack.query(f"SELECT timestamp, extra FROM asset_event WHERE {where}", (*ids, batch.tag))
+    stored: list[datetime] = []
+    latencies: list[float] = []
+    emitted: list[datetime] = []
+    seqs: set[int] = set()
+    fired = fired_times(setup, batch.tag)
+    to_fired: list[float] = []
+    after_fired: list[float] = []
+    for row in rows:
+        extra = json.loads(row["extra"]) if isinstance(row["extra"], str) else row["extra"]
+        payload = extra["payload"]
+        at = parse_db_time(row["timestamp"])
+        sent = datetime.fromisoformat(payload["emitted_at"])
+        stored.append(at)
+        emitted.append(sent)
+        latencies.append((at - sent).total_seconds() * 1000)
+        seq = int((payload if path == "$.payload.b8" else payload["extra"])["seq"])
+        seqs.add(seq)
+        if seq in fired:
+            to_fired.append((fired[seq] - sent).total_seconds() * 1000)
+            after_fired.append((at - fired[seq]).total_seconds() * 1000)
+    stored.sort()
+    batch.rows, batch.distinct = len(rows), len(seqs)
+    span = (stored[-1] - min(emitted)).total_seconds()
+    batch.throughput = round(len(rows) / span, 1) if span > 0 else 0.0
+    lo, hi = int(0.1 * (len(stored) - 1)), int(0.9 * (len(stored) - 1))
+    steady = (stored[hi] - stored[lo]).total_seconds()
+    batch.steady_rate = round((hi - lo) / steady, 1) if steady > 0 else 0.0
+    batch.latency_ms = spread(latencies)
+    batch.emit_to_fired_ms = spread(to_fired)
+    batch.fired_to_row_ms = spread(after_fired)
+    return batch
+
+
+def describe(batch: Batch) -> str:
+    lat = batch.latency_ms
+    rate = "max" if not batch.rate else f"{batch.rate:g}/s"
+    cpu = ", ".join(f"{k} {v:.1f}" for k, v in batch.cpu_s.items() if v >= 0.05)
+    return (
+        f"[{batch.label or batch.phase:>9} {batch.kind:<6}] {batch.rows}/{batch.count} rows "
+        f"({batch.distinct} distinct), "
+        f"offered {rate}, emit {batch.emit_s:.1f}s, {batch.throughput:.1f} events/s "
+        f"(steady {batch.steady_rate:.1f}/s), latency p50 {lat['p50']:.0f} ms p95 {lat['p95']:.0f} ms "
+        f"max {lat['max']:.0f} ms (emit->fired p50 {batch.emit_to_fired_ms.get('p50', float('nan')):.0f}, "
+        f"fired->row p50 {batch.fired_to_row_ms.get('p50', float('nan')):.0f}); CPU s: {cpu}; "
+        f"load {batch.load_before} -> {batch.loadavg_end}"
+    )
+
+
+# ====================================================================== report
+def summarize(batches: list[Batch]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for b in batches:
+        if b.kind == "warmup":
+            continue
+        out.setdefault(b.label or b.phase, {})[b.kind] = {
+            "events": b.count,
+            "rows": b.rows,
+            "distinct": b.distinct,
+            "events_per_s": b.throughput,
+            "steady_events_per_s": b.steady_rate,
+            "latency_ms": b.latency_ms,
+            "emit_to_fired_ms": b.emit_to_fired_ms,
+            "fired_to_row_ms": b.fired_to_row_ms,
+            "offered_rate": b.rate,
+            "cpu_s": b.cpu_s,
+            "loadavg_before": b.load_before,
+            "loadavg_after": b.loadavg_end,
+        }
+    # the reference: the mean of every ceiling burst (measured before and after the Kafka phases)
+    ceilings = [
+        kinds["burst"] for label, kinds in out.items() if label.startswith("ceiling") and "burst" in kinds
+    ]
+    if ceilings:
+        reference = {
+            "events_per_s": round(statistics.fmean(c["events_per_s"] for c in ceilings), 1),
+            "steady_events_per_s": round(statistics.fmean(c["steady_events_per_s"] for c in ceilings), 1),
+            "ceiling_bursts": len(ceilings),
+        }
+        for kinds in out.values():
+            if "burst" in kinds:
+                kinds["ratio_to_ceiling"] = round(
+                    kinds["burst"]["events_per_s"] / reference["events_per_s"], 2
+                )
+                kinds["steady_ratio_to_ceiling"] = round(
+                    kinds["burst"]["steady_events_per_s"] / reference["steady_events_per_s"], 2
+                )
+        out["ceiling_reference"] = reference
+    return out
+
+
+def print_report(summary: dict[str, Any], rates: Sequence[float]) -> None:
+    say("")
+    say("B8 asset events into Airflow (one triggerer, SQLite): bursts (events/s, ratio to the ceiling)")
+    say(
+        f"{'config':<10} {'events/s':>9} {'ratio':>6} {'steady/s':>9} {'ratio':>6} "
+        f"{'p50':>8} {'p95':>8} {'emit->fired p50':>16} {'fired->row p50':>15}"
+    )
+    for phase, kinds in summary.items():
+        burst = kinds.get("burst")
+        if not burst:
+            continue
+        ratio = f"{kinds.get('ratio_to_ceiling', float('nan')):.2f}"
+        steady_ratio = f"{kinds.get('steady_ratio_to_ceiling', float('nan')):.2f}"
+        lat = burst["latency_ms"]
+        say(
+            f"{phase:<10} {burst['events_per_s']:>9.1f} {ratio:>6} {burst['steady_events_per_s']:>9.1f} "
+            f"{steady_ratio:>6} {lat['p50']:>6.0f}ms {lat['p95']:>6.0f}ms "
+            f"{burst['emit_to_fired_ms'].get('p50', float('nan')):>14.0f}ms "
+            f"{burst['fired_to_row_ms'].get('p50', float('nan')):>13.0f}ms"
+        )
+    reference = summary.get("ceiling_reference")
+    if reference:
+        say(
+            f"ratios are to the mean of {reference['ceiling_bursts']} ceiling burst(s): "
+            f"{reference['events_per_s']:.1f} events/s, steady {reference['steady_events_per_s']:.1f}/s"
+        )
+    say("paced batches: latency emit -> AssetEvent row")
+    say(
+        f"{'config':<10} {'offered':>8} {'got/s':>7} {'p50':>8} {'p95':>8} {'max':>8} {'emit->fired p50':>16}"
+    )
+    for phase, kinds in summary.items():
+        if phase == "ceiling_reference":
+            continue
+        for rate in rates:
+            paced = kinds.get(f"paced-{rate:g}")
+            if not paced:
+                continue
+            lat = paced["latency_ms"]
+            say(
+                f"{phase:<10} {rate:>6g}/s {paced['events_per_s']:>7.1f} {lat['p50']:>6.0f}ms "
+                f"{lat['p95']:>6.0f}ms {lat['max']:>6.0f}ms "
+                f"{paced['emit_to_fired_ms'].get('p50', float('nan')):>14.0f}ms"
+            )
+    say("(the watcher path before the redesign is gone from the code: ratios are to Airflow's ceiling)")
+
+
+def wait_for_quiet(max_load: float, longest: float) -> list[float]:
+    """Wait (at most ``longest`` seconds) until the 1-minute load average is at most ``max_load``."""
+    deadline = time.monotonic() + longest
+    load = loadavg()
+    while load[0] > max_load and time.monotonic() < deadline:
+        time.sleep(2.0)
+        load = loadavg()
+    if load[0] > max_load:
+        say(f"[machine] load average still {load} after {longest:.0f}s: measuring anyway")
+    return load
+
+
+# ====================================================================== main
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--events", type=int, default=1000, help="events of each burst (1000)")
+    parser.add_argument(
+        "--rates", default="20,100", help="offered events/s of the paced batches, comma-separated (20,100)"
+    )
+    parser.add_argument("--paced-seconds", type=float, default=10.0, help="length of each paced batch (10)")
+    parser.add_argument(
+        "--configs",
+        default="ceiling,kafka-1,kafka-10,kafka-100,ceiling",
+        help="phases, in order; a phase may come again (ceiling,kafka-1,kafka-10,kafka-100,ceiling)",
+    )
+    parser.add_argument(
+        "--max-load",
+        type=float,
+        default=3.0,
+        help="before each burst, wait until the 1-minute load average is at most this (3.0)",
+    )
+    parser.add_argument(
+        "--load-wait", type=float, default=60.0, help="longest wait for --max-load, then go on (60 s)"
+    )
+    parser.add_argument("--timeout", type=float, default=180.0, help="seconds to wait for a phase or batch")
+    parser.add_argument("--out", type=Path, help="also write the results as JSON to this file")
+    parser.add_argument("--keep-home", action="store_true", help="keep the Airflow home (logs, DB)")
+    parser.add_argument(
+        "--live-src", action="store_true", help="Airflow imports src/ of the working tree, not of HEAD"
+    )
+    args = parser.parse_args(argv)
+    phases = [p.strip() for p in args.configs.split(",") if p.strip()]
+    allowed = {"ceiling", *(f"kafka-{n}" for n in ASSET_COUNTS)}
+    if not phases or any(p not in allowed for p in phases):
+        parser.error(f"--configs: choose from {sorted(allowed)}")
+    try:
+        rates = [float(r) for r in args.rates.split(",") if r.strip()]
+    except ValueError:
+        parser.error("--rates: numbers, comma-separated")
+    if args.events < 10 or any(r <= 0 or r * args.paced_seconds < 10 for r in rates):
+        parser.error("--events and every paced batch (rate x --paced-seconds) must be >= 10 events")
+
+    load_start = loadavg()
+    say(f"[machine] {os.cpu_count()} CPUs, load average {load_start}")
+    started = time.monotonic()
+    batches: list[Batch] = []
+    switches: dict[str, float] = {}
+    with environment(keep_home=args.keep_home, live_src=args.live_src) as setup:
+        load_asset_ids(setup)
+        producer = EnvelopeProducer(KafkaSettings({"bootstrap.servers": setup.bootstrap}).producer_config())
+        try:
+            for index, phase in enumerate(phases):
+                seen = phases[:index].count(phase)
+                label = phase if not seen else f"{phase}#{seen + 1}"
+                switches[label] = round(switch_phase(setup, phase, args.timeout), 1)
+                say(f"[phase]   {label}: watchers registered and started in {switches[label]:.1f}s")
+                assets = len(phase_assets(phase))
+                plan = [
+                    Batch(phase, "warmup", max(20, assets), None, label),
+                    Batch(phase, "burst", args.events, None, label),
+                ]
+                plan += [Batch(phase, f"paced-{r:g}", round(r * args.paced_seconds), r, label) for r in rates]
+                for batch in plan:
+                    if batch.kind != "warmup":
+                        batch.load_before = wait_for_quiet(args.max_load, args.load_wait)
+                    batches.append(run_batch(setup, producer, batch, args.timeout))
+                    say(describe(batch))
+        finally:
+            producer.close()
+        startup, code = setup.started_in, setup.code
+    summary = summarize(batches)
+    print_report(summary, rates)
+    load_end = loadavg()
+    say(f"[machine] load average at the end {load_end}; benchmark took {time.monotonic() - started:.0f}s")
+    if args.out:
+        document = {
+            "benchmark": "B8 asset events/s: Airflow ceiling vs Kafka watchers on 1/10/100 assets",
+            "events": args.events,
+            "rates": rates,
+            "paced_seconds": args.paced_seconds,
+            "code": code,
+            "stack_startup_s": round(startup, 1),
+            "phase_switch_s": switches,
+            "machine": {"cpus": os.cpu_count(), "loadavg_start": load_start, "loadavg_end": load_end},
+            "summary": summary,
+            "batches": [asdict(b) for b in batches],
+        }
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(document, indent=2) + "\n")
+        say(f"[results] written to {args.out}")
+    return 0
