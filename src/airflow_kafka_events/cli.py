@@ -21,7 +21,7 @@ from airflow_kafka_events.__about__ import __version__
 from airflow_kafka_events.errors import AirflowKafkaEventsError
 
 if TYPE_CHECKING:
-    from airflow_kafka_events.local_broker import LocalKafkaBroker
+    from airflow_kafka_events.local_broker import LocalKafkaBroker, LocalKafkaCluster
 
 #: Exit codes.
 EXIT_OK = 0
@@ -42,11 +42,38 @@ def _broker(args: argparse.Namespace) -> LocalKafkaBroker:
         controller_port=getattr(args, "controller_port", None),
         version=args.kafka_version,
         cache_dir=args.cache_dir,
-        heap=getattr(args, "heap", "512m"),
+        heap=getattr(args, "heap", None) or "512m",
     )
 
 
+def _cluster(args: argparse.Namespace) -> LocalKafkaCluster | None:
+    """The cluster of ``--state-dir`` (or the one ``--brokers``/``--security`` ask for); else ``None``."""
+    from airflow_kafka_events.local_broker import LocalKafkaCluster, wants_cluster
+
+    brokers, security = getattr(args, "brokers", None), getattr(args, "security", None)
+    if not wants_cluster(args.state_dir, brokers, security):
+        return None
+    heap = getattr(args, "heap", None)
+    return LocalKafkaCluster(
+        state_dir=args.state_dir,
+        brokers=brokers,
+        security=security,
+        version=args.kafka_version,
+        cache_dir=args.cache_dir,
+        **({"heap": heap} if heap else {}),
+    )
+
+
+def _cluster_report(cluster: LocalKafkaCluster, args: argparse.Namespace) -> None:
+    print("\n".join(cluster.report(conn_id=args.conn_id, show_password=args.show_password)))
+
+
 def _kafka_start(args: argparse.Namespace) -> int:
+    cluster = _cluster(args)
+    if cluster is not None:
+        cluster.start(timeout=args.timeout)
+        _cluster_report(cluster, args)
+        return EXIT_OK
     status = _broker(args).start(timeout=args.timeout)
     print(f"bootstrap.servers={status.bootstrap_servers}")
     if args.verbose:
@@ -55,6 +82,11 @@ def _kafka_start(args: argparse.Namespace) -> int:
 
 
 def _kafka_stop(args: argparse.Namespace) -> int:
+    cluster = _cluster(args)
+    if cluster is not None:
+        pids = cluster.stop(timeout=args.timeout)
+        print(f"stopped (pids {', '.join(map(str, pids))})" if pids else "not running")
+        return EXIT_OK
     broker = _broker(args)
     before = broker.status()
     broker.stop(timeout=args.timeout)
@@ -63,6 +95,10 @@ def _kafka_stop(args: argparse.Namespace) -> int:
 
 
 def _kafka_status(args: argparse.Namespace) -> int:
+    cluster = _cluster(args)
+    if cluster is not None:
+        _cluster_report(cluster, args)
+        return EXIT_OK if cluster.status().running else EXIT_NOT_RUNNING
     status = _broker(args).status()
     if status.running:
         print(
@@ -81,12 +117,12 @@ def _kafka_fetch(args: argparse.Namespace) -> int:
 
 
 def add_kafka_group(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    from airflow_kafka_events.local_broker import DEFAULT_KAFKA_VERSION
+    from airflow_kafka_events.local_broker import DEFAULT_KAFKA_VERSION, SECURITY_CHOICES
 
     group = subparsers.add_parser(
         "kafka",
-        help="run a local single-node Kafka broker (KRaft, no Docker)",
-        description="Run a local single-node Apache Kafka broker from jars fetched with Maven.",
+        help="run a local Kafka broker or cluster (KRaft, no Docker)",
+        description="Run a local Apache Kafka broker or cluster from jars fetched with Maven.",
     )
     commands = group.add_subparsers(title="commands", dest="kafka_command", metavar="COMMAND")
 
@@ -105,16 +141,30 @@ def add_kafka_group(subparsers: argparse._SubParsersAction[argparse.ArgumentPars
         help="jar cache (default: $AIRFLOW_KAFKA_EVENTS_CACHE or ~/.cache/airflow-kafka-events)",
     )
     common.add_argument("--kafka-version", default=DEFAULT_KAFKA_VERSION, help="Kafka release (%(default)s)")
+    connection = argparse.ArgumentParser(add_help=False)
+    connection.add_argument("--conn-id", default="kafka_default", help="Airflow connection id to print")
+    connection.add_argument(
+        "--show-password", action="store_true", help="print the SASL password (masked otherwise)"
+    )
 
     start = commands.add_parser(
-        "start", parents=[common], help="start the broker and wait until it serves requests"
+        "start", parents=[common, connection], help="start the broker and wait until it serves requests"
+    )
+    start.add_argument(
+        "--brokers", type=int, default=None, help="nodes of a KRaft cluster (default: recorded, else 1)"
+    )
+    start.add_argument(
+        "--security",
+        choices=SECURITY_CHOICES,
+        default=None,
+        help="clients' listener: plaintext or sasl_ssl (SCRAM-SHA-512 over TLS); default: recorded",
     )
     start.add_argument(
         "--port", type=int, default=None, help="client port (default: the recorded one, else 39092/free)"
     )
     start.add_argument("--controller-port", type=int, default=None, help="KRaft controller port")
     start.add_argument("--timeout", type=float, default=180.0, help="seconds to wait for readiness")
-    start.add_argument("--heap", default="512m", help="JVM max heap (%(default)s)")
+    start.add_argument("--heap", default=None, help="JVM max heap per node (512m; 256m in cluster mode)")
     start.set_defaults(handler=_kafka_start)
 
     stop = commands.add_parser("stop", parents=[common], help="stop the broker (by pid)")
@@ -122,7 +172,7 @@ def add_kafka_group(subparsers: argparse._SubParsersAction[argparse.ArgumentPars
     stop.set_defaults(handler=_kafka_stop)
 
     status = commands.add_parser(
-        "status", parents=[common], help="exit 0 when the broker runs, 3 when it does not"
+        "status", parents=[common, connection], help="exit 0 when the broker runs, 3 when it does not"
     )
     status.set_defaults(handler=_kafka_status)
 

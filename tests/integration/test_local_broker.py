@@ -21,7 +21,6 @@ import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from airflow_kafka_events import local_broker
 from airflow_kafka_events.errors import BrokerError
 from airflow_kafka_events.local_broker import LocalKafkaBroker
 
@@ -177,7 +176,7 @@ def test_stop_by_pid_then_a_warm_start_keeps_storage_and_data(
         commands.append(list(cmd))
         return real_run(cmd, *args, **kwargs)
 
-    monkeypatch.setattr(local_broker.subprocess, "run", spy)
+    monkeypatch.setattr(subprocess, "run", spy)
     status = LocalKafkaBroker(state_dir=cli_broker.state_dir).start(timeout=240)
 
     assert status.running and status.pid != old_pid

@@ -7,10 +7,13 @@ command line looks like the broker's.
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import os
+import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import textwrap
@@ -174,7 +177,7 @@ def test_a_busy_port_fails_before_any_jvm_or_fetch(state_dir: Path, monkeypatch:
     def forbidden(*_a, **_k):
         raise AssertionError("must not get that far")
 
-    monkeypatch.setattr(local_broker, "check_java", forbidden)
+    monkeypatch.setattr(local_broker.java, "check_java", forbidden)
     monkeypatch.setattr(LocalKafkaBroker, "ensure_jars", forbidden)
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
@@ -192,18 +195,18 @@ def _script(path: Path, body: str) -> Path:
 
 
 def test_missing_java_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(local_broker, "find_java", lambda: None)
+    monkeypatch.setattr(local_broker.java, "find_java", lambda: None)
 
     with pytest.raises(BrokerError, match=r"java not found.*17"):
-        local_broker.check_java()
+        local_broker.java.check_java()
 
 
 def test_old_java_is_a_clear_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     java = _script(tmp_path / "java", "import sys; print('openjdk version \"11.0.2\"', file=sys.stderr)\n")
-    monkeypatch.setattr(local_broker, "find_java", lambda: str(java))
+    monkeypatch.setattr(local_broker.java, "find_java", lambda: str(java))
 
     with pytest.raises(BrokerError, match=r"Java 11.*17 or newer"):
-        local_broker.check_java()
+        local_broker.java.check_java()
 
 
 FAKE_MVN = """\
@@ -290,7 +293,7 @@ def test_the_slf4j_binding_follows_the_fetched_log4j_core(
 def test_no_mvn_and_no_cached_jars_is_a_clear_error(
     state_dir: Path, cache_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(local_broker.shutil, "which", lambda _name: None)
+    monkeypatch.setattr(shutil, "which", lambda _name: None)
 
     with pytest.raises(BrokerError, match=r"mvn"):
         LocalKafkaBroker(state_dir=state_dir, cache_dir=cache_dir).ensure_jars()
@@ -301,7 +304,7 @@ def test_cached_jars_need_no_mvn(
 ) -> None:
     broker = LocalKafkaBroker(state_dir=state_dir, cache_dir=cache_dir)
     broker.ensure_jars()
-    monkeypatch.setattr(local_broker.shutil, "which", lambda _name: None)
+    monkeypatch.setattr(shutil, "which", lambda _name: None)
 
     assert broker.ensure_jars() == broker.libs_dir
 
@@ -505,8 +508,192 @@ def test_format_command_passes_a_leading_dash_cluster_id_safely(tmp_path, monkey
         return sp.CompletedProcess(cmd, 0, "", "")
 
     broker = lb.LocalKafkaBroker(state_dir=tmp_path / "s")
-    monkeypatch.setattr(lb.subprocess, "run", fake_run)
+    monkeypatch.setattr(sp, "run", fake_run)
     broker.cluster_id = "-abcdefghijklmnopqrstu"
     broker._format_storage("java", tmp_path)
     (cmd,) = seen
     assert "--cluster-id=-abcdefghijklmnopqrstu" in cmd
+
+
+# --------------------------------------------------------------------------- cluster mode, SASL_SSL
+def test_cluster_nodes_replicate_internal_topics_and_share_a_quorum(tmp_path: Path) -> None:
+    voters = "1@127.0.0.1:41102,2@127.0.0.1:41104,3@127.0.0.1:41106"
+    props = _props(
+        render_server_properties(
+            state_dir=tmp_path, port=41103, controller_port=41104, node_id=2, voters=voters, brokers=3
+        )
+    )
+
+    assert props["node.id"] == "2"
+    assert props["controller.quorum.voters"] == voters
+    assert props["listeners"] == "PLAINTEXT://127.0.0.1:41103,CONTROLLER://127.0.0.1:41104"
+    for key in (
+        "offsets.topic.replication.factor",
+        "transaction.state.log.replication.factor",
+        "share.coordinator.state.topic.replication.factor",
+        "default.replication.factor",
+    ):
+        assert props[key] == "3", key
+    for key in (
+        "min.insync.replicas",
+        "transaction.state.log.min.isr",
+        "share.coordinator.state.topic.min.isr",
+    ):
+        assert props[key] == "2", key
+    assert props["unclean.leader.election.enable"] == "false"
+
+
+@pytest.mark.parametrize(("brokers", "expected"), [(1, (1, 1)), (2, (2, 1)), (3, (3, 2)), (5, (3, 2))])
+def test_replication_follows_the_cluster_size(brokers: int, expected: tuple[int, int]) -> None:
+    assert local_broker.replication_for(brokers) == expected
+
+
+def test_sasl_ssl_material_is_made_once_with_private_files(tmp_path: Path) -> None:
+    from cryptography import x509
+    from cryptography.hazmat.primitives.serialization import load_pem_private_key
+
+    from airflow_kafka_events.local_broker.security import ensure_security
+
+    material = ensure_security(tmp_path / "security")
+    again = ensure_security(tmp_path / "security")
+
+    assert again.client == material.client and again.broker == material.broker
+    assert material.client.password != material.broker.password and len(material.client.password) >= 32
+    assert stat.S_IMODE((tmp_path / "security").stat().st_mode) == 0o700
+    for name in ("credentials.json", "server.pem"):
+        assert stat.S_IMODE((tmp_path / "security" / name).stat().st_mode) == 0o600, name
+    pem = material.server_pem.read_text()
+    assert "-----BEGIN PRIVATE KEY-----" in pem  # PKCS#8, as the broker's PEM keystore reads it
+    load_pem_private_key(pem.encode(), password=None)
+    cert = x509.load_pem_x509_certificate(pem[pem.index("-----BEGIN CERTIFICATE") :].encode())
+    san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert [str(ip) for ip in san.get_values_for_type(x509.IPAddress)] == ["127.0.0.1"]
+    assert san.get_values_for_type(x509.DNSName) == ["localhost"]
+    ca = x509.load_pem_x509_certificate(material.ca_file.read_bytes())
+    cert.verify_directly_issued_by(ca)
+
+
+def test_sasl_ssl_server_properties_keep_the_controller_plaintext(tmp_path: Path) -> None:
+    from airflow_kafka_events.local_broker.security import ensure_security
+
+    material = ensure_security(tmp_path / "security")
+    text = render_server_properties(
+        state_dir=tmp_path, port=41201, controller_port=41202, brokers=3, security=material
+    )
+    props = _props(text)
+
+    assert props["listeners"] == "SASL_SSL://127.0.0.1:41201,CONTROLLER://127.0.0.1:41202"
+    assert props["listener.security.protocol.map"] == "SASL_SSL:SASL_SSL,CONTROLLER:PLAINTEXT"
+    assert props["inter.broker.listener.name"] == "SASL_SSL"
+    assert props["sasl.enabled.mechanisms"] == "SCRAM-SHA-512"
+    assert props["ssl.keystore.type"] == "PEM" and props["ssl.truststore.type"] == "PEM"
+    assert props["ssl.keystore.location"] == str(material.server_pem)
+    assert (
+        f'username="{material.broker.name}"' in props["listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config"]
+    )
+
+
+def test_scram_users_are_formatted_salted_never_with_the_password() -> None:
+    from airflow_kafka_events.local_broker.security import ScramUser
+
+    user = ScramUser("airflow", "pencil")
+    argument = user.format_argument(salt=b"0123456789abcdef")
+
+    assert "pencil" not in argument
+    expected = hashlib.pbkdf2_hmac("sha512", b"pencil", b"0123456789abcdef", 4096)
+    assert argument == (
+        'SCRAM-SHA-512=[name=airflow,iterations=4096,salt="MDEyMzQ1Njc4OWFiY2RlZg==",'
+        f'saltedpassword="{base64.b64encode(expected).decode()}"]'
+    )
+
+
+def _recorded_cluster(state_dir: Path, security: str = "sasl_ssl") -> None:
+    state_dir.mkdir(parents=True)
+    nodes = [{"id": i, "port": 41300 + 2 * i, "controller_port": 41301 + 2 * i} for i in (1, 2, 3)]
+    cluster = {"brokers": 3, "security": security, "cluster_id": "AAAAAAAAAAAAAAAAAAAAAA", "nodes": nodes}
+    (state_dir / "cluster.json").write_text(json.dumps(cluster))
+
+
+def test_a_recorded_cluster_keeps_its_size_and_security(state_dir: Path) -> None:
+    _recorded_cluster(state_dir)
+
+    cluster = local_broker.LocalKafkaCluster(state_dir=state_dir)
+
+    assert (cluster.brokers, cluster.security) == (3, "sasl_ssl")
+    assert cluster.bootstrap_servers == "127.0.0.1:41302,127.0.0.1:41304,127.0.0.1:41306"
+    assert cluster.voters == "1@127.0.0.1:41303,2@127.0.0.1:41305,3@127.0.0.1:41307"
+    with pytest.raises(BrokerError, match="brokers=3, not 2"):
+        local_broker.LocalKafkaCluster(state_dir=state_dir, brokers=2)
+    with pytest.raises(BrokerError, match="security=sasl_ssl, not plaintext"):
+        local_broker.LocalKafkaCluster(state_dir=state_dir, security="plaintext")
+
+
+def test_a_single_node_state_dir_is_not_taken_for_a_cluster(state_dir: Path) -> None:
+    state_dir.mkdir()
+    (state_dir / "broker.json").write_text(json.dumps({"port": 41011, "controller_port": 41012}))
+
+    assert not local_broker.wants_cluster(state_dir, None, None)
+    with pytest.raises(BrokerError, match="single-node broker"):
+        local_broker.LocalKafkaCluster(state_dir=state_dir, brokers=3)
+
+
+def test_cluster_ports_are_distinct(state_dir: Path) -> None:
+    cluster = local_broker.LocalKafkaCluster(state_dir=state_dir, brokers=3)
+
+    ports = [p for n in cluster.nodes for p in (n.port, n.controller_port)]
+    assert len(set(ports)) == 6
+    assert [n.state_dir.name for n in cluster.nodes] == ["node-1", "node-2", "node-3"]
+
+
+def test_cli_status_of_a_stopped_cluster_lists_every_node_and_masks_the_password(
+    state_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from airflow_kafka_events.local_broker.security import ensure_security
+
+    _recorded_cluster(state_dir)
+    material = ensure_security(state_dir / "security")
+
+    assert cli.main(["kafka", "status", "--state-dir", str(state_dir), "--conn-id", "kafka_secure"]) == 3
+    out = capsys.readouterr().out
+    assert out.startswith("stopped brokers=3 security=sasl_ssl")
+    assert len([line for line in out.splitlines() if line.startswith("node ")]) == 3
+    assert material.client.password not in out
+    line = next(line for line in out.splitlines() if line.startswith("AIRFLOW_CONN_KAFKA_SECURE="))
+    extra = json.loads(line.split("=", 1)[1].strip("'"))["extra"]
+    assert extra == {
+        "bootstrap.servers": "127.0.0.1:41302,127.0.0.1:41304,127.0.0.1:41306",
+        "security.protocol": "SASL_SSL",
+        "sasl.mechanisms": "SCRAM-SHA-512",
+        "sasl.username": "airflow",
+        "sasl.password": "********",
+        "ssl.ca.location": str(state_dir / "security" / "ca.pem"),
+    }
+
+    assert cli.main(["kafka", "status", "--state-dir", str(state_dir), "--show-password"]) == 3
+    assert material.client.password in capsys.readouterr().out
+
+
+def test_cli_stop_of_a_stopped_cluster(state_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _recorded_cluster(state_dir, security="plaintext")
+
+    assert cli.main(["kafka", "stop", "--state-dir", str(state_dir)]) == 0
+    assert capsys.readouterr().out.strip() == "not running"
+
+
+def test_cluster_stop_signals_every_node_by_pid_and_nothing_else(state_dir: Path, spawn) -> None:
+    _recorded_cluster(state_dir, security="plaintext")
+    cluster = local_broker.LocalKafkaCluster(state_dir=state_dir)
+    procs = []
+    for node in cluster.nodes:
+        proc = spawn("kafka.Kafka", str(node.properties_file))
+        _write_pid(node, proc.pid)
+        procs.append(proc)
+    unrelated = spawn()
+    _write_pid(cluster.nodes[1], unrelated.pid)  # a stale pid: never signalled
+
+    assert [n.running for n in cluster.status().nodes] == [True, False, True]
+    assert cluster.stop(timeout=10) == [procs[0].pid, procs[2].pid]
+
+    assert procs[0].wait(timeout=10) == -signal.SIGTERM and procs[2].wait(timeout=10) == -signal.SIGTERM
+    assert unrelated.poll() is None
+    procs[1].kill()

@@ -13,6 +13,13 @@ Consumers need no setting: librdkafka's ``fetch.max.bytes`` / ``max.partition.fe
 return a batch larger than them when it is the first of the fetch, so keep them at their
 defaults (or at least the topic's limit) and ``receive.message.max.bytes`` above
 ``fetch.max.bytes``.
+
+Replication: a spec without ``replication_factor`` gets RF = min(3, brokers in the cluster) — the
+brokers the cluster metadata lists when :func:`ensure_topics` runs — and, when RF >= 2 and the
+spec's ``config`` does not set it, ``min.insync.replicas`` = RF - 1.  With ``acks=all`` (this
+package's producers) a write is then acknowledged once RF - 1 replicas hold it: one broker may
+be down without refusing writes or losing acknowledged ones; RF 1 (a single broker) loses what
+that broker's disk loses.
 """
 
 from __future__ import annotations
@@ -54,7 +61,8 @@ class TopicSpec:
 
     name: str
     partitions: int = 3
-    replication_factor: int = 1
+    #: ``None``: :func:`ensure_topics` picks min(3, brokers in the cluster)
+    replication_factor: int | None = None
     retention_ms: int | None = None
     cleanup_policy: str | None = None
     config: Mapping[str, str] = field(default_factory=dict)
@@ -67,7 +75,7 @@ class TopicSpec:
             raise ConfigurationError(f"invalid topic name {self.name!r}")
         if self.partitions < 1:
             raise ConfigurationError(f"topic {self.name}: partitions must be >= 1")
-        if self.replication_factor < 1:
+        if self.replication_factor is not None and self.replication_factor < 1:
             raise ConfigurationError(f"topic {self.name}: replication_factor must be >= 1")
         if self.retention_ms is not None and self.retention_ms < -1:
             raise ConfigurationError(f"topic {self.name}: retention_ms must be -1 (forever) or >= 0")
@@ -98,12 +106,45 @@ class TopicSpec:
         return cfg
 
     def to_new_topic(self) -> NewTopic:
+        """The topic to create (``replication_factor`` ``None``: the broker's default, -1)."""
+        rf = self.replication_factor
         return NewTopic(
             self.name,
             num_partitions=self.partitions,
-            replication_factor=self.replication_factor,
+            replication_factor=-1 if rf is None else rf,
             config=self.topic_config(),
         )
+
+
+#: The largest replication factor :func:`ensure_topics` picks by itself.
+MAX_DEFAULT_REPLICATION = 3
+TOPIC_MIN_INSYNC_REPLICAS = "min.insync.replicas"
+
+
+def default_replication(brokers: int) -> int:
+    """RF = min(3, ``brokers``) (at least 1)."""
+    return max(1, min(MAX_DEFAULT_REPLICATION, brokers))
+
+
+def with_replication(spec: TopicSpec, brokers: int) -> TopicSpec:
+    """``spec`` with its replication settled for a cluster of ``brokers``.
+
+    Without a ``replication_factor`` it gets :func:`default_replication`; with RF >= 2 and no
+    ``min.insync.replicas`` in its ``config`` it gets RF - 1.
+    """
+    rf = spec.replication_factor if spec.replication_factor is not None else default_replication(brokers)
+    config = dict(spec.config)
+    if rf >= 2 and TOPIC_MIN_INSYNC_REPLICAS not in config:
+        config[TOPIC_MIN_INSYNC_REPLICAS] = str(rf - 1)
+    return replace(spec, replication_factor=rf, config=config)
+
+
+def cluster_size(admin: AdminClient, *, timeout: float = 30.0) -> int:
+    """How many brokers the cluster metadata lists (live brokers)."""
+    try:
+        return len(admin.list_topics(timeout=timeout).brokers)
+    except KafkaException as exc:
+        raise TopicError.from_exception("cannot read the cluster metadata", exc) from exc
 
 
 def _ready(meta: object) -> bool:
@@ -177,11 +218,13 @@ def ensure_topics(
     failure raises :class:`TopicError` with librdkafka's error code.  With
     ``message_max_bytes`` (the producers' librdkafka ``message.max.bytes``, see
     :func:`client_message_max_bytes`) new topics get it as ``max.message.bytes`` unless their
-    spec sets one (:func:`align_spec`).
+    spec sets one (:func:`align_spec`).  Replication defaults: see :func:`with_replication`.
     """
     specs = list(specs)
     if not specs:
         return []
+    brokers = cluster_size(admin, timeout=timeout)
+    specs = [with_replication(spec, brokers) for spec in specs]
     if message_max_bytes is not None:
         specs = [align_spec(spec, message_max_bytes) for spec in specs]
     futures = admin.create_topics([s.to_new_topic() for s in specs], operation_timeout=timeout)
