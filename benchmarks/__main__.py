@@ -7,6 +7,7 @@ import sys
 
 BENCHMARKS = {
     "producer": "benchmarks.producer_throughput",
+    "codec": "benchmarks.codec_speed",
     "streaming-vs-classic": "benchmarks.streaming_vs_classic",
     "first-page": "benchmarks.first_page_latency",
     "expand-vs-iterate": "benchmarks.expand_vs_iterate",

@@ -23,12 +23,24 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from enum import Enum
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
+
+try:  # the fast paths' parts; without them only the reference paths run
+    from json.encoder import c_encode_basestring, c_make_encoder  # type: ignore[attr-defined]
+except ImportError:  # pragma: no cover - CPython has them
+    c_encode_basestring = c_make_encoder = None
+try:
+    import msgspec.json
+
+    _fast_json_decode: Any = msgspec.json.Decoder().decode
+except ImportError:  # pragma: no cover - msgspec comes with Airflow
+    _fast_json_decode = None
 
 from airflow_kafka_events.errors import EnvelopeDecodeError, EnvelopeEncodeError, ValidationError
 from airflow_kafka_events.schemas import ASSET_EVENT_ENVELOPE, TRIGGER_EVENT_ENVELOPE
@@ -51,6 +63,8 @@ INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_PRODUCER_FIELDS = ("dag_id", "run_id", "task_id", "map_index", "try_number")
+_T = TypeVar("_T")
 
 
 def _utcnow() -> datetime:
@@ -98,13 +112,8 @@ def _check_json(value: Any, path: str, what: str, active: set[int]) -> None:
     )
 
 
-def json_to_text(value: Any, *, what: str = "payload") -> str:
-    """Strict, compact JSON text of ``value``; ``EnvelopeEncodeError`` if it is not JSON.
-
-    Non-ASCII text is kept as is; strings holding lone surrogates (not valid Unicode)
-    fall back to ``\\uXXXX`` escapes so that they still round-trip.
-    """
-    try:
+def _reference_json_text(value: Any, what: str) -> str:
+    try:  # the walk names the first offending value
         _check_json(value, "$", what, set())
         text = json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
     except EnvelopeEncodeError:
@@ -121,20 +130,72 @@ def json_to_text(value: Any, *, what: str = "payload") -> str:
     return text
 
 
+def _not_json(value: Any) -> Any:
+    raise TypeError(type(value).__qualname__)
+
+
+# The fast path: json's C encoder built once with the reference's settings and no hook
+# for other types.  It accepts what the walk accepts but for dict keys: it writes int,
+# float, bool and None keys as text, seen in its output as {"K": or ,"K": with K a
+# number, true, false or null, which one regex pass (over the reversed text, led by the
+# literal :") finds.  A refusal, or such a suspect, goes to the reference path.
+_MARKERS: dict[int, Any] = {}  # its circular check (a clash between threads only refuses)
+_FAST_ENCODER = c_make_encoder and c_make_encoder(
+    _MARKERS, _not_json, c_encode_basestring, None, ":", ",", False, False, False
+)
+_SUSPECT_KEY_REVERSED = re.compile(r':"(?:[0-9][0-9.e+-]*|eurt|eslaf|llun)"[{,]')
+
+
+def _fast_json_text(value: Any) -> str | None:
+    try:
+        text = "".join(_FAST_ENCODER(value, 0))
+    except Exception:  # any refusal is worded by the reference path
+        _MARKERS.clear()  # an aborted run leaves its open containers behind
+        return None
+    if _SUSPECT_KEY_REVERSED.search(text[::-1]) is not None:
+        return None
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:  # lone surrogates: the reference escapes them
+            return None
+    return text
+
+
+def json_to_text(value: Any, *, what: str = "payload") -> str:
+    """Strict, compact JSON text of ``value``; ``EnvelopeEncodeError`` if it is not JSON.
+
+    Non-ASCII text is kept as is; strings holding lone surrogates (not valid Unicode)
+    fall back to ``\\uXXXX`` escapes so that they still round-trip.
+    """
+    text = _fast_json_text(value)
+    return _reference_json_text(value, what) if text is None else text
+
+
 def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not strict JSON")
 
 
-def json_from_text(text: str, *, what: str = "payload") -> Any:
-    """Parse strict JSON text; ``EnvelopeDecodeError`` if it is not."""
-    if not isinstance(text, str):
-        raise EnvelopeDecodeError(f"{what} JSON text has type {type(text).__qualname__!r}, expected str")
+def _reference_json_value(text: str, what: str) -> Any:
     try:
         return json.loads(text, parse_constant=_reject_constant)
     except RecursionError as exc:
         raise EnvelopeDecodeError(f"{what} JSON text is nested too deeply to decode") from exc
     except ValueError as exc:
         raise EnvelopeDecodeError(f"{what} is not valid strict JSON text: {exc}") from exc
+
+
+def json_from_text(text: str, *, what: str = "payload") -> Any:
+    """Parse strict JSON text; ``EnvelopeDecodeError`` if it is not."""
+    if not isinstance(text, str):
+        raise EnvelopeDecodeError(f"{what} JSON text has type {type(text).__qualname__!r}, expected str")
+    # msgspec parses a subset of what the reference accepts, into the same values (it
+    # refuses lone surrogates, floats beyond range, NaN); the reference decides the rest.
+    try:
+        return _fast_json_decode(text)
+    except Exception:
+        pass  # (the reference's error is raised outside this handler: no chained context)
+    return _reference_json_value(text, what)
 
 
 def payload_to_avro(payload: Any) -> bytes | dict[str, str] | None:
@@ -218,6 +279,13 @@ def _timestamp_from_avro(value: Any) -> datetime:
 
 def _set(obj: object, name: str, value: Any) -> None:
     object.__setattr__(obj, name, value)
+
+
+def _unchecked(cls: type[_T], fields: dict[str, Any]) -> _T:
+    # A frozen dataclass instance from values already checked against its rules.
+    obj = object.__new__(cls)
+    obj.__dict__.update(fields)
+    return obj
 
 
 # --------------------------------------------------------------------------- trigger events
@@ -349,6 +417,28 @@ class TriggerEventEnvelope:
             "error": None if self.error is None else self.error.to_avro(),
             "metadata": dict(self.metadata),
         }
+
+    @classmethod
+    def _from_checked(cls, fields: dict[str, Any]) -> TriggerEventEnvelope | None:
+        """The envelope if ``fields`` pass the ``__post_init__`` rules, else None (keep in step).
+
+        For the codec's reader: exact types, a fresh metadata dict, ``producer`` the values of
+        ProducerIdentity's fields in order, ``error`` None or (type, message); the constructor
+        keeps every refusal and its message.
+        """
+        producer, error = fields["producer"], fields["error"]
+        if not (
+            fields["trigger_run_id"]
+            and 0 <= fields["sequence_index"] <= INT64_MAX
+            and 0 <= fields["attempt"] <= INT32_MAX
+            and (error is None or (fields["is_last"] and error[0]))
+            and all(n is None or INT32_MIN <= n <= INT32_MAX for n in producer[3:])
+        ):
+            return None
+        fields["producer"] = _unchecked(ProducerIdentity, dict(zip(_PRODUCER_FIELDS, producer, strict=True)))
+        if error is not None:
+            fields["error"] = _unchecked(StreamError, {"type": error[0], "message": error[1]})
+        return _unchecked(cls, fields)
 
     @classmethod
     def from_avro(cls, record: Mapping[str, Any]) -> TriggerEventEnvelope:

@@ -1,7 +1,11 @@
 from __future__ import annotations
 
+import enum
 import functools
+import json
+import math
 from datetime import datetime, timezone
+from decimal import Decimal
 from typing import Any
 
 import pytest
@@ -10,8 +14,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from airflow_kafka_events.codec import ASSET_EVENT_CODEC, TRIGGER_EVENT_CODEC, EnvelopeCodec, frame_confluent
-from airflow_kafka_events.envelopes import AssetEventEnvelope, AssetRef, TriggerEventEnvelope
-from airflow_kafka_events.errors import EnvelopeDecodeError
+from airflow_kafka_events.envelopes import (
+    AssetEventEnvelope,
+    AssetRef,
+    ProducerIdentity,
+    StreamError,
+    TriggerEventEnvelope,
+    json_from_text,
+    json_to_text,
+)
+from airflow_kafka_events.errors import EnvelopeDecodeError, EnvelopeEncodeError
 
 pytestmark = pytest.mark.unit
 
@@ -137,3 +149,260 @@ def test_mutated_messages_only_raise_decode_errors(value: Any, data: st.DataObje
     cut = data.draw(st.integers(min_value=0, max_value=len(message)))
     _decode_only_typed_errors(TRIGGER_EVENT_CODEC, bytes(message[:cut]))
     _decode_only_typed_errors(TRIGGER_EVENT_CODEC, bytes(message))
+
+
+# --------------------------------------------------------------------------- fast paths vs references
+# The walk and json calls the codec used before its fast paths, kept verbatim as the reference:
+# the fast paths must accept exactly what these accept, write the same text, and raise the same
+# error with the same message otherwise.
+_HINT = "None, bool, int, float (finite), str, list, tuple or dict with str keys"
+
+
+def _reference_check(value: Any, path: str, what: str, active: set[int]) -> None:
+    if value is None or isinstance(value, (bool, int, str)):
+        return
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise EnvelopeEncodeError(
+                f"{what} value at {path} is {value!r}: strict JSON has no NaN or Infinity"
+            )
+        return
+    if isinstance(value, (list, tuple, dict)):
+        marker = id(value)
+        if marker in active:
+            raise EnvelopeEncodeError(f"{what} value at {path} contains itself (circular reference)")
+        active.add(marker)
+        if isinstance(value, dict):
+            for key, item in value.items():
+                if not isinstance(key, str):
+                    raise EnvelopeEncodeError(
+                        f"{what} value at {path} has a key of type {type(key).__qualname__!r} ({key!r}): "
+                        "JSON object keys must be str"
+                    )
+                _reference_check(item, f"{path}[{key!r}]", what, active)
+        else:
+            for index, item in enumerate(value):
+                _reference_check(item, f"{path}[{index}]", what, active)
+        active.discard(marker)
+        return
+    raise EnvelopeEncodeError(
+        f"{what} value at {path} has type {type(value).__qualname__!r}, which is not JSON; "
+        f"use {_HINT}, or bytes for a raw payload"
+    )
+
+
+def reference_json_to_text(value: Any, *, what: str = "payload") -> str:
+    try:
+        _reference_check(value, "$", what, set())
+        text = json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    except EnvelopeEncodeError:
+        raise
+    except RecursionError as exc:
+        raise EnvelopeEncodeError(f"{what} value is nested too deeply to encode") from exc
+    except (TypeError, ValueError) as exc:
+        raise EnvelopeEncodeError(f"{what} value cannot be written as JSON: {exc}") from exc
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = json.dumps(value, ensure_ascii=True, allow_nan=False, separators=(",", ":"))
+    return text
+
+
+def _reject(name: str) -> Any:
+    raise ValueError(f"{name} is not strict JSON")
+
+
+def reference_json_from_text(text: str, *, what: str = "payload") -> Any:
+    try:
+        return json.loads(text, parse_constant=_reject)
+    except RecursionError as exc:
+        raise EnvelopeDecodeError(f"{what} JSON text is nested too deeply to decode") from exc
+    except ValueError as exc:
+        raise EnvelopeDecodeError(f"{what} is not valid strict JSON text: {exc}") from exc
+
+
+def outcome(func: Any, *args: Any) -> tuple[str, Any]:
+    try:
+        return "ok", func(*args)
+    except Exception as exc:
+        return type(exc).__name__, str(exc)
+
+
+def outcome_identical(func: Any, *args: Any) -> Any:
+    """Like outcome(), checked with identical() instead of == for the value."""
+    kind, value = outcome(func, *args)
+    return _Identical(value) if kind == "ok" else (kind, value)
+
+
+class _Identical:
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, tuple) and other[0] == "ok" and identical(other[1], self.value)
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+class Colour(enum.Enum):
+    RED = 1
+
+
+class Size(enum.IntEnum):
+    BIG = 7
+
+
+class Name(str, enum.Enum):
+    ADA = "ada"
+
+
+class MyInt(int):
+    pass
+
+
+class MyStr(str):
+    pass
+
+
+surrogates = st.sampled_from(["\ud800", "x\udfff", "\udbff\udc00"])
+wild_text = st.text(max_size=8) | surrogates | st.sampled_from(["1", "-2.5", "1e+300", "true", "null", "é"])
+wild_keys = (
+    wild_text
+    | st.integers(min_value=-(2**70), max_value=2**70)
+    | st.floats()
+    | st.booleans()
+    | st.none()
+    | st.sampled_from([Size.BIG, Name.ADA, MyInt(3), MyStr("k"), ("t",), Colour.RED])
+)
+wild_scalars = (
+    json_scalars
+    | st.floats()  # NaN and infinities
+    | wild_text
+    | st.integers(min_value=2**63, max_value=2**70)
+    | st.sampled_from([Size.BIG, Name.ADA, MyInt(5), MyStr("s"), Colour.RED, b"x", {1}, Decimal("1.5")])
+)
+wild_values = st.recursive(
+    wild_scalars,
+    lambda children: (
+        st.lists(children, max_size=4)
+        | st.lists(children, max_size=3).map(tuple)
+        | st.dictionaries(wild_keys, children, max_size=4)
+    ),
+    max_leaves=20,
+)
+
+
+@MODEST
+@given(value=wild_values)
+def test_json_to_text_matches_the_reference_walk(value: Any) -> None:
+    assert outcome(json_to_text, value) == outcome(reference_json_to_text, value)
+    extra = {"k": value}
+    ours = outcome(functools.partial(json_to_text, what="extra"), extra)
+    assert ours == outcome(functools.partial(reference_json_to_text, what="extra"), extra)
+
+
+@MODEST
+@given(value=json_values)
+def test_json_to_text_matches_the_reference_on_json(value: Any) -> None:
+    assert json_to_text(value) == reference_json_to_text(value)
+
+
+def test_json_to_text_matches_the_reference_on_cycles_depth_and_huge_ints() -> None:
+    cyclic: dict[str, Any] = {"a": []}
+    cyclic["a"].append(cyclic)
+    deep: list[Any] = []
+    for _ in range(5000):
+        deep = [deep]
+    for value in (cyclic, deep, [10**5000], {"x": [1, {2: 3}]}, {"1": 1}, [{"true": 1, "b": {None: 2}}]):
+        assert outcome(json_to_text, value) == outcome(reference_json_to_text, value)
+    # the fast path still works after refusing a cycle (its circular-check state is reset)
+    assert json_to_text({"a": [1], "b": [1]}) == '{"a":[1],"b":[1]}'
+
+
+json_text_samples = (
+    wild_values.map(lambda v: json.dumps(v, default=repr, skipkeys=True, ensure_ascii=False))
+    | wild_values.map(lambda v: json.dumps(v, default=repr, skipkeys=True, indent=1))
+    | st.text(alphabet=' \t\n\r\x0b\x0c\ufeff{}[],:"\\/0123456789.eE+-trufalsnNIiy\ud800u', max_size=40)
+    | st.from_regex(r"\A-?(0|[1-9][0-9]{0,30})(\.[0-9]{1,25})?([eE][+-]?[0-9]{1,4})?\Z")
+)
+
+
+@MODEST
+@given(text=json_text_samples, data=st.data())
+def test_json_from_text_matches_the_reference(text: str, data: st.DataObject) -> None:
+    assert outcome(json_from_text, text) == outcome_identical(reference_json_from_text, text)
+    if text:
+        cut = data.draw(st.integers(min_value=0, max_value=len(text)))
+        char = data.draw(st.sampled_from(list(' ,]}"\\0e-\ud800')))
+        mutated = text[:cut] + char + text[cut + 1 :]
+        assert outcome(json_from_text, mutated) == outcome_identical(reference_json_from_text, mutated)
+
+
+# --------------------------------------------------------------------------- Avro fast path
+def _fastavro_codec() -> EnvelopeCodec[TriggerEventEnvelope]:
+    codec = EnvelopeCodec(TriggerEventEnvelope)
+    codec._fast = False  # the reference: fastavro both ways
+    return codec
+
+
+REFERENCE_CODEC = _fastavro_codec()
+int32 = st.integers(min_value=-(2**31), max_value=2**31 - 1)
+some_text = st.text(max_size=70)
+envelope_payloads = st.none() | st.binary(max_size=200) | json_values
+trigger_envelopes = st.builds(
+    lambda run, index, last, payload, attempt, at, producer, cursor, error, metadata: TriggerEventEnvelope(
+        run, index, last or error is not None, payload, attempt, at, producer, cursor, error, metadata
+    ),
+    st.text(min_size=1, max_size=70),
+    st.integers(min_value=0, max_value=2**63 - 1),
+    st.booleans(),
+    envelope_payloads,
+    st.integers(min_value=0, max_value=2**31 - 1),
+    timestamps,
+    st.builds(
+        ProducerIdentity,
+        st.none() | some_text,
+        st.none() | some_text,
+        st.none() | some_text,
+        st.none() | int32,
+        st.none() | int32,
+    ),
+    st.none() | some_text,
+    st.none() | st.builds(StreamError, st.text(min_size=1, max_size=20), some_text),
+    st.dictionaries(some_text, some_text, max_size=4),
+)
+
+
+@MODEST
+@given(envelope=trigger_envelopes)
+def test_fast_avro_writer_writes_fastavros_bytes(envelope: TriggerEventEnvelope) -> None:
+    fast = TRIGGER_EVENT_CODEC.encode(envelope)
+    assert fast == REFERENCE_CODEC.encode(envelope)
+    decoded = TRIGGER_EVENT_CODEC.decode(fast)
+    assert decoded == REFERENCE_CODEC.decode(fast) == envelope
+    assert identical(decoded.payload, REFERENCE_CODEC.decode(fast).payload)
+
+
+@MODEST
+@given(envelope=trigger_envelopes, data=st.data())
+def test_fast_avro_reader_matches_fastavro_on_damaged_bodies(
+    envelope: TriggerEventEnvelope, data: st.DataObject
+) -> None:
+    message = bytearray(TRIGGER_EVENT_CODEC.encode(envelope))
+    for _ in range(data.draw(st.integers(min_value=0, max_value=3))):
+        position = data.draw(st.integers(min_value=10, max_value=len(message) - 1))
+        message[position] = data.draw(st.sampled_from([0, 1, 2, 3, 4, 0x7F, 0x80, 0xFF]))
+    cut = data.draw(st.integers(min_value=10, max_value=len(message) + 2))
+    damaged = bytes(message[:cut]) + b"\x00" * max(0, cut - len(message))
+    fast, reference = outcome(TRIGGER_EVENT_CODEC.decode, damaged), outcome(REFERENCE_CODEC.decode, damaged)
+    assert fast[0] == reference[0] and fast[1] == reference[1]
+    if fast[0] == "ok":
+        assert identical(fast[1].payload, reference[1].payload)
+
+
+def test_fast_path_is_pinned_to_the_current_schema() -> None:
+    from airflow_kafka_events import codec, schemas
+
+    # A new schema version turns the fast path off (fastavro alone) until it is written for it.
+    assert codec._FAST_FINGERPRINT == schemas.schema_fingerprint(schemas.TRIGGER_EVENT_ENVELOPE)
+    assert TRIGGER_EVENT_CODEC._fits_fast_path() and not ASSET_EVENT_CODEC._fits_fast_path()

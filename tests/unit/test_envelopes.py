@@ -181,6 +181,7 @@ def test_trigger_from_avro_accepts_raw_micros_and_missing_defaults() -> None:
         ({}, "{}"),
         ((1, (2,)), "[1,[2]]"),
         ({"b": 1, "a": [None]}, '{"b":1,"a":[null]}'),
+        ({"1": 2, "true": None, "-0.5": [{"null": 1}]}, '{"1":2,"true":null,"-0.5":[{"null":1}]}'),
     ],
 )
 def test_json_to_text(value: object, text: str) -> None:
@@ -217,6 +218,11 @@ class _Thing:
         (math.inf, "inf"),
         ({"a": [1, {"b": -math.inf}]}, "$['a'][1]['b']"),
         ({1: "a"}, "key of type 'int'"),
+        ({True: "a"}, "key of type 'bool'"),
+        ({None: "a"}, "key of type 'NoneType'"),
+        ({1.5: "a"}, "key of type 'float' (1.5)"),
+        ({"a": [{"b": {-2: 1}}]}, "$['a'][0]['b'] has a key of type 'int' (-2)"),
+        ({"a": 1, 2: float("nan")}, "$ has a key of type 'int' (2)"),
         ({("a",): 1}, "key of type 'tuple'"),
         ({"a": frozenset()}, "'frozenset'"),
     ],
