@@ -136,14 +136,18 @@ def _not_json(value: Any) -> Any:
 
 # The fast path: json's C encoder built once with the reference's settings and no hook
 # for other types.  It accepts what the walk accepts but for dict keys: it writes int,
-# float, bool and None keys as text, seen in its output as {"K": or ,"K": with K a
-# number, true, false or null, which one regex pass (over the reversed text, led by the
-# literal :") finds.  A refusal, or such a suspect, goes to the reference path.
+# float, bool and None keys as text, seen in its output as {"K": or ,"K": with K the
+# repr of an int or a finite float, true, false or null, which one regex pass (over the
+# reversed text, led by the literal :") finds; a loose pass first, as it is three times
+# quicker and its matches include the exact one's.  A refusal or a suspect takes the reference.
 _MARKERS: dict[int, Any] = {}  # its circular check (a clash between threads only refuses)
 _FAST_ENCODER = c_make_encoder and c_make_encoder(
     _MARKERS, _not_json, c_encode_basestring, None, ":", ",", False, False, False
 )
-_SUSPECT_KEY_REVERSED = re.compile(r':"(?:[0-9][0-9.e+-]*|eurt|eslaf|llun)"[{,]')
+_LOOSE_KEY_REVERSED = re.compile(r':"(?:[0-9][0-9.e+-]*|eurt|eslaf|llun)"[{,]')
+_SUSPECT_KEY_REVERSED = re.compile(
+    r':"(?:(?:0|[0-9]*[1-9]|[0-9]+\.[0-9]+|[0-9]+[+-]e(?:[0-9]+\.)?[0-9])-?|eurt|eslaf|llun)"[{,]'
+)
 
 
 def _fast_json_text(value: Any) -> str | None:
@@ -152,7 +156,8 @@ def _fast_json_text(value: Any) -> str | None:
     except Exception:  # any refusal is worded by the reference path
         _MARKERS.clear()  # an aborted run leaves its open containers behind
         return None
-    if _SUSPECT_KEY_REVERSED.search(text[::-1]) is not None:
+    backwards = text[::-1]
+    if _LOOSE_KEY_REVERSED.search(backwards) and _SUSPECT_KEY_REVERSED.search(backwards):
         return None
     if not text.isascii():
         try:

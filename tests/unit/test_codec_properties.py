@@ -265,7 +265,8 @@ class MyStr(str):
 
 
 surrogates = st.sampled_from(["\ud800", "x\udfff", "\udbff\udc00"])
-wild_text = st.text(max_size=8) | surrogates | st.sampled_from(["1", "-2.5", "1e+300", "true", "null", "é"])
+key_like = st.sampled_from(["1", "-2.5", "1e+300", "true", "null", "é", "2024-01-01", "01", "1e5", "-0"])
+wild_text = st.text(max_size=8) | surrogates | key_like
 wild_keys = (
     wild_text
     | st.integers(min_value=-(2**70), max_value=2**70)
