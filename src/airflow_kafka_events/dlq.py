@@ -469,6 +469,13 @@ class _Producer(Protocol):
     ) -> DeliveryReceipt: ...
 
 
+#: Producer role of dead-letter writes, and how long a write waits for the broker: the role's
+#: producer drops a letter it could not deliver by then, so a retried write never leaves a second
+#: copy published later (``get_producer(config, role=DLQ_ROLE, message_timeout=DLQ_TIMEOUT)``).
+DLQ_ROLE = "dead-letter"
+DLQ_TIMEOUT = 30.0
+
+
 class DeadLetterWriter:
     """Writes refused records to ``topic`` and waits for the broker's acknowledgement.
 

@@ -79,7 +79,7 @@ from airflow_kafka_events.bridge.airflow_api import (
     UnknownAssetError,
 )
 from airflow_kafka_events.bridge.config import BridgeConfig
-from airflow_kafka_events.dlq import DeadLetter, DeadLetterWriter
+from airflow_kafka_events.dlq import DLQ_ROLE, DLQ_TIMEOUT, DeadLetter, DeadLetterWriter
 from airflow_kafka_events.envelopes import AssetEventEnvelope
 from airflow_kafka_events.errors import ConfigurationError, EnvelopeDecodeError, KafkaOperationError
 from airflow_kafka_events.kafka.consumer import RAW_BYTES, ConsumedRecord, EnvelopeConsumer
@@ -266,10 +266,14 @@ class BridgeService:
             self._close()
         log.info("bridge stopped: %s", dict(self.stats))
 
+    def _dlq_producer(self) -> Any:
+        """The dead-letter producer: it drops a letter it could not deliver within the writer's wait."""
+        return get_producer(self.config.kafka.producer_config(), role=DLQ_ROLE, message_timeout=DLQ_TIMEOUT)
+
     def _open_kafka(self) -> None:
         config = self.config
         if self._producer is None:
-            self._producer = get_producer(config.kafka.producer_config())
+            self._producer = self._dlq_producer()
         # raw bytes: the admission pipeline checks the size before it decodes
         consumer: EnvelopeConsumer[bytes] = EnvelopeConsumer(
             config.consumer_config(), RAW_BYTES, topics=[config.topic]
@@ -533,8 +537,8 @@ class BridgeService:
         """Write ``record`` to the dead-letter topic and wait for the broker's acknowledgement."""
         if self._dlq is None:
             if self._producer is None:
-                self._producer = get_producer(self.config.kafka.producer_config())
-            self._dlq = DeadLetterWriter(self._producer, self.config.dlq_topic)
+                self._producer = self._dlq_producer()
+            self._dlq = DeadLetterWriter(self._producer, self.config.dlq_topic, timeout=DLQ_TIMEOUT)
         letter = DeadLetter.from_exception(
             reason,
             error,

@@ -129,7 +129,7 @@ from airflow_kafka_events.assets.external import (
 )
 from airflow_kafka_events.assets.idempotency import SeenKeys
 from airflow_kafka_events.assets.validation import DEFAULT_MAX_EXTRA_BYTES, sanitize_asset_uri
-from airflow_kafka_events.dlq import DeadLetter, DeadLetterReason, DeadLetterWriter
+from airflow_kafka_events.dlq import DLQ_ROLE, DLQ_TIMEOUT, DeadLetter, DeadLetterReason, DeadLetterWriter
 from airflow_kafka_events.envelopes import AssetEventEnvelope
 from airflow_kafka_events.errors import (
     ConfigurationError,
@@ -607,7 +607,10 @@ class KafkaAssetEventTrigger(KafkaSharedStreamTrigger):
 
         assert self.dlq_topic is not None
         conn_id = self.dlq_kafka_config_id or self.kafka_config_id
-        return DeadLetterWriter(KafkaEventsHook(kafka_config_id=conn_id).get_producer(), self.dlq_topic)
+        producer = KafkaEventsHook(kafka_config_id=conn_id).get_producer(
+            role=DLQ_ROLE, message_timeout=DLQ_TIMEOUT
+        )
+        return DeadLetterWriter(producer, self.dlq_topic, timeout=DLQ_TIMEOUT)
 
     async def _dead_letter_writer(self) -> DeadLetterWriter:
         if self._dlq_writer is None:
