@@ -458,7 +458,11 @@ class IterableOperator(BaseOperator):
     def _open_sink(self, context: Context, generation: int) -> ResultsStreamWriter:
         from airflow_kafka_events.envelopes import ProducerIdentity
         from airflow_kafka_events.hooks import KafkaEventsHook
-        from airflow_kafka_events.iteration.results import ResultsStreamWriter
+        from airflow_kafka_events.iteration.results import (
+            RESULTS_DELIVERY_TIMEOUT,
+            RESULTS_ROLE,
+            ResultsStreamWriter,
+        )
 
         ti = context["ti"]
         hook = KafkaEventsHook(kafka_config_id=self.kafka_config_id or "kafka_default")
@@ -466,8 +470,10 @@ class IterableOperator(BaseOperator):
         bound = not_before_of(context)
         return ResultsStreamWriter(
             settings=hook.get_settings(),
-            producer=hook.get_producer(),
+            # a result not acknowledged within the writer's wait is dropped, never published later
+            producer=hook.get_producer(role=RESULTS_ROLE, message_timeout=RESULTS_DELIVERY_TIMEOUT),
             topic=self.results_topic,
+            delivery_timeout=RESULTS_DELIVERY_TIMEOUT,
             trigger_run_id=task_stream_id(context),
             generation=generation,
             identity=ProducerIdentity(

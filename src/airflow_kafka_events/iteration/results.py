@@ -38,7 +38,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from airflow_kafka_events.codec import TRIGGER_EVENT_CODEC
 from airflow_kafka_events.envelopes import ProducerIdentity, StreamError, TriggerEventEnvelope
@@ -51,6 +51,7 @@ from airflow_kafka_events.errors import (
 from airflow_kafka_events.iteration.errors import NonRetryableItemError
 from airflow_kafka_events.iteration.items import Item
 from airflow_kafka_events.iteration.outcome import SinkOpening
+from airflow_kafka_events.kafka.clients import new_consumer
 from airflow_kafka_events.kafka.producer import EnvelopeProducer
 from airflow_kafka_events.kafka.progress import (
     FIRST_OFFSET_METADATA_KEY,
@@ -64,6 +65,11 @@ from airflow_kafka_events.kafka.settings import KafkaSettings
 __all__ = ["ResultsStreamWriter", "read_partition_range", "result_payload"]
 
 log = logging.getLogger(__name__)
+
+#: Producer role of results, and how long a result waits for the broker (the role's message
+#: timeout: a result not acknowledged by then is dropped, never published later).
+RESULTS_ROLE = "iteration-results"
+RESULTS_DELIVERY_TIMEOUT = 30.0
 
 
 def result_payload(item: Item, item_id: str, result: Any) -> dict[str, Any]:
@@ -94,10 +100,12 @@ def read_partition_range(
     )
     scan = _RangeScan(topic, partition, start, end, key)
     deadline = time.monotonic() + timeout
-    try:
-        consumer = Consumer(config)
-    except KafkaException as exc:
-        raise StreamProgressError.from_exception("cannot create the results stream reader", exc) from exc
+    consumer, _ = new_consumer(
+        config,
+        name=f"results scan of {topic}[{partition}]",
+        what="cannot create the results stream reader",
+        error_type=StreamProgressError,
+    )
     try:
         consumer.assign([TopicPartition(topic, partition, start)])
         while True:
@@ -176,7 +184,7 @@ class ResultsStreamWriter:
         identity: ProducerIdentity | None = None,
         not_before_ms: int | None = None,
         lookup_timeout: float = 30.0,
-        delivery_timeout: float = 30.0,
+        delivery_timeout: float = RESULTS_DELIVERY_TIMEOUT,
         scan_timeout: float = 120.0,
         lookup: Callable[..., tuple[StreamLocation, StreamProgress | None]] = lookup_stream,
         scan: Callable[..., list[tuple[int, TriggerEventEnvelope]]] = read_partition_range,
