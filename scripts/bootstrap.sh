@@ -2,7 +2,8 @@
 # Set up everything the project needs on a fresh machine:
 #   - a JDK >= 17 and Maven (installed from Debian packages when missing and running as root),
 #   - a virtualenv in .venv with the package (editable) and its test extras, pinned by constraints,
-#   - the Apache Kafka broker jars from Maven Central (cached under ~/.cache, fetched once).
+#   - the Apache Kafka broker jars from Maven Central (cached under ~/.cache, fetched once),
+#   - the npm packages of tests/node (npm ci, from package-lock.json) when npm is available.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -29,6 +30,17 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ constraints.txt -nt
   "$VENV/bin/python" -m pip install -q --upgrade pip
   "$VENV/bin/python" -m pip install -q -c constraints.txt -e ".[test]"
   touch "$stamp"
+fi
+
+# the second-language signature checker (tests/node): avsc pinned by package-lock.json
+node_stamp=tests/node/node_modules/.installed
+if command -v npm >/dev/null 2>&1; then
+  if [ ! -f "$node_stamp" ] || [ tests/node/package-lock.json -nt "$node_stamp" ]; then
+    (cd tests/node && npm ci --no-audit --no-fund --loglevel=error)
+    touch "$node_stamp"
+  fi
+else
+  echo "bootstrap: node/npm not found; the signature vector test needs node 18+ (it fails in CI without)" >&2
 fi
 
 "$VENV/bin/airflow-kafka-events" kafka fetch

@@ -24,24 +24,44 @@ Sources are *declared by the sender*: an allowlist alone guards against mistakes
 emitting to the wrong asset), not against a malicious client that can write to the topic.
 Pair it with Kafka ACLs on the topic and with signatures.
 
-**Signatures**: HMAC-SHA256 with a shared secret key over the canonical encoding of the
-envelope *without* its ``signature`` field (:func:`signing_payload`, recipe
-:data:`SIGNATURE_RECIPE`)::
+**Signatures**: HMAC-SHA256 with a shared secret key over bytes that any language can rebuild
+from the Avro record alone (:func:`signing_payload`, recipe :data:`SIGNATURE_RECIPE_V2`).  The
+``signature`` field holds ``b"v2:"`` followed by the 32-byte digest (35 bytes).
 
-    ASCII bytes of the compact JSON (sorted keys, separators "," and ":", non-ASCII as \\uXXXX,
-    no NaN/Infinity) of
-    ["airflow-kafka-events/asset-event-signature/v1",
-     {"event_id": ..., "asset": {"name": ..., "uri": ...},
-      "partition_key": <str or null>,
-      "partition_date": <UTC ISO-8601 with microseconds, "2026-01-02T03:04:05.000000+00:00", or null>,
-      "extra": <the extra JSON object>, "idempotency_key": <str or null>,
-      "source": {"kind": ..., "dag_id": ..., "run_id": ..., "task_id": ..., "map_index": ...,
-                 "try_number": ..., "producer": ...},
-      "emitted_at": <UTC ISO-8601 with microseconds>, "causation": [<event ids>]}]
+The signed bytes are a sequence of *items*.  An item is a UTF-8 string framed by its length as
+4 bytes big-endian, ``len(utf8) || utf8``; an absent value (Avro ``null``) is the 4 bytes
+``FF FF FF FF`` and nothing else.  Numbers are items holding their ASCII decimal text (``-`` for
+negatives, no ``+``, no leading zeros); timestamps are the Avro ``timestamp-micros`` long
+(microseconds since the Unix epoch).  The items, in this order::
 
-:func:`sign_envelope` returns a copy carrying the 32-byte digest in ``signature``;
-:func:`verify_envelope` recomputes it with each accepted key (key rotation: the current key
-first, then previous ones) and compares in constant time.  Keys are ``bytes`` or ``str``
+    "airflow-kafka-events/asset-event-signature/v2"
+    event_id, asset.name, asset.uri, partition_key, partition_date (micros or null)
+    N = number of extra entries, then N pairs: key, value text
+    idempotency_key
+    source.kind (the enum symbol), source.dag_id, source.run_id, source.task_id,
+    source.map_index, source.try_number, source.producer
+    emitted_at (micros)
+    M = number of causation ids, then the M ids in order
+
+The ``extra`` value texts are the map values *exactly as carried* in the Avro record (each is
+the strict JSON text of that key's value, see :mod:`airflow_kafka_events.envelopes`): they are
+signed verbatim, never re-serialized, so ``1`` and ``1.0``, ``12345678901234567890`` and
+``-0.0`` keep their meaning in every language.  The pairs are sorted by the key's UTF-8 bytes
+(unsigned bytewise order; Avro map order is not fixed).  A Python envelope holds parsed values;
+their texts are :func:`~airflow_kafka_events.envelopes.json_to_text` of each value, the very
+texts the codec writes (:func:`extra_texts`).  A consumer that reads the raw Avro record can pass
+its texts as ``extra_texts`` to verify what another language wrote verbatim.  Test vectors (key,
+envelope bytes, signature) are in ``tests/vectors/signatures``.
+
+**Version 1** (deprecated; :data:`SIGNATURE_RECIPE`, a bare 32-byte digest) signed a Python
+re-serialization of the parsed ``extra`` that other languages cannot reproduce for some numbers.
+:func:`sign_envelope` makes version 2 only; :func:`verify_envelope` still accepts version 1
+(logging one warning per process) unless ``accept_v1=False``, for the deprecation window the
+README states.  The two cannot be confused: a version 1 signature is 32 bytes, a version 2 one
+35, and the recipes differ.
+
+:func:`verify_envelope` recomputes the digest with each accepted key (key rotation: the current
+key first, then previous ones) and compares in constant time.  Keys are ``bytes`` or ``str``
 (UTF-8); use at least 32 random bytes (``python -c "import secrets;
 print(secrets.token_urlsafe(32))"``).  Key material is always provided by the caller: this
 module reads no configuration and imports no Airflow module.
@@ -54,16 +74,19 @@ import fnmatch
 import hashlib
 import hmac
 import json
+import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from airflow_kafka_events.envelopes import AssetEventEnvelope, EventSource, SourceKind
+from airflow_kafka_events.envelopes import AssetEventEnvelope, EventSource, SourceKind, json_to_text
 from airflow_kafka_events.errors import AirflowKafkaEventsError, ValidationError
 
 __all__ = [
+    "SIGNATURE_PREFIX_V2",
     "SIGNATURE_RECIPE",
+    "SIGNATURE_RECIPE_V2",
     "AllowRule",
     "Allowlist",
     "AuthorizationError",
@@ -73,14 +96,23 @@ __all__ = [
     "SignatureMissingError",
     "SigningKey",
     "compute_signature",
+    "extra_texts",
     "is_signature_valid",
     "sign_envelope",
+    "signature_version",
     "signing_payload",
+    "signing_payload_v1",
     "verify_envelope",
 ]
 
-#: First element of the signed JSON array; names the recipe so that a later one cannot collide.
+log = logging.getLogger(__name__)
+
+#: Version 1 (deprecated): first element of the signed JSON array, a bare 32-byte digest.
 SIGNATURE_RECIPE = "airflow-kafka-events/asset-event-signature/v1"
+#: Version 2: the first item of the signed bytes.
+SIGNATURE_RECIPE_V2 = "airflow-kafka-events/asset-event-signature/v2"
+#: Version 2 signatures are this prefix followed by the 32-byte HMAC-SHA256 digest.
+SIGNATURE_PREFIX_V2 = b"v2:"
 
 #: A signing key: raw bytes, or a str used as its UTF-8 bytes.
 SigningKey = bytes | str
@@ -242,14 +274,94 @@ class Allowlist:
 
 
 # --------------------------------------------------------------------------- signatures
+_DIGEST_SIZE = 32
+_NULL_ITEM = b"\xff\xff\xff\xff"
+_MAX_ITEM = 0xFFFFFFFE
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_MICROSECOND = timedelta(microseconds=1)
+
+
+def _item(value: str | int | None) -> bytes:
+    """One framed item: 4-byte big-endian length + UTF-8 bytes, or FF FF FF FF for null."""
+    if value is None:
+        return _NULL_ITEM
+    data = str(value).encode("utf-8")  # an int: its decimal text
+    if len(data) > _MAX_ITEM:
+        raise ValidationError(f"a signed field of {len(data)} bytes is too long to frame")
+    return len(data).to_bytes(4, "big") + data
+
+
+def _micros(value: datetime | None) -> int | None:
+    """The Avro timestamp-micros long of an aware datetime (exact integer arithmetic)."""
+    return None if value is None else (value - _EPOCH) // _MICROSECOND
+
+
+def extra_texts(envelope: AssetEventEnvelope) -> dict[str, str]:
+    """The Avro map the codec writes for ``envelope.extra``: key -> strict JSON text of its value."""
+    return {key: json_to_text(value, what=f"extra[{key!r}]") for key, value in envelope.extra.items()}
+
+
+def _v2_items(envelope: AssetEventEnvelope, texts: Mapping[str, str]) -> list[bytes]:
+    source = envelope.source
+    items = [
+        _item(SIGNATURE_RECIPE_V2),
+        _item(envelope.event_id),
+        _item(envelope.asset.name),
+        _item(envelope.asset.uri),
+        _item(envelope.partition_key),
+        _item(_micros(envelope.partition_date)),
+        _item(len(texts)),
+    ]
+    for key, text in sorted(texts.items(), key=lambda pair: pair[0].encode("utf-8")):
+        items += (_item(key), _item(text))
+    items += [
+        _item(envelope.idempotency_key),
+        _item(source.kind.value),
+        _item(source.dag_id),
+        _item(source.run_id),
+        _item(source.task_id),
+        _item(source.map_index),
+        _item(source.try_number),
+        _item(source.producer),
+        _item(_micros(envelope.emitted_at)),
+        _item(len(envelope.causation)),
+    ]
+    items += (_item(event_id) for event_id in envelope.causation)
+    return items
+
+
+def signing_payload(envelope: AssetEventEnvelope, *, extra_texts: Mapping[str, str] | None = None) -> bytes:
+    """The version 2 signed bytes of ``envelope`` (see the module docstring); ``signature`` is not in them.
+
+    ``extra_texts`` are the ``extra`` map values exactly as read from the Avro record; by default
+    the texts the codec writes for ``envelope.extra`` (:func:`extra_texts`).
+    """
+    try:
+        texts = _extra_texts_of(envelope) if extra_texts is None else dict(extra_texts)
+        if set(texts) != set(envelope.extra):
+            raise ValidationError("extra_texts must have the same keys as the envelope's extra")
+        return b"".join(_v2_items(envelope, texts))
+    except UnicodeEncodeError as exc:
+        raise ValidationError(f"the envelope cannot be encoded for signing: {exc}") from exc
+
+
+def _extra_texts_of(envelope: AssetEventEnvelope) -> dict[str, str]:
+    try:
+        return extra_texts(envelope)
+    except ValidationError:
+        raise
+    except Exception as exc:  # EnvelopeEncodeError: a value that is not JSON
+        raise ValidationError(f"the envelope cannot be encoded for signing: {exc}") from exc
+
+
 def _utc_text(value: datetime | None) -> str | None:
     if value is None:
         return None
     return value.astimezone(timezone.utc).isoformat(timespec="microseconds")
 
 
-def signing_payload(envelope: AssetEventEnvelope) -> bytes:
-    """The bytes that are signed: the canonical encoding of ``envelope`` without ``signature``."""
+def signing_payload_v1(envelope: AssetEventEnvelope) -> bytes:
+    """The deprecated version 1 signed bytes: ASCII compact sorted JSON of the parsed fields."""
     body = {
         "event_id": envelope.event_id,
         "asset": {"name": envelope.asset.name, "uri": envelope.asset.uri},
@@ -297,36 +409,89 @@ def _keys(keys: SigningKey | Iterable[SigningKey]) -> list[bytes]:
     return result
 
 
-def compute_signature(envelope: AssetEventEnvelope, key: SigningKey) -> bytes:
-    """HMAC-SHA256 (32 bytes) of :func:`signing_payload` under ``key``."""
-    return hmac.new(_key_bytes(key), signing_payload(envelope), hashlib.sha256).digest()
+def signature_version(signature: bytes | None) -> int | None:
+    """2 for ``b"v2:"`` + 32 bytes, 1 for a bare 32-byte digest, None for anything else."""
+    if signature is None:
+        return None
+    if len(signature) == len(SIGNATURE_PREFIX_V2) + _DIGEST_SIZE and signature.startswith(
+        SIGNATURE_PREFIX_V2
+    ):
+        return 2
+    return 1 if len(signature) == _DIGEST_SIZE else None
+
+
+def compute_signature(
+    envelope: AssetEventEnvelope, key: SigningKey, *, extra_texts: Mapping[str, str] | None = None
+) -> bytes:
+    """The version 2 ``signature`` value: ``b"v2:"`` + HMAC-SHA256 of :func:`signing_payload`."""
+    payload = signing_payload(envelope, extra_texts=extra_texts)
+    return SIGNATURE_PREFIX_V2 + hmac.new(_key_bytes(key), payload, hashlib.sha256).digest()
 
 
 def sign_envelope(envelope: AssetEventEnvelope, key: SigningKey) -> AssetEventEnvelope:
-    """A copy of ``envelope`` whose ``signature`` is its HMAC-SHA256 under ``key``.
+    """A copy of ``envelope`` whose ``signature`` is its version 2 signature under ``key``.
 
     Any existing signature is replaced (it is not part of what is signed).
     """
     return dataclasses.replace(envelope, signature=compute_signature(envelope, key))
 
 
-def is_signature_valid(envelope: AssetEventEnvelope, keys: SigningKey | Iterable[SigningKey]) -> bool:
-    """Whether ``envelope`` carries a signature made with one of ``keys``."""
-    if envelope.signature is None:
+_v1_warned = False
+
+
+def _warn_v1(envelope: AssetEventEnvelope) -> None:
+    global _v1_warned
+    if not _v1_warned:
+        _v1_warned = True
+        log.warning(
+            "event %s carries a deprecated version 1 signature; re-sign on the producer with this "
+            "release's sign_envelope (version 2) before version 1 is no longer accepted",
+            envelope.event_id,
+        )
+
+
+def is_signature_valid(
+    envelope: AssetEventEnvelope,
+    keys: SigningKey | Iterable[SigningKey],
+    *,
+    extra_texts: Mapping[str, str] | None = None,
+    accept_v1: bool = True,
+) -> bool:
+    """Whether ``envelope`` carries a signature made with one of ``keys`` (version 2, or 1 if accepted)."""
+    accepted = _keys(keys)
+    version = signature_version(envelope.signature)
+    if version is None or (version == 1 and not accept_v1):
         return False
-    payload = signing_payload(envelope)
+    assert envelope.signature is not None
+    if version == 2:
+        payload, digest = (
+            signing_payload(envelope, extra_texts=extra_texts),
+            envelope.signature[len(SIGNATURE_PREFIX_V2) :],
+        )
+    else:
+        payload, digest = signing_payload_v1(envelope), envelope.signature
     valid = False
-    for key in _keys(keys):
+    for key in accepted:
         expected = hmac.new(key, payload, hashlib.sha256).digest()
         # no early exit: the time taken does not tell which key matched
-        valid = hmac.compare_digest(expected, envelope.signature) or valid
+        valid = hmac.compare_digest(expected, digest) or valid
+    if valid and version == 1:
+        _warn_v1(envelope)
     return valid
 
 
-def verify_envelope(envelope: AssetEventEnvelope, keys: SigningKey | Iterable[SigningKey]) -> None:
+def verify_envelope(
+    envelope: AssetEventEnvelope,
+    keys: SigningKey | Iterable[SigningKey],
+    *,
+    extra_texts: Mapping[str, str] | None = None,
+    accept_v1: bool = True,
+) -> None:
     """Raise :class:`SignatureMissingError` / :class:`SignatureInvalidError` unless signed with a key.
 
-    ``keys`` is one key or several (key rotation: every listed key is accepted).
+    ``keys`` is one key or several (key rotation: every listed key is accepted).  Version 2
+    signatures are checked; version 1 ones too while ``accept_v1`` (the deprecation window).
+    ``extra_texts``: the raw Avro ``extra`` texts, when the caller has them (see the module docs).
     """
     accepted = _keys(keys)
     if envelope.signature is None:
@@ -334,8 +499,15 @@ def verify_envelope(envelope: AssetEventEnvelope, keys: SigningKey | Iterable[Si
             f"event {envelope.event_id} for asset {envelope.asset.uri!r} is not signed, "
             "but this consumer only accepts signed events"
         )
-    if not is_signature_valid(envelope, accepted):
+    version = signature_version(envelope.signature)
+    if version == 1 and not accept_v1:
         raise SignatureInvalidError(
-            f"event {envelope.event_id} for asset {envelope.asset.uri!r} carries a signature that "
+            f"event {envelope.event_id} for asset {envelope.asset.uri!r} carries a version 1 signature, "
+            "which this consumer no longer accepts (re-sign with version 2)"
+        )
+    if not is_signature_valid(envelope, accepted, extra_texts=extra_texts, accept_v1=accept_v1):
+        form = "" if version else f" of {len(envelope.signature)} bytes (neither version 1 nor 2)"
+        raise SignatureInvalidError(
+            f"event {envelope.event_id} for asset {envelope.asset.uri!r} carries a signature{form} that "
             f"matches none of the {len(accepted)} accepted key(s) (tampered, or signed with another key)"
         )

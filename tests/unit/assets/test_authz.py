@@ -6,6 +6,8 @@ import dataclasses
 import hashlib
 import hmac
 import json
+import logging
+import struct
 import subprocess
 import sys
 from datetime import datetime, timezone
@@ -14,17 +16,23 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from airflow_kafka_events.assets import authz
 from airflow_kafka_events.assets.authz import (
+    SIGNATURE_PREFIX_V2,
     SIGNATURE_RECIPE,
+    SIGNATURE_RECIPE_V2,
     Allowlist,
     AllowRule,
     NotAllowedError,
     SignatureInvalidError,
     SignatureMissingError,
     compute_signature,
+    extra_texts,
     is_signature_valid,
     sign_envelope,
+    signature_version,
     signing_payload,
+    signing_payload_v1,
     verify_envelope,
 )
 from airflow_kafka_events.codec import ASSET_EVENT_CODEC
@@ -55,39 +63,98 @@ def envelope(**overrides) -> AssetEventEnvelope:
 # --------------------------------------------------------------------------- signatures
 def test_sign_then_verify_round_trip_through_the_codec():
     signed = sign_envelope(envelope(), KEY)
-    assert signed.signature is not None and len(signed.signature) == 32
+    assert signed.signature is not None and len(signed.signature) == 35
+    assert signed.signature.startswith(SIGNATURE_PREFIX_V2) and signature_version(signed.signature) == 2
     decoded = ASSET_EVENT_CODEC.decode(ASSET_EVENT_CODEC.encode(signed))
     assert decoded.signature == signed.signature
     verify_envelope(decoded, KEY)
     verify_envelope(decoded, KEY.encode())
+    verify_envelope(decoded, KEY, accept_v1=False)
     assert is_signature_valid(decoded, [b"old-key", KEY])
 
 
-def test_signature_covers_the_documented_canonical_payload():
+def _frame(*items: str | int | None) -> bytes:
+    out = b""
+    for value in items:
+        if value is None:
+            out += b"\xff\xff\xff\xff"
+        else:
+            data = str(value).encode("utf-8")
+            out += struct.pack(">I", len(data)) + data
+    return out
+
+
+def test_signature_covers_the_documented_items():
     env = envelope()
-    payload = json.loads(signing_payload(env))
+    texts = {"rows": "10", "ratio": "0.1", "name": '"café"', "nested": '{"b":[1,2],"a":null}'}
+    assert extra_texts(env) == texts == env.to_avro()["extra"]
+    expected_items = _frame(
+        SIGNATURE_RECIPE_V2,
+        "E1",
+        "orders",
+        "s3://lake/orders",
+        "batch-0042",
+        1769862615123456,  # 2026-01-31T12:30:15.123456Z in microseconds
+        4,
+        *("name", '"café"', "nested", '{"b":[1,2],"a":null}', "ratio", "0.1", "rows", "10"),
+        "idem-1",
+        *("dag_callback", "etl_daily", "r1", None, None, None, "p"),
+        1769904000000001,
+        1,
+        "E0",
+    )
+    assert signing_payload(env) == expected_items
+    expected = hmac.new(KEY.encode(), expected_items, hashlib.sha256).digest()
+    assert compute_signature(env, KEY) == SIGNATURE_PREFIX_V2 + expected
+
+
+def test_extra_texts_from_the_wire_are_signed_verbatim():
+    # another language may write 1e-7 where Python writes 1e-07: the texts as read are what count
+    env = envelope(extra={"x": 1e-07, "n": 1})
+    wire = {"x": "1e-7", "n": "1"}
+    signed = dataclasses.replace(env, signature=compute_signature(env, KEY, extra_texts=wire))
+    verify_envelope(signed, KEY, extra_texts=wire)
+    with pytest.raises(SignatureInvalidError):
+        verify_envelope(signed, KEY)  # re-derived texts: 1e-07
+    assert _frame("x", "1e-7") in signing_payload(env, extra_texts=wire)
+    with pytest.raises(ValidationError, match="same keys"):
+        signing_payload(env, extra_texts={"x": "1e-7"})
+
+
+def test_one_and_one_point_zero_sign_differently():
+    one, one_float = envelope(extra={"n": 1}), envelope(extra={"n": 1.0})
+    assert signing_payload(one) != signing_payload(one_float)
+    with pytest.raises(SignatureInvalidError):
+        verify_envelope(dataclasses.replace(one_float, signature=compute_signature(one, KEY)), KEY)
+
+
+def test_version_1_signatures_verify_during_the_deprecation_window(caplog, monkeypatch):
+    env = envelope()
+    payload = json.loads(signing_payload_v1(env))
     assert payload[0] == SIGNATURE_RECIPE
-    body = payload[1]
-    assert set(body) == {
-        "event_id",
-        "asset",
-        "partition_key",
-        "partition_date",
-        "extra",
-        "idempotency_key",
-        "source",
-        "emitted_at",
-        "causation",
-    }
-    assert body["partition_date"] == "2026-01-31T12:30:15.123456+00:00"
-    assert body["emitted_at"] == "2026-02-01T00:00:00.000001+00:00"
-    assert body["source"]["kind"] == "dag_callback"
-    # ASCII only, compact, sorted keys: another language can rebuild the same bytes
-    raw = signing_payload(env)
-    assert raw.isascii() and b" " not in raw.replace(b"\\u00e9", b"")
-    assert raw == json.dumps(payload, sort_keys=True, separators=(",", ":")).encode()
-    expected = hmac.new(KEY.encode(), raw, hashlib.sha256).digest()
-    assert compute_signature(env, KEY) == expected
+    assert payload[1]["partition_date"] == "2026-01-31T12:30:15.123456+00:00"
+    digest = hmac.new(KEY.encode(), signing_payload_v1(env), hashlib.sha256).digest()
+    legacy = dataclasses.replace(env, signature=digest)
+    assert signature_version(legacy.signature) == 1
+    monkeypatch.setattr(authz, "_v1_warned", False)
+    caplog.set_level(logging.WARNING, logger=authz.__name__)
+    verify_envelope(legacy, KEY)
+    verify_envelope(legacy, [b"old", KEY])
+    warnings = [r.getMessage() for r in caplog.records if "deprecated version 1" in r.getMessage()]
+    assert len(warnings) == 1  # once per process
+    with pytest.raises(SignatureInvalidError, match="no longer accepts"):
+        verify_envelope(legacy, KEY, accept_v1=False)
+    assert not is_signature_valid(legacy, KEY, accept_v1=False)
+    with pytest.raises(SignatureInvalidError):  # tampering is caught in version 1 too
+        verify_envelope(dataclasses.replace(legacy, partition_key="other"), KEY)
+
+
+@pytest.mark.parametrize("signature", [b"", b"x" * 31, b"v2:" + b"x" * 31, b"v3:" + b"x" * 32, b"x" * 36])
+def test_signatures_of_neither_version_are_invalid(signature):
+    signed = dataclasses.replace(envelope(), signature=signature)
+    assert signature_version(signature) is None
+    with pytest.raises(SignatureInvalidError, match="neither version"):
+        verify_envelope(signed, KEY)
 
 
 def test_the_signature_field_is_not_signed():
@@ -105,6 +172,8 @@ def test_the_signature_field_is_not_signed():
         {"partition_key": "batch-0043"},
         {"partition_date": datetime(2026, 1, 31, 12, 30, 15, 123457, tzinfo=timezone.utc)},
         {"extra": {"rows": 11}},
+        {"extra": {"rows": 10.0, "ratio": 0.1, "name": "café", "nested": {"b": [1, 2], "a": None}}},
+        {"extra": {"rows": 10, "ratio": 0.1, "name": "café", "nested": {"a": None, "b": [1, 2]}}},
         {"idempotency_key": "idem-2"},
         {"source": EventSource(SourceKind.DAG_CALLBACK, dag_id="etl_daily", run_id="r2", producer="p")},
         {"emitted_at": datetime(2026, 2, 1, tzinfo=timezone.utc)},
