@@ -97,6 +97,27 @@ class NotSentError(DeliveryError):
     """
 
 
+class KafkaAuthenticationError(KafkaOperationError):
+    """The brokers refused the client's credentials (SASL).
+
+    Brokers answer the same for a wrong password and an unknown user, so this is one error.  Its
+    message names the mechanism, the user and the bootstrap servers, never the password.
+    """
+
+
+class KafkaTlsError(KafkaOperationError):
+    """The TLS handshake with the brokers failed: an untrusted certificate, a hostname that does
+    not match the certificate, or a protocol mismatch (a TLS client on a plaintext listener)."""
+
+
+class AuthenticationNotSentError(NotSentError, KafkaAuthenticationError):
+    """Not sent — nothing will be published: the brokers refused the producer's credentials."""
+
+
+class TlsNotSentError(NotSentError, KafkaTlsError):
+    """Not sent — nothing will be published: the TLS handshake with the brokers failed."""
+
+
 class DeliveryOutcomeUnknownError(DeliveryError):
     """Outcome unknown — retry with the same idempotency key: the message may have been written.
 

@@ -58,13 +58,14 @@ import os
 import signal
 import sys
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from enum import Enum
 from types import FrameType
 from typing import Any, TypeVar
 
-from confluent_kafka import KafkaError, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from airflow_kafka_events.assets.admission import AdmissionPipeline, AdmissionVerdict, CausationTooDeepError
 from airflow_kafka_events.assets.external import PROVENANCE_EXTRA_KEY, provenance_extra
@@ -82,6 +83,7 @@ from airflow_kafka_events.bridge.config import BridgeConfig
 from airflow_kafka_events.dlq import DLQ_ROLE, DLQ_TIMEOUT, DeadLetter, DeadLetterWriter
 from airflow_kafka_events.envelopes import AssetEventEnvelope
 from airflow_kafka_events.errors import ConfigurationError, EnvelopeDecodeError, KafkaOperationError
+from airflow_kafka_events.kafka.client_log import refusal_error
 from airflow_kafka_events.kafka.consumer import RAW_BYTES, ConsumedRecord, EnvelopeConsumer
 from airflow_kafka_events.kafka.producer import EnvelopeProducer, get_producer
 
@@ -288,7 +290,7 @@ class BridgeService:
     def _check_topics(self, consumer: EnvelopeConsumer[Any]) -> None:
         for topic, required in ((self.config.dlq_topic, True), (self.config.topic, False)):
             try:
-                meta = consumer.client.list_topics(topic=topic, timeout=15).topics.get(topic)
+                meta = self._metadata(consumer, topic)
             except Exception as exc:  # metadata failure: the poll loop will report the broker
                 log.warning("could not read the metadata of topic %r: %s", topic, exc)
                 continue
@@ -336,7 +338,7 @@ class BridgeService:
     def _poll(self) -> list[ConsumedRecord[bytes]]:
         assert self._consumer is not None
         try:
-            return self._consumer.poll_batch(
+            records = self._consumer.poll_batch(
                 max_records=self.config.batch_size, timeout=self.config.poll_timeout
             )
         except KafkaOperationError as exc:
@@ -345,6 +347,30 @@ class BridgeService:
                 self._stop.wait(self.config.poll_timeout)
                 return []
             raise
+        self._raise_if_refused(self._consumer)
+        return records
+
+    def _metadata(self, consumer: EnvelopeConsumer[Any], topic: str, timeout: float = 15.0) -> Any:
+        """The topic's metadata, asked in 1 s tries so a refusal of the credentials ends it at once."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                return consumer.client.list_topics(topic=topic, timeout=1.0).topics.get(topic)
+            except KafkaException:
+                self._raise_if_refused(consumer)
+                if time.monotonic() >= deadline:
+                    raise
+
+    def _raise_if_refused(self, consumer: EnvelopeConsumer[Any]) -> None:
+        """Refused credentials / TLS do not heal by retrying: stop with the typed error (the bridge
+        exits non-zero; its supervisor restarts it with backoff) instead of spinning.
+
+        The consumer learns of a refusal when it polls; the dead-letter producer (same
+        connection) polls all the time, so it usually knows first."""
+        for health in (consumer.health, getattr(self._producer, "health", None)):
+            refused = health.refusal() if health is not None else None
+            if health is not None and refused is not None:
+                raise refusal_error(health, refused)
 
     def _handle_batch(self, records: Sequence[ConsumedRecord[Any]]) -> None:
         assert self._consumer is not None

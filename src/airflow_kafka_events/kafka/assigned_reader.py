@@ -24,7 +24,7 @@ from confluent_kafka import TopicPartition as KafkaTopicPartition
 
 from airflow_kafka_events.errors import ConfigurationError, KafkaOperationError, TopicError
 from airflow_kafka_events.kafka.client_executor import ClientExecutor
-from airflow_kafka_events.kafka.client_log import Cause, ClientHealth, cause_of
+from airflow_kafka_events.kafka.client_log import Cause, ClientHealth, cause_of, refusal_error
 from airflow_kafka_events.kafka.clients import new_consumer
 from airflow_kafka_events.kafka.positions import Partition
 
@@ -189,8 +189,11 @@ class AssignedReader:
         await self._executor.run(self._client().seek, KafkaTopicPartition(tp[0], tp[1], offset))
 
     def _raise_if_refused(self) -> None:
+        refused = self.health.refusal(since=self._opened_at)
+        if refused is not None:  # credentials or TLS: KafkaAuthenticationError / KafkaTlsError
+            raise refusal_error(self.health, refused)
         seen = self.health.last_error(since=self._opened_at)
-        if seen is not None and seen.cause in (Cause.AUTHENTICATION, Cause.AUTHORIZATION):
+        if seen is not None and seen.cause is Cause.AUTHORIZATION:
             raise KafkaOperationError(
                 f"Kafka refused the reader of {self.topics} at {self.bootstrap_servers}: "
                 f"{seen.cause.value} ({seen.text}); {self.health.fix_for(seen.cause)}",

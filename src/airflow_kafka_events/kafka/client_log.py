@@ -35,6 +35,14 @@ from typing import Any
 
 from confluent_kafka import KafkaError
 
+from airflow_kafka_events.errors import (
+    AuthenticationNotSentError,
+    KafkaAuthenticationError,
+    KafkaOperationError,
+    KafkaTlsError,
+    TlsNotSentError,
+)
+
 __all__ = [
     "DEFAULT_REPEAT_INTERVAL",
     "LIBRDKAFKA_LOGGER",
@@ -44,6 +52,7 @@ __all__ = [
     "RateLimitedLogger",
     "RepeatLimiter",
     "cause_of",
+    "refusal_error",
     "repeat_key",
 ]
 
@@ -70,6 +79,7 @@ class Cause(str, Enum):
 
     UNREACHABLE = "brokers unreachable"
     AUTHENTICATION = "authentication failed"
+    TLS = "TLS handshake failed"
     AUTHORIZATION = "not authorized"
     UNKNOWN_TOPIC = "unknown topic or partition"
     TOO_LARGE = "record too large"
@@ -84,7 +94,7 @@ _CAUSES: dict[int, Cause] = {
     KafkaError._RESOLVE: Cause.UNREACHABLE,
     KafkaError._AUTHENTICATION: Cause.AUTHENTICATION,
     KafkaError.SASL_AUTHENTICATION_FAILED: Cause.AUTHENTICATION,
-    KafkaError._SSL: Cause.AUTHENTICATION,
+    KafkaError._SSL: Cause.TLS,
     KafkaError.TOPIC_AUTHORIZATION_FAILED: Cause.AUTHORIZATION,
     KafkaError.CLUSTER_AUTHORIZATION_FAILED: Cause.AUTHORIZATION,
     KafkaError.GROUP_AUTHORIZATION_FAILED: Cause.AUTHORIZATION,
@@ -99,6 +109,9 @@ _CAUSES: dict[int, Cause] = {
     KafkaError._FATAL: Cause.FATAL,
 }
 
+#: Causes that do not heal by retrying: clients report them at once instead of waiting out a timeout.
+REFUSALS = (Cause.AUTHENTICATION, Cause.TLS)
+
 #: What to do about each cause (``{servers}`` is the bootstrap servers).
 FIXES: Mapping[Cause, str] = {
     Cause.UNREACHABLE: (
@@ -108,6 +121,11 @@ FIXES: Mapping[Cause, str] = {
     Cause.AUTHENTICATION: (
         "check the client's credentials (security.protocol, sasl.mechanism, sasl.username, "
         "sasl.password, ssl.*) in the connection or properties file"
+    ),
+    Cause.TLS: (
+        "check ssl.ca.location (the CA that signed the brokers' certificates), that the certificates "
+        "name the host in bootstrap.servers {servers}, and that security.protocol matches the "
+        "listener (SSL / SASL_SSL)"
     ),
     Cause.AUTHORIZATION: "grant this client's principal the ACLs it needs (e.g. WRITE on the topic)",
     Cause.UNKNOWN_TOPIC: "create the topic first (ensure_topics / kafka-topics.sh) or fix its name",
@@ -317,15 +335,24 @@ class ClientHealth:
         self.down_since: float | None = None
         self._snapshot_listeners: list[Callable[[BrokerSnapshot], None]] = []
         self._user_error_cb: Callable[[KafkaError], Any] | None = None
+        self._refusal_listeners: list[Callable[[SeenError], None]] = []
+        self.security_protocol = "PLAINTEXT"
+        self.mechanism: str | None = None
+        self.username: str | None = None
         self._user_stats_cb: Callable[[str], Any] | None = None
 
     @classmethod
     def for_config(cls, config: Mapping[str, Any], **kwargs: Any) -> ClientHealth:
-        return cls(
+        health = cls(
             bootstrap_servers=str(config.get("bootstrap.servers", "")),
             secrets=[str(config[k]) for k in SECRET_KEYS if config.get(k)],
             **kwargs,
         )
+        health.security_protocol = str(config.get("security.protocol") or "PLAINTEXT").upper()
+        mechanism = config.get("sasl.mechanism") or config.get("sasl.mechanisms")
+        health.mechanism = str(mechanism) if mechanism else None
+        health.username = str(config["sasl.username"]) if config.get("sasl.username") else None
+        return health
 
     # ------------------------------------------------------------------ config
     def wire(self, config: Mapping[str, Any]) -> dict[str, Any]:
@@ -376,7 +403,11 @@ class ClientHealth:
                 self.bootstrap_servers,
                 self.describe_unreachable(),
             )
-        elif seen.cause in (Cause.AUTHENTICATION, Cause.AUTHORIZATION, Cause.FATAL):
+        elif seen.cause in REFUSALS:
+            self.logger.log(logging.ERROR, "%s", self.refusal_text(seen))
+            for listener in list(self._refusal_listeners):
+                listener(seen)
+        elif seen.cause in (Cause.AUTHORIZATION, Cause.FATAL):
             self.logger.log(logging.ERROR, "%s: %s", seen.cause.value, seen.text)
         if self._user_error_cb is not None:
             self._user_error_cb(err)
@@ -443,5 +474,49 @@ class ClientHealth:
             return "no broker connection"
         return f"all brokers down: {transport.text}" if self.down else transport.text
 
+    # ------------------------------------------------------------------ refusals
+    def add_refusal_listener(self, listener: Callable[[SeenError], None]) -> None:
+        """``listener(seen)`` is called (on librdkafka's callback thread) when the brokers refuse
+        the client's credentials or the TLS handshake fails: neither heals by retrying."""
+        self._refusal_listeners.append(listener)
+
+    def refusal(self, since: float | None = None) -> SeenError | None:
+        """The credentials / TLS refusal seen (at or after ``since``), if any."""
+        with self._lock:
+            found = [self._errors[c] for c in REFUSALS if c in self._errors]
+        return next((e for e in found if since is None or e.at >= since), None)
+
+    def refusal_text(self, seen: SeenError) -> str:
+        """What went wrong, with whom, and the fix: the mechanism, the user and the brokers, never
+        the password."""
+        if seen.cause is Cause.AUTHENTICATION:
+            who = (
+                f"SASL mechanism {self.mechanism or '(none set)'}, user {self.username!r}"
+                if self.username or self.mechanism
+                else "no SASL credentials configured"
+            )
+            what = (
+                f"the brokers at {self.bootstrap_servers} refused the credentials of the {self.name} ({who}, "
+                f"security.protocol {self.security_protocol}); a wrong password and an unknown user "
+                "look the same from here"
+            )
+        else:
+            what = (
+                f"the TLS handshake of the {self.name} with the brokers at {self.bootstrap_servers} "
+                f"failed (security.protocol {self.security_protocol})"
+            )
+        return f"{seen.cause.value}: {what}: {seen.text}; fix: {self.fix_for(seen.cause)}"
+
     def fix_for(self, cause: Cause) -> str:
         return FIXES[cause].format(servers=self.bootstrap_servers)
+
+
+def refusal_error(health: ClientHealth, seen: SeenError, *, producing: bool = False) -> KafkaOperationError:
+    """The typed error of a refusal: :class:`KafkaAuthenticationError` or :class:`KafkaTlsError`
+    (their not-sent variants for a producer: nothing was, or will be, published)."""
+    if seen.cause is Cause.TLS:
+        cls: type[KafkaOperationError] = TlsNotSentError if producing else KafkaTlsError
+    else:
+        cls = AuthenticationNotSentError if producing else KafkaAuthenticationError
+    head = "not sent — nothing will be published: " if producing else ""
+    return cls(head + health.refusal_text(seen), kafka_error=KafkaError(seen.code))

@@ -56,7 +56,14 @@ from airflow_kafka_events.errors import (
     NotSentError,
     RecordTooLargeError,
 )
-from airflow_kafka_events.kafka.client_log import BrokerSnapshot, Cause, ClientHealth, cause_of
+from airflow_kafka_events.kafka.client_log import (
+    BrokerSnapshot,
+    Cause,
+    ClientHealth,
+    SeenError,
+    cause_of,
+    refusal_error,
+)
 
 log = logging.getLogger(__name__)
 
@@ -119,6 +126,13 @@ def _receipt(msg: Message) -> DeliveryReceipt:
         timestamp_ms=ts if ts_type != 0 else None,
         key=msg.key() if isinstance(msg.key(), bytes) else None,
     )
+
+
+#: Seconds a refusal of the credentials / TLS makes new sends fail at once (librdkafka retries the
+#: handshake at most every ``reconnect.backoff.max.ms``, 10 s by default, refreshing it).
+REFUSAL_MEMORY = 30.0
+#: The client gave the message up (purged, timed out): after a refusal, because of it.
+_GIVEN_UP = frozenset({KafkaError._PURGE_QUEUE, KafkaError._MSG_TIMED_OUT})
 
 
 def classify_failure(code: int | None, produce_sent: bool | None) -> type[DeliveryError]:
@@ -203,6 +217,10 @@ class EnvelopeProducer:
         self._outstanding = 0  # messages produced whose delivery report has not come yet
         self._outstanding_by_key: Counter[tuple[str, bytes | None]] = Counter()
         self.health.add_snapshot_listener(self._on_snapshot)
+        self.health.add_refusal_listener(self._on_refused)
+        #: the brokers refused the credentials / TLS and nothing was delivered since: sends fail at once
+        self._refused: SeenError | None = None
+        self._purge_due = threading.Event()
         try:
             self._producer = Producer(self.health.wire(self.config))
         except KafkaException as exc:
@@ -230,7 +248,24 @@ class EnvelopeProducer:
             except Exception as exc:  # a fatal client error is raised from poll()
                 self.health.logger.log(logging.ERROR, "Kafka producer %r: %s", self.role, exc)
                 self._closed.wait(self._poll_interval)
+            if self._purge_due.is_set():
+                self._purge_due.clear()
+                # refused credentials / TLS: what waits in the queue would never go; drop it now
+                # (each gets a delivery report, answered with the refusal) rather than at its timeout
+                self._producer.purge(in_queue=True, in_flight=False)
             self._expire_awaiting(time.monotonic())
+
+    def _check_refused(self) -> None:
+        """Fail at once while the brokers keep refusing this producer's credentials / TLS
+        (librdkafka retries the handshake every few seconds: a refusal older than
+        :data:`REFUSAL_MEMORY` seconds no longer counts, so a fix on the brokers' side is seen)."""
+        seen = self._refused
+        if seen is not None and time.monotonic() - seen.at < REFUSAL_MEMORY:
+            raise refusal_error(self.health, seen, producing=True)
+
+    def _on_refused(self, seen: SeenError) -> None:
+        self._refused = seen
+        self._purge_due.set()
 
     def _on_delivery(self, pending: _Pending):  # type: ignore[no-untyped-def]
         def callback(err: KafkaError | None, msg: Message) -> None:
@@ -239,10 +274,13 @@ class EnvelopeProducer:
                 return
             if err is None:
                 self.health.mark_up()
+                self._refused = None
                 pending.future.set_result(_receipt(msg))
                 return
             pending.error, pending.failed_at = err, time.monotonic()
-            if err.code() in _REFUSED:
+            if err.code() in _REFUSED or (
+                self._refused is not None and err.code() == KafkaError._PURGE_QUEUE
+            ):
                 self._fail(pending, produce_sent=None)
             else:
                 with self._awaiting_lock:  # decided by the next statistics report
@@ -282,6 +320,11 @@ class EnvelopeProducer:
     ) -> DeliveryError:
         """The typed error of a failed message, naming the brokers, the topic and the cause."""
         code = err.code()
+        refused = self.health.refusal(since=since) or self._refused
+        if refused is not None and (code in _REFUSED or code in _GIVEN_UP):
+            error = refusal_error(self.health, refused, producing=True)
+            assert isinstance(error, DeliveryError)
+            return error
         if code == KafkaError.MSG_SIZE_TOO_LARGE:
             return RecordTooLargeError(
                 f"not sent — nothing will be published: the broker at {self.bootstrap_servers} refused a "
@@ -367,6 +410,7 @@ class EnvelopeProducer:
             raise KafkaOperationError("producer is closed")
         if os.getpid() != self._pid:
             raise KafkaOperationError("producer used across fork(); call get_producer() in the child")
+        self._check_refused()
         raw_key, header_list = _encode_key(key), _header_list(headers)
         size = record_size(value, raw_key, header_list)
         self._check_size(topic, size)

@@ -204,3 +204,128 @@ def test_a_3_node_sasl_ssl_cluster(tmp_path_factory: pytest.TempPathFactory) -> 
     finally:
         stopped = _cli("kafka", "stop", "--state-dir", str(state_dir))
         assert stopped.returncode == 0 and stopped.stdout.startswith("stopped (pids ")
+
+
+# --------------------------------------------------------------------------- typed, prompt refusals
+AUTH_WITHIN = 10.0  # the bound: a typed error within 10 s, never the whole timeout
+
+
+def _end_offset(extras: dict[str, Any], topic: str) -> int:
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({**extras, "group.id": f"end-{uuid.uuid4().hex[:8]}"})
+    try:
+        return consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)[1]
+    finally:
+        consumer.close()
+
+
+def _emit_with(extras: dict[str, Any], topic: str) -> tuple[BaseException, float]:
+    from airflow_kafka_events.assets import external
+    from airflow_kafka_events.kafka.settings import KafkaSettings
+
+    began = time.monotonic()
+    with pytest.raises(Exception) as raised:
+        external.emit("s3://bucket/refused", topic=topic, settings=KafkaSettings(extras), timeout=30)
+    return raised.value, time.monotonic() - began
+
+
+def test_emit_with_a_wrong_password_raises_a_typed_error_naming_mechanism_user_and_brokers(
+    secured: Secured,
+) -> None:
+    from airflow_kafka_events.errors import AuthenticationNotSentError, KafkaAuthenticationError, NotSentError
+
+    topic = secured.topic()
+    error, elapsed = _emit_with({**secured.extras, "sasl.password": "not-the-password"}, topic)
+    print(f"\nemit, wrong password: {type(error).__name__} after {elapsed:.2f}s")
+    assert isinstance(error, AuthenticationNotSentError)
+    assert isinstance(error, KafkaAuthenticationError) and isinstance(error, NotSentError)
+    assert elapsed < AUTH_WITHIN  # not the 30 s timeout
+    text = str(error)
+    assert "SCRAM-SHA-512" in text and "'airflow'" in text and secured.extras["bootstrap.servers"] in text
+    assert "not-the-password" not in text and secured.password not in text
+    # an unknown user is the same error (the broker answers alike)
+    error, elapsed = _emit_with({**secured.extras, "sasl.username": "nobody"}, topic)
+    assert isinstance(error, AuthenticationNotSentError) and elapsed < AUTH_WITHIN
+    assert "'nobody'" in str(error)
+    # nothing published: the refused messages were purged from the producers, so not later either
+    assert _end_offset(secured.extras, topic) == 0
+
+
+def test_emit_with_an_untrusted_ca_raises_a_tls_error(secured: Secured, tmp_path: Path) -> None:
+    from airflow_kafka_events.errors import KafkaTlsError, TlsNotSentError
+
+    other_ca = write_ca(tmp_path / "other-ca.pem", "some other CA")
+    error, elapsed = _emit_with({**secured.extras, "ssl.ca.location": str(other_ca)}, secured.topic())
+    print(f"\nemit, untrusted CA: {type(error).__name__} after {elapsed:.2f}s")
+    assert isinstance(error, TlsNotSentError) and isinstance(error, KafkaTlsError)
+    assert elapsed < AUTH_WITHIN and "ssl.ca.location" in str(error)
+
+
+def test_cli_emit_with_a_wrong_password_exits_promptly(secured: Secured, tmp_path: Path) -> None:
+    props = load_properties(secured.state_dir / "client.properties")
+    props["sasl.password"] = "not-the-password"
+    wrong = tmp_path / "wrong.properties"
+    wrong.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+    began = time.monotonic()
+    result = _cli(
+        "emit",
+        "--asset",
+        "s3://bucket/cli",
+        "--topic",
+        secured.topic(),
+        "--properties",
+        str(wrong),
+        timeout=120,
+    )
+    elapsed = time.monotonic() - began
+    print(f"\nCLI emit, wrong password: exit {result.returncode} after {elapsed:.2f}s")
+    assert result.returncode != 0 and elapsed < AUTH_WITHIN + 5  # + interpreter start-up
+    assert "authentication failed" in result.stderr and "SCRAM-SHA-512" in result.stderr
+    assert "not-the-password" not in result.stdout + result.stderr
+
+
+def test_the_watchers_reader_stops_with_a_typed_error_instead_of_spinning(secured: Secured) -> None:
+    import asyncio
+
+    from airflow_kafka_events.errors import KafkaAuthenticationError
+    from airflow_kafka_events.kafka.assigned_reader import AssignedReader
+
+    async def read() -> float:
+        reader = AssignedReader(
+            {**secured.extras, "sasl.password": "not-the-password"}, [secured.topic()], name="refused"
+        )
+        began = time.monotonic()
+        await reader.open()
+        try:
+            with pytest.raises(KafkaAuthenticationError, match="SCRAM-SHA-512"):
+                while time.monotonic() - began < AUTH_WITHIN:
+                    await reader.poll(0.2)
+            return time.monotonic() - began
+        finally:
+            await reader.close()
+
+    elapsed = asyncio.run(read())
+    print(f"\nwatcher reader, wrong password: KafkaAuthenticationError after {elapsed:.2f}s")
+    assert elapsed < AUTH_WITHIN
+
+
+def test_the_bridge_stops_with_a_typed_error_instead_of_spinning(secured: Secured) -> None:
+    from dataclasses import replace
+
+    from airflow_kafka_events.bridge.service import BridgeService
+    from airflow_kafka_events.errors import KafkaAuthenticationError
+    from airflow_kafka_events.kafka.settings import KafkaSettings
+    from integration.bridge.fake_airflow import FakeAirflow
+    from integration.bridge.test_bridge_kafka import PASSWORD, make_config
+
+    with FakeAirflow(users={"bridge": PASSWORD}) as api:
+        config = make_config(secured.extras["bootstrap.servers"], api, secured.topic(), secured.topic())
+        config = replace(config, kafka=KafkaSettings({**secured.extras, "sasl.password": "not-the-password"}))
+        began = time.monotonic()
+        with pytest.raises(KafkaAuthenticationError, match="SCRAM-SHA-512") as raised:
+            BridgeService(config).run()
+        elapsed = time.monotonic() - began
+    print(f"\nbridge, wrong password: {type(raised.value).__name__} after {elapsed:.2f}s")
+    assert elapsed < AUTH_WITHIN
+    assert "not-the-password" not in str(raised.value)
