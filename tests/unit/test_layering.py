@@ -15,6 +15,8 @@ AIRFLOW_FREE = [
     "airflow_kafka_events.schemas",
     "airflow_kafka_events.envelopes",
     "airflow_kafka_events.codec",
+    "airflow_kafka_events.json_values",
+    "airflow_kafka_events.trigger_avro",
     "airflow_kafka_events.kafka",
     "airflow_kafka_events.kafka.settings",
     "airflow_kafka_events.kafka.producer",
