@@ -33,7 +33,10 @@ found by the batch tag in ``extra``):
   the event): emit -> fired (for Kafka: produce, read, decode, filter) and fired -> row (Airflow:
   the runner's state sync to its supervisor, then one ``Trigger.submit_event`` per event);
 * CPU seconds of the triggerer (supervisor + runner process), scheduler, dag-processor,
-  api-server and broker while the batch ran.
+  api-server, broker, this process, and all of them, while the batch ran;
+* Kafka: how many times the watchers stored their position in ``asset_state_store`` meanwhile
+  (sampled every 0.25 s from the table: a lower bound).  Each store is a request the triggerer's
+  supervisor answers between its passes over queued events, and a DB write of its own.
 
 Ratios: every Kafka configuration's burst throughput / the ceiling's.  The path before the
 watcher redesign (one consumer group, polls on a shared thread) is no longer in the code, so it is
@@ -55,6 +58,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Iterator, Sequence
@@ -92,7 +96,7 @@ _TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def _tree_cpu(root: int | None) -> float:
-    """CPU seconds (user + system) of ``root`` and its live descendants (Linux /proc)."""
+    """CPU seconds (user + system) of ``root`` and its descendants, live or reaped (Linux /proc)."""
     if root is None:
         return 0.0
     children: dict[int, list[int]] = {}
@@ -112,15 +116,70 @@ def _tree_cpu(root: int | None) -> float:
         pid = todo.pop()
         fields = stats.get(pid)
         if fields is not None:
-            total += (int(fields[11]) + int(fields[12])) / _TICKS  # utime, stime
+            # utime, stime, and cutime, cstime: children that exited (e.g. DAG parsing processes)
+            total += sum(int(x) for x in fields[11:15]) / _TICKS
         todo.extend(children.get(pid, []))
     return total
+
+
+def _tree_pids(root: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                raw = (entry / "stat").read_text()
+            except OSError:
+                continue
+            children.setdefault(int(raw[raw.rfind(")") + 2 :].split()[1]), []).append(int(entry.name))
+    found, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        found.append(pid)
+        todo.extend(children.get(pid, []))
+    return found
+
+
+def triggerer_threads(root: int | None) -> dict[str, float]:
+    """CPU seconds of the triggerer's threads, by kind: the supervisor's main thread (it persists
+    the events and answers the runner's requests), the runner's main thread (its event loop: every
+    trigger's Python code), librdkafka's threads (``rdk:*``), and the other Python threads (the
+    readers' client threads, executors: Python 3.11 gives them no OS-level name of their own)."""
+    out: dict[str, float] = {}
+    if root is None:
+        return out
+    for pid in _tree_pids(root):
+        try:
+            tasks = list(Path(f"/proc/{pid}/task").iterdir())
+        except OSError:
+            continue
+        for task_dir in tasks:
+            try:
+                raw = (task_dir / "stat").read_text()
+                comm = (task_dir / "comm").read_text().strip()
+            except OSError:
+                continue
+            fields = raw[raw.rfind(")") + 2 :].split()
+            seconds = (int(fields[11]) + int(fields[12])) / _TICKS
+            tid = int(task_dir.name)
+            if tid == pid:
+                kind = "supervisor main thread" if pid == root else "runner main thread (event loop)"
+            elif comm.startswith("rdk:"):
+                kind = "librdkafka threads"
+            else:
+                kind = "other Python threads"
+            out[kind] = out.get(kind, 0.0) + seconds
+    return out
 
 
 def cpu_snapshot(setup: Setup) -> dict[str, float]:
     out = {name: _tree_cpu(setup.stack.pid(name)) for name in CPU_COMPONENTS}
     out["broker"] = _tree_cpu(setup.broker_pid)
-    out["this process"] = _tree_cpu(os.getpid())
+    own = os.times()
+    out["benchmark process"] = own.user + own.system  # emitting, DB polling (not its children)
+    out["total"] = _tree_cpu(os.getpid())  # this process and everything it started
+    out["machine"] = machine_busy()
+    for kind, seconds in triggerer_threads(setup.stack.pid("triggerer")).items():
+        out[f"triggerer: {kind}"] = seconds
     return out
 
 
@@ -307,7 +366,8 @@ class Batch:
     count: int
     rate: float | None
     label: str = ""  # the phase, with "#2", "#3" ... when a phase is measured again
-    load_before: list[float] = field(default_factory=list)
+    others_before: float | None = None  # CPU cores other processes used just before (see --max-others)
+    others_during: float | None = None  # ... and while the batch ran
     tag: str = ""
     emit_s: float = 0.0  # how long emitting took (Kafka: until every send was acknowledged)
     wall_s: float = 0.0  # first emit -> every row seen by this process
@@ -320,6 +380,8 @@ class Batch:
     emit_to_fired_ms: dict[str, float] = field(default_factory=dict)
     fired_to_row_ms: dict[str, float] = field(default_factory=dict)
     cpu_s: dict[str, float] = field(default_factory=dict)
+    #: Kafka: position writes to asset_state_store seen while the batch ran (sampled: a lower bound)
+    position_stores: int | None = None
     loadavg_end: list[float] = field(default_factory=list)
 
 
@@ -397,11 +459,50 @@ def spread(values: Sequence[float]) -> dict[str, float]:
     }
 
 
+class PositionStores:
+    """Counts the watchers' position writes (``asset_state_store.updated_at`` changes) in a thread.
+
+    Sampled every ``interval`` seconds; a watcher stores at most once a second, so this sees nearly
+    all of them (a lower bound).
+    """
+
+    def __init__(self, setup: Setup, asset_ids: Sequence[int], interval: float = 0.25) -> None:
+        self._stack = setup.stack
+        self._ids = list(asset_ids)
+        self._interval = interval
+        self._seen: set[tuple[int, str]] = set(self._sample())
+        self._first = len(self._seen)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="b8-position-stores", daemon=True)
+        self._thread.start()
+
+    def _sample(self) -> list[tuple[int, str]]:
+        rows = self._stack.query(
+            f"SELECT asset_id, updated_at FROM asset_state_store WHERE key LIKE ? "
+            f"AND asset_id IN ({','.join('?' * len(self._ids))})",
+            (STATE_KEY_PATTERN, *self._ids),
+        )
+        return [(int(r["asset_id"]), str(r["updated_at"])) for r in rows]
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._interval):
+            with contextlib.suppress(Exception):  # a busy database: the next sample
+                self._seen.update(self._sample())
+
+    def stop(self) -> int:
+        self._stop.set()
+        self._thread.join(timeout=10)
+        with contextlib.suppress(Exception):
+            self._seen.update(self._sample())
+        return len(self._seen) - self._first
+
+
 def run_batch(setup: Setup, producer: EnvelopeProducer, batch: Batch, timeout: float) -> Batch:
     batch.tag = f"{setup.run}-{batch.phase}-{batch.kind}-{uuid.uuid4().hex[:6]}"
     where, ids, path = _where(setup, batch.phase)
     stack = setup.stack
     cpu0 = cpu_snapshot(setup)
+    stores = PositionStores(setup, ids) if batch.phase != "ceiling" else None
     t0 = time.monotonic()
     if batch.phase == "ceiling":
         batch.emit_s = emit_ceiling(setup, batch)
@@ -422,8 +523,12 @@ def run_batch(setup: Setup, producer: EnvelopeProducer, batch: Batch, timeout: f
         interval=0.2,
     )
     batch.wall_s = time.monotonic() - t0
+    if stores is not None:
+        batch.position_stores = stores.stop()
     cpu1 = cpu_snapshot(setup)
     batch.cpu_s = {k: round(cpu1[k] - cpu0.get(k, 0.0), 2) for k in cpu1}
+    others = batch.cpu_s.pop("machine") - batch.cpu_s["total"]
+    batch.others_during = round(max(0.0, others) / batch.wall_s, 2)
     batch.loadavg_end = loadavg()
     rows = stack.query(f"SELECT timestamp, extra FROM asset_event WHERE {where}", (*ids, batch.tag))
     stored: list[datetime] = []
@@ -469,8 +574,10 @@ def describe(batch: Batch) -> str:
         f"offered {rate}, emit {batch.emit_s:.1f}s, {batch.throughput:.1f} events/s "
         f"(steady {batch.steady_rate:.1f}/s), latency p50 {lat['p50']:.0f} ms p95 {lat['p95']:.0f} ms "
         f"max {lat['max']:.0f} ms (emit->fired p50 {batch.emit_to_fired_ms.get('p50', float('nan')):.0f}, "
-        f"fired->row p50 {batch.fired_to_row_ms.get('p50', float('nan')):.0f}); CPU s: {cpu}; "
-        f"load {batch.load_before} -> {batch.loadavg_end}"
+        f"fired->row p50 {batch.fired_to_row_ms.get('p50', float('nan')):.0f}); "
+        + ("" if batch.position_stores is None else f"position stores {batch.position_stores}; ")
+        + f"CPU s: {cpu}; "
+        f"other processes {batch.others_before} -> {batch.others_during} cores; load {batch.loadavg_end}"
     )
 
 
@@ -491,7 +598,9 @@ def summarize(batches: list[Batch]) -> dict[str, Any]:
             "fired_to_row_ms": b.fired_to_row_ms,
             "offered_rate": b.rate,
             "cpu_s": b.cpu_s,
-            "loadavg_before": b.load_before,
+            "position_stores": b.position_stores,
+            "others_cores_before": b.others_before,
+            "others_cores_during": b.others_during,
             "loadavg_after": b.loadavg_end,
         }
     # the reference: the mean of every ceiling burst (measured before and after the Kafka phases)
@@ -521,7 +630,7 @@ def print_report(summary: dict[str, Any], rates: Sequence[float]) -> None:
     say("B8 asset events into Airflow (one triggerer, SQLite): bursts (events/s, ratio to the ceiling)")
     say(
         f"{'config':<10} {'events/s':>9} {'ratio':>6} {'steady/s':>9} {'ratio':>6} "
-        f"{'p50':>8} {'p95':>8} {'emit->fired p50':>16} {'fired->row p50':>15}"
+        f"{'p50':>8} {'p95':>8} {'emit->fired p50':>16} {'fired->row p50':>15} {'pos. stores':>11}"
     )
     for phase, kinds in summary.items():
         burst = kinds.get("burst")
@@ -534,7 +643,8 @@ def print_report(summary: dict[str, Any], rates: Sequence[float]) -> None:
             f"{phase:<10} {burst['events_per_s']:>9.1f} {ratio:>6} {burst['steady_events_per_s']:>9.1f} "
             f"{steady_ratio:>6} {lat['p50']:>6.0f}ms {lat['p95']:>6.0f}ms "
             f"{burst['emit_to_fired_ms'].get('p50', float('nan')):>14.0f}ms "
-            f"{burst['fired_to_row_ms'].get('p50', float('nan')):>13.0f}ms"
+            f"{burst['fired_to_row_ms'].get('p50', float('nan')):>13.0f}ms "
+            f"{'-' if burst['position_stores'] is None else burst['position_stores']:>11}"
         )
     reference = summary.get("ceiling_reference")
     if reference:
@@ -562,16 +672,30 @@ def print_report(summary: dict[str, Any], rates: Sequence[float]) -> None:
     say("(the watcher path before the redesign is gone from the code: ratios are to Airflow's ceiling)")
 
 
-def wait_for_quiet(max_load: float, longest: float) -> list[float]:
-    """Wait (at most ``longest`` seconds) until the 1-minute load average is at most ``max_load``."""
+def machine_busy() -> float:
+    """CPU seconds the whole machine has been busy since boot (``/proc/stat``, all CPUs)."""
+    fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(x) for x in fields[:8])
+    return (user + nice + system + irq + softirq + steal) / _TICKS
+
+
+def others_cores(window: float = 2.0) -> float:
+    """CPU cores busy with processes that are not this benchmark's (over ``window`` seconds)."""
+    busy0, own0, t0 = machine_busy(), _tree_cpu(os.getpid()), time.monotonic()
+    time.sleep(window)
+    busy1, own1 = machine_busy(), _tree_cpu(os.getpid())
+    return max(0.0, (busy1 - busy0) - (own1 - own0)) / (time.monotonic() - t0)
+
+
+def wait_for_quiet(max_others: float, longest: float) -> float:
+    """Wait (at most ``longest`` s) until other processes use at most ``max_others`` CPU cores."""
     deadline = time.monotonic() + longest
-    load = loadavg()
-    while load[0] > max_load and time.monotonic() < deadline:
-        time.sleep(2.0)
-        load = loadavg()
-    if load[0] > max_load:
-        say(f"[machine] load average still {load} after {longest:.0f}s: measuring anyway")
-    return load
+    others = others_cores()
+    while others > max_others and time.monotonic() < deadline:
+        others = others_cores()
+    if others > max_others:
+        say(f"[machine] other processes still use {others:.2f} cores after {longest:.0f}s: measuring anyway")
+    return round(others, 2)
 
 
 # ====================================================================== main
@@ -588,13 +712,14 @@ def main(argv: list[str]) -> int:
         help="phases, in order; a phase may come again (ceiling,kafka-1,kafka-10,kafka-100,ceiling)",
     )
     parser.add_argument(
-        "--max-load",
+        "--max-others",
         type=float,
-        default=3.0,
-        help="before each burst, wait until the 1-minute load average is at most this (3.0)",
+        default=0.3,
+        help="before each measured batch, wait until processes not started by the benchmark use at "
+        "most this many CPU cores (0.3)",
     )
     parser.add_argument(
-        "--load-wait", type=float, default=60.0, help="longest wait for --max-load, then go on (60 s)"
+        "--quiet-wait", type=float, default=60.0, help="longest wait for --max-others, then go on (60 s)"
     )
     parser.add_argument("--timeout", type=float, default=180.0, help="seconds to wait for a phase or batch")
     parser.add_argument("--out", type=Path, help="also write the results as JSON to this file")
@@ -636,7 +761,7 @@ def main(argv: list[str]) -> int:
                 plan += [Batch(phase, f"paced-{r:g}", round(r * args.paced_seconds), r, label) for r in rates]
                 for batch in plan:
                     if batch.kind != "warmup":
-                        batch.load_before = wait_for_quiet(args.max_load, args.load_wait)
+                        batch.others_before = wait_for_quiet(args.max_others, args.quiet_wait)
                     batches.append(run_batch(setup, producer, batch, args.timeout))
                     say(describe(batch))
         finally:
