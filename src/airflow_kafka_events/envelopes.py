@@ -407,6 +407,9 @@ class AssetEventEnvelope:
     emitted_at: datetime = field(default_factory=_utcnow)
     causation: tuple[str, ...] = ()
     signature: bytes | None = None
+    #: ``extra``'s JSON texts exactly as they were on the wire (decoded envelopes only): what a
+    #: producer in another language signed, kept verbatim for the signature check
+    wire_extra: Mapping[str, str] | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         owner = "AssetEventEnvelope"
@@ -470,4 +473,5 @@ class AssetEventEnvelope:
             emitted_at=_timestamp_from_avro(record["emitted_at"]),
             causation=tuple(record.get("causation") or ()),
             signature=record.get("signature"),
+            wire_extra=dict(extra),
         )

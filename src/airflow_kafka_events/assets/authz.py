@@ -334,7 +334,8 @@ def signing_payload(envelope: AssetEventEnvelope, *, extra_texts: Mapping[str, s
     """The version 2 signed bytes of ``envelope`` (see the module docstring); ``signature`` is not in them.
 
     ``extra_texts`` are the ``extra`` map values exactly as read from the Avro record; by default
-    the texts the codec writes for ``envelope.extra`` (:func:`extra_texts`).
+    those a decoded envelope kept (``envelope.wire_extra``), else the texts the codec writes for
+    ``envelope.extra`` (:func:`extra_texts`).
     """
     try:
         texts = _extra_texts_of(envelope) if extra_texts is None else dict(extra_texts)
@@ -346,6 +347,9 @@ def signing_payload(envelope: AssetEventEnvelope, *, extra_texts: Mapping[str, s
 
 
 def _extra_texts_of(envelope: AssetEventEnvelope) -> dict[str, str]:
+    wire = envelope.wire_extra
+    if wire is not None and set(wire) == set(envelope.extra):
+        return dict(wire)  # decoded: the texts the producer signed, whatever language wrote them
     try:
         return extra_texts(envelope)
     except ValidationError:
@@ -433,7 +437,9 @@ def sign_envelope(envelope: AssetEventEnvelope, key: SigningKey) -> AssetEventEn
 
     Any existing signature is replaced (it is not part of what is signed).
     """
-    return dataclasses.replace(envelope, signature=compute_signature(envelope, key))
+    # signed as the codec will write it: not with texts another producer put on the wire
+    unsigned = dataclasses.replace(envelope, wire_extra=None)
+    return dataclasses.replace(unsigned, signature=compute_signature(unsigned, key))
 
 
 _v1_warned = False

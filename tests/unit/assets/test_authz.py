@@ -297,3 +297,39 @@ def test_authz_imports_no_airflow():
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
+
+
+def test_a_signature_over_another_languages_extra_texts_verifies_after_decoding():
+    """A producer in another language may write ``1e-7`` where Python writes ``1e-07``: the
+    consumer checks the texts as they were on the wire, not as Python would re-serialize them."""
+    import io
+
+    import fastavro
+
+    from airflow_kafka_events import schemas
+    from airflow_kafka_events.assets.authz import compute_signature, signing_payload, verify_envelope
+    from airflow_kafka_events.codec import ASSET_EVENT_CODEC, SINGLE_OBJECT_HEADER_SIZE, frame_single_object
+    from airflow_kafka_events.envelopes import AssetEventEnvelope, AssetRef, EventSource, SourceKind
+
+    key = b"k" * 32
+    envelope = AssetEventEnvelope(
+        asset=AssetRef(name="a", uri="s3://a"),
+        source=EventSource(SourceKind.EXTERNAL, producer="js"),
+        extra={"tiny": 1e-7, "n": 1},
+    )
+    wire = ASSET_EVENT_CODEC.encode(envelope)
+    parsed = fastavro.parse_schema(schemas.raw_schema(schemas.ASSET_EVENT_ENVELOPE))
+    record = fastavro.schemaless_reader(io.BytesIO(wire[SINGLE_OBJECT_HEADER_SIZE:]), parsed, parsed)
+    assert record["extra"]["tiny"] == "1e-07"  # how Python writes it
+    record["extra"] = {"tiny": "1e-7", "n": "1"}  # how JSON.stringify writes it
+    foreign_texts = dict(record["extra"])
+    unsigned = AssetEventEnvelope.from_avro(record)
+    record["signature"] = compute_signature(unsigned, key)
+    assert signing_payload(unsigned) == signing_payload(unsigned, extra_texts=foreign_texts)
+    body = io.BytesIO()
+    fastavro.schemaless_writer(body, parsed, record)
+    decoded = ASSET_EVENT_CODEC.decode(
+        frame_single_object(wire[2:SINGLE_OBJECT_HEADER_SIZE], body.getvalue())
+    )
+    assert decoded.extra == {"tiny": 1e-7, "n": 1} and decoded.wire_extra == foreign_texts
+    verify_envelope(decoded, [key])  # the wire texts, not Python's "1e-07"
