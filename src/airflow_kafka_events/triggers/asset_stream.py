@@ -25,8 +25,11 @@ has its own shared-stream group and :class:`KafkaAssetEventStreamProducer`:
   ``auto.offset.reset`` (default ``earliest``); that start is stored at once.
 
 After ``kill -9`` of a triggerer, records whose asset events were persisted after the last
-store (at most :data:`FLUSH_INTERVAL` seconds of events, plus one confirmation round) become
-asset events once more: duplicates are bounded, nothing is lost.
+store become asset events once more: duplicates are bounded by what a watcher confirmed in its
+last store interval (:data:`FLUSH_INTERVAL`, 1 s, up to 10 watcher streams in a triggerer;
+``N / 10`` s with N of them, so that a triggerer stores at most :data:`STORES_PER_SECOND`
+positions a second) plus one confirmation round; nothing is lost.  A position that moved only
+past other assets' records is stored every :data:`SKIP_FLUSH_INTERVAL` seconds.
 """
 
 from __future__ import annotations
@@ -74,9 +77,23 @@ STATE_KEY = "airflow_kafka_events.watcher"
 FLUSH_INTERVAL = 1.0
 #: Idempotency keys kept in the store with the position.
 DURABLE_KEYS = 1000
-#: Records handed to the watcher and not yet confirmed, before reading pauses (the shared
-#: stream fails a subscriber whose queue of 1024 overflows).
-MAX_PENDING = 256
+#: Position stores per second a triggerer's watchers aim to stay under together: with N watcher
+#: streams open in a process each stores at most every ``FLUSH_INTERVAL * max(1, N / this)``
+#: seconds (each store is one request through the triggerer's supervisor to the metadata DB).
+STORES_PER_SECOND = 10.0
+#: Watcher streams open in this process (for the interval above).
+_open_streams = 0
+#: Seconds between two stores of a position that moved only past other assets' records (losing
+#: such progress in a crash only means reading records again that are skipped again).
+SKIP_FLUSH_INTERVAL = 30.0
+#: Seconds the last store of a closing stream may take.
+FINAL_FLUSH_TIMEOUT = 2.0
+#: Share of Airflow's ``[triggerer] shared_stream_subscriber_queue_size`` (default 1024) a watcher
+#: keeps in flight (handed on, not yet confirmed) before reading pauses: the shared stream fails a
+#: subscriber whose queue overflows, and throughput is about this window per confirmation round.
+PENDING_SHARE = 0.875
+#: The window when Airflow's setting cannot be read.
+MAX_PENDING = 896
 #: Seconds between two looks for partitions a topic gained.
 PARTITION_REFRESH_INTERVAL = 30.0
 _STORE_WARN_INTERVAL = 60.0
@@ -107,6 +124,17 @@ class PositionStore(Protocol):
     async def aget(self, key: str, default: Any = None) -> Any: ...
 
     async def aset(self, key: str, value: Any) -> None: ...
+
+
+def _pending_window() -> int:
+    """:data:`PENDING_SHARE` of Airflow's subscriber queue size (read when a stream opens)."""
+    try:
+        from airflow.configuration import conf
+
+        size = conf.getint("triggerer", "shared_stream_subscriber_queue_size", fallback=1024)
+    except Exception:  # no Airflow configuration here: the default queue
+        return MAX_PENDING
+    return max(1, int(size * PENDING_SHARE))
 
 
 def state_key(kafka_config_id: str) -> str:
@@ -236,7 +264,7 @@ class KafkaAssetEventStreamProducer(SharedStreamProducer):
         identity: Hashable = None,
         store: PositionStore | None = None,
         flush_interval: float = FLUSH_INTERVAL,
-        max_pending: int = MAX_PENDING,
+        max_pending: int | None = None,
     ) -> None:
         if asset_uri is None and asset_name is None:
             raise ConfigurationError("a watcher's stream needs asset_uri and/or asset_name")
@@ -250,7 +278,7 @@ class KafkaAssetEventStreamProducer(SharedStreamProducer):
         self.dedupe_ttl = dedupe_ttl
         self.identity = identity
         self.flush_interval = flush_interval
-        self.max_pending = max_pending
+        self.max_pending = max_pending if max_pending is not None else _pending_window()
         self._store = store
         self._select = asset_selector(
             asset_uri=asset_uri, asset_name=asset_name, include_partitioned=include_partitioned
@@ -262,6 +290,8 @@ class KafkaAssetEventStreamProducer(SharedStreamProducer):
         self._room = asyncio.Event()
         self._flush_lock = asyncio.Lock()
         self._last_flush = 0.0
+        self._counted = False  # counted in _open_streams
+        self._urgent = False  # an own record finished since the last store: store within flush_interval
         self._last_store_warning = -_STORE_WARN_INTERVAL
         self._next_partition_refresh = 0.0
 
@@ -302,6 +332,9 @@ class KafkaAssetEventStreamProducer(SharedStreamProducer):
         return positions_from_json(stored.get("positions"))
 
     async def _open(self) -> tuple[AssignedReader, PositionTracker]:
+        global _open_streams
+        _open_streams += 1
+        self._counted = True
         config = await sync_to_async(self.consumer_config)()
         reader = AssignedReader(config, self.topics, name=f"watcher-{self.asset_name or self.asset_uri}")
         self._reader = reader
@@ -397,7 +430,9 @@ class KafkaAssetEventStreamProducer(SharedStreamProducer):
                 held = item.broker_payload.offset
                 break
             done.append(item.broker_payload.offset)
-        for ticket in tracker.finish(tp, done):
+        finished = tracker.finish(tp, done)
+        self._urgent = self._urgent or bool(finished)
+        for ticket in finished:
             if ticket is not None and ticket.accepted_key is not None:
                 self._keys.add(ticket.accepted_key)
         if held is not None:
@@ -409,11 +444,18 @@ class KafkaAssetEventStreamProducer(SharedStreamProducer):
 
     # ------------------------------------------------------------------ storing
     async def flush(self, *, force: bool = False) -> None:
-        """Store the position (and the durable keys) if it changed, at most every ``flush_interval``."""
+        """Store the position (and the durable keys) if it changed.
+
+        At most every ``flush_interval`` once one of the watcher's own records finished (that
+        bounds what a crash repeats), else every :data:`SKIP_FLUSH_INTERVAL` (a position that only
+        moved past other assets' records: with 100 watchers on a topic those stores would outnumber
+        the asset events).
+        """
         tracker = self._tracker
         if tracker is None:
             return
-        if not force and time.monotonic() - self._last_flush < self.flush_interval:
+        interval = self.store_interval() if self._urgent else SKIP_FLUSH_INTERVAL
+        if not force and time.monotonic() - self._last_flush < interval:
             return
         async with self._flush_lock:
             positions = tracker.durable()
@@ -426,8 +468,14 @@ class KafkaAssetEventStreamProducer(SharedStreamProducer):
                 self._warn_store(exc)
                 return
             self._last_flush = time.monotonic()
+            self._urgent = False
             tracker.mark_stored(positions)
             self._keys.dirty = False
+
+    def store_interval(self) -> float:
+        """Seconds between two stores once an own record finished: ``flush_interval``, stretched so
+        that all watcher streams of this process store at most :data:`STORES_PER_SECOND` times a second."""
+        return self.flush_interval * max(1.0, _open_streams / STORES_PER_SECOND)
 
     def _warn_store(self, exc: BaseException) -> None:
         now = time.monotonic()
@@ -442,10 +490,15 @@ class KafkaAssetEventStreamProducer(SharedStreamProducer):
 
     async def aclose(self) -> None:
         try:
-            await asyncio.wait_for(self.flush(force=True), timeout=10.0)
+            # bounded: at a triggerer's shutdown the supervisor may no longer answer
+            await asyncio.wait_for(self.flush(force=True), timeout=FINAL_FLUSH_TIMEOUT)
         except Exception as exc:
             self._warn_store(exc)
         finally:
+            global _open_streams
+            if self._counted:
+                self._counted = False
+                _open_streams -= 1
             reader, self._reader = self._reader, None
             if reader is not None:
                 await reader.close()

@@ -1,0 +1,74 @@
+"""The watcher stream's store policy: prompt for its own records, lazy for skipped ones, capped
+per triggerer; its in-flight window follows Airflow's subscriber queue size."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from airflow_kafka_events.kafka.positions import PositionTracker
+from airflow_kafka_events.triggers import asset_stream
+from airflow_kafka_events.triggers.asset_stream import KafkaAssetEventStreamProducer
+
+pytestmark = pytest.mark.unit
+
+TP = ("events", 0)
+
+
+class Store:
+    def __init__(self) -> None:
+        self.writes: list[Any] = []
+
+    async def aget(self, key: str, default: Any = None) -> Any:
+        return default
+
+    async def aset(self, key: str, value: Any) -> None:
+        self.writes.append(value)
+
+
+def producer(store: Store) -> KafkaAssetEventStreamProducer:
+    stream = KafkaAssetEventStreamProducer(
+        topics=["events"], kafka_config_id="kafka_watcher", asset_uri="s3://a", asset_name=None, store=store
+    )
+    stream._tracker = PositionTracker({TP: 0})
+    return stream
+
+
+def test_skipped_records_are_stored_lazily_own_records_promptly(monkeypatch):
+    store = Store()
+    stream = producer(store)
+
+    async def scenario() -> None:
+        await stream.flush(force=True)
+        assert len(store.writes) == 1
+        stream._tracker.read(TP, 0)  # another asset's record: skipped
+        stream._last_flush -= 2.0  # two seconds later
+        await stream.flush()
+        assert len(store.writes) == 1  # not yet: only skipped records moved it
+        stream._last_flush -= asset_stream.SKIP_FLUSH_INTERVAL
+        await stream.flush()
+        assert len(store.writes) == 2 and store.writes[-1]["positions"] == {"events": {"0": 1}}
+        stream._tracker.hand_on(TP, 1, None)
+        stream._urgent = bool(stream._tracker.finish(TP, [1]))  # what advance() does
+        stream._last_flush -= 1.5
+        await stream.flush()
+        assert len(store.writes) == 3 and store.writes[-1]["positions"] == {"events": {"0": 2}}
+
+    asyncio.run(scenario())
+
+
+def test_the_store_interval_stretches_with_the_streams_of_the_process(monkeypatch):
+    stream = producer(Store())
+    monkeypatch.setattr(asset_stream, "_open_streams", 6)
+    assert stream.store_interval() == asset_stream.FLUSH_INTERVAL  # up to 10 watchers: 1 s
+    monkeypatch.setattr(asset_stream, "_open_streams", 100)
+    assert stream.store_interval() == pytest.approx(10 * asset_stream.FLUSH_INTERVAL)
+
+
+def test_the_in_flight_window_follows_airflows_subscriber_queue(monkeypatch):
+    monkeypatch.setenv("AIRFLOW__TRIGGERER__SHARED_STREAM_SUBSCRIBER_QUEUE_SIZE", "4096")
+    assert producer(Store()).max_pending == int(4096 * asset_stream.PENDING_SHARE)
+    monkeypatch.delenv("AIRFLOW__TRIGGERER__SHARED_STREAM_SUBSCRIBER_QUEUE_SIZE")
+    assert producer(Store()).max_pending == int(1024 * asset_stream.PENDING_SHARE)
