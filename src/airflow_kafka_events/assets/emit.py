@@ -34,9 +34,16 @@ did not produce the event, so it is never used).
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, TypedDict
+
+if sys.version_info >= (3, 11):
+    from typing import Unpack
+else:  # pragma: no cover
+    from typing_extensions import Unpack
 
 from airflow_kafka_events.assets.external import (
     EMIT_ROLE,
@@ -68,12 +75,16 @@ from airflow_kafka_events.kafka.producer import EnvelopeProducer
 log = logging.getLogger(__name__)
 
 __all__ = [
+    "EmitKwargs",
+    "EmitOptions",
     "airflow_redact",
     "emit_asset_event",
+    "emit_event",
     "emit_from_dag_callback",
     "emit_from_task_callback",
     "is_dag_callback_context",
     "parsing_dag_file",
+    "reject_parse_time",
     "run_partition",
     "source_from_dag_context",
     "source_from_task_context",
@@ -102,7 +113,7 @@ def parsing_dag_file() -> bool:
     return bool(DagContext.active) and not _CURRENT_CONTEXT
 
 
-def _reject_parse_time() -> None:
+def reject_parse_time() -> None:
     if parsing_dag_file():
         raise ParseTimeEmissionError(
             "asset events cannot be emitted while a DAG file is parsed (top-level DAG code runs on "
@@ -274,23 +285,63 @@ def _producer_for(kafka_config_id: str, *, message_timeout: float) -> EnvelopePr
 
 
 # --------------------------------------------------------------------------- the one emit path
-def _emit(
-    asset: Any,
-    *,
-    context: Mapping[str, Any] | None,
-    source: EventSource,
-    partition_key: str | None,
-    partition_date: datetime | None,
-    extra: Mapping[str, Any] | None,
-    idempotency_key: str | None,
-    kafka_config_id: str | None,
-    topic: str | None,
-    inherit_partition: bool,
-    causation: Iterable[str] | None,
-    timeout: float,
-    max_extra_bytes: int | None,
-    max_causation_depth: int,
+class EmitKwargs(TypedDict, total=False):
+    """The keyword arguments every emit helper takes (see :func:`emit_asset_event`)."""
+
+    partition_key: str | None
+    partition_date: datetime | None
+    extra: Mapping[str, Any] | None
+    idempotency_key: str | None
+    kafka_config_id: str | None
+    topic: str | None
+    inherit_partition: bool
+    causation: Iterable[str] | None
+    timeout: float
+    max_extra_bytes: int | None
+    max_causation_depth: int
+
+
+@dataclass(frozen=True)
+class EmitOptions:
+    """What to emit and where, validated on construction (parameters as :func:`emit_asset_event`).
+
+    An unknown option is a ``TypeError`` naming it; a bad value raises the validation error the
+    emit itself would (:func:`~airflow_kafka_events.assets.validation.check_timeout` ...).
+    """
+
+    partition_key: str | None = None
+    partition_date: datetime | None = None
+    extra: Mapping[str, Any] | None = None
+    idempotency_key: str | None = None
+    kafka_config_id: str | None = None
+    topic: str | None = None
+    inherit_partition: bool = False
+    causation: Iterable[str] | None = None  # kept as a tuple
+    timeout: float = 30.0
+    max_extra_bytes: int | None = None
+    max_causation_depth: int = DEFAULT_MAX_CAUSATION_DEPTH
+
+    def __post_init__(self) -> None:
+        check_timeout(self.timeout)
+        if not isinstance(self.inherit_partition, bool):
+            raise ValidationError(f"inherit_partition must be a bool, got {self.inherit_partition!r}")
+        if self.causation is not None and not isinstance(self.causation, tuple):
+            if isinstance(self.causation, str):
+                raise ValidationError("causation must be an iterable of event ids, not one str")
+            object.__setattr__(self, "causation", tuple(self.causation))
+        if isinstance(self.extra, Mapping) and not isinstance(self.extra, dict):
+            object.__setattr__(self, "extra", dict(self.extra))
+
+
+def emit_event(
+    asset: Any, *, context: Mapping[str, Any] | None, source: EventSource, options: EmitOptions
 ) -> Receipt:
+    """The one emit path every helper takes: ``asset`` from ``source`` with ``options``."""
+    partition_key, partition_date = options.partition_key, options.partition_date
+    extra, idempotency_key, causation = options.extra, options.idempotency_key, options.causation
+    kafka_config_id, topic, timeout = options.kafka_config_id, options.topic, options.timeout
+    max_extra_bytes, max_causation_depth = options.max_extra_bytes, options.max_causation_depth
+    inherit_partition = options.inherit_partition
     wait = check_timeout(timeout)
     ref = to_asset_ref(asset)
     if inherit_partition:
@@ -325,20 +376,7 @@ def _emit(
 
 
 def emit_asset_event(
-    asset: Any,
-    *,
-    partition_key: str | None = None,
-    partition_date: datetime | None = None,
-    extra: Mapping[str, Any] | None = None,
-    idempotency_key: str | None = None,
-    kafka_config_id: str | None = None,
-    topic: str | None = None,
-    source: EventSource | None = None,
-    inherit_partition: bool = False,
-    causation: Iterable[str] | None = None,
-    timeout: float = 30.0,
-    max_extra_bytes: int | None = None,
-    max_causation_depth: int = DEFAULT_MAX_CAUSATION_DEPTH,
+    asset: Any, *, source: EventSource | None = None, **options: Unpack[EmitKwargs]
 ) -> Receipt:
     """Publish an asset event now and return its :class:`Receipt` (persisted in Kafka, not Airflow).
 
@@ -364,7 +402,7 @@ def emit_asset_event(
         retry with the same idempotency key).
     :param max_causation_depth: refuse (:class:`CausationLoopError`) an event with more ancestors.
     """
-    _reject_parse_time()
+    reject_parse_time()
     context = _current_context()
     if source is None:
         if context is None:
@@ -376,21 +414,11 @@ def emit_asset_event(
         source = source_from_task_context(context)
     elif not isinstance(source, EventSource):
         raise ValidationError(f"source must be an EventSource, got {type(source).__qualname__}")
-    return _emit(
+    return emit_event(
         asset,
         context=context,
         source=source,
-        partition_key=partition_key,
-        partition_date=partition_date,
-        extra=extra,
-        idempotency_key=idempotency_key,
-        kafka_config_id=kafka_config_id,
-        topic=topic,
-        inherit_partition=inherit_partition,
-        causation=causation,
-        timeout=timeout,
-        max_extra_bytes=max_extra_bytes,
-        max_causation_depth=max_causation_depth,
+        options=EmitOptions(**options),
     )
 
 
@@ -402,89 +430,39 @@ def _callback_context(context: Any) -> Mapping[str, Any]:
     return context
 
 
-def emit_from_dag_callback(
-    context: Mapping[str, Any],
-    asset: Any,
-    *,
-    partition_key: str | None = None,
-    partition_date: datetime | None = None,
-    extra: Mapping[str, Any] | None = None,
-    idempotency_key: str | None = None,
-    kafka_config_id: str | None = None,
-    topic: str | None = None,
-    inherit_partition: bool = False,
-    causation: Iterable[str] | None = None,
-    timeout: float = 30.0,
-    max_extra_bytes: int | None = None,
-    max_causation_depth: int = DEFAULT_MAX_CAUSATION_DEPTH,
-) -> Receipt:
+def emit_from_dag_callback(context: Mapping[str, Any], asset: Any, **options: Unpack[EmitKwargs]) -> Receipt:
     """Emit from a DAG-level callback: kind ``dag_callback``, DAG id and run id, no task instance.
 
     Use it in ``DAG(on_success_callback=..., on_failure_callback=...)``: the context's ``ti``
     (Airflow 3.3 passes the run's last task instance when there is one) is never used as the
     event's source.  Other parameters as :func:`emit_asset_event`.
     """
-    _reject_parse_time()
+    reject_parse_time()
     ctx = _callback_context(context)
-    return _emit(
+    return emit_event(
         asset,
         context=ctx,
         source=source_from_dag_context(ctx),
-        partition_key=partition_key,
-        partition_date=partition_date,
-        extra=extra,
-        idempotency_key=idempotency_key,
-        kafka_config_id=kafka_config_id,
-        topic=topic,
-        inherit_partition=inherit_partition,
-        causation=causation,
-        timeout=timeout,
-        max_extra_bytes=max_extra_bytes,
-        max_causation_depth=max_causation_depth,
+        options=EmitOptions(**options),
     )
 
 
-def emit_from_task_callback(
-    context: Mapping[str, Any],
-    asset: Any,
-    *,
-    partition_key: str | None = None,
-    partition_date: datetime | None = None,
-    extra: Mapping[str, Any] | None = None,
-    idempotency_key: str | None = None,
-    kafka_config_id: str | None = None,
-    topic: str | None = None,
-    inherit_partition: bool = False,
-    causation: Iterable[str] | None = None,
-    timeout: float = 30.0,
-    max_extra_bytes: int | None = None,
-    max_causation_depth: int = DEFAULT_MAX_CAUSATION_DEPTH,
-) -> Receipt:
+def emit_from_task_callback(context: Mapping[str, Any], asset: Any, **options: Unpack[EmitKwargs]) -> Receipt:
     """Emit from a task-level callback (``on_failure_callback`` ...): kind ``task_callback``, with the TI.
 
     A DAG-level callback's context (it has ``reason``) is refused with
     :class:`NoEmissionContextError`.  Other parameters as :func:`emit_asset_event`.
     """
-    _reject_parse_time()
+    reject_parse_time()
     ctx = _callback_context(context)
     if is_dag_callback_context(ctx):
         raise NoEmissionContextError(
             "this is a DAG-level callback's context (its 'ti' is only the run's last task instance): "
             "use emit_from_dag_callback(context, ...)"
         )
-    return _emit(
+    return emit_event(
         asset,
         context=ctx,
         source=source_from_task_context(ctx, kind=SourceKind.TASK_CALLBACK),
-        partition_key=partition_key,
-        partition_date=partition_date,
-        extra=extra,
-        idempotency_key=idempotency_key,
-        kafka_config_id=kafka_config_id,
-        topic=topic,
-        inherit_partition=inherit_partition,
-        causation=causation,
-        timeout=timeout,
-        max_extra_bytes=max_extra_bytes,
-        max_causation_depth=max_causation_depth,
+        options=EmitOptions(**options),
     )

@@ -20,21 +20,27 @@ deadline alert).  ``producer`` is the notifier's class path.  The last receipt i
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Mapping, Sequence
-from datetime import datetime
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
+
+if sys.version_info >= (3, 11):
+    pass
+else:  # pragma: no cover
+    pass
 
 from airflow.sdk.bases.notifier import BaseNotifier
 
 from airflow_kafka_events.assets.emit import (
-    _emit,
-    _reject_parse_time,
+    EmitOptions,
+    emit_event,
     is_dag_callback_context,
+    reject_parse_time,
     source_from_dag_context,
     source_from_task_context,
 )
 from airflow_kafka_events.assets.external import Receipt
-from airflow_kafka_events.assets.validation import DEFAULT_MAX_CAUSATION_DEPTH
 from airflow_kafka_events.envelopes import EventSource, SourceKind
 
 __all__ = ["AssetEventNotifier", "notifier_source"]
@@ -62,30 +68,16 @@ class AssetEventNotifier(BaseNotifier):
         asset: Any,
         partition_key: str | None = None,
         extra: Mapping[str, Any] | None = None,
-        *,
-        partition_date: datetime | None = None,
-        idempotency_key: str | None = None,
-        kafka_config_id: str | None = None,
-        topic: str | None = None,
-        inherit_partition: bool = False,
-        causation: Iterable[str] | None = None,
-        timeout: float = 30.0,
-        max_extra_bytes: int | None = None,
-        max_causation_depth: int = DEFAULT_MAX_CAUSATION_DEPTH,
+        **options: Any,
     ) -> None:
+        """``options``: the other keyword arguments of :func:`emit_asset_event` (:class:`EmitKwargs`)."""
         super().__init__()
         self.asset = asset
+        # the template fields live on the notifier (BaseNotifier renders them); the rest is validated now
         self.partition_key = partition_key
         self.extra = dict(extra) if extra is not None else None
-        self.partition_date = partition_date
-        self.idempotency_key = idempotency_key
-        self.kafka_config_id = kafka_config_id
-        self.topic = topic
-        self.inherit_partition = inherit_partition
-        self.causation = tuple(causation) if causation is not None else None
-        self.timeout = timeout
-        self.max_extra_bytes = max_extra_bytes
-        self.max_causation_depth = max_causation_depth
+        self.idempotency_key = options.pop("idempotency_key", None)
+        self.options = EmitOptions(**options)
         self.last_receipt: Receipt | None = None
 
     def _update_context(self, context: Any) -> Any:
@@ -109,22 +101,15 @@ class AssetEventNotifier(BaseNotifier):
         return f"{cls.__module__}.{cls.__qualname__}"
 
     def notify(self, context: Any) -> None:
-        _reject_parse_time()
-        self.last_receipt = _emit(
-            self.asset,
-            context=context,
-            source=notifier_source(context, self.producer_name),
+        reject_parse_time()
+        options = replace(
+            self.options,
             partition_key=self.partition_key,
-            partition_date=self.partition_date,
             extra=self.extra,
             idempotency_key=self.idempotency_key,
-            kafka_config_id=self.kafka_config_id,
-            topic=self.topic,
-            inherit_partition=self.inherit_partition,
-            causation=self.causation,
-            timeout=self.timeout,
-            max_extra_bytes=self.max_extra_bytes,
-            max_causation_depth=self.max_causation_depth,
+        )
+        self.last_receipt = emit_event(
+            self.asset, context=context, source=notifier_source(context, self.producer_name), options=options
         )
         self.log.info(
             "asset event %s published to %s[%s]@%s",
