@@ -49,7 +49,6 @@ from airflow_kafka_events.assets.external import (
     EMIT_ROLE,
     Receipt,
     build_envelope,
-    causation_from_extra,
     publish,
     resolve_asset,
 )
@@ -61,6 +60,7 @@ from airflow_kafka_events.assets.validation import (
     check_timeout,
     redact_by_key,
 )
+from airflow_kafka_events.assets.watcher_payload import watcher_causation
 from airflow_kafka_events.envelopes import AssetRef, EventSource, SourceKind
 from airflow_kafka_events.errors import (
     InvalidAssetError,
@@ -202,27 +202,9 @@ def run_partition(context: Mapping[str, Any] | None) -> tuple[str | None, dateti
     return key, _as_datetime(date)
 
 
-def triggering_causation(context: Mapping[str, Any] | None) -> tuple[str, ...]:
-    """Event ids of the chains of this package's events that triggered the context's run.
-
-    Reads ``context["triggering_asset_events"]``; an event counts when its ``extra`` carries
-    :data:`~airflow_kafka_events.assets.external.PROVENANCE_EXTRA_KEY` (written by the bridge).
-    """
-    if not context:
-        return ()
-    accessor = context.get("triggering_asset_events")
-    if not isinstance(accessor, Mapping) or not accessor:
-        return ()
-    chain: list[str] = []
-    try:
-        for events in accessor.values():
-            for event in events:
-                for event_id in causation_from_extra(_field(event, "extra")):
-                    if event_id not in chain:
-                        chain.append(event_id)
-    except Exception as exc:  # causation is best effort; the explicit one still applies
-        log.warning("could not read the triggering asset events for causation: %s", exc)
-    return tuple(chain)
+#: Event ids of the chains of this package's events that triggered the context's run (watcher
+#: and bridge events alike); one implementation: ``assets.watcher_payload.watcher_causation``.
+triggering_causation = watcher_causation
 
 
 def airflow_redact(extra: dict[str, Any]) -> Any:

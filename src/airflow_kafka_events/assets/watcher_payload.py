@@ -10,6 +10,7 @@ continues the causation chain of the current run's triggering events (pass it as
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
@@ -23,6 +24,8 @@ from airflow_kafka_events.envelopes import AssetEventEnvelope
 
 if TYPE_CHECKING:
     from airflow_kafka_events.triggers.asset_stream import KafkaRecord
+
+log = logging.getLogger(__name__)
 
 __all__ = ["causation_from_watcher_extra", "envelope_payload", "watcher_causation", "watcher_payload"]
 
@@ -100,9 +103,12 @@ def watcher_causation(context: Mapping[str, Any] | None) -> tuple[str, ...]:
     if not isinstance(accessor, Mapping) or not accessor:
         return ()
     chain: list[str] = []
-    for events in accessor.values():
-        for event in events:
-            for event_id in causation_from_watcher_extra(_field(event, "extra")):
-                if event_id not in chain:
-                    chain.append(event_id)
+    try:
+        for events in accessor.values():
+            for event in events:
+                for event_id in causation_from_watcher_extra(_field(event, "extra")):
+                    if event_id not in chain:
+                        chain.append(event_id)
+    except Exception as exc:  # causation is best effort; an explicit one still applies
+        log.warning("could not read the triggering asset events for causation: %s", exc)
     return tuple(chain)
