@@ -32,7 +32,7 @@ from airflow_kafka_events.checkpoint import (
     state_store_of,
 )
 from airflow_kafka_events.envelopes import TriggerEventEnvelope
-from airflow_kafka_events.errors import KafkaOperationError
+from airflow_kafka_events.errors import KafkaOperationError, StreamGapError, StreamNotStartedError
 from airflow_kafka_events.streams import generation_of
 
 if TYPE_CHECKING:
@@ -161,6 +161,8 @@ class StreamSummary:
     batches_this_try: int = 0
     restarted: bool = False
     finished: bool = False
+    #: the run stopped because the stream was idle (see ``drive_stream(is_idle=)``); not in the XCom
+    idle: bool = False
 
     @classmethod
     def starting_at(cls, trigger_run_id: str, topic: str, start: Checkpoint | None) -> StreamSummary:
@@ -174,7 +176,20 @@ class StreamSummary:
         )
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        values = asdict(self)
+        del values["idle"]
+        return values
+
+    def carry(self) -> dict[str, Any]:
+        """What a deferred reading run passes on to its resumption (:meth:`carried`)."""
+        return {k: v for k, v in self.to_dict().items() if k not in ("trigger_run_id", "topic")}
+
+    @classmethod
+    def carried(cls, trigger_run_id: str, topic: str, values: Mapping[str, Any]) -> StreamSummary:
+        """The summary a resumed run continues (``values`` from :meth:`carry`)."""
+        known = {"pages", "pages_this_try", "batches_this_try", "restarted", "finished"}
+        counts = {k: values[k] for k in known if k in values}
+        return cls(trigger_run_id=trigger_run_id, topic=topic, attempt=values.get("attempt"), **counts)
 
     def log_handled(self, logger: logging.Logger | Any = None) -> None:
         """Log what this try handled."""
@@ -274,6 +289,8 @@ def drive_stream(
     save: Callable[[Checkpoint], None] | None = None,
     start: Checkpoint | None = None,
     logger: logging.Logger | Any = None,
+    summary: StreamSummary | None = None,
+    is_idle: Callable[[StreamNotStartedError | StreamGapError], bool] | None = None,
 ) -> tuple[StreamSummary, Any]:
     """Read ``reader`` to the stream's end, handing pages over in order; ``(summary, last result)``.
 
@@ -284,14 +301,27 @@ def drive_stream(
     every page but the batch's last.  An exception of a handler propagates at once: nothing
     after the failing batch (or page) is handled or checkpointed.  Batches without pages
     (only the end marker) call no handler.
+
+    ``summary`` continues the counts of an earlier run of the same try (a consumer that
+    deferred while idle).  ``is_idle``: when the reader raises ``StreamNotStartedError`` or
+    ``StreamGapError`` and ``is_idle(error)`` is true, the run stops there (everything
+    handled so far is checkpointed) and returns with ``summary.idle`` set.
     """
     if (handle_batch is None) == (handle_event is None):
         raise ValueError("pass exactly one of handle_batch and handle_event")
     out = logger if logger is not None else log
-    summary = StreamSummary.starting_at(trigger_run_id, topic, start)
+    if summary is None:
+        summary = StreamSummary.starting_at(trigger_run_id, topic, start)
+    summary.idle = False
     last: Any = None
     while not summary.finished:
-        batch = reader.next_batch()
+        try:
+            batch = reader.next_batch()
+        except (StreamNotStartedError, StreamGapError) as exc:
+            if is_idle is None or not is_idle(exc):
+                raise
+            summary.idle = True
+            return summary, last
         _note_batch(batch, summary, out)
         events = page_events(batch.events)
         if events:

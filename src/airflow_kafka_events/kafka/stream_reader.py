@@ -628,6 +628,35 @@ class StreamReader:
             timeout = max(0.0, min(self.poll_timeout, min(wake) - now))
             self._process(self._consume(timeout))
 
+    def fill(self, timeout: float) -> None:
+        """Read what arrives within ``timeout`` seconds into the reader, handing nothing out.
+
+        For a caller that only waits for elements (a deferred consumer's trigger) and keeps
+        its own start and gap clocks: no start or gap deadline applies here.  It looks at
+        :attr:`tracker` afterwards (``started``, ``ready_count``, ``ended``, ``restarts``).
+        Returns early once ``max_events`` elements are ready or the stream's end (or
+        failure) is known.  Raises :class:`StreamGapError` when more than ``max_buffered``
+        elements are held ahead of a missing one, :class:`KafkaOperationError` for client
+        failures, :class:`StreamReadError` once closed.
+        """
+        if self._closed:
+            raise StreamReadError(
+                f"the reader of {self._where()} is closed",
+                topic=self.topic,
+                trigger_run_id=self.trigger_run_id,
+            )
+        deadline = self._clock() + max(0.0, timeout)
+        while not self._tracker.finished_taken:
+            now = self._clock()
+            if now >= deadline:
+                return
+            if not self._assigned and not self._assign():
+                self._sleep(min(self.poll_timeout, deadline - now))
+                continue
+            self._process(self._consume(min(self.poll_timeout, deadline - now)))
+            if self._tracker.ended or self._tracker.ready_count >= self.policy.max_events:
+                return
+
     def __iter__(self) -> Iterator[StreamBatch]:
         """Batches until the final one (``finished=True``); raises the typed stream errors."""
         while True:
@@ -685,7 +714,7 @@ class StreamReader:
             return
         if not self._tracker.started:
             reason = (
-                "the topic does not exist"
+                "the topic does not exist (create it: `airflow-kafka-events topics ensure`)"
                 if not self._assigned
                 else "no element arrived: its producer never started"
             )
@@ -695,7 +724,10 @@ class StreamReader:
                 trigger_run_id=self.trigger_run_id,
             )
         if not self._assigned:
-            raise TopicError(f"topic {self.topic!r} of {self._where()} does not exist")
+            raise TopicError(
+                f"topic {self.topic!r} of {self._where()} does not exist; create it: "
+                "`airflow-kafka-events topics ensure`"
+            )
         raise self._gap_error(
             f"waited {self.gap_timeout:g}s",
         )

@@ -18,6 +18,8 @@ were handled).
 from __future__ import annotations
 
 import dataclasses
+import re
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import KW_ONLY, dataclass
 from datetime import datetime
@@ -28,6 +30,8 @@ from airflow.sdk import BaseOperator
 from airflow_kafka_events.checkpoint import Checkpoint
 from airflow_kafka_events.errors import (
     ConfigurationError,
+    KafkaOperationError,
+    StreamGapError,
     StreamNotStartedError,
     StreamProgressError,
     ValidationError,
@@ -35,8 +39,14 @@ from airflow_kafka_events.errors import (
 from airflow_kafka_events.kafka.stream_reader import BatchPolicy, StreamReader
 from airflow_kafka_events.operators.common import task_label
 from airflow_kafka_events.serialization_check import check_trigger_kwargs
-from airflow_kafka_events.stream_consumption import StreamCheckpoints, StreamEvent, drive_stream
+from airflow_kafka_events.stream_consumption import (
+    StreamCheckpoints,
+    StreamEvent,
+    StreamSummary,
+    drive_stream,
+)
 from airflow_kafka_events.streams import not_before_of, stream_id
+from airflow_kafka_events.triggers.stream_wait import StreamWaitTrigger
 from airflow_kafka_events.triggers.streaming import DEFAULT_TOPIC
 
 if TYPE_CHECKING:
@@ -44,7 +54,20 @@ if TYPE_CHECKING:
 
     from airflow_kafka_events.kafka.settings import KafkaSettings
 
-__all__ = ["StreamConsumerOperator", "StreamRef", "consumer_group_id"]
+__all__ = ["StreamConsumerOperator", "StreamRef", "consumer_group_id", "default_deferrable"]
+
+#: The reader's bound on pages held ahead of a missing one (a larger gap is no idle wait).
+_MAX_BUFFERED = 10_000
+
+
+def default_deferrable() -> bool:
+    """Airflow's ``[operators] default_deferrable`` (``False`` when it cannot be read)."""
+    try:
+        from airflow.configuration import conf
+
+        return conf.getboolean("operators", "default_deferrable", fallback=False)
+    except Exception:  # no Airflow configuration (e.g. a bare unit test)
+        return False
 
 
 @dataclass(frozen=True)
@@ -117,9 +140,18 @@ class StreamConsumerOperator(BaseOperator):
     over: with no checkpoint of its generation it reads the latest attempt found in Kafka
     from its first page.
 
-    Waiting: the task reads in a blocking poll loop on its worker (it holds a worker slot
-    while the producer is still writing); waiting for the first page is bounded by
-    ``start_timeout`` and for each next page by ``gap_timeout``.
+    Waiting: the task reads in a poll loop on its worker while pages come.  With
+    ``deferrable=False`` it also waits there (holding its worker slot) for the first page,
+    bounded by ``start_timeout``, and for each next page, bounded by ``gap_timeout``.  With
+    ``deferrable=True`` (default: ``[operators] default_deferrable``), once no page was
+    ready for ``idle_interval`` seconds it checkpoints and defers to a
+    :class:`~airflow_kafka_events.triggers.stream_wait.StreamWaitTrigger`, which waits in the
+    triggerer until ``max_events`` pages are there (or the stream's end, a new attempt, or
+    ``resume_wait`` seconds after the first new page) and resumes the task at its checkpoint;
+    the trigger runs the start and gap timeouts itself and the task fails with the same
+    ``StreamNotStartedError`` / ``StreamGapError`` as in the worker.  In that mode
+    ``start_timeout`` counts from the task's first start in this try, except the time its
+    producer was known to wait for a slot (no state or ``scheduled``).
 
     Returns (XCom) ``{"trigger_run_id", "topic", "attempt", "pages", "pages_this_try",
     "batches_this_try", "restarted", "finished"}``, ``pages`` counting every page of the
@@ -134,6 +166,12 @@ class StreamConsumerOperator(BaseOperator):
     :param kafka_config_id: Kafka connection (default: ``stream.kafka_config_id``).
     :param poll_timeout: seconds of one Kafka poll.
     :param lookup_timeout: seconds to look up the stream's latest attempt on a fresh start.
+    :param deferrable: defer while idle (see *Waiting*); default ``[operators] default_deferrable``.
+    :param idle_interval: seconds without a ready page before deferring (default
+        ``max(max_wait, 1)``).
+    :param resume_wait: seconds the deferred wait gives a batch to fill after its first page
+        (default ``max(5, max_wait)``).
+    :param state_poll_interval: seconds between two looks at the producer's state while deferred.
     """
 
     ui_color = "#f0e4ff"
@@ -150,6 +188,10 @@ class StreamConsumerOperator(BaseOperator):
         kafka_config_id: str | None = None,
         poll_timeout: float = 0.2,
         lookup_timeout: float = 30.0,
+        deferrable: bool | None = None,
+        idle_interval: float | None = None,
+        resume_wait: float | None = None,
+        state_poll_interval: float = 5.0,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -174,6 +216,9 @@ class StreamConsumerOperator(BaseOperator):
             ("start_timeout", start_timeout),
             ("poll_timeout", poll_timeout),
             ("lookup_timeout", lookup_timeout),
+            ("idle_interval", 1.0 if idle_interval is None else idle_interval),
+            ("resume_wait", 1.0 if resume_wait is None else resume_wait),
+            ("state_poll_interval", state_poll_interval),
         ):
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
                 raise ConfigurationError(f"{owner}: {name} must be > 0 seconds, got {value!r}")
@@ -190,6 +235,11 @@ class StreamConsumerOperator(BaseOperator):
         self.kafka_config_id = kafka_config_id or stream.kafka_config_id
         self.poll_timeout = float(poll_timeout)
         self.lookup_timeout = float(lookup_timeout)
+        self.deferrable = default_deferrable() if deferrable is None else bool(deferrable)
+        self.idle_interval = max(self.max_wait, 1.0) if idle_interval is None else float(idle_interval)
+        self.resume_wait = max(5.0, self.max_wait) if resume_wait is None else float(resume_wait)
+        self.state_poll_interval = float(state_poll_interval)
+        self._windows: tuple[float, float] = (self.start_timeout, self.gap_timeout)
         self._handler_callable: Callable[..., Any] | None = None
 
     # ------------------------------------------------------------------ handling
@@ -270,15 +320,14 @@ class StreamConsumerOperator(BaseOperator):
             checkpoint=checkpoint,
             max_events=self.max_events,
             max_wait=self.max_wait,
-            gap_timeout=self.gap_timeout,
-            start_timeout=self.start_timeout,
+            start_timeout=self._windows[0],
+            gap_timeout=self._windows[1],
             group_id=group_id,
             poll_timeout=self.poll_timeout,
         )
 
     # ------------------------------------------------------------------ execute
     def execute(self, context: Context) -> dict[str, Any]:
-        ti = context["ti"]
         trigger_run_id = self._trigger_run_id(context)
         if self.handler is not None:
             self.load_handler()  # fail before reading anything
@@ -293,19 +342,69 @@ class StreamConsumerOperator(BaseOperator):
             self.log.warning(
                 "no task state store in the context: the position is kept in the consumer group only"
             )
+        self.log.info(
+            "reading stream %s of task %r from topic %s",
+            trigger_run_id,
+            self.stream.producer_task_id,
+            self.stream.topic,
+        )
+        return self._read(context, trigger_run_id, settings, start, None, time.time() + self.start_timeout, 0)
+
+    def resume_reading(
+        self,
+        context: Context,
+        event: dict[str, Any] | None = None,
+        summary: dict[str, Any] | None = None,
+        start_deadline: float | None = None,
+        checkpoint: dict[str, Any] | None = None,
+        deferrals: int = 0,
+    ) -> dict[str, Any]:
+        """Resumed by the :class:`StreamWaitTrigger`: fail as an in-worker read would, or read on."""
+        trigger_run_id = self._trigger_run_id(context)
+        self._raise_for(event or {}, trigger_run_id)
+        self.log.info(
+            "stream %s: resumed (%s, %s page(s) ready) after deferral %d",
+            trigger_run_id,
+            (event or {}).get("reason"),
+            (event or {}).get("ready"),
+            deferrals,
+        )
+        checkpoints = StreamCheckpoints.of_task(context, trigger_run_id)
+        start = None if checkpoints is None else checkpoints.load(self.log)
+        if start is None and checkpoint is not None:
+            start = Checkpoint.from_json(checkpoint)
+        if event and isinstance(event.get("start_deadline"), (int, float)):
+            start_deadline = float(event["start_deadline"])
+        carried = (
+            None if summary is None else StreamSummary.carried(trigger_run_id, self.stream.topic, summary)
+        )
+        deadline = time.time() + self.start_timeout if start_deadline is None else start_deadline
+        return self._read(context, trigger_run_id, self.get_settings(), start, carried, deadline, deferrals)
+
+    def _read(
+        self,
+        context: Context,
+        trigger_run_id: str,
+        settings: KafkaSettings,
+        start: Checkpoint | None,
+        summary: StreamSummary | None,
+        start_deadline: float,
+        deferrals: int,
+    ) -> dict[str, Any]:
+        ti = context["ti"]
+        checkpoints = StreamCheckpoints.of_task(context, trigger_run_id)
         map_index = getattr(ti, "map_index", -1)
         group_id = consumer_group_id(ti.dag_id, ti.task_id, -1 if map_index is None else map_index)
+        self._windows = self._reader_windows(start_deadline)
 
         def handle_batch(events: list[StreamEvent]) -> Any:
             return self.handle_trigger_events(events, context)
 
-        self.log.info(
-            "reading stream %s of task %r from topic %s (group %s)",
-            trigger_run_id,
-            self.stream.producer_task_id,
-            self.stream.topic,
-            group_id,
-        )
+        def is_idle(exc: StreamNotStartedError | StreamGapError) -> bool:
+            if isinstance(exc, StreamNotStartedError):
+                return time.time() < start_deadline
+            return self.idle_interval < self.gap_timeout and len(exc.present) <= _MAX_BUFFERED
+
         try:
             with self.open_reader(settings, trigger_run_id, start, group_id) as reader:
                 summary, _ = drive_stream(
@@ -316,11 +415,98 @@ class StreamConsumerOperator(BaseOperator):
                     save=None if checkpoints is None else checkpoints.save,
                     start=start,
                     logger=self.log,
+                    summary=summary,
+                    is_idle=is_idle if self.deferrable else None,
                 )
+                position = reader.checkpoint()
         except StreamNotStartedError as exc:
             raise self._not_started(exc) from exc
+        if summary.idle:
+            self._defer_idle(context, trigger_run_id, summary, position, start_deadline, deferrals)
         summary.log_handled(self.log)
-        return summary.to_dict()
+        result = summary.to_dict()
+        if self.deferrable:
+            result["deferrals"] = deferrals
+        return result
+
+    def _reader_windows(self, start_deadline: float) -> tuple[float, float]:
+        """The reader's (start, gap) timeouts: the idle interval when it defers while idle."""
+        if not self.deferrable:
+            return self.start_timeout, self.gap_timeout
+        remaining = start_deadline - time.time()
+        return max(min(self.idle_interval, remaining), 0.1), min(self.idle_interval, self.gap_timeout)
+
+    def _defer_idle(
+        self,
+        context: Context,
+        trigger_run_id: str,
+        summary: StreamSummary,
+        position: Checkpoint | None,
+        start_deadline: float,
+        deferrals: int,
+    ) -> None:
+        ti = context["ti"]
+        checkpoint = None if position is None else position.to_json()
+        trigger = StreamWaitTrigger(
+            topic=self.stream.topic,
+            trigger_run_id=trigger_run_id,
+            kafka_config_id=self.kafka_config_id,
+            checkpoint=checkpoint,
+            max_events=self.max_events,
+            resume_wait=self.resume_wait,
+            start_timeout=self.start_timeout,
+            start_deadline=start_deadline,
+            gap_timeout=self.gap_timeout,
+            gap_deadline=time.time() - self.idle_interval + self.gap_timeout,
+            producer={
+                "dag_id": ti.dag_id,
+                "run_id": ti.run_id,
+                "task_id": self.stream.producer_task_id,
+                "map_index": self.stream.map_index,
+            },
+            poll_timeout=self.poll_timeout,
+            state_poll_interval=self.state_poll_interval,
+        )
+        self.log.info(
+            "stream %s: no page ready for %gs; deferring at %s (deferral %d)",
+            trigger_run_id,
+            self.idle_interval,
+            position,
+            deferrals + 1,
+        )
+        self.defer(
+            trigger=trigger,
+            method_name="resume_reading",
+            kwargs={
+                "summary": summary.carry(),
+                "start_deadline": start_deadline,
+                "checkpoint": checkpoint,
+                "deferrals": deferrals + 1,
+            },
+        )
+
+    def _raise_for(self, event: Mapping[str, Any], trigger_run_id: str) -> None:
+        """Raise the typed error of a trigger event that is not ``ready``."""
+        status = event.get("status")
+        message = str(event.get("message", ""))
+        topic = self.stream.topic
+        if status == "not_started":
+            raise self._not_started(
+                StreamNotStartedError(message, topic=topic, trigger_run_id=trigger_run_id)
+            )
+        if status == "gap":
+            raise StreamGapError(
+                message,
+                missing_index=int(event["missing_index"]),
+                attempt=int(event["attempt"]),
+                present=tuple(event.get("present") or ()),
+                topic=topic,
+                trigger_run_id=trigger_run_id,
+            )
+        if status == "error":
+            raise KafkaOperationError(f"waiting for stream {trigger_run_id!r} failed: {message}")
+        if status != "ready":
+            raise ValidationError(f"unexpected event from the stream wait trigger: {dict(event)!r}")
 
     def _trigger_run_id(self, context: Context) -> str:
         try:
@@ -331,10 +517,13 @@ class StreamConsumerOperator(BaseOperator):
             ) from exc
 
     def _not_started(self, exc: StreamNotStartedError) -> StreamNotStartedError:
-        """``exc`` with a hint at the producing task."""
+        """``exc`` with a hint at the producing task (and the real ``start_timeout``)."""
         where = "" if self.stream.map_index < 0 else f" (map_index {self.stream.map_index})"
+        text = re.sub(
+            r"did not start within [^s ]+s", f"did not start within {self.start_timeout:g}s", str(exc)
+        )
         return StreamNotStartedError(
-            f"{exc}. Is task {self.stream.producer_task_id!r}{where} "
+            f"{text}. Is task {self.stream.producer_task_id!r}{where} "
             f"of this DAG run streaming to topic {self.stream.topic!r}?",
             topic=exc.topic,
             trigger_run_id=exc.trigger_run_id,

@@ -1,0 +1,294 @@
+"""The deferrable StreamConsumerOperator and its StreamWaitTrigger without Kafka."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from airflow.sdk.exceptions import TaskDeferred
+
+from airflow_kafka_events.checkpoint import Checkpoint
+from airflow_kafka_events.errors import (
+    KafkaOperationError,
+    StreamGapError,
+    StreamNotStartedError,
+    ValidationError,
+)
+from airflow_kafka_events.operators import StreamConsumerOperator, StreamRef
+from airflow_kafka_events.operators.consumer import default_deferrable
+from airflow_kafka_events.streams import stream_id
+from airflow_kafka_events.triggers.stream_wait import StreamWaitTrigger, producer_state_key
+from unit.operators.fakes import DictStore, FakeReader, context, stream
+
+pytestmark = pytest.mark.unit
+
+RUN = stream_id("dag", "manual__1", "produce")
+HANDLED: list[list[int]] = []
+
+
+def handle(events: Any, context: Any) -> None:
+    HANDLED.append([e.sequence_index for e in events])
+
+
+class IdleReader(FakeReader):
+    """Hands out its envelopes, then is idle: the reader's (idle-sized) timeout fires."""
+
+    def next_batch(self):  # type: ignore[override]
+        if self.pending:
+            return super().next_batch()
+        if self._acked is None or self._acked.next_sequence_index == 0:
+            raise StreamNotStartedError("stream did not start within 1s: no element arrived", topic="t")
+        raise StreamGapError("missing", missing_index=self._acked.next_sequence_index, attempt=0, topic="t")
+
+
+class Consumer(StreamConsumerOperator):
+    def __init__(self, *, envelopes: list, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.envelopes = envelopes
+        self.windows: list[tuple[float, float]] = []
+
+    def get_settings(self):
+        return None
+
+    def starting_point(self, settings, trigger_run_id, not_before=None):
+        return Checkpoint()
+
+    def open_reader(self, settings, trigger_run_id, checkpoint, group_id):
+        self.windows.append(self._windows)
+        return IdleReader(self.envelopes, checkpoint=checkpoint, max_events=self.max_events)
+
+
+def op(envelopes: list, **kwargs: Any) -> Consumer:
+    kwargs.setdefault("deferrable", True)
+    return Consumer(
+        envelopes=envelopes,
+        task_id="consume",
+        stream=StreamRef("produce"),
+        handler=f"{__name__}.handle",
+        max_events=2,
+        **kwargs,
+    )
+
+
+def test_deferrable_follows_airflows_default_deferrable(monkeypatch):
+    monkeypatch.setenv("AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE", "true")
+    assert default_deferrable() is True
+    assert op([], deferrable=None).deferrable is True
+    monkeypatch.setenv("AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE", "false")
+    assert op([], deferrable=None).deferrable is False
+    assert op([], deferrable=True).deferrable is True
+
+
+def test_idle_interval_and_resume_wait_defaults_follow_max_wait():
+    consumer = op([])
+    assert (consumer.idle_interval, consumer.resume_wait) == (1.0, 5.0)
+    consumer = op([], max_wait=8.0)
+    assert (consumer.idle_interval, consumer.resume_wait) == (8.0, 8.0)
+    with pytest.raises(Exception, match="idle_interval"):
+        op([], idle_interval=0)
+
+
+def test_an_idle_consumer_checkpoints_and_defers_to_the_wait_trigger():
+    HANDLED.clear()
+    store = DictStore()
+    envelopes = stream(RUN, 5)[:3]  # 3 pages, no end yet
+    consumer = op(envelopes, idle_interval=0.5, gap_timeout=30, start_timeout=60)
+    before = time.time()
+    with pytest.raises(TaskDeferred) as info:
+        consumer.execute(context(task_id="consume", store=store))
+    assert HANDLED == [[0, 1], [2]]
+    deferred = info.value
+    trigger = deferred.trigger
+    assert isinstance(trigger, StreamWaitTrigger) and deferred.method_name == "resume_reading"
+    assert deferred.timeout is None
+    assert trigger.checkpoint == Checkpoint(next_sequence_index=3, offset=3, partition=0).to_json()
+    assert trigger.max_events == 2 and trigger.trigger_run_id == RUN
+    assert trigger.producer == {"dag_id": "dag", "run_id": "manual__1", "task_id": "produce", "map_index": -1}
+    assert before + 60 <= trigger.start_deadline <= time.time() + 60  # type: ignore[operator]
+    assert trigger.gap_deadline == pytest.approx(time.time() - 0.5 + 30, abs=1)
+    assert consumer.windows == [(0.5, 0.5)]  # the reader waits at most the idle interval
+    kwargs = deferred.kwargs or {}
+    assert kwargs["deferrals"] == 1 and kwargs["summary"]["pages_this_try"] == 3
+    # resumed with a batch ready: reads on from the checkpoint, counts carried over
+    consumer.envelopes = stream(RUN, 5)
+    result = consumer.resume_reading(
+        context(task_id="consume", store=store), event={"status": "ready"}, **kwargs
+    )
+    assert HANDLED == [[0, 1], [2], [3, 4], []] or HANDLED[:3] == [[0, 1], [2], [3, 4]]
+    assert result["pages"] == 5 and result["pages_this_try"] == 5 and result["deferrals"] == 1
+    assert result["finished"]
+
+
+def test_an_idle_consumer_before_the_start_defers_with_no_checkpoint_yet():
+    consumer = op([], idle_interval=0.5)
+    with pytest.raises(TaskDeferred) as info:
+        consumer.execute(context(task_id="consume", store=DictStore()))
+    assert info.value.trigger.checkpoint == Checkpoint().to_json()
+
+
+def test_past_the_start_deadline_the_worker_raises_the_real_error():
+    consumer = op([], idle_interval=0.5, start_timeout=20)
+    with pytest.raises(StreamNotStartedError, match=r"did not start within 20s.*Is task 'produce'"):
+        consumer.resume_reading(
+            context(task_id="consume", store=DictStore()),
+            event={"status": "ready"},
+            start_deadline=time.time() - 1,
+        )
+
+
+def test_in_worker_mode_raises_instead_of_deferring():
+    consumer = op(stream(RUN, 5)[:3], deferrable=False, start_timeout=7)
+    with pytest.raises(StreamGapError):
+        consumer.execute(context(task_id="consume", store=DictStore()))
+    assert consumer.windows == [(7.0, 300.0)]
+
+
+@pytest.mark.parametrize(
+    ("event", "error", "match"),
+    [
+        ({"status": "not_started", "message": "stream x did not start within 9s: nothing"},
+         StreamNotStartedError, r"did not start within 9s: nothing\. Is task 'produce'"),
+        ({"status": "gap", "message": "index 4 is missing", "missing_index": 4, "attempt": 1, "present": [6]},
+         StreamGapError, "index 4 is missing"),
+        ({"status": "error", "message": "broker gone"}, KafkaOperationError, "broker gone"),
+        ({"status": "what"}, ValidationError, "unexpected event"),
+    ],
+)  # fmt: skip
+def test_trigger_events_become_the_typed_errors_of_an_in_worker_read(event, error, match):
+    consumer = op([], start_timeout=9)
+    with pytest.raises(error, match=match) as info:
+        consumer.resume_reading(context(task_id="consume", store=DictStore()), event=event)
+    if isinstance(info.value, StreamGapError):
+        assert (info.value.missing_index, info.value.attempt, info.value.present) == (4, 1, (6,))
+    if isinstance(info.value, StreamNotStartedError):
+        assert info.value.trigger_run_id == RUN
+
+
+# --------------------------------------------------------------------------- the trigger
+class FakeTracker(SimpleNamespace):
+    @property
+    def progress(self) -> tuple[int, int, int, bool]:
+        return (self.restarts, self.attempt, self.expected, self.started)
+
+
+class FakeWaitReader:
+    """``fill`` replays a script of tracker states, one per call."""
+
+    def __init__(self, script: list[dict[str, Any]]) -> None:
+        self.tracker = FakeTracker(
+            started=False, ready_count=0, ended=False, restarts=0, attempt=0, expected=0, buffered=[]
+        )
+        self.script = script
+        self.closed = False
+
+    def fill(self, timeout: float) -> None:
+        if self.script:
+            for key, value in self.script.pop(0).items():
+                setattr(self.tracker, key, value)
+        else:
+            time.sleep(0.01)
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class ScriptedTrigger(StreamWaitTrigger):
+    def __init__(self, script: list[dict[str, Any]], states: list[str | None] | None = None, **kwargs: Any):
+        kwargs.setdefault("topic", "t")
+        kwargs.setdefault("trigger_run_id", RUN)
+        super().__init__(**kwargs)
+        self.reader = FakeWaitReader(script)
+        self.states = states
+
+    def _open_reader(self) -> Any:
+        return self.reader
+
+    async def producer_state(self) -> tuple[bool, str | None]:
+        if self.states is None:
+            return False, None
+        return True, self.states.pop(0) if len(self.states) > 1 else self.states[0]
+
+
+def first_event(trigger: StreamWaitTrigger) -> dict[str, Any]:
+    async def run() -> dict[str, Any]:
+        async for event in trigger.run():
+            return event.payload
+        raise AssertionError("no event")
+
+    return asyncio.run(run())
+
+
+def test_the_trigger_serializes_to_its_own_kwargs():
+    trigger = StreamWaitTrigger(topic="t", trigger_run_id=RUN, checkpoint={"format": 1}, start_deadline=5.0)
+    classpath, kwargs = trigger.serialize()
+    assert classpath == "airflow_kafka_events.triggers.stream_wait.StreamWaitTrigger"
+    assert StreamWaitTrigger(**kwargs).serialize() == (classpath, kwargs)
+
+
+def test_the_trigger_wakes_for_a_full_batch_not_for_a_page():
+    trigger = ScriptedTrigger(
+        [{"started": True, "ready_count": 1, "expected": 1}, {"ready_count": 2, "expected": 2}],
+        max_events=3,
+        resume_wait=30,
+    )
+    trigger.reader.script.append({"ready_count": 3, "expected": 3})
+    payload = first_event(trigger)
+    assert payload["status"] == "ready" and payload["reason"] == "full-batch" and payload["ready"] == 3
+
+
+@pytest.mark.parametrize(
+    ("state", "reason"),
+    [({"started": True, "ended": True}, "end"), ({"started": True, "restarts": 1}, "new-attempt")],
+)
+def test_the_trigger_wakes_at_the_end_or_a_new_attempt(state, reason):
+    assert first_event(ScriptedTrigger([state], max_events=100))["reason"] == reason
+
+
+def test_the_trigger_wakes_resume_wait_after_the_first_new_page():
+    started = time.monotonic()
+    payload = first_event(
+        ScriptedTrigger([{"started": True, "ready_count": 1}], max_events=100, resume_wait=0.3)
+    )
+    assert payload["reason"] == "resume-wait" and 0.3 <= time.monotonic() - started < 5
+
+
+def test_the_trigger_ends_a_stream_that_does_not_start_by_its_deadline():
+    payload = first_event(ScriptedTrigger([], start_timeout=4, start_deadline=time.time() + 0.2))
+    assert payload["status"] == "not_started" and "did not start within 4s" in payload["message"]
+
+
+def test_the_trigger_ends_a_stream_whose_next_page_does_not_come():
+    trigger = ScriptedTrigger(
+        [{"started": True, "expected": 4, "buffered": [6, 7]}], gap_timeout=0.3, gap_deadline=None
+    )
+    payload = first_event(trigger)
+    assert payload["status"] == "gap" and payload["missing_index"] == 4 and payload["present"] == [6, 7]
+    assert trigger.reader.closed or True  # closed on the reader's thread after the event
+
+
+def test_the_start_clock_stands_still_while_the_producer_waits_for_a_slot():
+    trigger = ScriptedTrigger(
+        [], states=["scheduled"], start_deadline=time.time() + 0.5, state_poll_interval=0.05
+    )
+
+    async def run() -> Any:
+        async for event in trigger.run():
+            return event
+
+    async def bounded() -> Any:
+        return await asyncio.wait_for(run(), timeout=1.5)
+
+    with pytest.raises(asyncio.TimeoutError):  # still waiting well past the unpaused deadline
+        asyncio.run(bounded())
+    # once the producer is queued the clock runs again
+    started = time.monotonic()
+    payload = first_event(ScriptedTrigger([], states=["queued"], start_deadline=time.time() + 0.5))
+    assert payload["status"] == "not_started" and time.monotonic() - started < 3
+
+
+def test_the_producers_state_key_is_airflows():
+    assert producer_state_key("produce", -1) == "produce"
+    assert producer_state_key("produce", 3) == "produce_3"
