@@ -71,16 +71,27 @@ def close_cluster_producers(cluster3: LocalKafkaCluster) -> Iterator[None]:
             producer.close(5.0)
 
 
+def _leaders(admin: AdminClient, topic: str, count: int = 3) -> dict[int, Any]:
+    """``{partition: PartitionMetadata}`` once the metadata lists every partition with a leader."""
+
+    def complete() -> dict[int, Any]:
+        parts = partitions(admin, topic)  # {} while a request times out (a node just died or came back)
+        return parts if len(parts) == count and all(p.leader >= 0 for p in parts.values()) else {}
+
+    return wait_until(complete, timeout=30, what=f"a leader for each partition of {topic}")
+
+
 def _topic(cluster: LocalKafkaCluster, prefix: str, count: int = 3) -> str:
     name = f"{prefix}-{uuid.uuid4().hex[:10]}"
-    ensure_topics(AdminClient(cluster.client_config()), [TopicSpec(name, partitions=count)])
-    parts = partitions(AdminClient(cluster.client_config()), name)
+    admin = AdminClient(cluster.client_config())
+    ensure_topics(admin, [TopicSpec(name, partitions=count)])
+    parts = _leaders(admin, name, count)
     assert all(len(p.replicas) == 3 for p in parts.values()), parts
     return name
 
 
 def _led_by(admin: AdminClient, topic: str, node: int) -> set[int]:
-    return {p for p, meta in partitions(admin, topic).items() if meta.leader == node}
+    return {p for p, meta in _leaders(admin, topic).items() if meta.leader == node}
 
 
 @dataclass
@@ -156,7 +167,7 @@ def test_leader_killed_mid_stream_every_page_read_once_in_order(healthy, monkeyp
     topic = _topic(cluster, "failover-stream")
     key = f"failover/stream/-1/{uuid.uuid4().hex}"
     partition = partition_for_key(key.encode(), 3)
-    victim = partitions(admin, topic)[partition].leader
+    victim = _leaders(admin, topic)[partition].leader
     total, kill_at = 200, 60
     ASKED[key], REACHED[key] = {}, threading.Event()
     kill = Kill(cluster, victim)
@@ -225,7 +236,7 @@ def test_leader_killed_mid_stream_every_page_read_once_in_order(healthy, monkeyp
     stored = read_topic(cluster.bootstrap_servers, topic, key)
     assert [s.envelope.sequence_index for s in stored] == list(range(total + 1))
     assert {s.envelope.attempt for s in stored} == {0} and {s.partition for s in stored} == {partition}
-    new_leader = partitions(admin, topic)[partition].leader
+    new_leader = _leaders(admin, topic)[partition].leader
     assert new_leader not in (victim, -1)
 
     asked = ASKED[key]
@@ -264,7 +275,7 @@ def test_leader_killed_mid_burst_of_emits_every_receipt_once(healthy, timeout):
     topic = _topic(cluster, "failover-emit")
     by_partition = Counter(partition_for_key(a.encode(), 3) for a in ASSETS)
     assert set(by_partition) == {0, 1, 2}, by_partition
-    victim = partitions(admin, topic)[0].leader
+    victim = _leaders(admin, topic)[0].leader
     victim_partitions = _led_by(admin, topic, victim)
     kill = Kill(cluster, victim)
     settings = KafkaSettings(cluster.client_config())
@@ -325,7 +336,7 @@ def test_leader_killed_mid_burst_of_emits_every_receipt_once(healthy, timeout):
     failover = on_victim[0] - killed_at
     done_at = [t for _, t, _ in receipts]
     stall = max(b - a for a, b in pairwise(done_at))
-    new_leaders = {p: partitions(admin, topic)[p].leader for p in victim_partitions}
+    new_leaders = {p: _leaders(admin, topic)[p].leader for p in victim_partitions}
     assert victim not in new_leaders.values() and -1 not in new_leaders.values()
 
     listed, isr_back = _rejoin(cluster, admin, topic, victim)
@@ -370,7 +381,7 @@ def test_leader_killed_under_the_watcher_and_the_bridge_each_event_arrives_once(
     topic = _topic(cluster, "failover-watched")
     dlq = _topic(cluster, "failover-watched-dlq", count=1)
     assert {partition_for_key(a.uri.encode(), 3) for a in WATCHED} == {0, 1, 2}
-    victim = partitions(admin, topic)[0].leader
+    victim = _leaders(admin, topic)[0].leader
     victim_partitions = _led_by(admin, topic, victim)
     conn_id = "kafka_watcher_failover"
     _watcher_conn(monkeypatch, cluster.bootstrap_servers, conn_id, f"failover-{uuid.uuid4().hex[:8]}")
