@@ -7,9 +7,10 @@ codec and emit client without Airflow installed in their process.  ``emit_asset_
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from airflow_kafka_events.__about__ import __version__
+from airflow_kafka_events.lazy_exports import lazy_exports
 
 if TYPE_CHECKING:
     from airflow_kafka_events.assets.emit import emit_asset_event
@@ -17,14 +18,6 @@ if TYPE_CHECKING:
 __all__ = ["__version__", "emit_asset_event"]
 
 
-def __getattr__(name: str) -> Any:
-    if name == "emit_asset_event":
-        from airflow_kafka_events.assets.emit import emit_asset_event
-
-        globals()[name] = emit_asset_event
-        return emit_asset_event
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), "emit_asset_event"})
+__getattr__, __dir__ = lazy_exports(
+    __name__, {"emit_asset_event": "airflow_kafka_events.assets.emit"}, globals()
+)

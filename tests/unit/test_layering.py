@@ -12,6 +12,7 @@ pytestmark = pytest.mark.unit
 AIRFLOW_FREE = [
     "airflow_kafka_events",
     "airflow_kafka_events.errors",
+    "airflow_kafka_events.lazy_exports",
     "airflow_kafka_events.schemas",
     "airflow_kafka_events.envelopes",
     "airflow_kafka_events.codec",
@@ -24,6 +25,10 @@ AIRFLOW_FREE = [
     "airflow_kafka_events.kafka.topics",
     "airflow_kafka_events.local_broker",
     "airflow_kafka_events.cli",
+    "airflow_kafka_events.cli_topics",
+    "airflow_kafka_events.topic_plan",
+    "airflow_kafka_events.airflow_config",
+    "airflow_kafka_events.metrics",
     "airflow_kafka_events.provider",
     "airflow_kafka_events.streams",
     "airflow_kafka_events.checkpoint",

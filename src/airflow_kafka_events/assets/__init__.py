@@ -19,8 +19,7 @@ Airflow-aware, imported on first use (importing this package imports no Airflow 
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from airflow_kafka_events.assets.external import (
     PROVENANCE_EXTRA_KEY,
@@ -31,6 +30,7 @@ from airflow_kafka_events.assets.external import (
     record_key,
 )
 from airflow_kafka_events.assets.idempotency import SeenKeys, default_idempotency_key
+from airflow_kafka_events.lazy_exports import lazy_exports
 
 if TYPE_CHECKING:
     from airflow_kafka_events.assets.admission import (
@@ -77,14 +77,4 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_LAZY})
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY, globals())

@@ -29,8 +29,7 @@ first use.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from airflow_kafka_events.iteration.runner import (
     CompletedItems,
@@ -46,6 +45,7 @@ from airflow_kafka_events.iteration.runner import (
     TooManyAbandonedThreadsError,
     shard_of,
 )
+from airflow_kafka_events.lazy_exports import lazy_exports
 
 if TYPE_CHECKING:
     from airflow_kafka_events.iteration.decorator import iterable_task
@@ -81,10 +81,4 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY, globals())
