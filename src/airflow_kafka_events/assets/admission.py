@@ -54,6 +54,7 @@ This module imports no Airflow module.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
@@ -223,6 +224,11 @@ def seen_key(envelope: AssetEventEnvelope) -> str:
     return f"{envelope.asset.uri}\x00{key}"
 
 
+#: ``sanitize_asset_uri``, remembered: a watcher compares every other asset's URI on its topic,
+#: and a triggerer runs many watchers (it is pure; a URI it refuses raises again each time).
+_normalized_uri = functools.lru_cache(maxsize=8192)(sanitize_asset_uri)
+
+
 def asset_selector(
     *, asset_uri: str | None = None, asset_name: str | None = None, include_partitioned: bool = True
 ) -> Selector:
@@ -241,7 +247,7 @@ def asset_selector(
         if uri is None or asset.uri == uri:
             return True
         try:
-            return sanitize_asset_uri(asset.uri) == uri
+            return _normalized_uri(asset.uri) == uri
         except Exception:
             return False
 

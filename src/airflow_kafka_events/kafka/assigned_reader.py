@@ -107,6 +107,12 @@ class AssignedReader:
         )
         return consumer
 
+    @property
+    def client(self) -> Consumer:
+        """The librdkafka consumer, for non-blocking reads only (e.g. cached watermarks); every
+        blocking call goes through this reader's thread."""
+        return self._client()
+
     def _client(self) -> Consumer:
         if self._consumer is None:
             raise KafkaOperationError(f"reader {self.name} is not open")
@@ -184,6 +190,20 @@ class AssignedReader:
             return message
         self._check_error(error)
         return None
+
+    async def poll_batch(self, max_records: int, timeout: float) -> list[Message]:
+        """Up to ``max_records`` records in one call on the client's thread (waiting at most
+        ``timeout`` for the first); passing client errors are logged, fatal ones raised."""
+        messages = await self._executor.run(self._client().consume, max_records, timeout)
+        self._raise_if_refused()
+        records: list[Message] = []
+        for message in messages:
+            error = message.error()
+            if error is None:
+                records.append(message)
+            else:
+                self._check_error(error)
+        return records
 
     async def seek(self, tp: Partition, offset: int) -> None:
         await self._executor.run(self._client().seek, KafkaTopicPartition(tp[0], tp[1], offset))

@@ -94,6 +94,8 @@ FINAL_FLUSH_TIMEOUT = 2.0
 PENDING_SHARE = 0.875
 #: The window when Airflow's setting cannot be read.
 MAX_PENDING = 896
+#: Records a reader takes from its client in one call.
+READ_BATCH = 500
 #: Seconds between two looks for partitions a topic gained.
 PARTITION_REFRESH_INTERVAL = 30.0
 _STORE_WARN_INTERVAL = 60.0
@@ -389,24 +391,26 @@ class KafkaAssetEventStreamProducer(SharedStreamProducer):
         reader, tracker = await self._open()
         where_prefix = (reader.bootstrap_servers,)
         while True:
-            while tracker.pending_count() >= self.max_pending:
+            room = self.max_pending - tracker.pending_count()
+            while room <= 0:
                 self._room.clear()
                 await self._room.wait()
-            message = await reader.poll(self.poll_timeout)
-            if message is None:
+                room = self.max_pending - tracker.pending_count()
+            # one thread hop per batch, not per record: a triggerer runs a reader per watcher
+            messages = await reader.poll_batch(min(room, READ_BATCH), self.poll_timeout)
+            if not messages:
                 await self._refresh_partitions(reader, tracker)
-                await self.flush()
-                continue
-            tp = (str(message.topic()), int(message.partition() or 0))
-            offset = int(message.offset() or 0)
-            decoded = _DECODED.decode((*where_prefix, *tp, offset), message.value())
-            if not self._wanted(decoded):
-                tracker.read(tp, offset)
-                await self.flush()
-                continue
-            record = _record(message, decoded)
-            tracker.hand_on(tp, offset, record.ticket)
-            yield record, KafkaBrokerPayload(topic=tp[0], partition=tp[1], offset=offset)
+            for message in messages:
+                tp = (str(message.topic()), int(message.partition() or 0))
+                offset = int(message.offset() or 0)
+                decoded = _DECODED.decode((*where_prefix, *tp, offset), message.value())
+                if not self._wanted(decoded):
+                    tracker.read(tp, offset)
+                    continue
+                record = _record(message, decoded)
+                tracker.hand_on(tp, offset, record.ticket)
+                yield record, KafkaBrokerPayload(topic=tp[0], partition=tp[1], offset=offset)
+            await self.flush()
 
     # ------------------------------------------------------------------ advancing
     def get_advance_lane(self, broker_payload: KafkaBrokerPayload) -> Hashable:
