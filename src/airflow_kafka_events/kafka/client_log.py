@@ -78,6 +78,7 @@ class Cause(str, Enum):
     """Why librdkafka could not do what it was asked, as a user would say it."""
 
     UNREACHABLE = "brokers unreachable"
+    LEADER_UNAVAILABLE = "partition leader unavailable"
     AUTHENTICATION = "authentication failed"
     TLS = "TLS handshake failed"
     AUTHORIZATION = "not authorized"
@@ -117,6 +118,11 @@ FIXES: Mapping[Cause, str] = {
     Cause.UNREACHABLE: (
         "check that the brokers at {servers} run and are reachable from this host "
         "(bootstrap.servers, the brokers' advertised.listeners, firewalls)"
+    ),
+    Cause.LEADER_UNAVAILABLE: (
+        "other brokers of {servers} answered: a broker is down or a leader election was under way; "
+        "with replicated topics (RF >= 2, min.insync.replicas below the live replicas) a new leader "
+        "takes over within seconds: retry with the same idempotency key, and check the down broker"
     ),
     Cause.AUTHENTICATION: (
         "check the client's credentials (security.protocol, sasl.mechanism, sasl.username, "

@@ -360,6 +360,9 @@ class EnvelopeProducer:
         seen = self.health.last_error(since)
         if seen is None or own in (Cause.UNKNOWN_TOPIC, Cause.AUTHORIZATION):
             return own, self.health.redact(err.str())
+        if seen.cause is Cause.UNREACHABLE and snapshot is not None and snapshot.any_up:
+            up = sum(state == "UP" for state in snapshot.states.values())
+            return Cause.LEADER_UNAVAILABLE, f"{up} broker connection(s) up, but: {seen.text}"
         return seen.cause, seen.text
 
     def _caller_gave_up(self, topic: str, waited: float) -> DeliveryOutcomeUnknownError:
