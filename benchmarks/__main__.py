@@ -15,6 +15,7 @@ BENCHMARKS = {
     "asset-emit": "benchmarks.asset_emit_latency",
     "asset-event-e2e": "benchmarks.asset_event_e2e_latency",
     "watcher-throughput": "benchmarks.watcher_throughput",
+    "stream-slots": "benchmarks.stream_slots",
 }
 
 

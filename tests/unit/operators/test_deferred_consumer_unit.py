@@ -292,3 +292,20 @@ def test_the_start_clock_stands_still_while_the_producer_waits_for_a_slot():
 def test_the_producers_state_key_is_airflows():
     assert producer_state_key("produce", -1) == "produce"
     assert producer_state_key("produce", 3) == "produce_3"
+
+
+def test_the_decorator_takes_the_deferral_arguments():
+    import pendulum
+    from airflow.sdk import DAG, task
+
+    with DAG("decorated_deferrable", schedule=None, start_date=pendulum.datetime(2024, 1, 1)) as dag:
+
+        @task.stream_consumer(stream=StreamRef("produce"), deferrable=True, idle_interval=2.5, resume_wait=9)
+        def handle(events, context):
+            return None
+
+        handle()
+
+    consumer = dag.get_task("handle")
+    assert isinstance(consumer, StreamConsumerOperator)
+    assert (consumer.deferrable, consumer.idle_interval, consumer.resume_wait) == (True, 2.5, 9.0)

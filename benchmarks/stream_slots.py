@@ -1,0 +1,169 @@
+"""B9: N producer/consumer pairs on S worker slots, consumers queued first or producers first.
+
+For each slot count S (``[core] parallelism``; one Airflow deployment per S, one broker for all)
+and each number of pairs N, runs ``b9_consumers_first_<N>`` and ``b9_producers_first_<N>``
+(``benchmarks/dags/b9_stream_slots.py``: each producer streams ``--pages`` pages ``--delay``
+seconds apart; each consumer reads its stream by reference, deferrable unless ``--in-worker``),
+then the same DAGs with ample slots (parallelism 2 x N, at most 32) as the reference.  Per run:
+state, failed task instances, wall time (run queued → ended), defer cycles per consumer
+(the consumers' XCom ``deferrals``), and slot occupancy: the task-seconds spent running by
+consumers and by producers (from the state-change log) against S x wall.
+Uses ``KAFKA_BOOTSTRAP_SERVERS`` or starts the local broker.  Not run in CI.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from benchmarks.streaming_vs_classic import DAGS_FOLDER, REPO, say
+
+RUN_TIMEOUT = 1800.0
+
+
+def _ts(value: Any) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, datetime):
+        return value.timestamp()
+    return datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp()
+
+
+def occupancy(rows: list[dict[str, Any]]) -> dict[str, float]:
+    """Running task-seconds of consumers and producers, from the state-change log rows."""
+    held = {"consume": 0.0, "produce": 0.0}
+    since: dict[tuple[str, int], float] = {}
+    for row in rows:
+        task_id, at = row.get("task_id"), _ts(row.get("dttm"))
+        if not task_id or at is None:
+            continue
+        key = (task_id, row.get("map_index") or -1)
+        if key in since:
+            held[task_id.split("_")[0]] = held.get(task_id.split("_")[0], 0.0) + at - since.pop(key)
+        if row.get("event") == "running":
+            since[key] = at
+    return held
+
+
+def measure(stack: Any, dag_id: str, pairs: int, slots: int, conf: dict[str, Any]) -> dict[str, Any]:
+    run_id = stack.trigger_dag(dag_id, conf=conf)
+    state = stack.wait_for_dag_run(dag_id, run_id, timeout=RUN_TIMEOUT)
+    run = stack.dag_run(dag_id, run_id)
+    started, ended = _ts(run.get("queued_at") or run.get("start_date")), _ts(run.get("end_date"))
+    wall = None if started is None or ended is None else ended - started
+    tis = stack.task_instances(dag_id, run_id)
+    failed = sorted(t["task_id"] for t in tis if t["state"] != "success")
+    cycles = []
+    for i in range(pairs):
+        try:
+            summary = stack.xcom(dag_id, run_id, f"consume_{i}")
+        except Exception:
+            summary = None
+        if isinstance(summary, dict):
+            cycles.append(int(summary.get("deferrals", 0)))
+    held = occupancy(stack.state_change_log(dag_id, run_id=run_id))
+    result = {
+        "dag_id": dag_id,
+        "pairs": pairs,
+        "slots": slots,
+        "state": state,
+        "failed": failed,
+        "wall_s": wall,
+        "defer_cycles_mean": statistics.mean(cycles) if cycles else None,
+        "defer_cycles_max": max(cycles) if cycles else None,
+        "consumer_task_s": held.get("consume"),
+        "producer_task_s": held.get("produce"),
+        "slot_s": None if wall is None else wall * slots,
+    }
+    say(
+        f"[run]     {dag_id} on {slots} slot(s): {state}, {len(failed)} not successful, wall "
+        f"{wall if wall is None else round(wall, 1)}s, defer cycles mean {result['defer_cycles_mean']} "
+        f"max {result['defer_cycles_max']}, running task-s consumers {held.get('consume', 0):.1f} "
+        f"producers {held.get('produce', 0):.1f} of {result['slot_s'] and round(result['slot_s'])} slot-s"
+    )
+    return result
+
+
+def run_slots(
+    slots: int, pair_counts: list[int], bootstrap: str, conf: dict[str, Any], deferrable: bool, scratch: Path
+) -> list[dict[str, Any]]:
+    sys.path.insert(0, str(REPO / "tests"))
+    from harness.airflow_stack import AirflowStack
+
+    conn = {"conn_type": "kafka", "extra": {"bootstrap.servers": bootstrap}}
+    env = {
+        "AIRFLOW_CONN_KAFKA_DEFAULT": json.dumps(conn),
+        "B9_PAIRS": ",".join(map(str, pair_counts)),
+        "B9_DEFERRABLE": "true" if deferrable else "false",
+    }
+    stack = AirflowStack(scratch / f"airflow-{slots}", DAGS_FOLDER, env, parallelism=slots)
+    results = []
+    try:
+        dag_ids = [f"b9_{o}_{n}" for n in pair_counts for o in ("consumers_first", "producers_first")]
+        stack.start(timeout=600.0, dag_ids=dag_ids)
+        say(f"[airflow] parallelism {slots}: stack healthy")
+        for n in pair_counts:
+            for order in ("consumers_first", "producers_first"):
+                results.append(measure(stack, f"b9_{order}_{n}", n, slots, conf))
+    finally:
+        stack.stop()
+    return results
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pairs", default="8,50", help="numbers of pairs (8,50)")
+    parser.add_argument("--slots", default="2,4,8", help="worker slot counts (2,4,8)")
+    parser.add_argument("--pages", type=int, default=60, help="pages per producer (60)")
+    parser.add_argument("--delay", type=float, default=0.05, help="seconds between pages (0.05)")
+    parser.add_argument("--in-worker", action="store_true", help="consumers with deferrable=False")
+    parser.add_argument("--no-reference", action="store_true", help="skip the ample-slots reference")
+    parser.add_argument("--out", type=Path, help="also write the results as JSON to this file")
+    args = parser.parse_args(argv)
+    pair_counts = [int(n) for n in args.pairs.split(",")]
+    slot_counts = [int(s) for s in args.slots.split(",")]
+    conf = {"pages": args.pages, "delay": args.delay}
+
+    from confluent_kafka.admin import AdminClient
+
+    from airflow_kafka_events.kafka import KafkaSettings
+    from airflow_kafka_events.kafka.topics import TopicSpec, ensure_topics
+    from airflow_kafka_events.local_broker import LocalKafkaBroker
+    from airflow_kafka_events.triggers.streaming import DEFAULT_TOPIC
+
+    scratch = Path(tempfile.mkdtemp(prefix="b9-"))
+    broker = None
+    bootstrap = os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "")
+    results: list[dict[str, Any]] = []
+    t0 = time.monotonic()
+    try:
+        if not bootstrap:
+            broker = LocalKafkaBroker(state_dir=scratch / "kafka")
+            bootstrap = str(broker.start().bootstrap_servers)
+        admin = AdminClient(KafkaSettings({"bootstrap.servers": bootstrap}).admin_config())
+        ensure_topics(admin, [TopicSpec(DEFAULT_TOPIC, partitions=3)])
+        for slots in slot_counts:
+            results += run_slots(slots, pair_counts, bootstrap, conf, not args.in_worker, scratch)
+        if not args.no_reference:
+            for n in pair_counts:
+                ample = min(2 * n, 32)
+                results += run_slots(ample, [n], bootstrap, conf, not args.in_worker, scratch)
+    finally:
+        if broker is not None:
+            broker.stop()
+        shutil.rmtree(scratch, ignore_errors=True)
+    say(f"[b9]      done in {time.monotonic() - t0:.0f}s")
+    for r in results:
+        print(json.dumps(r))
+    if args.out:
+        args.out.write_text(json.dumps(results, indent=2))
+    return 0 if all(r["state"] == "success" for r in results) else 1
