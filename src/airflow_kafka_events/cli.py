@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from airflow_kafka_events.__about__ import __version__
+from airflow_kafka_events.cli_topics import add_topics_group
 from airflow_kafka_events.errors import AirflowKafkaEventsError
 
 if TYPE_CHECKING:
@@ -551,6 +552,7 @@ COMMAND_GROUPS: list[Callable[[argparse._SubParsersAction[argparse.ArgumentParse
     add_kafka_group,
     add_emit_group,
     add_bridge_group,
+    add_topics_group,
 ]
 
 

@@ -67,6 +67,7 @@ from typing import Any, TypeVar
 
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
+from airflow_kafka_events import metrics
 from airflow_kafka_events.assets.admission import AdmissionPipeline, AdmissionVerdict, CausationTooDeepError
 from airflow_kafka_events.assets.external import PROVENANCE_EXTRA_KEY, provenance_extra
 from airflow_kafka_events.assets.idempotency import SeenKeys
@@ -228,6 +229,7 @@ class BridgeService:
         self._recheck: dict[tuple[str, int], int] = {}
         self._commit_failures = 0
         self._lock = threading.Lock()
+        self._lag = metrics.LagReporter(metrics.BRIDGE_LAG, records=metrics.BRIDGE_RECORDS)
 
     # ------------------------------------------------------------------ control
     def request_stop(self) -> None:
@@ -264,6 +266,9 @@ class BridgeService:
                     self._handle_batch(records)
         except _StopRequested:
             pass
+        except Exception as exc:
+            metrics.incr(f"{metrics.BRIDGE_ERRORS}.{metrics.error_part(exc)}")
+            raise
         finally:
             self._close()
         log.info("bridge stopped: %s", dict(self.stats))
@@ -299,10 +304,11 @@ class BridgeService:
             )
             if missing and required:
                 raise ConfigurationError(
-                    f"the dead-letter topic {topic!r} does not exist; create it (or pass --dlq-topic)"
+                    f"the dead-letter topic {topic!r} does not exist: create it (`airflow-kafka-events "
+                    "topics ensure`) or pass --dlq-topic"
                 )
             if missing:
-                log.warning("topic %r does not exist yet; waiting for it", topic)
+                log.warning("topic %r does not exist yet; waiting (see: topics ensure)", topic)
 
     def _close(self) -> None:
         if self._consumer is not None:
@@ -381,6 +387,9 @@ class BridgeService:
                 continue  # revoked since it was fetched: its new owner handles it
             outcome, envelope = self._handle(record)
             self.stats[outcome.value] += 1
+            self._lag.record(
+                outcome.value, self._consumer.client, record.topic, record.partition, record.offset
+            )
             if outcome is Outcome.POSTED:
                 assert envelope is not None
                 self._fire_after_post(envelope)
@@ -583,6 +592,7 @@ class BridgeService:
                 f"could not write {record.topic}[{record.partition}]@{record.offset} to the dead-letter "
                 f"topic {self.config.dlq_topic!r}; nothing was committed: {exc}"
             ) from exc
+        metrics.dead_lettered(letter.reason, "bridge", record.topic)
         log.warning(
             "%s[%d]@%d dead-lettered to %s[%d]@%d: %s: %s",
             record.topic,

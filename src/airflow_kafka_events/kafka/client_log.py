@@ -134,7 +134,7 @@ FIXES: Mapping[Cause, str] = {
         "listener (SSL / SASL_SSL)"
     ),
     Cause.AUTHORIZATION: "grant this client's principal the ACLs it needs (e.g. WRITE on the topic)",
-    Cause.UNKNOWN_TOPIC: "create the topic first (ensure_topics / kafka-topics.sh) or fix its name",
+    Cause.UNKNOWN_TOPIC: "create the topics first (airflow-kafka-events topics ensure) or fix the name",
     Cause.TOO_LARGE: "send a smaller record, or raise the limit that was hit",
     Cause.TIMED_OUT: "check the brokers' health at {servers}, or wait longer (timeout)",
     Cause.FATAL: "the client cannot continue: restart the process; see the ERROR lines before this one",

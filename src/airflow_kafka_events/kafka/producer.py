@@ -48,6 +48,7 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
+from airflow_kafka_events import metrics
 from airflow_kafka_events.errors import (
     ConfigurationError,
     DeliveryError,
@@ -276,6 +277,7 @@ class EnvelopeProducer:
                 self.health.mark_up()
                 self._refused = None
                 pending.future.set_result(_receipt(msg))
+                metrics.delivered(self.role, pending.topic, time.monotonic() - pending.sent_at)
                 return
             pending.error, pending.failed_at = err, time.monotonic()
             if err.code() in _REFUSED or (
@@ -314,6 +316,7 @@ class EnvelopeProducer:
             log.exception("Kafka producer %r: describing a failed delivery failed", self.role)
             error = DeliveryOutcomeUnknownError(f"message to topic {pending.topic!r} failed", kafka_error=err)
         pending.future.set_exception(error)
+        metrics.delivery_failed(self.role, pending.topic, error)
 
     def failure(
         self, topic: str, err: KafkaError, since: float, size: int, produce_sent: bool | None

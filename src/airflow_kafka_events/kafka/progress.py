@@ -83,6 +83,13 @@ _UNKNOWN_TOPIC_CODES = frozenset(
 UNKNOWN_TOPIC_GRACE = 5.0
 
 
+def _hint(error: KafkaError) -> str:
+    """How to fix a missing topic (appended to the error naming it)."""
+    if error.code() not in _UNKNOWN_TOPIC_CODES:
+        return ""
+    return " (it does not exist: create the topics with `airflow-kafka-events topics ensure`)"
+
+
 @dataclass(frozen=True)
 class StreamLocation:
     """The partition that holds a stream, and its watermarks when it was looked up.
@@ -266,7 +273,8 @@ class _PartitionScanner:
                 num_partitions = len(meta.partitions)
                 break
             if err is not None and not self.transient(err):
-                raise StreamProgressError(f"topic {self.topic!r} is not available", kafka_error=err)
+                message = f"topic {self.topic!r} is not available{_hint(err)}"
+                raise StreamProgressError(message, kafka_error=err)
             self.pause()
         partition = partition_for_key(self.key, num_partitions)
         tp = TopicPartition(self.topic, partition)

@@ -47,6 +47,7 @@ from airflow.triggers.shared_stream import AdvanceItem, SharedStreamProducer
 from asgiref.sync import sync_to_async
 from confluent_kafka import Message
 
+from airflow_kafka_events import metrics
 from airflow_kafka_events.assets.admission import asset_selector
 from airflow_kafka_events.codec import ASSET_EVENT_CODEC
 from airflow_kafka_events.envelopes import AssetEventEnvelope
@@ -390,6 +391,7 @@ class KafkaAssetEventStreamProducer(SharedStreamProducer):
     async def open_stream(self) -> AsyncIterator[tuple[KafkaRecord, KafkaBrokerPayload]]:
         reader, tracker = await self._open()
         where_prefix = (reader.bootstrap_servers,)
+        lag = metrics.LagReporter(metrics.WATCHER_LAG)
         while True:
             room = self.max_pending - tracker.pending_count()
             while room <= 0:
@@ -403,6 +405,7 @@ class KafkaAssetEventStreamProducer(SharedStreamProducer):
             for message in messages:
                 tp = (str(message.topic()), int(message.partition() or 0))
                 offset = int(message.offset() or 0)
+                lag.observe(reader.client, tp[0], tp[1], offset)
                 decoded = _DECODED.decode((*where_prefix, *tp, offset), message.value())
                 if not self._wanted(decoded):
                     tracker.read(tp, offset)

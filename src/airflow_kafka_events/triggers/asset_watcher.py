@@ -111,6 +111,7 @@ from airflow.triggers.base import TriggerEvent
 from airflow.triggers.shared_stream import reject_shared_stream_event
 from asgiref.sync import sync_to_async
 
+from airflow_kafka_events import metrics
 from airflow_kafka_events.assets.admission import (
     DEFAULT_MAX_RECORD_BYTES,
     AdmissionConfig,
@@ -500,6 +501,7 @@ class KafkaAssetEventTrigger(KafkaSharedStreamTrigger):
         async for record in shared_stream:
             verdict, payload = await self._handle(record)
             if payload is not None:
+                metrics.incr(metrics.WATCHER_EVENTS_FIRED, tags={"topic": record.topic})
                 yield TriggerEvent(payload)
             elif verdict.rejected and await self._dead_letter(record, verdict):
                 reject_shared_stream_event()
@@ -513,6 +515,7 @@ class KafkaAssetEventTrigger(KafkaSharedStreamTrigger):
             return verdict, None
         except Exception as exc:  # a bug: keep the record for replay rather than lose it
             self.log.exception("Checking %s[%s]@%s failed", record.topic, record.partition, record.offset)
+            metrics.incr(f"{metrics.WATCHER_ERRORS}.{metrics.error_part(exc)}")
             envelope = verdict.envelope if verdict is not None else None
             failed = AdmissionVerdict(
                 "reject", Stage.INTERNAL, envelope=envelope, reason=DeadLetterReason.INTERNAL_ERROR, error=exc
@@ -597,6 +600,7 @@ class KafkaAssetEventTrigger(KafkaSharedStreamTrigger):
                     await asyncio.sleep(delay)
                     delay = min(delay * 2, _DLQ_RETRY_MAX_DELAY)
                     continue
+                metrics.dead_lettered(letter.reason, "watcher", record.topic)
                 self.log.warning(
                     "Dead-lettered %s[%s]@%s to %s[%s]@%s: %s: %s",
                     record.topic,

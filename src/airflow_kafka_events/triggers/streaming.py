@@ -67,6 +67,7 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TaskFailedEvent, TaskSuccessEvent, TriggerEvent
 
+from airflow_kafka_events import metrics
 from airflow_kafka_events.codec import TRIGGER_EVENT_CODEC
 from airflow_kafka_events.envelopes import ProducerIdentity, StreamError, TriggerEventEnvelope
 from airflow_kafka_events.errors import (
@@ -546,6 +547,7 @@ class StreamingTrigger(BaseTrigger):
         )
         error = await self._write_pages(writer, plan.cursor)
         descriptor = await writer.finish(error)
+        metrics.incr(f"{metrics.STREAMS_ENDED}.{'complete' if error is None else 'failed'}")
         self.log.info(
             "stream %s attempt %d ended: %d pages (%d written by this run), offsets %s..%d%s",
             trigger_run_id,
@@ -588,6 +590,7 @@ class StreamingTrigger(BaseTrigger):
                     )
                     return self.stream_error_for(exc)
                 await writer.send(value, page.cursor)
+                metrics.incr(metrics.PAGES_WRITTEN, tags={"topic": writer.topic})
         finally:
             self._pages_iterator = None
             try:
