@@ -489,7 +489,7 @@ class KafkaAssetEventStreamProducer(SharedStreamProducer):
         if now - self._last_store_warning >= _STORE_WARN_INTERVAL:
             self._last_store_warning = now
             log.warning(
-                "%s cannot store its position in the asset state store (%s); it keeps reading and "
+                "%s cannot store its position in the asset state store (%r); it keeps reading and "
                 "retries, and a restart before the next store reads the unstored records again",
                 self.label,
                 exc,
