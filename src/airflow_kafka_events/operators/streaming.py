@@ -81,6 +81,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, ClassVar, NoReturn
 
 from airflow.sdk import BaseOperator
+from airflow.sdk.exceptions import TaskDeferralError, TaskDeferralTimeout
 from airflow.triggers.base import StartTriggerArgs
 
 from airflow_kafka_events.checkpoint import Checkpoint, state_store_of
@@ -153,6 +154,18 @@ def _parse_time_values(values: Mapping[str, Any]) -> dict[str, Any]:
     from airflow.sdk.definitions._internal.mixins import ResolveMixin
 
     return {name: value for name, value in values.items() if not isinstance(value, ResolveMixin)}
+
+
+#: Airflow's ``next_method`` of a task whose trigger failed.
+TRIGGER_FAIL = "__fail__"
+
+
+def _trigger_cause(traceback: Any) -> str | None:
+    """The last line of a failed trigger's traceback (``Type: message``), if there is one."""
+    if not isinstance(traceback, (list, tuple)):
+        return None
+    lines = [line.strip() for chunk in traceback if isinstance(chunk, str) for line in chunk.splitlines()]
+    return next((line for line in reversed(lines) if line), None)
 
 
 class StreamingOperatorMixin:
@@ -300,6 +313,22 @@ class StreamingOperatorMixin:
         :meth:`defer_stream` is called once per page.
         """
         raise NotImplementedError
+
+    def resume_execution(self, next_method: str, next_kwargs: dict[str, Any] | None, context: Context) -> Any:
+        """Airflow's, except that a failed trigger's cause reaches the task's error.
+
+        Airflow 3.3 logs a failed trigger's traceback (``Trigger failed:``) and raises
+        ``TaskDeferralError("Trigger failure")``: the task's last line, ``context["exception"]`` in
+        failure callbacks and alerts then say nothing of the cause.  Here that error carries the
+        traceback's last line (e.g. the missing topic and the command that creates it).
+        """
+        try:
+            return super().resume_execution(next_method, next_kwargs, context)  # type: ignore[misc]
+        except TaskDeferralError as exc:
+            cause = _trigger_cause((next_kwargs or {}).get("traceback"))
+            if next_method != TRIGGER_FAIL or cause is None or isinstance(exc, TaskDeferralTimeout):
+                raise
+            raise TaskDeferralError(f"{exc}: {cause}") from exc
 
     def _handles_batches(self) -> bool:
         return type(self).handle_trigger_events is not StreamingOperatorMixin.handle_trigger_events

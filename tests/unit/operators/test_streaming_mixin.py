@@ -375,3 +375,32 @@ def test_a_fetch_only_task_started_from_the_trigger_has_no_generation():
     assert op.start_trigger_args is not None
     trigger = CountingPagesTrigger(**op.start_trigger_args.trigger_kwargs)
     assert trigger.generation is None and trigger.not_before is None
+
+
+def test_a_failed_triggers_cause_reaches_the_tasks_error():
+    """Airflow raises TaskDeferralError("Trigger failure"); the producer's carries the cause."""
+    from airflow.sdk import BaseOperator
+    from airflow.sdk.exceptions import TaskDeferralError, TaskDeferralTimeout
+
+    from airflow_kafka_events.operators.streaming import StreamingOperatorMixin
+
+    class Producer(StreamingOperatorMixin, BaseOperator):
+        pass
+
+    op = Producer(task_id="produce")
+    traceback = [
+        "Traceback (most recent call last):\n",
+        '  File "streaming.py", line 1, in run\n',
+        "airflow_kafka_events.errors.StreamProgressError: topic 'orders' is not available "
+        "[UNKNOWN_TOPIC_OR_PART]; create it: airflow-kafka-events topics ensure\n",
+    ]
+    with pytest.raises(TaskDeferralError) as raised:
+        op.resume_execution("__fail__", {"error": "Trigger failure", "traceback": traceback}, {})
+    assert str(raised.value).startswith("Trigger failure: airflow_kafka_events.errors.StreamProgressError")
+    assert "'orders'" in str(raised.value) and "topics ensure" in str(raised.value)
+    # a timeout stays Airflow's own
+    with pytest.raises(TaskDeferralTimeout):
+        op.resume_execution("__fail__", {"error": "Trigger timeout", "traceback": traceback}, {})
+    # no traceback: Airflow's error as it is
+    with pytest.raises(TaskDeferralError, match=r"^Trigger failure$"):
+        op.resume_execution("__fail__", {"error": "Trigger failure"}, {})
