@@ -32,7 +32,7 @@ import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from airflow_kafka_events.codec import TRIGGER_EVENT_CODEC
@@ -548,12 +548,29 @@ def iteration_demo(stack: AirflowStack) -> bool:
     return ok
 
 
+def _watermarks(consumer: Consumer, tp: TopicPartition, timeout: float = 30.0) -> tuple[int, int]:
+    """A partition's watermarks, waiting out a leader still being elected (a new or moved topic)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return consumer.get_watermark_offsets(tp, timeout=5)
+        except KafkaException as exc:
+            if not exc.args[0].retriable() and exc.args[0].code() not in _LEADER_SETTLING:
+                raise
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
+_LEADER_SETTLING = (KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE)
+
+
 def _start_at_end(bootstrap: str, group: str, topic: str) -> int:
     """Commit the end offsets of ``topic`` for the new ``group``; return how many records that skips."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
     try:
         partitions = consumer.list_topics(topic, timeout=30).topics[topic].partitions
-        marks = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30) for p in partitions}
+        marks = {p: _watermarks(consumer, TopicPartition(topic, p)) for p in partitions}
         consumer.commit(
             offsets=[TopicPartition(topic, p, high) for p, (_, high) in marks.items()], asynchronous=False
         )
