@@ -93,6 +93,15 @@ def measure(stack: Any, dag_id: str, pairs: int, slots: int, conf: dict[str, Any
     return result
 
 
+_STACKS = [0]
+
+
+def n_runs() -> int:
+    """A new number per deployment (two deployments may have the same slot count)."""
+    _STACKS[0] += 1
+    return _STACKS[0]
+
+
 def run_slots(
     slots: int, pair_counts: list[int], bootstrap: str, conf: dict[str, Any], deferrable: bool, scratch: Path
 ) -> list[dict[str, Any]]:
@@ -105,7 +114,7 @@ def run_slots(
         "B9_PAIRS": ",".join(map(str, pair_counts)),
         "B9_DEFERRABLE": "true" if deferrable else "false",
     }
-    stack = AirflowStack(scratch / f"airflow-{slots}", DAGS_FOLDER, env, parallelism=slots)
+    stack = AirflowStack(scratch / f"airflow-{slots}-{n_runs()}", DAGS_FOLDER, env, parallelism=slots)
     results = []
     try:
         dag_ids = [f"b9_{o}_{n}" for n in pair_counts for o in ("consumers_first", "producers_first")]
@@ -160,7 +169,10 @@ def main(argv: list[str]) -> int:
     finally:
         if broker is not None:
             broker.stop()
-        shutil.rmtree(scratch, ignore_errors=True)
+        if results and all(r["state"] == "success" for r in results):
+            shutil.rmtree(scratch, ignore_errors=True)
+        else:  # the Airflow homes (task logs, metadata DB) of a failed run are kept
+            say(f"[files]   kept {scratch}")
     say(f"[b9]      done in {time.monotonic() - t0:.0f}s")
     for r in results:
         print(json.dumps(r))
