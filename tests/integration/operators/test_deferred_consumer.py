@@ -74,23 +74,30 @@ async def _first_event(trigger: Any) -> Any:
     raise AssertionError("the trigger ended without an event")
 
 
-def run_to_end(op: Consumer, context: dict[str, Any]) -> tuple[Any, list[Any]]:
-    """``execute``, then every deferral's trigger and resumption until the task ends; ``(result, events)``."""
+def run_to_end(
+    op: Consumer, context: dict[str, Any], deferred: TaskDeferred | None = None
+) -> tuple[Any, list[Any]]:
+    """``execute`` (or the given deferral), then every deferral's trigger and resumption until
+    the task ends; ``(result, trigger events)``."""
     events: list[Any] = []
-    call: Any = lambda: op.execute(context)  # noqa: E731
     while True:
+        if deferred is None:
+            try:
+                return op.execute(context), events
+            except TaskDeferred as info:
+                deferred = info
+        assert isinstance(deferred.trigger, StreamWaitTrigger)
+        assert deferred.timeout is None  # the trigger runs the start and gap timeouts itself
+        classpath, kwargs = deferred.trigger.serialize()
+        assert classpath == "airflow_kafka_events.triggers.stream_wait.StreamWaitTrigger"
+        event = asyncio.run(_first_event(StreamWaitTrigger(**json.loads(json.dumps(kwargs)))))
+        events.append(event.payload)
+        method = getattr(op, deferred.method_name)
+        resume_kwargs = json.loads(json.dumps(deferred.kwargs or {}))  # as Airflow stores them
         try:
-            return call(), events
-        except TaskDeferred as deferred:
-            assert isinstance(deferred.trigger, StreamWaitTrigger)
-            assert deferred.timeout is None  # the trigger runs the start and gap timeouts itself
-            classpath, kwargs = deferred.trigger.serialize()
-            assert classpath == "airflow_kafka_events.triggers.stream_wait.StreamWaitTrigger"
-            event = asyncio.run(_first_event(StreamWaitTrigger(**json.loads(json.dumps(kwargs)))))
-            events.append(event.payload)
-            method = getattr(op, deferred.method_name)
-            resume_kwargs = json.loads(json.dumps(deferred.kwargs or {}))  # as Airflow stores them
-            call = lambda m=method, p=event.payload, k=resume_kwargs: m(context, event=p, **k)  # noqa: E731
+            return method(context, event=event.payload, **resume_kwargs), events
+        except TaskDeferred as info:
+            deferred = info
 
 
 def start_producer(trigger: CountingPagesTrigger) -> threading.Thread:
@@ -119,7 +126,7 @@ def test_a_consumer_started_before_its_producer_defers_and_handles_every_page_on
         )
     )
     started = time.monotonic()
-    result, events = run_to_end(op, context)  # replays the first deferral's kwargs from here on
+    result, events = run_to_end(op, context, info.value)
     producer.join(timeout=60)
     assert effects == list(range(60))  # strict order, each page once
     assert result["pages"] == 60 and result["finished"] and result["pages_this_try"] == 60
@@ -139,13 +146,13 @@ def test_a_retry_after_a_deferral_resumes_at_the_checkpoint(new_topic):
     effects: list[int] = []
     first = consumer(topic, effects, fail_at=25, max_events=5)
     context = make_context(run_id, "consume", store)
-    with pytest.raises(TaskDeferred):
+    with pytest.raises(TaskDeferred) as info:
         first.execute(context)
     producer = start_producer(
         CountingPagesTrigger(pages=40, delay=0.03, topic=topic, trigger_run_id=producer_stream)
     )
     with pytest.raises(RuntimeError, match="page 25 cannot be handled"):
-        run_to_end(first, context)
+        run_to_end(first, context, info.value)
     assert effects == list(range(25))
     saved = load_checkpoint(store, checkpoint_key(producer_stream), 0)
     assert saved is not None and saved.next_sequence_index == 25
