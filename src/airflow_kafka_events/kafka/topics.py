@@ -30,8 +30,8 @@ import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
-from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, OffsetSpec
 
 from airflow_kafka_events.errors import ConfigurationError, TopicError
 
@@ -173,6 +173,54 @@ def _wait_visible(admin: AdminClient, names: set[str], present: bool, timeout: f
         time.sleep(0.1)
 
 
+#: While a new partition's leader is still taking over (KRaft applies it from the metadata log a
+#: moment after the metadata already names it), the broker answers these.
+_LEADER_SETTLING = frozenset(
+    {
+        KafkaError.NOT_LEADER_FOR_PARTITION,
+        KafkaError.LEADER_NOT_AVAILABLE,
+        KafkaError.UNKNOWN_TOPIC_OR_PART,
+        KafkaError._UNKNOWN_PARTITION,
+        KafkaError._UNKNOWN_TOPIC,
+    }
+)
+
+
+def _wait_serving(admin: AdminClient, names: Iterable[str], timeout: float) -> None:
+    """Wait until every partition of the new topics answers a ListOffsets from its leader.
+
+    The metadata names a leader before that broker serves the partition; a client's first
+    request in between gets ``NOT_LEADER_FOR_PARTITION``.  Other refusals (e.g. no DESCRIBE
+    permission) end the wait quietly: the topic exists, only this check cannot be made.
+    """
+    names = list(names)
+    list_offsets = getattr(admin, "list_offsets", None)  # confluent-kafka >= 2.3
+    if not names or list_offsets is None:
+        return
+    topics = admin.list_topics(timeout=timeout).topics
+    waiting = {TopicPartition(name, p) for name in names if name in topics for p in topics[name].partitions}
+    deadline = time.monotonic() + timeout
+    while waiting:
+        results = list_offsets({tp: OffsetSpec.latest() for tp in waiting}, request_timeout=5)
+        for tp, future in results.items():
+            try:
+                future.result(timeout=10)
+            except KafkaException as exc:
+                err = exc.args[0] if exc.args else None
+                if not isinstance(err, KafkaError) or err.code() not in _LEADER_SETTLING:
+                    log.info("cannot check that %s[%s] is served: %s", tp.topic, tp.partition, exc)
+                    return
+                continue
+            waiting.discard(TopicPartition(tp.topic, tp.partition))
+        if waiting and time.monotonic() >= deadline:
+            raise TopicError(
+                f"partitions {sorted((tp.topic, tp.partition) for tp in waiting)} have no serving leader "
+                f"after {timeout}s"
+            )
+        if waiting:
+            time.sleep(0.1)
+
+
 def align_spec(spec: TopicSpec, message_max_bytes: int) -> TopicSpec:
     """``spec`` with ``max.message.bytes`` = the client's ``message.max.bytes`` unless it sets one.
 
@@ -239,6 +287,7 @@ def ensure_topics(
                 continue
             raise TopicError.from_exception(f"cannot create topic {name!r}", exc) from exc
     _wait_visible(admin, {s.name for s in specs}, True, timeout)
+    _wait_serving(admin, created, timeout)
     return created
 
 
