@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from airflow_kafka_events.__about__ import __version__
-from airflow_kafka_events.cli_topics import add_topics_group
+from airflow_kafka_events.cli_topics import add_kafka_connection_args, add_topics_group
 from airflow_kafka_events.errors import AirflowKafkaEventsError
 
 if TYPE_CHECKING:
@@ -201,13 +201,6 @@ def _json_object(text: str) -> dict[str, Any]:
     return value
 
 
-def _property(text: str) -> tuple[str, str]:
-    key, sep, value = text.partition("=")
-    if not sep or not key.strip():
-        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
-    return key.strip(), value
-
-
 #: Producer name of events emitted by ``airflow-kafka-events emit`` without ``--producer``.
 CLI_PRODUCER = "airflow-kafka-events-cli"
 
@@ -284,26 +277,7 @@ def add_emit_group(subparsers: argparse._SubParsersAction[argparse.ArgumentParse
     emit.add_argument(
         "--causation", action="append", default=[], metavar="EVENT_ID", help="id of a causing event (repeat)"
     )
-    emit.add_argument(
-        "--bootstrap-servers",
-        default=None,
-        help="Kafka bootstrap servers (default: $KAFKA_BOOTSTRAP_SERVERS)",
-    )
-    emit.add_argument(
-        "--properties",
-        type=Path,
-        default=None,
-        metavar="FILE",
-        help="librdkafka properties file (default: $AIRFLOW_KAFKA_EVENTS_PROPERTIES)",
-    )
-    emit.add_argument(
-        "--property",
-        type=_property,
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="extra librdkafka setting (repeat); overrides the file and the flags",
-    )
+    add_kafka_connection_args(emit)
     emit.add_argument(
         "--topic",
         default=None,
@@ -403,26 +377,7 @@ def add_bridge_group(subparsers: argparse._SubParsersAction[argparse.ArgumentPar
         ),
     )
     kafka = bridge.add_argument_group("Kafka")
-    kafka.add_argument(
-        "--bootstrap-servers",
-        default=None,
-        help="Kafka bootstrap servers (default: $KAFKA_BOOTSTRAP_SERVERS)",
-    )
-    kafka.add_argument(
-        "--properties",
-        type=Path,
-        default=None,
-        metavar="FILE",
-        help="librdkafka properties file (default: $AIRFLOW_KAFKA_EVENTS_PROPERTIES)",
-    )
-    kafka.add_argument(
-        "--property",
-        type=_property,
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="extra librdkafka setting (repeat); overrides the file and the flags",
-    )
+    add_kafka_connection_args(kafka)
     kafka.add_argument(
         "--topic",
         default=None,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import Any
 
 
 def _topics_ensure(args: argparse.Namespace) -> int:
@@ -52,11 +53,36 @@ def _topics_ensure(args: argparse.Namespace) -> int:
     return 0
 
 
-def _property(text: str) -> tuple[str, str]:
+def parse_property(text: str) -> tuple[str, str]:
+    """A ``--property KEY=VALUE`` argument."""
     key, sep, value = text.partition("=")
     if not sep or not key.strip():
         raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
     return key.strip(), value
+
+
+def add_kafka_connection_args(parser: Any) -> None:
+    """The Kafka settings flags every CLI command takes (``KafkaSettings.from_sources`` reads them)."""
+    parser.add_argument(
+        "--bootstrap-servers",
+        default=None,
+        help="Kafka bootstrap servers (default: $KAFKA_BOOTSTRAP_SERVERS)",
+    )
+    parser.add_argument(
+        "--properties",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="librdkafka properties file (default: $AIRFLOW_KAFKA_EVENTS_PROPERTIES)",
+    )
+    parser.add_argument(
+        "--property",
+        type=parse_property,
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="extra librdkafka setting (repeat); overrides the file and the flags",
+    )
 
 
 def add_topics_group(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -78,22 +104,7 @@ def add_topics_group(subparsers: argparse._SubParsersAction[argparse.ArgumentPar
         ),
     )
     kafka = ensure.add_argument_group("Kafka")
-    kafka.add_argument("--bootstrap-servers", default=None, help="default: $KAFKA_BOOTSTRAP_SERVERS")
-    kafka.add_argument(
-        "--properties",
-        type=Path,
-        default=None,
-        metavar="FILE",
-        help="librdkafka properties file (default: $AIRFLOW_KAFKA_EVENTS_PROPERTIES)",
-    )
-    kafka.add_argument(
-        "--property",
-        type=_property,
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="extra librdkafka setting (repeat)",
-    )
+    add_kafka_connection_args(kafka)
     wanted = ensure.add_argument_group("topics (default: [kafka_events] topic_* options, else as shown)")
     wanted.add_argument("--partitions", type=int, default=None, help="partitions of new topics (3)")
     wanted.add_argument(
