@@ -38,6 +38,9 @@ DELIVERY_FAILED = "kafka_events.producer.delivery_failed"  # + .<cause>
 DLQ_RECORDS = "kafka_events.dlq.records"  # + .<reason>
 PAGES_WRITTEN = "kafka_events.stream.pages_written"
 STREAMS_ENDED = "kafka_events.stream.ended"  # + .complete / .failed
+PAGES_HANDLED = "kafka_events.stream.pages_handled"
+BATCH_TIME = "kafka_events.stream.batch_time"
+CONSUMER_LAG = "kafka_events.stream.consumer_lag"
 WATCHER_EVENTS_FIRED = "kafka_events.watcher.events_fired"
 WATCHER_LAG = "kafka_events.watcher.lag"
 WATCHER_ERRORS = "kafka_events.watcher.errors"
@@ -254,6 +257,15 @@ def dead_lettered(reason: str, consumer: str | None = None, topic: str | None = 
     """A record written to a dead-letter topic (``reason`` is one of ``dlq.REASONS``)."""
     tags = {"consumer": consumer or "", "source_topic": topic or ""}
     incr(f"{DLQ_RECORDS}.{name_part(reason)}", tags={k: v for k, v in tags.items() if v})
+
+
+def batch_handled(topic: str, pages: int, seconds: float, lag_seconds: float) -> None:
+    """A stream consumer handed ``pages`` pages to its handler, which took ``seconds``; the
+    batch's last page was written ``lag_seconds`` before it was handled (the consumer's lag)."""
+    tags = {"topic": topic}
+    incr(PAGES_HANDLED, pages, tags)
+    timing(BATCH_TIME, seconds, tags)
+    gauge(CONSUMER_LAG, max(0.0, lag_seconds), tags)
 
 
 def error_part(error: BaseException) -> str:

@@ -20,10 +20,13 @@ This module imports no Airflow module.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Protocol
 
+from airflow_kafka_events import metrics
 from airflow_kafka_events.checkpoint import (
     Checkpoint,
     CheckpointStore,
@@ -267,6 +270,13 @@ def _hand_pages_one_by_one(
     return last
 
 
+def _report_batch(topic: str, batch: StreamBatch, pages: int, seconds: float) -> None:
+    """Metrics of a handled batch: pages, the handler's time, the lag behind the last page's write."""
+    written = batch.events[-1].emitted_at if batch.events else None
+    lag = (datetime.now(timezone.utc) - written).total_seconds() if written is not None else 0.0
+    metrics.batch_handled(topic, pages, seconds, lag)
+
+
 def _acknowledge(
     reader: _Reader, batch: StreamBatch, save: Callable[[Checkpoint], None] | None, out: Any, name: str
 ) -> None:
@@ -325,6 +335,7 @@ def drive_stream(
         _note_batch(batch, summary, out)
         events = page_events(batch.events)
         if events:
+            started = time.monotonic()
             if handle_batch is not None:
                 last = handle_batch(events)
                 summary.pages = events[-1].sequence_index + 1
@@ -333,6 +344,7 @@ def drive_stream(
                 assert handle_event is not None
                 last = _hand_pages_one_by_one(reader, batch, events, handle_event, save, summary)
             summary.batches_this_try += 1
+            _report_batch(topic, batch, len(events), time.monotonic() - started)
         _acknowledge(reader, batch, save, out, trigger_run_id)
         summary.finished = batch.finished
     return summary, last

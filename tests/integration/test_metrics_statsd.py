@@ -117,9 +117,8 @@ def test_a_streaming_trigger_and_a_watcher_report_through_airflow_stats(
         json.dumps({"conn_type": "kafka", "extra": {"bootstrap.servers": kafka_bootstrap}}),
     )
     topic = new_topic(partitions=3)
-    asyncio.run(
-        collect(PagedTrigger(total=4, trigger_run_id=f"dag/t/-1/run-{uuid.uuid4().hex}", topic=topic))
-    )
+    run = f"dag/t/-1/run-{uuid.uuid4().hex}"
+    asyncio.run(collect(PagedTrigger(total=4, trigger_run_id=run, topic=topic)))
     pages = airflow_stats.wait_for(
         rf"airflow\.kafka_events\.stream\.pages_written,topic={topic}:1\|c", count=4
     )
@@ -129,6 +128,30 @@ def test_a_streaming_trigger_and_a_watcher_report_through_airflow_stats(
         rf"airflow\.kafka_events\.producer\.delivery_time\.stream,role=stream,topic={topic}:[0-9.]+\|ms",
         count=5,
     )
+
+    # a consumer of that stream: pages handled, the handler's time and its lag behind the writes
+    from airflow_kafka_events.kafka.settings import KafkaSettings
+    from airflow_kafka_events.kafka.stream_reader import StreamReader
+    from airflow_kafka_events.stream_consumption import drive_stream
+
+    handled: list[int] = []
+    config = KafkaSettings({"bootstrap.servers": kafka_bootstrap}).consumer_config(
+        f"m-{uuid.uuid4().hex[:8]}"
+    )
+    with StreamReader(
+        config, topic, run, max_events=10, max_wait=0.2, start_timeout=30, gap_timeout=30
+    ) as reader:
+        summary, _ = drive_stream(
+            reader,
+            trigger_run_id=run,
+            topic=topic,
+            handle_batch=lambda events: handled.extend(e.sequence_index for e in events),
+        )
+    assert handled == [0, 1, 2, 3] and summary.finished
+    counts = airflow_stats.wait_for(rf"airflow\.kafka_events\.stream\.pages_handled,topic={topic}:(\d+)\|c")
+    assert sum(int(line.split(":")[1].split("|")[0]) for line in counts) == 4
+    airflow_stats.wait_for(rf"airflow\.kafka_events\.stream\.batch_time,topic={topic}:[0-9.]+\|ms")
+    airflow_stats.wait_for(rf"airflow\.kafka_events\.stream\.consumer_lag,topic={topic}:[0-9.]+\|g")
 
     # the asset watcher: two events fired, one poison record dead-lettered, lag reported
     watched = new_topic(partitions=1, prefix="watched")
