@@ -5,17 +5,9 @@ record key is the stream's ``trigger_run_id``; one key lives in one partition, s
 broker keeps the stream's records in the order they were written.  The reader turns that
 log into the sequence the producer meant:
 
-* **Epochs.** A producer that retries a failed stream writes a higher ``attempt`` from
-  ``sequence_index`` 0.  The reader follows the highest attempt it has seen: elements of
-  lower attempts are dropped, and when a higher attempt appears the reader forgets what
-  it held of the lower one and expects sequence 0 of the new attempt.  The first batch of
-  the new attempt says ``restarted=True`` when the caller had already been given elements
-  of a lower attempt (so it can log it, or undo their effect).  Once a stream's normal
-  end (``is_last`` without error) has been reached, the stream is complete and later
-  attempts are ignored.
-* **Order.** Elements are delivered in ``sequence_index`` order with no duplicates
-  (de-duplication on ``(trigger_run_id, attempt, sequence_index)``, the first copy wins).
-  An element that arrives before its predecessors is held until they arrive.
+* **Epochs and order** (:mod:`~airflow_kafka_events.kafka.sequence_tracker`): the reader
+  follows the highest attempt; elements come in ``sequence_index`` order, without duplicates;
+  an element that arrives before its predecessors is held until they arrive.
 * **Gaps.** When the next expected element does not come - later ones are there but it
   is missing, or nothing arrives at all - the reader waits ``gap_timeout`` seconds within
   one :meth:`StreamReader.next_batch` call and then raises
@@ -38,13 +30,9 @@ log into the sequence the producer meant:
   ``error``) so the caller can dead-letter it.  Records of other keys are skipped by
   comparing the record key, without decoding them, whatever their content.
 
-Batching (``max_events``, ``max_wait``): :meth:`StreamReader.next_batch` blocks until
-elements are ready and returns a batch as soon as ``max_events`` are ready, or
-``max_wait`` seconds after the first element of the batch became ready, whichever comes
-first (and at once when the stream's end is known).  A small ``max_wait`` lowers the
-latency of each element; a larger one (with a larger ``max_events``) gathers more
-elements per batch and so pays the per-batch cost of the caller (an XCom write, a
-checkpoint, an offset commit) less often.  ``max_wait=0`` returns whatever is ready.
+Batching (``max_events``, ``max_wait``): a batch is due when ``max_events`` are ready or
+``max_wait`` seconds after its first element became ready (see
+:class:`~airflow_kafka_events.kafka.stream_batches.BatchPolicy`).
 
 Resuming: :meth:`StreamReader.ack` tells the reader that the caller finished handling a
 batch (and every earlier one); :meth:`StreamReader.checkpoint` is then the position after
@@ -57,31 +45,23 @@ acknowledged position to that consumer group, the checkpoint riding in the commi
 metadata, and a reader created without a checkpoint resumes from it; use one dedicated
 group per stream.  Rejected records are delivered at least once.
 
-Finding the partition: an explicit ``partition`` wins, then the checkpoint's.  Otherwise,
-when :mod:`airflow_kafka_events.kafka.partitioner` is installed, its
-``partition_for_key(key, num_partitions)`` (murmur2, as the Java clients and librdkafka's
-``murmur2_random`` partitioner, which this package's producers use) gives the partition
-directly.  Without that module the reader assigns every partition of the topic and keeps
-only the one where the stream's key first appears: correct with any partitioner, at the
-cost of reading the other partitions until then.  The module is looked up at call time,
-so it is not a hard dependency.
+Finding the partition: an explicit ``partition``, the checkpoint's, or the key's partition
+(see :mod:`airflow_kafka_events.kafka.stream_partition`).  The ordering rules live in
+:mod:`~airflow_kafka_events.kafka.sequence_tracker`, batches in
+:mod:`~airflow_kafka_events.kafka.stream_batches`, the group commit in
+:mod:`~airflow_kafka_events.kafka.stream_commits`; every name stays importable from here.
 
 A reader is not thread-safe; use one per thread.  This module imports no Airflow module.
 """
 
 from __future__ import annotations
 
-import enum
-import importlib
-import json
 import logging
 import time
-from collections import deque
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, KafkaException, Message, TopicPartition
 
 from airflow_kafka_events.checkpoint import Checkpoint
 from airflow_kafka_events.codec import TRIGGER_EVENT_CODEC
@@ -99,6 +79,22 @@ from airflow_kafka_events.errors import (
 )
 from airflow_kafka_events.kafka.clients import new_consumer
 from airflow_kafka_events.kafka.consumer import ConsumedRecord, Decoder, consume_available
+from airflow_kafka_events.kafka.sequence_tracker import (
+    Offer,
+    SequenceTracker,
+    Taken,
+    failure_error,
+    gap_error,
+)
+from airflow_kafka_events.kafka.stream_batches import BatchPolicy, StreamBatch
+from airflow_kafka_events.kafka.stream_commits import commit_checkpoint, committed_checkpoint
+from airflow_kafka_events.kafka.stream_partition import (
+    TRANSIENT_CODES,
+    partition_count,
+    partition_for_key,
+    readable_offset,
+    rejected_record,
+)
 
 __all__ = [
     "BatchPolicy",
@@ -112,339 +108,7 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-_PARTITIONER_MODULE = "airflow_kafka_events.kafka.partitioner"
-#: Kafka errors on a consumed message that only mean "not right now".
-_TRANSIENT_CODES = frozenset(
-    {
-        KafkaError._PARTITION_EOF,
-        KafkaError._TRANSPORT,
-        KafkaError._ALL_BROKERS_DOWN,
-        KafkaError._TIMED_OUT,
-        KafkaError.LEADER_NOT_AVAILABLE,
-        KafkaError.NOT_LEADER_FOR_PARTITION,
-    }
-)
-#: Topic metadata errors that mean "the topic is not there (yet)".
-_TOPIC_MISSING_CODES = frozenset({KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError.LEADER_NOT_AVAILABLE})
 
-
-def partition_for_key(key: bytes, num_partitions: int) -> int | None:
-    """The partition of ``key`` from :mod:`airflow_kafka_events.kafka.partitioner`.
-
-    ``None`` when that module is not installed (then the reader scans every partition).
-    """
-    try:
-        module = importlib.import_module(_PARTITIONER_MODULE)
-    except ImportError:
-        return None
-    function = getattr(module, "partition_for_key", None)
-    if function is None:
-        return None
-    return int(function(key, num_partitions))
-
-
-def _headers(msg: Message) -> tuple[tuple[str, bytes | None], ...]:
-    items = msg.headers() or ()
-    pairs = items.items() if isinstance(items, Mapping) else items
-    return tuple((str(k), v.encode("utf-8") if isinstance(v, str) else v) for k, v in pairs)
-
-
-# ====================================================================== ordering (pure)
-class Offer(str, enum.Enum):
-    """What :meth:`SequenceTracker.offer` did with an element."""
-
-    READY = "ready"  #: it is next in order (and maybe released held later ones)
-    BUFFERED = "buffered"  #: it is ahead of a missing element and is held
-    DUPLICATE = "duplicate"  #: that (attempt, sequence_index) was seen already
-    STALE = "stale"  #: it belongs to a lower attempt than the one followed
-    RESTARTED = "restarted"  #: it opened a higher attempt, which is followed from now on
-    AFTER_END = "after_end"  #: the stream (or its attempt) already ended before it
-    FOREIGN = "foreign"  #: another trigger run's element
-
-
-@dataclass(frozen=True)
-class Taken:
-    """Elements handed out by :meth:`SequenceTracker.take`, with their positions (offsets)."""
-
-    events: list[TriggerEventEnvelope]
-    positions: list[int | None]
-    attempt: int
-    restarted: bool
-    finished: bool
-    next_sequence_index: int
-
-
-class SequenceTracker:
-    """Orders one trigger run's elements: epochs, de-duplication, holding, end and failure.
-
-    Pure logic: :meth:`offer` elements in the order they were read (each with an optional
-    *position*, e.g. its Kafka offset) and :meth:`take` the ones ready, in order.  Start
-    from a checkpoint's ``attempt`` / ``next_sequence_index`` to resume.
-    """
-
-    def __init__(
-        self,
-        trigger_run_id: str,
-        *,
-        attempt: int = 0,
-        next_sequence_index: int = 0,
-        finished: bool = False,
-    ) -> None:
-        self.trigger_run_id = trigger_run_id
-        self._attempt = attempt  # epoch followed
-        self._expected = next_sequence_index  # frontier: next index to become ready
-        self._ready: deque[tuple[TriggerEventEnvelope, int | None]] = deque()
-        self._buffer: dict[int, tuple[TriggerEventEnvelope, int | None]] = {}
-        self._last_index: int | None = None  # sequence index of this attempt's is_last, once seen
-        self._end_reached = finished  # the normal end is ready (or taken)
-        self._finished_taken = finished
-        self._failure: tuple[TriggerEventEnvelope, int | None] | None = None
-        self._position = (attempt, next_sequence_index)  # what has been handed out
-        self._restart_pending = False
-        self._seen = finished or next_sequence_index > 0
-        self.restarts = 0
-        self.dropped = 0
-
-    # ------------------------------------------------------------------ state
-    @property
-    def attempt(self) -> int:
-        """The attempt (epoch) followed."""
-        return self._attempt
-
-    @property
-    def expected(self) -> int:
-        """The next sequence index to become ready (the frontier)."""
-        return self._expected
-
-    @property
-    def position(self) -> tuple[int, int]:
-        """``(attempt, next_sequence_index)`` after the elements handed out so far."""
-        return self._position
-
-    @property
-    def started(self) -> bool:
-        """An element of this run was seen (or the tracker resumed past the start)."""
-        return self._seen
-
-    @property
-    def ready_count(self) -> int:
-        return len(self._ready)
-
-    @property
-    def buffered(self) -> list[int]:
-        """Sequence indexes held ahead of a missing one, sorted."""
-        return sorted(self._buffer)
-
-    @property
-    def finished(self) -> bool:
-        """The normal end (``is_last`` without error) became ready."""
-        return self._end_reached
-
-    @property
-    def finished_taken(self) -> bool:
-        """The normal end was handed out: nothing more will come."""
-        return self._finished_taken
-
-    @property
-    def failure(self) -> TriggerEventEnvelope | None:
-        """The ``is_last`` element with an error, once every element before it is ready."""
-        return None if self._failure is None else self._failure[0]
-
-    @property
-    def ended(self) -> bool:
-        return self._end_reached or self._failure is not None
-
-    @property
-    def missing(self) -> int | None:
-        """The index waited for while later ones are held, else ``None``."""
-        if self.ended or not self._buffer:
-            return None
-        return self._expected
-
-    @property
-    def buffered_count(self) -> int:
-        return len(self._buffer)
-
-    @property
-    def progress(self) -> tuple[int, int, int, bool]:
-        """Changes whenever the stream starts, the frontier moves or the attempt changes."""
-        return (self.restarts, self._attempt, self._expected, self._seen)
-
-    def lowest_held_position(self) -> int | None:
-        """The lowest position among elements read but not handed out yet (``None`` if none)."""
-        positions = [pos for _, pos in self._ready]
-        positions.extend(pos for _, pos in self._buffer.values())
-        if self._failure is not None:
-            positions.append(self._failure[1])
-        known = [pos for pos in positions if pos is not None]
-        return min(known) if known else None
-
-    # ------------------------------------------------------------------ input
-    def offer(self, envelope: TriggerEventEnvelope, position: int | None = None) -> Offer:
-        """Take in one element read from the log."""
-        if envelope.trigger_run_id != self.trigger_run_id:
-            return Offer.FOREIGN
-        if self._end_reached:
-            self.dropped += 1
-            return Offer.AFTER_END
-        self._seen = True
-        restarted = False
-        if envelope.attempt < self._attempt:
-            self.dropped += 1
-            return Offer.STALE
-        if envelope.attempt > self._attempt:
-            self._restart(envelope.attempt)
-            restarted = True
-        elif self._failure is not None:
-            self.dropped += 1
-            return Offer.AFTER_END
-        outcome = self._accept(envelope, position)
-        return Offer.RESTARTED if restarted and outcome is not Offer.AFTER_END else outcome
-
-    def _restart(self, attempt: int) -> None:
-        handed_out = self._position[1] > 0
-        log.debug(
-            "stream %s: attempt %d supersedes attempt %d (%d ready and %d held elements dropped)",
-            self.trigger_run_id,
-            attempt,
-            self._attempt,
-            len(self._ready),
-            len(self._buffer),
-        )
-        self.dropped += len(self._ready) + len(self._buffer) + (self._failure is not None)
-        self._attempt = attempt
-        self._expected = 0
-        self._ready.clear()
-        self._buffer.clear()
-        self._last_index = None
-        self._failure = None
-        self._restart_pending = self._restart_pending or handed_out
-        self.restarts += 1
-
-    def _accept(self, envelope: TriggerEventEnvelope, position: int | None) -> Offer:
-        index = envelope.sequence_index
-        if index < self._expected or index in self._buffer:
-            self.dropped += 1
-            return Offer.DUPLICATE
-        if self._last_index is not None and index > self._last_index:
-            self.dropped += 1
-            return Offer.AFTER_END
-        if envelope.is_last:
-            # elements held beyond the end contradict it: the first end seen wins
-            beyond = [i for i in self._buffer if i > index]
-            for i in beyond:
-                del self._buffer[i]
-            self.dropped += len(beyond)
-            self._last_index = index
-        if index > self._expected:
-            self._buffer[index] = (envelope, position)
-            return Offer.BUFFERED
-        self._advance(envelope, position)
-        while not self.ended and self._expected in self._buffer:
-            self._advance(*self._buffer.pop(self._expected))
-        return Offer.READY
-
-    def _advance(self, envelope: TriggerEventEnvelope, position: int | None) -> None:
-        self._expected = envelope.sequence_index + 1
-        if envelope.is_last and envelope.error is not None:
-            self._failure = (envelope, position)
-        else:
-            self._ready.append((envelope, position))
-            self._end_reached = envelope.is_last
-        if self.ended:
-            self.dropped += len(self._buffer)
-            self._buffer.clear()
-
-    # ------------------------------------------------------------------ output
-    def take(self, max_events: int) -> Taken:
-        """Hand out up to ``max_events`` ready elements, in order.
-
-        ``restarted`` is true on the first elements of a new attempt when elements of a
-        lower attempt had been handed out before (including those a checkpoint covers).
-        """
-        if max_events < 1:
-            raise ValueError("max_events must be at least 1")
-        events: list[TriggerEventEnvelope] = []
-        positions: list[int | None] = []
-        while self._ready and len(events) < max_events:
-            envelope, position = self._ready.popleft()
-            events.append(envelope)
-            positions.append(position)
-        restarted = False
-        finished = False
-        if events:
-            restarted = self._restart_pending
-            self._restart_pending = False
-            self._position = (self._attempt, events[-1].sequence_index + 1)
-            finished = events[-1].is_last
-            self._finished_taken = finished
-        return Taken(
-            events=events,
-            positions=positions,
-            attempt=self._position[0],
-            restarted=restarted,
-            finished=self._finished_taken,
-            next_sequence_index=self._position[1],
-        )
-
-
-# ====================================================================== batching policy (pure)
-@dataclass(frozen=True)
-class BatchPolicy:
-    """When a batch is due: ``max_events`` ready, or ``max_wait`` after the first was ready."""
-
-    max_events: int = 100
-    max_wait: float = 1.0
-
-    def __post_init__(self) -> None:
-        if isinstance(self.max_events, bool) or not isinstance(self.max_events, int) or self.max_events < 1:
-            raise ConfigurationError(f"max_events must be an int >= 1, got {self.max_events!r}")
-        if not self.max_wait >= 0:
-            raise ConfigurationError(f"max_wait must be >= 0 seconds, got {self.max_wait!r}")
-
-    def due(self, ready: int, ready_since: float | None, now: float, *, end_known: bool = False) -> bool:
-        """Whether ``ready`` elements (ready since ``ready_since``) make a batch at ``now``."""
-        if ready <= 0:
-            return False
-        if ready >= self.max_events or end_known:
-            return True
-        return ready_since is not None and now - ready_since >= self.max_wait
-
-    def due_at(self, ready: int, ready_since: float | None) -> float | None:
-        """When the batch becomes due if nothing else arrives (``None``: nothing is ready)."""
-        if ready <= 0 or ready_since is None:
-            return None
-        return ready_since + self.max_wait
-
-
-# ====================================================================== batches
-@dataclass(frozen=True)
-class StreamBatch:
-    """Elements of one stream handed to the caller by :meth:`StreamReader.next_batch`.
-
-    * ``events``: consecutive elements of ``attempt``, in ``sequence_index`` order;
-    * ``restarted``: a higher attempt superseded elements handed out before;
-    * ``finished``: the stream ended normally; its last element is in ``events``;
-    * ``rejected``: records with the stream's key that could not be decoded;
-    * ``first_offset`` / ``last_offset``: Kafka offsets (in ``partition``) of the first
-      and last event (``None`` without events);
-    * ``checkpoint``: the reader's position once this batch is acknowledged.
-    """
-
-    events: list[TriggerEventEnvelope]
-    attempt: int
-    restarted: bool
-    finished: bool
-    rejected: list[ConsumedRecord[TriggerEventEnvelope]]
-    first_offset: int | None
-    last_offset: int | None
-    partition: int | None
-    checkpoint: Checkpoint
-    number: int
-    _reader_token: object = field(default=None, repr=False, compare=False)
-
-
-# ====================================================================== the reader
 class StreamReader:
     """Reads one trigger run's stream from ``topic`` in order, in batches (see the module doc).
 
@@ -576,6 +240,14 @@ class StreamReader:
             where += f" (partition {self._partition})"
         return where
 
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StreamReadError(
+                f"the reader of {self._where()} is closed",
+                topic=self.topic,
+                trigger_run_id=self.trigger_run_id,
+            )
+
     # ------------------------------------------------------------------ reading
     def next_batch(self) -> StreamBatch:
         """Block until a batch is due and return it (see the module doc for the rules).
@@ -584,12 +256,7 @@ class StreamReader:
         :class:`StreamFailedError`, or :class:`KafkaOperationError` for client failures.
         After the final batch it returns empty finished batches.
         """
-        if self._closed:
-            raise StreamReadError(
-                f"the reader of {self._where()} is closed",
-                topic=self.topic,
-                trigger_run_id=self.trigger_run_id,
-            )
+        self._check_open()
         if self._failure_error is not None:
             raise self._failure_error
         if self._tracker.finished_taken:
@@ -639,12 +306,7 @@ class StreamReader:
         elements are held ahead of a missing one, :class:`KafkaOperationError` for client
         failures, :class:`StreamReadError` once closed.
         """
-        if self._closed:
-            raise StreamReadError(
-                f"the reader of {self._where()} is closed",
-                topic=self.topic,
-                trigger_run_id=self.trigger_run_id,
-            )
+        self._check_open()
         deadline = self._clock() + max(0.0, timeout)
         while not self._tracker.finished_taken:
             now = self._clock()
@@ -728,76 +390,33 @@ class StreamReader:
                 f"topic {self.topic!r} of {self._where()} does not exist; create it: "
                 "`airflow-kafka-events topics ensure`"
             )
-        raise self._gap_error(
-            f"waited {self.gap_timeout:g}s",
-        )
+        raise self._gap_error(f"waited {self.gap_timeout:g}s")
 
     def _gap_error(self, how: str) -> StreamGapError:
-        tracker = self._tracker
-        present = tuple(tracker.buffered)
-        if present:
-            later = f"later elements {present[0]}..{present[-1]} ({len(present)}) are present"
-        else:
-            later = "no later element arrived"
-        return StreamGapError(
-            f"{self._where()}: sequence_index {tracker.expected} of attempt {tracker.attempt} "
-            f"is missing ({how}; {later})",
-            missing_index=tracker.expected,
-            attempt=tracker.attempt,
-            present=present,
-            topic=self.topic,
-            trigger_run_id=self.trigger_run_id,
-        )
+        return gap_error(self._tracker, f"{self._where()}: ", how, topic=self.topic)
 
     def _fail(self) -> StreamFailedError:
-        envelope = self._tracker.failure
-        assert envelope is not None and envelope.error is not None
-        self._failure_error = StreamFailedError(
-            envelope.error.type,
-            envelope.error.message,
-            attempt=envelope.attempt,
-            sequence_index=envelope.sequence_index,
-            envelope=envelope,
-            topic=self.topic,
-            trigger_run_id=self.trigger_run_id,
-        )
+        self._failure_error = failure_error(self._tracker, topic=self.topic)
         return self._failure_error
 
     # ------------------------------------------------------------------ Kafka
     def _assign(self) -> bool:
         """Assign the stream's partition (or every partition); ``False`` while the topic is missing."""
-        consumer = self._consumer
-        try:
-            metadata = consumer.list_topics(topic=self.topic, timeout=max(self.poll_timeout, 1.0))
-        except KafkaException as exc:
-            error = exc.args[0] if exc.args else None
-            if isinstance(error, KafkaError) and (error.retriable() or error.code() in _TRANSIENT_CODES):
-                return False
-            raise KafkaOperationError.from_exception(
-                f"cannot read metadata of topic {self.topic!r}", exc
-            ) from exc
-        topic = metadata.topics.get(self.topic)
-        if topic is None:
+        count = partition_count(self._consumer, self.topic, max(self.poll_timeout, 1.0))
+        if count is None:
             return False
-        if topic.error is not None:
-            if topic.error.code() in _TOPIC_MISSING_CODES:
-                return False
-            raise TopicError(f"cannot read topic {self.topic!r}", kafka_error=topic.error)
-        if not topic.partitions:
-            return False
-        count = len(topic.partitions)
         if self._partition is None:
             self._partition = partition_for_key(self._key, count)
         if self._partition is not None and self._partition >= count:
             raise ConfigurationError(
                 f"{self._where()}: partition {self._partition} does not exist (the topic has {count})"
             )
-        candidates = [self._partition] if self._partition is not None else sorted(topic.partitions)
+        candidates = [self._partition] if self._partition is not None else list(range(count))
         if self._resume_from_group:
             self._load_group_checkpoint(candidates)
         assignment = [self._start_position(p) for p in candidates]
         try:
-            consumer.assign(assignment)
+            self._consumer.assign(assignment)
         except KafkaException as exc:
             raise KafkaOperationError.from_exception(f"cannot assign {self._where()}", exc) from exc
         log.debug(
@@ -809,79 +428,49 @@ class StreamReader:
         return True
 
     def _start_position(self, partition: int) -> TopicPartition:
-        if partition != self._partition or self._next_offset is None:
-            return TopicPartition(self.topic, partition, OFFSET_BEGINNING)
-        try:
-            low, _high = self._consumer.get_watermark_offsets(
-                TopicPartition(self.topic, partition), timeout=max(self.poll_timeout, 5.0), cached=False
-            )
-        except KafkaException as exc:
-            raise KafkaOperationError.from_exception(
-                f"cannot read the offsets of {self._where()}", exc
-            ) from exc
-        if self._next_offset < low:
-            log.info(
-                "%s: checkpoint offset %d is gone (log starts at %d); reading from the beginning",
-                self._where(),
+        if partition == self._partition and self._next_offset is not None:
+            self._next_offset = readable_offset(
+                self._consumer,
+                self.topic,
+                partition,
                 self._next_offset,
-                low,
+                timeout=max(self.poll_timeout, 5.0),
+                where=self._where(),
             )
-            self._next_offset = None
+        if partition != self._partition or self._next_offset is None:
             return TopicPartition(self.topic, partition, OFFSET_BEGINNING)
         return TopicPartition(self.topic, partition, self._next_offset)
 
-    def _commit_metadata(self, checkpoint: Checkpoint) -> str:
-        return json.dumps(
-            {"trigger_run_id": self.trigger_run_id, "checkpoint": checkpoint.to_json()}, separators=(",", ":")
-        )
-
     def _load_group_checkpoint(self, partitions: list[int]) -> None:
         self._resume_from_group = False
-        try:
-            committed = self._consumer.committed(
-                [TopicPartition(self.topic, p) for p in partitions], timeout=max(self.poll_timeout, 10.0)
-            )
-        except KafkaException as exc:
-            raise KafkaOperationError.from_exception(
-                f"cannot read the committed position of group {self.group_id!r}", exc
-            ) from exc
-        for tp in committed:
-            if tp.offset < 0 or not tp.metadata:
-                continue
-            try:
-                stored = json.loads(tp.metadata)
-                if stored.get("trigger_run_id") != self.trigger_run_id:
-                    continue
-                checkpoint = Checkpoint.from_json(stored["checkpoint"])
-            except (ValueError, KeyError, TypeError, AttributeError) as exc:
-                log.warning(
-                    "%s: group %r has unreadable commit metadata on partition %d (%s); ignoring it",
-                    self._where(),
-                    self.group_id,
-                    tp.partition,
-                    exc,
-                )
-                continue
-            log.info("%s: resuming from group %r at %s", self._where(), self.group_id, checkpoint)
-            self._tracker = self._new_tracker(checkpoint)
-            self._acked = checkpoint
-            self._partition = tp.partition
-            self._next_offset = checkpoint.offset
-            partitions[:] = [tp.partition]
+        found = committed_checkpoint(
+            self._consumer,
+            self.topic,
+            partitions,
+            trigger_run_id=self.trigger_run_id,
+            group_id=self.group_id,
+            timeout=max(self.poll_timeout, 10.0),
+            where=self._where(),
+        )
+        if found is None:
             return
+        partition, checkpoint = found
+        log.info("%s: resuming from group %r at %s", self._where(), self.group_id, checkpoint)
+        self._tracker = self._new_tracker(checkpoint)
+        self._acked = checkpoint
+        self._partition = partition
+        self._next_offset = checkpoint.offset
+        partitions[:] = [partition]
 
     def _commit(self, checkpoint: Checkpoint) -> None:
-        if checkpoint.partition is None or checkpoint.offset is None:
-            return
-        tp = TopicPartition(
-            self.topic, checkpoint.partition, checkpoint.offset, self._commit_metadata(checkpoint)
+        commit_checkpoint(
+            self._consumer,
+            self.topic,
+            checkpoint,
+            trigger_run_id=self.trigger_run_id,
+            group_id=self.group_id,
+            where=self._where(),
         )
-        try:
-            self._consumer.commit(offsets=[tp], asynchronous=False)
-        except KafkaException as exc:
-            raise KafkaOperationError.from_exception(
-                f"cannot commit the position of {self._where()} to group {self.group_id!r}", exc
-            ) from exc
 
     def _consume(self, timeout: float) -> list[Message]:
         try:
@@ -915,7 +504,7 @@ class StreamReader:
         for msg in messages:
             error = msg.error()
             if error is not None:
-                if error.code() in _TRANSIENT_CODES or error.retriable():
+                if error.code() in TRANSIENT_CODES or error.retriable():
                     log.debug("%s: transient consumer error %s", self._where(), error)
                     continue
                 raise KafkaOperationError(f"consuming {self._where()} failed", kafka_error=error)
@@ -959,7 +548,7 @@ class StreamReader:
                 )
         except EnvelopeDecodeError as exc:
             log.warning("%s: rejecting undecodable record at offset %s: %s", self._where(), msg.offset(), exc)
-            self._rejected.append(self._rejected_record(msg, exc))
+            self._rejected.append(rejected_record(msg, self.topic, self._key, exc))
             return
         outcome = self._tracker.offer(envelope, msg.offset())
         if outcome not in (Offer.READY, Offer.BUFFERED, Offer.RESTARTED):
@@ -971,24 +560,6 @@ class StreamReader:
                 msg.offset(),
                 outcome.value,
             )
-
-    def _rejected_record(
-        self, msg: Message, exc: EnvelopeDecodeError
-    ) -> ConsumedRecord[TriggerEventEnvelope]:
-        raw = msg.value()
-        ts_type, ts = msg.timestamp()
-        offset = msg.offset()
-        return ConsumedRecord(
-            topic=msg.topic() or self.topic,
-            partition=msg.partition() or 0,
-            offset=-1 if offset is None else offset,
-            key=self._key,
-            headers=_headers(msg),
-            timestamp_ms=ts if ts_type != 0 else None,
-            value=None,
-            raw=raw if isinstance(raw, bytes) else None,
-            error=exc,
-        )
 
     def _lock_on(self, partition: int) -> None:
         """Scan mode found the stream's partition: read only that one from now on."""

@@ -1,0 +1,96 @@
+"""A stream reader's position committed to its consumer group, the checkpoint riding in the metadata.
+
+With ``group_id`` a :class:`~airflow_kafka_events.kafka.stream_reader.StreamReader` commits
+each acknowledged position to that (dedicated) group; a reader created without a
+checkpoint resumes from it.  The commit's metadata is
+``{"trigger_run_id": ..., "checkpoint": ...}``; metadata of another run, or unreadable
+metadata, is ignored.  This module imports no Airflow module.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from confluent_kafka import KafkaException, TopicPartition
+
+from airflow_kafka_events.checkpoint import Checkpoint
+from airflow_kafka_events.errors import KafkaOperationError
+
+__all__ = ["commit_checkpoint", "commit_metadata", "committed_checkpoint"]
+
+log = logging.getLogger(__name__)
+
+
+def commit_metadata(trigger_run_id: str, checkpoint: Checkpoint) -> str:
+    """The commit metadata that carries ``checkpoint`` of ``trigger_run_id``."""
+    return json.dumps(
+        {"trigger_run_id": trigger_run_id, "checkpoint": checkpoint.to_json()}, separators=(",", ":")
+    )
+
+
+def _stored_checkpoint(metadata: str, trigger_run_id: str) -> Checkpoint | None:
+    stored = json.loads(metadata)
+    if stored.get("trigger_run_id") != trigger_run_id:
+        return None
+    return Checkpoint.from_json(stored["checkpoint"])
+
+
+def committed_checkpoint(
+    consumer: Any,
+    topic: str,
+    partitions: list[int],
+    *,
+    trigger_run_id: str,
+    group_id: str | None,
+    timeout: float,
+    where: str,
+) -> tuple[int, Checkpoint] | None:
+    """``(partition, checkpoint)`` the group committed for ``trigger_run_id`` among ``partitions``."""
+    try:
+        committed = consumer.committed([TopicPartition(topic, p) for p in partitions], timeout=timeout)
+    except KafkaException as exc:
+        raise KafkaOperationError.from_exception(
+            f"cannot read the committed position of group {group_id!r}", exc
+        ) from exc
+    for tp in committed:
+        if tp.offset < 0 or not tp.metadata:
+            continue
+        try:
+            checkpoint = _stored_checkpoint(tp.metadata, trigger_run_id)
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            log.warning(
+                "%s: group %r has unreadable commit metadata on partition %d (%s); ignoring it",
+                where,
+                group_id,
+                tp.partition,
+                exc,
+            )
+            continue
+        if checkpoint is not None:
+            return tp.partition, checkpoint
+    return None
+
+
+def commit_checkpoint(
+    consumer: Any,
+    topic: str,
+    checkpoint: Checkpoint,
+    *,
+    trigger_run_id: str,
+    group_id: str | None,
+    where: str,
+) -> None:
+    """Commit ``checkpoint`` (if it has a position), synchronously; raises :class:`KafkaOperationError`."""
+    if checkpoint.partition is None or checkpoint.offset is None:
+        return
+    tp = TopicPartition(
+        topic, checkpoint.partition, checkpoint.offset, commit_metadata(trigger_run_id, checkpoint)
+    )
+    try:
+        consumer.commit(offsets=[tp], asynchronous=False)
+    except KafkaException as exc:
+        raise KafkaOperationError.from_exception(
+            f"cannot commit the position of {where} to group {group_id!r}", exc
+        ) from exc
