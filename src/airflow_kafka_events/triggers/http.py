@@ -58,20 +58,34 @@ Failures
 from __future__ import annotations
 
 import asyncio
-import email.utils
 import json
 import math
-import re
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
-from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any, NamedTuple
-from urllib.parse import parse_qsl, urlencode, urljoin, urlsplit, urlunsplit
+from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import Any
+from urllib.parse import urljoin, urlsplit
 
-from airflow_kafka_events.errors import AirflowKafkaEventsError, ConfigurationError
+from airflow_kafka_events.errors import ConfigurationError
+from airflow_kafka_events.triggers.errors import (
+    HttpPaginationError,
+    HttpRetriesExhaustedError,
+    HttpStatusError,
+    NextLinkError,
+    ResponseFormatError,
+)
+from airflow_kafka_events.triggers.http_requests import (
+    Answer,
+    Request,
+    is_encoded,
+    origin,
+    parse_link_header,
+    parse_retry_after,
+    query_items,
+    redact_url,
+    url_from_endpoint,
+)
+from airflow_kafka_events.triggers.http_session import HttpSession, open_session
+from airflow_kafka_events.triggers.json_paths import lookup, parse_path, path_text
 from airflow_kafka_events.triggers.streaming import Page, StreamingTrigger
-
-if TYPE_CHECKING:
-    import aiohttp
 
 __all__ = [
     "END_CURSOR",
@@ -93,184 +107,6 @@ __all__ = [
 END_CURSOR = ""
 
 _METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
-_DEFAULT_TIMEOUT = 60.0
-_SENSITIVE_NAME = re.compile(
-    r"key|token|secret|passw|pwd|auth|sig|credential|session|cookie|code", re.IGNORECASE
-)
-_PathPart = str | int
-
-
-# ====================================================================== errors
-class HttpPaginationError(AirflowKafkaEventsError):
-    """Why a paginated HTTP stream ended in failure.
-
-    ``method``, ``url`` (redacted, see :func:`redact_url`) and ``status`` (``None`` for
-    connection errors and timeouts) describe the request that failed.
-    """
-
-    def __init__(self, message: str, *, method: str, url: str, status: int | None = None) -> None:
-        super().__init__(message)
-        self.method = method
-        self.url = url
-        self.status = status
-
-
-class HttpStatusError(HttpPaginationError):
-    """The API answered a status that is not retried (``4xx`` other than ``429``, ``3xx``)."""
-
-
-class HttpRetriesExhaustedError(HttpPaginationError):
-    """``429``/``5xx`` answers or connection errors persisted through ``max_retries`` retries."""
-
-
-class ResponseFormatError(HttpPaginationError):
-    """A successful answer that cannot be a page: not JSON, no ``items_path``, a bad cursor."""
-
-
-class NextLinkError(HttpPaginationError):
-    """A next link that is not followed: another origin, not http(s), a loop, a credential in it."""
-
-
-# ====================================================================== helpers
-def redact_url(url: str) -> str:
-    """``url`` for logs and errors: no userinfo; credential-like query values become ``***``."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return "<unparsable URL>"
-    netloc = parts.netloc.rpartition("@")[2]
-    query = parts.query
-    if query:
-        pairs = parse_qsl(query, keep_blank_values=True)
-        query = urlencode(
-            [(name, "***" if _SENSITIVE_NAME.search(name) else value) for name, value in pairs], safe="*$/:"
-        )
-    return urlunsplit((parts.scheme, netloc, parts.path, query, ""))
-
-
-def parse_retry_after(value: str | None, now: datetime | None = None) -> float | None:
-    """Seconds to wait from a ``Retry-After`` header: delay-seconds or an HTTP date.
-
-    ``None`` when the header is missing or unparsable; a date in the past is ``0.0``.
-    """
-    if value is None:
-        return None
-    text = value.strip()
-    if not text:
-        return None
-    try:
-        seconds = float(text)
-    except ValueError:
-        pass
-    else:
-        return seconds if math.isfinite(seconds) and seconds >= 0 else None
-    try:
-        when = email.utils.parsedate_to_datetime(text)
-    except (TypeError, ValueError, IndexError):
-        return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=timezone.utc)
-    reference = now if now is not None else datetime.now(timezone.utc)
-    return max(0.0, (when - reference).total_seconds())
-
-
-_LINK = re.compile(r"<([^>]*)>((?:\s*;\s*[^;,=\"\s]+\s*(?:=\s*(?:\"[^\"]*\"|[^;,]*))?)*)")
-_LINK_PARAM = re.compile(r";\s*([^;=,\s]+)\s*(?:=\s*(\"[^\"]*\"|[^;,]*))?")
-
-
-def parse_link_header(values: str | Iterable[str]) -> dict[str, str]:
-    """``{rel: target}`` of RFC 8288 ``Link`` header value(s); the first target of a rel wins.
-
-    ``rel`` values are lower-cased and split on whitespace (``rel="next last"`` names both);
-    targets are returned as written (resolve relative ones against the response's URL).
-    """
-    text = values if isinstance(values, str) else ",".join(values)
-    links: dict[str, str] = {}
-    for match in _LINK.finditer(text):
-        target, params = match.group(1).strip(), match.group(2)
-        for name, raw in _LINK_PARAM.findall(params):
-            if name.lower() != "rel":
-                continue
-            rel = raw.strip()
-            if len(rel) >= 2 and rel[0] == rel[-1] == '"':
-                rel = rel[1:-1]
-            for token in rel.lower().split():
-                links.setdefault(token, target)
-    return links
-
-
-def _parse_path(value: Any, name: str) -> tuple[_PathPart, ...] | None:
-    if value is None:
-        return None
-    if isinstance(value, str):
-        parts: list[Any] = value.split(".")
-    elif isinstance(value, (list, tuple)):
-        parts = list(value)
-    else:
-        raise ConfigurationError(
-            f"{name} must be a dotted str, a list of keys/indices, or None; got {type(value).__qualname__}"
-        )
-    if not parts:
-        raise ConfigurationError(f"{name} must not be empty")
-    for part in parts:
-        if isinstance(part, bool) or not isinstance(part, (str, int)) or part == "":
-            raise ConfigurationError(f"{name} has an invalid part {part!r} (non-empty str or int)")
-    return tuple(parts)
-
-
-def _lookup(document: Any, path: Sequence[_PathPart]) -> tuple[bool, Any]:
-    """``(found, value)`` of ``path`` in a decoded JSON document."""
-    current = document
-    for part in path:
-        if isinstance(current, Mapping) and isinstance(part, str) and part in current:
-            current = current[part]
-        elif isinstance(current, list) and (isinstance(part, int) or (part.isdigit())):
-            index = int(part)
-            if not -len(current) <= index < len(current):
-                return False, None
-            current = current[index]
-        else:
-            return False, None
-    return True, current
-
-
-def _path_text(path: Sequence[_PathPart]) -> str:
-    return ".".join(str(part) for part in path)
-
-
-def _origin(url: str) -> tuple[str, str, int | None]:
-    parts = urlsplit(url)
-    scheme = parts.scheme.lower()
-    port = parts.port or {"http": 80, "https": 443}.get(scheme)
-    return scheme, (parts.hostname or "").lower(), port
-
-
-def _url_from_endpoint(base_url: str, endpoint: str) -> str:
-    """The http provider's joining rule: ``base_url`` + ``/`` + ``endpoint`` (absolute endpoints kept)."""
-    if urlsplit(endpoint).scheme in ("http", "https"):
-        return endpoint
-    if base_url and not base_url.endswith("/") and endpoint and not endpoint.startswith("/"):
-        return f"{base_url}/{endpoint}"
-    return base_url + endpoint
-
-
-def _is_encoded(url: str) -> bool:
-    """``url`` has only characters a percent-encoded URL may have (then it is sent as is)."""
-    return all(33 <= ord(char) < 127 for char in url)
-
-
-def _query_items(params: Mapping[str, Any]) -> list[tuple[str, str]]:
-    items: list[tuple[str, str]] = []
-    for name, value in params.items():
-        values = value if isinstance(value, (list, tuple)) else [value]
-        for item in values:
-            if item is None:
-                continue
-            if isinstance(item, bool):
-                items.append((name, "true" if item else "false"))
-            else:
-                items.append((name, str(item)))
-    return items
 
 
 def _check_number(name: str, value: Any, *, low: float, strict: bool = False, integer: bool = False) -> None:
@@ -281,68 +117,6 @@ def _check_number(name: str, value: Any, *, low: float, strict: bool = False, in
     if not ok:
         kind = "an int" if integer else "a number"
         raise ConfigurationError(f"{name} must be {kind} {'>' if strict else '>='} {low:g}, got {value!r}")
-
-
-class _Request:
-    """One request of the walk: where it goes and what it sends.
-
-    ``exact``: ``url`` is a next link, sent byte for byte (already percent-encoded).
-    """
-
-    __slots__ = ("exact", "json_body", "method", "query", "url")
-
-    def __init__(
-        self,
-        method: str,
-        url: str,
-        query: list[tuple[str, str]] | None,
-        json_body: Any,
-        *,
-        exact: bool = False,
-    ) -> None:
-        self.method = method
-        self.url = url
-        self.query = query
-        self.json_body = json_body
-        self.exact = exact
-
-    def display(self) -> str:
-        url = self.url
-        if self.query:
-            url = f"{url}{'&' if urlsplit(url).query else '?'}{urlencode(self.query)}"
-        return f"{self.method} {redact_url(url)}"
-
-
-class _Answer(NamedTuple):
-    """A successful answer: decoded JSON body, ``Link`` targets by rel (absolute), final URL."""
-
-    body: Any
-    links: dict[str, str]
-    url: str
-
-
-class _Session:
-    """The connection as the http provider resolves it, and an aiohttp session using it."""
-
-    def __init__(self, base_url: str, headers: dict[str, str], auth: Any, options: dict[str, Any]) -> None:
-        self.base_url = base_url
-        self.headers = headers
-        self.auth = auth
-        self.options = options
-        self.client: aiohttp.ClientSession | None = None
-        self.origin: tuple[str, str, int | None] = _origin(base_url)
-
-    def secrets(self) -> list[str]:
-        """Credential values of the connection (must never end up in a stored cursor)."""
-        found: list[str] = []
-        password = getattr(self.auth, "password", None)
-        if isinstance(password, str) and len(password) >= 4:
-            found.append(password)
-        for name, value in self.headers.items():
-            if _SENSITIVE_NAME.search(name) and isinstance(value, str) and len(value) >= 4:
-                found.append(value)
-                found.extend(part for part in value.split() if len(part) >= 8)  # "Bearer <token>"
-        return found
 
 
 # ====================================================================== the trigger
@@ -444,8 +218,8 @@ class HttpPaginationTrigger(StreamingTrigger):
                 json.dumps(data, allow_nan=False)
             except (TypeError, ValueError) as exc:
                 raise ConfigurationError(f"{owner}: data must be JSON-serializable: {exc}") from exc
-        self._cursor_path = _parse_path(cursor_path, f"{owner}: cursor_path")
-        self._items_path = _parse_path(items_path, f"{owner}: items_path")
+        self._cursor_path = parse_path(cursor_path, f"{owner}: cursor_path")
+        self._items_path = parse_path(items_path, f"{owner}: items_path")
         if not isinstance(next_link_header, bool):
             raise ConfigurationError(f"{owner}: next_link_header must be a bool, got {next_link_header!r}")
         if next_link_header and cursor_path is not None:
@@ -511,74 +285,22 @@ class HttpPaginationTrigger(StreamingTrigger):
         return await super()._write_pages(writer, cursor)
 
     # ------------------------------------------------------------------ connection
-    async def open_session(self) -> _Session:
+    async def open_session(self) -> HttpSession:
         """Resolve ``http_conn_id`` with the http provider's ``HttpAsyncHook``; open an aiohttp session."""
-        import aiohttp
-        from airflow.providers.http.hooks.http import HttpAsyncHook
-
-        hook = HttpAsyncHook(method=self.method, http_conn_id=self.http_conn_id)
-        config = await hook.config()
-        if getattr(hook, "_srv_lookup_enabled", False):
-            raise ConfigurationError(
-                f"connection {self.http_conn_id!r}: srv_lookup is not supported by {type(self).__qualname__}"
-            )
-        headers = {str(k): str(v) for k, v in (config.headers or {}).items()}
-        for name, value in (self.headers or {}).items():  # the trigger's headers win, any case
-            for existing in [k for k in headers if k.lower() == name.lower()]:
-                del headers[existing]
-            headers[name] = value
-        auth = config.auth
-        if auth is not None and not any(k.lower() == "authorization" for k in headers):
-            # login/password as a header (aiohttp deprecates ``auth=``); an explicit
-            # Authorization header of the connection or the trigger wins
-            encode = getattr(aiohttp, "encode_basic_auth", None)
-            headers["Authorization"] = (
-                encode(auth.login, auth.password, auth.encoding) if encode is not None else auth.encode()
-            )
-        if not any(k.lower() == "accept" for k in headers):
-            headers["Accept"] = "application/json"
-        extra = dict(config.extra_options or {})
-        options: dict[str, Any] = {}
-        proxy = extra.get("proxy")
-        if isinstance(proxy, Mapping):  # requests-style {"https": "..."}
-            proxy = proxy.get("https") or proxy.get("http")
-        if isinstance(proxy, str) and proxy:
-            options["proxy"] = proxy
-        verify = extra.get("verify_ssl")
-        if verify is not None and str(verify).strip().lower() in ("false", "0", "no"):
-            options["ssl"] = False
-        if "allow_redirects" in extra:
-            options["allow_redirects"] = str(extra["allow_redirects"]).strip().lower() not in (
-                "false",
-                "0",
-                "no",
-            )
-        if "max_redirects" in extra:
-            try:
-                options["max_redirects"] = int(extra["max_redirects"])
-            except (TypeError, ValueError):
-                pass
-        timeout = self.request_timeout
-        if timeout is None:
-            try:
-                timeout = float(extra["timeout"]) if extra.get("timeout") is not None else None
-            except (TypeError, ValueError):
-                timeout = None
-            if timeout is None or not timeout > 0:
-                timeout = _DEFAULT_TIMEOUT
-        trust_env = str(extra.get("trust_env", "false")).strip().lower() in ("true", "1", "yes")
-        session = _Session(config.base_url, headers, auth, options)
-        session.client = aiohttp.ClientSession(
-            timeout=aiohttp.ClientTimeout(total=timeout), trust_env=trust_env, raise_for_status=False
+        return await open_session(
+            self.http_conn_id,
+            method=self.method,
+            overrides=self.headers,
+            request_timeout=self.request_timeout,
+            owner=type(self).__qualname__,
         )
-        return session
 
     # ------------------------------------------------------------------ requests
-    def first_request(self, base_url: str) -> _Request:
-        query = _query_items(self.params or {})
-        return _Request(self.method, _url_from_endpoint(base_url, self.endpoint), query or None, self.data)
+    def first_request(self, base_url: str) -> Request:
+        query = query_items(self.params or {})
+        return Request(self.method, url_from_endpoint(base_url, self.endpoint), query or None, self.data)
 
-    def request_for(self, cursor: str, base_url: str) -> _Request:
+    def request_for(self, cursor: str, base_url: str) -> Request:
         """The request of the page after ``cursor`` (a next URL, or a token with ``cursor_param``)."""
         if self.cursor_param is not None:
             request = self.first_request(base_url)
@@ -586,13 +308,13 @@ class HttpPaginationTrigger(StreamingTrigger):
             query.append((self.cursor_param, cursor))
             request.query = query
             return request
-        return _Request("GET", cursor, None, None, exact=_is_encoded(cursor))
+        return Request("GET", cursor, None, None, exact=is_encoded(cursor))
 
     def backoff(self, retry: int) -> float:
         """Seconds before retry number ``retry`` (1-based) without ``Retry-After``."""
         return min(self.max_backoff, self.retry_backoff * (2 ** (retry - 1)))
 
-    async def fetch(self, session: _Session, request: _Request, index: int) -> _Answer:
+    async def fetch(self, session: HttpSession, request: Request, index: int) -> Answer:
         """The successful answer to ``request`` (page ``index``), retrying as documented."""
         import aiohttp
         from yarl import URL
@@ -618,7 +340,7 @@ class HttpPaginationTrigger(StreamingTrigger):
                         body = await response.read()
                         links = parse_link_header(response.headers.getall("Link", []))
                         final_url = str(response.url)  # after redirects
-                        return _Answer(
+                        return Answer(
                             body=self._decode(body, request),
                             links={rel: urljoin(final_url, target) for rel, target in links.items()},
                             url=final_url,
@@ -681,7 +403,7 @@ class HttpPaginationTrigger(StreamingTrigger):
             )
             await asyncio.sleep(delay)
 
-    def _decode(self, body: bytes, request: _Request) -> Any:
+    def _decode(self, body: bytes, request: Request) -> Any:
         if not body.strip():
             return None
         try:
@@ -694,32 +416,32 @@ class HttpPaginationTrigger(StreamingTrigger):
             ) from None
 
     # ------------------------------------------------------------------ page content
-    def page_payload(self, body: Any, request: _Request) -> Any:
+    def page_payload(self, body: Any, request: Request) -> Any:
         """The page's payload: ``body``, or its ``items_path`` value."""
         if self._items_path is None:
             return body
-        found, value = _lookup(body, self._items_path)
+        found, value = lookup(body, self._items_path)
         if not found:
             raise ResponseFormatError(
-                f"{request.display()} answered a body without items_path {_path_text(self._items_path)!r}",
+                f"{request.display()} answered a body without items_path {path_text(self._items_path)!r}",
                 method=request.method,
                 url=redact_url(request.url),
             )
         return value
 
-    def next_cursor(self, answer: _Answer, request: _Request, session: _Session) -> str | None:
+    def next_cursor(self, answer: Answer, request: Request, session: HttpSession) -> str | None:
         """Where the page after this answer is (``None``: this was the last page)."""
         if self.next_link_header:
             value: Any = answer.links.get("next")
         elif self._cursor_path is not None:
-            _found, value = _lookup(answer.body, self._cursor_path)
+            _found, value = lookup(answer.body, self._cursor_path)
         else:
             return None
         if value is None or value == "":
             return None
         if isinstance(value, bool) or not isinstance(value, (str, int, float)):
             raise ResponseFormatError(
-                f"{request.display()}: the cursor at {_path_text(self._cursor_path or ())!r} is a "
+                f"{request.display()}: the cursor at {path_text(self._cursor_path or ())!r} is a "
                 f"{type(value).__qualname__}, not a str or number",
                 method=request.method,
                 url=redact_url(request.url),
@@ -737,7 +459,7 @@ class HttpPaginationTrigger(StreamingTrigger):
                 )
         return cursor
 
-    def _check_next_link(self, link: str, request: _Request, session: _Session) -> str:
+    def _check_next_link(self, link: str, request: Request, session: HttpSession) -> str:
         scheme = urlsplit(link).scheme.lower()
         if scheme not in ("http", "https"):
             raise NextLinkError(
@@ -745,7 +467,7 @@ class HttpPaginationTrigger(StreamingTrigger):
                 method=request.method,
                 url=redact_url(request.url),
             )
-        if not self.allow_foreign_next_links and _origin(link) != session.origin:
+        if not self.allow_foreign_next_links and origin(link) != session.origin:
             raise NextLinkError(
                 f"{request.display()}: the next link {redact_url(link)} leaves the origin "
                 f"{session.origin[0]}://{session.origin[1]}:{session.origin[2]} of the first request "
@@ -763,7 +485,7 @@ class HttpPaginationTrigger(StreamingTrigger):
         if self.max_pages is not None and index >= self.max_pages:
             return
         session = await self.open_session()
-        session.origin = _origin(self.first_request(session.base_url).url)
+        session.origin = origin(self.first_request(session.base_url).url)
         try:
             request = (
                 self.first_request(session.base_url)
