@@ -26,6 +26,7 @@ import argparse
 import json
 import os
 import shutil
+import subprocess
 import sys
 import time
 import uuid
@@ -181,21 +182,23 @@ def airflow_demo(bootstrap: str, settings: KafkaSettings, admin: AdminClient) ->
     sys.path.insert(0, str(REPO / "tests"))
     from harness.airflow_stack import AirflowStack, AirflowStackError
 
-    ensure_topics(
-        admin,
-        [
-            TopicSpec(DEFAULT_TOPIC, partitions=3),
-            TopicSpec(ASSET_EVENTS_TOPIC, partitions=3),
-            TopicSpec(DLQ_TOPIC, partitions=1),
-        ],
-    )
+    # the operator's command, as the README's quick start runs it: every topic the configuration names
+    created = subprocess.run(
+        [str(Path(sys.executable).parent / "airflow-kafka-events"), "topics", "ensure", "--bootstrap-servers",
+         bootstrap, "--partitions", "3", "--json"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    if created.returncode != 0:
+        say(f"[kafka]  FAILED: topics ensure exited {created.returncode}: {created.stderr.strip()}")
+        return False
     run = uuid.uuid4().hex[:8]
     groups = {"bridge": f"demo-asset-bridge-{run}", "watcher": f"demo-asset-watchers-{run}"}
     # The embedded broker keeps its topics between demos: both consumer groups start after the
     # records already there, so this demo's Airflow only sees this demo's events.
     skipped = sum(_start_at_end(bootstrap, group, ASSET_EVENTS_TOPIC) for group in groups.values())
     say(
-        f"[kafka]  topics {ASSET_EVENTS_TOPIC} (3 partitions) and {DLQ_TOPIC} (1) ready; "
+        f"[kafka]  `airflow-kafka-events topics ensure`: {DEFAULT_TOPIC}, {ASSET_EVENTS_TOPIC}, "
+        f"{DLQ_TOPIC} ready; "
         f"new consumer groups start after {skipped // len(groups)} earlier records"
     )
     home = DEMO_DIR / "airflow"
