@@ -23,28 +23,29 @@ Partitioned asset events
     The event is part of the item: an item is done once its callable returned, its event
     was acknowledged and its result delivered; a failing emission fails the item (its retry
     calls the callable again; the event's default idempotency key is the same).
+
+Waiting for a stream
+    ``deferrable=True`` gives the worker slot back while the stream is idle and nothing is
+    in flight -- see :mod:`airflow_kafka_events.iteration.deferral`; ``deferrable=False``
+    waits in the worker (lowest latency, one slot held for the stream's whole life).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import inspect
 import uuid
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
 from airflow.sdk.bases.decorator import get_unique_task_id, is_async_callable
-from airflow.sdk.definitions._internal.mixins import ResolveMixin
-from airflow.sdk.definitions.context import KNOWN_CONTEXT_KEYS
-from airflow.sdk.exceptions import AirflowSkipException, TaskDeferred
 
 from airflow_kafka_events.checkpoint import state_store_of
 from airflow_kafka_events.errors import ConfigurationError
+from airflow_kafka_events.iteration.calling import Binder, item_outcome, validate_iterate_kwargs
 from airflow_kafka_events.iteration.checkpoints import DEFAULT_CHECKPOINT_KEY
-from airflow_kafka_events.iteration.errors import NonRetryableItemError, SkipItem
+from airflow_kafka_events.iteration.deferral import Resumption, WaitOptions, wait_trigger
 from airflow_kafka_events.iteration.runner import IterationRunner
 from airflow_kafka_events.iteration.sources import (
     ListItems,
@@ -52,8 +53,9 @@ from airflow_kafka_events.iteration.sources import (
     StreamItemSource,
     stream_starting_point,
 )
-from airflow_kafka_events.operators.consumer import StreamRef
+from airflow_kafka_events.operators.consumer import StreamRef, default_deferrable
 from airflow_kafka_events.streams import generation_of, not_before_of, task_stream_id
+from airflow_kafka_events.triggers.stream_wait import wait_event_error
 from airflow_kafka_events.triggers.streaming import DEFAULT_TOPIC
 
 if TYPE_CHECKING:
@@ -66,10 +68,6 @@ __all__ = ["ITEM_CONTEXT_KEY", "IterableOperator", "validate_iterate_kwargs"]
 #: Context key of the :class:`ItemInfo` in each item's context copy.
 ITEM_CONTEXT_KEY = "iteration_item"
 
-_ITERABLE_HINT = (
-    "a list or tuple, an upstream task's output (XComArg), a StreamRef, or from_stream(...) / results_of(...)"
-)
-
 
 def _seconds(name: str, value: Any, *, optional: bool = False) -> float | None:
     if value is None and optional:
@@ -81,122 +79,11 @@ def _seconds(name: str, value: Any, *, optional: bool = False) -> float | None:
     return float(value)
 
 
-def _is_stream(value: Any) -> bool:
-    return isinstance(value, (StreamRef, StreamItems))
-
-
-def validate_iterate_kwargs(
-    python_callable: Callable[..., Any],
-    iterate_kwargs: Mapping[str, Any],
-    op_args: Sequence[Any] = (),
-    op_kwargs: Mapping[str, Any] | None = None,
-    *,
-    owner: str = "iterate()",
-) -> None:
-    """Check, when the DAG is parsed, that the items can be passed to ``python_callable``."""
-    op_kwargs = op_kwargs or {}
-    if not isinstance(iterate_kwargs, Mapping) or not iterate_kwargs:
-        raise TypeError(f"{owner} needs at least one argument to iterate over, e.g. iterate(url=urls)")
-    for name, value in iterate_kwargs.items():
-        if name in KNOWN_CONTEXT_KEYS:
-            raise ValueError(f"{owner}: cannot iterate over the task context variable {name!r}")
-        if name in op_kwargs:
-            raise TypeError(f"{owner}: argument {name!r} is both iterated over and given as a constant")
-        ok = (
-            isinstance(value, ResolveMixin)
-            or _is_stream(value)
-            or (isinstance(value, (list, tuple, range)) and not isinstance(value, str))
-        )
-        if not ok:
-            raise TypeError(
-                f"{owner}: argument {name!r} must be {_ITERABLE_HINT}; got {type(value).__qualname__}"
-            )
-    streams = [name for name, value in iterate_kwargs.items() if _is_stream(value)]
-    if streams and len(iterate_kwargs) > 1:
-        raise TypeError(
-            f"{owner}: a stream ({streams[0]!r}) must be the only argument iterated over; "
-            "pass the other arguments as constants with .partial(...)"
-        )
-    signature = inspect.signature(python_callable)
-    parameters = [
-        p.replace(default=None) if p.name in KNOWN_CONTEXT_KEYS and p.default is p.empty else p
-        for p in signature.parameters.values()
-    ]
-    # the items' arguments are only known at run time: bind placeholders
-    placeholders = dict.fromkeys(iterate_kwargs)
-    try:
-        _bind_with_defaults(signature, parameters, op_args, {**op_kwargs, **placeholders})
-    except TypeError as exc:
-        name = getattr(python_callable, "__name__", repr(python_callable))
-        raise TypeError(f"{owner}: {name}() cannot be called with these arguments: {exc}") from exc
-
-
-def _bind_with_defaults(
-    signature: inspect.Signature,
-    parameters: list[inspect.Parameter],
-    op_args: Sequence[Any],
-    kwargs: Mapping[str, Any],
-) -> None:
-    # a parameter without default after one with a default (context keys got None) is fine here
-    loose = [
-        p.replace(default=None)
-        if p.default is p.empty
-        and p.kind in (p.POSITIONAL_OR_KEYWORD, p.POSITIONAL_ONLY)
-        and p.name in kwargs
-        else p
-        for p in parameters
-    ]
-    try:
-        relaxed = signature.replace(parameters=loose)
-    except ValueError:
-        relaxed = signature
-    relaxed.bind(*op_args, **kwargs)
-
-
-@contextlib.contextmanager
-def _item_outcome() -> Iterator[None]:
-    """An item's ``TaskDeferred`` fails it without retries; ``AirflowSkipException`` skips it."""
-    try:
-        yield
-    except TaskDeferred as exc:
-        raise NonRetryableItemError(
-            f"an item cannot defer ({type(exc).__name__}); iterate items that run on the worker, "
-            "or stream the deferred work through Kafka and iterate that stream"
-        ) from None
-    except AirflowSkipException as exc:
-        raise SkipItem(str(exc)) from exc
-
-
-class _Binder:
-    """The keyword arguments of one call, as ``@task`` builds them (``KeywordParameters``).
-
-    The signature is inspected once; each call merges context, constants and the item's
-    arguments (in that order of precedence, lowest first) into the item's context copy.
-    """
-
-    def __init__(self, fn: Callable[..., Any], op_args: Sequence[Any], op_kwargs: Mapping[str, Any]) -> None:
-        signature = inspect.signature(fn)
-        params = list(signature.parameters.values())
-        self.wildcard = any(p.kind == p.VAR_KEYWORD for p in params)
-        positional = {
-            p.name for p in params[: len(op_args)] if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
-        }
-        self.names = [
-            p.name
-            for p in params
-            if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name not in positional
-        ]
-        self.positional = positional
-        self.op_kwargs = dict(op_kwargs)
-
-    def __call__(self, item_kwargs: Mapping[str, Any], context: dict[str, Any]) -> dict[str, Any]:
-        context.update(self.op_kwargs)
-        context.update(item_kwargs)
-        if self.wildcard:
-            if self.positional:
-                return {k: v for k, v in context.items() if k not in self.positional}
-            return context
-        return {name: context[name] for name in self.names if name in context}
+def _positive(name: str, value: Any) -> float:
+    seconds = _seconds(name, value)
+    if seconds is None or not seconds > 0:
+        raise ConfigurationError(f"{name} must be > 0 seconds, got {value!r}")
+    return seconds
 
 
 class IterableOperator(BaseOperator):
@@ -237,10 +124,24 @@ class IterableOperator(BaseOperator):
     :param max_failed_ids: most failed item ids in the summary.
     :param stream_max_events: / :param stream_max_wait: / :param stream_gap_timeout: /
         :param stream_start_timeout: reading a stream source (see ``StreamReader``).
+    :param deferrable: give the worker slot back while a stream source is idle (default
+        ``[operators] default_deferrable``); ``stream_idle_interval`` (default
+        ``max(stream_max_wait, 1)``): seconds without a page before that;
+        ``stream_resume_wait`` (default ``max(5, stream_max_wait)``): how long the deferred
+        wait gives ``stream_max_events`` pages to come after the first;
+        ``stream_state_poll_interval``: seconds between two looks at the producer's state.
+    :param show_return_value_in_logs: / :param templates_dict: / :param templates_exts: as
+        for ``@task``: log the summary at the end; a templated dict passed to the callable as
+        ``templates_dict``; the file extensions rendered in it.
     """
 
-    template_fields: Sequence[str] = ("op_args", "op_kwargs", "iterate_kwargs")
-    template_fields_renderers = {"op_args": "py", "op_kwargs": "py", "iterate_kwargs": "py"}
+    template_fields: Sequence[str] = ("templates_dict", "op_args", "op_kwargs", "iterate_kwargs")
+    template_fields_renderers = {
+        "templates_dict": "json",
+        "op_args": "py",
+        "op_kwargs": "py",
+        "iterate_kwargs": "py",
+    }
     shallow_copy_attrs: Sequence[str] = ("python_callable", "item_id", "partition_key")
     ui_color = "#e8f4e4"
 
@@ -277,6 +178,13 @@ class IterableOperator(BaseOperator):
         stream_max_wait: float = 0.5,
         stream_gap_timeout: float = 300.0,
         stream_start_timeout: float = 600.0,
+        deferrable: bool | None = None,
+        stream_idle_interval: float | None = None,
+        stream_resume_wait: float | None = None,
+        stream_state_poll_interval: float = 5.0,
+        show_return_value_in_logs: bool = True,
+        templates_dict: dict[str, Any] | None = None,
+        templates_exts: Sequence[str] | None = None,
         **kwargs: Any,
     ) -> None:
         if not getattr(self, "_BaseOperator__from_mapped", False):
@@ -335,6 +243,20 @@ class IterableOperator(BaseOperator):
         self.stream_max_wait = stream_max_wait
         self.stream_gap_timeout = stream_gap_timeout
         self.stream_start_timeout = stream_start_timeout
+        self.deferrable = default_deferrable() if deferrable is None else bool(deferrable)
+        self.stream_idle_interval = _positive(
+            "stream_idle_interval",
+            max(stream_max_wait, 1.0) if stream_idle_interval is None else stream_idle_interval,
+        )
+        self.stream_resume_wait = _positive(
+            "stream_resume_wait",
+            max(5.0, stream_max_wait) if stream_resume_wait is None else stream_resume_wait,
+        )
+        self.stream_state_poll_interval = _positive("stream_state_poll_interval", stream_state_poll_interval)
+        self.show_return_value_in_logs = bool(show_return_value_in_logs)
+        self.templates_dict = templates_dict
+        if templates_exts:
+            self.template_ext = tuple(templates_exts)
         # every runner option is checked now, so a bad value fails the DAG file, not the task
         self._runner(handler=lambda value, context: None, context=None, store=None, source_key="", sink=None)
 
@@ -393,13 +315,13 @@ class IterableOperator(BaseOperator):
     def _handler(self) -> Callable[[Any, dict[str, Any]], Any]:
         fn = self.python_callable
         op_args = tuple(self.op_args)
-        binder = _Binder(fn, op_args, self.op_kwargs)
+        binder = Binder(fn, op_args, self.op_kwargs)
         emit = self._emitter()
 
         if is_async_callable(fn):
 
             async def handler(item_kwargs: Any, context: dict[str, Any]) -> Any:
-                with _item_outcome():
+                with item_outcome():
                     result = await fn(*op_args, **binder(item_kwargs, context))
                 if emit is not None:
                     await asyncio.to_thread(emit, item_kwargs, context, result)
@@ -408,7 +330,7 @@ class IterableOperator(BaseOperator):
             return handler
 
         def sync_handler(item_kwargs: Any, context: dict[str, Any]) -> Any:
-            with _item_outcome():
+            with item_outcome():
                 result = fn(*op_args, **binder(item_kwargs, context))
             if emit is not None:
                 emit(item_kwargs, context, result)
@@ -421,21 +343,42 @@ class IterableOperator(BaseOperator):
 
         return KafkaEventsHook(kafka_config_id=kafka_config_id or "kafka_default").get_settings()
 
-    def _open_source(self, context: Context) -> ListItems | StreamItemSource:
-        """The items: lists (resolved XComArgs) or a stream read from its latest attempt."""
-        streams = {
-            name: value for name, value in self.iterate_kwargs.items() if isinstance(value, StreamItems)
-        }
-        if not streams:
+    def _stream_spec(self) -> tuple[str, StreamItems] | None:
+        streams = [(n, v) for n, v in self.iterate_kwargs.items() if isinstance(v, StreamItems)]
+        return streams[0] if streams else None
+
+    def _wait_options(self) -> WaitOptions:
+        return WaitOptions(
+            idle_interval=self.stream_idle_interval,
+            resume_wait=self.stream_resume_wait,
+            state_poll_interval=self.stream_state_poll_interval,
+            max_events=self.stream_max_events,
+            start_timeout=self.stream_start_timeout,
+            gap_timeout=self.stream_gap_timeout,
+        )
+
+    def _open_source(self, context: Context, resumption: Resumption) -> ListItems | StreamItemSource:
+        """The items: lists (resolved XComArgs) or a stream read from its latest attempt.
+
+        A resumed deferral reads on from the stream position after the last page handled.
+        """
+        found = self._stream_spec()
+        if found is None:
             return ListItems(self.iterate_kwargs)
-        ((name, spec),) = streams.items()
+        name, spec = found
         from airflow_kafka_events.kafka.stream_reader import StreamReader
 
         ref = spec.stream
         trigger_run_id = ref.resolve(context)
         settings = self._kafka_settings(ref.kafka_config_id)
-        start, attempt = stream_starting_point(
-            settings, ref.topic, trigger_run_id, not_before=not_before_of(context)
+        start, attempt = resumption.checkpoint, resumption.attempt
+        if start is None:
+            start, attempt = stream_starting_point(
+                settings, ref.topic, trigger_run_id, not_before=not_before_of(context)
+            )
+        idle = self._wait_options().idle(resumption.start_deadline) if self.deferrable else None
+        start_window, gap_window = (
+            (self.stream_start_timeout, self.stream_gap_timeout) if idle is None else idle.reader_windows()
         )
         reader = StreamReader(
             settings.consumer_config(f"airflow-kafka-events-iterate-{uuid.uuid4().hex}"),
@@ -444,16 +387,26 @@ class IterableOperator(BaseOperator):
             checkpoint=start,
             max_events=self.stream_max_events,
             max_wait=self.stream_max_wait,
-            gap_timeout=self.stream_gap_timeout,
-            start_timeout=self.stream_start_timeout,
+            gap_timeout=gap_window,
+            start_timeout=start_window,
         )
         self.log.info(
-            "iterating the %s (stream %s, attempt %d) while its producer may still be writing",
+            "iterating the %s (stream %s, attempt %d, from item %d) while its producer may still be writing",
             spec,
             trigger_run_id,
             attempt,
+            resumption.ordinal,
         )
-        return StreamItemSource(reader, name=name, spec=spec, trigger_run_id=trigger_run_id, attempt=attempt)
+        return StreamItemSource(
+            reader,
+            name=name,
+            spec=spec,
+            trigger_run_id=trigger_run_id,
+            attempt=attempt,
+            idle=idle,
+            checkpoint=start,
+            ordinal=resumption.ordinal,
+        )
 
     def _open_sink(self, context: Context, generation: int) -> ResultsStreamWriter:
         from airflow_kafka_events.envelopes import ProducerIdentity
@@ -493,13 +446,61 @@ class IterableOperator(BaseOperator):
 
     # ------------------------------------------------------------------ execute
     def execute(self, context: Context) -> dict[str, Any]:
+        return self._iterate(context, Resumption.fresh(self.stream_start_timeout))
+
+    def resume_iterating(
+        self, context: Context, event: dict[str, Any] | None = None, **resumption: Any
+    ) -> dict[str, Any]:
+        """Resumed by the :class:`StreamWaitTrigger`: fail as an in-worker read would, or go on."""
+        found = self._stream_spec()
+        assert found is not None, "only a stream source defers"
+        ref = found[1].stream
+        error = wait_event_error(event or {}, topic=ref.topic, trigger_run_id=ref.resolve(context))
+        if error is not None:
+            raise error
+        state = Resumption.from_kwargs(resumption, event)
+        self.log.info(
+            "iteration resumed (%s, %s page(s) ready) after deferral %d",
+            (event or {}).get("reason"),
+            (event or {}).get("ready"),
+            state.deferrals,
+        )
+        return self._iterate(context, state)
+
+    def _defer_idle(
+        self, context: Context, source: StreamItemSource, state: Resumption, carried: Any
+    ) -> None:
+        found = self._stream_spec()
+        assert found is not None
+        ti = context["ti"]
+        following = state.after(source, carried)
+        trigger = wait_trigger(
+            found[1].stream,
+            dag_id=ti.dag_id,
+            run_id=ti.run_id,
+            source=source,
+            resumption=state,
+            options=self._wait_options(),
+        )
+        self.log.info(
+            "no page for %gs and nothing in flight; deferring at item %d, %s (deferral %d)",
+            self.stream_idle_interval,
+            following.ordinal,
+            source.position,
+            following.deferrals,
+        )
+        self.defer(trigger=trigger, method_name="resume_iterating", kwargs=following.to_kwargs())
+
+    def _iterate(self, context: Context, state: Resumption) -> dict[str, Any]:
         store = state_store_of(context)
         if store is None:
             self.log.warning(
                 "no task state store in the context: progress is not checkpointed, a retry runs every item"
             )
+        if self.templates_dict is not None:
+            context["templates_dict"] = self.templates_dict  # type: ignore[typeddict-unknown-key]
         generation = generation_of(context)
-        source = self._open_source(context)
+        source = self._open_source(context, state)
         sink: ResultsStreamWriter | None = None
         try:
             sink = self._open_sink(context, generation) if self.results_stream else None
@@ -512,6 +513,7 @@ class IterableOperator(BaseOperator):
                 source_key=source.key,
                 sink=sink,
                 logger=self.log,
+                carried=state.carried or None,
             )
             try:
                 summary = runner.run(source)
@@ -526,6 +528,14 @@ class IterableOperator(BaseOperator):
             close = getattr(source, "close", None)
             if close is not None:
                 close()
+        if summary.suspended and isinstance(source, StreamItemSource):
+            self._defer_idle(context, source, state, summary.to_dict())  # the results stream stays open
         out = summary.to_dict()
         out["results"] = sink.close() if sink is not None else None
+        if self.deferrable and isinstance(source, StreamItemSource):
+            out["deferrals"] = state.deferrals
+        if self.show_return_value_in_logs:
+            self.log.info("Done. Returned value was: %s", out)
+        else:
+            self.log.info("Done. Returned value not shown")
         return out

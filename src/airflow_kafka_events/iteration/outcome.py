@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
@@ -144,7 +144,8 @@ class IterationSummary:
     ``recovered`` were found in the results sink past the checkpoint); ``failed``: failed
     for good (``failed_items``: their ids, at most ``max_failed_ids``); ``stopped_early``:
     ``fail_fast`` stopped the run before every item was tried; ``skipped_items``: items whose handler
-    raised :class:`SkipItem`.
+    raised :class:`SkipItem`; ``suspended``: the run stopped while its source was idle, with
+    nothing in flight, to go on later in the same try (:meth:`continuing`).
     """
 
     shard: int
@@ -165,11 +166,43 @@ class IterationSummary:
     stopped_early: bool = False
     checkpoints_saved: int = 0
     resumed: bool = False
+    suspended: bool = False
     duration_seconds: float = 0.0
     items_per_second: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    @classmethod
+    def continuing(
+        cls, carried: Mapping[str, Any] | None, *, shard: int, shards: int, generation: int
+    ) -> IterationSummary:
+        """A summary going on from ``carried`` (``to_dict()`` of a suspended run of the same try).
+
+        Counts and durations add up; ``succeeded`` is recomputed from the checkpoint at the end;
+        failures are never carried (a run with a failed item does not suspend).
+        """
+        summary = cls(shard=shard, shards=shards, generation=generation)
+        for name in _CARRIED:
+            if carried is not None and isinstance(carried.get(name), (int, float)):
+                setattr(summary, name, type(getattr(summary, name))(carried[name]))
+        return summary
+
+
+#: What a suspended run hands to the next run of the same try.
+_CARRIED = (
+    "items",
+    "succeeded_this_try",
+    "skipped",
+    "recovered",
+    "skipped_items",
+    "item_retries",
+    "timed_out",
+    "abandoned_threads",
+    "checkpoints_saved",
+    "resumed",
+    "duration_seconds",
+)
 
 
 def conclude(summary: IterationSummary, first_failure: BaseException | None) -> IterationSummary:

@@ -44,6 +44,15 @@ Results
     is acknowledged; items the sink already holds are skipped too -- see
     :mod:`airflow_kafka_events.iteration.outcome`.
 
+Idle sources (stopping to wait elsewhere)
+    When the source yields :data:`~airflow_kafka_events.iteration.feed.SOURCE_IDLE` (a
+    stream with nothing new for its idle interval) and nothing is in flight -- no item
+    running, waiting for a retry or abandoned in a thread, every result delivered, no item
+    failed for good -- the runner stops: the checkpoint is saved, the results sink is NOT
+    ended, and :meth:`run` returns a summary with ``suspended`` set.  A later runner of the
+    same try (``carried=`` that summary) goes on from the checkpoint.  Otherwise it pulls
+    again -- see :mod:`airflow_kafka_events.iteration.feed`.
+
 Logging: one progress line every ``progress_every`` completed items or ``progress_interval``
 seconds, never one per item (:mod:`airflow_kafka_events.iteration.reporting`).
 
@@ -58,7 +67,7 @@ import inspect
 import logging
 import os
 import time
-from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from airflow_kafka_events.errors import ConfigurationError
@@ -81,6 +90,7 @@ from airflow_kafka_events.iteration.errors import (
     SourceRestartedError,
     TooManyAbandonedThreadsError,
 )
+from airflow_kafka_events.iteration.feed import ItemFeed, ItemSource, SourceIdle
 from airflow_kafka_events.iteration.items import Item, ItemInfo, Work, local_index, shard_of
 from airflow_kafka_events.iteration.options import count_option, number_option
 from airflow_kafka_events.iteration.outcome import (
@@ -163,6 +173,7 @@ class IterationRunner:
         max_logged_failures: int = 20,
         is_async: bool | None = None,
         logger: logging.Logger | Any = None,
+        carried: Mapping[str, Any] | None = None,
     ) -> None:
         if not callable(handler):
             raise ConfigurationError(f"handler must be callable, got {handler!r}")
@@ -204,7 +215,9 @@ class IterationRunner:
         self.max_logged_failures = count_option("max_logged_failures", max_logged_failures, low=0)
         self.log = logger if logger is not None else log
 
-        self.summary = IterationSummary(shard=self.shard, shards=self.shards, generation=self.generation)
+        self.summary = IterationSummary.continuing(
+            carried, shard=self.shard, shards=self.shards, generation=self.generation
+        )
         self.completed = CompletedItems()
         self._checkpoints = CheckpointKeeper(
             store,
@@ -232,7 +245,6 @@ class IterationRunner:
         # run state (event loop thread only)
         self._retries: RetryQueue[Work] = RetryQueue()
         self._running = 0
-        self._exhausted = False
         self._stopping = False
         self._fatal: BaseException | None = None
         self._first_failure: BaseException | None = None
@@ -240,9 +252,7 @@ class IterationRunner:
         self._pool: ItemThreadPool | None = None
         self._change: asyncio.Event | None = None
         self._idle: asyncio.Event | None = None
-        self._source_lock: asyncio.Lock | None = None
-        self._sync_iter: Iterator[Item] | None = None
-        self._async_iter: AsyncIterator[Item] | None = None
+        self._feed: ItemFeed | None = None
 
     # ------------------------------------------------------------------ checkpoint
     def _load(self) -> bool:
@@ -306,35 +316,21 @@ class IterationRunner:
         context[self.context_key] = work.info(self.shard, self.shards)
         return context
 
-    async def _next_item(self) -> tuple[bool, Any]:
-        """``(True, what the source yielded next)``, or ``(False, None)`` once it is exhausted."""
-        try:
-            if self._sync_iter is not None:
-                return True, next(self._sync_iter)
-            assert self._async_iter is not None
-            return True, await self._async_iter.__anext__()
-        except (StopIteration, StopAsyncIteration):
-            self._exhausted = True
-            return False, None
-
     async def _pull(self) -> Work | None:
-        assert self._source_lock is not None
-        async with self._source_lock:
-            while not self._exhausted:
-                found, item = await self._next_item()
-                if not found or self._stopping:
-                    return None
-                if not isinstance(item, Item):
-                    raise ConfigurationError(f"an item source must yield Item objects, got {item!r}")
-                if item.ordinal % self.shards != self.shard:
-                    continue
-                self.summary.items += 1
-                local = item.ordinal // self.shards
-                if local in self.completed:
-                    self.summary.skipped += 1
-                    continue
-                return Work(item=item, local=local, item_id=self._id_of(item))
+        assert self._feed is not None
+        work = await self._feed.pull(lambda: self._stopping)
+        if isinstance(work, SourceIdle):
+            if self.in_flight() == 0 and not self.summary.failed and self._fatal is None:
+                self.summary.suspended = self._stopping = True
+                self.log.info("iteration: the source is idle and nothing is in flight; stopping to wait")
             return None
+        return work
+
+    def in_flight(self) -> int:
+        """Items running, waiting for a retry or abandoned in a thread, plus undelivered results."""
+        pending = 0 if self._results is None else self._results.pending
+        abandoned = 0 if self._pool is None else self._pool.abandoned
+        return self._running + len(self._retries) + pending + abandoned
 
     def _notify(self) -> None:
         assert self._change is not None
@@ -363,7 +359,8 @@ class IterationRunner:
             if self._checkpoints.due(now):
                 await self._checkpoints.save()
                 continue
-            if not self._exhausted:
+            assert self._feed is not None
+            if not self._feed.exhausted:
                 work = await self._pull()
                 if work is not None:
                     return work
@@ -526,15 +523,18 @@ class IterationRunner:
             if len(done) == len(workers):
                 return
 
-    async def _main(self, items: Iterable[Item] | AsyncIterable[Item]) -> None:
+    async def _main(self, items: ItemSource) -> None:
         self._change = asyncio.Event()
         self._idle = asyncio.Event()
         self._idle.set()
-        self._source_lock = asyncio.Lock()
-        if isinstance(items, AsyncIterable):
-            self._async_iter = items.__aiter__()
-        else:
-            self._sync_iter = iter(items)
+        self._feed = ItemFeed(
+            items,
+            shard=self.shard,
+            shards=self.shards,
+            completed=self.completed,
+            summary=self.summary,
+            item_id=self._id_of,
+        )
         ticker = asyncio.ensure_future(self._ticker())
         workers = [asyncio.ensure_future(self._worker()) for _ in range(self.concurrency)]
         try:
@@ -549,12 +549,12 @@ class IterationRunner:
         if self._fatal is not None:
             raise self._fatal
 
-    def run(self, items: Iterable[Item] | AsyncIterable[Item]) -> IterationSummary:
+    def run(self, items: ItemSource) -> IterationSummary:
         """Handle every item not done by an earlier try; see the class doc for what it raises."""
         if self._used:
             raise RuntimeError("an IterationRunner runs once")
         self._used = True
-        self.summary.resumed = self._load()
+        self.summary.resumed = self._load() or self.summary.resumed
         self._started = self._report.last_progress_at = self.clock()
         environ = dict(os.environ)
         self._checkpoints.open()
@@ -582,8 +582,8 @@ class IterationRunner:
     def _finish(self, environ: dict[str, str], error: BaseException | None) -> None:
         elapsed = max(self.clock() - self._started, 1e-9)
         self.summary.succeeded = len(self.completed)
-        self.summary.duration_seconds = round(elapsed, 3)
-        self.summary.items_per_second = round(self.summary.succeeded_this_try / elapsed, 1)
+        self.summary.duration_seconds = elapsed = round(self.summary.duration_seconds + elapsed, 3)
+        self.summary.items_per_second = round(self.summary.succeeded_this_try / max(elapsed, 1e-9), 1)
         self._checkpoints.final()
         self._report.environ(environ)
         self._report.end(self.summary, error)

@@ -22,6 +22,14 @@ Streams are read from the start of their latest attempt by every try and every s
 its stream over (a new attempt) while it is iterated fails the try with
 :class:`~airflow_kafka_events.iteration.errors.SourceRestartedError`; the retry iterates
 the new attempt from its start.
+
+Idle streams: with a :class:`StreamIdle` policy the source yields
+:data:`~airflow_kafka_events.iteration.feed.SOURCE_IDLE` when no page came for
+``StreamIdle.interval`` seconds, instead of waiting in the worker, and reads on when pulled
+again; past the real ``start_timeout`` / ``gap_timeout`` it raises the reader's typed errors
+as an in-worker read does.  :attr:`StreamItemSource.position` (the stream position after
+the last page whose items were all yielded) and :attr:`StreamItemSource.next_ordinal` let a
+later source of the same try go on from there (``checkpoint=``, ``ordinal=``).
 """
 
 from __future__ import annotations
@@ -30,15 +38,24 @@ import asyncio
 import itertools
 import logging
 import queue
+import re
 import threading
+import time
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
 from airflow_kafka_events.checkpoint import Checkpoint
-from airflow_kafka_events.errors import ConfigurationError, StreamProgressError, ValidationError
+from airflow_kafka_events.errors import (
+    ConfigurationError,
+    StreamGapError,
+    StreamNotStartedError,
+    StreamProgressError,
+    ValidationError,
+)
 from airflow_kafka_events.iteration.errors import SourceRestartedError
+from airflow_kafka_events.iteration.feed import SOURCE_IDLE, SourceIdle
 from airflow_kafka_events.iteration.items import Item
 from airflow_kafka_events.iteration.threads import settle
 from airflow_kafka_events.operators.consumer import StreamRef
@@ -52,6 +69,7 @@ if TYPE_CHECKING:
 __all__ = [
     "RESULT_PATH",
     "ListItems",
+    "StreamIdle",
     "StreamItemSource",
     "StreamItems",
     "from_stream",
@@ -346,13 +364,36 @@ class _Fetcher:
             self._on_idle_close()
 
 
+@dataclass(frozen=True)
+class StreamIdle:
+    """When a stream source reports itself idle rather than waiting for pages in the worker.
+
+    ``interval``: seconds without a new page (give the reader this as its start and gap
+    windows); ``start_deadline``: epoch seconds by which the stream must have started (the
+    real ``start_timeout``); ``gap_timeout``: the real gap timeout, counted from the last page;
+    ``max_buffered``: more pages held ahead of a missing one is a gap, not an idle wait.
+    """
+
+    interval: float
+    start_deadline: float
+    gap_timeout: float
+    start_timeout: float
+    max_buffered: int = 10_000
+
+    def reader_windows(self) -> tuple[float, float]:
+        """The reader's ``(start_timeout, gap_timeout)``: the idle interval, within the real ones."""
+        remaining = self.start_deadline - time.time()
+        return max(min(self.interval, remaining), 0.1), min(self.interval, self.gap_timeout)
+
+
 class StreamItemSource:
     """Items of one stream attempt, read with a blocking reader in a thread of its own.
 
     The next batch is fetched while the items of the current one are handled.  ``name`` is
     the handler argument each item is passed as (``value``: ``{name: element}``).  The
     reader is used by that one thread only and closed by :meth:`close` (at once, or when a
-    fetch still in flight returns).
+    fetch still in flight returns).  ``idle``: report an idle stream (see the module doc);
+    ``checkpoint`` / ``ordinal``: where the reader starts and the ordinal of its first item.
     """
 
     def __init__(
@@ -363,14 +404,21 @@ class StreamItemSource:
         spec: StreamItems,
         trigger_run_id: str,
         attempt: int = 0,
+        idle: StreamIdle | None = None,
+        checkpoint: Checkpoint | None = None,
+        ordinal: int = 0,
     ) -> None:
         self.reader = reader
         self.name = name
         self.spec = spec
         self.trigger_run_id = trigger_run_id
         self.attempt = attempt
+        self.idle = idle
+        self.position = checkpoint
+        self.next_ordinal = ordinal
         self.pages = 0
         self.items = 0
+        self.last_progress = time.time()
         self._fetcher = _Fetcher(reader.next_batch, reader.close)
 
     @property
@@ -385,33 +433,70 @@ class StreamItemSource:
                 f"{self.attempt}) while it was iterated; the retry iterates the new attempt from its start"
             )
 
-    async def _items(self) -> AsyncIterator[Item]:
+    def _idle_or_raise(self, exc: StreamNotStartedError | StreamGapError) -> None:
+        """Return when ``exc`` is an idle wait; raise it (with the real timeout) when it is not."""
+        idle = self.idle
+        if idle is None:
+            raise exc
+        now = time.time()
+        if isinstance(exc, StreamNotStartedError):
+            if now < idle.start_deadline:
+                return
+            raise StreamNotStartedError(
+                re.sub(r"within [^s ]+s", f"within {idle.start_timeout:g}s", str(exc)),
+                topic=exc.topic,
+                trigger_run_id=exc.trigger_run_id,
+            ) from exc
+        if now - self.last_progress < idle.gap_timeout and len(exc.present) <= idle.max_buffered:
+            return
+        raise StreamGapError(
+            re.sub(r"waited [^s ]+s", f"waited {idle.gap_timeout:g}s", str(exc)),
+            missing_index=exc.missing_index,
+            attempt=exc.attempt,
+            present=exc.present,
+            topic=exc.topic,
+            trigger_run_id=exc.trigger_run_id,
+        ) from exc
+
+    def _batch_items(self, batch: StreamBatch) -> Iterator[Item]:
+        for record in batch.rejected:
+            log.warning(
+                "stream %s: skipping an undecodable record at offset %s: %s",
+                self.trigger_run_id,
+                record.offset,
+                record.error,
+            )
+        if batch.events:
+            self.last_progress = time.time()
+        for envelope in batch.events:
+            if is_end_marker(envelope):
+                continue
+            self.pages += 1
+            for element in page_items(envelope.payload, self.spec):
+                self.items += 1
+                yield Item(self.next_ordinal, {self.name: element})
+                self.next_ordinal += 1
+
+    async def _items(self) -> AsyncIterator[Item | SourceIdle]:
         pending = self._fetcher.submit()
-        ordinal = 0
         while True:
-            batch = await pending
+            try:
+                batch = await pending
+            except (StreamNotStartedError, StreamGapError) as exc:
+                self._idle_or_raise(exc)
+                yield SOURCE_IDLE
+                pending = self._fetcher.submit()
+                continue
             self._check_attempt(batch)
             if not batch.finished:
                 pending = self._fetcher.submit()  # fetch the next batch while this one is handled
-            for record in batch.rejected:
-                log.warning(
-                    "stream %s: skipping an undecodable record at offset %s: %s",
-                    self.trigger_run_id,
-                    record.offset,
-                    record.error,
-                )
-            for envelope in batch.events:
-                if is_end_marker(envelope):
-                    continue
-                self.pages += 1
-                for element in page_items(envelope.payload, self.spec):
-                    self.items += 1
-                    yield Item(ordinal, {self.name: element})
-                    ordinal += 1
+            for item in self._batch_items(batch):
+                yield item
+            self.position = batch.checkpoint  # every item up to here was handed out
             if batch.finished:
                 return
 
-    def __aiter__(self) -> AsyncIterator[Item]:
+    def __aiter__(self) -> AsyncIterator[Item | SourceIdle]:
         return self._items()
 
     def close(self) -> None:

@@ -30,7 +30,6 @@ from airflow.sdk import BaseOperator
 from airflow_kafka_events.checkpoint import Checkpoint
 from airflow_kafka_events.errors import (
     ConfigurationError,
-    KafkaOperationError,
     StreamGapError,
     StreamNotStartedError,
     StreamProgressError,
@@ -46,7 +45,7 @@ from airflow_kafka_events.stream_consumption import (
     drive_stream,
 )
 from airflow_kafka_events.streams import not_before_of, stream_id
-from airflow_kafka_events.triggers.stream_wait import StreamWaitTrigger
+from airflow_kafka_events.triggers.stream_wait import StreamWaitTrigger, wait_event_error
 from airflow_kafka_events.triggers.streaming import DEFAULT_TOPIC
 
 if TYPE_CHECKING:
@@ -487,26 +486,11 @@ class StreamConsumerOperator(BaseOperator):
 
     def _raise_for(self, event: Mapping[str, Any], trigger_run_id: str) -> None:
         """Raise the typed error of a trigger event that is not ``ready``."""
-        status = event.get("status")
-        message = str(event.get("message", ""))
-        topic = self.stream.topic
-        if status == "not_started":
-            raise self._not_started(
-                StreamNotStartedError(message, topic=topic, trigger_run_id=trigger_run_id)
-            )
-        if status == "gap":
-            raise StreamGapError(
-                message,
-                missing_index=int(event["missing_index"]),
-                attempt=int(event["attempt"]),
-                present=tuple(event.get("present") or ()),
-                topic=topic,
-                trigger_run_id=trigger_run_id,
-            )
-        if status == "error":
-            raise KafkaOperationError(f"waiting for stream {trigger_run_id!r} failed: {message}")
-        if status != "ready":
-            raise ValidationError(f"unexpected event from the stream wait trigger: {dict(event)!r}")
+        error = wait_event_error(event, topic=self.stream.topic, trigger_run_id=trigger_run_id)
+        if isinstance(error, StreamNotStartedError):
+            raise self._not_started(error)
+        if error is not None:
+            raise error
 
     def _trigger_run_id(self, context: Context) -> str:
         try:

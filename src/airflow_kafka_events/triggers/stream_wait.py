@@ -32,16 +32,22 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_kafka_events.checkpoint import Checkpoint
-from airflow_kafka_events.errors import KafkaOperationError, StreamGapError, StreamReadError
+from airflow_kafka_events.errors import (
+    KafkaOperationError,
+    StreamGapError,
+    StreamNotStartedError,
+    StreamReadError,
+    ValidationError,
+)
 from airflow_kafka_events.kafka.client_executor import ClientExecutor
 
-__all__ = ["WAITING_PRODUCER_STATES", "StreamWaitTrigger", "producer_state_key"]
+__all__ = ["WAITING_PRODUCER_STATES", "StreamWaitTrigger", "producer_state_key", "wait_event_error"]
 
 #: Producer task states in which it cannot have started: the start clock stands still.
 WAITING_PRODUCER_STATES = frozenset({None, "none", "scheduled"})
@@ -53,6 +59,28 @@ FILL_SLICE = 1.0
 def producer_state_key(task_id: str, map_index: int) -> str:
     """The key of a task's state in Airflow's ``task_states`` answer (``task_id[_map_index]``)."""
     return task_id if map_index < 0 else f"{task_id}_{map_index}"
+
+
+def wait_event_error(event: Mapping[str, Any], *, topic: str, trigger_run_id: str) -> Exception | None:
+    """The typed error a resumed task raises for ``event`` of this trigger (``None``: ``ready``)."""
+    status = event.get("status")
+    message = str(event.get("message", ""))
+    if status == "not_started":
+        return StreamNotStartedError(message, topic=topic, trigger_run_id=trigger_run_id)
+    if status == "gap":
+        return StreamGapError(
+            message,
+            missing_index=int(event["missing_index"]),
+            attempt=int(event["attempt"]),
+            present=tuple(event.get("present") or ()),
+            topic=topic,
+            trigger_run_id=trigger_run_id,
+        )
+    if status == "error":
+        return KafkaOperationError(f"waiting for stream {trigger_run_id!r} failed: {message}")
+    if status != "ready":
+        return ValidationError(f"unexpected event from the stream wait trigger: {dict(event)!r}")
+    return None
 
 
 class StreamWaitTrigger(BaseTrigger):

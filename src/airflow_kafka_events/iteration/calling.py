@@ -1,0 +1,146 @@
+"""Calling an iterated callable like ``@task`` calls its function.
+
+:func:`validate_iterate_kwargs` checks, when the DAG file is parsed, that the items can be
+passed to the callable; :class:`Binder` builds the keyword arguments of one call (context,
+constants, the item's arguments); :func:`item_outcome` maps what an item's call raised onto
+the runner's outcomes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
+
+from airflow.sdk.definitions._internal.mixins import ResolveMixin
+from airflow.sdk.definitions.context import KNOWN_CONTEXT_KEYS
+from airflow.sdk.exceptions import AirflowSkipException, TaskDeferred
+
+from airflow_kafka_events.iteration.errors import NonRetryableItemError, SkipItem
+from airflow_kafka_events.iteration.sources import StreamItems
+from airflow_kafka_events.operators.consumer import StreamRef
+
+__all__ = ["Binder", "is_stream", "item_outcome", "validate_iterate_kwargs"]
+
+_ITERABLE_HINT = (
+    "a list or tuple, an upstream task's output (XComArg), a StreamRef, or from_stream(...) / results_of(...)"
+)
+
+
+def is_stream(value: Any) -> bool:
+    return isinstance(value, (StreamRef, StreamItems))
+
+
+def validate_iterate_kwargs(
+    python_callable: Callable[..., Any],
+    iterate_kwargs: Mapping[str, Any],
+    op_args: Sequence[Any] = (),
+    op_kwargs: Mapping[str, Any] | None = None,
+    *,
+    owner: str = "iterate()",
+) -> None:
+    """Check, when the DAG is parsed, that the items can be passed to ``python_callable``."""
+    op_kwargs = op_kwargs or {}
+    if not isinstance(iterate_kwargs, Mapping) or not iterate_kwargs:
+        raise TypeError(f"{owner} needs at least one argument to iterate over, e.g. iterate(url=urls)")
+    for name, value in iterate_kwargs.items():
+        if name in KNOWN_CONTEXT_KEYS:
+            raise ValueError(f"{owner}: cannot iterate over the task context variable {name!r}")
+        if name in op_kwargs:
+            raise TypeError(f"{owner}: argument {name!r} is both iterated over and given as a constant")
+        ok = (
+            isinstance(value, ResolveMixin)
+            or is_stream(value)
+            or (isinstance(value, (list, tuple, range)) and not isinstance(value, str))
+        )
+        if not ok:
+            raise TypeError(
+                f"{owner}: argument {name!r} must be {_ITERABLE_HINT}; got {type(value).__qualname__}"
+            )
+    streams = [name for name, value in iterate_kwargs.items() if is_stream(value)]
+    if streams and len(iterate_kwargs) > 1:
+        raise TypeError(
+            f"{owner}: a stream ({streams[0]!r}) must be the only argument iterated over; "
+            "pass the other arguments as constants with .partial(...)"
+        )
+    signature = inspect.signature(python_callable)
+    parameters = [
+        p.replace(default=None) if p.name in KNOWN_CONTEXT_KEYS and p.default is p.empty else p
+        for p in signature.parameters.values()
+    ]
+    # the items' arguments are only known at run time: bind placeholders
+    placeholders = dict.fromkeys(iterate_kwargs)
+    try:
+        _bind_with_defaults(signature, parameters, op_args, {**op_kwargs, **placeholders})
+    except TypeError as exc:
+        name = getattr(python_callable, "__name__", repr(python_callable))
+        raise TypeError(f"{owner}: {name}() cannot be called with these arguments: {exc}") from exc
+
+
+def _bind_with_defaults(
+    signature: inspect.Signature,
+    parameters: list[inspect.Parameter],
+    op_args: Sequence[Any],
+    kwargs: Mapping[str, Any],
+) -> None:
+    # a parameter without default after one with a default (context keys got None) is fine here
+    loose = [
+        p.replace(default=None)
+        if p.default is p.empty
+        and p.kind in (p.POSITIONAL_OR_KEYWORD, p.POSITIONAL_ONLY)
+        and p.name in kwargs
+        else p
+        for p in parameters
+    ]
+    try:
+        relaxed = signature.replace(parameters=loose)
+    except ValueError:
+        relaxed = signature
+    relaxed.bind(*op_args, **kwargs)
+
+
+@contextlib.contextmanager
+def item_outcome() -> Iterator[None]:
+    """An item's ``TaskDeferred`` fails it without retries; ``AirflowSkipException`` skips it."""
+    try:
+        yield
+    except TaskDeferred as exc:
+        raise NonRetryableItemError(
+            f"an item cannot defer ({type(exc).__name__}); iterate items that run on the worker, "
+            "or stream the deferred work through Kafka and iterate that stream"
+        ) from None
+    except AirflowSkipException as exc:
+        raise SkipItem(str(exc)) from exc
+
+
+class Binder:
+    """The keyword arguments of one call, as ``@task`` builds them (``KeywordParameters``).
+
+    The signature is inspected once; each call merges context, constants and the item's
+    arguments (in that order of precedence, lowest first) into the item's context copy.
+    """
+
+    def __init__(self, fn: Callable[..., Any], op_args: Sequence[Any], op_kwargs: Mapping[str, Any]) -> None:
+        signature = inspect.signature(fn)
+        params = list(signature.parameters.values())
+        self.wildcard = any(p.kind == p.VAR_KEYWORD for p in params)
+        positional = {
+            p.name for p in params[: len(op_args)] if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+        }
+        self.names = [
+            p.name
+            for p in params
+            if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name not in positional
+        ]
+        self.positional = positional
+        self.op_kwargs = dict(op_kwargs)
+
+    def __call__(self, item_kwargs: Mapping[str, Any], context: dict[str, Any]) -> dict[str, Any]:
+        context.update(self.op_kwargs)
+        context.update(item_kwargs)
+        if self.wildcard:
+            if self.positional:
+                return {k: v for k, v in context.items() if k not in self.positional}
+            return context
+        return {name: context[name] for name in self.names if name in context}

@@ -1,0 +1,127 @@
+"""An iterating task that waits for its stream in the triggerer, not in its worker slot.
+
+With ``deferrable=True`` (default: Airflow's ``[operators] default_deferrable``) an
+``@task.iterable`` task over a stream (``from_stream(...)`` / ``StreamRef``) reads and
+handles items in the worker while pages come.  When no page came for
+``stream_idle_interval`` seconds and nothing is in flight (no item running, waiting for a
+retry or abandoned in a thread, every result delivered, no item failed for good), the
+runner stops with its checkpoint saved and its results stream left open, and the task
+defers to a :class:`~airflow_kafka_events.triggers.stream_wait.StreamWaitTrigger` that
+waits for the next ``stream_max_events`` pages past the last page handled (or the stream's
+end, a new attempt, ``stream_resume_wait`` seconds after the first new page, or the start
+/ gap timeouts, which end as the same typed errors as in the worker).  On resume the task
+goes on from that position, in the same try: a new runner loads the checkpoint, the source
+reads on from the stream position after the last page handled with the next item ordinal,
+so items keep their order and none runs twice; a retry still re-reads the attempt and skips
+what the checkpoint has as done.
+
+:class:`Resumption` is what travels through the deferral (JSON in the task instance's
+``next_kwargs``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from airflow_kafka_events.checkpoint import Checkpoint
+from airflow_kafka_events.iteration.sources import StreamIdle, StreamItemSource
+from airflow_kafka_events.operators.consumer import StreamRef
+from airflow_kafka_events.triggers.stream_wait import StreamWaitTrigger
+
+__all__ = ["Resumption", "WaitOptions", "wait_trigger"]
+
+
+@dataclass(frozen=True)
+class WaitOptions:
+    """How an iterating task waits for its stream (see the module doc)."""
+
+    idle_interval: float
+    resume_wait: float
+    state_poll_interval: float
+    max_events: int
+    start_timeout: float
+    gap_timeout: float
+
+    def idle(self, start_deadline: float) -> StreamIdle:
+        return StreamIdle(
+            interval=self.idle_interval,
+            start_deadline=start_deadline,
+            gap_timeout=self.gap_timeout,
+            start_timeout=self.start_timeout,
+        )
+
+
+@dataclass
+class Resumption:
+    """Where a deferred iteration goes on: the stream position, the next ordinal, the counts."""
+
+    start_deadline: float
+    attempt: int = 0
+    position: dict[str, Any] | None = None
+    ordinal: int = 0
+    deferrals: int = 0
+    carried: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def fresh(cls, start_timeout: float) -> Resumption:
+        return cls(start_deadline=time.time() + start_timeout)
+
+    @classmethod
+    def from_kwargs(cls, kwargs: Mapping[str, Any], event: Mapping[str, Any] | None) -> Resumption:
+        resumption = cls(**dict(kwargs))
+        moved = (event or {}).get("start_deadline")
+        if isinstance(moved, (int, float)) and not isinstance(moved, bool):
+            resumption.start_deadline = float(moved)  # the trigger stopped the clock for a while
+        return resumption
+
+    @property
+    def checkpoint(self) -> Checkpoint | None:
+        return None if self.position is None else Checkpoint.from_json(self.position)
+
+    def after(self, source: StreamItemSource, carried: dict[str, Any]) -> Resumption:
+        """The resumption of the next deferral, once ``source`` went idle."""
+        return Resumption(
+            start_deadline=self.start_deadline,
+            attempt=source.attempt,
+            position=None if source.position is None else source.position.to_json(),
+            ordinal=source.next_ordinal,
+            deferrals=self.deferrals + 1,
+            carried=carried,
+        )
+
+    def to_kwargs(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def wait_trigger(
+    ref: StreamRef,
+    *,
+    dag_id: str,
+    run_id: str,
+    source: StreamItemSource,
+    resumption: Resumption,
+    options: WaitOptions,
+) -> StreamWaitTrigger:
+    """The trigger that waits for the pages after the ones ``source`` handed out."""
+    return StreamWaitTrigger(
+        topic=ref.topic,
+        trigger_run_id=source.trigger_run_id,
+        kafka_config_id=ref.kafka_config_id,
+        checkpoint=None if source.position is None else source.position.to_json(),
+        max_events=options.max_events,
+        resume_wait=options.resume_wait,
+        start_timeout=options.start_timeout,
+        start_deadline=resumption.start_deadline,
+        gap_timeout=options.gap_timeout,
+        gap_deadline=source.last_progress + options.gap_timeout,
+        producer={
+            "dag_id": dag_id,
+            "run_id": run_id,
+            "task_id": ref.producer_task_id,
+            "map_index": ref.map_index,
+        },
+        state_poll_interval=options.state_poll_interval,
+    )
