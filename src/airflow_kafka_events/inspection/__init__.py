@@ -1,0 +1,83 @@
+"""Reading what this package put in Kafka, for people: streams, dead letters, asset events.
+
+Used by the operator CLI (``airflow-kafka-events streams|dlq|replay-assets``) and the Airflow UI
+view.  Every function takes a plain librdkafka client config and topic names, reads a bounded
+window only (:class:`ScanWindow`; the answer states the :class:`ScannedWindow` it read), and
+raises typed errors naming the topic, the brokers and the fix (:mod:`.errors`).  Previews and
+headers are redacted (:func:`redact`).
+
+This package imports no Airflow module.
+"""
+
+from __future__ import annotations
+
+from airflow_kafka_events.inspection.asset_events import (
+    AssetEventListing,
+    AssetEventRecord,
+    list_asset_events,
+    scan_asset_events,
+)
+from airflow_kafka_events.inspection.dead_letters import (
+    AUDIT_LOGGER,
+    DeadLetterListing,
+    DeadLetterRecord,
+    ReplayReceipt,
+    get_dead_letter,
+    list_dead_letters,
+    replay_dead_letter,
+)
+from airflow_kafka_events.inspection.errors import (
+    BrokerTimeoutError,
+    InspectionError,
+    InvalidWindowError,
+    NotADeadLetterError,
+    RecordNotFoundError,
+    ReplayError,
+    StreamNotFoundError,
+    TopicNotFoundError,
+)
+from airflow_kafka_events.inspection.redact import preview, redact
+from airflow_kafka_events.inspection.streams import (
+    PageInfo,
+    StreamDetail,
+    StreamListing,
+    StreamSummary,
+    list_streams,
+    show_stream,
+    tail_stream,
+)
+from airflow_kafka_events.inspection.window import PartitionWindow, ScannedWindow, ScanWindow
+
+__all__ = [
+    "AUDIT_LOGGER",
+    "AssetEventListing",
+    "AssetEventRecord",
+    "BrokerTimeoutError",
+    "DeadLetterListing",
+    "DeadLetterRecord",
+    "InspectionError",
+    "InvalidWindowError",
+    "NotADeadLetterError",
+    "PageInfo",
+    "PartitionWindow",
+    "RecordNotFoundError",
+    "ReplayError",
+    "ReplayReceipt",
+    "ScanWindow",
+    "ScannedWindow",
+    "StreamDetail",
+    "StreamListing",
+    "StreamNotFoundError",
+    "StreamSummary",
+    "TopicNotFoundError",
+    "get_dead_letter",
+    "list_asset_events",
+    "list_dead_letters",
+    "list_streams",
+    "preview",
+    "redact",
+    "replay_dead_letter",
+    "scan_asset_events",
+    "show_stream",
+    "tail_stream",
+]

@@ -1,0 +1,173 @@
+"""Asset event envelopes as an operator sees them.
+
+:func:`list_asset_events` reads a window of the asset events topic and describes each
+:class:`~airflow_kafka_events.envelopes.AssetEventEnvelope` in it (asset, partition key, source,
+idempotency key, causation chain, a redacted bounded preview of ``extra``);
+:func:`scan_asset_events` hands over the envelopes themselves (e.g. to post them to an Airflow
+again).  This module imports no Airflow module.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from confluent_kafka import Message
+
+from airflow_kafka_events.codec import ASSET_EVENT_CODEC
+from airflow_kafka_events.envelopes import AssetEventEnvelope
+from airflow_kafka_events.errors import EnvelopeDecodeError, ValidationError
+from airflow_kafka_events.inspection.reader import DEFAULT_TIMEOUT, Progress, message_timestamp_ms, scan
+from airflow_kafka_events.inspection.redact import PREVIEW_LIMIT, preview
+from airflow_kafka_events.inspection.window import ScannedWindow, ScanWindow, from_ms
+
+__all__ = [
+    "AssetEventListing",
+    "AssetEventRecord",
+    "AssetEventScan",
+    "list_asset_events",
+    "scan_asset_events",
+]
+
+
+@dataclass(frozen=True)
+class AssetEventRecord:
+    """One asset event envelope and where it is in Kafka."""
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp: datetime | None
+    asset_uri: str
+    asset_name: str
+    event_id: str
+    partition_key: str | None
+    source: dict[str, Any]
+    idempotency_key: str | None
+    causation: list[str]
+    emitted_at: datetime
+    extra_preview: str
+    signed: bool
+
+    @classmethod
+    def of(
+        cls, msg: Message, envelope: AssetEventEnvelope, preview_limit: int = PREVIEW_LIMIT
+    ) -> AssetEventRecord:
+        return cls(
+            topic=str(msg.topic()),
+            partition=int(msg.partition() or 0),
+            offset=int(msg.offset() or 0),
+            timestamp=from_ms(message_timestamp_ms(msg)),
+            asset_uri=envelope.asset.uri,
+            asset_name=envelope.asset.name,
+            event_id=envelope.event_id,
+            partition_key=envelope.partition_key,
+            source={k: v for k, v in envelope.source.to_avro().items() if v is not None},
+            idempotency_key=envelope.idempotency_key,
+            causation=list(envelope.causation),
+            emitted_at=envelope.emitted_at,
+            extra_preview=preview(dict(envelope.extra), preview_limit),
+            signed=envelope.signature is not None,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "topic": self.topic,
+            "partition": self.partition,
+            "offset": self.offset,
+            "timestamp": None if self.timestamp is None else self.timestamp.isoformat(),
+            "asset_uri": self.asset_uri,
+            "asset_name": self.asset_name,
+            "event_id": self.event_id,
+            "partition_key": self.partition_key,
+            "source": self.source,
+            "idempotency_key": self.idempotency_key,
+            "causation": self.causation,
+            "emitted_at": self.emitted_at.isoformat(),
+            "extra_preview": self.extra_preview,
+            "signed": self.signed,
+        }
+
+
+@dataclass(frozen=True)
+class AssetEventListing:
+    records: list[AssetEventRecord]
+    window: ScannedWindow
+    #: Records in the window that are no asset event envelope (skipped).
+    undecodable: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "records": [r.to_dict() for r in self.records],
+            "window": self.window.to_dict(),
+            "undecodable": self.undecodable,
+        }
+
+
+@dataclass(frozen=True)
+class AssetEventScan:
+    """What :func:`scan_asset_events` read: the window, and how many records did not decode."""
+
+    window: ScannedWindow
+    undecodable: int
+    matched: int
+
+
+def _selected(envelope: AssetEventEnvelope, asset: str | None) -> bool:
+    return asset is None or asset in (envelope.asset.uri, envelope.asset.name)
+
+
+def scan_asset_events(
+    config: Mapping[str, Any],
+    topic: str,
+    handle: Callable[[Message, AssetEventEnvelope], None],
+    *,
+    window: ScanWindow,
+    asset: str | None = None,
+    timeout: float = DEFAULT_TIMEOUT,
+    progress: Progress | None = None,
+) -> AssetEventScan:
+    """``handle(record, envelope)`` for each asset event of ``window`` (of ``asset``: URI or name)."""
+    counts = {"undecodable": 0, "matched": 0}
+
+    def on_record(msg: Message) -> None:
+        value = msg.value()
+        try:
+            envelope = ASSET_EVENT_CODEC.decode(value) if value is not None else None
+        except (EnvelopeDecodeError, ValidationError):
+            envelope = None
+        if envelope is None:
+            counts["undecodable"] += 1
+        elif _selected(envelope, asset):
+            counts["matched"] += 1
+            handle(msg, envelope)
+
+    scanned = scan(config, topic, window, on_record, timeout=timeout, progress=progress, name="asset events")
+    return AssetEventScan(scanned, counts["undecodable"], counts["matched"])
+
+
+def list_asset_events(
+    config: Mapping[str, Any],
+    topic: str,
+    *,
+    window: ScanWindow,
+    asset: str | None = None,
+    timeout: float = DEFAULT_TIMEOUT,
+    progress: Progress | None = None,
+    preview_limit: int = PREVIEW_LIMIT,
+) -> AssetEventListing:
+    """The asset events of ``window`` (of ``asset``: its URI or name), newest first."""
+    records: list[AssetEventRecord] = []
+    result = scan_asset_events(
+        config,
+        topic,
+        lambda msg, envelope: records.append(AssetEventRecord.of(msg, envelope, preview_limit)),
+        window=window,
+        asset=asset,
+        timeout=timeout,
+        progress=progress,
+    )
+    records.sort(key=lambda r: (r.timestamp is not None, r.timestamp, r.partition, r.offset), reverse=True)
+    return AssetEventListing(records, result.window, result.undecodable)

@@ -1,0 +1,375 @@
+"""Dead letters as an operator sees them, and their replay.
+
+* :func:`list_dead_letters`: the dead letters in a window of a dead-letter topic, filtered by
+  reason, source topic or consumer (the filter runs on the scanned window, which the answer
+  states: filtering means scanning);
+* :func:`get_dead_letter`: one of them, by its coordinates;
+* :func:`replay_dead_letter`: publishes the ORIGINAL record again -- its key, its value and its
+  original headers (the ``x-*`` headers of :mod:`airflow_kafka_events.dlq` removed) -- to its
+  source topic or another one, and waits for the broker's acknowledgement.  The value is the
+  original's byte for byte, so the envelope's ``event_id`` and idempotency key are unchanged and
+  a consumer that already handled it (the watcher's and the bridge's idempotency checks) does not
+  handle it twice.  A *reference* dead letter holds only a prefix of the value: the original is
+  read back at its source coordinates (while that topic keeps it).  Every replay writes one line
+  to the logger ``airflow_kafka_events.audit``.
+
+Headers and payload previews shown are redacted (:mod:`airflow_kafka_events.inspection.redact`)
+and bounded.  This module imports no Airflow module.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from confluent_kafka import Message
+
+from airflow_kafka_events.codec import ASSET_EVENT_CODEC, TRIGGER_EVENT_CODEC
+from airflow_kafka_events.dlq import DEAD_LETTER_HEADERS, REFERENCE_HEADERS, DeadLetter
+from airflow_kafka_events.errors import EnvelopeDecodeError, ValidationError
+from airflow_kafka_events.inspection.errors import NotADeadLetterError, RecordNotFoundError, ReplayError
+from airflow_kafka_events.inspection.reader import (
+    DEFAULT_TIMEOUT,
+    Progress,
+    TopicReader,
+    message_headers,
+    message_timestamp_ms,
+    scan,
+)
+from airflow_kafka_events.inspection.redact import (
+    MASK,
+    PREVIEW_LIMIT,
+    clip,
+    is_secret_name,
+    preview,
+    redact_text,
+)
+from airflow_kafka_events.inspection.window import ScannedWindow, ScanWindow, from_ms
+from airflow_kafka_events.kafka.producer import get_producer
+from airflow_kafka_events.kafka.settings import KafkaSettings
+
+__all__ = [
+    "AUDIT_LOGGER",
+    "REPLAY_ROLE",
+    "DeadLetterListing",
+    "DeadLetterRecord",
+    "ReplayReceipt",
+    "get_dead_letter",
+    "list_dead_letters",
+    "replay_dead_letter",
+]
+
+#: Logger of the replay audit lines.
+AUDIT_LOGGER = "airflow_kafka_events.audit"
+#: Producer role of replays (its own producer: a replay's timeout is the caller's).
+REPLAY_ROLE = "replay"
+_DLQ_NAMES = DEAD_LETTER_HEADERS | REFERENCE_HEADERS
+audit = logging.getLogger(AUDIT_LOGGER)
+
+
+def _text(value: bytes | None) -> str:
+    return "" if value is None else value.decode("utf-8", errors="replace")
+
+
+def redacted_headers(headers: Sequence[tuple[str, bytes | None]]) -> list[tuple[str, str]]:
+    """Headers as text, secret-looking names masked, values bounded."""
+    return [
+        (name, MASK if is_secret_name(name) else clip(redact_text(_text(value)), 1000))
+        for name, value in headers
+    ]
+
+
+def payload_preview(value: bytes | None, limit: int = PREVIEW_LIMIT) -> tuple[str, str]:
+    """``(format, preview)`` of a record's value: a decoded envelope as JSON, else text, else a size."""
+    if value is None:
+        return "none", ""
+    for name, codec in (("asset-event", ASSET_EVENT_CODEC), ("trigger-event", TRIGGER_EVENT_CODEC)):
+        try:
+            envelope: Any = codec.decode(value)
+        except (EnvelopeDecodeError, ValidationError):
+            continue
+        return name, preview(envelope.to_avro(), limit)
+    try:
+        text = value.decode("utf-8")
+    except UnicodeDecodeError:
+        return "binary", f"<{len(value)} bytes, not UTF-8>: {value[:48].hex()}" + (
+            "..." if len(value) > 48 else ""
+        )
+    return "text", preview(text, limit)
+
+
+@dataclass(frozen=True)
+class DeadLetterRecord:
+    """One dead-letter record: where it is, why it is there, and a redacted look at it."""
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp: datetime | None
+    reason: str
+    source_topic: str
+    source_partition: int
+    source_offset: int
+    consumer: str | None
+    error_type: str
+    error_message: str
+    is_reference: bool
+    size: int
+    headers: list[tuple[str, str]]
+    payload_preview: str
+    payload_format: str
+    event_id: str | None = None
+    asset_uri: str | None = None
+    dead_lettered_at: datetime | None = None
+    key: str | None = None
+
+    @classmethod
+    def of(cls, msg: Message, letter: DeadLetter, preview_limit: int = PREVIEW_LIMIT) -> DeadLetterRecord:
+        headers = message_headers(msg)
+        value = msg.value()
+        kind, shown = payload_preview(value, preview_limit)
+        size = len(value or b"") + len(msg.key() or b"") + sum(len(n) + len(v or b"") for n, v in headers)
+        return cls(
+            topic=str(msg.topic()),
+            partition=int(msg.partition() or 0),
+            offset=int(msg.offset() or 0),
+            timestamp=from_ms(message_timestamp_ms(msg)),
+            reason=letter.reason,
+            source_topic=letter.source_topic,
+            source_partition=letter.source_partition,
+            source_offset=letter.source_offset,
+            consumer=letter.consumer,
+            error_type=letter.error_type,
+            error_message=clip(redact_text(letter.error_message), 1000),
+            is_reference=letter.truncated,
+            size=size,
+            headers=redacted_headers(headers),
+            payload_preview=shown,
+            payload_format=kind,
+            event_id=letter.event_id,
+            asset_uri=letter.asset_uri,
+            dead_lettered_at=letter.dead_lettered_at,
+            key=None if msg.key() is None else clip(_text(msg.key()), 200),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "topic": self.topic,
+            "partition": self.partition,
+            "offset": self.offset,
+            "timestamp": None if self.timestamp is None else self.timestamp.isoformat(),
+            "reason": self.reason,
+            "source_topic": self.source_topic,
+            "source_partition": self.source_partition,
+            "source_offset": self.source_offset,
+            "consumer": self.consumer,
+            "error_type": self.error_type,
+            "error_message": self.error_message,
+            "is_reference": self.is_reference,
+            "size": self.size,
+            "headers": [[name, value] for name, value in self.headers],
+            "payload_preview": self.payload_preview,
+            "payload_format": self.payload_format,
+            "event_id": self.event_id,
+            "asset_uri": self.asset_uri,
+            "dead_lettered_at": None if self.dead_lettered_at is None else self.dead_lettered_at.isoformat(),
+            "key": self.key,
+        }
+
+
+@dataclass(frozen=True)
+class DeadLetterListing:
+    records: list[DeadLetterRecord]
+    window: ScannedWindow
+    #: Records in the window without dead-letter headers (skipped).
+    not_dead_letters: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "records": [r.to_dict() for r in self.records],
+            "window": self.window.to_dict(),
+            "not_dead_letters": self.not_dead_letters,
+        }
+
+
+@dataclass(frozen=True)
+class ReplayReceipt:
+    """Where a replayed record came from and where the broker stored it."""
+
+    dlq_topic: str
+    dlq_partition: int
+    dlq_offset: int
+    source_topic: str
+    source_partition: int
+    source_offset: int
+    target_topic: str
+    target_partition: int
+    target_offset: int
+    idempotency_key: str | None
+    event_id: str | None
+    from_reference: bool
+    actor: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def _letter(msg: Message) -> DeadLetter:
+    try:
+        return DeadLetter.from_headers(message_headers(msg))
+    except ValidationError as exc:
+        raise NotADeadLetterError(
+            f"{msg.topic()}[{msg.partition()}]@{msg.offset()} is not a dead letter ({exc}); fix: name the "
+            "dead-letter topic (--topic, [kafka_events] dlq_topic) and take coordinates from `dlq ls`"
+        ) from None
+
+
+def list_dead_letters(
+    config: Mapping[str, Any],
+    topic: str,
+    *,
+    window: ScanWindow,
+    reason: str | None = None,
+    source_topic: str | None = None,
+    consumer: str | None = None,
+    timeout: float = DEFAULT_TIMEOUT,
+    progress: Progress | None = None,
+    preview_limit: int = PREVIEW_LIMIT,
+) -> DeadLetterListing:
+    """The dead letters of ``window`` matching the filters, newest first (``consumer``: a substring)."""
+    found: list[DeadLetterRecord] = []
+    others = 0
+
+    def handle(msg: Message) -> None:
+        nonlocal others
+        try:
+            letter = DeadLetter.from_headers(message_headers(msg))
+        except ValidationError:
+            others += 1
+            return
+        if reason is not None and letter.reason != reason:
+            return
+        if source_topic is not None and letter.source_topic != source_topic:
+            return
+        if consumer is not None and consumer not in (letter.consumer or ""):
+            return
+        found.append(DeadLetterRecord.of(msg, letter, preview_limit))
+
+    scanned = scan(
+        config, topic, window, handle, timeout=timeout, progress=progress, name="dead-letter listing"
+    )
+    found.sort(key=lambda r: (r.timestamp is not None, r.timestamp, r.partition, r.offset), reverse=True)
+    return DeadLetterListing(found, scanned, others)
+
+
+def get_dead_letter(
+    config: Mapping[str, Any],
+    topic: str,
+    partition: int,
+    offset: int,
+    *,
+    timeout: float = DEFAULT_TIMEOUT,
+    preview_limit: int = PREVIEW_LIMIT,
+) -> DeadLetterRecord:
+    """The dead letter at ``topic[partition]@offset`` (:class:`NotADeadLetterError` if it is none)."""
+    with TopicReader(config, topic, timeout=timeout, name="dead-letter reader") as reader:
+        msg = reader.read_one(partition, offset)
+    return DeadLetterRecord.of(msg, _letter(msg), preview_limit)
+
+
+def _original(
+    config: Mapping[str, Any], msg: Message, letter: DeadLetter, timeout: float
+) -> tuple[bytes | None, bytes | None, list[tuple[str, bytes | None]]]:
+    """Key, value and headers of the original record."""
+    if not letter.truncated:
+        headers = [(n, v) for n, v in message_headers(msg) if n not in _DLQ_NAMES]
+        return msg.key(), msg.value(), headers
+    where = f"{letter.source_topic}[{letter.source_partition}]@{letter.source_offset}"
+    try:
+        with TopicReader(config, letter.source_topic, timeout=timeout, name="replay source") as reader:
+            original = reader.read_one(letter.source_partition, letter.source_offset)
+    except RecordNotFoundError as exc:
+        raise ReplayError(
+            f"{msg.topic()}[{msg.partition()}]@{msg.offset()} is a reference dead letter (it keeps only a "
+            f"prefix of the {letter.original_value_bytes}-byte value) and the original at {where} is gone: "
+            f"{exc}; it cannot be replayed whole"
+        ) from exc
+    return original.key(), original.value(), message_headers(original)
+
+
+def _idempotency(value: bytes | None) -> tuple[str | None, str | None]:
+    if value is None:
+        return None, None
+    try:
+        envelope = ASSET_EVENT_CODEC.decode(value)
+    except (EnvelopeDecodeError, ValidationError):
+        return None, None
+    return envelope.idempotency_key, envelope.event_id
+
+
+def replay_dead_letter(
+    config: Mapping[str, Any],
+    topic: str,
+    partition: int,
+    offset: int,
+    *,
+    target_topic: str | None = None,
+    actor: str,
+    timeout: float = DEFAULT_TIMEOUT,
+) -> ReplayReceipt:
+    """Publish the original of the dead letter at ``topic[partition]@offset`` again (see the module doc).
+
+    Waits for the broker's acknowledgement (``acks=all``); a failure is
+    :class:`~airflow_kafka_events.errors.NotSentError` (nothing was published) or
+    :class:`~airflow_kafka_events.errors.DeliveryOutcomeUnknownError` (it may have been: replaying
+    again is safe, the idempotency key is the same).
+    """
+    if not isinstance(actor, str) or not actor.strip():
+        raise ValidationError("a replay needs an actor (who asked for it) for the audit line")
+    with TopicReader(config, topic, timeout=timeout, name="dead-letter reader") as reader:
+        msg = reader.read_one(partition, offset)
+    letter = _letter(msg)
+    key, value, headers = _original(config, msg, letter, timeout)
+    target = target_topic or letter.source_topic
+    producer = get_producer(
+        KafkaSettings(config).producer_config(), role=REPLAY_ROLE, message_timeout=timeout
+    )
+    stored = producer.send_and_wait(target, value, key=key, headers=headers, timeout=timeout)
+    idempotency_key, event_id = _idempotency(value)
+    receipt = ReplayReceipt(
+        dlq_topic=topic,
+        dlq_partition=partition,
+        dlq_offset=offset,
+        source_topic=letter.source_topic,
+        source_partition=letter.source_partition,
+        source_offset=letter.source_offset,
+        target_topic=stored.topic,
+        target_partition=stored.partition,
+        target_offset=stored.offset,
+        idempotency_key=idempotency_key,
+        event_id=event_id or letter.event_id,
+        from_reference=letter.truncated,
+        actor=actor,
+    )
+    audit.info(
+        "dead letter replayed: actor=%s dlq=%s[%d]@%d source=%s[%d]@%d target=%s[%d]@%d reason=%s "
+        "event_id=%s idempotency_key=%s reference=%s",
+        actor,
+        topic,
+        partition,
+        offset,
+        letter.source_topic,
+        letter.source_partition,
+        letter.source_offset,
+        stored.topic,
+        stored.partition,
+        stored.offset,
+        letter.reason,
+        receipt.event_id,
+        idempotency_key,
+        letter.truncated,
+    )
+    return receipt

@@ -1,0 +1,43 @@
+"""Asset events listed from a real topic: fields, the asset filter, redacted bounded extra."""
+
+from __future__ import annotations
+
+import pytest
+
+from airflow_kafka_events.codec import ASSET_EVENT_CODEC
+from airflow_kafka_events.inspection import ScanWindow, list_asset_events
+from integration.inspection.records import asset_event
+
+pytestmark = pytest.mark.integration
+
+
+def test_list_asset_events_describes_each_envelope_and_filters_by_asset(config, producer, new_topic):
+    topic = new_topic(partitions=3)
+    cause = asset_event("s3://bucket/raw")
+    child = asset_event(
+        "s3://bucket/table",
+        partition_key="2026-12-01",
+        idempotency_key="table-2026-12-01",
+        causation=(cause.event_id,),
+        extra={"rows": 10, "api_token": "tok-xyz", "zz_long": "y" * 5000},
+    )
+    for envelope in (cause, child):
+        producer.send_and_wait(topic, ASSET_EVENT_CODEC.encode(envelope), key=envelope.asset.uri)
+    producer.send_and_wait(topic, b"junk", key=b"junk")
+
+    listing = list_asset_events(config, topic, window=ScanWindow(), preview_limit=500)
+    assert {r.event_id for r in listing.records} == {cause.event_id, child.event_id}
+    assert listing.undecodable == 1
+
+    (record,) = list_asset_events(config, topic, window=ScanWindow(), asset="s3://bucket/table").records
+    assert (record.asset_name, record.partition_key, record.idempotency_key) == (
+        "table",
+        "2026-12-01",
+        "table-2026-12-01",
+    )
+    assert record.causation == [cause.event_id] and record.source["dag_id"] == "producer"
+    assert "tok-xyz" not in record.extra_preview and '"rows": 10' in record.extra_preview
+    assert len(record.extra_preview) <= 2048
+    assert [
+        r.event_id for r in list_asset_events(config, topic, window=ScanWindow(), asset="raw").records
+    ] == [cause.event_id]

@@ -1,0 +1,151 @@
+"""Dead letters listed, read and replayed on a real broker: filters, redaction, replay semantics."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+
+from airflow_kafka_events.codec import ASSET_EVENT_CODEC
+from airflow_kafka_events.dlq import DeadLetterReason
+from airflow_kafka_events.inspection import (
+    AUDIT_LOGGER,
+    NotADeadLetterError,
+    RecordNotFoundError,
+    ReplayError,
+    ScanWindow,
+    get_dead_letter,
+    list_dead_letters,
+    replay_dead_letter,
+)
+from airflow_kafka_events.inspection.reader import TopicReader, message_headers
+from integration.inspection.records import asset_event, write_dead_letter
+
+pytestmark = pytest.mark.integration
+
+ORIGINAL_HEADERS = [("trace-id", b"trace-1"), ("x-api-token", b"tok-SECRET-1"), ("empty", None)]
+
+
+def _read(config, topic: str, partition: int, offset: int):
+    with TopicReader(config, topic, timeout=30) as reader:
+        return reader.read_one(partition, offset)
+
+
+def test_list_filters_by_reason_source_and_consumer_and_redacts(config, producer, new_topic):
+    dlq, source = new_topic(partitions=2), new_topic(partitions=1)
+    secret = asset_event(extra={"password": "hunter2", "note": "ok", "blob": "x" * 10_000})
+    write_dead_letter(
+        producer,
+        dlq,
+        value=ASSET_EVENT_CODEC.encode(secret),
+        key=b"k1",
+        headers=ORIGINAL_HEADERS,
+        source=(source, 0, 5),
+    )
+    write_dead_letter(
+        producer,
+        dlq,
+        value=b"\xff\x00 not an envelope",
+        reason=DeadLetterReason.UNDECODABLE,
+        source=(source, 0, 6),
+        consumer="bridge (group=b1)",
+    )
+    write_dead_letter(producer, dlq, value=b"plain text", reason="unknown-asset", source=("other", 1, 1))
+    producer.send_and_wait(dlq, b"no headers at all")
+
+    listing = list_dead_letters(config, dlq, window=ScanWindow(), preview_limit=300)
+    assert len(listing.records) == 3 and listing.not_dead_letters == 1
+    assert listing.window.records_scanned == 4 and not listing.window.truncated
+    assert {r.reason for r in listing.records} == {"not-allowed", "undecodable", "unknown-asset"}
+
+    (allowed,) = list_dead_letters(config, dlq, window=ScanWindow(), reason="not-allowed").records
+    assert (allowed.source_topic, allowed.source_partition, allowed.source_offset) == (source, 0, 5)
+    assert allowed.payload_format == "asset-event" and len(allowed.payload_preview) <= 2048
+    assert allowed.error_type == "ValueError" and not allowed.is_reference
+    shown = json.dumps(allowed.to_dict())
+    assert "hunter2" not in shown and "tok-SECRET-1" not in shown  # extra, header and error message
+    assert ("trace-id", "trace-1") in allowed.headers and ("x-api-token", "***") in allowed.headers
+    assert ("x-reason", "not-allowed") in allowed.headers
+
+    assert [
+        r.source_offset
+        for r in list_dead_letters(config, dlq, window=ScanWindow(), source_topic=source).records
+    ] == [6, 5]
+    (bridge,) = list_dead_letters(config, dlq, window=ScanWindow(), consumer="bridge").records
+    assert bridge.payload_format == "binary"
+    assert bridge.payload_preview.startswith("<18 bytes, not UTF-8>: ff00")
+
+    bounded = list_dead_letters(config, dlq, window=ScanWindow(), preview_limit=300)
+    assert all(len(r.payload_preview) <= 300 for r in bounded.records)
+
+    again = get_dead_letter(config, dlq, allowed.partition, allowed.offset)
+    assert again == allowed
+
+
+def test_get_names_records_that_are_not_dead_letters_or_not_there(config, producer, new_topic):
+    dlq = new_topic(partitions=1)
+    producer.send_and_wait(dlq, b"no headers at all")
+    with pytest.raises(NotADeadLetterError, match="dlq ls"):
+        get_dead_letter(config, dlq, 0, 0)
+    with pytest.raises(RecordNotFoundError, match=r"offsets 0\.\.0"):
+        get_dead_letter(config, dlq, 0, 7)
+    with pytest.raises(RecordNotFoundError, match="no partition 3"):
+        get_dead_letter(config, dlq, 3, 0)
+
+
+def test_replay_republishes_key_value_original_headers_and_idempotency_key(
+    config, producer, new_topic, caplog
+):
+    dlq, source, elsewhere = new_topic(partitions=1), new_topic(partitions=3), new_topic(partitions=3)
+    event = asset_event(idempotency_key="order-42", partition_key="2026-12-01")
+    value = ASSET_EVENT_CODEC.encode(event)
+    written = write_dead_letter(
+        producer, dlq, value=value, key=b"order-key", headers=ORIGINAL_HEADERS, source=(source, 2, 9)
+    )
+
+    with caplog.at_level(logging.INFO, logger=AUDIT_LOGGER):
+        receipt = replay_dead_letter(config, dlq, written.partition, written.offset, actor="alice")
+    assert receipt.target_topic == source and receipt.idempotency_key == "order-42"
+    assert receipt.event_id == event.event_id and not receipt.from_reference
+    replayed = _read(config, source, receipt.target_partition, receipt.target_offset)
+    assert replayed.key() == b"order-key" and replayed.value() == value
+    assert message_headers(replayed) == [(n, v) for n, v in ORIGINAL_HEADERS]  # no x-* header left
+    assert ASSET_EVENT_CODEC.decode(replayed.value()).idempotency_key == "order-42"
+    (line,) = [r.getMessage() for r in caplog.records if r.name == AUDIT_LOGGER]
+    assert "actor=alice" in line and f"dlq={dlq}[0]@{written.offset}" in line and f"target={source}[" in line
+
+    other = replay_dead_letter(config, dlq, 0, written.offset, target_topic=elsewhere, actor="bob")
+    assert other.target_topic == elsewhere
+    assert _read(config, elsewhere, other.target_partition, other.target_offset).value() == value
+
+
+def test_a_reference_dead_letter_replays_the_whole_original_from_its_source(config, producer, new_topic):
+    dlq, source = new_topic(partitions=1), new_topic(partitions=1)
+    big = asset_event(idempotency_key="big-1", extra={"rows": "r" * 20_000})
+    value = ASSET_EVENT_CODEC.encode(big)
+    original = producer.send_and_wait(source, value, key=b"big", headers=[("trace-id", b"t-big")])
+    # a dead-letter producer that may send only 8 KB writes a reference (a 4 KB prefix)
+    written = write_dead_letter(
+        producer,
+        dlq,
+        value=value,
+        key=b"big",
+        headers=[("trace-id", b"t-big")],
+        source=(source, original.partition, original.offset),
+        max_message_bytes=8_000,
+    )
+    letter = get_dead_letter(config, dlq, 0, written.offset)
+    assert letter.is_reference and letter.size < 8_000
+
+    receipt = replay_dead_letter(config, dlq, 0, written.offset, actor="alice")
+    assert receipt.from_reference and receipt.idempotency_key == "big-1"
+    replayed = _read(config, source, receipt.target_partition, receipt.target_offset)
+    assert replayed.value() == value and replayed.key() == b"big"
+    assert message_headers(replayed) == [("trace-id", b"t-big")]
+
+    gone = write_dead_letter(
+        producer, dlq, value=value, key=b"big", source=(source, 0, 10_000), max_message_bytes=8_000
+    )
+    with pytest.raises(ReplayError, match="reference dead letter"):
+        replay_dead_letter(config, dlq, 0, gone.offset, actor="alice")
