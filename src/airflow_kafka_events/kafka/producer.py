@@ -55,16 +55,43 @@ from airflow_kafka_events.errors import (
     DeliveryOutcomeUnknownError,
     KafkaOperationError,
     NotSentError,
-    RecordTooLargeError,
 )
 from airflow_kafka_events.kafka.client_log import (
     BrokerSnapshot,
     Cause,
     ClientHealth,
     SeenError,
-    cause_of,
     refusal_error,
 )
+from airflow_kafka_events.kafka.delivery import (
+    REFUSAL_MEMORY,
+    REFUSED_CODES,
+    DeliveryReceipt,
+    caller_gave_up,
+    classify_failure,
+    delivery_failure,
+    receipt_of,
+    record_size,
+    too_large_for_producer,
+)
+
+__all__ = [
+    "DEFAULT_MESSAGE_MAX_BYTES",
+    "DEFAULT_MESSAGE_TIMEOUT",
+    "DEFAULT_ROLE",
+    "EXIT_FLUSH_CAP",
+    "REFUSAL_MEMORY",
+    "STATS_INTERVAL",
+    "TIMEOUT_SCAN",
+    "DeliveryReceipt",
+    "EnvelopeProducer",
+    "Headers",
+    "classify_failure",
+    "close_all_producers",
+    "get_producer",
+    "record_size",
+    "role_config",
+]
 
 log = logging.getLogger(__name__)
 
@@ -83,68 +110,6 @@ TIMEOUT_SCAN = 1.0
 #: Produce requests sent between the last report before a send and the send itself count
 #: against it, so a short interval keeps the classification both quick and tight.
 STATS_INTERVAL = 0.1
-#: Per-record overhead librdkafka adds before comparing with message.max.bytes (v2 record).
-_RECORD_OVERHEAD = 36
-
-#: Errors by which the broker (or the client, before sending) refuses every attempt of a
-#: message the same way: it was never written, whatever happened before.
-_REFUSED = frozenset(
-    {
-        KafkaError.UNKNOWN_TOPIC_OR_PART,
-        KafkaError._UNKNOWN_TOPIC,
-        KafkaError._UNKNOWN_PARTITION,
-        KafkaError.TOPIC_AUTHORIZATION_FAILED,
-        KafkaError.CLUSTER_AUTHORIZATION_FAILED,
-        KafkaError.SASL_AUTHENTICATION_FAILED,
-        KafkaError._AUTHENTICATION,
-        KafkaError.MSG_SIZE_TOO_LARGE,
-        KafkaError.INVALID_RECORD,
-        KafkaError.INVALID_REQUIRED_ACKS,
-        KafkaError.RECORD_LIST_TOO_LARGE,
-        KafkaError._INVALID_ARG,
-    }
-)
-
-
-@dataclass(frozen=True)
-class DeliveryReceipt:
-    """Where the broker stored a message: acknowledges persistence in Kafka (acks=all)."""
-
-    topic: str
-    partition: int
-    offset: int
-    timestamp_ms: int | None
-    key: bytes | None
-
-
-def _receipt(msg: Message) -> DeliveryReceipt:
-    ts_type, ts = msg.timestamp()
-    offset = msg.offset()
-    return DeliveryReceipt(
-        topic=msg.topic() or "",
-        partition=msg.partition() or 0,
-        offset=-1 if offset is None else offset,
-        timestamp_ms=ts if ts_type != 0 else None,
-        key=msg.key() if isinstance(msg.key(), bytes) else None,
-    )
-
-
-#: Seconds a refusal of the credentials / TLS makes new sends fail at once (librdkafka retries the
-#: handshake at most every ``reconnect.backoff.max.ms``, 10 s by default, refreshing it).
-REFUSAL_MEMORY = 30.0
-#: The client gave the message up (purged, timed out): after a refusal, because of it.
-_GIVEN_UP = frozenset({KafkaError._PURGE_QUEUE, KafkaError._MSG_TIMED_OUT})
-
-
-def classify_failure(code: int | None, produce_sent: bool | None) -> type[DeliveryError]:
-    """:class:`NotSentError` or :class:`DeliveryOutcomeUnknownError` for a failed message.
-
-    ``produce_sent``: whether any Produce request left the producer during the message's life
-    (``None``: not known).
-    """
-    if code in _REFUSED or produce_sent is False:
-        return NotSentError
-    return DeliveryOutcomeUnknownError
 
 
 def _encode_key(key: bytes | str | None) -> bytes | None:
@@ -157,17 +122,6 @@ def _header_list(headers: Headers | None) -> list[tuple[str, bytes | str | None]
     if not headers:
         return []
     return list(headers.items()) if isinstance(headers, Mapping) else list(headers)
-
-
-def record_size(
-    value: bytes | None, key: bytes | None, headers: Sequence[tuple[str, bytes | str | None]] = ()
-) -> int:
-    """A record's size as librdkafka compares it with ``message.max.bytes`` (an upper bound)."""
-    size = _RECORD_OVERHEAD + len(value or b"") + len(key or b"")
-    for name, header in headers:
-        data = header.encode("utf-8") if isinstance(header, str) else (header or b"")
-        size += 10 + len(name.encode("utf-8")) + len(data)
-    return size
 
 
 def _ms_setting(config: Mapping[str, Any], *keys: str, default: float) -> float:
@@ -276,11 +230,11 @@ class EnvelopeProducer:
             if err is None:
                 self.health.mark_up()
                 self._refused = None
-                pending.future.set_result(_receipt(msg))
+                pending.future.set_result(receipt_of(msg))
                 metrics.delivered(self.role, pending.topic, time.monotonic() - pending.sent_at)
                 return
             pending.error, pending.failed_at = err, time.monotonic()
-            if err.code() in _REFUSED or (
+            if err.code() in REFUSED_CODES or (
                 self._refused is not None and err.code() == KafkaError._PURGE_QUEUE
             ):
                 self._fail(pending, produce_sent=None)
@@ -322,60 +276,13 @@ class EnvelopeProducer:
         self, topic: str, err: KafkaError, since: float, size: int, produce_sent: bool | None
     ) -> DeliveryError:
         """The typed error of a failed message, naming the brokers, the topic and the cause."""
-        code = err.code()
-        refused = self.health.refusal(since=since) or self._refused
-        if refused is not None and (code in _REFUSED or code in _GIVEN_UP):
-            error = refusal_error(self.health, refused, producing=True)
-            assert isinstance(error, DeliveryError)
-            return error
-        if code == KafkaError.MSG_SIZE_TOO_LARGE:
-            return RecordTooLargeError(
-                f"not sent — nothing will be published: the broker at {self.bootstrap_servers} refused a "
-                f"record of about {size} bytes for topic {topic!r}: larger than the topic's "
-                "max.message.bytes; send a smaller record or raise the topic's max.message.bytes",
-                size=size,
-                limit=None,
-                limit_name="max.message.bytes",
-                kafka_error=err,
-            )
-        cls = classify_failure(code, produce_sent)
-        cause, detail = self._cause(topic, err, since)
-        if cls is NotSentError:
-            head = "not sent — nothing will be published"
-            tail = "a retry cannot publish it twice"
-        else:
-            head = "outcome unknown — retry with the same idempotency key"
-            tail = "it may have been written"
-        return cls(
-            f"{head}: message to topic {topic!r} at {self.bootstrap_servers}: {cause.value} ({detail}); "
-            f"{tail}; fix: {self.health.fix_for(cause)}",
-            kafka_error=err,
+        return delivery_failure(
+            self.health, self._refused, topic, err, since=since, size=size, produce_sent=produce_sent
         )
 
-    def _cause(self, topic: str, err: KafkaError, since: float) -> tuple[Cause, str]:
-        """The cause to name: the error's own when it says more (unknown topic, authorization), a
-        topic the brokers' metadata does not know, else the most telling one ``error_cb`` reported
-        during the message's life."""
-        own = cause_of(err.code())
-        snapshot = self.health.snapshot
-        if own is Cause.TIMED_OUT and not self.health.down and snapshot and topic in snapshot.unknown_topics:
-            return Cause.UNKNOWN_TOPIC, f"the brokers know no topic {topic!r}"
-        seen = self.health.last_error(since)
-        if seen is None or own in (Cause.UNKNOWN_TOPIC, Cause.AUTHORIZATION):
-            return own, self.health.redact(err.str())
-        if seen.cause is Cause.UNREACHABLE and snapshot is not None and snapshot.any_up:
-            up = sum(state == "UP" for state in snapshot.states.values())
-            return Cause.LEADER_UNAVAILABLE, f"{up} broker connection(s) up, but: {seen.text}"
-        return seen.cause, seen.text
-
     def _caller_gave_up(self, topic: str, waited: float) -> DeliveryOutcomeUnknownError:
-        return DeliveryOutcomeUnknownError(
-            f"outcome unknown — retry with the same idempotency key: no delivery report for a message to "
-            f"topic {topic!r} at {self.bootstrap_servers} within {waited:g}s; the producer (role "
-            f"{self.role!r}, message.timeout.ms={self.message_timeout * 1000:.0f}) may still publish it. "
-            "Fix: ask get_producer(config, role=..., message_timeout=<your timeout>) for a producer that "
-            "gives up when you do",
-            kafka_error=KafkaError(KafkaError._MSG_TIMED_OUT),
+        return caller_gave_up(
+            self.health, topic, waited, role=self.role, message_timeout=self.message_timeout
         )
 
     def _wait_for(self, timeout: float) -> float:
@@ -385,16 +292,7 @@ class EnvelopeProducer:
     # ------------------------------------------------------------------ API
     def _check_size(self, topic: str, size: int) -> None:
         if size > self.max_message_bytes:
-            raise RecordTooLargeError(
-                f"not sent — nothing will be published: a record of {size} bytes for topic {topic!r} is "
-                f"larger than the producer's message.max.bytes={self.max_message_bytes}; send less (a "
-                "smaller payload or extra) or raise message.max.bytes in the Kafka connection's extras or "
-                "properties file (and the topic's max.message.bytes, which the broker enforces)",
-                size=size,
-                limit=self.max_message_bytes,
-                limit_name="message.max.bytes",
-                kafka_error=KafkaError(KafkaError.MSG_SIZE_TOO_LARGE),
-            )
+            raise too_large_for_producer(topic, size, self.max_message_bytes)
 
     def send(
         self,

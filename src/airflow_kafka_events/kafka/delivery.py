@@ -1,0 +1,206 @@
+"""Delivery outcomes of a produced record: its receipt, or a typed failure naming brokers, topic and cause.
+
+* :class:`DeliveryReceipt` -- where the broker stored it (``acks=all``: durable);
+* :class:`~airflow_kafka_events.errors.NotSentError` -- not sent, nothing will be published;
+* :class:`~airflow_kafka_events.errors.DeliveryOutcomeUnknownError` -- it may have been
+  written: retry with the same idempotency key.
+
+:func:`classify_failure` tells the two apart (see :mod:`airflow_kafka_events.kafka.producer`
+for how ``produce_sent`` is derived from the statistics).  This module imports no Airflow module.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from confluent_kafka import KafkaError, Message
+
+from airflow_kafka_events.errors import (
+    DeliveryError,
+    DeliveryOutcomeUnknownError,
+    NotSentError,
+    RecordTooLargeError,
+)
+from airflow_kafka_events.kafka.client_log import Cause, ClientHealth, SeenError, cause_of, refusal_error
+
+__all__ = [
+    "REFUSAL_MEMORY",
+    "REFUSED_CODES",
+    "DeliveryReceipt",
+    "caller_gave_up",
+    "classify_failure",
+    "delivery_failure",
+    "receipt_of",
+    "record_size",
+    "too_large_for_producer",
+]
+
+#: Per-record overhead librdkafka adds before comparing with message.max.bytes (v2 record).
+_RECORD_OVERHEAD = 36
+
+#: Errors by which the broker (or the client, before sending) refuses every attempt of a
+#: message the same way: it was never written, whatever happened before.
+REFUSED_CODES = frozenset(
+    {
+        KafkaError.UNKNOWN_TOPIC_OR_PART,
+        KafkaError._UNKNOWN_TOPIC,
+        KafkaError._UNKNOWN_PARTITION,
+        KafkaError.TOPIC_AUTHORIZATION_FAILED,
+        KafkaError.CLUSTER_AUTHORIZATION_FAILED,
+        KafkaError.SASL_AUTHENTICATION_FAILED,
+        KafkaError._AUTHENTICATION,
+        KafkaError.MSG_SIZE_TOO_LARGE,
+        KafkaError.INVALID_RECORD,
+        KafkaError.INVALID_REQUIRED_ACKS,
+        KafkaError.RECORD_LIST_TOO_LARGE,
+        KafkaError._INVALID_ARG,
+    }
+)
+
+
+@dataclass(frozen=True)
+class DeliveryReceipt:
+    """Where the broker stored a message: acknowledges persistence in Kafka (acks=all)."""
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp_ms: int | None
+    key: bytes | None
+
+
+def receipt_of(msg: Message) -> DeliveryReceipt:
+    ts_type, ts = msg.timestamp()
+    offset = msg.offset()
+    return DeliveryReceipt(
+        topic=msg.topic() or "",
+        partition=msg.partition() or 0,
+        offset=-1 if offset is None else offset,
+        timestamp_ms=ts if ts_type != 0 else None,
+        key=msg.key() if isinstance(msg.key(), bytes) else None,
+    )
+
+
+#: Seconds a refusal of the credentials / TLS makes new sends fail at once (librdkafka retries the
+#: handshake at most every ``reconnect.backoff.max.ms``, 10 s by default, refreshing it).
+REFUSAL_MEMORY = 30.0
+#: The client gave the message up (purged, timed out): after a refusal, because of it.
+_GIVEN_UP = frozenset({KafkaError._PURGE_QUEUE, KafkaError._MSG_TIMED_OUT})
+
+
+def classify_failure(code: int | None, produce_sent: bool | None) -> type[DeliveryError]:
+    """:class:`NotSentError` or :class:`DeliveryOutcomeUnknownError` for a failed message.
+
+    ``produce_sent``: whether any Produce request left the producer during the message's life
+    (``None``: not known).
+    """
+    if code in REFUSED_CODES or produce_sent is False:
+        return NotSentError
+    return DeliveryOutcomeUnknownError
+
+
+def record_size(
+    value: bytes | None, key: bytes | None, headers: Sequence[tuple[str, bytes | str | None]] = ()
+) -> int:
+    """A record's size as librdkafka compares it with ``message.max.bytes`` (an upper bound)."""
+    size = _RECORD_OVERHEAD + len(value or b"") + len(key or b"")
+    for name, header in headers:
+        data = header.encode("utf-8") if isinstance(header, str) else (header or b"")
+        size += 10 + len(name.encode("utf-8")) + len(data)
+    return size
+
+
+def too_large_for_producer(topic: str, size: int, limit: int) -> RecordTooLargeError:
+    """A record over the producer's ``message.max.bytes``: refused before anything is produced."""
+    return RecordTooLargeError(
+        f"not sent — nothing will be published: a record of {size} bytes for topic {topic!r} is "
+        f"larger than the producer's message.max.bytes={limit}; send less (a "
+        "smaller payload or extra) or raise message.max.bytes in the Kafka connection's extras or "
+        "properties file (and the topic's max.message.bytes, which the broker enforces)",
+        size=size,
+        limit=limit,
+        limit_name="message.max.bytes",
+        kafka_error=KafkaError(KafkaError.MSG_SIZE_TOO_LARGE),
+    )
+
+
+def _too_large_for_topic(health: ClientHealth, topic: str, size: int, err: KafkaError) -> RecordTooLargeError:
+    return RecordTooLargeError(
+        f"not sent — nothing will be published: the broker at {health.bootstrap_servers} refused a "
+        f"record of about {size} bytes for topic {topic!r}: larger than the topic's "
+        "max.message.bytes; send a smaller record or raise the topic's max.message.bytes",
+        size=size,
+        limit=None,
+        limit_name="max.message.bytes",
+        kafka_error=err,
+    )
+
+
+def delivery_failure(
+    health: ClientHealth,
+    refused: SeenError | None,
+    topic: str,
+    err: KafkaError,
+    *,
+    since: float,
+    size: int,
+    produce_sent: bool | None,
+) -> DeliveryError:
+    """The typed error of a failed message, naming the brokers, the topic and the cause.
+
+    ``refused``: a refusal of the credentials / TLS the producer remembers; ``since``: when the
+    message was sent (causes reported since then count).
+    """
+    code = err.code()
+    refused = health.refusal(since=since) or refused
+    if refused is not None and (code in REFUSED_CODES or code in _GIVEN_UP):
+        error = refusal_error(health, refused, producing=True)
+        assert isinstance(error, DeliveryError)
+        return error
+    if code == KafkaError.MSG_SIZE_TOO_LARGE:
+        return _too_large_for_topic(health, topic, size, err)
+    cls = classify_failure(code, produce_sent)
+    cause, detail = _cause(health, topic, err, since)
+    if cls is NotSentError:
+        head = "not sent — nothing will be published"
+        tail = "a retry cannot publish it twice"
+    else:
+        head = "outcome unknown — retry with the same idempotency key"
+        tail = "it may have been written"
+    return cls(
+        f"{head}: message to topic {topic!r} at {health.bootstrap_servers}: {cause.value} ({detail}); "
+        f"{tail}; fix: {health.fix_for(cause)}",
+        kafka_error=err,
+    )
+
+
+def _cause(health: ClientHealth, topic: str, err: KafkaError, since: float) -> tuple[Cause, str]:
+    """The cause to name: the error's own when it says more (unknown topic, authorization), a
+    topic the brokers' metadata does not know, else the most telling one ``error_cb`` reported
+    during the message's life."""
+    own = cause_of(err.code())
+    snapshot = health.snapshot
+    if own is Cause.TIMED_OUT and not health.down and snapshot and topic in snapshot.unknown_topics:
+        return Cause.UNKNOWN_TOPIC, f"the brokers know no topic {topic!r}"
+    seen = health.last_error(since)
+    if seen is None or own in (Cause.UNKNOWN_TOPIC, Cause.AUTHORIZATION):
+        return own, health.redact(err.str())
+    if seen.cause is Cause.UNREACHABLE and snapshot is not None and snapshot.any_up:
+        up = sum(state == "UP" for state in snapshot.states.values())
+        return Cause.LEADER_UNAVAILABLE, f"{up} broker connection(s) up, but: {seen.text}"
+    return seen.cause, seen.text
+
+
+def caller_gave_up(
+    health: ClientHealth, topic: str, waited: float, *, role: str, message_timeout: float
+) -> DeliveryOutcomeUnknownError:
+    """No delivery report within the caller's wait: the producer may still publish the message."""
+    return DeliveryOutcomeUnknownError(
+        f"outcome unknown — retry with the same idempotency key: no delivery report for a message to "
+        f"topic {topic!r} at {health.bootstrap_servers} within {waited:g}s; the producer (role "
+        f"{role!r}, message.timeout.ms={message_timeout * 1000:.0f}) may still publish it. "
+        "Fix: ask get_producer(config, role=..., message_timeout=<your timeout>) for a producer that "
+        "gives up when you do",
+        kafka_error=KafkaError(KafkaError._MSG_TIMED_OUT),
+    )
