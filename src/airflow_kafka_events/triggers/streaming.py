@@ -57,7 +57,6 @@ from __future__ import annotations
 
 import abc
 import asyncio
-import inspect
 import logging
 import math
 from collections.abc import AsyncIterator, Mapping
@@ -68,8 +67,7 @@ from typing import Any
 from airflow.triggers.base import BaseTrigger, TaskFailedEvent, TaskSuccessEvent, TriggerEvent
 
 from airflow_kafka_events import metrics
-from airflow_kafka_events.codec import TRIGGER_EVENT_CODEC
-from airflow_kafka_events.envelopes import ProducerIdentity, StreamError, TriggerEventEnvelope
+from airflow_kafka_events.envelopes import ProducerIdentity, StreamError
 from airflow_kafka_events.errors import (
     ConfigurationError,
     EnvelopeEncodeError,
@@ -77,17 +75,13 @@ from airflow_kafka_events.errors import (
     ValidationError,
 )
 from airflow_kafka_events.kafka.producer import EnvelopeProducer
-from airflow_kafka_events.kafka.progress import (
-    FIRST_OFFSET_METADATA_KEY,
-    GENERATION_METADATA_KEY,
-    lookup_stream,
-)
+from airflow_kafka_events.kafka.progress import lookup_stream
 from airflow_kafka_events.kafka.settings import KafkaSettings
 from airflow_kafka_events.streams import StreamDescriptor, plan_resume, stream_id
+from airflow_kafka_events.triggers.attempt_writer import AttemptWriter, close_iterator, parse_not_before
 from airflow_kafka_events.triggers.outage import (
     DEFAULT_OUTAGE_TIMEOUT,
     STREAM_ROLE,
-    await_delivery,
     resolve_outage_timeout,
     wait_for_earlier_sends,
 )
@@ -135,134 +129,6 @@ class Page:
     def __post_init__(self) -> None:
         if self.cursor is not None and not isinstance(self.cursor, str):
             raise ValidationError(f"Page.cursor must be a str or None, got {type(self.cursor).__qualname__}")
-
-
-class _AttemptWriter:
-    """Writes the envelopes of one attempt, one awaited delivery at a time."""
-
-    def __init__(
-        self,
-        producer: EnvelopeProducer,
-        *,
-        topic: str,
-        partition: int,
-        trigger_run_id: str,
-        attempt: int,
-        next_seq: int,
-        first_offset: int | None,
-        cursor: str | None,
-        identity: ProducerIdentity,
-        delivery_timeout: float,
-        generation: int | None = None,
-        log: Any = None,
-    ) -> None:
-        self.producer = producer
-        self.topic = topic
-        self.partition = partition
-        self.trigger_run_id = trigger_run_id
-        self.attempt = attempt
-        self.next_seq = next_seq
-        self.first_offset = first_offset
-        self.cursor = cursor
-        self.identity = identity
-        self.delivery_timeout = delivery_timeout
-        self.generation = generation
-        self.written = 0
-        self.log = log if log is not None else _log
-
-    def _metadata(self) -> dict[str, str]:
-        metadata: dict[str, str] = {}
-        if self.generation is not None:
-            metadata[GENERATION_METADATA_KEY] = str(self.generation)
-        if self.next_seq > 0 and self.first_offset is not None:
-            metadata[FIRST_OFFSET_METADATA_KEY] = str(self.first_offset)
-        return metadata
-
-    def encode(self, *, payload: Any, cursor: str | None, is_last: bool, error: StreamError | None) -> bytes:
-        envelope = TriggerEventEnvelope(
-            trigger_run_id=self.trigger_run_id,
-            sequence_index=self.next_seq,
-            is_last=is_last,
-            payload=payload,
-            attempt=self.attempt,
-            producer=self.identity,
-            resume_cursor=cursor,
-            error=error,
-            metadata=self._metadata(),
-        )
-        return TRIGGER_EVENT_CODEC.encode(envelope, topic=self.topic)
-
-    async def send(self, value: bytes, cursor: str | None) -> int:
-        delivery = asyncio.ensure_future(
-            self.producer.send_async(
-                self.topic,
-                value,
-                key=self.trigger_run_id,
-                partition=self.partition,
-                timeout=self.delivery_timeout,
-            )
-        )
-        receipt = await await_delivery(
-            delivery,
-            self.producer,
-            self.log,
-            stream=self.trigger_run_id,
-            page=self.next_seq,
-            timeout=self.delivery_timeout,
-        )
-        if self.next_seq == 0:
-            self.first_offset = receipt.offset
-        self.next_seq += 1
-        self.cursor = cursor
-        self.written += 1
-        return receipt.offset
-
-    async def finish(self, error: StreamError | None) -> StreamDescriptor:
-        count = self.next_seq
-        value = self.encode(payload=None, cursor=self.cursor, is_last=True, error=error)
-        last_offset = await self.send(value, self.cursor)
-        return StreamDescriptor(
-            topic=self.topic,
-            trigger_run_id=self.trigger_run_id,
-            attempt=self.attempt,
-            count=count,
-            first_offset=self.first_offset,
-            last_offset=last_offset,
-            partition=self.partition,
-            error=None if error is None else error.to_avro(),
-        )
-
-
-async def _close_iterator(iterator: Any) -> None:
-    aclose = getattr(iterator, "aclose", None)
-    if aclose is None:
-        return
-    result = aclose()
-    if inspect.isawaitable(result):
-        await result
-
-
-def _parse_not_before(value: Any) -> datetime | None:
-    """``not_before`` as an aware datetime; ``ConfigurationError`` unless ISO-8601 text with a timezone."""
-    if value is None:
-        return None
-    if isinstance(value, datetime):
-        moment = value
-    elif isinstance(value, str):
-        text = value.strip()
-        if text.endswith(("Z", "z")):  # fromisoformat() of Python 3.10 does not read "Z"
-            text = text[:-1] + "+00:00"
-        try:
-            moment = datetime.fromisoformat(text)
-        except ValueError:
-            raise ConfigurationError(f"not_before must be an ISO-8601 timestamp, got {value!r}") from None
-    else:
-        raise ConfigurationError(
-            f"not_before must be an ISO-8601 timestamp (str) or None, got {type(value).__qualname__}"
-        )
-    if moment.tzinfo is None or moment.utcoffset() is None:
-        raise ConfigurationError(f"not_before must have a timezone (e.g. +00:00), got {value!r}")
-    return moment
 
 
 class StreamingTrigger(BaseTrigger):
@@ -323,7 +189,7 @@ class StreamingTrigger(BaseTrigger):
             isinstance(generation, bool) or not isinstance(generation, int) or generation < 0
         ):
             raise ConfigurationError(f"generation must be an int >= 0 or None, got {generation!r}")
-        not_before_moment = _parse_not_before(not_before)
+        not_before_moment = parse_not_before(not_before)
         if producer_identity is not None:
             if not isinstance(producer_identity, Mapping):
                 raise ConfigurationError(
@@ -346,7 +212,7 @@ class StreamingTrigger(BaseTrigger):
     @property
     def not_before_ms(self) -> int | None:
         """``not_before`` in epoch milliseconds (rounded down, at least 0), or ``None``."""
-        moment = _parse_not_before(self.not_before)
+        moment = parse_not_before(self.not_before)
         if moment is None:
             return None
         return max(0, math.floor(moment.timestamp() * 1000))
@@ -531,7 +397,7 @@ class StreamingTrigger(BaseTrigger):
         generation = self.generation
         if generation is None and continuing and progress is not None:
             generation = progress.generation
-        writer = _AttemptWriter(
+        writer = AttemptWriter(
             producer,
             topic=self.topic,
             partition=location.partition,
@@ -560,7 +426,7 @@ class StreamingTrigger(BaseTrigger):
         )
         yield self.final_event(descriptor)
 
-    async def _write_pages(self, writer: _AttemptWriter, cursor: str | None) -> StreamError | None:
+    async def _write_pages(self, writer: AttemptWriter, cursor: str | None) -> StreamError | None:
         """Fetch and deliver pages one by one; the error that ended the stream, if any."""
         try:
             iterator = self.pages(cursor)
@@ -594,7 +460,7 @@ class StreamingTrigger(BaseTrigger):
         finally:
             self._pages_iterator = None
             try:
-                await _close_iterator(iterator)
+                await close_iterator(iterator)
             except Exception:
                 self.log.warning("closing pages() of stream %s failed", writer.trigger_run_id, exc_info=True)
 
@@ -603,7 +469,11 @@ class StreamingTrigger(BaseTrigger):
         iterator, self._pages_iterator = self._pages_iterator, None
         try:
             if iterator is not None:
-                await _close_iterator(iterator)
+                await close_iterator(iterator)
             await super().cleanup()
         except Exception:
             self.log.warning("cleanup of %s failed", type(self).__qualname__, exc_info=True)
+
+
+#: The attempt writer's former name (kept importable).
+_AttemptWriter = AttemptWriter
