@@ -6,6 +6,12 @@ confluent-kafka's :class:`~confluent_kafka.serialization.SerializationError`, so
 that already catches serializer errors keeps working; errors that come from the Kafka
 client keep librdkafka's error code (``.code``) and the original ``KafkaError``.
 
+Each subpackage with errors of its own has one ``errors`` module (``assets.errors``,
+``bridge.errors``, ``triggers.errors``, ``iteration.errors``, ``inspection.errors``), all under
+:class:`AirflowKafkaEventsError`.  An error's type name is recorded in Kafka (a failed stream's
+``StreamError.type``, a dead letter's ``x-error-type``); :func:`recorded_under` keeps the name
+of an error class that moved, so stored records and readers matching on it are unaffected.
+
 This module imports no Airflow module: external producers use it too.
 """
 
@@ -19,6 +25,16 @@ from confluent_kafka.serialization import SerializationError as _ConfluentSerial
 
 class AirflowKafkaEventsError(Exception):
     """Root of every error this package raises on purpose."""
+
+
+def recorded_under(module: str, *classes: type[BaseException]) -> None:
+    """Record ``classes`` as ``<module>.<Class>`` (their import path before they moved; it still works).
+
+    The type name of an error is written into Kafka records (``StreamError.type``,
+    ``x-error-type``), so it stays the same when a class moves to its package's errors module.
+    """
+    for cls in classes:
+        cls.__module__ = module
 
 
 class ConfigurationError(AirflowKafkaEventsError, ValueError):

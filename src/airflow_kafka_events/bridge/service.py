@@ -69,18 +69,19 @@ from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from airflow_kafka_events import metrics
 from airflow_kafka_events.assets.admission import AdmissionPipeline, AdmissionVerdict, CausationTooDeepError
-from airflow_kafka_events.assets.external import PROVENANCE_EXTRA_KEY, provenance_extra
 from airflow_kafka_events.assets.idempotency import SeenKeys
-from airflow_kafka_events.bridge.airflow_api import (
-    AirflowApiClient,
-    AssetIdCache,
+from airflow_kafka_events.bridge.airflow_api import AirflowApiClient, AssetIdCache
+from airflow_kafka_events.bridge.airflow_event import event_extra
+from airflow_kafka_events.bridge.config import BridgeConfig
+from airflow_kafka_events.bridge.errors import (
     BridgeError,
+    DeadLetterError,
     NotFoundError,
     RejectedError,
+    RetriesExhaustedError,
     TransientApiError,
     UnknownAssetError,
 )
-from airflow_kafka_events.bridge.config import BridgeConfig
 from airflow_kafka_events.dlq import DLQ_ROLE, DLQ_TIMEOUT, DeadLetter, DeadLetterWriter
 from airflow_kafka_events.envelopes import AssetEventEnvelope
 from airflow_kafka_events.errors import ConfigurationError, EnvelopeDecodeError, KafkaOperationError
@@ -140,39 +141,8 @@ class Outcome(str, Enum):
     SKIPPED = "skipped"  # another asset (--asset), or no partition key and --skip-unpartitioned
 
 
-class RetriesExhaustedError(BridgeError):
-    """Transient failures outlasted the retry policy; nothing was committed."""
-
-
-class DeadLetterError(BridgeError):
-    """A record could not be written to the dead-letter topic; nothing was committed."""
-
-
 class _StopRequested(Exception):
     """A stop was requested while waiting to retry."""
-
-
-# --------------------------------------------------------------------------- pure helpers
-def event_extra(envelope: AssetEventEnvelope, record: ConsumedRecord[Any] | None = None) -> dict[str, Any]:
-    """``extra`` of the Airflow asset event made from ``envelope``.
-
-    The envelope's extra, ``partition_date`` (ISO-8601 in UTC, when the envelope has one; it
-    replaces a ``partition_date`` key of the envelope's extra) and, under
-    ``"airflow_kafka_events"``, :func:`provenance_extra` plus ``source``, ``emitted_at``,
-    ``partition_date`` and the Kafka coordinates of the record.
-    """
-    extra: dict[str, Any] = dict(envelope.extra)
-    info: dict[str, Any] = dict(provenance_extra(envelope)[PROVENANCE_EXTRA_KEY])
-    info.setdefault("source", envelope.source.to_avro())
-    info.setdefault("emitted_at", envelope.emitted_at.isoformat())
-    if envelope.partition_date is not None:
-        date = envelope.partition_date.isoformat()
-        extra["partition_date"] = date
-        info.setdefault("partition_date", date)
-    if record is not None:
-        info["kafka"] = {"topic": record.topic, "partition": record.partition, "offset": record.offset}
-    extra[PROVENANCE_EXTRA_KEY] = info
-    return extra
 
 
 def _clip(text: str, limit: int = 500) -> str:

@@ -9,7 +9,7 @@ This module imports no Airflow module.
 
 from __future__ import annotations
 
-from airflow_kafka_events.errors import AirflowKafkaEventsError
+from airflow_kafka_events.errors import AirflowKafkaEventsError, recorded_under
 
 __all__ = [
     "HttpPaginationError",
@@ -18,9 +18,6 @@ __all__ = [
     "NextLinkError",
     "ResponseFormatError",
 ]
-
-#: The module the stored type names of these errors name.
-_RECORDED_MODULE = "airflow_kafka_events.triggers.http"
 
 
 class HttpPaginationError(AirflowKafkaEventsError):
@@ -53,12 +50,11 @@ class NextLinkError(HttpPaginationError):
     """A next link that is not followed: another origin, not http(s), a loop, a credential in it."""
 
 
-for _error in (
+recorded_under(
+    "airflow_kafka_events.triggers.http",
     HttpPaginationError,
     HttpStatusError,
     HttpRetriesExhaustedError,
     ResponseFormatError,
     NextLinkError,
-):
-    _error.__module__ = _RECORDED_MODULE
-del _error
+)
