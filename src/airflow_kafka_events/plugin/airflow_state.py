@@ -1,0 +1,296 @@
+"""What the view reads from Airflow's metadata DB: checkpoints, watcher positions, asset events.
+
+Every query is bounded (a ``LIMIT``, or keys the page already holds):
+
+* :func:`consumer_checkpoints` -- stream consumers' read checkpoints, stored in the *task state
+  store* of each consumer task instance under ``stream:<trigger_run_id>``
+  (:func:`~airflow_kafka_events.stream_consumption.checkpoint_key`);
+* :func:`watchers` -- the asset watchers running this package's trigger: their asset, the triggerer
+  that holds them (host, heartbeat) and their stored position, kept in the watched asset's *asset
+  state store* under ``airflow_kafka_events.watcher[<connection id>]``
+  (:func:`~airflow_kafka_events.triggers.asset_stream` ``STATE_KEY``);
+* :func:`airflow_events_for` -- the Airflow asset events made from envelopes (found by
+  ``event_id`` / ``idempotency_key`` in their provenance, as the partition bridge or a watcher
+  stored it) and the DAG runs they created; :func:`last_bridge_post` -- the newest of them posted
+  by a bridge.
+
+Values shown are filtered: a trigger's arguments are reduced to names of topics, connection and
+group (never the rest of its encrypted kwargs).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session, selectinload
+
+from airflow_kafka_events.assets.external import PROVENANCE_EXTRA_KEY
+from airflow_kafka_events.checkpoint import Checkpoint
+from airflow_kafka_events.errors import ValidationError
+from airflow_kafka_events.kafka.positions import positions_from_json
+from airflow_kafka_events.stream_consumption import CHECKPOINT_KEY_PREFIX
+
+__all__ = [
+    "AirflowEvent",
+    "ConsumerCheckpoint",
+    "WatcherState",
+    "airflow_events_for",
+    "consumer_checkpoints",
+    "last_bridge_post",
+    "watchers",
+]
+
+#: Rows a page reads at most from one table.
+ROW_LIMIT = 500
+#: Airflow asset events searched for the envelopes of one page (newest first).
+EVENT_SCAN_LIMIT = 2000
+#: The trigger class of this package's asset watchers.
+WATCHER_CLASSPATH = "airflow_kafka_events.triggers.asset_watcher.KafkaAssetEventTrigger"
+WATCHER_STATE_KEY = "airflow_kafka_events.watcher"
+
+
+# ====================================================================== consumer checkpoints
+@dataclass(frozen=True)
+class ConsumerCheckpoint:
+    """A consumer task instance's read checkpoint of one stream."""
+
+    trigger_run_id: str
+    dag_id: str
+    run_id: str
+    task_id: str
+    map_index: int
+    generation: int | None
+    checkpoint: Checkpoint | None
+    updated_at: datetime | None
+    problem: str | None = None  # a stored value that cannot be read
+
+    @property
+    def pages(self) -> int | None:
+        """Pages of the followed attempt the consumer handled (the end marker not counted)."""
+        cp = self.checkpoint
+        if cp is None:
+            return None
+        return max(0, cp.next_sequence_index - 1) if cp.finished else cp.next_sequence_index
+
+    def lag(self, pages_written: int, attempt: int) -> int | None:
+        """Pages written and not yet handled (``None`` when it follows another attempt)."""
+        if self.checkpoint is None or self.pages is None or self.checkpoint.attempt != attempt:
+            return None
+        return max(0, pages_written - self.pages)
+
+
+def _decode_checkpoint(value: str) -> tuple[int | None, Checkpoint | None, str | None]:
+    try:
+        stored = json.loads(value)
+        if not isinstance(stored, Mapping) or "checkpoint" not in stored:
+            return None, None, "not a stream checkpoint"
+        return stored.get("generation"), Checkpoint.from_json(stored["checkpoint"]), None
+    except (ValueError, ValidationError) as exc:
+        return None, None, str(exc)
+
+
+def consumer_checkpoints(
+    session: Session,
+    trigger_run_ids: Iterable[str] = (),
+    *,
+    dag_id: str | None = None,
+    run_id: str | None = None,
+    task_id: str | None = None,
+    map_index: int | None = None,
+) -> list[ConsumerCheckpoint]:
+    """Checkpoints of the streams ``trigger_run_ids``, and/or those stored by one task (instance)."""
+    from airflow.models.task_state_store import TaskStateStoreModel as Row
+
+    ids = sorted(set(trigger_run_ids))
+    query = select(Row)
+    if ids:
+        query = query.where(Row.key.in_([f"{CHECKPOINT_KEY_PREFIX}{i}" for i in ids[:ROW_LIMIT]]))
+    else:
+        query = query.where(Row.key.startswith(CHECKPOINT_KEY_PREFIX))
+    for column, value in ((Row.dag_id, dag_id), (Row.run_id, run_id), (Row.task_id, task_id)):
+        if value is not None:
+            query = query.where(column == value)
+    if map_index is not None:
+        query = query.where(Row.map_index == map_index)
+    if not ids and dag_id is None:
+        return []  # neither streams nor a task: nothing bounded to look for
+    rows = session.scalars(query.order_by(Row.updated_at.desc()).limit(ROW_LIMIT)).all()
+    out = []
+    for row in rows:
+        generation, checkpoint, problem = _decode_checkpoint(row.value)
+        out.append(
+            ConsumerCheckpoint(
+                trigger_run_id=row.key[len(CHECKPOINT_KEY_PREFIX) :],
+                dag_id=row.dag_id,
+                run_id=row.run_id,
+                task_id=row.task_id,
+                map_index=row.map_index,
+                generation=generation,
+                checkpoint=checkpoint,
+                updated_at=row.updated_at,
+                problem=problem,
+            )
+        )
+    return out
+
+
+# ====================================================================== watchers
+@dataclass
+class WatcherState:
+    """One asset watcher of this package as Airflow holds it."""
+
+    asset_id: int
+    asset_name: str
+    asset_uri: str
+    trigger_id: int
+    kafka_config_id: str
+    group_id: str | None
+    topics: list[str]
+    triggerer_id: int | None
+    triggerer_host: str | None
+    triggerer_heartbeat: datetime | None
+    positions: dict[tuple[str, int], int] = field(default_factory=dict)
+    positions_updated_at: datetime | None = None
+    problem: str | None = None
+
+
+def _watcher_kwargs(trigger: Any) -> tuple[Mapping[str, Any], str | None]:
+    try:
+        kwargs = trigger.kwargs
+    except Exception as exc:  # an undecryptable row (another fernet key): say so, show the rest
+        return {}, f"cannot read the trigger's arguments: {type(exc).__name__}"
+    return (kwargs if isinstance(kwargs, Mapping) else {}), None
+
+
+def watchers(session: Session) -> list[WatcherState]:
+    """This package's asset watchers, their triggerer and stored positions."""
+    from airflow.models.asset import AssetModel, AssetWatcherModel
+    from airflow.models.asset_state_store import AssetStateStoreModel
+    from airflow.models.trigger import Trigger
+
+    rows = session.execute(
+        select(AssetWatcherModel, AssetModel, Trigger)
+        .join(AssetModel, AssetModel.id == AssetWatcherModel.asset_id)
+        .join(Trigger, Trigger.id == AssetWatcherModel.trigger_id)
+        .where(Trigger.classpath == WATCHER_CLASSPATH)
+        .options(selectinload(Trigger.triggerer_job))
+        .limit(ROW_LIMIT)
+    ).all()
+    out: list[WatcherState] = []
+    for _watcher, asset, trigger in rows:
+        kwargs, problem = _watcher_kwargs(trigger)
+        job = trigger.triggerer_job
+        state = WatcherState(
+            asset_id=asset.id,
+            asset_name=asset.name,
+            asset_uri=asset.uri,
+            trigger_id=trigger.id,
+            kafka_config_id=str(kwargs.get("kafka_config_id") or "kafka_default"),
+            group_id=kwargs.get("group_id"),
+            topics=[str(t) for t in kwargs.get("topics") or ()],
+            triggerer_id=trigger.triggerer_id,
+            triggerer_host=getattr(job, "hostname", None),
+            triggerer_heartbeat=getattr(job, "latest_heartbeat", None),
+            problem=problem,
+        )
+        stored = session.scalar(
+            select(AssetStateStoreModel).where(
+                AssetStateStoreModel.asset_id == asset.id,
+                AssetStateStoreModel.key == f"{WATCHER_STATE_KEY}[{state.kafka_config_id}]",
+            )
+        )
+        if stored is not None:
+            state.positions_updated_at = stored.updated_at
+            try:
+                value = json.loads(stored.value)
+                state.positions = positions_from_json(
+                    value.get("positions") if isinstance(value, Mapping) else None
+                )
+            except (ValueError, ValidationError) as exc:
+                state.problem = f"stored position cannot be read: {exc}"
+        out.append(state)
+    return out
+
+
+# ====================================================================== asset events in Airflow
+@dataclass(frozen=True)
+class AirflowEvent:
+    """An Airflow asset event made from an envelope, and the DAG runs it created."""
+
+    id: int
+    asset_name: str
+    timestamp: datetime
+    partition_key: str | None
+    via: str  # "bridge" | "watcher"
+    event_id: str | None
+    idempotency_key: str | None
+    dag_runs: tuple[tuple[str, str], ...]  # (dag_id, run_id)
+
+
+def provenance_of(extra: Any) -> tuple[str, Mapping[str, Any]] | None:
+    """``(via, provenance)`` of an asset event's extra, or ``None`` (not made from an envelope)."""
+    if not isinstance(extra, Mapping):
+        return None
+    info = extra.get(PROVENANCE_EXTRA_KEY)
+    if isinstance(info, Mapping):
+        return "bridge", info
+    payload = extra.get("payload")
+    if extra.get("from_trigger") and isinstance(payload, Mapping):
+        info = payload.get(PROVENANCE_EXTRA_KEY)
+        if isinstance(info, Mapping):
+            return "watcher", info
+    return None
+
+
+def _recent_events(session: Session, since: datetime | None, limit: int) -> Sequence[Any]:
+    from airflow.models.asset import AssetEvent
+
+    query = select(AssetEvent).options(
+        selectinload(AssetEvent.created_dagruns), selectinload(AssetEvent.asset)
+    )
+    if since is not None:
+        query = query.where(AssetEvent.timestamp >= since)
+    return session.scalars(query.order_by(AssetEvent.id.desc()).limit(limit)).all()
+
+
+def _airflow_event(event: Any, via: str, info: Mapping[str, Any]) -> AirflowEvent:
+    return AirflowEvent(
+        id=event.id,
+        asset_name=getattr(event.asset, "name", "?"),
+        timestamp=event.timestamp,
+        partition_key=event.partition_key,
+        via=via,
+        event_id=info.get("event_id"),
+        idempotency_key=info.get("idempotency_key"),
+        dag_runs=tuple((run.dag_id, run.run_id) for run in event.created_dagruns),
+    )
+
+
+def airflow_events_for(
+    session: Session, event_ids: Iterable[str], *, since: datetime | None, limit: int = EVENT_SCAN_LIMIT
+) -> dict[str, list[AirflowEvent]]:
+    """``{envelope event_id: [Airflow asset events made from it]}`` among the newest ``limit``."""
+    wanted = set(event_ids)
+    found: dict[str, list[AirflowEvent]] = {}
+    if not wanted:
+        return found
+    for event in _recent_events(session, since, limit):
+        prov = provenance_of(event.extra)
+        if prov is None or prov[1].get("event_id") not in wanted:
+            continue
+        found.setdefault(prov[1]["event_id"], []).append(_airflow_event(event, *prov))
+    return found
+
+
+def last_bridge_post(session: Session, *, limit: int = EVENT_SCAN_LIMIT) -> AirflowEvent | None:
+    """The newest Airflow asset event a bridge posted (among the newest ``limit``)."""
+    for event in _recent_events(session, None, limit):
+        prov = provenance_of(event.extra)
+        if prov is not None and prov[0] == "bridge":
+            return _airflow_event(event, *prov)
+    return None

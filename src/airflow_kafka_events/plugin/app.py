@@ -1,0 +1,58 @@
+"""The Kafka Events view's FastAPI app, mounted by the plugin on the api-server at :data:`URL_PREFIX`.
+
+Every route of the app depends on :data:`~airflow_kafka_events.plugin.security.VIEW` (set on the
+app, so a route added later cannot forget it); there is no OpenAPI or docs route.  A page opened
+without a valid session answers 401/403 with a short page that links to Airflow's login.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from fastapi import FastAPI, HTTPException, Request
+from fastapi.exception_handlers import http_exception_handler
+from fastapi.responses import RedirectResponse, Response
+
+from airflow_kafka_events.plugin.rendering import render_html
+from airflow_kafka_events.plugin.security import VIEW
+from airflow_kafka_events.plugin.views import asset_events, dead_letters, health, streams
+
+__all__ = ["URL_PREFIX", "create_app", "get_app"]
+
+#: Where the app is mounted on the api-server.
+URL_PREFIX = "/kafka-events"
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    wants_html = "text/html" in request.headers.get("accept", "") and "/api/" not in request.url.path
+    if not wants_html or exc.status_code not in (400, 401, 403):
+        return await http_exception_handler(request, exc)
+    context = {"status": exc.status_code, "detail": exc.detail}
+    return render_html(request, "refused.html", context, status=exc.status_code)
+
+
+def create_app() -> FastAPI:
+    """A new instance of the view's app."""
+    app = FastAPI(
+        title="Kafka Events",
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
+        dependencies=[VIEW],
+    )
+    app.add_exception_handler(HTTPException, _http_error)
+
+    @app.get("/", include_in_schema=False)
+    def index(request: Request) -> RedirectResponse:
+        return RedirectResponse(f"{request.scope.get('root_path', '')}/streams", status_code=307)
+
+    for module in (streams, asset_events, dead_letters, health):
+        app.include_router(module.router)
+    return app
+
+
+@functools.cache
+def get_app() -> FastAPI:
+    """The app the plugin mounts (built on first use: importing the plugin builds nothing)."""
+    return create_app()

@@ -1,0 +1,123 @@
+"""How the view answers: server-rendered HTML (Jinja2) or JSON, with every secret masked last.
+
+Whatever a page shows went through :func:`~airflow_kafka_events.inspection.redact.redact` where
+it was read (payload previews, headers, extra).  As a last line, :func:`mask` runs on the whole
+answer: Airflow's secrets maskers (every connection password and sensitive extra the process
+loaded) and the secret-named values of the view's own Kafka connection (``sasl.password``,
+``ssl.key.password`` ...) are replaced by ``***``, whatever field they turned up in.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Iterable, Mapping
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode
+
+import jinja2
+from fastapi import Request
+from fastapi.responses import HTMLResponse, JSONResponse, Response
+
+from airflow_kafka_events.inspection.redact import MASK, is_secret_name
+
+__all__ = ["TEMPLATES_DIR", "mask", "render_html", "render_json", "secrets_of"]
+
+TEMPLATES_DIR = Path(__file__).resolve().parent / "templates"
+#: Secrets shorter than this are not masked (they would mask common words); Airflow's default.
+MIN_SECRET_LENGTH = 5
+
+
+def _ago(value: datetime | None) -> str:
+    if value is None:
+        return "-"
+    seconds = (datetime.now(timezone.utc) - value).total_seconds()
+    if seconds < 0:
+        return "just now"
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.0f} {unit} ago"
+    return f"{seconds:.0f} s ago"
+
+
+def _ts(value: datetime | None) -> str:
+    return "-" if value is None else value.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _query(request: Request, **changes: Any) -> str:
+    """The current query string with ``changes`` (``None`` removes a parameter)."""
+    params = dict(request.query_params)
+    for key, value in changes.items():
+        if value is None:
+            params.pop(key, None)
+        else:
+            params[key] = str(value)
+    return "?" + urlencode(params) if params else ""
+
+
+def _environment() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(TEMPLATES_DIR)),
+        autoescape=jinja2.select_autoescape(["html"]),
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters["ago"] = _ago
+    env.filters["ts"] = _ts
+    return env
+
+
+@functools.cache
+def environment() -> jinja2.Environment:
+    """The view's template environment (built on first use)."""
+    return _environment()
+
+
+def secrets_of(config: Mapping[str, Any] | None, extra: Iterable[str | None] = ()) -> list[str]:
+    """The values of ``config``'s secret-named keys, plus ``extra``, long enough to mask."""
+    values = [str(v) for k, v in (config or {}).items() if is_secret_name(str(k))]
+    values.extend(v for v in extra if v)
+    return sorted({v for v in values if len(v) >= MIN_SECRET_LENGTH}, key=len, reverse=True)
+
+
+def _airflow_masked(text: str) -> str:
+    from airflow._shared.secrets_masker import redact as core_redact
+
+    text = str(core_redact(text))
+    try:
+        from airflow.sdk._shared.secrets_masker import redact as sdk_redact
+    except ImportError:  # pragma: no cover - the task SDK is part of Airflow 3
+        return text
+    return str(sdk_redact(text))
+
+
+def mask(text: str, secrets: Iterable[str] = ()) -> str:
+    """``text`` with Airflow's masked values and ``secrets`` replaced by ``***``."""
+    for secret in secrets:
+        if secret in text:
+            text = text.replace(secret, MASK)
+    return _airflow_masked(text)
+
+
+def render_html(
+    request: Request,
+    template: str,
+    context: Mapping[str, Any],
+    *,
+    secrets: Iterable[str] = (),
+    status: int = 200,
+) -> Response:
+    html = (
+        environment()
+        .get_template(template)
+        .render(request=request, query=lambda **c: _query(request, **c), **context)
+    )
+    return HTMLResponse(mask(html, secrets), status_code=status)
+
+
+def render_json(payload: Any, *, secrets: Iterable[str] = (), status: int = 200) -> Response:
+    text = json.dumps(payload, default=str, sort_keys=True)
+    return Response(mask(text, secrets), status_code=status, media_type=JSONResponse.media_type)

@@ -1,0 +1,96 @@
+"""Asset events: the recent envelopes of the asset events topic and what each became in Airflow.
+
+Each envelope (partition key, source, idempotency key, causation chain -- each id a link to that
+event) is matched with the Airflow asset events made from it (by ``event_id`` in their provenance,
+``via`` the partition bridge or a watcher) and the DAG runs those created, or with the dead letter
+it became (a dead letter's source coordinates are the envelope's).  Both sides are bounded: the
+topic's window, the newest Airflow asset events since the window's start, the dead-letter topic's
+window.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from airflow.api_fastapi.common.db.common import SessionDep
+from fastapi import APIRouter, Query
+from fastapi.responses import Response
+
+from airflow_kafka_events.errors import AirflowKafkaEventsError
+from airflow_kafka_events.inspection.asset_events import list_asset_events
+from airflow_kafka_events.inspection.dead_letters import list_dead_letters
+from airflow_kafka_events.plugin.airflow_state import AirflowEvent, airflow_events_for
+from airflow_kafka_events.plugin.views.common import PageDep
+
+__all__ = ["router"]
+
+router = APIRouter()
+
+
+def _event_dict(event: AirflowEvent) -> dict[str, Any]:
+    return {
+        "id": event.id,
+        "asset": event.asset_name,
+        "timestamp": event.timestamp,
+        "partition_key": event.partition_key,
+        "via": event.via,
+        "dag_runs": [{"dag_id": d, "run_id": r} for d, r in event.dag_runs],
+    }
+
+
+def _as_dict(record: Any) -> dict[str, Any]:
+    to_dict = getattr(record, "to_dict", None)
+    return to_dict() if callable(to_dict) else dict(vars(record))
+
+
+@router.get("/asset-events")
+@router.get("/api/asset-events")
+def asset_events_page(
+    page: PageDep,
+    session: SessionDep,
+    asset: Annotated[str | None, Query(description="asset name or URI")] = None,
+    event_id: Annotated[str | None, Query()] = None,
+) -> Response:
+    settings = page.settings
+    window = page.window()
+    try:
+        listing = list_asset_events(
+            page.config(), settings.asset_events_topic, window=window, asset=asset or None
+        )
+        letters = list_dead_letters(
+            page.config(), settings.dlq_topic, window=window, source_topic=settings.asset_events_topic
+        )
+    except AirflowKafkaEventsError as exc:
+        return page.failed("asset-events", exc)
+    records = [r for r in listing.records if not event_id or r.event_id == event_id]
+    made = airflow_events_for(session, [r.event_id for r in records], since=window.since)
+    dead = {(d.source_topic, d.source_partition, d.source_offset): d for d in letters.records}
+    known_ids = {r.event_id for r in listing.records}
+    rows: list[dict[str, Any]] = []
+    for record in records:
+        letter = dead.get((record.topic, record.partition, record.offset))
+        rows.append({"record": record, "airflow": made.get(record.event_id, []), "dead_letter": letter})
+    payload = {
+        "topic": settings.asset_events_topic,
+        "events": [
+            {
+                **_as_dict(row["record"]),
+                "airflow_events": [_event_dict(e) for e in row["airflow"]],
+                "dead_letter": None
+                if row["dead_letter"] is None
+                else {"partition": row["dead_letter"].partition, "offset": row["dead_letter"].offset},
+            }
+            for row in rows
+        ],
+        "window": listing.window.to_dict(),
+        "window_text": listing.window.describe(),
+        "dead_letter_window_text": letters.window.describe(),
+    }
+    context = {
+        "rows": rows,
+        "known_ids": known_ids,
+        "filters": {"asset": asset, "event_id": event_id},
+        "scanned": listing.window,
+        "dead_scanned": letters.window,
+    }
+    return page.answer("asset-events", "asset_events.html", context, payload)

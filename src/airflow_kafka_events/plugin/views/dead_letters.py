@@ -1,0 +1,156 @@
+"""Dead letters: the dead-letter topic by source topic, consumer and reason; one record; its replay.
+
+Filtering by reason means reading the records, so the listing scans a bounded window (and says
+which).  A record shows its headers and a redacted, bounded payload preview.  Replaying it
+re-publishes the *original* record (key, value, original headers with its idempotency key, so
+downstream dedupe drops a record that had been handled after all) to its source topic or a chosen
+one: ``GET .../replay`` asks for confirmation, ``POST .../replay`` does it.  Both need an asset
+write (:data:`~airflow_kafka_events.plugin.security.REPLAY`); a viewer sees the button disabled
+and is refused (403) if they post anyway.  Each replay writes one audit line (logger
+``airflow_kafka_events.audit``, by the inspection layer) and one entry in Airflow's audit log
+(event ``kafka_events.replay``, owner the user).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Annotated, Any
+
+from airflow.api_fastapi.common.db.common import SessionDep
+from fastapi import APIRouter, Depends, Form, HTTPException, Query, status
+from fastapi.responses import Response
+
+from airflow_kafka_events.errors import AirflowKafkaEventsError
+from airflow_kafka_events.inspection.dead_letters import (
+    DeadLetterRecord,
+    get_dead_letter,
+    list_dead_letters,
+    replay_dead_letter,
+)
+from airflow_kafka_events.plugin.security import REPLAY, same_origin
+from airflow_kafka_events.plugin.views.common import Page, PageDep
+
+__all__ = ["router"]
+
+log = logging.getLogger(__name__)
+
+router = APIRouter()
+
+AUDIT_EVENT = "kafka_events.replay"
+
+
+def coords(record: DeadLetterRecord) -> str:
+    """``topic:partition:offset`` of a dead letter: what a replay confirmation repeats."""
+    return f"{record.topic}:{record.partition}:{record.offset}"
+
+
+def _record_dict(record: DeadLetterRecord) -> dict[str, Any]:
+    to_dict = getattr(record, "to_dict", None)
+    return to_dict() if callable(to_dict) else dict(vars(record))
+
+
+@router.get("/dead-letters")
+@router.get("/api/dead-letters")
+def dead_letters_page(
+    page: PageDep,
+    reason: Annotated[str | None, Query()] = None,
+    source_topic: Annotated[str | None, Query()] = None,
+    consumer: Annotated[str | None, Query()] = None,
+) -> Response:
+    topic = page.settings.dlq_topic
+    try:
+        listing = list_dead_letters(
+            page.config(),
+            topic,
+            window=page.window(),
+            reason=reason or None,
+            source_topic=source_topic or None,
+            consumer=consumer or None,
+        )
+    except AirflowKafkaEventsError as exc:
+        return page.failed("dead-letters", exc)
+    payload = {
+        "topic": topic,
+        "records": [_record_dict(r) for r in listing.records],
+        "window": listing.window.to_dict(),
+        "window_text": listing.window.describe(),
+    }
+    context = {
+        "topic": topic,
+        "records": listing.records,
+        "filters": {"reason": reason, "source_topic": source_topic, "consumer": consumer},
+        "scanned": listing.window,
+    }
+    return page.answer("dead-letters", "dead_letters.html", context, payload)
+
+
+def _load(page: Page, partition: int, offset: int) -> DeadLetterRecord:
+    return get_dead_letter(page.config(), page.settings.dlq_topic, partition, offset)
+
+
+@router.get("/dead-letters/{partition}/{offset}")
+@router.get("/api/dead-letters/{partition}/{offset}")
+def dead_letter_page(page: PageDep, partition: int, offset: int) -> Response:
+    try:
+        record = _load(page, partition, offset)
+    except AirflowKafkaEventsError as exc:
+        return page.failed("dead-letters", exc)
+    context = {"record": record, "coords": coords(record)}
+    return page.answer("dead-letters", "dead_letter.html", context, _record_dict(record))
+
+
+@router.get("/dead-letters/{partition}/{offset}/replay", dependencies=[REPLAY])
+def confirm_replay_page(page: PageDep, partition: int, offset: int) -> Response:
+    try:
+        record = _load(page, partition, offset)
+    except AirflowKafkaEventsError as exc:
+        return page.failed("dead-letters", exc)
+    context = {"record": record, "coords": coords(record)}
+    return page.answer("dead-letters", "replay_confirm.html", context, _record_dict(record))
+
+
+def _audit(session: Any, page: Page, record: DeadLetterRecord, receipt: Any) -> None:
+    """One entry in Airflow's audit log (Browse > Audit Log) for the replay."""
+    from airflow.models.log import Log
+
+    to_dict = getattr(receipt, "to_dict", None)
+    extra = {"dead_letter": coords(record), "receipt": to_dict() if callable(to_dict) else str(receipt)}
+    session.add(
+        Log(event=AUDIT_EVENT, owner=page.username, extra=json.dumps(extra, default=str, sort_keys=True))
+    )
+
+
+@router.post("/dead-letters/{partition}/{offset}/replay", dependencies=[REPLAY, Depends(same_origin)])
+@router.post("/api/dead-letters/{partition}/{offset}/replay", dependencies=[REPLAY, Depends(same_origin)])
+def replay_page(
+    page: PageDep,
+    session: SessionDep,
+    partition: int,
+    offset: int,
+    confirm: Annotated[str, Form(description="the dead letter's topic:partition:offset, repeated")],
+    target_topic: Annotated[str | None, Form()] = None,
+) -> Response:
+    try:
+        record = _load(page, partition, offset)
+        if confirm != coords(record):
+            raise HTTPException(
+                status.HTTP_400_BAD_REQUEST,
+                f"confirmation {confirm!r} does not name this dead letter ({coords(record)}); "
+                "nothing replayed",
+            )
+        receipt = replay_dead_letter(
+            page.config(),
+            record.topic,
+            record.partition,
+            record.offset,
+            target_topic=(target_topic or "").strip() or None,
+            actor=page.username,
+        )
+    except AirflowKafkaEventsError as exc:
+        return page.failed("dead-letters", exc)
+    _audit(session, page, record, receipt)
+    to_dict = getattr(receipt, "to_dict", None)
+    payload = {"replayed": coords(record), "receipt": to_dict() if callable(to_dict) else vars(receipt)}
+    context = {"record": record, "coords": coords(record), "receipt": receipt}
+    return page.answer("dead-letters", "replayed.html", context, payload)

@@ -1,0 +1,142 @@
+"""Streams: per DAG run and task, what each streaming trigger wrote and how far its consumers read.
+
+``GET /streams`` lists the streams with an envelope in the window of the trigger events topic
+(filters ``dag_id`` / ``run_id`` / ``task_id`` / ``map_index``: the DAG, DAG run and task-instance
+tabs open it filtered), each with its consumers' checkpoints from the task state store and their
+lag in pages.  ``GET /streams/{trigger_run_id}`` is one stream: its latest attempt's envelopes and
+its consumers.  ``/api/...`` answers the same as JSON.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from airflow.api_fastapi.common.db.common import SessionDep
+from fastapi import APIRouter, Query
+from fastapi.responses import Response
+
+from airflow_kafka_events.errors import AirflowKafkaEventsError
+from airflow_kafka_events.inspection.streams import StreamSummary, list_streams, show_stream
+from airflow_kafka_events.plugin.airflow_state import ConsumerCheckpoint, consumer_checkpoints
+from airflow_kafka_events.plugin.views.common import PageDep
+from airflow_kafka_events.streams import stream_id
+
+__all__ = ["router"]
+
+router = APIRouter()
+
+
+def _consumer_rows(
+    checkpoints: list[ConsumerCheckpoint], summaries: dict[str, StreamSummary]
+) -> list[dict[str, Any]]:
+    rows = []
+    for cp in checkpoints:
+        summary = summaries.get(cp.trigger_run_id)
+        lag = None if summary is None else cp.lag(summary.pages, summary.attempt)
+        rows.append(
+            {
+                "trigger_run_id": cp.trigger_run_id,
+                "dag_id": cp.dag_id,
+                "run_id": cp.run_id,
+                "task_id": cp.task_id,
+                "map_index": cp.map_index,
+                "generation": cp.generation,
+                "attempt": None if cp.checkpoint is None else cp.checkpoint.attempt,
+                "next_sequence_index": None if cp.checkpoint is None else cp.checkpoint.next_sequence_index,
+                "offset": None if cp.checkpoint is None else cp.checkpoint.offset,
+                "finished": None if cp.checkpoint is None else cp.checkpoint.finished,
+                "pages_handled": cp.pages,
+                "lag_pages": lag,
+                "updated_at": cp.updated_at,
+                "problem": cp.problem,
+            }
+        )
+    return rows
+
+
+def _by_stream(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    out: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        out.setdefault(row["trigger_run_id"], []).append(row)
+    return out
+
+
+def _map_index(value: str | None) -> int | None:
+    """A map index from the query; the UI leaves ``{MAP_INDEX}`` unreplaced for an unmapped task."""
+    try:
+        number = int(value) if value is not None else None
+    except ValueError:
+        return None
+    return number if number is None or number >= -1 else None
+
+
+@router.get("/streams")
+@router.get("/api/streams")
+def streams_page(
+    page: PageDep,
+    session: SessionDep,
+    dag_id: Annotated[str | None, Query()] = None,
+    run_id: Annotated[str | None, Query()] = None,
+    task_id: Annotated[str | None, Query()] = None,
+    map_index: Annotated[str | None, Query(description="a task instance's map index")] = None,
+) -> Response:
+    index = _map_index(map_index)
+    settings = page.settings
+    try:
+        listing = list_streams(
+            page.config(),
+            settings.trigger_events_topic,
+            window=page.window(),
+            dag_id=dag_id,
+            run_id=run_id,
+            task_id=task_id,
+        )
+    except AirflowKafkaEventsError as exc:
+        return page.failed("streams", exc)
+    streams = [s for s in listing.streams if index is None or s.map_index == index]
+    summaries = {s.trigger_run_id: s for s in streams}
+    consumers = _by_stream(_consumer_rows(consumer_checkpoints(session, summaries), summaries))
+    own_stream = None
+    read_by_task: list[dict[str, Any]] = []
+    if dag_id and run_id and task_id:  # the task-instance tab: its own stream and what it reads
+        own_stream = stream_id(dag_id, run_id, task_id, -1 if index is None else index)
+        stored = consumer_checkpoints(session, dag_id=dag_id, run_id=run_id, task_id=task_id, map_index=index)
+        read_by_task = _consumer_rows(stored, summaries)
+    payload = {
+        "streams": [{**s.to_dict(), "consumers": consumers.get(s.trigger_run_id, [])} for s in streams],
+        "task_instance_stream": own_stream,
+        "read_by_task_instance": read_by_task,
+        "window": listing.window.to_dict(),
+        "window_text": listing.window.describe(),
+        "undecodable": listing.undecodable,
+    }
+    context = {
+        "streams": streams,
+        "consumers": consumers,
+        "own_stream": own_stream,
+        "read_by_task": read_by_task,
+        "filters": {"dag_id": dag_id, "run_id": run_id, "task_id": task_id, "map_index": index},
+        "scanned": listing.window,
+        "undecodable": listing.undecodable,
+    }
+    return page.answer("streams", "streams.html", context, payload)
+
+
+@router.get("/streams/{trigger_run_id:path}")
+@router.get("/api/streams/{trigger_run_id:path}")
+def stream_page(page: PageDep, session: SessionDep, trigger_run_id: str) -> Response:
+    try:
+        detail = show_stream(
+            page.config(), page.settings.trigger_events_topic, trigger_run_id, window=page.window()
+        )
+    except AirflowKafkaEventsError as exc:
+        return page.failed("streams", exc)
+    summaries = {trigger_run_id: detail.summary}
+    consumers = _consumer_rows(consumer_checkpoints(session, [trigger_run_id]), summaries)
+    payload = {
+        **detail.to_dict(),
+        "consumers": consumers,
+        "window_text": detail.window.describe(),
+    }
+    context = {"detail": detail, "consumers": consumers, "scanned": detail.window}
+    return page.answer("streams", "stream.html", context, payload)

@@ -1,0 +1,206 @@
+"""The Kafka Events view on a real api-server: who may see and do what, and what the pages hold.
+
+Every route of the view's app (enumerated from the app itself, so a new route cannot escape)
+refuses an anonymous caller and a forged token; a viewer sees every page but is refused the
+replay (the confirmation page and the POST); an admin replays a dead letter after confirming it,
+the original record lands on its source topic with its key and idempotency key, and the replay is
+in Airflow's audit log and the api-server's audit line.  No secret of the deployment (a Kafka
+connection's password and secret extra, a signing key) appears in any page or API answer, even
+though the records shown carry them.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+import pytest
+from fastapi.routing import APIRoute
+
+from harness.airflow_stack import AirflowStack
+
+pytestmark = pytest.mark.e2e
+
+PREFIX = "/kafka-events"
+
+
+def _routes() -> list[tuple[str, str]]:
+    from airflow_kafka_events.plugin.app import create_app
+
+    routes = []
+    for route in create_app().routes:
+        if isinstance(route, APIRoute):
+            for method in sorted(route.methods):
+                routes.append((method, route.path))
+    return routes
+
+
+def _fill(path: str, values: dict[str, Any]) -> str:
+    return re.sub(r"\{(\w+)(?::path)?\}", lambda m: quote(str(values[m.group(1)]), safe="/"), path)
+
+
+def _sample_values(data) -> dict[str, Any]:
+    partition, offset = data.dead_letters[0]
+    return {"partition": partition, "offset": offset, "trigger_run_id": data.stream_id}
+
+
+def _get(stack: AirflowStack, path: str, user: str | None, **kwargs: Any) -> httpx.Response:
+    headers = {"Authorization": f"Bearer {stack.token(user)}"} if user else {}
+    return stack.client.get(f"{PREFIX}{path}", headers=headers, timeout=60, **kwargs)
+
+
+def _post(stack: AirflowStack, path: str, user: str | None, data: dict[str, str]) -> httpx.Response:
+    headers = {"Authorization": f"Bearer {stack.token(user)}"} if user else {}
+    return stack.client.post(f"{PREFIX}{path}", headers=headers, data=data, timeout=60)
+
+
+def test_the_plugin_registers_its_app_and_views(ui_stack: AirflowStack):
+    plugins = ui_stack.api_json("GET", "plugins")["plugins"]
+    (plugin,) = [p for p in plugins if p["name"] == "airflow_kafka_events"]
+    assert [a["url_prefix"] for a in plugin["fastapi_apps"]] == [PREFIX]
+    destinations = {v["destination"]: v["href"] for v in plugin["external_views"]}
+    assert set(destinations) == {"nav", "dag", "dag_run", "task_instance"}
+    assert destinations["task_instance"].startswith(f"{PREFIX}/streams?dag_id={{DAG_ID}}")
+
+
+@pytest.mark.parametrize(("method", "path"), _routes())
+def test_every_route_refuses_anonymous_and_forged_callers(ui_stack: AirflowStack, ui_data, method, path):
+    url = f"{PREFIX}{_fill(path, _sample_values(ui_data))}"
+    data = {"confirm": "x"} if method == "POST" else None
+    anonymous = ui_stack.client.request(method, url, data=data, timeout=60)
+    assert anonymous.status_code in (401, 403), (method, url, anonymous.status_code, anonymous.text[:300])
+    forged = ui_stack.client.request(
+        method, url, data=data, cookies={"_token": "not-a-jwt"}, headers={"Accept": "text/html"}, timeout=60
+    )
+    assert forged.status_code in (401, 403), (method, url, forged.status_code)
+    assert "Kafka Events" in forged.text or forged.headers["content-type"].startswith("application/json")
+
+
+def test_a_page_opened_without_a_session_links_to_the_login(ui_stack: AirflowStack):
+    response = ui_stack.client.get(f"{PREFIX}/streams", headers={"Accept": "text/html"}, timeout=30)
+    assert response.status_code == 401
+    assert 'href="/auth/login' in response.text
+
+
+def test_streams_show_the_stream_and_its_consumer(ui_stack: AirflowStack, ui_data):
+    answer = _get(ui_stack, "/api/streams", "viewer", params={"dag_id": "e2e_ui_streams"}).json()
+    (stream,) = [s for s in answer["streams"] if s["trigger_run_id"] == ui_data.stream_id]
+    assert stream["state"] == "complete" and stream["pages"] == 12, stream
+    assert stream["run_id"] == ui_data.run_id and stream["task_id"] == "produce"
+    # the producer's own handler reads its stream back too: both checkpoints are shown
+    consumers = {c["task_id"]: c for c in stream["consumers"]}
+    assert set(consumers) == {"produce", "consume"}, stream["consumers"]
+    consumer = consumers["consume"]
+    assert consumer["lag_pages"] == 0, consumer
+    assert consumer["pages_handled"] == 12 and consumer["finished"] is True
+    assert answer["window"]["topic"] and "scanned" in answer["window_text"]
+
+    detail = _get(ui_stack, f"/api/streams/{quote(ui_data.stream_id, safe='/')}", "viewer").json()
+    assert detail["summary"]["pages"] == 12 and len(detail["pages"]) >= 12
+    assert sorted(c["task_id"] for c in detail["consumers"]) == ["consume", "produce"]
+
+
+def test_the_task_instance_tab_opens_that_task_instance_s_stream(ui_stack: AirflowStack, ui_data):
+    # the UI leaves {MAP_INDEX} as it is for a task that is not mapped
+    params = {
+        "dag_id": "e2e_ui_streams",
+        "run_id": ui_data.run_id,
+        "task_id": "produce",
+        "map_index": "{MAP_INDEX}",
+    }
+    page = _get(ui_stack, "/streams", "viewer", params=params)
+    assert page.status_code == 200, page.text[:500]
+    assert f">{ui_data.stream_id}</a>" in page.text and 'id="own-stream"' in page.text
+    consumer = _get(ui_stack, "/api/streams", "viewer", params={**params, "task_id": "consume"}).json()
+    assert [r["trigger_run_id"] for r in consumer["read_by_task_instance"]] == [ui_data.stream_id]
+
+
+def test_asset_events_show_what_each_envelope_became(ui_stack: AirflowStack, ui_data):
+    answer = _get(ui_stack, "/api/asset-events", "viewer", params={"asset": ui_data.asset_uri}).json()
+    by_id = {e["event_id"]: e for e in answer["events"]}
+    assert set(ui_data.event_ids) <= set(by_id), answer
+    first, _second, third = (by_id[i] for i in ui_data.event_ids)
+    assert first["dead_letter"] is not None and third["dead_letter"] is None
+    assert first["partition_key"] == "2026-12-01" and first["idempotency_key"]
+    assert "scanned" in answer["window_text"]
+
+
+def test_dead_letters_are_listed_by_consumer_and_reason(ui_stack: AirflowStack, ui_data, ui_topics):
+    answer = _get(ui_stack, "/api/dead-letters", "viewer", params={"consumer": "e2e-ui-consumer"}).json()
+    coords = {(r["partition"], r["offset"]) for r in answer["records"]}
+    assert set(ui_data.dead_letters) <= coords
+    assert all(r["reason"] == "not-allowed" for r in answer["records"])
+    none = _get(ui_stack, "/api/dead-letters", "viewer", params={"reason": "too-large"}).json()
+    assert none["records"] == [] and none["window"]["topic"] == ui_topics.dlq
+
+
+def test_a_viewer_sees_a_dead_letter_but_may_not_replay_it(ui_stack: AirflowStack, ui_data):
+    partition, offset = ui_data.dead_letters[0]
+    page = _get(ui_stack, f"/dead-letters/{partition}/{offset}", "viewer")
+    assert page.status_code == 200 and 'id="replay" disabled' in page.text
+    assert _get(ui_stack, f"/dead-letters/{partition}/{offset}/replay", "viewer").status_code == 403
+    record = _get(ui_stack, f"/api/dead-letters/{partition}/{offset}", "viewer").json()
+    confirm = f"{record['topic']}:{partition}:{offset}"
+    for path in (
+        f"/dead-letters/{partition}/{offset}/replay",
+        f"/api/dead-letters/{partition}/{offset}/replay",
+    ):
+        assert _post(ui_stack, path, "viewer", {"confirm": confirm}).status_code == 403
+
+
+def test_an_admin_replays_a_dead_letter_after_confirming(ui_stack: AirflowStack, ui_data, kafka_bootstrap):
+    from confluent_kafka import Consumer, TopicPartition
+
+    partition, offset = ui_data.dead_letters[1]
+    record = _get(ui_stack, f"/api/dead-letters/{partition}/{offset}", "admin").json()
+    assert _get(ui_stack, f"/dead-letters/{partition}/{offset}/replay", "admin").status_code == 200
+    wrong = _post(
+        ui_stack, f"/api/dead-letters/{partition}/{offset}/replay", "admin", {"confirm": "other:0:0"}
+    )
+    assert wrong.status_code == 400, wrong.text
+    confirm = f"{record['topic']}:{partition}:{offset}"
+    done = _post(ui_stack, f"/api/dead-letters/{partition}/{offset}/replay", "admin", {"confirm": confirm})
+    assert done.status_code == 200, done.text
+    receipt = done.json()["receipt"]
+    assert receipt["target_topic"] == record["source_topic"] and receipt["actor"] == "admin"
+    assert receipt["event_id"] == ui_data.event_ids[1] and receipt["idempotency_key"]
+
+    consumer = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": f"ui-check-{uuid.uuid4().hex}"})
+    try:
+        consumer.assign(
+            [TopicPartition(receipt["target_topic"], receipt["target_partition"], receipt["target_offset"])]
+        )
+        replayed = consumer.poll(15.0)
+        consumer.assign(
+            [TopicPartition(record["source_topic"], record["source_partition"], record["source_offset"])]
+        )
+        original = consumer.poll(15.0)
+    finally:
+        consumer.close()
+    assert replayed is not None and original is not None
+    assert (replayed.key(), replayed.value()) == (original.key(), original.value())
+    assert dict(replayed.headers())["idempotency_key"] == dict(original.headers())["idempotency_key"]
+
+    rows = ui_stack.query("SELECT owner, extra FROM log WHERE event = 'kafka_events.replay'")
+    assert any(r["owner"] == "admin" and confirm in r["extra"] for r in rows), rows
+    assert f"actor=admin dlq={record['topic']}[{partition}]@{offset}" in ui_stack.logs("api-server")
+
+
+def test_no_secret_reaches_any_page_or_answer(ui_stack: AirflowStack, ui_data, ui_secrets):
+    values = _sample_values(ui_data)
+    seen = 0
+    for method, path in _routes():
+        if method != "GET":
+            continue
+        response = _get(ui_stack, _fill(path, values), "admin", follow_redirects=True)
+        assert response.status_code == 200, (path, response.status_code, response.text[:500])
+        for secret in ui_secrets.all():
+            assert secret not in response.text, (path, secret)
+        seen += 1
+    # the records shown do carry the secrets: they were masked, not absent
+    page = _get(ui_stack, f"/api/dead-letters/{values['partition']}/{values['offset']}", "admin").json()
+    assert "***" in str(page["headers"]) and "***" in page["payload_preview"]
+    assert seen >= 10

@@ -1,0 +1,87 @@
+"""The Kafka Events view's wiring: its UI entries, its app's dependencies, settings and masking."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from fastapi.routing import APIRoute
+
+from airflow_kafka_events.errors import ConfigurationError
+from airflow_kafka_events.plugin import EXTERNAL_VIEWS, URL_PREFIX, KafkaEventsPlugin
+from airflow_kafka_events.plugin.rendering import mask, secrets_of
+from airflow_kafka_events.plugin.settings import DEFAULT_BRIDGE_GROUP, ViewSettings
+
+pytestmark = pytest.mark.unit
+
+
+def test_external_views_are_valid_for_airflow_and_unique():
+    from airflow.api_fastapi.core_api.datamodels.plugins import ExternalViewResponse
+
+    views = [ExternalViewResponse.model_validate(v) for v in EXTERNAL_VIEWS]
+    assert {v.destination for v in views} == {"nav", "dag", "dag_run", "task_instance"}
+    assert len({v.url_route for v in views}) == len(views)
+    assert all(v.href.startswith(f"{URL_PREFIX}/") for v in views)
+
+
+def test_importing_the_plugin_builds_no_app():
+    code = (
+        "import sys, airflow_kafka_events.plugin as p\n"
+        "assert 'airflow_kafka_events.plugin.app' not in sys.modules\n"
+        "apps = p.KafkaEventsPlugin().fastapi_apps\n"
+        "assert apps[0]['url_prefix'] == '/kafka-events'\n"
+        "assert apps[0]['app'] is p.KafkaEventsPlugin().fastapi_apps[0]['app']\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+
+
+def test_every_route_requires_a_viewer_and_replay_an_asset_write():
+    from airflow_kafka_events.plugin.app import create_app
+    from airflow_kafka_events.plugin.security import REPLAY, VIEW
+
+    app = create_app()
+    assert VIEW in app.router.dependencies
+    assert app.openapi_url is None and app.docs_url is None and app.redoc_url is None
+    replay = [r for r in app.routes if isinstance(r, APIRoute) and r.path.endswith("/replay")]
+    assert {(m, r.path) for r in replay for m in r.methods} == {
+        ("GET", "/dead-letters/{partition}/{offset}/replay"),
+        ("POST", "/dead-letters/{partition}/{offset}/replay"),
+        ("POST", "/api/dead-letters/{partition}/{offset}/replay"),
+    }
+    for route in replay:
+        assert REPLAY in route.dependencies, route.path
+    others = [r for r in app.routes if isinstance(r, APIRoute) and r not in replay]
+    assert all(m in {"GET", "HEAD"} for r in others for m in r.methods), "a writing route without REPLAY"
+
+
+def test_settings_defaults_and_bad_values():
+    from airflow_kafka_events.bridge.config import DEFAULT_GROUP
+
+    settings = ViewSettings.from_options({})
+    assert DEFAULT_BRIDGE_GROUP == DEFAULT_GROUP
+    assert settings.bridge_group_ids == (DEFAULT_GROUP,)
+    assert (settings.asset_events_topic, settings.dlq_topic) == (
+        "airflow.asset-events",
+        "airflow.kafka-events.dlq",
+    )
+    assert settings.window.max_records == 2000
+    narrowed = settings.window.narrowed(5, 10)
+    assert (narrowed.minutes, narrowed.max_records) == (5, 10)
+    with pytest.raises(ConfigurationError, match="ui_max_records"):
+        ViewSettings.from_options({"ui_max_records": "many"})
+    with pytest.raises(ConfigurationError, match="between"):
+        ViewSettings.from_options({"ui_window_minutes": "0"})
+
+
+def test_mask_hides_the_connection_secrets_wherever_they_appear():
+    config = {"bootstrap.servers": "b:9092", "sasl.password": "s3cr3t-value", "sasl.username": "alice"}
+    secrets = secrets_of(config, ["conn-password-1"])
+    assert secrets == ["conn-password-1", "s3cr3t-value"]
+    text = mask('{"note": "s3cr3t-value and conn-password-1", "user": "alice"}', secrets)
+    assert "s3cr3t-value" not in text and "conn-password-1" not in text and "alice" in text
+
+
+def test_plugin_class_keeps_its_name():
+    assert KafkaEventsPlugin.name == "airflow_kafka_events"
