@@ -36,6 +36,11 @@ AIRFLOW_FREE = [
     "airflow_kafka_events.kafka.partitioner",
     "airflow_kafka_events.kafka.progress",
     "airflow_kafka_events.kafka.stream_reader",
+    "airflow_kafka_events.kafka.sequence_tracker",
+    "airflow_kafka_events.kafka.stream_batches",
+    "airflow_kafka_events.kafka.stream_partition",
+    "airflow_kafka_events.kafka.stream_commits",
+    "airflow_kafka_events.kafka.delivery",
     "airflow_kafka_events.kafka.client_executor",
     "airflow_kafka_events.kafka.positions",
     "airflow_kafka_events.kafka.assigned_reader",
@@ -52,6 +57,8 @@ AIRFLOW_FREE = [
     "airflow_kafka_events.bridge.service",
     "airflow_kafka_events.bridge.airflow_api",
     "airflow_kafka_events.bridge.config",
+    "airflow_kafka_events.bridge.errors",
+    "airflow_kafka_events.bridge.airflow_event",
 ]
 
 
