@@ -19,6 +19,9 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_kafka_events.__about__ import __version__
 from airflow_kafka_events.cli_bridge import add_bridge_group
+from airflow_kafka_events.cli_dlq import add_dlq_group
+from airflow_kafka_events.cli_replay import add_replay_group
+from airflow_kafka_events.cli_streams import add_streams_group
 from airflow_kafka_events.cli_topics import add_kafka_connection_args, add_topics_group
 from airflow_kafka_events.errors import AirflowKafkaEventsError
 
@@ -307,6 +310,9 @@ COMMAND_GROUPS: list[Callable[[argparse._SubParsersAction[argparse.ArgumentParse
     add_emit_group,
     add_bridge_group,
     add_topics_group,
+    add_streams_group,
+    add_dlq_group,
+    add_replay_group,
 ]
 
 

@@ -118,8 +118,10 @@ class TopicReader:
 
     # ------------------------------------------------------------------ errors and retries
     def _left(self, what: str) -> float:
-        self._raise_if_refused()
         left = self.deadline - time.monotonic()
+        if left <= 0:
+            self._serve_callbacks()
+        self._raise_if_refused()
         if left <= 0:
             seen = self.health.last_error()
             cause = seen.cause if seen is not None else Cause.TIMED_OUT
@@ -127,7 +129,7 @@ class TopicReader:
             raise BrokerTimeoutError(
                 f"no answer from the Kafka brokers at {self.servers} within {self.timeout}s while {what} "
                 f"of topic {self.topic!r}{detail}; fix: {FIXES[cause].format(servers=self.servers)} "
-                "(or allow more time: --timeout)",
+                "(or allow more time)",
                 kafka_error=KafkaError(KafkaError._TIMED_OUT),
             )
         return left
@@ -148,11 +150,25 @@ class TopicReader:
                 if err is not None and err.code() in _UNKNOWN_TOPIC:
                     raise self._no_topic(err) from exc
                 if err is None or not (err.retriable() or err.code() in _TRANSIENT):
+                    self._serve_callbacks()
                     self._raise_if_refused()
                     raise InspectionError.from_exception(
                         f"{what} of topic {self.topic!r} at {self.servers} failed", exc
                     ) from exc
             time.sleep(min(0.05, max(0.0, self.deadline - time.monotonic())))
+            self._serve_callbacks()
+
+    def _serve_callbacks(self) -> None:
+        """Let librdkafka report errors (refusals, unreachable brokers) between metadata requests.
+
+        A consumer's ``error_cb`` runs only inside ``poll``/``consume``; before anything is
+        assigned a ``poll(0)`` serves it without taking a record.
+        """
+        try:
+            if not self.consumer.assignment():
+                self.consumer.poll(0)
+        except KafkaException:  # what it reports is in the health already
+            pass
 
     def _no_topic(self, err: KafkaError | None = None) -> TopicNotFoundError:
         return TopicNotFoundError(

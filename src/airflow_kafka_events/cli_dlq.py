@@ -1,0 +1,202 @@
+"""``airflow-kafka-events dlq ls|show|replay``: dead letters, and their replay.
+
+Reads the dead-letter topic (``--topic``, else ``[kafka_events] dlq_topic``) through
+:mod:`airflow_kafka_events.inspection`.  ``replay`` publishes the original record (key, value,
+original headers: its idempotency key unchanged) to its source topic or ``--to``, after a
+confirmation (``--yes`` skips it), and prints the receipt.  Imports no Airflow module.
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import sys
+from typing import Any
+
+from airflow_kafka_events.cli_inspection import (
+    add_common_args,
+    add_window_args,
+    emit_json,
+    kafka_config,
+    progress_bar,
+    role_topic,
+    run_command,
+    window_of,
+)
+from airflow_kafka_events.errors import ConfigurationError
+
+__all__ = ["add_dlq_group"]
+
+ROLE = "dead-letters"
+
+
+def _line(r: Any) -> str:
+    when = "-" if r.timestamp is None else r.timestamp.isoformat(timespec="seconds")
+    ref = " (reference)" if r.is_reference else ""
+    return (
+        f"{r.partition}@{r.offset:<8} {when:<25} {r.reason:<22} {r.source_topic}[{r.source_partition}]@"
+        f"{r.source_offset}{ref}  {r.consumer or '-'}\n    {r.error_type}: {r.error_message[:200]}"
+    )
+
+
+def _ls(args: argparse.Namespace) -> int:
+    from airflow_kafka_events.inspection import list_dead_letters
+
+    def command() -> int:
+        with progress_bar(args, "scanning dead letters") as progress:
+            listing = list_dead_letters(
+                kafka_config(args),
+                role_topic(args, ROLE),
+                window=window_of(args),
+                reason=args.reason,
+                source_topic=args.source_topic,
+                consumer=args.consumer,
+                timeout=args.timeout,
+                progress=progress,
+            )
+        if args.json:
+            emit_json(listing.to_dict())
+            return 0
+        for record in listing.records:
+            print(_line(record))
+        print(f"\n{len(listing.records)} dead letter(s); {listing.window.describe()}")
+        return 0
+
+    return run_command(args, command)
+
+
+def _print_record(record: Any) -> None:
+    print(_line(record))
+    print(
+        f"    event {record.event_id or '-'} asset {record.asset_uri or '-'} key {record.key!r} "
+        f"{record.size}B"
+    )
+    for name, value in record.headers:
+        print(f"    header {name}: {value}")
+    print(f"    payload ({record.payload_format}): {record.payload_preview}")
+
+
+def _show(args: argparse.Namespace) -> int:
+    from airflow_kafka_events.inspection import get_dead_letter
+
+    def command() -> int:
+        record = get_dead_letter(
+            kafka_config(args), role_topic(args, ROLE), args.partition, args.offset, timeout=args.timeout
+        )
+        if args.json:
+            emit_json(record.to_dict())
+        else:
+            _print_record(record)
+        return 0
+
+    return run_command(args, command)
+
+
+def _confirm(args: argparse.Namespace, record: Any) -> bool:
+    if args.yes:
+        return True
+    if not sys.stdin.isatty():
+        raise ConfigurationError(
+            "dlq replay asks for confirmation on a terminal: pass --yes to replay without it"
+        )
+    _print_record(record)
+    target = args.to or record.source_topic
+    answer = input(f"Replay {record.topic}[{record.partition}]@{record.offset} to topic {target!r}? [y/N] ")
+    return answer.strip().lower() in {"y", "yes"}
+
+
+def _actor(args: argparse.Namespace) -> str:
+    if args.actor:
+        return str(args.actor)
+    try:
+        return f"{getpass.getuser()} (cli)"
+    except (KeyError, OSError):  # no user name in this environment
+        return "unknown (cli)"
+
+
+def _replay(args: argparse.Namespace) -> int:
+    from airflow_kafka_events.inspection import get_dead_letter, replay_dead_letter
+
+    def command() -> int:
+        config, topic = kafka_config(args), role_topic(args, ROLE)
+        if not args.yes:
+            record = get_dead_letter(config, topic, args.partition, args.offset, timeout=args.timeout)
+            if not _confirm(args, record):
+                print("not replayed", file=sys.stderr)
+                return 1
+        receipt = replay_dead_letter(
+            config,
+            topic,
+            args.partition,
+            args.offset,
+            target_topic=args.to,
+            actor=_actor(args),
+            timeout=args.timeout,
+        )
+        if args.json:
+            emit_json(receipt.to_dict())
+        else:
+            print(
+                f"replayed {receipt.dlq_topic}[{receipt.dlq_partition}]@{receipt.dlq_offset} "
+                f"(from {receipt.source_topic}[{receipt.source_partition}]@{receipt.source_offset}"
+                f"{', a reference: original re-read' if receipt.from_reference else ''}) to "
+                f"{receipt.target_topic}[{receipt.target_partition}]@{receipt.target_offset}; "
+                f"event {receipt.event_id or '-'}, idempotency key {receipt.idempotency_key or '-'}"
+            )
+        return 0
+
+    return run_command(args, command)
+
+
+def _coordinates(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "partition", type=int, metavar="PARTITION", help="partition of the dead letter (dlq ls)"
+    )
+    parser.add_argument("offset", type=int, metavar="OFFSET", help="offset of the dead letter (dlq ls)")
+
+
+def add_dlq_group(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    group = subparsers.add_parser(
+        "dlq",
+        help="list, show and replay dead letters",
+        description="Dead letters in the dead-letter topic: list (a bounded window), show, replay.",
+    )
+    commands = group.add_subparsers(title="commands", dest="dlq_command", metavar="COMMAND")
+    ls = commands.add_parser(
+        "ls",
+        help="dead letters of a bounded window, by reason / source topic / consumer",
+        description="Dead letters found in the window (filters apply to the window: it is what is scanned).",
+    )
+    add_common_args(ls, topic_role=ROLE)
+    add_window_args(ls)
+    filters = ls.add_argument_group("filters")
+    filters.add_argument(
+        "--reason", default=None, help="x-reason, e.g. undecodable, not-allowed, unknown-asset"
+    )
+    filters.add_argument("--source-topic", default=None)
+    filters.add_argument("--consumer", default=None, help="a part of x-consumer (e.g. the group)")
+    ls.set_defaults(handler=_ls, group_parser=ls)
+
+    show = commands.add_parser("show", help="one dead letter: headers and a redacted payload preview")
+    _coordinates(show)
+    add_common_args(show, topic_role=ROLE)
+    show.set_defaults(handler=_show, group_parser=show)
+
+    replay = commands.add_parser(
+        "replay",
+        help="publish a dead letter's original record again (key, value, headers, idempotency key kept)",
+        description="Publish the original record of a dead letter to its source topic (or --to) and print "
+        "the receipt. A reference dead letter's original is re-read from its source coordinates. Asks for "
+        "confirmation unless --yes.",
+    )
+    _coordinates(replay)
+    replay.add_argument(
+        "--to", default=None, metavar="TOPIC", help="publish to TOPIC instead of the source topic"
+    )
+    replay.add_argument("-y", "--yes", action="store_true", help="do not ask for confirmation")
+    replay.add_argument(
+        "--actor", default=None, help="who replays, for the audit line (default: the OS user)"
+    )
+    add_common_args(replay, topic_role=ROLE)
+    replay.set_defaults(handler=_replay, group_parser=replay)
+    group.set_defaults(handler=None, group_parser=group)

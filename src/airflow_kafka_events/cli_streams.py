@@ -1,0 +1,172 @@
+"""``airflow-kafka-events streams ls|show|tail``: trigger event streams in Kafka.
+
+Reads the trigger events topic (``--topic``, else ``[kafka_events] trigger_events_topic``) through
+:mod:`airflow_kafka_events.inspection`: a bounded window for ``ls``, the per-key progress lookup for
+``show`` and ``tail``.  Imports no Airflow module.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from airflow_kafka_events.cli_inspection import (
+    add_common_args,
+    add_window_args,
+    emit_json,
+    kafka_config,
+    progress_bar,
+    role_topic,
+    run_command,
+    window_of,
+)
+
+__all__ = ["add_streams_group"]
+
+ROLE = "trigger-events"
+
+
+def _when(value: Any) -> str:
+    return "-" if value is None else value.isoformat(timespec="seconds")
+
+
+def _summary_line(s: Any) -> str:
+    rate = "-" if s.pages_per_second is None else f"{s.pages_per_second:.1f}"
+    line = f"{s.state:<9} {s.attempt:>7} {s.pages:>6} {_when(s.last_at):<25} {rate:>7}  {s.trigger_run_id}"
+    return line + (f"\n          error: {s.error}" if s.error else "")
+
+
+def _ls(args: argparse.Namespace) -> int:
+    from airflow_kafka_events.inspection import list_streams
+
+    def command() -> int:
+        with progress_bar(args, "scanning streams") as progress:
+            listing = list_streams(
+                kafka_config(args),
+                role_topic(args, ROLE),
+                window=window_of(args),
+                dag_id=args.dag_id,
+                run_id=args.run_id,
+                task_id=args.task_id,
+                timeout=args.timeout,
+                progress=progress,
+            )
+        if args.json:
+            emit_json(listing.to_dict())
+            return 0
+        print(f"{'STATE':<9} {'ATTEMPT':>7} {'PAGES':>6} {'LAST AT':<25} {'PAGES/S':>7}  STREAM")
+        for summary in listing.streams:
+            print(_summary_line(summary))
+        print(f"\n{len(listing.streams)} stream(s); {listing.window.describe()}")
+        return 0
+
+    return run_command(args, command)
+
+
+def _page_line(page: Any) -> str:
+    kind = "end" if page.is_last else "page"
+    text = f"{page.offset:>8} attempt={page.attempt} {kind}={page.sequence_index} {_when(page.emitted_at)} "
+    text += f"{page.record_bytes}B"
+    if page.error:
+        text += f" error: {page.error}"
+    elif page.payload_preview:
+        text += f" {page.payload_preview}"
+    return text
+
+
+def _show(args: argparse.Namespace) -> int:
+    from airflow_kafka_events.inspection import show_stream
+
+    def command() -> int:
+        detail = show_stream(
+            kafka_config(args),
+            role_topic(args, ROLE),
+            args.stream_id,
+            window=window_of(args),
+            timeout=args.timeout,
+        )
+        if args.json:
+            emit_json(detail.to_dict())
+            return 0
+        s = detail.summary
+        print(f"stream     {s.trigger_run_id}")
+        print(f"dag/run    {s.dag_id} / {s.run_id} / task {s.task_id} (map index {s.map_index})")
+        print(f"state      {s.state} (attempt {s.attempt}, generation {s.generation})")
+        print(f"pages      {s.pages} (last sequence {s.last_sequence}); {s.pages_per_second or '-'} pages/s")
+        print(f"written    {_when(s.first_at)} .. {_when(s.last_at)}")
+        print(f"kafka      {s.topic}[{s.partition}] last offset {s.last_offset}")
+        if s.error:
+            print(f"error      {s.error}")
+        for page in detail.pages:
+            print(_page_line(page))
+        print(detail.window.describe())
+        return 0
+
+    return run_command(args, command)
+
+
+def _tail(args: argparse.Namespace) -> int:
+    import json
+
+    from airflow_kafka_events.inspection import tail_stream
+
+    def command() -> int:
+        pages = tail_stream(
+            kafka_config(args),
+            role_topic(args, ROLE),
+            args.stream_id,
+            follow=args.follow,
+            from_start=args.from_start,
+            timeout=args.timeout,
+        )
+        for page in pages:  # one JSON object per line with --json (a stream has no end to wait for)
+            print(json.dumps(page.to_dict(), sort_keys=True) if args.json else _page_line(page), flush=True)
+        return 0
+
+    return run_command(args, command)
+
+
+def add_streams_group(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    group = subparsers.add_parser(
+        "streams",
+        help="list, show and tail trigger event streams in Kafka",
+        description="Trigger event streams in the trigger events topic (read-only).",
+    )
+    commands = group.add_subparsers(title="commands", dest="streams_command", metavar="COMMAND")
+    ls = commands.add_parser(
+        "ls",
+        help="streams with envelopes in a bounded window: state, attempt, pages, pages/s, error",
+        description="One line per stream (its highest attempt) found in the window, newest activity first.",
+    )
+    add_common_args(ls, topic_role=ROLE)
+    add_window_args(ls)
+    filters = ls.add_argument_group("filters")
+    filters.add_argument("--dag-id", default=None)
+    filters.add_argument("--run-id", default=None)
+    filters.add_argument("--task-id", default=None)
+    ls.set_defaults(handler=_ls, group_parser=ls)
+
+    show = commands.add_parser(
+        "show",
+        help="one stream: its latest attempt and its envelopes",
+        description="Find a stream by its id (dag_id/task_id/map_index/run_id) and list its latest attempt.",
+    )
+    show.add_argument(
+        "stream_id", metavar="STREAM_ID", help="the stream id (trigger_run_id), see `streams ls`"
+    )
+    add_common_args(show, topic_role=ROLE)
+    add_window_args(show)
+    show.set_defaults(handler=_show, group_parser=show)
+
+    tail = commands.add_parser(
+        "tail",
+        help="print a stream's envelopes as they are written",
+        description="Print a stream's latest envelope (or its whole latest attempt with --from-start) and, "
+        "with --follow, the next ones until the stream ends (Ctrl-C stops).",
+    )
+    tail.add_argument("stream_id", metavar="STREAM_ID")
+    tail.add_argument("-f", "--follow", action="store_true", help="wait for new envelopes")
+    tail.add_argument("--from-start", action="store_true", help="start at the latest attempt's first page")
+    add_common_args(tail, topic_role=ROLE)
+    tail.set_defaults(handler=_tail, group_parser=tail)
+    group.set_defaults(handler=None, group_parser=group)

@@ -1,0 +1,157 @@
+"""``airflow-kafka-events streams|dlq`` through the installed entry point, against the session broker.
+
+Each test runs the real ``airflow-kafka-events`` script in a subprocess (``--json`` parsed), with an
+environment that names no Airflow configuration: the commands import no Airflow module (checked
+with ``-X importtime``), errors exit non-zero with a message naming the topic and the fix, and
+brokers that do not answer end a command by its ``--timeout``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from airflow_kafka_events.codec import ASSET_EVENT_CODEC
+from airflow_kafka_events.inspection.reader import TopicReader, message_headers
+from airflow_kafka_events.streams import stream_id
+from integration.inspection.records import asset_event, write_dead_letter, write_stream
+
+pytestmark = pytest.mark.integration
+
+ENTRY_POINT = Path(sys.executable).with_name("airflow-kafka-events")
+RUN = "scheduled__2026-12-01T00:00:00+00:00"
+
+
+def cli(
+    *argv: str, timeout: float = 120, stdin: str | None = None, importtime: bool = False
+) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "KAFKA_BOOTSTRAP"))}
+    env["AIRFLOW_HOME"] = "/nonexistent-airflow-home"  # no airflow.cfg: defaults and flags only
+    command = [sys.executable, "-X", "importtime", str(ENTRY_POINT)] if importtime else [str(ENTRY_POINT)]
+    return subprocess.run(
+        [*command, *argv], env=env, capture_output=True, text=True, timeout=timeout, input=stdin
+    )
+
+
+def ok_json(result: subprocess.CompletedProcess) -> Any:
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+@pytest.fixture
+def producer_config(kafka_bootstrap):
+    return {"bootstrap.servers": kafka_bootstrap}
+
+
+@pytest.fixture
+def producer(producer_config):
+    from airflow_kafka_events.kafka.producer import EnvelopeProducer
+    from airflow_kafka_events.kafka.settings import KafkaSettings
+
+    made = EnvelopeProducer(KafkaSettings(producer_config).producer_config())
+    yield made
+    made.close(5.0)
+
+
+def test_streams_ls_show_tail_print_json_and_import_no_airflow(kafka_bootstrap, producer, new_topic):
+    topic = new_topic(partitions=3)
+    done, failed = stream_id("cli_dag", RUN, "done"), stream_id("cli_dag", RUN, "failed")
+    write_stream(producer, topic, done, 4)
+    write_stream(producer, topic, failed, 2, end="failed")
+    kafka = ("--bootstrap-servers", kafka_bootstrap, "--topic", topic)
+
+    result = cli("streams", "ls", *kafka, "--json", importtime=True)
+    listing = ok_json(result)
+    imported = [line.rsplit("|", 1)[-1].strip() for line in result.stderr.splitlines() if "|" in line]
+    assert "airflow_kafka_events.inspection" in imported
+    assert not [m for m in imported if m == "airflow" or m.startswith("airflow.")]
+    assert {s["trigger_run_id"]: s["state"] for s in listing["streams"]} == {
+        done: "complete",
+        failed: "failed",
+    }
+    assert set(listing["window"]) >= {"topic", "since", "until", "max_records", "truncated", "partitions"}
+    assert listing["window"]["records_scanned"] == 5 + 3
+
+    bounded = ok_json(cli("streams", "ls", *kafka, "--json", "--max-records", "1", "--task-id", "done"))
+    assert bounded["window"]["truncated"] and [s["trigger_run_id"] for s in bounded["streams"]] in (
+        [done],
+        [],
+    )
+
+    text = cli("streams", "ls", *kafka, "--since", "1h")
+    assert (
+        text.returncode == 0 and done in text.stdout and "RuntimeError: the API answered 500" in text.stdout
+    )
+
+    shown = ok_json(cli("streams", "show", done, *kafka, "--json"))
+    assert shown["summary"]["pages"] == 4 and [p["sequence_index"] for p in shown["pages"]] == [0, 1, 2, 3, 4]
+
+    tailed = cli("streams", "tail", failed, *kafka, "--from-start", "--json")
+    assert tailed.returncode == 0, tailed.stderr
+    lines = [json.loads(line) for line in tailed.stdout.splitlines()]
+    assert [p["sequence_index"] for p in lines] == [0, 1, 2] and lines[-1]["error"].startswith("RuntimeError")
+
+
+def test_dlq_ls_show_and_replay_with_confirmation_and_receipt(
+    kafka_bootstrap, producer, producer_config, new_topic
+):
+    dlq, source = new_topic(partitions=1), new_topic(partitions=3)
+    event = asset_event(idempotency_key="cli-key-1", extra={"password": "hunter2"})
+    value = ASSET_EVENT_CODEC.encode(event)
+    written = write_dead_letter(
+        producer, dlq, value=value, key=b"k", headers=[("trace-id", b"t1")], source=(source, 1, 3)
+    )
+    kafka = ("--bootstrap-servers", kafka_bootstrap, "--topic", dlq)
+
+    listing = ok_json(cli("dlq", "ls", *kafka, "--json", "--reason", "not-allowed"))
+    (record,) = listing["records"]
+    assert (record["partition"], record["offset"], record["source_topic"]) == (0, written.offset, source)
+    assert "hunter2" not in json.dumps(listing)
+    assert ok_json(cli("dlq", "ls", *kafka, "--json", "--reason", "undecodable"))["records"] == []
+
+    shown = ok_json(cli("dlq", "show", "0", str(written.offset), *kafka, "--json"))
+    assert shown["reason"] == "not-allowed" and ["trace-id", "t1"] in shown["headers"]
+
+    refused = cli("dlq", "replay", "0", str(written.offset), *kafka, stdin="")
+    assert refused.returncode == 1 and "--yes" in refused.stderr  # no terminal to confirm on
+
+    receipt = ok_json(
+        cli("dlq", "replay", "0", str(written.offset), *kafka, "--yes", "--json", "--actor", "ops-1")
+    )
+    assert receipt["target_topic"] == source and receipt["idempotency_key"] == "cli-key-1"
+    assert receipt["actor"] == "ops-1" and receipt["event_id"] == event.event_id
+    with TopicReader(producer_config, source, timeout=30) as reader:
+        replayed = reader.read_one(receipt["target_partition"], receipt["target_offset"])
+    assert (
+        replayed.value() == value
+        and replayed.key() == b"k"
+        and message_headers(replayed) == [("trace-id", b"t1")]
+    )
+
+    text = cli("dlq", "replay", "0", str(written.offset), *kafka, "--yes")
+    assert text.returncode == 0 and text.stdout.startswith(f"replayed {dlq}[0]@{written.offset}")
+
+
+def test_errors_exit_non_zero_with_the_cause_and_fix(kafka_bootstrap):
+    missing = cli(
+        "dlq", "ls", "--bootstrap-servers", kafka_bootstrap, "--topic", "no-such-dlq-topic", "--json"
+    )
+    assert missing.returncode == 1
+    assert "no-such-dlq-topic" in missing.stderr and "topics ensure" in missing.stderr
+    assert json.loads(missing.stdout)["error"]["type"] == "TopicNotFoundError"
+
+    usage = cli("streams", "ls", "--bootstrap-servers", kafka_bootstrap, "--since", "yesterday-ish")
+    assert usage.returncode == 2 and "ISO-8601" in usage.stderr
+
+    started = time.monotonic()
+    unreachable = cli("streams", "ls", "--bootstrap-servers", "127.0.0.1:1", "--timeout", "3", timeout=30)
+    took = time.monotonic() - started
+    assert unreachable.returncode == 1 and took < 3 + 2, (took, unreachable.stderr)
+    assert "127.0.0.1:1" in unreachable.stderr and "fix:" in unreachable.stderr
