@@ -72,9 +72,7 @@ from airflow_kafka_events.errors import (
     KafkaOperationError,
     StreamFailedError,
     StreamGapError,
-    StreamNotStartedError,
     StreamReadError,
-    TopicError,
     ValidationError,
 )
 from airflow_kafka_events.kafka.clients import new_consumer
@@ -88,6 +86,7 @@ from airflow_kafka_events.kafka.sequence_tracker import (
 )
 from airflow_kafka_events.kafka.stream_batches import BatchPolicy, StreamBatch
 from airflow_kafka_events.kafka.stream_commits import commit_checkpoint, committed_checkpoint
+from airflow_kafka_events.kafka.stream_deadlines import StreamDeadlines
 from airflow_kafka_events.kafka.stream_partition import (
     TRANSIENT_CODES,
     partition_count,
@@ -107,6 +106,30 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+
+def _check_reader_arguments(
+    topic: Any,
+    trigger_run_id: Any,
+    *,
+    timeouts: Mapping[str, float],
+    max_buffered: int,
+    partition: int | None,
+    checkpoint: Any,
+) -> None:
+    if not isinstance(topic, str) or not topic:
+        raise ConfigurationError(f"topic must be a non-empty str, got {topic!r}")
+    if not isinstance(trigger_run_id, str) or not trigger_run_id:
+        raise ConfigurationError(f"trigger_run_id must be a non-empty str, got {trigger_run_id!r}")
+    for name, value in timeouts.items():
+        if not value > 0:
+            raise ConfigurationError(f"{name} must be > 0 seconds, got {value!r}")
+    if max_buffered < 1:
+        raise ConfigurationError(f"max_buffered must be >= 1, got {max_buffered!r}")
+    if partition is not None and partition < 0:
+        raise ConfigurationError(f"partition must be >= 0, got {partition!r}")
+    if checkpoint is not None and not isinstance(checkpoint, Checkpoint):
+        raise ConfigurationError(f"checkpoint must be a Checkpoint, got {type(checkpoint).__qualname__}")
 
 
 class StreamReader:
@@ -142,23 +165,18 @@ class StreamReader:
         codec: Decoder[TriggerEventEnvelope] = TRIGGER_EVENT_CODEC,
         max_buffered: int = 10_000,
     ) -> None:
-        if not isinstance(topic, str) or not topic:
-            raise ConfigurationError(f"topic must be a non-empty str, got {topic!r}")
-        if not isinstance(trigger_run_id, str) or not trigger_run_id:
-            raise ConfigurationError(f"trigger_run_id must be a non-empty str, got {trigger_run_id!r}")
-        for name, value in (
-            ("gap_timeout", gap_timeout),
-            ("start_timeout", start_timeout),
-            ("poll_timeout", poll_timeout),
-        ):
-            if not value > 0:
-                raise ConfigurationError(f"{name} must be > 0 seconds, got {value!r}")
-        if max_buffered < 1:
-            raise ConfigurationError(f"max_buffered must be >= 1, got {max_buffered!r}")
-        if partition is not None and partition < 0:
-            raise ConfigurationError(f"partition must be >= 0, got {partition!r}")
-        if checkpoint is not None and not isinstance(checkpoint, Checkpoint):
-            raise ConfigurationError(f"checkpoint must be a Checkpoint, got {type(checkpoint).__qualname__}")
+        _check_reader_arguments(
+            topic,
+            trigger_run_id,
+            timeouts={
+                "gap_timeout": gap_timeout,
+                "start_timeout": start_timeout,
+                "poll_timeout": poll_timeout,
+            },
+            max_buffered=max_buffered,
+            partition=partition,
+            checkpoint=checkpoint,
+        )
         self.topic = topic
         self.trigger_run_id = trigger_run_id
         self.policy = BatchPolicy(max_events, max_wait)
@@ -184,8 +202,7 @@ class StreamReader:
         self._assigned = False
         self._rejected: list[ConsumedRecord[TriggerEventEnvelope]] = []
         self._ready_since: float | None = None
-        self._first_call: float | None = None
-        self._last_progress: float | None = None
+        self._deadlines = StreamDeadlines(start_timeout, gap_timeout)
         self._failure_error: StreamFailedError | None = None
         self._closed = False
 
@@ -262,38 +279,44 @@ class StreamReader:
         if self._tracker.finished_taken:
             return self._batch()
         call_start = self._clock()
-        if self._first_call is None:
-            self._first_call = call_start
+        self._deadlines.begin(call_start)
         while True:
             now = self._clock()
             if not self._assigned:
-                if self._assign():
-                    continue
-                self._check_deadline(now, call_start)
-                self._sleep(min(self.poll_timeout, max(0.0, self._deadline(call_start) - now)))
+                self._await_assignment(now, call_start)
                 continue
+            batch = self._batch_if_due(now, call_start)
+            if batch is not None:
+                return batch
 
-            ready = self._tracker.ready_count + len(self._rejected)
-            if ready and self._ready_since is None:
-                self._ready_since = now
-            if self.policy.due(ready, self._ready_since, now, end_known=self._tracker.ended):
+    def _await_assignment(self, now: float, call_start: float) -> None:
+        if self._assign():
+            return
+        self._check_deadline(now, call_start)
+        self._sleep(min(self.poll_timeout, max(0.0, self._deadline(call_start) - now)))
+
+    def _batch_if_due(self, now: float, call_start: float) -> StreamBatch | None:
+        """The batch when one is due; else read what comes until it could be (``None``)."""
+        ready = self._tracker.ready_count + len(self._rejected)
+        if ready and self._ready_since is None:
+            self._ready_since = now
+        if self.policy.due(ready, self._ready_since, now, end_known=self._tracker.ended):
+            return self._batch()
+        if not ready and self._tracker.failure is not None:
+            self._catch_up()
+            if self._tracker.failure is not None and not self._rejected:
+                raise self._fail()
+            return None
+        if now >= self._deadline(call_start):
+            if ready:  # hand out what came before the gap first
                 return self._batch()
-            if not ready and self._tracker.failure is not None:
-                self._catch_up()
-                if self._tracker.failure is not None and not self._rejected:
-                    raise self._fail()
-                continue
-            if now >= self._deadline(call_start):
-                if ready:  # hand out what came before the gap first
-                    return self._batch()
-                self._check_deadline(now, call_start)
-
-            wake = [self._deadline(call_start)]
-            due_at = self.policy.due_at(ready, self._ready_since)
-            if due_at is not None:
-                wake.append(due_at)
-            timeout = max(0.0, min(self.poll_timeout, min(wake) - now))
-            self._process(self._consume(timeout))
+            self._check_deadline(now, call_start)
+        wake = [self._deadline(call_start)]
+        due_at = self.policy.due_at(ready, self._ready_since)
+        if due_at is not None:
+            wake.append(due_at)
+        self._process(self._consume(max(0.0, min(self.poll_timeout, min(wake) - now))))
+        return None
 
     def fill(self, timeout: float) -> None:
         """Read what arrives within ``timeout`` seconds into the reader, handing nothing out.
@@ -365,32 +388,14 @@ class StreamReader:
 
     # ------------------------------------------------------------------ deadlines
     def _deadline(self, call_start: float) -> float:
-        if not self._tracker.started:
-            assert self._first_call is not None
-            return self._first_call + self.start_timeout
-        since = call_start if self._last_progress is None else max(self._last_progress, call_start)
-        return since + self.gap_timeout
+        return self._deadlines.deadline(call_start, started=self._tracker.started)
 
     def _check_deadline(self, now: float, call_start: float) -> None:
-        if now < self._deadline(call_start):
-            return
-        if not self._tracker.started:
-            reason = (
-                "the topic does not exist (create it: `airflow-kafka-events topics ensure`)"
-                if not self._assigned
-                else "no element arrived: its producer never started"
-            )
-            raise StreamNotStartedError(
-                f"{self._where()} did not start within {self.start_timeout:g}s: {reason}",
-                topic=self.topic,
-                trigger_run_id=self.trigger_run_id,
-            )
-        if not self._assigned:
-            raise TopicError(
-                f"topic {self.topic!r} of {self._where()} does not exist; create it: "
-                "`airflow-kafka-events topics ensure`"
-            )
-        raise self._gap_error(f"waited {self.gap_timeout:g}s")
+        error = self._deadlines.expired(
+            now, call_start, self._tracker, assigned=self._assigned, topic=self.topic, where=self._where()
+        )
+        if error is not None:
+            raise error
 
     def _gap_error(self, how: str) -> StreamGapError:
         return gap_error(self._tracker, f"{self._where()}: ", how, topic=self.topic)
@@ -502,31 +507,15 @@ class StreamReader:
         before = tracker.progress
         lock_on: int | None = None
         for msg in messages:
-            error = msg.error()
-            if error is not None:
-                if error.code() in TRANSIENT_CODES or error.retriable():
-                    log.debug("%s: transient consumer error %s", self._where(), error)
-                    continue
-                raise KafkaOperationError(f"consuming {self._where()} failed", kafka_error=error)
-            partition = msg.partition()
-            offset = msg.offset()
-            if self._partition is not None and partition != self._partition:
-                continue  # scan mode: another partition, fetched before the lock-on
-            if msg.key() != self._key:
-                if self._partition is not None and offset is not None:
-                    self._next_offset = offset + 1
-                continue
-            if self._partition is None:
-                self._partition = lock_on = partition
-            if offset is not None:
-                self._next_offset = offset + 1
-            self._handle(msg)
+            found = self._read(msg)
+            if found is not None:
+                lock_on = found
         if lock_on is not None:
             self._lock_on(lock_on)
         if tracker.buffered_count > self.max_buffered:
             raise self._gap_error(f"more than {self.max_buffered} later elements arrived meanwhile")
         if tracker.progress != before:
-            self._last_progress = self._clock()
+            self._deadlines.last_progress = self._clock()
             if tracker.progress[0] != before[0]:
                 log.info(
                     "%s: attempt %d supersedes attempt %d; starting over at sequence_index 0",
@@ -534,6 +523,30 @@ class StreamReader:
                     tracker.attempt,
                     before[1],
                 )
+
+    def _read(self, msg: Message) -> int | None:
+        """Take one consumed message in; the stream's partition when scan mode just found it."""
+        error = msg.error()
+        if error is not None:
+            if error.code() in TRANSIENT_CODES or error.retriable():
+                log.debug("%s: transient consumer error %s", self._where(), error)
+                return None
+            raise KafkaOperationError(f"consuming {self._where()} failed", kafka_error=error)
+        partition = msg.partition()
+        offset = msg.offset()
+        if self._partition is not None and partition != self._partition:
+            return None  # scan mode: another partition, fetched before the lock-on
+        if msg.key() != self._key:
+            if self._partition is not None and offset is not None:
+                self._next_offset = offset + 1
+            return None
+        found = None
+        if self._partition is None:
+            self._partition = found = partition
+        if offset is not None:
+            self._next_offset = offset + 1
+        self._handle(msg)
+        return found
 
     def _handle(self, msg: Message) -> None:
         raw = msg.value()
