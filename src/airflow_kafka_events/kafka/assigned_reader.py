@@ -26,6 +26,7 @@ from airflow_kafka_events.errors import ConfigurationError, KafkaOperationError,
 from airflow_kafka_events.kafka.client_executor import ClientExecutor
 from airflow_kafka_events.kafka.client_log import Cause, ClientHealth, cause_of, refusal_error
 from airflow_kafka_events.kafka.clients import new_consumer
+from airflow_kafka_events.kafka.consumer import consume_available
 from airflow_kafka_events.kafka.positions import Partition
 
 log = logging.getLogger(__name__)
@@ -96,16 +97,17 @@ class AssignedReader:
     # ------------------------------------------------------------------ opening
     async def open(self) -> None:
         self._opened_at = time.monotonic()
-        self._consumer = await self._executor.run(self._new_consumer)
+        await self._executor.run(self._new_consumer)
 
-    def _new_consumer(self) -> Consumer:
-        consumer, _ = new_consumer(
+    def _new_consumer(self) -> None:
+        # set on the client's thread: a close queued behind an open whose await was cancelled
+        # still finds the consumer and closes it
+        self._consumer, _ = new_consumer(
             self._config,
             name=f"reader {self.name}",
             what=f"cannot create a reader of {self.topics}",
             health=self.health,
         )
-        return consumer
 
     @property
     def client(self) -> Consumer:
@@ -192,9 +194,11 @@ class AssignedReader:
         return None
 
     async def poll_batch(self, max_records: int, timeout: float) -> list[Message]:
-        """Up to ``max_records`` records in one call on the client's thread (waiting at most
-        ``timeout`` for the first); passing client errors are logged, fatal ones raised."""
-        messages = await self._executor.run(self._client().consume, max_records, timeout)
+        """Up to ``max_records`` records in one call on the client's thread: it waits at most
+        ``timeout`` for the first, then takes what is already fetched without waiting (librdkafka's
+        ``consume(n, timeout)`` alone would hold a lone record until the whole timeout passed).
+        Passing client errors are logged, fatal ones raised."""
+        messages = await self._executor.run(consume_available, self._client(), max_records, timeout)
         self._raise_if_refused()
         records: list[Message] = []
         for message in messages:
@@ -204,6 +208,20 @@ class AssignedReader:
             else:
                 self._check_error(error)
         return records
+
+    async def unassign(self, partitions: Sequence[Partition]) -> None:
+        """Stop reading these partitions (the others keep their positions)."""
+        tps = [KafkaTopicPartition(t, p) for t, p in sorted(partitions)]
+        if tps:
+            await self._executor.run(self._client().incremental_unassign, tps)
+
+    async def positions(self, partitions: Sequence[Partition]) -> dict[Partition, int]:
+        """Per partition, the offset of the next record this reader hands out (past everything it
+        handed out, and past offsets without a record such as transaction markers); partitions
+        without a known position are left out."""
+        tps = [KafkaTopicPartition(t, p) for t, p in sorted(partitions)]
+        found = await self._executor.run(self._client().position, tps) if tps else []
+        return {(tp.topic, tp.partition): tp.offset for tp in found if tp.error is None and tp.offset >= 0}
 
     async def seek(self, tp: Partition, offset: int) -> None:
         await self._executor.run(self._client().seek, KafkaTopicPartition(tp[0], tp[1], offset))
@@ -240,9 +258,14 @@ class AssignedReader:
 
     # ------------------------------------------------------------------ closing
     async def close(self) -> None:
-        consumer, self._consumer = self._consumer, None
+        if self._executor.closed:
+            return
         try:
-            if consumer is not None:
-                await self._executor.run(consumer.close)
+            await self._executor.run(self._close_consumer)
         finally:
             self._executor.shutdown()
+
+    def _close_consumer(self) -> None:
+        consumer, self._consumer = self._consumer, None
+        if consumer is not None:
+            consumer.close()

@@ -83,6 +83,14 @@ class PositionTracker:
         lane = self._lane(tp)
         lane.read_to = max(lane.read_to, offset + 1)
 
+    def advance_to(self, tp: Partition, next_offset: int) -> None:
+        """Every record before ``next_offset`` was read (those handed on are pending)."""
+        lane = self._lane(tp)
+        lane.read_to = max(lane.read_to, next_offset)
+
+    def knows(self, tp: Partition) -> bool:
+        return tp in self._lanes
+
     def hand_on(self, tp: Partition, offset: int, tag: Any = None) -> None:
         """The record at ``offset`` was read and its work finishes later (``tag`` is kept for it)."""
         self.read(tp, offset)

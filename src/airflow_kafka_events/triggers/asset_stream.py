@@ -1,4 +1,4 @@
-"""The stream behind one asset watcher: its own reader, its own durable position.
+"""The stream behind one asset watcher: one reader per triggerer, a durable position per watcher.
 
 Why not one consumer group shared by the watchers (the design before 0.x): Airflow places each
 watcher on a triggerer of its choice, and a group splits the partitions between the triggerers'
@@ -7,19 +7,22 @@ events lost, silently, with two triggerers).  Commits cannot repair that: the sh
 reports how many subscribers accepted a record, not which.
 
 So each watcher (:class:`~airflow_kafka_events.triggers.asset_watcher.KafkaAssetEventTrigger`)
-has its own shared-stream group and :class:`KafkaAssetEventStreamProducer`:
+has its own shared-stream group and :class:`KafkaAssetEventStreamProducer`, and:
 
-* an :class:`~airflow_kafka_events.kafka.assigned_reader.AssignedReader` reads every partition
-  of the topics (no group membership, nothing committed), on its own thread;
+* the watchers of one triggerer that read the same topics through the same client settings
+  share ONE :class:`~airflow_kafka_events.kafka.shared_reader.SharedReader`: it ``assign()``s
+  every partition (no group membership, nothing committed), fetches and decodes each record
+  once, on its own thread, and hands each watcher only its asset's records (and every
+  undecodable one) plus how far each partition was read for it;
 * its position lives in the watcher's asset's ``asset_state_store`` (AIP-103) under
   :data:`STATE_KEY`: per partition, the first record whose asset event Airflow has not yet
   confirmed (the shared stream's persistence-gated ``advance``), else the offset after the last
-  record read.  The watcher resumes there on any triggerer, after any restart or move;
+  record read for it.  The watcher resumes there on any triggerer, after any restart or move;
+  behind the shared reader it reads on its own until it has caught up (see
+  :mod:`airflow_kafka_events.kafka.shared_reader`);
 * the idempotency keys of the events it turned into asset events (the most recent
   :data:`DURABLE_KEYS`, each for ``dedupe_ttl``) are stored with the position, so a repeat
   published later is dropped after a restart too;
-* records for other assets are read and skipped here (they never enter the shared stream), and
-  each record is decoded once per triggerer (:class:`_DecodeCache`), however many watchers read it;
 * a partition without a stored position starts at the offset the watcher's consumer group
   committed (the old design's commits, so upgrading replays nothing), else at the connection's
   ``auto.offset.reset`` (default ``earliest``); that start is stored at once.
@@ -38,7 +41,7 @@ import asyncio
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Hashable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
 
@@ -48,16 +51,24 @@ from asgiref.sync import sync_to_async
 from confluent_kafka import Message
 
 from airflow_kafka_events import metrics
-from airflow_kafka_events.assets.admission import asset_selector
+from airflow_kafka_events.assets.admission import _normalized_uri, asset_selector
+from airflow_kafka_events.assets.validation import sanitize_asset_uri
 from airflow_kafka_events.codec import ASSET_EVENT_CODEC
 from airflow_kafka_events.envelopes import AssetEventEnvelope
 from airflow_kafka_events.errors import ConfigurationError, ValidationError
-from airflow_kafka_events.kafka.assigned_reader import AssignedReader
 from airflow_kafka_events.kafka.positions import (
     Partition,
     PositionTracker,
     positions_from_json,
     positions_to_json,
+)
+from airflow_kafka_events.kafka.shared_reader import (
+    FEED_CAPACITY,
+    READ_BATCH,
+    SHARED_READERS,
+    FedRecord,
+    Feed,
+    SharedReader,
 )
 
 log = logging.getLogger(__name__)
@@ -95,10 +106,8 @@ FINAL_FLUSH_TIMEOUT = 2.0
 PENDING_SHARE = 0.875
 #: The window when Airflow's setting cannot be read.
 MAX_PENDING = 896
-#: Records a reader takes from its client in one call.
-READ_BATCH = 500
-#: Seconds between two looks for partitions a topic gained.
-PARTITION_REFRESH_INTERVAL = 30.0
+#: :class:`~airflow_kafka_events.kafka.shared_reader.SharedReaders` kind of the watchers' readers.
+READER_KIND = "asset-watcher"
 _STORE_WARN_INTERVAL = 60.0
 
 
@@ -194,18 +203,59 @@ def _headers(raw: Any) -> tuple[tuple[str, bytes | None], ...]:
     return tuple(out)
 
 
-def _record(message: Message, decoded: AssetEventEnvelope | BaseException) -> KafkaRecord:
+def _record(fed: FedRecord) -> KafkaRecord:
+    message = fed.message
     timestamp_type, timestamp = message.timestamp()
     return KafkaRecord(
-        topic=str(message.topic()),
-        partition=int(message.partition() or 0),
-        offset=int(message.offset() or 0),
+        topic=fed.tp[0],
+        partition=fed.tp[1],
+        offset=fed.offset,
         key=message.key(),
         value=message.value(),
         headers=_headers(message.headers()),
         timestamp_ms=timestamp if timestamp_type else None,
-        decoded=decoded,
+        decoded=fed.decoded,
         ticket=_Ticket(),
+    )
+
+
+# --------------------------------------------------------------------------- the shared reader
+def _decoder(bootstrap_servers: str) -> Callable[[Message], AssetEventEnvelope | BaseException]:
+    def decode(message: Message) -> AssetEventEnvelope | BaseException:
+        where = (bootstrap_servers, str(message.topic()), message.partition(), message.offset())
+        return _DECODED.decode(where, message.value())
+
+    return decode
+
+
+def _route(decoded: AssetEventEnvelope | BaseException) -> list[Hashable] | None:
+    """Routing keys of a record: its asset's URI (as given and normalized) and name; an
+    undecodable record goes to every watcher (each may have to dead-letter it)."""
+    if not isinstance(decoded, AssetEventEnvelope):
+        return None
+    asset = decoded.asset
+    keys: list[Hashable] = [("uri", asset.uri), ("name", asset.name)]
+    try:
+        normalized = _normalized_uri(asset.uri)
+    except Exception:  # a URI Airflow would refuse: no watcher's, except by name
+        return keys
+    if normalized != asset.uri:
+        keys.append(("uri", normalized))
+    return keys
+
+
+def _shared_reader(config: Mapping[str, Any], topics: Sequence[str], poll_timeout: float) -> SharedReader:
+    """This process's reader of ``topics`` with these client settings (one per triggerer)."""
+    lag = metrics.LagReporter(metrics.WATCHER_LAG)
+    return SHARED_READERS.acquire(
+        READER_KIND,
+        config,
+        topics,
+        name=f"watchers-of-{'+'.join(sorted(topics))}",
+        decode=_decoder(str(config.get("bootstrap.servers", ""))),
+        route=_route,
+        poll_timeout=poll_timeout,
+        on_read=lag.observe,
     )
 
 
@@ -268,6 +318,7 @@ class KafkaAssetEventStreamProducer(SharedStreamProducer):
         store: PositionStore | None = None,
         flush_interval: float = FLUSH_INTERVAL,
         max_pending: int | None = None,
+        feed_capacity: int = FEED_CAPACITY,
     ) -> None:
         if asset_uri is None and asset_name is None:
             raise ConfigurationError("a watcher's stream needs asset_uri and/or asset_name")
@@ -282,12 +333,14 @@ class KafkaAssetEventStreamProducer(SharedStreamProducer):
         self.identity = identity
         self.flush_interval = flush_interval
         self.max_pending = max_pending if max_pending is not None else _pending_window()
+        self.feed_capacity = feed_capacity
         self._store = store
         self._select = asset_selector(
             asset_uri=asset_uri, asset_name=asset_name, include_partitioned=include_partitioned
         )
+        self._select_uri = sanitize_asset_uri(asset_uri) if asset_uri is not None else None
         self._state_key = state_key(kafka_config_id)
-        self._reader: AssignedReader | None = None
+        self._feed: Feed | None = None
         self._tracker: PositionTracker | None = None
         self._keys = _DurableKeys(None, ttl=dedupe_ttl)
         self._room = asyncio.Event()
@@ -296,7 +349,6 @@ class KafkaAssetEventStreamProducer(SharedStreamProducer):
         self._counted = False  # counted in _open_streams
         self._urgent = False  # an own record finished since the last store: store within flush_interval
         self._last_store_warning = -_STORE_WARN_INTERVAL
-        self._next_partition_refresh = 0.0
 
     # ------------------------------------------------------------------ configuration
     @property
@@ -334,52 +386,58 @@ class KafkaAssetEventStreamProducer(SharedStreamProducer):
         self._keys = _DurableKeys(stored.get("seen"), ttl=self.dedupe_ttl)
         return positions_from_json(stored.get("positions"))
 
-    async def _open(self) -> tuple[AssignedReader, PositionTracker]:
+    def _matches(self, decoded: AssetEventEnvelope | BaseException) -> bool:
+        """The shared reader's test for this watcher: its asset's envelopes and every undecodable
+        record (which the watcher dead-letters)."""
+        return not isinstance(decoded, AssetEventEnvelope) or self._select(decoded) is None
+
+    def _routing_keys(self) -> list[Hashable]:
+        if self.asset_uri is not None:
+            return [("uri", self._select_uri)]
+        return [("name", self.asset_name)]
+
+    async def _open(self) -> tuple[Feed, PositionTracker]:
         global _open_streams
         _open_streams += 1
         self._counted = True
         config = await sync_to_async(self.consumer_config)()
-        reader = AssignedReader(config, self.topics, name=f"watcher-{self.asset_name or self.asset_uri}")
-        self._reader = reader
-        await reader.open()
-        partitions = await reader.partitions()
-        stored = await self._load_state()
-        missing = [tp for tp in partitions if tp not in stored]
-        starts = {tp: stored[tp] for tp in partitions if tp in stored}
-        starts.update(await reader.start_offsets(missing))
-        tracker = PositionTracker(starts)
+        shared = _shared_reader(config, self.topics, self.poll_timeout)
+        try:
+            partitions = await shared.partitions()
+            stored = await self._load_state()
+            missing = [tp for tp in partitions if tp not in stored]
+            starts = {tp: stored[tp] for tp in partitions if tp in stored}
+            starts.update(await shared.start_offsets(missing))
+            feed = await shared.subscribe(
+                starts,
+                keys=self._routing_keys(),
+                match=self._matches,
+                capacity=self.feed_capacity,
+                name=f"watcher-{self.asset_name or self.asset_uri}",
+            )
+        except BaseException:
+            await shared.release()
+            raise
+        self._feed = feed
+        tracker = PositionTracker(feed.next)
         self._tracker = tracker
-        await reader.assign(starts)
         log.info(
-            "%s reads %d partition(s) from %s (%d stored, %d new)",
+            "%s reads %d partition(s) from %s (%d stored, %d new; %s)",
             self.label,
-            len(starts),
-            positions_to_json(starts),
+            len(feed.next),
+            positions_to_json(feed.next),
             len(starts) - len(missing),
             len(missing),
+            "catching up with the shared reader" if feed.catching_up else "through the shared reader",
         )
         await self.flush(force=True)  # a new start (latest, a group's commit) is durable from now on
-        self._next_partition_refresh = time.monotonic() + PARTITION_REFRESH_INTERVAL
-        return reader, tracker
-
-    async def _refresh_partitions(self, reader: AssignedReader, tracker: PositionTracker) -> None:
-        if time.monotonic() < self._next_partition_refresh:
-            return
-        self._next_partition_refresh = time.monotonic() + PARTITION_REFRESH_INTERVAL
-        new = [tp for tp in await reader.partitions() if tp not in set(tracker.partitions())]
-        if new:
-            # a partition the topic gained: every record on it is new
-            starts = {tp: 0 for tp in new}
-            tracker.add_partitions(starts)
-            await reader.assign(starts)
-            log.info("%s reads new partition(s) %s from the beginning", self.label, positions_to_json(starts))
+        return feed, tracker
 
     # ------------------------------------------------------------------ reading
     def _wanted(self, decoded: AssetEventEnvelope | BaseException) -> bool:
+        """A record the shared reader handed on: not a repeat of an event already in Airflow."""
         if not isinstance(decoded, AssetEventEnvelope):
             return True  # the watcher dead-letters it
-        if self._select(decoded) is not None:
-            return False  # another asset's, or partitioned while include_partitioned is off
         key = durable_key(decoded)
         if key in self._keys:
             log.info(
@@ -389,30 +447,29 @@ class KafkaAssetEventStreamProducer(SharedStreamProducer):
         return True
 
     async def open_stream(self) -> AsyncIterator[tuple[KafkaRecord, KafkaBrokerPayload]]:
-        reader, tracker = await self._open()
-        where_prefix = (reader.bootstrap_servers,)
-        lag = metrics.LagReporter(metrics.WATCHER_LAG)
+        feed, tracker = await self._open()
         while True:
             room = self.max_pending - tracker.pending_count()
             while room <= 0:
                 self._room.clear()
                 await self._room.wait()
                 room = self.max_pending - tracker.pending_count()
-            # one thread hop per batch, not per record: a triggerer runs a reader per watcher
-            messages = await reader.poll_batch(min(room, READ_BATCH), self.poll_timeout)
-            if not messages:
-                await self._refresh_partitions(reader, tracker)
-            for message in messages:
-                tp = (str(message.topic()), int(message.partition() or 0))
-                offset = int(message.offset() or 0)
-                lag.observe(reader.client, tp[0], tp[1], offset)
-                decoded = _DECODED.decode((*where_prefix, *tp, offset), message.value())
-                if not self._wanted(decoded):
+            # at least every poll_timeout, so that the position is stored while nothing arrives
+            records, frontier = await feed.take(min(room, READ_BATCH), self.poll_timeout)
+            for fed in records:
+                tp, offset = fed.tp, fed.offset
+                if not tracker.knows(tp):
+                    tracker.add_partitions({tp: 0})  # a partition the topic gained: all new
+                if not self._wanted(fed.decoded):
                     tracker.read(tp, offset)
                     continue
-                record = _record(message, decoded)
+                record = _record(fed)
                 tracker.hand_on(tp, offset, record.ticket)
                 yield record, KafkaBrokerPayload(topic=tp[0], partition=tp[1], offset=offset)
+            for tp, next_offset in frontier.items():  # only after its records were handed on
+                if not tracker.knows(tp):
+                    tracker.add_partitions({tp: next_offset})
+                tracker.advance_to(tp, next_offset)
             await self.flush()
 
     # ------------------------------------------------------------------ advancing
@@ -424,8 +481,8 @@ class KafkaAssetEventStreamProducer(SharedStreamProducer):
 
         A failed record (ack timeout, overflow) holds it: the reader seeks back and reads it again.
         """
-        tracker, reader = self._tracker, self._reader
-        if tracker is None or reader is None:
+        tracker, feed = self._tracker, self._feed
+        if tracker is None or feed is None:
             raise RuntimeError(f"{self.label}: advance before the stream was opened")
         first = batch[0].broker_payload
         tp = (first.topic, first.partition)
@@ -445,7 +502,7 @@ class KafkaAssetEventStreamProducer(SharedStreamProducer):
         if held is not None:
             log.warning("%s reads %s[%s]@%s again: it was not confirmed", self.label, tp[0], tp[1], held)
             tracker.rewind(tp, held)
-            await reader.seek(tp, held)
+            feed.rewind(tp, held)
         self._room.set()
         await self.flush()
 
@@ -506,6 +563,6 @@ class KafkaAssetEventStreamProducer(SharedStreamProducer):
             if self._counted:
                 self._counted = False
                 _open_streams -= 1
-            reader, self._reader = self._reader, None
-            if reader is not None:
-                await reader.close()
+            feed, self._feed = self._feed, None
+            if feed is not None:
+                await feed.close()

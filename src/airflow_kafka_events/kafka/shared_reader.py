@@ -1,0 +1,569 @@
+"""One reader per process and topic set, feeding many owners that each keep their own position.
+
+N asset watchers of one topic in one triggerer used to run N readers: every record was fetched
+from the broker N times and walked N times.  A :class:`SharedReader` fetches and decodes each
+record once and hands it only to the :class:`Feed`\\ s that want it (a routing index: a record
+about asset A reaches A's watcher, not the 99 others).  Each owner still keeps its OWN position:
+a feed reports, with its records, how far every partition was read for it (its *frontier*), and
+the owner stores what it accepted and finished, as before.  Nothing about a position is shared.
+
+Joining behind, catching up
+    The shared reader reads from where its first feed started.  A feed that starts behind its
+    frontier on a partition (a late joiner, a restarted or moved watcher, a rewind after an
+    unconfirmed record) reads that partition with a private catch-up reader from its own
+    position; once its position reaches the shared frontier of the partition it merges into the
+    shared reader there (records between the frontier and its position are not handed to it
+    twice) and the private reader is closed when no partition is left behind.  A feed never
+    misses a record between its position and the frontier.
+
+Backpressure (bounded memory)
+    A feed buffers at most ``capacity`` records its owner has not taken yet (plus one read
+    batch).  A slow owner does not slow the shared reader: when its buffer overflows, the
+    feed drops what it buffered and falls back to catch-up from the last record its owner
+    took; its private reader then goes at the owner's pace (it waits while the buffer is full)
+    and merges back when it has caught up.  So memory is bounded per feed, and one slow watcher
+    never delays the others.
+
+Every client call runs on the owning reader's own thread
+(:class:`~airflow_kafka_events.kafka.client_executor.ClientExecutor` inside
+:class:`~airflow_kafka_events.kafka.assigned_reader.AssignedReader`).  The registry
+(:data:`SHARED_READERS`) holds no client until a feed subscribes, and a reader is closed when its
+last feed leaves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from typing import Any, NamedTuple
+
+from confluent_kafka import Message
+
+from airflow_kafka_events.kafka.assigned_reader import AssignedReader
+from airflow_kafka_events.kafka.positions import Partition, positions_to_json
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "FEED_CAPACITY",
+    "READ_BATCH",
+    "SHARED_READERS",
+    "FedRecord",
+    "Feed",
+    "SharedReader",
+    "SharedReaders",
+]
+
+#: Records a reader takes from its client in one call.
+READ_BATCH = 500
+#: Records a feed buffers for its owner before it falls back to reading on its own.
+FEED_CAPACITY = 2000
+#: Seconds between two looks for partitions a topic gained (while idle).
+PARTITION_REFRESH_INTERVAL = 30.0
+
+#: ``decode(message)``: what the feeds' ``match`` and the router see (computed once per record).
+Decode = Callable[[Message], Any]
+#: ``route(decoded)``: the routing keys of a decoded record; ``None``: every feed gets it.
+Route = Callable[[Any], Iterable[Hashable] | None]
+#: ``on_read(client, topic, partition, offset)``: called with the last record read per partition
+#: and batch (e.g. a lag gauge from the client's cached watermarks).
+OnRead = Callable[[Any, str, int, int], None]
+
+
+class FedRecord(NamedTuple):
+    """One record handed to a feed: the client's message and its decoding."""
+
+    message: Message
+    decoded: Any
+    tp: Partition
+    offset: int
+
+
+def _coordinates(message: Message) -> tuple[Partition, int]:
+    return (str(message.topic()), int(message.partition() or 0)), int(message.offset() or 0)
+
+
+# --------------------------------------------------------------------------- one owner's feed
+class Feed:
+    """What one owner reads through a :class:`SharedReader`: its records and its frontier.
+
+    Created by :meth:`SharedReader.subscribe`.  ``match(decoded)`` decides which records are the
+    owner's (records the router does not send here are not even looked at).
+    """
+
+    def __init__(
+        self,
+        shared: SharedReader,
+        starts: Mapping[Partition, int],
+        *,
+        keys: Sequence[Hashable],
+        match: Callable[[Any], bool],
+        capacity: int,
+        name: str,
+    ) -> None:
+        self._shared = shared
+        self.keys = tuple(keys)
+        self.match = match
+        self.capacity = max(1, capacity)
+        self.name = name
+        #: per partition, the next offset to look at for this feed (buffered or taken before it)
+        self.next: dict[Partition, int] = {tp: int(o) for tp, o in starts.items()}
+        #: per partition, the offset after what the owner took (where a fallback resumes)
+        self.taken: dict[Partition, int] = dict(self.next)
+        self.shared: set[Partition] = set()  # partitions fed by the shared reader
+        self.behind: set[Partition] = set()  # partitions read by this feed's catch-up reader
+        #: how often the feed fell back to reading on its own (overflow or rewind)
+        self.fallbacks = 0
+        self._records: list[FedRecord] = []
+        self._frontier: dict[Partition, int] = {}
+        self._ready = asyncio.Event()
+        self._room = asyncio.Event()
+        self._failure: BaseException | None = None
+        self._catch_up: asyncio.Task[None] | None = None
+        self._closed = False
+
+    # ------------------------------------------------------------------ the owner's side
+    async def take(
+        self, max_records: int, timeout: float | None = None
+    ) -> tuple[list[FedRecord], dict[Partition, int]]:
+        """Wait (at most ``timeout`` seconds) for records or progress; return up to
+        ``max_records`` records (offset order per partition) and the partitions whose frontier
+        moved: every record below it was either returned (now or before) or is not this feed's.
+        A frontier is only returned for a partition with no buffered record left."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self._records and not self._frontier and self._failure is None:
+            self._ready.clear()
+            if deadline is None:
+                await self._ready.wait()
+                continue
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return [], {}
+            try:
+                await asyncio.wait_for(self._ready.wait(), left)
+            except asyncio.TimeoutError:
+                return [], {}
+        if self._failure is not None:
+            raise self._failure
+        records = self._records[:max_records]
+        del self._records[:max_records]
+        left = {record.tp for record in self._records}
+        frontier = {tp: o for tp, o in self._frontier.items() if tp not in left}
+        for tp in frontier:
+            del self._frontier[tp]
+            self.taken[tp] = max(self.taken.get(tp, 0), frontier[tp])
+        for record in records:
+            self.taken[record.tp] = max(self.taken.get(record.tp, 0), record.offset + 1)
+        self._room.set()
+        return records, frontier
+
+    def rewind(self, tp: Partition, offset: int) -> None:
+        """The owner must read ``tp`` again from ``offset`` (e.g. a record was not confirmed)."""
+        self.taken[tp] = min(self.taken.get(tp, offset), offset)
+        self._fall_back(f"{tp[0]}[{tp[1]}] is read again from {offset}")
+
+    @property
+    def buffered(self) -> int:
+        return len(self._records)
+
+    @property
+    def catching_up(self) -> bool:
+        return bool(self.behind)
+
+    async def close(self) -> None:
+        """Leave: the shared reader goes on for the other feeds (closed after the last one)."""
+        if self._closed:
+            return
+        self._closed = True
+        self._shared._detach(self)
+        await self._stop_catch_up()
+        self._records.clear()
+        await self._shared.release()
+
+    # ------------------------------------------------------------------ the shared reader's side
+    def _wants(self, tp: Partition, offset: int, decoded: Any) -> bool:
+        return tp in self.shared and offset >= self.next[tp] and self.match(decoded)
+
+    def _offer(self, records: Sequence[FedRecord], advanced: Mapping[Partition, int]) -> None:
+        """A batch of the shared reader: this feed's records, and how far each partition was read."""
+        if self._closed:
+            return
+        moved = bool(records)
+        for tp, next_offset in advanced.items():
+            if tp in self.shared and next_offset > self.next[tp]:
+                self.next[tp] = next_offset
+                self._frontier[tp] = next_offset
+                moved = True
+        if records:
+            self._records.extend(records)
+            if len(self._records) > self.capacity:
+                self._fall_back(f"its owner left {len(self._records)} records untaken")
+                return
+        if moved:
+            self._ready.set()
+
+    def _add_partition(self, tp: Partition, start: int) -> None:
+        """A partition the topic gained: every record on it is new."""
+        if tp in self.next:
+            return
+        self.next[tp] = self.taken[tp] = start
+        self.shared.add(tp)
+        self._frontier[tp] = start
+        self._ready.set()
+
+    def _fail(self, exc: BaseException) -> None:
+        if self._failure is None:
+            self._failure = exc
+        self._ready.set()
+
+    # ------------------------------------------------------------------ falling back, catching up
+    def _place(self) -> None:
+        """Each partition on the shared reader if this feed is not behind its frontier there."""
+        frontier = self._shared.frontier
+        self.shared = {tp for tp, o in self.next.items() if o >= frontier.get(tp, 0)}
+        self.behind = set(self.next) - self.shared
+        if self.behind:
+            self._start_catch_up()
+
+    def _fall_back(self, why: str) -> None:
+        """Drop what is buffered; read on its own from what the owner took, then merge again."""
+        self.fallbacks += 1
+        self._records.clear()
+        self._frontier.clear()
+        self.next = dict(self.taken)
+        self.shared = set()
+        self.behind = set(self.next)
+        log.info(
+            "%s reads on its own from %s until it reaches the shared reader (%s)",
+            self.name,
+            positions_to_json(self.next),
+            why,
+        )
+        self._start_catch_up()
+        self._room.set()
+
+    def _start_catch_up(self) -> None:
+        previous = self._catch_up
+        if previous is not None and not previous.done():
+            previous.cancel()  # its reader closes in its own ``finally``
+        self._catch_up = asyncio.get_running_loop().create_task(
+            self._run_catch_up(previous), name=f"catch-up[{self.name}]"
+        )
+
+    async def _stop_catch_up(self) -> None:
+        task, self._catch_up = self._catch_up, None
+        if task is not None and not task.done():
+            task.cancel()
+        if task is not None:
+            await asyncio.gather(task, return_exceptions=True)
+
+    async def _run_catch_up(self, previous: asyncio.Task[None] | None) -> None:
+        if previous is not None:
+            await asyncio.gather(previous, return_exceptions=True)  # one private client at a time
+        reader = self._shared._new_reader(f"{self.name}-catch-up")
+        try:
+            await reader.open()
+            await reader.assign({tp: self.next[tp] for tp in self.behind})
+            while self.behind:
+                while len(self._records) >= self.capacity:
+                    self._room.clear()
+                    await self._room.wait()
+                room = min(READ_BATCH, self.capacity - len(self._records))
+                messages = await reader.poll_batch(room, self._shared.poll_timeout)
+                if messages:
+                    self._offer_own(messages)
+                else:  # read to the end: step over offsets without a record (transaction markers)
+                    self._skip_to(await reader.positions(sorted(self.behind)))
+                merged = sorted(tp for tp in self.behind if self.next[tp] >= self._shared.frontier.get(tp, 0))
+                if merged:
+                    self.behind.difference_update(merged)
+                    self.shared.update(merged)
+                    if self.behind:
+                        await reader.unassign(merged)
+            log.info("%s caught up: it reads through the shared reader again", self.name)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            self._fail(exc)
+        finally:
+            await reader.close()
+
+    def _offer_own(self, messages: Sequence[Message]) -> None:
+        decode = self._shared.decode
+        for message in messages:
+            tp, offset = _coordinates(message)
+            if tp not in self.behind or offset < self.next[tp]:
+                continue  # merged meanwhile, or read before a fallback
+            decoded = decode(message)
+            if self.match(decoded):
+                self._records.append(FedRecord(message, decoded, tp, offset))
+            self.next[tp] = self._frontier[tp] = offset + 1
+        self._ready.set()
+
+    def _skip_to(self, positions: Mapping[Partition, int]) -> None:
+        for tp, position in positions.items():
+            if tp in self.behind and position > self.next[tp]:
+                self.next[tp] = self._frontier[tp] = position
+                self._ready.set()
+
+
+# --------------------------------------------------------------------------- the shared reader
+class SharedReader:
+    """One :class:`AssignedReader` over ``topics``, feeding every subscribed :class:`Feed`.
+
+    Get one from :meth:`SharedReaders.acquire`; subscribe with :meth:`subscribe`.
+    """
+
+    def __init__(
+        self,
+        registry: SharedReaders,
+        key: Hashable,
+        config: Mapping[str, Any],
+        topics: Sequence[str],
+        *,
+        name: str,
+        decode: Decode,
+        route: Route,
+        poll_timeout: float,
+        on_read: OnRead | None = None,
+    ) -> None:
+        self._registry = registry
+        self.key = key
+        self.config = dict(config)
+        self.topics = sorted(topics)
+        self.name = name
+        self.decode = decode
+        self._route = route
+        self.poll_timeout = poll_timeout
+        self._on_read = on_read
+        self.reader = self._new_reader(name)
+        #: per partition, the offset after the last record the shared reader handed out
+        self.frontier: dict[Partition, int] = {}
+        #: counters for tests and benchmarks
+        self.fetches = 0
+        self.records_read = 0
+        self.catch_up_readers = 0
+        self._feeds: list[Feed] = []
+        self._index: dict[Hashable, list[Feed]] = {}
+        self._users = 0
+        self._lock = asyncio.Lock()
+        self._opened = False
+        self._task: asyncio.Task[None] | None = None
+        self._failure: BaseException | None = None
+        self._next_refresh = 0.0
+
+    def _new_reader(self, name: str) -> AssignedReader:
+        if name != self.name:
+            self.catch_up_readers += 1
+        return AssignedReader(self.config, self.topics, name=name)
+
+    @property
+    def feeds(self) -> int:
+        return len(self._feeds)
+
+    # ------------------------------------------------------------------ opening, subscribing
+    async def _open(self) -> None:
+        if not self._opened:
+            await self.reader.open()
+            self._opened = True
+
+    async def partitions(self) -> list[Partition]:
+        """The partitions a feed must start on: those read already, else the topics' metadata."""
+        async with self._lock:
+            self._raise_if_failed()
+            await self._open()
+            if self.frontier:
+                return sorted(self.frontier)
+            return await self.reader.partitions()
+
+    async def start_offsets(self, partitions: Sequence[Partition]) -> dict[Partition, int]:
+        """Where partitions without a stored position start (see :class:`AssignedReader`)."""
+        async with self._lock:
+            await self._open()
+            return await self.reader.start_offsets(partitions)
+
+    async def subscribe(
+        self,
+        starts: Mapping[Partition, int],
+        *,
+        keys: Sequence[Hashable],
+        match: Callable[[Any], bool],
+        capacity: int = FEED_CAPACITY,
+        name: str,
+    ) -> Feed:
+        """A feed reading from ``starts`` (every partition of the topics).  ``keys`` are the
+        routing keys whose records it gets (see ``route``); ``match`` has the last word."""
+        async with self._lock:
+            self._raise_if_failed()
+            await self._open()
+            if not self.frontier:  # the first feed: the shared reader starts where it starts
+                await self.reader.assign(starts)
+                self.frontier = dict(starts)
+                self._next_refresh = time.monotonic() + PARTITION_REFRESH_INTERVAL
+                self._task = asyncio.get_running_loop().create_task(self._run(), name=f"reader[{self.name}]")
+            unknown = {tp: o for tp, o in starts.items() if tp not in self.frontier}
+            if unknown:  # partitions this reader does not read yet: from the feed's start
+                await self.reader.assign(unknown)
+                self.frontier.update(unknown)
+            full = {tp: 0 for tp in self.frontier}  # a partition the feed did not know: all new
+            full.update(starts)
+            feed = Feed(self, full, keys=keys, match=match, capacity=capacity, name=name)
+            self._feeds.append(feed)
+            for key in feed.keys:
+                self._index.setdefault(key, []).append(feed)
+            feed._place()
+            return feed
+
+    def _detach(self, feed: Feed) -> None:
+        if feed in self._feeds:
+            self._feeds.remove(feed)
+        for key in feed.keys:
+            bucket = self._index.get(key)
+            if bucket is not None and feed in bucket:
+                bucket.remove(feed)
+                if not bucket:
+                    del self._index[key]
+
+    def _raise_if_failed(self) -> None:
+        if self._failure is not None:
+            raise self._failure
+
+    # ------------------------------------------------------------------ reading
+    async def _run(self) -> None:
+        try:
+            while True:
+                messages = await self.reader.poll_batch(READ_BATCH, self.poll_timeout)
+                self.fetches += 1
+                if messages:
+                    self._dispatch(messages)
+                elif time.monotonic() >= self._next_refresh:
+                    await self._refresh_partitions()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            self._fail(exc)
+
+    def _dispatch(self, messages: Sequence[Message]) -> None:
+        """Hand each record to the feeds that want it; then tell every feed how far it was read."""
+        self.records_read += len(messages)
+        per_feed: dict[int, list[FedRecord]] = {}
+        advanced: dict[Partition, int] = {}
+        for message in messages:
+            tp, offset = _coordinates(message)
+            advanced[tp] = offset + 1
+            decoded = self.decode(message)
+            for feed in self._candidates(decoded):
+                if feed._wants(tp, offset, decoded):
+                    per_feed.setdefault(id(feed), []).append(FedRecord(message, decoded, tp, offset))
+        for tp, next_offset in advanced.items():
+            self.frontier[tp] = max(self.frontier.get(tp, 0), next_offset)
+            if self._on_read is not None:
+                self._on_read(self.reader.client, tp[0], tp[1], next_offset - 1)
+        for feed in list(self._feeds):
+            feed._offer(per_feed.get(id(feed), ()), advanced)
+
+    def _candidates(self, decoded: Any) -> Iterable[Feed]:
+        keys = self._route(decoded)
+        if keys is None:
+            return list(self._feeds)
+        found: dict[int, Feed] = {}
+        for key in keys:
+            for feed in self._index.get(key, ()):
+                found[id(feed)] = feed
+        return found.values()
+
+    async def _refresh_partitions(self) -> None:
+        self._next_refresh = time.monotonic() + PARTITION_REFRESH_INTERVAL
+        new = {tp: 0 for tp in await self.reader.partitions() if tp not in self.frontier}
+        if not new:
+            return
+        await self.reader.assign(new)
+        self.frontier.update(new)
+        for feed in self._feeds:
+            for tp, start in new.items():
+                feed._add_partition(tp, start)
+        log.info("%s reads new partition(s) %s from the beginning", self.name, positions_to_json(new))
+
+    def _fail(self, exc: BaseException) -> None:
+        self._failure = exc
+        self._registry._forget(self)  # the next subscriber gets a fresh reader
+        for feed in list(self._feeds):
+            feed._fail(exc)
+
+    # ------------------------------------------------------------------ closing
+    async def release(self) -> None:
+        """One user (a feed, or a subscriber that gave up) is done; the last one closes the reader."""
+        self._users -= 1
+        if self._users > 0:
+            return
+        self._registry._forget(self)
+        task, self._task = self._task, None
+        if task is not None and not task.done():
+            task.cancel()
+        if task is not None:
+            await asyncio.gather(task, return_exceptions=True)
+        await self.reader.close()
+
+
+# --------------------------------------------------------------------------- the registry
+class SharedReaders:
+    """The shared readers of this process: one per event loop, kind, client settings and topics."""
+
+    def __init__(self) -> None:
+        self._readers: dict[Hashable, SharedReader] = {}
+        #: readers created so far (for tests and benchmarks)
+        self.created = 0
+
+    @staticmethod
+    def key(kind: str, config: Mapping[str, Any], topics: Sequence[str]) -> Hashable:
+        settings = tuple(sorted((str(k), repr(v)) for k, v in config.items()))
+        return (id(asyncio.get_running_loop()), kind, settings, tuple(sorted(topics)))
+
+    def acquire(
+        self,
+        kind: str,
+        config: Mapping[str, Any],
+        topics: Sequence[str],
+        *,
+        name: str,
+        decode: Decode,
+        route: Route,
+        poll_timeout: float = 1.0,
+        on_read: OnRead | None = None,
+    ) -> SharedReader:
+        """The reader for these settings and topics (created on first use); pair every call with
+        one :meth:`SharedReader.release` (a feed's ``close`` does it)."""
+        key = self.key(kind, config, topics)
+        reader = self._readers.get(key)
+        if reader is None:
+            reader = SharedReader(
+                self,
+                key,
+                config,
+                topics,
+                name=name,
+                decode=decode,
+                route=route,
+                poll_timeout=poll_timeout,
+                on_read=on_read,
+            )
+            self._readers[key] = reader
+            self.created += 1
+        reader._users += 1
+        return reader
+
+    def get(self, kind: str, config: Mapping[str, Any], topics: Sequence[str]) -> SharedReader | None:
+        return self._readers.get(self.key(kind, config, topics))
+
+    def __len__(self) -> int:
+        return len(self._readers)
+
+    def _forget(self, reader: SharedReader) -> None:
+        if self._readers.get(reader.key) is reader:
+            del self._readers[reader.key]
+
+
+#: The process's shared readers (no client exists until a feed subscribes).
+SHARED_READERS = SharedReaders()
