@@ -42,6 +42,10 @@ log = logging.getLogger(__name__)
 
 #: Seconds a whole inspection call may take (metadata, offsets, reading) unless asked otherwise.
 DEFAULT_TIMEOUT = 30.0
+#: ListOffsets "timestamps" of the high and the low watermark.
+LATEST, EARLIEST = -1, -2
+#: The reader's ``fetch.wait.max.ms``.
+FETCH_WAIT_MS = 10
 #: Longest single broker request: a refusal seen meanwhile ends the call within this.
 _SLICE = 1.0
 _UNKNOWN_TOPIC = frozenset(
@@ -69,6 +73,14 @@ Progress = Callable[[int, int], None]
 T = TypeVar("T")
 
 
+def _bound(found: dict[int, int] | None, partition: int, low: int, high: int, *, default: int) -> int:
+    """A looked-up offset within the watermarks (``-1``, no record at or after the time: ``high``)."""
+    if found is None:
+        return default
+    offset = found[partition]
+    return high if offset < 0 else min(max(offset, low), high)
+
+
 def _kafka_error(exc: BaseException) -> KafkaError | None:
     err = exc.args[0] if isinstance(exc, KafkaException) and exc.args else None
     return err if isinstance(err, KafkaError) else None
@@ -91,6 +103,9 @@ class TopicReader:
                 "enable.partition.eof": True,
                 "auto.offset.reset": "earliest",
                 "enable.auto.offset.store": False,
+                # a bounded read never long-polls: a fetch left waiting at one partition's end would
+                # hold the next partition's first fetch for fetch.wait.max.ms (500 ms by default)
+                "fetch.wait.max.ms": FETCH_WAIT_MS,
             },
         )
         self.topic = topic
@@ -205,37 +220,38 @@ class TopicReader:
         )
         return int(low), int(high)
 
-    def offset_at(self, partition: int, when_ms: int, high: int) -> int:
-        """The first offset whose timestamp is at or after ``when_ms`` (``high`` when none is)."""
-        wanted = TopicPartition(self.topic, partition, when_ms)
+    def offsets(self, partitions: Sequence[int], stamp: int) -> dict[int, int]:
+        """ListOffsets of every partition in one request: the first offset at or after ``stamp`` (ms).
 
-        def call(timeout: float) -> TopicPartition:
-            (found,) = self.consumer.offsets_for_times([wanted], timeout=timeout)
-            if found.error is not None:
-                raise KafkaException(found.error)
-            return found
+        ``stamp`` may also be :data:`LATEST` (the high watermark) or :data:`EARLIEST` (the low one);
+        a partition with no record at or after ``stamp`` answers ``-1``.
+        """
+        wanted = [TopicPartition(self.topic, partition, stamp) for partition in partitions]
 
-        found = self._retry(f"looking up offsets by time in partition {partition}", call)
-        return high if found.offset < 0 else min(int(found.offset), high)
+        def call(timeout: float) -> list[TopicPartition]:
+            found = self.consumer.offsets_for_times(wanted, timeout=timeout)
+            for item in found:
+                if item.error is not None:
+                    raise KafkaException(item.error)
+            return list(found)
+
+        return {tp.partition: int(tp.offset) for tp in self._retry("looking up offsets", call)}
 
     def plan(
         self, window: ScanWindow, partitions: Sequence[int] | None = None
     ) -> list[tuple[int, int, int, int, int]]:
-        """``(partition, start, end, low, high)`` of the window on each partition, newest records kept."""
+        """``(partition, start, end, low, high)`` of the window on each partition (a few requests in all)."""
+        ids = self.partitions() if partitions is None else list(partitions)
+        lows, highs = self.offsets(ids, EARLIEST), self.offsets(ids, LATEST)
+        since = None if window.since is None else self.offsets(ids, to_ms(window.since))
+        until = None if window.until is None else self.offsets(ids, to_ms(window.until))
         planned = []
-        for partition in self.partitions() if partitions is None else partitions:
-            low, high = self.watermarks(partition)
-            start = (
-                low
-                if window.since is None
-                else max(low, self.offset_at(partition, to_ms(window.since), high))
+        for partition in ids:
+            low, high = lows[partition], highs[partition]
+            start = _bound(since, partition, low, high, default=low)
+            planned.append(
+                (partition, start, max(start, _bound(until, partition, low, high, default=high)), low, high)
             )
-            end = (
-                high
-                if window.until is None
-                else max(start, self.offset_at(partition, to_ms(window.until), high))
-            )
-            planned.append((partition, start, end, low, high))
         return planned
 
     # ------------------------------------------------------------------ reading
