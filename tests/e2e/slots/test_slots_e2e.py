@@ -6,6 +6,11 @@ consumers would keep the producers from ever starting (all four failed with
 ``StreamNotStartedError``); deferrable ones give their slots back while idle: every pair
 completes, each consumer handles its 60 pages strictly in order and each page once, and the
 consumer that fails its first try on page 30 resumes at its checkpoint.
+
+On the same stack: an ``@task.iterable`` task over a stream whose producer pauses defers
+while idle and goes on after the pause (order kept, each item once, its retry resumed at the
+checkpoint); and a deferrable consumer's ``start_timeout`` stands still while its producer
+waits for an upstream task (see ``slots_dags/e2e_slots_iterate.py``).
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from __future__ import annotations
 import json
 import shutil
 import time
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -21,8 +27,10 @@ from harness.airflow_stack import AirflowStack
 
 pytestmark = pytest.mark.e2e
 
-DAG_FILE = Path(__file__).parent / "slots_dags" / "e2e_slots.py"
+DAGS = Path(__file__).parent / "slots_dags"
 DAG_ID = "e2e_slots_consumers_first"
+ITERATE_DAG = "e2e_slots_iterate"
+START_CLOCK_DAG = "e2e_slots_start_clock"
 PAIRS = 4
 PAGES = 60
 
@@ -30,7 +38,8 @@ PAGES = 60
 @pytest.fixture(scope="module")
 def slots_stack(tmp_path_factory, kafka_bootstrap, trigger_events_topic):
     dags = tmp_path_factory.mktemp("slots-dags")
-    shutil.copy2(DAG_FILE, dags / DAG_FILE.name)
+    for dag_file in DAGS.glob("*.py"):
+        shutil.copy2(dag_file, dags / dag_file.name)
     env = {
         "AIRFLOW_CONN_KAFKA_DEFAULT": json.dumps(
             {"conn_type": "kafka", "extra": {"bootstrap.servers": kafka_bootstrap}}
@@ -40,7 +49,7 @@ def slots_stack(tmp_path_factory, kafka_bootstrap, trigger_events_topic):
         home=tmp_path_factory.mktemp("slots-home"), dags_folder=dags, extra_env=env, parallelism=2
     )
     try:
-        stack.start(timeout=400.0, dag_ids=[DAG_ID])
+        stack.start(timeout=400.0, dag_ids=[DAG_ID, ITERATE_DAG, START_CLOCK_DAG])
         yield stack
     finally:
         stack.stop()
@@ -86,3 +95,74 @@ def test_consumers_queued_first_on_two_slots_let_every_producer_run(
     retried = stack.xcom(DAG_ID, run_id, "consume_0")
     assert retried["pages_this_try"] < PAGES, retried
     assert stack.task_instance(DAG_ID, run_id, "consume_0")["try_number"] == 2
+
+
+def _text_lines(path: Path) -> list[str]:
+    return path.read_text(encoding="utf-8").splitlines() if path.exists() else []
+
+
+def _run_dir(tmp_path: Path) -> Path:
+    directory = tmp_path / "run"
+    directory.mkdir()
+    directory.chmod(0o777)
+    return directory
+
+
+def test_an_iteration_over_a_paused_stream_defers_and_goes_on_in_order_each_item_once(
+    slots_stack: AirflowStack, tmp_path: Path
+):
+    stack = slots_stack
+    directory = _run_dir(tmp_path)
+    started = time.monotonic()
+    run_id = stack.trigger_dag(ITERATE_DAG, conf={"dir": str(directory)})
+    # the producer pauses before page 5: the iteration handles pages 0..4, then gives its slot back
+    handled = directory / "handled.txt"
+
+    def paused_and_deferred() -> bool:
+        if len(_text_lines(handled)) < 5:
+            return False
+        return stack.task_instance(ITERATE_DAG, run_id, "handle")["state"] == "deferred"
+
+    stack.wait_for(paused_and_deferred, timeout=180, description="handle to defer after page 4")
+    assert _text_lines(handled) == [f"1 {page}" for page in range(5)]
+    (directory / "gate").write_text("open")
+    state = stack.wait_for_dag_run(ITERATE_DAG, run_id, timeout=240)
+    elapsed = time.monotonic() - started
+    assert state == "success", f"run {run_id} is {state}\n{stack.diagnostics()}"
+
+    lines = [tuple(map(int, line.split())) for line in handled.read_text().splitlines()]
+    # try 1: pages 0..7 in order (page 8 failed it, after the deferral); try 2: 8..11 only
+    assert lines == [(1, page) for page in range(8)] + [(2, page) for page in range(8, 12)], lines
+    log = stack.state_change_log(ITERATE_DAG, run_id=run_id, task_id="handle")
+    deferred_tries = {row["try_number"] for row in log if row["event"] == "deferred"}
+    assert 1 in deferred_tries, log
+    summary = stack.xcom(ITERATE_DAG, run_id, "handle")
+    assert summary["succeeded"] == 12 and summary["skipped"] == 8 and summary["resumed"], summary
+    assert summary["results"]["complete"] and summary["results"]["results"] == 12, summary
+    print(f"\n{ITERATE_DAG}: {elapsed:.1f}s; deferred in tries {sorted(deferred_tries)}")
+
+
+def test_the_start_timeout_stands_still_while_the_producer_cannot_start(
+    slots_stack: AirflowStack, tmp_path: Path
+):
+    stack = slots_stack
+    directory = _run_dir(tmp_path)
+    run_id = stack.trigger_dag(START_CLOCK_DAG, conf={"dir": str(directory)})
+    state = stack.wait_for_dag_run(START_CLOCK_DAG, run_id, timeout=240)
+    assert state == "success", f"run {run_id} is {state}\n{stack.diagnostics()}"
+    consume = stack.task_instance(START_CLOCK_DAG, run_id, "consume")
+    assert consume["try_number"] == 1, consume
+    # the consumer waited for the stream longer than its start_timeout (15 s) and did not fail:
+    # the producer was held back by its upstream (35 s) and the clock stood still meanwhile
+    log = stack.state_change_log(START_CLOCK_DAG, run_id=run_id, events=["running"])
+    first_running = {}
+    for row in log:
+        first_running.setdefault(row["task_id"], _parse(row["dttm"]))
+    waited = (first_running["produce"] - first_running["consume"]).total_seconds()
+    assert waited > 15, (waited, log)
+    assert _lines(directory / "consume.txt") == list(range(10))
+    print(f"\n{START_CLOCK_DAG}: the consumer waited {waited:.1f}s for its producer to start")
+
+
+def _parse(value: str | datetime) -> datetime:
+    return value if isinstance(value, datetime) else datetime.fromisoformat(str(value).replace("Z", "+00:00"))
