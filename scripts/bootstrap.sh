@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Set up everything the project needs on a fresh machine:
 #   - a JDK >= 17 and Maven (installed from Debian packages when missing and running as root),
+#   - Chromium and chromium-driver for the UI's browser tests (the same way),
 #   - a virtualenv in .venv with the package (editable) and its test extras, pinned by constraints,
 #   - the Apache Kafka broker jars from Maven Central (cached under ~/.cache, fetched once),
 #   - the npm packages of tests/node (npm ci, from package-lock.json) when npm is available.
@@ -21,6 +22,19 @@ if [ "${#need_apt[@]}" -gt 0 ]; then
   else
     echo "bootstrap: please install ${need_apt[*]} (Kafka 4.x needs Java 17+ and Maven to fetch its jars)" >&2
     exit 1
+  fi
+fi
+
+# the browser tests of the UI view (tests/e2e/ui): Debian's Chromium and its driver, when missing
+need_browser=()
+if ! command -v chromium >/dev/null 2>&1; then need_browser+=(chromium); fi
+if ! command -v chromedriver >/dev/null 2>&1; then need_browser+=(chromium-driver); fi
+if [ "${#need_browser[@]}" -gt 0 ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "bootstrap: installing ${need_browser[*]}"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_browser[@]}" >/dev/null
+  else
+    echo "bootstrap: the UI browser tests need ${need_browser[*]} (apt-get install ${need_browser[*]})" >&2
   fi
 fi
 

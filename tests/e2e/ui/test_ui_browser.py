@@ -1,0 +1,143 @@
+"""The Kafka Events view as a person uses it: a headless Chromium on the real Airflow UI.
+
+The admin signs in, opens "Kafka Events" from the navigation bar, sees the stream of the seeded
+DAG run (complete, its consumer's lag), the asset events and the health page, opens a dead letter
+(its secrets masked), replays it after confirming, and opens the stream of a task instance from
+its tab.  The viewer sees the same dead letter with the replay button disabled, and a POST sent
+from the page anyway is refused (403).  Assertions are on the DOM; screenshots are saved in the
+artifacts directory (``KAFKA_EVENTS_UI_DOCS`` set: the page screenshots are also copied there,
+e.g. ``docs/``, as the README's images).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import quote
+
+import pytest
+
+from harness.airflow_stack import AirflowStack
+
+pytestmark = pytest.mark.e2e
+
+if not os.environ.get("CI"):  # in CI a missing browser is a failure, never a skip
+    pytest.importorskip("selenium", reason="selenium comes with the test extra")
+from e2e.ui.browser import Browser, missing_binaries  # noqa: E402
+
+if missing_binaries() and not os.environ.get("CI"):
+    pytest.skip(
+        f"no {', '.join(missing_binaries())} (scripts/bootstrap.sh installs chromium chromium-driver)",
+        allow_module_level=True,
+    )
+
+
+def _docs(path: Path, name: str) -> None:
+    target = os.environ.get("KAFKA_EVENTS_UI_DOCS")
+    if target:
+        Path(target).mkdir(parents=True, exist_ok=True)
+        shutil.copy2(path, Path(target) / f"ui-{name}.png")
+
+
+@pytest.fixture
+def open_browser(ui_stack: AirflowStack, artifacts_dir: Path) -> Iterator:
+    opened: list = []
+
+    def make(name: str):
+        browser = Browser(ui_stack.base_url, artifacts_dir, name=name)
+        opened.append(browser)
+        return browser
+
+    yield make
+    for browser in opened:
+        browser.close()
+
+
+def _open_view(browser, tab: str | None = None) -> None:
+    """From Airflow's home page: the navigation bar's "Kafka Events", then one of its tabs."""
+    browser.open("/")
+    browser.element("a[href$='/plugin/kafka-events']").click()  # "Kafka Events" in the nav bar
+    browser.wait(lambda d: "/plugin/kafka-events" in d.current_url, "the view's URL")
+    browser.into_view_frame()
+    if tab:
+        browser.element(f"nav.tabs a[data-tab='{tab}']").click()
+        browser.wait(lambda d: d.find_elements("css selector", f"nav.tabs a.active[data-tab='{tab}']"), tab)
+
+
+def test_admin_sees_streams_and_replays_a_dead_letter(open_browser, ui_stack: AirflowStack, ui_data):
+    browser = open_browser("admin")
+    browser.login("admin", ui_stack.passwords["admin"])
+    _open_view(browser)
+    row = browser.element(f"tr.stream[data-stream='{ui_data.stream_id}']")
+    assert row.get_attribute("data-state") == "complete"
+    assert row.find_element("css selector", "td.pages").text == "12"
+    assert "lag 0" in row.text and "consume" in row.text
+    assert "scanned" in browser.element("p.window").text
+    _docs(browser.screenshot("streams"), "streams")
+
+    browser.element(f"tr.stream[data-stream='{ui_data.stream_id}'] a").click()
+    assert browser.element("#stream-id").text == ui_data.stream_id
+    assert len(browser.driver.find_elements("css selector", "#pages tr.page")) >= 12
+    browser.screenshot("stream")
+
+    browser.driver.switch_to.default_content()
+    _open_view(browser, "asset-events")
+    browser.element(f"tr.asset-event[data-event='{ui_data.event_ids[0]}']")
+    assert "dead letter" in browser.element(f"tr[data-event='{ui_data.event_ids[0]}'] td.outcome").text
+    _docs(browser.screenshot("asset-events"), "asset-events")
+
+    browser.element("nav.tabs a[data-tab='health']").click()
+    browser.element("#watchers")
+    browser.element("#bridges")
+    _docs(browser.screenshot("health"), "health")
+
+    partition, offset = ui_data.dead_letters[0]
+    browser.element("nav.tabs a[data-tab='dead-letters']").click()
+    browser.element(f"a.open[href$='/dead-letters/{partition}/{offset}']").click()
+    assert browser.element("#reason").text == "not-allowed"
+    headers = browser.element("#headers").text
+    assert "authorization" in headers and "***" in headers
+    _docs(browser.screenshot("dead-letter"), "dead-letter")
+    browser.element("#replay").click()
+    browser.element("#confirm-form")
+    browser.screenshot("replay-confirm")
+    browser.element("#confirm").click()
+    done = browser.element("#replayed")
+    assert "published again" in done.text and "admin" in done.text
+    browser.screenshot("replayed")
+    rows = ui_stack.query("SELECT owner FROM log WHERE event = 'kafka_events.replay' AND owner = 'admin'")
+    assert rows
+
+
+def test_the_task_instance_tab_opens_its_stream(open_browser, ui_stack: AirflowStack, ui_data):
+    browser = open_browser("task-instance")
+    browser.login("admin", ui_stack.passwords["admin"])
+    browser.open(f"/dags/e2e_ui_streams/runs/{quote(ui_data.run_id, safe='')}/tasks/produce")
+    browser.text_in("a[href$='/plugin/kafka-events-task-instance']", "Kafka stream").click()
+    browser.into_view_frame()
+    assert browser.element("#own-stream").text == ui_data.stream_id
+    browser.screenshot("task-instance-tab")
+
+
+def test_a_viewer_cannot_replay(open_browser, ui_stack: AirflowStack, ui_data):
+    browser = open_browser("viewer")
+    browser.login("viewer", ui_stack.passwords["viewer"])
+    _open_view(browser, "dead-letters")
+    partition, offset = ui_data.dead_letters[0]
+    browser.element(f"a.open[href$='/dead-letters/{partition}/{offset}']").click()
+    button = browser.element("#replay")
+    assert button.get_attribute("disabled") is not None
+    assert "may only view" in browser.element("#replay-refused").text
+    browser.screenshot("viewer-dead-letter")
+    coords = browser.element("#dead-letter").get_attribute("data-coords")
+    status = browser.driver.execute_async_script(
+        "const done = arguments[arguments.length - 1];"
+        "fetch(arguments[0], {method: 'POST', credentials: 'same-origin',"
+        " body: new URLSearchParams({confirm: arguments[1]})})"
+        ".then(r => done(r.status), e => done(String(e)));",
+        f"/kafka-events/dead-letters/{partition}/{offset}/replay",
+        coords,
+    )
+    assert status == 403
