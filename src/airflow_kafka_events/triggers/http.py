@@ -59,12 +59,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-import math
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 from urllib.parse import urljoin, urlsplit
 
 from airflow_kafka_events.errors import ConfigurationError
+from airflow_kafka_events.retry import exponential_backoff, retry_call_async
 from airflow_kafka_events.triggers.errors import (
     HttpPaginationError,
     HttpRetriesExhaustedError,
@@ -72,6 +72,7 @@ from airflow_kafka_events.triggers.errors import (
     NextLinkError,
     ResponseFormatError,
 )
+from airflow_kafka_events.triggers.http_arguments import check_number, check_paging, check_request
 from airflow_kafka_events.triggers.http_requests import (
     Answer,
     Request,
@@ -106,17 +107,35 @@ __all__ = [
 #: again; with this one it only writes the terminal marker.)
 END_CURSOR = ""
 
-_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
 
+class _Retry(Exception):
+    """A transient failure of one request (``429``/``5xx``, connection error, timeout): try again.
 
-def _check_number(name: str, value: Any, *, low: float, strict: bool = False, integer: bool = False) -> None:
-    ok = False
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        if not (integer and isinstance(value, float)) and math.isfinite(value):
-            ok = value > low if strict else value >= low
-    if not ok:
-        kind = "an int" if integer else "a number"
-        raise ConfigurationError(f"{name} must be {kind} {'>' if strict else '>='} {low:g}, got {value!r}")
+    ``delay``: the answer's ``Retry-After`` (capped), else ``None`` for the backoff.  Never
+    leaves :meth:`HttpPaginationTrigger.fetch`: once the retries are spent it becomes the
+    cause of an :class:`HttpRetriesExhaustedError`.
+    """
+
+    def __init__(self, failure: str, *, status: int | None = None, delay: float | None = None) -> None:
+        super().__init__(failure)
+        self.failure = failure
+        self.status = status
+        self.delay = delay
+
+    @classmethod
+    def of_client_error(cls, exc: BaseException, session: HttpSession) -> _Retry:
+        import aiohttp
+
+        status = None
+        if isinstance(exc, aiohttp.ClientResponseError):  # its str() has the full URL
+            status = exc.status
+            detail = f"{exc.status} {exc.message}".strip()
+        elif isinstance(exc, (asyncio.TimeoutError, TimeoutError)):
+            assert session.client is not None
+            detail = str(exc) or f"no answer within {session.client.timeout.total:g}s"
+        else:
+            detail = str(exc)
+        return cls(f"failed: {type(exc).__name__}{f': {detail}' if detail else ''}", status=status)
 
 
 # ====================================================================== the trigger
@@ -193,50 +212,21 @@ class HttpPaginationTrigger(StreamingTrigger):
     ) -> None:
         super().__init__(**kwargs)
         owner = type(self).__qualname__
-        if not isinstance(endpoint, str):
-            raise ConfigurationError(f"{owner}: endpoint must be a str, got {type(endpoint).__qualname__}")
-        if not isinstance(http_conn_id, str) or not http_conn_id:
-            raise ConfigurationError(f"{owner}: http_conn_id must be a non-empty str, got {http_conn_id!r}")
-        if not isinstance(method, str) or method.upper() not in _METHODS:
-            raise ConfigurationError(f"{owner}: method must be one of {', '.join(_METHODS)}, got {method!r}")
-        if params is not None:
-            if not isinstance(params, Mapping) or not all(isinstance(k, str) for k in params):
-                raise ConfigurationError(f"{owner}: params must be a dict with str keys or None")
-            for name, value in params.items():
-                values = value if isinstance(value, (list, tuple)) else [value]
-                if not all(v is None or isinstance(v, (str, int, float, bool)) for v in values):
-                    raise ConfigurationError(
-                        f"{owner}: params[{name!r}] must be a str, number, bool, None or a list of those"
-                    )
-        if headers is not None and (
-            not isinstance(headers, Mapping)
-            or not all(isinstance(k, str) and isinstance(v, str) for k, v in headers.items())
-        ):
-            raise ConfigurationError(f"{owner}: headers must be a dict of str to str or None")
-        if data is not None:
-            try:
-                json.dumps(data, allow_nan=False)
-            except (TypeError, ValueError) as exc:
-                raise ConfigurationError(f"{owner}: data must be JSON-serializable: {exc}") from exc
+        check_request(owner, endpoint, http_conn_id, method, params, headers, data)
         self._cursor_path = parse_path(cursor_path, f"{owner}: cursor_path")
         self._items_path = parse_path(items_path, f"{owner}: items_path")
-        if not isinstance(next_link_header, bool):
-            raise ConfigurationError(f"{owner}: next_link_header must be a bool, got {next_link_header!r}")
-        if next_link_header and cursor_path is not None:
-            raise ConfigurationError(f"{owner}: give cursor_path or next_link_header, not both")
-        if cursor_param is not None:
-            if not isinstance(cursor_param, str) or not cursor_param:
-                raise ConfigurationError(f"{owner}: cursor_param must be a non-empty str or None")
-            if cursor_path is None:
-                raise ConfigurationError(f"{owner}: cursor_param needs cursor_path (where the token is)")
+        check_paging(owner, cursor_path, cursor_param, next_link_header)
         if max_pages is not None:
-            _check_number(f"{owner}: max_pages", max_pages, low=1, integer=True)
-        _check_number(f"{owner}: max_retries", max_retries, low=0, integer=True)
-        _check_number(f"{owner}: retry_backoff", retry_backoff, low=0)
-        _check_number(f"{owner}: max_backoff", max_backoff, low=0)
-        _check_number(f"{owner}: max_retry_after", max_retry_after, low=0)
+            check_number(f"{owner}: max_pages", max_pages, low=1, integer=True)
+        check_number(f"{owner}: max_retries", max_retries, low=0, integer=True)
+        for name, value in (
+            ("retry_backoff", retry_backoff),
+            ("max_backoff", max_backoff),
+            ("max_retry_after", max_retry_after),
+        ):
+            check_number(f"{owner}: {name}", value, low=0)
         if request_timeout is not None:
-            _check_number(f"{owner}: request_timeout", request_timeout, low=0, strict=True)
+            check_number(f"{owner}: request_timeout", request_timeout, low=0, strict=True)
         if not isinstance(allow_foreign_next_links, bool):
             raise ConfigurationError(f"{owner}: allow_foreign_next_links must be a bool")
         self.endpoint = endpoint
@@ -312,96 +302,106 @@ class HttpPaginationTrigger(StreamingTrigger):
 
     def backoff(self, retry: int) -> float:
         """Seconds before retry number ``retry`` (1-based) without ``Retry-After``."""
-        return min(self.max_backoff, self.retry_backoff * (2 ** (retry - 1)))
+        return exponential_backoff(retry, initial=self.retry_backoff, maximum=self.max_backoff)
 
     async def fetch(self, session: HttpSession, request: Request, index: int) -> Answer:
         """The successful answer to ``request`` (page ``index``), retrying as documented."""
+
+        def exhausted(attempts: int, exc: BaseException) -> BaseException:
+            assert isinstance(exc, _Retry)
+            return HttpRetriesExhaustedError(
+                f"page {index}: {request.display()} {exc.failure}; gave up after {attempts} attempt(s) "
+                f"(max_retries={self.max_retries})",
+                method=request.method,
+                url=redact_url(request.url),
+                status=exc.status,
+            )
+
+        def on_retry(failures: int, exc: BaseException, delay: float) -> None:
+            assert isinstance(exc, _Retry)
+            self.log.warning(
+                "page %d: %s %s; retry %d of %d in %.2fs",
+                index,
+                request.display(),
+                exc.failure,
+                failures,
+                self.max_retries,
+                delay,
+            )
+
+        return await retry_call_async(
+            lambda: self._fetch_once(session, request, index),
+            retry_on=lambda exc: isinstance(exc, _Retry),
+            attempts=self.max_retries + 1,
+            delay=self._retry_delay,
+            exhausted=exhausted,
+            on_retry=on_retry,
+        )
+
+    def _retry_delay(self, failures: int, exc: BaseException) -> float:
+        """The answer's ``Retry-After`` (capped at ``max_retry_after``), else :meth:`backoff`."""
+        delay = exc.delay if isinstance(exc, _Retry) else None
+        return self.backoff(failures) if delay is None else delay
+
+    async def _fetch_once(self, session: HttpSession, request: Request, index: int) -> Answer:
+        """One attempt: the answer, :class:`_Retry` (transient), or the error that ends the stream."""
         import aiohttp
         from yarl import URL
 
         assert session.client is not None
         url = URL(request.url, encoded=True) if request.exact else URL(request.url)
-        retry = 0
-        while True:
-            status: int | None = None
-            failure: str
-            delay: float | None = None
-            try:
-                async with session.client.request(
-                    request.method,
-                    url,
-                    params=request.query,
-                    json=request.json_body,
-                    headers=session.headers,
-                    **session.options,
-                ) as response:
-                    status = response.status
-                    if 200 <= status < 300:
-                        body = await response.read()
-                        links = parse_link_header(response.headers.getall("Link", []))
-                        final_url = str(response.url)  # after redirects
-                        return Answer(
-                            body=self._decode(body, request),
-                            links={rel: urljoin(final_url, target) for rel, target in links.items()},
-                            url=final_url,
-                        )
-                    failure = f"answered {status} {response.reason or ''}".rstrip()
-                    if status == 429 or status >= 500:
-                        retry_after = parse_retry_after(response.headers.get("Retry-After"))
-                        if retry_after is not None:
-                            delay = min(retry_after, self.max_retry_after)
-                    else:
-                        raise HttpStatusError(
-                            f"page {index}: {request.display()} {failure}",
-                            method=request.method,
-                            url=redact_url(request.url),
-                            status=status,
-                        )
-            except aiohttp.InvalidURL:
-                raise HttpPaginationError(
-                    f"page {index}: {request.display()}: not a valid URL",
-                    method=request.method,
-                    url=redact_url(request.url),
-                ) from None
-            except aiohttp.TooManyRedirects as exc:
-                raise HttpStatusError(
-                    f"page {index}: {request.display()} was redirected too many times (last status "
-                    f"{exc.status})",
-                    method=request.method,
-                    url=redact_url(request.url),
-                    status=exc.status,
-                ) from None
-            except (aiohttp.ClientError, asyncio.TimeoutError, TimeoutError) as exc:
-                status = None
-                if isinstance(exc, aiohttp.ClientResponseError):  # its str() has the full URL
-                    status = exc.status
-                    detail = f"{exc.status} {exc.message}".strip()
-                elif isinstance(exc, (asyncio.TimeoutError, TimeoutError)):
-                    detail = str(exc) or f"no answer within {session.client.timeout.total:g}s"
-                else:
-                    detail = str(exc)
-                failure = f"failed: {type(exc).__name__}{f': {detail}' if detail else ''}"
-            retry += 1
-            if retry > self.max_retries:
-                raise HttpRetriesExhaustedError(
-                    f"page {index}: {request.display()} {failure}; gave up after {retry} attempt(s) "
-                    f"(max_retries={self.max_retries})",
-                    method=request.method,
-                    url=redact_url(request.url),
-                    status=status,
-                )
-            if delay is None:
-                delay = self.backoff(retry)
-            self.log.warning(
-                "page %d: %s %s; retry %d of %d in %.2fs",
-                index,
-                request.display(),
-                failure,
-                retry,
-                self.max_retries,
-                delay,
-            )
-            await asyncio.sleep(delay)
+        try:
+            async with session.client.request(
+                request.method,
+                url,
+                params=request.query,
+                json=request.json_body,
+                headers=session.headers,
+                **session.options,
+            ) as response:
+                if 200 <= response.status < 300:
+                    return await self._answer(response, request)
+                raise self._refusal(response, request, index)
+        except aiohttp.InvalidURL:
+            raise HttpPaginationError(
+                f"page {index}: {request.display()}: not a valid URL",
+                method=request.method,
+                url=redact_url(request.url),
+            ) from None
+        except aiohttp.TooManyRedirects as exc:
+            raise HttpStatusError(
+                f"page {index}: {request.display()} was redirected too many times (last status {exc.status})",
+                method=request.method,
+                url=redact_url(request.url),
+                status=exc.status,
+            ) from None
+        except (aiohttp.ClientError, asyncio.TimeoutError, TimeoutError) as exc:
+            raise _Retry.of_client_error(exc, session) from None
+
+    async def _answer(self, response: Any, request: Request) -> Answer:
+        body = await response.read()
+        links = parse_link_header(response.headers.getall("Link", []))
+        final_url = str(response.url)  # after redirects
+        return Answer(
+            body=self._decode(body, request),
+            links={rel: urljoin(final_url, target) for rel, target in links.items()},
+            url=final_url,
+        )
+
+    def _refusal(self, response: Any, request: Request, index: int) -> Exception:
+        """A non-2xx answer: :class:`_Retry` for ``429``/``5xx``, else the :class:`HttpStatusError`."""
+        status = response.status
+        failure = f"answered {status} {response.reason or ''}".rstrip()
+        if status == 429 or status >= 500:
+            retry_after = parse_retry_after(response.headers.get("Retry-After"))
+            delay = None if retry_after is None else min(retry_after, self.max_retry_after)
+            return _Retry(failure, status=status, delay=delay)
+        return HttpStatusError(
+            f"page {index}: {request.display()} {failure}",
+            method=request.method,
+            url=redact_url(request.url),
+            status=status,
+        )
 
     def _decode(self, body: bytes, request: Request) -> Any:
         if not body.strip():

@@ -1,0 +1,164 @@
+"""The package's one retry policy: try again after transient failures, on ``tenacity``.
+
+Every retry loop of the package goes through here: the HTTP paginator's requests
+(``429``/``5xx``/connection errors, honouring ``Retry-After``), the partition bridge's REST
+calls (bounded exponential backoff with jitter, a stop request ends the wait), and the
+stream progress lookups (transient Kafka errors until a deadline).  Callers say *which*
+failures are transient, *how long* to wait after the ``n``-th failure and *what* to raise
+once the attempts are spent; the loop itself (counting, waiting, logging, giving up) is
+tenacity's.
+
+* :func:`retry_call` / :func:`retry_call_async` -- at most ``attempts`` attempts; a failure
+  ``retry_on`` does not accept is raised at once; after the last attempt ``exhausted(n, exc)``
+  is raised ``from`` the last failure;
+* :func:`retry_until` -- attempts until ``operation`` succeeds or raises something
+  ``retry_on`` does not accept (e.g. the caller's own deadline error), pausing ``pause``
+  seconds between attempts;
+* :func:`exponential_backoff` -- ``initial * multiplier ** (n - 1)``, capped.
+
+This module imports no Airflow module.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+import tenacity
+
+__all__ = ["exponential_backoff", "retry_call", "retry_call_async", "retry_until"]
+
+T = TypeVar("T")
+
+#: Whether a failure is worth another attempt.
+RetryOn = Callable[[BaseException], bool]
+#: Seconds to wait after the ``n``-th failure (1-based), given that failure.
+Delay = Callable[[int, BaseException], float]
+#: Called before each wait with the failure count, the failure and the wait.
+OnRetry = Callable[[int, BaseException, float], None]
+#: The error to raise once ``n`` attempts failed, the last with the given failure.
+Exhausted = Callable[[int, BaseException], BaseException]
+
+
+def exponential_backoff(failures: int, *, initial: float, maximum: float, multiplier: float = 2.0) -> float:
+    """``initial * multiplier ** (failures - 1)`` seconds, at most ``maximum`` (``failures >= 1``)."""
+    if failures < 1:
+        raise ValueError(f"failures must be >= 1, got {failures}")
+    return min(maximum, initial * multiplier ** min(failures - 1, 64))  # no overflow on absurd counts
+
+
+def _failure(state: tenacity.RetryCallState) -> BaseException:
+    assert state.outcome is not None
+    error = state.outcome.exception()
+    assert error is not None
+    return error
+
+
+class _Policy:
+    """tenacity's parts of one retry policy (what to retry, when to stop, how long to wait)."""
+
+    def __init__(self, *, retry_on: RetryOn, attempts: int, delay: Delay, on_retry: OnRetry | None) -> None:
+        if attempts < 1:
+            raise ValueError(f"attempts must be >= 1, got {attempts}")
+        self.retry = tenacity.retry_if_exception(retry_on)
+        self.stop = tenacity.stop_after_attempt(attempts)
+        self._delay = delay
+        self._on_retry = on_retry
+
+    def wait(self, state: tenacity.RetryCallState) -> float:
+        return max(0.0, self._delay(state.attempt_number, _failure(state)))
+
+    def before_sleep(self, state: tenacity.RetryCallState) -> None:
+        if self._on_retry is not None:
+            assert state.next_action is not None
+            self._on_retry(state.attempt_number, _failure(state), state.next_action.sleep)
+
+
+def _give_up(error: tenacity.RetryError, exhausted: Exhausted) -> BaseException:
+    last = error.last_attempt
+    cause = last.exception()
+    assert cause is not None
+    raised = exhausted(last.attempt_number, cause)
+    raised.__cause__ = cause
+    return raised
+
+
+def retry_call(
+    operation: Callable[[], T],
+    *,
+    retry_on: RetryOn,
+    attempts: int,
+    delay: Delay,
+    exhausted: Exhausted,
+    on_retry: OnRetry | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+) -> T:
+    """``operation()``, tried again after transient failures (see the module doc).
+
+    ``sleep`` waits between attempts; it may raise to end the retries (e.g. on a stop request).
+    """
+    policy = _Policy(retry_on=retry_on, attempts=attempts, delay=delay, on_retry=on_retry)
+    retrying = tenacity.Retrying(
+        retry=policy.retry,
+        stop=policy.stop,
+        wait=policy.wait,
+        before_sleep=policy.before_sleep,
+        sleep=sleep,
+        reraise=False,
+    )
+    try:
+        return retrying(operation)
+    except tenacity.RetryError as error:
+        raise _give_up(error, exhausted) from None
+
+
+async def retry_call_async(
+    operation: Callable[[], Awaitable[T]],
+    *,
+    retry_on: RetryOn,
+    attempts: int,
+    delay: Delay,
+    exhausted: Exhausted,
+    on_retry: OnRetry | None = None,
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+) -> T:
+    """:func:`retry_call` for coroutines: waits with ``asyncio.sleep``, never blocking the loop."""
+    policy = _Policy(retry_on=retry_on, attempts=attempts, delay=delay, on_retry=on_retry)
+    retrying = tenacity.AsyncRetrying(
+        retry=policy.retry,
+        stop=policy.stop,
+        wait=policy.wait,
+        before_sleep=policy.before_sleep,
+        sleep=sleep,
+        reraise=False,
+    )
+
+    async def attempt() -> T:  # a coroutine function: tenacity awaits it (a lambda it would not)
+        return await operation()
+
+    try:
+        return await retrying(attempt)
+    except tenacity.RetryError as error:
+        raise _give_up(error, exhausted) from None
+
+
+def retry_until(
+    operation: Callable[[], T],
+    *,
+    retry_on: RetryOn,
+    pause: Callable[[], float],
+    sleep: Callable[[float], None] = time.sleep,
+) -> T:
+    """``operation()`` until it succeeds or raises what ``retry_on`` refuses; ``pause()`` seconds apart.
+
+    The operation bounds the loop itself (it raises its deadline error, which is not retried).
+    """
+    retrying = tenacity.Retrying(
+        retry=tenacity.retry_if_exception(retry_on),
+        wait=lambda _state: max(0.0, pause()),
+        sleep=sleep,
+        reraise=True,
+    )
+    return retrying(operation)
