@@ -246,6 +246,7 @@ def airflow_demo(bootstrap: str, settings: KafkaSettings, admin: AdminClient) ->
         except AirflowStackError as exc:
             say(f"[iterate] FAILED: {exc}")
             ok = False
+        ok = operator_cli_demo(bootstrap) and ok
         return ok
     finally:
         stack.stop()
@@ -548,6 +549,34 @@ def iteration_demo(stack: AirflowStack) -> bool:
         if ok
         else "[demo]   part 4 FAILED"
     )
+    return ok
+
+
+def operator_cli_demo(bootstrap: str) -> bool:
+    """Part 5: what an operator sees from a shell: `streams ls --json` and `dlq ls --json`."""
+    command = [str(Path(sys.executable).parent / "airflow-kafka-events")]
+    kafka = ["--bootstrap-servers", bootstrap, "--since", "1h", "--json"]
+    streams = subprocess.run(
+        [*command, "streams", "ls", "--topic", DEFAULT_TOPIC, "--dag-id", "demo_streaming", *kafka],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    letters = subprocess.run(
+        [*command, "dlq", "ls", "--topic", DLQ_TOPIC, *kafka], capture_output=True, text=True, timeout=120
+    )
+    if streams.returncode != 0 or letters.returncode != 0:
+        say(f"[cli]    FAILED: streams ls / dlq ls exited {streams.returncode} / {letters.returncode}: "
+            f"{(streams.stderr or letters.stderr).strip()}")  # fmt: skip
+        return False
+    found, dead = json.loads(streams.stdout), json.loads(letters.stdout)
+    done = [s for s in found["streams"] if s["state"] == "complete" and s["pages"] == PAGES]
+    reasons = sorted({r["reason"] for r in dead["records"]})
+    say(
+        f"[cli]    `streams ls --json`: {len(found['streams'])} demo_streaming stream(s), {len(done)} "
+        f"complete with {PAGES} pages; `dlq ls --json`: {len(dead['records'])} dead letter(s) {reasons} "
+        f"({dead['window']['records_scanned']} records scanned)"
+    )
+    ok = bool(done) and "window" in found and all("source_topic" in r for r in dead["records"])
+    say("[demo]   part 5 OK: the operator CLI lists the demo's stream" if ok else "[demo]   part 5 FAILED")
     return ok
 
 
