@@ -239,6 +239,8 @@ class StreamConsumerOperator(BaseOperator):
         self.resume_wait = max(5.0, self.max_wait) if resume_wait is None else float(resume_wait)
         self.state_poll_interval = float(state_poll_interval)
         self._windows: tuple[float, float] = (self.start_timeout, self.gap_timeout)
+        #: the last :meth:`starting_point` found nothing of the stream written yet
+        self.stream_unwritten = False
         self._handler_callable: Callable[..., Any] | None = None
 
     # ------------------------------------------------------------------ handling
@@ -275,15 +277,17 @@ class StreamConsumerOperator(BaseOperator):
     ) -> Checkpoint:
         """Where a task without a checkpoint starts: the first page of the latest attempt in Kafka.
 
-        Nothing written yet (or the lookup failed): the start of the partition, following
-        whatever attempt comes.  ``not_before`` bounds the lookup (no envelope of the DAG run's
-        streams is older than its ``run_after``, see ``not_before_of``).
+        Nothing written yet: the first offset of the stream's partition at or after
+        ``not_before`` (no envelope of the DAG run's streams is older than its ``run_after``,
+        see ``not_before_of``), following whatever attempt comes; :attr:`stream_unwritten` is
+        then set.  The lookup failed: the start of the partition.
         """
-        from airflow_kafka_events.kafka.progress import find_stream_progress
+        from airflow_kafka_events.kafka.progress import lookup_stream
 
-        not_before_ms = None if not_before is None else int(not_before.timestamp() * 1000)
+        not_before_ms = None if not_before is None else max(0, int(not_before.timestamp() * 1000))
+        self.stream_unwritten = False
         try:
-            progress = find_stream_progress(
+            location, progress = lookup_stream(
                 settings,
                 self.stream.topic,
                 trigger_run_id,
@@ -294,7 +298,8 @@ class StreamConsumerOperator(BaseOperator):
             self.log.info("stream %s: no progress found (%s); reading from the start", trigger_run_id, exc)
             return Checkpoint()
         if progress is None:
-            return Checkpoint()
+            self.stream_unwritten = True
+            return Checkpoint(offset=location.scan_start, partition=location.partition)
         self.log.info(
             "stream %s: starting at attempt %d (offset %s of partition %d)",
             trigger_run_id,
@@ -341,13 +346,19 @@ class StreamConsumerOperator(BaseOperator):
             self.log.warning(
                 "no task state store in the context: the position is kept in the consumer group only"
             )
+        start_deadline = time.time() + self.start_timeout
+        if self.deferrable and self.stream_unwritten:
+            # nothing to read yet: give the slot back at once (the producer may need it to start)
+            self.log.info("stream %s has not started: deferring at once", trigger_run_id)
+            summary = StreamSummary.starting_at(trigger_run_id, self.stream.topic, start)
+            self._defer_idle(context, trigger_run_id, summary, start, start_deadline, 0)
         self.log.info(
             "reading stream %s of task %r from topic %s",
             trigger_run_id,
             self.stream.producer_task_id,
             self.stream.topic,
         )
-        return self._read(context, trigger_run_id, settings, start, None, time.time() + self.start_timeout, 0)
+        return self._read(context, trigger_run_id, settings, start, None, start_deadline, 0)
 
     def resume_reading(
         self,

@@ -117,9 +117,12 @@ def test_a_consumer_started_before_its_producer_defers_and_handles_every_page_on
     effects: list[int] = []
     op = consumer(topic, effects, max_events=10)
     context = make_context(run_id, "consume", store)
-    with pytest.raises(TaskDeferred) as info:  # nothing there: idle, the slot is given back
+    with pytest.raises(TaskDeferred) as info:  # nothing written yet: the slot is given back at once
         op.execute(context)
     assert info.value.method_name == "resume_reading"
+    # the wait starts at the stream's partition, at the DAG run's first offset (no scan from 0)
+    where = info.value.trigger.checkpoint
+    assert where is not None and where["offset"] is not None and where["partition"] is not None
     producer = start_producer(
         CountingPagesTrigger(
             pages=60, delay=0.05, topic=topic, trigger_run_id=stream_id(DAG_ID, run_id, "produce")
