@@ -190,6 +190,12 @@ class IterableOperator(BaseOperator):
         if not getattr(self, "_BaseOperator__from_mapped", False):
             task_id = get_unique_task_id(task_id, kwargs.get("dag"), kwargs.get("task_group"))
         kwargs.pop("multiple_outputs", None)  # the summary is one XCom
+        if "task_concurrency" in kwargs:  # AIP-104's examples use the name Airflow 3 removed
+            raise ConfigurationError(
+                f"{type(self).__name__}(task_id={task_id!r}): task_concurrency is not an Airflow 3 "
+                "argument; use max_active_tis_per_dag=N (task instances of this task at once) or "
+                "concurrency=N (items at once inside one task instance)"
+            )
         if not callable(python_callable):
             raise ConfigurationError(f"python_callable must be callable, got {python_callable!r}")
         op_args = list(op_args or [])

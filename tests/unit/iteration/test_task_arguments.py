@@ -14,6 +14,7 @@ import pytest
 from airflow.providers.standard.operators.python import PythonOperator
 from airflow.sdk import DAG, BaseOperator, task
 
+from airflow_kafka_events.errors import ConfigurationError
 from unit.operators.fakes import context
 
 pytestmark = pytest.mark.unit
@@ -71,3 +72,14 @@ def test_show_return_value_in_logs_decides_whether_the_summary_is_logged(shown, 
         assert "Done. Returned value was:" in text and "'succeeded': 3" in text
     else:
         assert "Done. Returned value not shown" in text and "'succeeded': 3" not in text
+
+
+def test_task_concurrency_is_refused_with_its_airflow_3_replacements():
+    with DAG(dag_id="old-name", schedule=None, start_date=START, catchup=False):
+
+        @task.iterable(task_concurrency=2)
+        def work(n: int) -> int:
+            return n
+
+        with pytest.raises(ConfigurationError, match=r"max_active_tis_per_dag=N .* or concurrency=N"):
+            work.iterate(n=[1, 2])
