@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import getpass
 import sys
-from typing import Any
+from typing import Any, TextIO
 
 from airflow_kafka_events.cli_inspection import (
     add_common_args,
@@ -65,15 +65,17 @@ def _ls(args: argparse.Namespace) -> int:
     return run_command(args, command)
 
 
-def _print_record(record: Any) -> None:
-    print(_line(record))
+def _print_record(record: Any, file: TextIO | None = None) -> None:
+    out = file or sys.stdout
+    print(_line(record), file=out)
     print(
         f"    event {record.event_id or '-'} asset {record.asset_uri or '-'} key {record.key!r} "
-        f"{record.size}B"
+        f"{record.size}B",
+        file=out,
     )
     for name, value in record.headers:
-        print(f"    header {name}: {value}")
-    print(f"    payload ({record.payload_format}): {record.payload_preview}")
+        print(f"    header {name}: {value}", file=out)
+    print(f"    payload ({record.payload_format}): {record.payload_preview}", file=out)
 
 
 def _show(args: argparse.Namespace) -> int:
@@ -99,10 +101,11 @@ def _confirm(args: argparse.Namespace, record: Any) -> bool:
         raise ConfigurationError(
             "dlq replay asks for confirmation on a terminal: pass --yes to replay without it"
         )
-    _print_record(record)
+    _print_record(record, sys.stderr)  # stdout stays the receipt's (--json)
     target = args.to or record.source_topic
-    answer = input(f"Replay {record.topic}[{record.partition}]@{record.offset} to topic {target!r}? [y/N] ")
-    return answer.strip().lower() in {"y", "yes"}
+    sys.stderr.write(f"Replay {record.topic}[{record.partition}]@{record.offset} to topic {target!r}? [y/N] ")
+    sys.stderr.flush()
+    return sys.stdin.readline().strip().lower() in {"y", "yes"}
 
 
 def _actor(args: argparse.Namespace) -> str:

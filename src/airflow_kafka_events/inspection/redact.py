@@ -53,10 +53,13 @@ def redact_text(text: str) -> str:
 
 
 def redact(obj: Any) -> Any:
-    """A copy of ``obj`` with secret-looking keys' values masked (recursively); bytes become a size."""
+    """A copy of ``obj`` with secret-looking keys' values masked (recursively; ``None`` stays ``None``);
+    bytes become their size."""
     if isinstance(obj, Mapping):
         return {
-            key: (MASK if isinstance(key, str) and is_secret_name(key) else redact(value))
+            key: (
+                MASK if value is not None and isinstance(key, str) and is_secret_name(key) else redact(value)
+            )
             for key, value in obj.items()
         }
     if isinstance(obj, (list, tuple)):

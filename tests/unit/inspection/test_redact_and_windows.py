@@ -1,0 +1,77 @@
+"""Pure logic of the inspection package and its CLI: redaction, previews, windows, time flags."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from airflow_kafka_events.cli_inspection import parse_time
+from airflow_kafka_events.inspection import InvalidWindowError, ScanWindow, preview, redact
+from airflow_kafka_events.inspection.redact import MASK, is_secret_name, redact_text
+
+pytestmark = pytest.mark.unit
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["password", "sasl.password", "api_token", "X-Api-Key", "secret", "Authorization", "signature",
+     "aws_secret_access_key", "signing_key", "key", "private_key_pem", "credentials"],
+)  # fmt: skip
+def test_secret_looking_names(name):
+    assert is_secret_name(name)
+
+
+@pytest.mark.parametrize(
+    "name", ["partition_key", "idempotency_key", "trace-id", "rows", "keyboard", "monkey"]
+)
+def test_names_that_are_not_secrets(name):
+    assert not is_secret_name(name)
+
+
+def test_redact_masks_nested_values_and_text_fragments_and_keeps_none():
+    value = {
+        "rows": 3,
+        "partition_key": "2026-12-01",
+        "db": {"password": "hunter2", "hosts": [{"token": "t0k"}]},
+        "signature": None,
+        "note": "connect with password=hunter2 and Authorization: Bearer abc.def",
+        "blob": b"\x00\x01",
+    }
+    shown = redact(value)
+    assert shown["db"]["password"] == MASK and shown["db"]["hosts"][0]["token"] == MASK
+    assert shown["rows"] == 3 and shown["partition_key"] == "2026-12-01" and shown["signature"] is None
+    assert "hunter2" not in shown["note"] and "abc.def" not in shown["note"]
+    assert shown["blob"] == "<2 bytes>"
+    assert value["db"]["password"] == "hunter2"  # a copy
+    assert redact_text("token: xyz, rest") == f"token: {MASK}, rest"
+
+
+def test_a_preview_is_bounded_and_says_how_long_the_whole_was():
+    text = preview({"big": "x" * 10_000}, 200)
+    assert len(text) <= 200 and text.endswith("characters in all)")
+    assert preview({"a": 1}) == json.dumps({"a": 1})
+
+
+def test_scan_windows_are_checked_on_construction():
+    since = datetime(2026, 12, 1, tzinfo=timezone.utc)
+    assert ScanWindow(since=since).until is None
+    with pytest.raises(InvalidWindowError, match="timezone-aware"):
+        ScanWindow(until=datetime(2026, 12, 1))
+    with pytest.raises(InvalidWindowError, match="must be after since"):
+        ScanWindow(since=since, until=since)
+    for bad in (0, -1, 10**7, True, 2.5):
+        with pytest.raises(InvalidWindowError, match="max_records"):
+            ScanWindow(max_records=bad)  # type: ignore[arg-type]
+
+
+def test_time_flags_take_iso_8601_or_a_duration_ago():
+    assert parse_time("2026-12-01T10:00:00Z") == datetime(2026, 12, 1, 10, tzinfo=timezone.utc)
+    assert parse_time("2026-12-01T10:00:00") == datetime(2026, 12, 1, 10, tzinfo=timezone.utc)  # UTC
+    before = datetime.now(timezone.utc)
+    parsed = parse_time("15m")
+    assert before - timedelta(minutes=15) <= parsed <= datetime.now(timezone.utc) - timedelta(minutes=15)
+    with pytest.raises(argparse.ArgumentTypeError, match="ISO-8601"):
+        parse_time("yesterday")
