@@ -34,6 +34,7 @@ from airflow_kafka_events.assets.authz import Allowlist
 from airflow_kafka_events.assets.validation import DEFAULT_MAX_EXTRA_BYTES
 from airflow_kafka_events.errors import ConfigurationError, ValidationError
 from airflow_kafka_events.kafka.settings import KafkaSettings
+from airflow_kafka_events.retry import exponential_backoff
 
 __all__ = [
     "DEFAULT_DLQ_TOPIC",
@@ -136,8 +137,9 @@ class RetryPolicy:
         """Seconds to wait after ``failures`` failed attempts (``failures >= 1``)."""
         if failures < 1:
             raise ValueError(f"failures must be >= 1, got {failures}")
-        exponent = min(failures - 1, 64)  # no float overflow on absurd counts
-        base = min(self.max_backoff, self.initial_backoff * self.multiplier**exponent)
+        base = exponential_backoff(
+            failures, initial=self.initial_backoff, maximum=self.max_backoff, multiplier=self.multiplier
+        )
         if retry_after is not None and retry_after > base:
             return min(self.max_backoff, retry_after)
         return base * (1.0 - self.jitter * rand())
@@ -149,8 +151,10 @@ class RetryPolicy:
     def worst_case_wait(self) -> float:
         """Total backoff, without jitter, before the policy gives up (request time not included)."""
         return sum(
-            min(self.max_backoff, self.initial_backoff * self.multiplier ** min(n, 64))
-            for n in range(self.max_attempts - 1)
+            exponential_backoff(
+                n, initial=self.initial_backoff, maximum=self.max_backoff, multiplier=self.multiplier
+            )
+            for n in range(1, self.max_attempts)
         )
 
 

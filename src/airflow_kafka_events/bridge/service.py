@@ -88,6 +88,7 @@ from airflow_kafka_events.errors import ConfigurationError, EnvelopeDecodeError,
 from airflow_kafka_events.kafka.client_log import refusal_error
 from airflow_kafka_events.kafka.consumer import RAW_BYTES, ConsumedRecord, EnvelopeConsumer
 from airflow_kafka_events.kafka.producer import EnvelopeProducer, get_producer
+from airflow_kafka_events.retry import retry_call
 
 log = logging.getLogger(__name__)
 
@@ -509,28 +510,37 @@ class BridgeService:
                 )
 
     def _with_retries(self, what: str, operation: Callable[[], T]) -> T:
+        """``operation()`` through the retry policy (``airflow_kafka_events.retry``); a stop ends waits."""
         policy = self.config.retry
-        failures = 0
-        while True:
-            try:
-                return operation()
-            except TransientApiError as exc:
-                failures += 1
-                if policy.gives_up_after(failures):
-                    raise RetriesExhaustedError(
-                        f"{what}: giving up after {failures} attempts; nothing was committed: {exc}"
-                    ) from exc
-                delay = policy.delay(failures, exc.retry_after)
-                log.warning(
-                    "%s failed (attempt %d of %d): %s; retrying in %.1fs",
-                    what,
-                    failures,
-                    policy.max_attempts,
-                    exc,
-                    delay,
-                )
-                if self._stop.wait(delay):
-                    raise _StopRequested from None
+
+        def exhausted(failures: int, exc: BaseException) -> BaseException:
+            return RetriesExhaustedError(
+                f"{what}: giving up after {failures} attempts; nothing was committed: {exc}"
+            )
+
+        def on_retry(failures: int, exc: BaseException, delay: float) -> None:
+            log.warning(
+                "%s failed (attempt %d of %d): %s; retrying in %.1fs",
+                what,
+                failures,
+                policy.max_attempts,
+                exc,
+                delay,
+            )
+
+        def wait(delay: float) -> None:
+            if self._stop.wait(delay):
+                raise _StopRequested from None
+
+        return retry_call(
+            operation,
+            retry_on=lambda exc: isinstance(exc, TransientApiError),
+            attempts=policy.max_attempts,
+            delay=lambda failures, exc: policy.delay(failures, getattr(exc, "retry_after", None)),
+            exhausted=exhausted,
+            on_retry=on_retry,
+            sleep=wait,
+        )
 
     def _dead_letter(
         self,

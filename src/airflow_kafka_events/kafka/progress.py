@@ -27,18 +27,19 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from airflow_kafka_events.codec import TRIGGER_EVENT_CODEC, EnvelopeCodec
 from airflow_kafka_events.envelopes import StreamError, TriggerEventEnvelope
-from airflow_kafka_events.errors import EnvelopeDecodeError, StreamProgressError
+from airflow_kafka_events.errors import EnvelopeDecodeError, KafkaOperationError, StreamProgressError
 from airflow_kafka_events.kafka.clients import new_consumer
 from airflow_kafka_events.kafka.partitioner import partition_for_key
 from airflow_kafka_events.kafka.settings import KafkaSettings
+from airflow_kafka_events.retry import retry_until
 
 __all__ = [
     "FIRST_OFFSET_METADATA_KEY",
@@ -81,6 +82,12 @@ _UNKNOWN_TOPIC_CODES = frozenset(
     {KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC, KafkaError._UNKNOWN_PARTITION}
 )
 UNKNOWN_TOPIC_GRACE = 5.0
+
+T = TypeVar("T")
+
+
+class _Again(Exception):
+    """Not answered yet (a transient Kafka error, a topic still without metadata): try again."""
 
 
 def _hint(error: KafkaError) -> str:
@@ -244,8 +251,20 @@ class _PartitionScanner:
             return time.monotonic() - self.started < min(UNKNOWN_TOPIC_GRACE, self.timeout)
         return bool(error.retriable()) or code in _TRANSIENT_CODES
 
-    def pause(self) -> None:
-        time.sleep(min(0.1, max(0.0, self.deadline - time.monotonic())))
+    def pause_seconds(self) -> float:
+        """The wait before trying again: 0.1 s, or what is left of the deadline."""
+        return min(0.1, max(0.0, self.deadline - time.monotonic()))
+
+    def until_answered(self, operation: Callable[[], T]) -> T:
+        """``operation()`` again while it raises :class:`_Again`, until it answers or the deadline
+        (:meth:`remaining` raises) -- the retry policy of :mod:`airflow_kafka_events.retry`."""
+        return retry_until(operation, retry_on=lambda exc: isinstance(exc, _Again), pause=self.pause_seconds)
+
+    def again_unless_transient(self, error: KafkaOperationError, cause: BaseException) -> _Again:
+        """:class:`_Again` for a transient Kafka error; else raise ``error``."""
+        if not self.transient(error.kafka_error):
+            raise error from cause
+        return _Again()
 
     def close(self) -> None:
         try:
@@ -255,42 +274,9 @@ class _PartitionScanner:
 
     # ------------------------------------------------------------------ metadata
     def locate(self) -> StreamLocation:
-        while True:
-            left = self.remaining("topic metadata")
-            try:
-                metadata = self.consumer.list_topics(self.topic, timeout=min(left, 5.0))
-            except KafkaException as exc:
-                error = StreamProgressError.from_exception(
-                    f"cannot read metadata of topic {self.topic!r}", exc
-                )
-                if not self.transient(error.kafka_error):
-                    raise error from exc
-                self.pause()
-                continue
-            meta = metadata.topics.get(self.topic)
-            err = None if meta is None else meta.error
-            if meta is not None and err is None and meta.partitions:
-                num_partitions = len(meta.partitions)
-                break
-            if err is not None and not self.transient(err):
-                message = f"topic {self.topic!r} is not available{_hint(err)}"
-                raise StreamProgressError(message, kafka_error=err)
-            self.pause()
+        num_partitions = self.until_answered(self._partition_count)
         partition = partition_for_key(self.key, num_partitions)
-        tp = TopicPartition(self.topic, partition)
-        while True:
-            left = self.remaining("watermarks")
-            try:
-                low, high = self.consumer.get_watermark_offsets(tp, timeout=min(left, 5.0), cached=False)
-                break
-            except KafkaException as exc:
-                # e.g. NOT_LEADER_FOR_PARTITION right after a topic was created or a leader moved
-                error = StreamProgressError.from_exception(
-                    f"cannot read the watermarks of {self.topic!r} partition {partition}", exc
-                )
-                if not self.transient(error.kafka_error):
-                    raise error from exc
-                self.pause()
+        low, high = self.until_answered(lambda: self._watermarks(partition))
         return StreamLocation(
             topic=self.topic,
             partition=partition,
@@ -300,33 +286,56 @@ class _PartitionScanner:
             scan_start=low,
         )
 
+    def _partition_count(self) -> int:
+        left = self.remaining("topic metadata")
+        try:
+            metadata = self.consumer.list_topics(self.topic, timeout=min(left, 5.0))
+        except KafkaException as exc:
+            error = StreamProgressError.from_exception(f"cannot read metadata of topic {self.topic!r}", exc)
+            raise self.again_unless_transient(error, exc) from exc
+        meta = metadata.topics.get(self.topic)
+        err = None if meta is None else meta.error
+        if meta is not None and err is None and meta.partitions:
+            return len(meta.partitions)
+        if err is not None and not self.transient(err):
+            raise StreamProgressError(f"topic {self.topic!r} is not available{_hint(err)}", kafka_error=err)
+        raise _Again
+
+    def _watermarks(self, partition: int) -> tuple[int, int]:
+        left = self.remaining("watermarks")
+        try:
+            low, high = self.consumer.get_watermark_offsets(
+                TopicPartition(self.topic, partition), timeout=min(left, 5.0), cached=False
+            )
+        except KafkaException as exc:
+            # e.g. NOT_LEADER_FOR_PARTITION right after a topic was created or a leader moved
+            error = StreamProgressError.from_exception(
+                f"cannot read the watermarks of {self.topic!r} partition {partition}", exc
+            )
+            raise self.again_unless_transient(error, exc) from exc
+        return low, high
+
     def bound(self, location: StreamLocation, not_before_ms: int) -> StreamLocation:
         """``location`` whose ``scan_start`` is the first offset at or after ``not_before_ms``."""
         wanted = TopicPartition(self.topic, location.partition, not_before_ms)
-        while True:
+        what = (
+            f"cannot look up the offset of timestamp {not_before_ms} in {self.topic!r} "
+            f"partition {location.partition}"
+        )
+
+        def offset_for_time() -> Any:
             left = self.remaining("offsets for the not_before bound")
             try:
                 (found,) = self.consumer.offsets_for_times([wanted], timeout=min(left, 5.0))
             except KafkaException as exc:
-                error = StreamProgressError.from_exception(
-                    f"cannot look up the offset of timestamp {not_before_ms} in "
-                    f"{self.topic!r} partition {location.partition}",
-                    exc,
-                )
-                if not self.transient(error.kafka_error):
-                    raise error from exc
-                self.pause()
-                continue
+                raise self.again_unless_transient(StreamProgressError.from_exception(what, exc), exc) from exc
             if found.error is not None:
                 if not self.transient(found.error):
-                    raise StreamProgressError(
-                        f"cannot look up the offset of timestamp {not_before_ms} in "
-                        f"{self.topic!r} partition {location.partition}",
-                        kafka_error=found.error,
-                    )
-                self.pause()
-                continue
-            break
+                    raise StreamProgressError(what, kafka_error=found.error)
+                raise _Again
+            return found
+
+        found = self.until_answered(offset_for_time)
         # a negative offset: no record at or after the timestamp, so nothing to read
         start = location.high if found.offset < 0 else min(max(found.offset, location.low), location.high)
         return StreamLocation(
@@ -354,25 +363,31 @@ class _PartitionScanner:
                 messages = self.consumer.consume(num_messages=batch, timeout=min(left, 1.0))
             except KafkaException as exc:
                 raise StreamProgressError.from_exception("reading the stream partition failed", exc) from exc
-            for msg in messages:
-                err = msg.error()
-                if err is not None:
-                    if err.code() == KafkaError._PARTITION_EOF:
-                        return found
-                    if self.transient(err):
-                        continue
-                    raise StreamProgressError("reading the stream partition failed", kafka_error=err)
-                offset = msg.offset()
-                if offset is None or offset < start:
+            if self._take(messages, partition, start, end, found):
+                return found
+
+    def _take(self, messages: list[Any], partition: int, start: int, end: int, found: list[_Found]) -> bool:
+        """Add the key's records among ``messages`` to ``found``; whether the range is read."""
+        for msg in messages:
+            err = msg.error()
+            if err is not None:
+                if err.code() == KafkaError._PARTITION_EOF:
+                    return True
+                if self.transient(err):
                     continue
-                if offset >= end:
-                    return found
-                if msg.key() == self.key:
-                    record = self._decode(msg.value(), partition, offset)
-                    if record is not None:
-                        found.append(record)
-                if offset >= end - 1:
-                    return found
+                raise StreamProgressError("reading the stream partition failed", kafka_error=err)
+            offset = msg.offset()
+            if offset is None or offset < start:
+                continue
+            if offset >= end:
+                return True
+            if msg.key() == self.key:
+                record = self._decode(msg.value(), partition, offset)
+                if record is not None:
+                    found.append(record)
+            if offset >= end - 1:
+                return True
+        return False
 
     def _decode(self, value: bytes | None, partition: int, offset: int) -> _Found | None:
         if value is None:
