@@ -49,6 +49,10 @@ _NO_GROUP = "airflow-kafka-events.assigned-reader"
 _STATS_INTERVAL = 30.0
 
 
+def _committed_offset(tp: KafkaTopicPartition) -> int | None:
+    return tp.offset if tp.error is None and tp.offset >= 0 else None
+
+
 class StartPolicy:
     """Where a partition without a stored position starts: a committed group offset, else the reset."""
 
@@ -149,22 +153,43 @@ class AssignedReader:
         return await self._executor.run(self._start_offsets, list(partitions), timeout)
 
     def _start_offsets(self, partitions: list[Partition], timeout: float) -> dict[Partition, int]:
-        committed: dict[Partition, int] = {}
-        if self.group_id is not None and partitions:
-            tps = [KafkaTopicPartition(t, p) for t, p in partitions]
-            try:
-                for tp in self._client().committed(tps, timeout=timeout):
-                    if tp.error is None and tp.offset >= 0:
-                        committed[(tp.topic, tp.partition)] = tp.offset
-            except KafkaException as exc:
-                log.warning(
-                    "Cannot read the offsets group %s committed (%s); using the policy", self.group_id, exc
-                )
+        committed = self._committed(partitions, timeout) or {}
+        starts = {tp: offset for tp, offset in committed.items() if offset is not None}
+        starts.update(self._policy_offsets([tp for tp in partitions if tp not in starts], timeout))
+        return starts
+
+    async def committed_offsets(
+        self, partitions: Sequence[Partition], timeout: float = 10.0
+    ) -> dict[Partition, int | None] | None:
+        """What the group committed per partition (``None``: nothing); ``None`` when the lookup
+        failed (logged) or the reader has no group."""
+        return await self._executor.run(self._committed, list(partitions), timeout)
+
+    async def policy_offsets(
+        self, partitions: Sequence[Partition], timeout: float = 10.0
+    ) -> dict[Partition, int]:
+        """Where partitions start by ``auto.offset.reset``: their first or their next offset."""
+        return await self._executor.run(self._policy_offsets, list(partitions), timeout)
+
+    def _committed(self, partitions: list[Partition], timeout: float) -> dict[Partition, int | None] | None:
+        if self.group_id is None or not partitions:
+            return None
+        tps = [KafkaTopicPartition(t, p) for t, p in partitions]
+        try:
+            found = self._client().committed(tps, timeout=timeout)
+        except KafkaException as exc:
+            log.warning(
+                "Cannot read the offsets group %s committed (%s); using the policy", self.group_id, exc
+            )
+            return None
+        return {
+            (tp.topic, tp.partition): tp.offset if tp.error is None and tp.offset >= 0 else None
+            for tp in found
+        }
+
+    def _policy_offsets(self, partitions: list[Partition], timeout: float) -> dict[Partition, int]:
         starts: dict[Partition, int] = {}
         for topic, partition in partitions:
-            if (topic, partition) in committed:
-                starts[(topic, partition)] = committed[(topic, partition)]
-                continue
             low, high = self._client().get_watermark_offsets(
                 KafkaTopicPartition(topic, partition), timeout=timeout
             )

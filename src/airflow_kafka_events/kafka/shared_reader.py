@@ -60,6 +60,10 @@ __all__ = [
 READ_BATCH = 500
 #: Records a feed buffers for its owner before it falls back to reading on its own.
 FEED_CAPACITY = 2000
+#: Longest wait of one poll (a reader per process and topic set can afford to wake up often).
+MAX_POLL_TIMEOUT = 0.25
+#: Seconds a failed lookup of a group's commits is not repeated (new watchers use the policy).
+COMMITTED_RETRY_INTERVAL = 30.0
 #: Seconds between two looks for partitions a topic gained (while idle).
 PARTITION_REFRESH_INTERVAL = 30.0
 
@@ -138,11 +142,11 @@ class Feed:
             if deadline is None:
                 await self._ready.wait()
                 continue
-            left = deadline - time.monotonic()
-            if left <= 0:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
                 return [], {}
             try:
-                await asyncio.wait_for(self._ready.wait(), left)
+                await asyncio.wait_for(self._ready.wait(), remaining)
             except asyncio.TimeoutError:
                 return [], {}
         if self._failure is not None:
@@ -336,7 +340,9 @@ class SharedReader:
         self.name = name
         self.decode = decode
         self._route = route
-        self.poll_timeout = poll_timeout
+        #: seconds a poll of the shared reader (or a catch-up reader) waits: short, because a
+        #: feed's client calls (e.g. where a new watcher starts) queue behind it on its thread
+        self.poll_timeout = min(poll_timeout, MAX_POLL_TIMEOUT)
         self._on_read = on_read
         self.reader = self._new_reader(name)
         #: per partition, the offset after the last record the shared reader handed out
@@ -348,7 +354,11 @@ class SharedReader:
         self._feeds: list[Feed] = []
         self._index: dict[Hashable, list[Feed]] = {}
         self._users = 0
-        self._lock = asyncio.Lock()
+        self._lock = asyncio.Lock()  # subscribing (the first feed places the reader)
+        self._open_lock = asyncio.Lock()
+        self._committed_lock = asyncio.Lock()
+        self._committed_cache: dict[Partition, int | None] = {}
+        self._committed_retry_at = 0.0
         self._opened = False
         self._task: asyncio.Task[None] | None = None
         self._failure: BaseException | None = None
@@ -365,24 +375,48 @@ class SharedReader:
 
     # ------------------------------------------------------------------ opening, subscribing
     async def _open(self) -> None:
-        if not self._opened:
-            await self.reader.open()
-            self._opened = True
+        async with self._open_lock:
+            if not self._opened:
+                await self.reader.open()
+                self._opened = True
 
     async def partitions(self) -> list[Partition]:
         """The partitions a feed must start on: those read already, else the topics' metadata."""
-        async with self._lock:
-            self._raise_if_failed()
-            await self._open()
-            if self.frontier:
-                return sorted(self.frontier)
-            return await self.reader.partitions()
+        self._raise_if_failed()
+        await self._open()
+        if self.frontier:
+            return sorted(self.frontier)
+        return await self.reader.partitions()
 
     async def start_offsets(self, partitions: Sequence[Partition]) -> dict[Partition, int]:
-        """Where partitions without a stored position start (see :class:`AssignedReader`)."""
-        async with self._lock:
-            await self._open()
-            return await self.reader.start_offsets(partitions)
+        """Where partitions without a stored position start (see :class:`AssignedReader`).
+
+        Not serialized with other feeds' calls: many watchers starting at once each wait for at
+        most one poll of the shared reader, not for each other's calls."""
+        if not partitions:
+            return {}
+        await self._open()
+        committed = await self._committed(partitions)
+        starts: dict[Partition, int] = {}
+        for tp in partitions:
+            offset = committed.get(tp)
+            if offset is not None:
+                starts[tp] = offset
+        starts.update(await self.reader.policy_offsets([tp for tp in partitions if tp not in starts]))
+        return starts
+
+    async def _committed(self, partitions: Sequence[Partition]) -> Mapping[Partition, int | None]:
+        """The group's commits, looked up once per reader (watchers never commit, so they do not
+        change); after a failed lookup the policy applies for :data:`COMMITTED_RETRY_INTERVAL`
+        seconds, so that watchers starting together do not each wait out the lookup's timeout."""
+        async with self._committed_lock:
+            todo = [tp for tp in partitions if tp not in self._committed_cache]
+            if todo and time.monotonic() >= self._committed_retry_at:
+                found = await self.reader.committed_offsets(todo)
+                if found is None and self.reader.group_id is not None:
+                    self._committed_retry_at = time.monotonic() + COMMITTED_RETRY_INTERVAL
+                self._committed_cache.update(found or {})
+            return self._committed_cache
 
     async def subscribe(
         self,

@@ -98,18 +98,15 @@ Feedback loops
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import time
-from collections import OrderedDict
 from collections.abc import AsyncIterator, Hashable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from airflow.providers.apache.kafka.triggers.shared_stream import KafkaSharedStreamTrigger
 from airflow.triggers.base import TriggerEvent
 from airflow.triggers.shared_stream import reject_shared_stream_event
-from asgiref.sync import sync_to_async
 
 from airflow_kafka_events import metrics
 from airflow_kafka_events.assets.admission import (
@@ -130,7 +127,7 @@ from airflow_kafka_events.assets.watcher_payload import (
     watcher_causation,
     watcher_payload,
 )
-from airflow_kafka_events.dlq import DLQ_ROLE, DLQ_TIMEOUT, DeadLetter, DeadLetterReason, DeadLetterWriter
+from airflow_kafka_events.dlq import DeadLetterReason, DeadLetterWriter
 from airflow_kafka_events.envelopes import AssetEventEnvelope
 from airflow_kafka_events.errors import (
     ConfigurationError,
@@ -142,6 +139,7 @@ from airflow_kafka_events.triggers.asset_stream import (
     KafkaRecord,
     durable_key,
 )
+from airflow_kafka_events.triggers.watcher_dead_letters import WatcherDeadLetters
 
 if TYPE_CHECKING:
     from airflow.sdk import Asset
@@ -169,38 +167,7 @@ DEFAULT_WATCHER_MAX_CAUSATION_DEPTH = 8
 #: First element of every shared-stream key of this module.
 SHARED_STREAM_NAMESPACE = "airflow_kafka_events.asset_watcher"
 
-_DLQ_RETRY_FIRST_DELAY = 1.0
-_DLQ_RETRY_MAX_DELAY = 30.0
 _SIGNING_KEY_RETRY_INTERVAL = 10.0
-
-
-# --------------------------------------------------------------------------- process-wide state
-class _Claims:
-    """A bounded set of claimed keys: the first caller of ``claim(key)`` gets ``True``."""
-
-    def __init__(self, max_size: int = 65_536) -> None:
-        self.max_size = max_size
-        self._keys: OrderedDict[Hashable, None] = OrderedDict()
-
-    def claim(self, key: Hashable) -> bool:
-        if key in self._keys:
-            self._keys.move_to_end(key)
-            return False
-        self._keys[key] = None
-        while len(self._keys) > self.max_size:
-            self._keys.popitem(last=False)
-        return True
-
-    def release(self, key: Hashable) -> None:
-        self._keys.pop(key, None)
-
-    def clear(self) -> None:
-        self._keys.clear()
-
-
-#: Records already dead-lettered in this process (per shared stream, or per watcher for records
-#: about its own asset): a redelivery after a sibling's failure is not dead-lettered twice.
-_DEAD_LETTERED = _Claims()
 
 
 # --------------------------------------------------------------------------- the trigger
@@ -208,7 +175,25 @@ def _keys_given_per_record() -> list[bytes]:
     raise RuntimeError("the watcher passes its signing keys with each record")
 
 
-class KafkaAssetEventTrigger(KafkaSharedStreamTrigger):
+def _check_arguments(
+    *, asset_uri: Any, asset_name: Any, max_causation_depth: Any, **optional_names: Any
+) -> None:
+    """The watcher's arguments, or :class:`ValidationError` naming the wrong one."""
+    if asset_uri is None and asset_name is None:
+        raise ValidationError("KafkaAssetEventTrigger needs asset_uri and/or asset_name")
+    for name, value in (("asset_uri", asset_uri), ("asset_name", asset_name)):
+        if value is not None and (not isinstance(value, str) or not value.strip()):
+            raise ValidationError(f"{name} must be a non-empty str, got {value!r}")
+    for name, value in optional_names.items():
+        if value is not None and (not isinstance(value, str) or not value):
+            raise ValidationError(f"{name} must be a non-empty str or None, got {value!r}")
+    if isinstance(max_causation_depth, bool) or not isinstance(max_causation_depth, int):
+        raise ValidationError(f"max_causation_depth must be an int >= 0, got {max_causation_depth!r}")
+    if max_causation_depth < 0:
+        raise ValidationError(f"max_causation_depth must be an int >= 0, got {max_causation_depth!r}")
+
+
+class KafkaAssetEventTrigger(WatcherDeadLetters, KafkaSharedStreamTrigger):
     """Fire one event per asset event envelope on ``topics`` that is about this watcher's asset.
 
     See the module docstring for the whole behaviour.
@@ -270,24 +255,16 @@ class KafkaAssetEventTrigger(KafkaSharedStreamTrigger):
             poll_timeout=poll_timeout,
             dlq_topic=dlq_topic,
         )
-        if asset_uri is None and asset_name is None:
-            raise ValidationError("KafkaAssetEventTrigger needs asset_uri and/or asset_name")
-        for name, value in (("asset_uri", asset_uri), ("asset_name", asset_name)):
-            if value is not None and (not isinstance(value, str) or not value.strip()):
-                raise ValidationError(f"{name} must be a non-empty str, got {value!r}")
-        for name, value in (
-            ("kafka_config_id", kafka_config_id),
-            ("group_id", group_id),
-            ("dlq_topic", dlq_topic),
-            ("dlq_kafka_config_id", dlq_kafka_config_id),
-            ("signing_conn_id", signing_conn_id),
-        ):
-            if value is not None and (not isinstance(value, str) or not value):
-                raise ValidationError(f"{name} must be a non-empty str or None, got {value!r}")
-        if isinstance(max_causation_depth, bool) or not isinstance(max_causation_depth, int):
-            raise ValidationError(f"max_causation_depth must be an int >= 0, got {max_causation_depth!r}")
-        if max_causation_depth < 0:
-            raise ValidationError(f"max_causation_depth must be an int >= 0, got {max_causation_depth!r}")
+        _check_arguments(
+            asset_uri=asset_uri,
+            asset_name=asset_name,
+            max_causation_depth=max_causation_depth,
+            kafka_config_id=kafka_config_id,
+            group_id=group_id,
+            dlq_topic=dlq_topic,
+            dlq_kafka_config_id=dlq_kafka_config_id,
+            signing_conn_id=signing_conn_id,
+        )
         self.asset_uri = sanitize_asset_uri(asset_uri) if asset_uri is not None else None
         self.asset_name = asset_name
         self.group_id = group_id
@@ -521,103 +498,6 @@ class KafkaAssetEventTrigger(KafkaSharedStreamTrigger):
                 "reject", Stage.INTERNAL, envelope=envelope, reason=DeadLetterReason.INTERNAL_ERROR, error=exc
             )
             return failed, None
-
-    # ------------------------------------------------------------------ dead letters
-    def _make_dlq_writer(self) -> DeadLetterWriter:
-        from airflow_kafka_events.hooks import KafkaEventsHook
-
-        assert self.dlq_topic is not None
-        conn_id = self.dlq_kafka_config_id or self.kafka_config_id
-        producer = KafkaEventsHook(kafka_config_id=conn_id).get_producer(
-            role=DLQ_ROLE, message_timeout=DLQ_TIMEOUT
-        )
-        return DeadLetterWriter(producer, self.dlq_topic, timeout=DLQ_TIMEOUT)
-
-    async def _dead_letter_writer(self) -> DeadLetterWriter:
-        if self._dlq_writer is None:
-            self._dlq_writer = await sync_to_async(self._make_dlq_writer)()
-        return self._dlq_writer
-
-    async def _dead_letter(self, record: KafkaRecord, verdict: AdmissionVerdict) -> bool:
-        """Write the dead-letter record of ``record`` and wait until it is acknowledged.
-
-        Returns ``False`` when another watcher of the shared stream (or this one, before a
-        redelivery) already dead-letters it: the caller then simply moves on.  While the
-        dead-letter topic is unreachable it retries with backoff (up to 30 s between tries).
-        """
-        assert verdict.reason is not None and verdict.error is not None
-        stream_key = self.shared_stream_key()
-        # an undecodable record is every watcher's on the topic: one dead letter per triggerer
-        scope: Hashable = (
-            ("any-watcher", self.kafka_config_id, self.dlq_topic)
-            if verdict.group_scope
-            else (stream_key, self.asset_uri, self.asset_name)
-        )
-        claim = (scope, record.topic, record.partition, record.offset)
-        if not _DEAD_LETTERED.claim(claim):
-            return False
-        envelope = verdict.envelope
-        letter = DeadLetter.from_exception(
-            verdict.reason,
-            verdict.error,
-            topic=record.topic,
-            partition=record.partition,
-            offset=record.offset,
-            timestamp_ms=record.timestamp_ms,
-            consumer=self.consumer_label,
-            event_id=envelope.event_id if envelope is not None else None,
-            asset_uri=envelope.asset.uri if envelope is not None else None,
-        )
-        if self.dlq_topic is None:
-            self.log.error(
-                "Dropping %s[%s]@%s (%s: %s); no dlq_topic is configured",
-                record.topic,
-                record.partition,
-                record.offset,
-                letter.reason,
-                letter.error_message,
-            )
-            return True
-        delay = _DLQ_RETRY_FIRST_DELAY
-        try:
-            while True:
-                try:
-                    writer = await self._dead_letter_writer()
-                    receipt = await writer.awrite(
-                        letter, value=record.value, key=record.key, headers=record.headers
-                    )
-                except Exception as exc:
-                    self.log.error(
-                        "Cannot dead-letter %s[%s]@%s to %s (%s); retrying in %.0fs, the record stays "
-                        "uncommitted meanwhile",
-                        record.topic,
-                        record.partition,
-                        record.offset,
-                        self.dlq_topic,
-                        exc,
-                        delay,
-                    )
-                    await asyncio.sleep(delay)
-                    delay = min(delay * 2, _DLQ_RETRY_MAX_DELAY)
-                    continue
-                metrics.dead_lettered(letter.reason, "watcher", record.topic)
-                self.log.warning(
-                    "Dead-lettered %s[%s]@%s to %s[%s]@%s: %s: %s",
-                    record.topic,
-                    record.partition,
-                    record.offset,
-                    receipt.topic,
-                    receipt.partition,
-                    receipt.offset,
-                    letter.reason,
-                    letter.error_message,
-                )
-                return True
-        except BaseException:
-            # cancelled (watcher removed, triggerer stopping) before the write was acknowledged:
-            # whoever sees the record next must dead-letter it
-            _DEAD_LETTERED.release(claim)
-            raise
 
 
 # --------------------------------------------------------------------------- DAG-side helper

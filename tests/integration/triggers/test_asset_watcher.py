@@ -30,7 +30,7 @@ from airflow_kafka_events.envelopes import AssetEventEnvelope, AssetRef, EventSo
 from airflow_kafka_events.errors import EnvelopeDecodeError
 from airflow_kafka_events.kafka.producer import get_producer
 from airflow_kafka_events.kafka.settings import KafkaSettings
-from airflow_kafka_events.triggers import asset_watcher
+from airflow_kafka_events.triggers import watcher_dead_letters
 from airflow_kafka_events.triggers.asset_stream import KafkaAssetEventStreamProducer, state_key
 from airflow_kafka_events.triggers.asset_watcher import KafkaAssetEventTrigger
 
@@ -42,9 +42,9 @@ ASSET_B = AssetRef(name="it://watched/b", uri="it://watched/b")
 
 @pytest.fixture(autouse=True)
 def _fresh_process_state():
-    asset_watcher._DEAD_LETTERED.clear()
+    watcher_dead_letters.DEAD_LETTERED.clear()
     yield
-    asset_watcher._DEAD_LETTERED.clear()
+    watcher_dead_letters.DEAD_LETTERED.clear()
 
 
 def _producer(bootstrap: str):

@@ -39,7 +39,7 @@ from airflow_kafka_events.errors import (
 )
 from airflow_kafka_events.kafka.producer import DeliveryReceipt
 from airflow_kafka_events.serialization_check import roundtrip_trigger_kwargs
-from airflow_kafka_events.triggers import asset_watcher
+from airflow_kafka_events.triggers import asset_watcher, watcher_dead_letters
 from airflow_kafka_events.triggers.asset_watcher import (
     KafkaAssetEventStreamProducer,
     KafkaAssetEventTrigger,
@@ -60,9 +60,9 @@ KEY = b"s" * 32
 
 @pytest.fixture(autouse=True)
 def _fresh_process_state():
-    asset_watcher._DEAD_LETTERED.clear()
+    watcher_dead_letters.DEAD_LETTERED.clear()
     yield
-    asset_watcher._DEAD_LETTERED.clear()
+    watcher_dead_letters.DEAD_LETTERED.clear()
 
 
 # --------------------------------------------------------------------------- fakes
@@ -562,7 +562,7 @@ def test_without_a_dlq_topic_refused_records_are_logged_and_dropped(monkeypatch,
 
 
 def test_dead_letter_delivery_is_retried_before_the_record_is_rejected(monkeypatch):
-    monkeypatch.setattr(asset_watcher, "_DLQ_RETRY_FIRST_DELAY", 0.01)
+    monkeypatch.setattr(watcher_dead_letters, "_DLQ_RETRY_FIRST_DELAY", 0.01)
     dlq = FakeDlqProducer(fail=2)
     trigger = make_trigger(dlq)
     fired, rejected = run_filter(trigger, [record(b"junk", 0), record(envelope(), 1)], monkeypatch)
@@ -571,7 +571,7 @@ def test_dead_letter_delivery_is_retried_before_the_record_is_rejected(monkeypat
 
 
 def test_cancelled_dead_letter_write_releases_the_record_for_a_sibling(monkeypatch):
-    monkeypatch.setattr(asset_watcher, "_DLQ_RETRY_FIRST_DELAY", 10.0)
+    monkeypatch.setattr(watcher_dead_letters, "_DLQ_RETRY_FIRST_DELAY", 10.0)
     trigger = make_trigger(FakeDlqProducer(fail=1_000))
     verdict = asyncio.run(trigger.judge(record(b"junk", 0)))
     assert verdict.action == "reject"

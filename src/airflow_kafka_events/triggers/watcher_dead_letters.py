@@ -1,0 +1,171 @@
+"""Dead letters of asset watchers: a refused record goes to the dead-letter topic once per triggerer.
+
+:class:`WatcherDeadLetters` is the part of
+:class:`~airflow_kafka_events.triggers.asset_watcher.KafkaAssetEventTrigger` that writes them:
+it waits for the broker's acknowledgement (retrying with backoff while the dead-letter topic is
+unreachable) before the record is rejected, so the position only moves past a record that is
+safe in the dead-letter topic.  :data:`DEAD_LETTERED` remembers, per process, which records were
+dead-lettered already: an undecodable record is every watcher's of its topic, and the first
+watcher that sees it writes it, the others move on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import OrderedDict
+from collections.abc import Hashable
+
+from airflow.utils.log.logging_mixin import LoggingMixin
+from asgiref.sync import sync_to_async
+
+from airflow_kafka_events import metrics
+from airflow_kafka_events.assets.admission import AdmissionVerdict
+from airflow_kafka_events.dlq import DLQ_ROLE, DLQ_TIMEOUT, DeadLetter, DeadLetterWriter
+from airflow_kafka_events.triggers.asset_stream import KafkaRecord
+
+__all__ = ["DEAD_LETTERED", "WatcherDeadLetters"]
+
+_DLQ_RETRY_FIRST_DELAY = 1.0
+_DLQ_RETRY_MAX_DELAY = 30.0
+
+
+class _Claims:
+    """A bounded set of claimed keys: the first caller of ``claim(key)`` gets ``True``."""
+
+    def __init__(self, max_size: int = 65_536) -> None:
+        self.max_size = max_size
+        self._keys: OrderedDict[Hashable, None] = OrderedDict()
+
+    def claim(self, key: Hashable) -> bool:
+        if key in self._keys:
+            self._keys.move_to_end(key)
+            return False
+        self._keys[key] = None
+        while len(self._keys) > self.max_size:
+            self._keys.popitem(last=False)
+        return True
+
+    def release(self, key: Hashable) -> None:
+        self._keys.pop(key, None)
+
+    def clear(self) -> None:
+        self._keys.clear()
+
+
+#: Records already dead-lettered in this process (per shared stream, or per watcher for records
+#: about its own asset): a redelivery after a sibling's failure is not dead-lettered twice.
+DEAD_LETTERED = _Claims()
+
+
+class WatcherDeadLetters(LoggingMixin):
+    """Writing a watcher's refused records to ``dlq_topic`` (a mixin of the watcher trigger)."""
+
+    dlq_topic: str | None
+    dlq_kafka_config_id: str | None
+    kafka_config_id: str
+    asset_uri: str | None
+    asset_name: str | None
+    _dlq_writer: DeadLetterWriter | None
+
+    @property
+    def consumer_label(self) -> str:  # pragma: no cover - the trigger defines it
+        raise NotImplementedError
+
+    def shared_stream_key(self) -> Hashable:  # pragma: no cover - the trigger defines it
+        raise NotImplementedError
+
+    def _make_dlq_writer(self) -> DeadLetterWriter:
+        from airflow_kafka_events.hooks import KafkaEventsHook
+
+        assert self.dlq_topic is not None
+        conn_id = self.dlq_kafka_config_id or self.kafka_config_id
+        producer = KafkaEventsHook(kafka_config_id=conn_id).get_producer(
+            role=DLQ_ROLE, message_timeout=DLQ_TIMEOUT
+        )
+        return DeadLetterWriter(producer, self.dlq_topic, timeout=DLQ_TIMEOUT)
+
+    async def _dead_letter_writer(self) -> DeadLetterWriter:
+        if self._dlq_writer is None:
+            self._dlq_writer = await sync_to_async(self._make_dlq_writer)()
+        return self._dlq_writer
+
+    async def _dead_letter(self, record: KafkaRecord, verdict: AdmissionVerdict) -> bool:
+        """Write the dead-letter record of ``record`` and wait until it is acknowledged.
+
+        Returns ``False`` when another watcher of the shared stream (or this one, before a
+        redelivery) already dead-letters it: the caller then simply moves on.  While the
+        dead-letter topic is unreachable it retries with backoff (up to 30 s between tries).
+        """
+        assert verdict.reason is not None and verdict.error is not None
+        stream_key = self.shared_stream_key()
+        # an undecodable record is every watcher's on the topic: one dead letter per triggerer
+        scope: Hashable = (
+            ("any-watcher", self.kafka_config_id, self.dlq_topic)
+            if verdict.group_scope
+            else (stream_key, self.asset_uri, self.asset_name)
+        )
+        claim = (scope, record.topic, record.partition, record.offset)
+        if not DEAD_LETTERED.claim(claim):
+            return False
+        envelope = verdict.envelope
+        letter = DeadLetter.from_exception(
+            verdict.reason,
+            verdict.error,
+            topic=record.topic,
+            partition=record.partition,
+            offset=record.offset,
+            timestamp_ms=record.timestamp_ms,
+            consumer=self.consumer_label,
+            event_id=envelope.event_id if envelope is not None else None,
+            asset_uri=envelope.asset.uri if envelope is not None else None,
+        )
+        if self.dlq_topic is None:
+            self.log.error(
+                "Dropping %s[%s]@%s (%s: %s); no dlq_topic is configured",
+                record.topic,
+                record.partition,
+                record.offset,
+                letter.reason,
+                letter.error_message,
+            )
+            return True
+        delay = _DLQ_RETRY_FIRST_DELAY
+        try:
+            while True:
+                try:
+                    writer = await self._dead_letter_writer()
+                    receipt = await writer.awrite(
+                        letter, value=record.value, key=record.key, headers=record.headers
+                    )
+                except Exception as exc:
+                    self.log.error(
+                        "Cannot dead-letter %s[%s]@%s to %s (%s); retrying in %.0fs, the record stays "
+                        "uncommitted meanwhile",
+                        record.topic,
+                        record.partition,
+                        record.offset,
+                        self.dlq_topic,
+                        exc,
+                        delay,
+                    )
+                    await asyncio.sleep(delay)
+                    delay = min(delay * 2, _DLQ_RETRY_MAX_DELAY)
+                    continue
+                metrics.dead_lettered(letter.reason, "watcher", record.topic)
+                self.log.warning(
+                    "Dead-lettered %s[%s]@%s to %s[%s]@%s: %s: %s",
+                    record.topic,
+                    record.partition,
+                    record.offset,
+                    receipt.topic,
+                    receipt.partition,
+                    receipt.offset,
+                    letter.reason,
+                    letter.error_message,
+                )
+                return True
+        except BaseException:
+            # cancelled (watcher removed, triggerer stopping) before the write was acknowledged:
+            # whoever sees the record next must dead-letter it
+            DEAD_LETTERED.release(claim)
+            raise

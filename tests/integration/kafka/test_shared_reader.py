@@ -1,0 +1,219 @@
+"""SharedReader and its feeds on a real broker.
+
+* many feeds of one topic: one reader, each record fetched once, each feed gets only its records;
+* a late joiner behind the shared frontier gets every record from its own position, once, and
+  merges into the shared reader;
+* a leaving feed does not disturb the others; the last one closes the reader;
+* a slow feed's buffer stays bounded (it falls back to its own reader) and it still gets every
+  record once, while a fast feed beside it is not held up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from airflow_kafka_events.kafka.producer import get_producer
+from airflow_kafka_events.kafka.settings import KafkaSettings
+from airflow_kafka_events.kafka.shared_reader import READ_BATCH, Feed, SharedReaders
+
+pytestmark = pytest.mark.integration
+
+
+def _send(bootstrap: str, topic: str, values: list[tuple[str, str]], partition: int = 0) -> None:
+    producer = get_producer(KafkaSettings({"bootstrap.servers": bootstrap}).producer_config())
+    futures = [producer.send(topic, value.encode(), key=key, partition=partition) for key, value in values]
+    for future in futures:
+        future.result(timeout=30)
+
+
+def _config(bootstrap: str) -> dict[str, Any]:
+    return {"bootstrap.servers": bootstrap, "group.id": "shared-reader-it", "auto.offset.reset": "earliest"}
+
+
+def _decode(message: Any) -> tuple[str, str]:
+    return (message.key() or b"").decode(), (message.value() or b"").decode()
+
+
+def _route(decoded: tuple[str, str]) -> list[str]:
+    return [decoded[0]]  # the key says whose record it is
+
+
+def _acquire(registry: SharedReaders, bootstrap: str, topic: str):
+    return registry.acquire(
+        "test",
+        _config(bootstrap),
+        [topic],
+        name=f"it-{topic}",
+        decode=_decode,
+        route=_route,
+        poll_timeout=0.2,
+    )
+
+
+async def _subscribe(
+    registry: SharedReaders, bootstrap: str, topic: str, owner: str, start: int, **kw: Any
+) -> Feed:
+    reader = _acquire(registry, bootstrap, topic)
+    return await reader.subscribe(
+        {(topic, 0): start}, keys=[owner], match=lambda d, o=owner: d[0] == o, name=owner, **kw
+    )
+
+
+class Taker:
+    """Takes a feed's records in a task, like a watcher does, and keeps its frontier."""
+
+    def __init__(self, feed: Feed) -> None:
+        self.feed = feed
+        self.values: list[str] = []
+        self.offsets: list[int] = []
+        self.frontier: dict[Any, int] = {}
+        self.task = asyncio.create_task(self._run())
+
+    async def _run(self) -> None:
+        while True:
+            records, frontier = await self.feed.take(100, 0.2)
+            self.values.extend(r.decoded[1] for r in records)
+            self.offsets.extend(r.offset for r in records)
+            self.frontier.update(frontier)
+
+    async def stop(self) -> None:
+        self.task.cancel()
+        await asyncio.gather(self.task, return_exceptions=True)
+
+
+async def _until(condition: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        await asyncio.sleep(0.05)
+
+
+def test_many_feeds_share_one_reader_and_each_record_is_fetched_once(kafka_bootstrap, new_topic):
+    topic = new_topic(partitions=1, prefix="shared-many")
+    owners = [f"asset-{i}" for i in range(20)]
+    _send(kafka_bootstrap, topic, [(owners[n % 20], f"{owners[n % 20]}:{n}") for n in range(400)])
+    registry = SharedReaders()
+
+    async def scenario() -> None:
+        feeds = [await _subscribe(registry, kafka_bootstrap, topic, owner, 0) for owner in owners]
+        takers = [Taker(feed) for feed in feeds]
+        reader = registry.get("test", _config(kafka_bootstrap), [topic])
+        assert reader is not None and registry.created == 1 and len(registry) == 1 and reader.feeds == 20
+        try:
+            await _until(lambda: all(t.frontier.get((topic, 0)) == 400 for t in takers), 60, "every frontier")
+            for owner, taker in zip(owners, takers, strict=True):
+                assert taker.values == [f"{owner}:{n}" for n in range(400) if owners[n % 20] == owner]
+            assert reader.records_read == 400  # fetched once for 20 feeds
+            assert reader.catch_up_readers == 0
+        finally:
+            for taker in takers:
+                await taker.stop()
+            for feed in feeds:
+                await feed.close()
+        assert len(registry) == 0 and reader.reader._executor.closed  # the last feed closed it
+
+    asyncio.run(scenario())
+
+
+def test_a_late_joiner_behind_the_frontier_gets_every_record_from_its_position(kafka_bootstrap, new_topic):
+    topic = new_topic(partitions=1, prefix="shared-late")
+    _send(kafka_bootstrap, topic, [("late", f"v{n}") for n in range(30)])
+    registry = SharedReaders()
+
+    async def scenario() -> None:
+        early = await _subscribe(registry, kafka_bootstrap, topic, "late", 0)
+        first = Taker(early)
+        try:
+            await _until(lambda: len(first.values) == 30, 60, "the early feed's 30 records")
+            late = await _subscribe(registry, kafka_bootstrap, topic, "late", 5)  # behind the frontier (30)
+            assert late.catching_up
+            second = Taker(late)
+            await _until(lambda: len(second.values) == 25, 60, "the late feed's catch-up")
+            _send(kafka_bootstrap, topic, [("late", f"v{n}") for n in range(30, 40)])
+            await _until(lambda: len(first.values) == 40 and len(second.values) == 35, 60, "the new records")
+            await _until(lambda: not late.catching_up, 30, "the late feed to merge")
+            _send(kafka_bootstrap, topic, [("late", f"v{n}") for n in range(40, 45)])
+            await _until(lambda: len(second.values) == 40, 60, "records after the merge")
+            assert second.values == [f"v{n}" for n in range(5, 45)]  # all from its position, once
+            assert second.offsets == list(range(5, 45))
+            assert first.values == [f"v{n}" for n in range(45)]
+            reader = registry.get("test", _config(kafka_bootstrap), [topic])
+            assert reader is not None and registry.created == 1 and reader.catch_up_readers == 1
+            await second.stop()
+        finally:
+            await first.stop()
+            await early.close()
+            await late.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_leaving_feed_does_not_disturb_the_others(kafka_bootstrap, new_topic):
+    topic = new_topic(partitions=1, prefix="shared-leave")
+    registry = SharedReaders()
+
+    async def scenario() -> None:
+        stay = await _subscribe(registry, kafka_bootstrap, topic, "a", 0)
+        leave = await _subscribe(registry, kafka_bootstrap, topic, "b", 0)
+        staying, leaving = Taker(stay), Taker(leave)
+        try:
+            _send(kafka_bootstrap, topic, [(k, f"{k}{n}") for n in range(10) for k in ("a", "b")])
+            await _until(lambda: len(staying.values) == 10 and len(leaving.values) == 10, 60, "both feeds")
+            await leaving.stop()
+            await leave.close()
+            reader = registry.get("test", _config(kafka_bootstrap), [topic])
+            assert reader is not None and reader.feeds == 1
+            _send(kafka_bootstrap, topic, [(k, f"{k}{n}") for n in range(10, 20) for k in ("a", "b")])
+            await _until(lambda: len(staying.values) == 20, 60, "the staying feed's new records")
+            assert staying.values == [f"a{n}" for n in range(20)]
+            assert registry.created == 1  # the same reader went on
+        finally:
+            await staying.stop()
+            await stay.close()
+        assert len(registry) == 0
+
+    asyncio.run(scenario())
+
+
+def test_a_slow_feed_stays_bounded_and_still_gets_every_record_once(kafka_bootstrap, new_topic):
+    topic = new_topic(partitions=1, prefix="shared-slow")
+    registry = SharedReaders()
+    capacity = 50
+
+    async def scenario() -> None:
+        fast = await _subscribe(registry, kafka_bootstrap, topic, "all", 0)
+        slow = await _subscribe(registry, kafka_bootstrap, topic, "all", 0, capacity=capacity)
+        quick = Taker(fast)
+        most_buffered = 0
+        try:
+            _send(kafka_bootstrap, topic, [("all", f"v{n}") for n in range(2000)])
+            deadline = time.monotonic() + 60
+            while len(quick.values) < 2000:  # the slow feed takes nothing meanwhile
+                assert time.monotonic() < deadline, "the fast feed was held up"
+                most_buffered = max(most_buffered, slow.buffered)
+                await asyncio.sleep(0.01)
+            assert slow.fallbacks >= 1 and slow.catching_up
+            assert most_buffered <= capacity + READ_BATCH
+            await asyncio.sleep(0.5)  # its own reader waits for room: still bounded
+            assert slow.buffered <= capacity
+            late = Taker(slow)  # now it takes: every record, in order, once
+            await _until(lambda: len(late.values) >= 2000, 60, "the slow feed's records")
+            await _until(lambda: not slow.catching_up, 30, "the slow feed to merge")
+            assert late.values == [f"v{n}" for n in range(2000)]
+            _send(kafka_bootstrap, topic, [("all", "after")])
+            await _until(
+                lambda: late.values[-1:] == ["after"] and quick.values[-1:] == ["after"], 30, "one more"
+            )
+            await late.stop()
+        finally:
+            await quick.stop()
+            await fast.close()
+            await slow.close()
+
+    asyncio.run(scenario())
