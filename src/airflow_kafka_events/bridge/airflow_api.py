@@ -161,6 +161,32 @@ def parse_retry_after(value: str | None, *, now: Callable[[], float] = time.time
     return max(0.0, seconds)
 
 
+def _api_error(kind: str, where: str, response: httpx.Response, *, may_apply: bool) -> AirflowApiError:
+    """The typed error of a non-2xx answer classified as ``kind`` (see :func:`classify_status`)."""
+    detail = _detail(response)
+    status = response.status_code
+    message = f"{where} answered {status}: {detail}"
+    if kind == "unauthorized":
+        return AuthenticationError(message, status=status, detail=detail)
+    if kind == "forbidden":
+        return ForbiddenError(
+            f"{message} (the bridge's user needs a role that may read assets and create asset "
+            "events, e.g. op)",
+            status=status,
+            detail=detail,
+        )
+    if kind == "retry":
+        return TransientApiError(
+            message,
+            status=status,
+            detail=detail,
+            ambiguous=may_apply,
+            retry_after=parse_retry_after(response.headers.get("Retry-After")),
+        )
+    errors: dict[str, type[AirflowApiError]] = {"not_found": NotFoundError, "reject": RejectedError}
+    return errors.get(kind, AirflowApiError)(message, status=status, detail=detail)
+
+
 def _detail(response: httpx.Response, limit: int = 500) -> str:
     try:
         body = response.json()
@@ -338,31 +364,7 @@ class AirflowApiClient:
                 log.info("%s answered 401: renewing the token", where)
                 self.invalidate_token()
                 continue
-            detail = _detail(response)
-            message = f"{where} answered {response.status_code}: {detail}"
-            status = response.status_code
-            if kind == "unauthorized":
-                raise AuthenticationError(message, status=status, detail=detail)
-            if kind == "forbidden":
-                raise ForbiddenError(
-                    f"{message} (the bridge's user needs a role that may read assets and create asset "
-                    "events, e.g. op)",
-                    status=status,
-                    detail=detail,
-                )
-            if kind == "retry":
-                raise TransientApiError(
-                    message,
-                    status=status,
-                    detail=detail,
-                    ambiguous=may_apply,
-                    retry_after=parse_retry_after(response.headers.get("Retry-After")),
-                )
-            if kind == "not_found":
-                raise NotFoundError(message, status=status, detail=detail)
-            if kind == "reject":
-                raise RejectedError(message, status=status, detail=detail)
-            raise AirflowApiError(message, status=status, detail=detail)
+            raise _api_error(kind, where, response, may_apply=may_apply)
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _json(self, response: httpx.Response, where: str) -> Any:

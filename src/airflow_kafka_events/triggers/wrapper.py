@@ -54,19 +54,17 @@ TASK_FAILED_ERROR_TYPE = "TaskFailed"
 _MAX_DEPTH = 200
 
 
-def _json(value: Any, depth: int) -> Any:
-    if depth > _MAX_DEPTH:
-        raise EnvelopeEncodeError("event payload is nested too deeply to convert to JSON")
+_NOT_A_SCALAR = object()
+
+
+def _scalar(value: Any) -> Any:
+    """The JSON form of a scalar value; :data:`_NOT_A_SCALAR` for anything else."""
     if value is None or isinstance(value, (bool, str)):
         return value
-    if isinstance(value, enum.Enum):
-        return _json(value.value, depth + 1)
     if isinstance(value, int):
         return int(value)
     if isinstance(value, float):
-        if math.isfinite(value):
-            return float(value)
-        return str(value)  # "nan", "inf", "-inf": strict JSON has none of them
+        return float(value) if math.isfinite(value) else str(value)  # strict JSON has no nan/inf
     if isinstance(value, (datetime.datetime, datetime.date, datetime.time)):
         return value.isoformat()
     if isinstance(value, datetime.timedelta):
@@ -75,8 +73,13 @@ def _json(value: Any, depth: int) -> Any:
         return str(value)
     if isinstance(value, (bytes, bytearray, memoryview)):
         return base64.b64encode(bytes(value)).decode("ascii")
+    return _NOT_A_SCALAR
+
+
+def _collection(value: Any, depth: int) -> Any:
+    """The JSON form of a mapping, sequence or set; :data:`_NOT_A_SCALAR` for anything else."""
     if isinstance(value, Mapping):
-        return {str(k) if not isinstance(k, str) else k: _json(v, depth + 1) for k, v in value.items()}
+        return {k if isinstance(k, str) else str(k): _json(v, depth + 1) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [_json(v, depth + 1) for v in value]
     if isinstance(value, (set, frozenset)):
@@ -84,6 +87,19 @@ def _json(value: Any, depth: int) -> Any:
         with suppress(TypeError):
             items.sort()
         return items
+    return _NOT_A_SCALAR
+
+
+def _json(value: Any, depth: int) -> Any:
+    if depth > _MAX_DEPTH:
+        raise EnvelopeEncodeError("event payload is nested too deeply to convert to JSON")
+    if isinstance(value, enum.Enum) and not isinstance(value, str):
+        return _json(value.value, depth + 1)
+    converted = _scalar(value)
+    if converted is _NOT_A_SCALAR:
+        converted = _collection(value, depth)
+    if converted is not _NOT_A_SCALAR:
+        return converted
     model_dump = getattr(value, "model_dump", None)
     if callable(model_dump):  # pydantic models
         return _json(model_dump(mode="json"), depth + 1)
