@@ -32,14 +32,16 @@ ENTRY_POINT = Path(sys.executable).with_name("airflow-kafka-events")
 ASSET_NAME, ASSET_URI = "e2e_replay_assets", "x-e2e://replay/assets"
 
 
-def replay_assets(stack: AirflowStack, bootstrap: str, topic: str, since: datetime) -> dict[str, Any]:
+def replay_assets(
+    stack: AirflowStack, bootstrap: str, topic: str, since: datetime, *flags: str
+) -> dict[str, Any]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW__", "AIRFLOW_CONN_"))}
     env["AIRFLOW_KAFKA_EVENTS_BRIDGE_PASSWORD_FILE"] = str(stack.passwords_file)
     result = subprocess.run(
         [
             str(ENTRY_POINT), "replay-assets", "--from", since.isoformat(), "--asset", ASSET_URI,
             "--topic", topic, "--bootstrap-servers", bootstrap,
-            "--airflow-url", stack.base_url, "--username", "bridge", "--json",
+            "--airflow-url", stack.base_url, "--username", "bridge", "--json", *flags,
         ],
         env=env, capture_output=True, text=True, timeout=180,
     )  # fmt: skip
@@ -83,6 +85,10 @@ def test_replay_assets_posts_only_the_events_airflow_does_not_have(
             api.post_asset_event(
                 asset["id"], partition_key=envelope.partition_key, extra=event_extra(envelope)
             )
+
+    dry = replay_assets(stack, kafka_bootstrap, topic, since, "--dry-run")
+    assert dry["dry_run"] and dry["counts"] == {"already_present": 2, "duplicate": 1, "missing": 3}, dry
+    assert len([e for e in airflow_events(stack, asset["id"]) if e["id"] not in before]) == 2
 
     started = time.monotonic()
     first = replay_assets(stack, kafka_bootstrap, topic, since)

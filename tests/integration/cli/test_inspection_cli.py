@@ -18,7 +18,8 @@ from typing import Any
 
 import pytest
 
-from airflow_kafka_events.codec import ASSET_EVENT_CODEC
+from airflow_kafka_events.codec import ASSET_EVENT_CODEC, TRIGGER_EVENT_CODEC
+from airflow_kafka_events.envelopes import TriggerEventEnvelope
 from airflow_kafka_events.inspection.reader import TopicReader, message_headers
 from airflow_kafka_events.streams import stream_id
 from integration.inspection.records import asset_event, write_dead_letter, write_stream
@@ -97,6 +98,32 @@ def test_streams_ls_show_tail_print_json_and_import_no_airflow(kafka_bootstrap, 
     assert tailed.returncode == 0, tailed.stderr
     lines = [json.loads(line) for line in tailed.stdout.splitlines()]
     assert [p["sequence_index"] for p in lines] == [0, 1, 2] and lines[-1]["error"].startswith("RuntimeError")
+
+
+def test_streams_tail_follow_prints_each_new_envelope_and_exits_at_the_terminal_marker(
+    kafka_bootstrap, producer, new_topic
+):
+    topic = new_topic(partitions=3)
+    run = stream_id("cli_dag", RUN, "followed")
+    write_stream(producer, topic, run, 1, end=None)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "KAFKA_BOOTSTRAP"))}
+    argv = [str(ENTRY_POINT), "streams", "tail", run, "--follow", "--json"]
+    tail = subprocess.Popen(
+        [*argv, "--bootstrap-servers", kafka_bootstrap, "--topic", topic],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert tail.stdout is not None
+        first = json.loads(tail.stdout.readline())  # the latest envelope: the tail is reading
+        assert first["sequence_index"] == 0
+        for seq in (1, 2):
+            envelope = TriggerEventEnvelope(trigger_run_id=run, sequence_index=seq, is_last=seq == 2)
+            producer.send_and_wait(topic, TRIGGER_EVENT_CODEC.encode(envelope), key=run)
+        out, err = tail.communicate(timeout=60)
+    finally:
+        tail.kill()
+    assert tail.returncode == 0, err
+    assert [json.loads(line)["sequence_index"] for line in out.splitlines()] == [1, 2]
 
 
 def test_dlq_ls_show_and_replay_with_confirmation_and_receipt(
