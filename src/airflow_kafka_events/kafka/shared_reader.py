@@ -594,6 +594,9 @@ class SharedReaders:
     def __len__(self) -> int:
         return len(self._readers)
 
+    def readers(self) -> list[SharedReader]:
+        return list(self._readers.values())
+
     def _forget(self, reader: SharedReader) -> None:
         if self._readers.get(reader.key) is reader:
             del self._readers[reader.key]

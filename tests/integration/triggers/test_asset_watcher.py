@@ -30,6 +30,7 @@ from airflow_kafka_events.envelopes import AssetEventEnvelope, AssetRef, EventSo
 from airflow_kafka_events.errors import EnvelopeDecodeError
 from airflow_kafka_events.kafka.producer import get_producer
 from airflow_kafka_events.kafka.settings import KafkaSettings
+from airflow_kafka_events.kafka.shared_reader import SHARED_READERS
 from airflow_kafka_events.triggers import watcher_dead_letters
 from airflow_kafka_events.triggers.asset_stream import KafkaAssetEventStreamProducer, state_key
 from airflow_kafka_events.triggers.asset_watcher import KafkaAssetEventTrigger
@@ -345,6 +346,53 @@ def test_two_triggerers_lose_nothing_whichever_watchers_each_runs(
         got = [p["event_id"] for p in fired[tid]]
         assert sorted(got) == sorted(sent[asset.uri]), asset.uri  # all 20, none twice
         assert len(got) == len(set(got)) == 20
+
+
+def test_many_watchers_of_one_topic_share_one_reader_in_a_triggerer(
+    kafka_bootstrap, new_topic, monkeypatch, stores
+):
+    """30 watchers of one topic in one triggerer: ONE reader fetches each record once, and each
+    watcher fires exactly its own events and stores its own position."""
+    topic = new_topic(partitions=3, prefix="shared")
+    _watcher_conn(monkeypatch, kafka_bootstrap, "kafka_watcher_shared", f"shared-{uuid.uuid4().hex[:8]}")
+    assets = [AssetRef(name=f"it://shared/{i}", uri=f"it://shared/{i}") for i in range(30)]
+    triggers = {
+        i + 1: KafkaAssetEventTrigger(asset_uri=a.uri, topics=[topic], kafka_config_id="kafka_watcher_shared")
+        for i, a in enumerate(assets)
+    }
+    created_before = SHARED_READERS.created
+    sent: dict[str, list[str]] = {a.uri: [] for a in assets}
+
+    async def scenario() -> tuple[Watchers, Any]:
+        watchers = Watchers()
+        for tid, trigger in triggers.items():
+            watchers.start(tid, trigger)
+        try:
+            readers = lambda: [r for r in SHARED_READERS.readers() if r.topics == [topic]]  # noqa: E731
+            await _until(lambda: [r.feeds for r in readers()] == [30], 60, "30 watchers on one reader")
+            producer = _producer(kafka_bootstrap)
+            for n in range(5):
+                for asset in assets:
+                    receipt = publish(_event(asset, extra={"n": n}), producer=producer, topic=topic)
+                    sent[asset.uri].append(receipt.event_id)
+            await _until(lambda: sum(len(f) for f in watchers.fired.values()) >= 150, 60, "150 asset events")
+            for asset in assets:
+                await _until(
+                    lambda a=asset: sum(stores.positions(a.uri, "kafka_watcher_shared").values()) == 150,
+                    60,
+                    f"{asset.uri}'s positions to pass every record",
+                )
+            (reader,) = readers()
+        finally:
+            await watchers.stop()
+        return watchers, reader
+
+    watchers, reader = asyncio.run(scenario())
+    assert SHARED_READERS.created - created_before == 1  # one client for the topic, not 30
+    assert reader.records_read == 150 and reader.catch_up_readers == 0  # each record fetched once
+    for tid, asset in enumerate(assets, start=1):
+        assert [p["event_id"] for p in watchers.fired[tid]] == sent[asset.uri]  # its own, in order, once
+    assert not [r for r in SHARED_READERS.readers() if r.topics == [topic]]  # closed with the last watcher
 
 
 def test_a_restarted_watcher_resumes_at_its_stored_position(kafka_bootstrap, new_topic, monkeypatch, stores):
