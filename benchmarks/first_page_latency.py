@@ -3,8 +3,9 @@
 One broker and one Airflow deployment (as in B1) run ``bench_first_page``
 (``benchmarks/dags/bench_first_page.py``): ``produce`` defers once to ``CountingPagesTrigger``
 (``--pages`` pages, ``--delay`` seconds apart), and consumer tasks beside it (no DAG edge), one per
-setting of ``CONSUMER_SETTINGS`` (max_events, max_wait, poll_timeout), read the same stream side by
-side with ``StreamConsumerOperator``.  Their handler records when each page was handed over.
+setting of ``CONSUMER_SETTINGS`` (max_events, max_wait, poll_timeout, deferrable), read the same
+stream side by side with ``StreamConsumerOperator``.  Their handler records when each page was
+handed over; a deferrable consumer (task id ending in ``_d``) also reports its defer cycles.
 
 Latency of a page = handled_at (handler time) - emitted_at (the producer's envelope timestamp,
 read back from Kafka after the run: ``StreamEvent`` does not carry it).  Per consumer setting:
@@ -110,6 +111,8 @@ def measure_run(env: Environment, pages: int, delay: float, run_dir: Path) -> di
         latencies = [h["at"] - emitted_pages[seq] for seq, h in handled.items() if seq in emitted_pages]
         settings = lines[0] if lines else {}
         started = _ts(tis[task_id].get("start_date"))
+        deferrable = task_id.endswith("_d")
+        summary = stack.xcom(DAG_ID, run_id, task_id) if deferrable else None
         consumers.append(
             {
                 "task_id": task_id,
@@ -117,6 +120,8 @@ def measure_run(env: Environment, pages: int, delay: float, run_dir: Path) -> di
                 "max_events": settings.get("max_events"),
                 "max_wait": settings.get("max_wait"),
                 "poll_timeout": settings.get("poll_timeout"),
+                "deferrable": deferrable,
+                "deferrals": summary.get("deferrals") if isinstance(summary, dict) else None,
                 "pages_handled": len(handled),
                 "duplicates": len(lines) - len(handled),
                 "in_order": [line["seq"] for line in lines] == sorted(line["seq"] for line in lines),
@@ -177,16 +182,18 @@ def print_run(result: dict[str, Any], pages: int) -> None:
         f"(+ {result['delay_s'] * 1000:.0f}ms delay)"
     )
     say(
-        f"{'consumer':<22} {'max_events':>10} {'max_wait':>8} {'poll':>5} {'state':<8} {'handled':>7} "
+        f"{'consumer':<24} {'max_events':>10} {'max_wait':>8} {'poll':>5} {'state':<8} {'handled':>7} "
         f"{'batches':>7} {'start-1st':>9} {'1st page':>8} {'p50':>6} {'p99':>6} {'max':>6} {'before end':>10}"
+        f" {'defers':>6}"
     )
     for c in result["consumers"]:
         say(
-            f"{c['task_id']:<22} {c['max_events']!s:>10} {c['max_wait']!s:>8} {c['poll_timeout']!s:>5} "
+            f"{c['task_id']:<24} {c['max_events']!s:>10} {c['max_wait']!s:>8} {c['poll_timeout']!s:>5} "
             f"{c['state']:<8} "
             f"{c['pages_handled']:>7} {c['batches']:>7} {_ms(c['task_start_minus_first_emit_s']):>7}ms "
             f"{_ms(c['first_page_latency_s']):>6}ms {_ms(c['p50_s']):>4}ms {_ms(c['p99_s']):>4}ms "
             f"{_ms(c['max_s']):>4}ms {c['handled_before_last_page_written']:>6}/{pages}"
+            f" {'-' if c['deferrals'] is None else c['deferrals']:>6}"
         )
 
 

@@ -6,6 +6,10 @@ on it: it reads the same stream by reference while the producer is still paging,
 small batch settings (``CONSUMER_SETTINGS``; task id ``consume_e<max_events>_w<max_wait in
 ms>_p<poll_timeout in ms>``), and records when each page was handed to the handler in
 ``<dir>/<task_id>.jsonl``.  The consumers read side by side, each in its own consumer group.
+Consumers without ``_d`` use the operator's default ``deferrable`` (Airflow's ``[operators]
+default_deferrable``, off here: they wait in the worker); those ending in ``_d`` are
+``deferrable=True`` (give the slot back while idle).  ``produce`` has the highest
+``priority_weight``, so the in-worker consumers never hold every slot before it starts.
 """
 
 from __future__ import annotations
@@ -21,13 +25,16 @@ from airflow_kafka_events.triggers.testing import CountingPagesTrigger
 DEFAULT_PAGES = 200
 DEFAULT_DELAY = 0.05
 
-#: (max_events, max_wait seconds, poll_timeout seconds) of each consumer task; 0.2 is the
-#: operator's default poll_timeout (how long one Kafka poll waits to fill its batch).
-CONSUMER_SETTINGS: list[tuple[int, float, float]] = [
-    (1, 0.05, 0.2),
-    (5, 0.05, 0.2),
-    (5, 0.2, 0.2),
-    (1, 0.05, 0.02),
+#: (max_events, max_wait seconds, poll_timeout seconds, deferrable) of each consumer task; 0.2 is
+#: the operator's default poll_timeout (how long one Kafka poll waits to fill its batch);
+#: deferrable None: the operator's default.
+CONSUMER_SETTINGS: list[tuple[int, float, float, bool | None]] = [
+    (1, 0.05, 0.2, None),
+    (5, 0.05, 0.2, None),
+    (5, 0.2, 0.2, None),
+    (1, 0.05, 0.02, None),
+    (1, 0.05, 0.2, True),
+    (100, 1.0, 0.2, True),
 ]
 
 
@@ -52,10 +59,14 @@ with DAG(
     max_active_runs=1,
     tags=["benchmark"],
 ):
-    ProducePages(task_id="produce", retries=0)
-    for max_events, max_wait, poll_timeout in CONSUMER_SETTINGS:
+    ProducePages(task_id="produce", retries=0, priority_weight=100, weight_rule="absolute")
+    for max_events, max_wait, poll_timeout, deferrable in CONSUMER_SETTINGS:
         StreamConsumerOperator(
-            task_id=f"consume_e{max_events}_w{round(max_wait * 1000)}_p{round(poll_timeout * 1000)}",
+            task_id=(
+                f"consume_e{max_events}_w{round(max_wait * 1000)}_p{round(poll_timeout * 1000)}"
+                + ("_d" if deferrable else "")
+            ),
+            deferrable=deferrable,
             stream=StreamRef("produce"),
             handler="bench_handlers.record_handled",
             max_events=max_events,
