@@ -44,6 +44,7 @@ __all__ = [
     "ProducerIdentity",
     "SourceKind",
     "StreamError",
+    "StreamFailure",
     "TriggerEventEnvelope",
     "json_from_text",
     "json_to_text",
@@ -177,8 +178,12 @@ class ProducerIdentity:
 
 
 @dataclass(frozen=True)
-class StreamError:
-    """Why a stream ended in failure: an error type name and a message."""
+class StreamFailure:
+    """Why a stream ended in failure: an error type name and a message (a record, not an exception).
+
+    Its Avro record is ``StreamError`` (the schemas keep their names); ``StreamError`` stays
+    importable here as this class's former name.
+    """
 
     type: str
     message: str
@@ -188,7 +193,7 @@ class StreamError:
         _check_str("StreamError", "message", self.message)
 
     @classmethod
-    def from_exception(cls, exc: BaseException) -> StreamError:
+    def from_exception(cls, exc: BaseException) -> StreamFailure:
         """``type`` is the exception class's qualified name (with its module unless builtin)."""
         kind = type(exc)
         name = (
@@ -200,8 +205,12 @@ class StreamError:
         return {"type": self.type, "message": self.message}
 
     @classmethod
-    def from_avro(cls, record: Mapping[str, Any]) -> StreamError:
+    def from_avro(cls, record: Mapping[str, Any]) -> StreamFailure:
         return cls(type=record["type"], message=record["message"])
+
+
+#: The former name of :class:`StreamFailure` (an Avro record name, not an exception).
+StreamError = StreamFailure
 
 
 @dataclass(frozen=True)
@@ -223,7 +232,7 @@ class TriggerEventEnvelope:
     emitted_at: datetime = field(default_factory=_utcnow)
     producer: ProducerIdentity = ProducerIdentity()
     resume_cursor: str | None = None
-    error: StreamError | None = None
+    error: StreamFailure | None = None
     metadata: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -242,7 +251,7 @@ class TriggerEventEnvelope:
             )
         _check_str(owner, "resume_cursor", self.resume_cursor, optional=True)
         if self.error is not None:
-            if not isinstance(self.error, StreamError):
+            if not isinstance(self.error, StreamFailure):
                 raise _fail(
                     owner, "error", f"must be a StreamError or None, got {type(self.error).__qualname__}"
                 )
@@ -286,7 +295,7 @@ class TriggerEventEnvelope:
             return None
         fields["producer"] = _unchecked(ProducerIdentity, dict(zip(_PRODUCER_FIELDS, producer, strict=True)))
         if error is not None:
-            fields["error"] = _unchecked(StreamError, {"type": error[0], "message": error[1]})
+            fields["error"] = _unchecked(StreamFailure, {"type": error[0], "message": error[1]})
         return _unchecked(cls, fields)
 
     @classmethod
@@ -302,7 +311,7 @@ class TriggerEventEnvelope:
             emitted_at=_timestamp_from_avro(record["emitted_at"]),
             producer=ProducerIdentity() if producer is None else ProducerIdentity.from_avro(producer),
             resume_cursor=record.get("resume_cursor"),
-            error=None if error is None else StreamError.from_avro(error),
+            error=None if error is None else StreamFailure.from_avro(error),
             metadata=record.get("metadata") or {},
         )
 

@@ -249,7 +249,7 @@ class StreamFailedError(StreamReadError):
 
     def __init__(
         self,
-        type: str,  # the producer's error type, named as in StreamError
+        type: str,  # the producer's error type, named as in StreamFailure
         message: str,
         *,
         attempt: int | None = None,

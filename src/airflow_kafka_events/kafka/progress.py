@@ -34,7 +34,7 @@ from typing import Any, TypeVar
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from airflow_kafka_events.codec import TRIGGER_EVENT_CODEC, EnvelopeCodec
-from airflow_kafka_events.envelopes import StreamError, TriggerEventEnvelope
+from airflow_kafka_events.envelopes import StreamFailure, TriggerEventEnvelope
 from airflow_kafka_events.errors import EnvelopeDecodeError, KafkaOperationError, StreamProgressError
 from airflow_kafka_events.kafka.clients import new_consumer
 from airflow_kafka_events.kafka.partitioner import partition_for_key
@@ -135,7 +135,7 @@ class StreamProgress:
     attempt: int
     sequence_index: int
     is_last: bool
-    error: StreamError | None
+    error: StreamFailure | None
     resume_cursor: str | None
     first_offset: int | None
     generation: int | None = None

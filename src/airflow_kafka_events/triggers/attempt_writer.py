@@ -15,7 +15,7 @@ from datetime import datetime
 from typing import Any
 
 from airflow_kafka_events.codec import TRIGGER_EVENT_CODEC
-from airflow_kafka_events.envelopes import ProducerIdentity, StreamError, TriggerEventEnvelope
+from airflow_kafka_events.envelopes import ProducerIdentity, StreamFailure, TriggerEventEnvelope
 from airflow_kafka_events.errors import ConfigurationError
 from airflow_kafka_events.kafka.producer import EnvelopeProducer
 from airflow_kafka_events.kafka.progress import FIRST_OFFSET_METADATA_KEY, GENERATION_METADATA_KEY
@@ -68,7 +68,9 @@ class AttemptWriter:
             metadata[FIRST_OFFSET_METADATA_KEY] = str(self.first_offset)
         return metadata
 
-    def encode(self, *, payload: Any, cursor: str | None, is_last: bool, error: StreamError | None) -> bytes:
+    def encode(
+        self, *, payload: Any, cursor: str | None, is_last: bool, error: StreamFailure | None
+    ) -> bytes:
         envelope = TriggerEventEnvelope(
             trigger_run_id=self.trigger_run_id,
             sequence_index=self.next_seq,
@@ -107,7 +109,7 @@ class AttemptWriter:
         self.written += 1
         return receipt.offset
 
-    async def finish(self, error: StreamError | None) -> StreamDescriptor:
+    async def finish(self, error: StreamFailure | None) -> StreamDescriptor:
         count = self.next_seq
         value = self.encode(payload=None, cursor=self.cursor, is_last=True, error=error)
         last_offset = await self.send(value, self.cursor)

@@ -67,7 +67,7 @@ from typing import Any
 from airflow.triggers.base import BaseTrigger, TaskFailedEvent, TaskSuccessEvent, TriggerEvent
 
 from airflow_kafka_events import metrics
-from airflow_kafka_events.envelopes import ProducerIdentity, StreamError
+from airflow_kafka_events.envelopes import ProducerIdentity, StreamFailure
 from airflow_kafka_events.errors import (
     ConfigurationError,
     EnvelopeEncodeError,
@@ -231,9 +231,9 @@ class StreamingTrigger(BaseTrigger):
         with that error (see :meth:`stream_error_for`).
         """
 
-    def stream_error_for(self, exc: BaseException) -> StreamError:
-        """The :class:`StreamError` recorded when ``pages()`` raised ``exc``."""
-        return StreamError.from_exception(exc)
+    def stream_error_for(self, exc: BaseException) -> StreamFailure:
+        """The :class:`StreamFailure` recorded when ``pages()`` raised ``exc``."""
+        return StreamFailure.from_exception(exc)
 
     # ------------------------------------------------------------------ serialization
     def stream_kwargs(self) -> dict[str, Any]:
@@ -426,7 +426,7 @@ class StreamingTrigger(BaseTrigger):
         )
         yield self.final_event(descriptor)
 
-    async def _write_pages(self, writer: AttemptWriter, cursor: str | None) -> StreamError | None:
+    async def _write_pages(self, writer: AttemptWriter, cursor: str | None) -> StreamFailure | None:
         """Fetch and deliver pages one by one; the error that ended the stream, if any."""
         try:
             iterator = self.pages(cursor)

@@ -5,12 +5,12 @@ its ``serialize()`` returns) and writes each event it yields as one page: the pa
 ``TriggerEvent`` (converted to JSON, see :func:`json_payload`), or for a task-ending event
 (``TaskSuccessEvent``, ``TaskFailedEvent``, ``TaskSkippedEvent``)
 ``{"task_instance_state": <state>, "xcoms": <xcoms>}``, after which the stream ends.  A
-``TaskFailedEvent`` also ends the stream with ``StreamError(type="TaskFailed")`` so the task
+``TaskFailedEvent`` also ends the stream with ``StreamFailure(type="TaskFailed")`` so the task
 fails as the wrapped trigger wanted.
 
 The stream ends when the wrapped trigger returns, after ``max_events`` events, or when
 ``timeout`` seconds have passed since the wrapped trigger started: then with
-``StreamError(type="Timeout")`` (the task fails), or, with ``timeout_is_error=False``,
+``StreamFailure(type="Timeout")`` (the task fails), or, with ``timeout_is_error=False``,
 normally.  The wrapped trigger is cancelled and its ``cleanup()`` awaited either way.
 
 Wrapped triggers cannot be resumed mid-stream (their pages have no cursor): a wrapper
@@ -35,7 +35,7 @@ from airflow.sdk.module_loading import import_string
 from airflow.triggers.base import BaseTaskEndEvent, BaseTrigger
 from airflow.utils.state import TaskInstanceState
 
-from airflow_kafka_events.envelopes import StreamError
+from airflow_kafka_events.envelopes import StreamFailure
 from airflow_kafka_events.errors import (
     ConfigurationError,
     EnvelopeEncodeError,
@@ -141,7 +141,7 @@ class StreamingWrapperTrigger(StreamingTrigger):
     :param wrapped_kwargs: its keyword arguments (``serialize()[1]``).
     :param max_events: stop after this many events (``None``: no limit).
     :param timeout: stop this many seconds after the wrapped trigger started (``None``: never).
-    :param timeout_is_error: a timeout ends the stream with ``StreamError(type="Timeout")``
+    :param timeout_is_error: a timeout ends the stream with ``StreamFailure(type="Timeout")``
         (default) or, when false, normally.
 
     Stream keyword arguments as in :class:`StreamingTrigger`.
@@ -210,11 +210,11 @@ class StreamingWrapperTrigger(StreamingTrigger):
         trigger.trigger_id = self.trigger_id
         return trigger
 
-    def stream_error_for(self, exc: BaseException) -> StreamError:
+    def stream_error_for(self, exc: BaseException) -> StreamFailure:
         if isinstance(exc, StreamTimeoutError):
-            return StreamError(type=TIMEOUT_ERROR_TYPE, message=str(exc))
+            return StreamFailure(type=TIMEOUT_ERROR_TYPE, message=str(exc))
         if isinstance(exc, WrappedTaskFailedError):
-            return StreamError(type=TASK_FAILED_ERROR_TYPE, message=str(exc))
+            return StreamFailure(type=TASK_FAILED_ERROR_TYPE, message=str(exc))
         return super().stream_error_for(exc)
 
     async def pages(self, cursor: str | None) -> AsyncIterator[Page]:
