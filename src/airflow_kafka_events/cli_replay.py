@@ -16,7 +16,6 @@ Imports no Airflow module.
 from __future__ import annotations
 
 import argparse
-import time
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -77,21 +76,21 @@ class _Replay:
     events: list[_Event] = field(default_factory=list)
 
     def retrying(self, what: str, call: Callable[[], T]) -> T:
-        """``call()`` with the bridge's retry policy for transient API failures."""
+        """``call()`` with the bridge's retry policy for transient API failures (the package's retry loop)."""
         from airflow_kafka_events.bridge.airflow_api import TransientApiError
         from airflow_kafka_events.bridge.service import RetriesExhaustedError
+        from airflow_kafka_events.retry import retry_call
 
-        policy, failures = self.config.retry, 0
-        while True:
-            try:
-                return call()
-            except TransientApiError as exc:
-                failures += 1
-                if policy.gives_up_after(failures):
-                    raise RetriesExhaustedError(
-                        f"{what}: giving up after {failures} attempts: {exc}"
-                    ) from exc
-                time.sleep(policy.delay(failures, exc.retry_after))
+        policy = self.config.retry
+        return retry_call(
+            call,
+            retry_on=lambda exc: isinstance(exc, TransientApiError),
+            attempts=policy.max_attempts,
+            delay=lambda failures, exc: policy.delay(failures, getattr(exc, "retry_after", None)),
+            exhausted=lambda failures, exc: RetriesExhaustedError(
+                f"{what}: giving up after {failures} attempts: {exc}"
+            ),
+        )
 
     # ------------------------------------------------------------------ phases
     def check(self, event: _Event) -> None:
