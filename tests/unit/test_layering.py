@@ -53,6 +53,7 @@ AIRFLOW_FREE = [
     "airflow_kafka_events.assets.idempotency",
     "airflow_kafka_events.assets.authz",
     "airflow_kafka_events.assets.admission",
+    "airflow_kafka_events.assets.errors",
     "airflow_kafka_events.assets.watcher_payload",
     "airflow_kafka_events.bridge",
     "airflow_kafka_events.bridge.service",

@@ -62,6 +62,7 @@ from enum import Enum
 from typing import Any, Literal, Protocol
 
 from airflow_kafka_events.assets.authz import Allowlist, AuthorizationError, verify_envelope
+from airflow_kafka_events.assets.errors import CausationTooDeepError, ConsumedRecordTooLargeError
 from airflow_kafka_events.assets.external import causation_depth
 from airflow_kafka_events.assets.idempotency import SeenKeys
 from airflow_kafka_events.assets.validation import (
@@ -125,14 +126,8 @@ class Decoder(Protocol):
     def decode(self, data: bytes) -> AssetEventEnvelope: ...
 
 
-class CausationTooDeepError(AuthorizationError):
-    """An event's causation chain is longer than the consumer's ``max_causation_depth``."""
-
-    reason = DeadLetterReason.CAUSATION_TOO_DEEP.value
-
-
-class RecordTooLargeError(ValidationError):
-    """A record is larger than the consumer's ``max_record_bytes``."""
+#: The former name of :class:`~airflow_kafka_events.assets.errors.ConsumedRecordTooLargeError`.
+RecordTooLargeError = ConsumedRecordTooLargeError
 
 
 class Stage(str, Enum):
@@ -369,7 +364,7 @@ class AdmissionPipeline:
             size = record_size(value, key, headers)
             limit = self.config.max_record_bytes
             if size > limit:
-                error = RecordTooLargeError(
+                error = ConsumedRecordTooLargeError(
                     f"the record is {size} bytes (value, key and headers), over this consumer's "
                     f"max_record_bytes={limit}: asset events should carry references (paths, ids), "
                     "not data; publish less, or raise max_record_bytes if such records are expected"

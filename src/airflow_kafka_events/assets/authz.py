@@ -80,8 +80,15 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+from airflow_kafka_events.assets.errors import (
+    AuthorizationError,
+    NotAllowedError,
+    SignatureError,
+    SignatureInvalidError,
+    SignatureMissingError,
+)
 from airflow_kafka_events.envelopes import AssetEventEnvelope, EventSource, SourceKind, json_to_text
-from airflow_kafka_events.errors import AirflowKafkaEventsError, ValidationError
+from airflow_kafka_events.errors import ValidationError
 
 __all__ = [
     "SIGNATURE_PREFIX_V2",
@@ -118,40 +125,6 @@ SIGNATURE_PREFIX_V2 = b"v2:"
 SigningKey = bytes | str
 
 _RULE_FIELDS = ("source_kinds", "dag_ids", "producers")
-
-
-# --------------------------------------------------------------------------- errors
-class AuthorizationError(AirflowKafkaEventsError):
-    """An asset event was refused by a consumer's authorization checks.
-
-    ``reason`` is the short code written to the dead-letter record's ``x-reason`` header.
-    """
-
-    reason = "not-authorized"
-
-
-class NotAllowedError(AuthorizationError):
-    """The event's source matches no rule of the consumer's allowlist."""
-
-    reason = "not-allowed"
-
-
-class SignatureError(AuthorizationError):
-    """The event's signature could not be verified."""
-
-    reason = "signature-invalid"
-
-
-class SignatureMissingError(SignatureError):
-    """The consumer requires signed events and this one carries no signature."""
-
-    reason = "signature-missing"
-
-
-class SignatureInvalidError(SignatureError):
-    """The signature does not match the envelope under any accepted key."""
-
-    reason = "signature-invalid"
 
 
 # --------------------------------------------------------------------------- allowlist
