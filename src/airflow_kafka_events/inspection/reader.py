@@ -35,6 +35,7 @@ from airflow_kafka_events.inspection.window import PartitionWindow, ScannedWindo
 from airflow_kafka_events.kafka.client_log import FIXES, Cause, refusal_error
 from airflow_kafka_events.kafka.clients import new_consumer
 from airflow_kafka_events.kafka.settings import KafkaSettings
+from airflow_kafka_events.retry import retry_until
 
 __all__ = ["DEFAULT_TIMEOUT", "Progress", "TopicReader", "message_headers", "message_timestamp_ms", "scan"]
 
@@ -71,6 +72,10 @@ _TAKE, _SKIP, _STOP = object(), object(), object()
 #: ``progress(records_done, records_planned)``: called while a scan reads.
 Progress = Callable[[int, int], None]
 T = TypeVar("T")
+
+
+class _Again(Exception):
+    """A transient Kafka error: the request is made again (until the deadline)."""
 
 
 def _bound(found: dict[int, int] | None, partition: int, low: int, high: int, *, default: int) -> int:
@@ -155,8 +160,9 @@ class TopicReader:
             raise refusal_error(self.health, seen)
 
     def _retry(self, what: str, call: Callable[[float], T]) -> T:
-        """``call(timeout)`` until it answers, a lasting error, or the deadline."""
-        while True:
+        """``call(timeout)`` until it answers, a lasting error, or the deadline (the package's retry loop)."""
+
+        def attempt() -> T:
             left = self._left(what)
             try:
                 return call(min(left, _SLICE))
@@ -170,8 +176,13 @@ class TopicReader:
                     raise InspectionError.from_exception(
                         f"{what} of topic {self.topic!r} at {self.servers} failed", exc
                     ) from exc
-            time.sleep(min(0.05, max(0.0, self.deadline - time.monotonic())))
+                raise _Again from exc
+
+        def pause() -> float:
             self._serve_callbacks()
+            return min(0.05, max(0.0, self.deadline - time.monotonic()))
+
+        return retry_until(attempt, retry_on=lambda exc: isinstance(exc, _Again), pause=pause)
 
     def _serve_callbacks(self) -> None:
         """Let librdkafka report errors (refusals, unreachable brokers) between metadata requests.
@@ -196,21 +207,17 @@ class TopicReader:
     def partitions(self) -> list[int]:
         """The topic's partition ids; :class:`TopicNotFoundError` when it does not exist."""
 
-        def call(timeout: float) -> Any:
-            metadata = self.consumer.list_topics(self.topic, timeout=timeout)
-            return metadata.topics.get(self.topic)
+        def call(timeout: float) -> list[int]:
+            meta = self.consumer.list_topics(self.topic, timeout=timeout).topics.get(self.topic)
+            if meta is None:
+                raise KafkaException(KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART))
+            if meta.error is not None:
+                raise KafkaException(meta.error)
+            if not meta.partitions:  # metadata without partitions yet: asked again
+                raise KafkaException(KafkaError(KafkaError.LEADER_NOT_AVAILABLE))
+            return sorted(meta.partitions)
 
-        while True:
-            meta = self._retry("reading the metadata", call)
-            err = None if meta is None else meta.error
-            if meta is not None and err is None and meta.partitions:
-                return sorted(meta.partitions)
-            if meta is None or (err is not None and err.code() in _UNKNOWN_TOPIC):
-                raise self._no_topic(err)
-            if err is not None and not (err.retriable() or err.code() in _TRANSIENT):
-                raise InspectionError(
-                    f"topic {self.topic!r} at {self.servers} is not available", kafka_error=err
-                )
+        return self._retry("reading the metadata", call)
 
     def watermarks(self, partition: int) -> tuple[int, int]:
         tp = TopicPartition(self.topic, partition)
