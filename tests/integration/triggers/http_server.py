@@ -20,7 +20,8 @@ Injectable behaviours, per page index (whatever the route):
 
 * :meth:`PagedApi.fail` ``(page, status, times=1, headers=None)``: the next ``times``
   requests of the page answer ``status`` (``times=None``: every request), e.g. ``429`` with
-  ``{"Retry-After": "1"}``, ``503``, ``404``;
+  ``{"Retry-After": "1"}``, ``503``, ``404``; a header value may be a function, called when the
+  answer is served (e.g. an HTTP date relative to that moment);
 * :meth:`PagedApi.hold` ``(page)`` -> :class:`Gate`: requests of the page wait while the gate
   is closed.  A waiting request whose client disconnects (the client was cancelled or
   killed) is *abandoned*: it is never answered.  :meth:`Gate.release` answers the requests
@@ -75,7 +76,11 @@ class Hit:
 class _Failure:
     status: int
     times: int | None
-    headers: dict[str, str] = field(default_factory=dict)
+    headers: dict[str, str | Callable[[], str]] = field(default_factory=dict)
+
+    def served_headers(self) -> dict[str, str]:
+        """The headers as sent now (a function value is called at this moment)."""
+        return {name: value() if callable(value) else value for name, value in self.headers.items()}
 
 
 class Gate:
@@ -198,7 +203,11 @@ class PagedApi:
 
     # ------------------------------------------------------------------ behaviours
     def fail(
-        self, page: int, status: int, times: int | None = 1, headers: Mapping[str, str] | None = None
+        self,
+        page: int,
+        status: int,
+        times: int | None = 1,
+        headers: Mapping[str, str | Callable[[], str]] | None = None,
     ) -> None:
         """The next ``times`` requests of ``page`` (``None``: all) answer ``status``."""
         with self._cond:
@@ -303,7 +312,7 @@ class PagedApi:
                     return
         failure = self._next_failure(page)
         if failure is not None:
-            self._answer(handler, hit, failure.status, {"error": failure.status}, failure.headers)
+            self._answer(handler, hit, failure.status, {"error": failure.status}, failure.served_headers())
             return
         if not 0 <= page < max(self.pages, 1):
             self._answer(handler, hit, 404, {"error": f"no page {page}"})

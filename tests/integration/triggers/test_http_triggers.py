@@ -422,13 +422,15 @@ def test_max_pages_ends_the_stream_early(connections, kafka_bootstrap, new_topic
 
 # ====================================================================== throttling and errors
 def _retry_after_values() -> list[Any]:
+    """``Retry-After`` values, each built when the 429 is served (a date built earlier would
+    already be partly over when the trigger reaches the page)."""
     return [
         pytest.param(lambda: "1", id="delay-seconds"),
         pytest.param(
             lambda: email.utils.format_datetime(
                 datetime.now(timezone.utc) + timedelta(seconds=2), usegmt=True
             ),
-            id="http-date",
+            id="http-date",  # whole seconds: at least 1 s after the answer
         ),
     ]
 
@@ -442,7 +444,7 @@ def test_429_waits_for_retry_after_then_fetches_the_page_again(
     key = _key()
     with PagedApi(pages=4) as server:
         connections(server)
-        server.fail(2, 429, times=1, headers={"Retry-After": retry_after()})
+        server.fail(2, 429, times=1, headers={"Retry-After": retry_after})
         # a backoff of 0.01s would retry at once: only the header can make it wait
         _run(_items_trigger(key, topic, retry_backoff=0.01))
         statuses = server.statuses(2)
