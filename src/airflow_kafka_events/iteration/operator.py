@@ -51,7 +51,7 @@ from airflow_kafka_events.iteration.sources import (
     ListItems,
     StreamItems,
     StreamItemSource,
-    stream_starting_point,
+    locate_stream_start,
 )
 from airflow_kafka_events.operators.consumer import StreamRef, default_deferrable
 from airflow_kafka_events.streams import generation_of, not_before_of, task_stream_id
@@ -377,9 +377,9 @@ class IterableOperator(BaseOperator):
         ref = spec.stream
         trigger_run_id = ref.resolve(context)
         settings = self._kafka_settings(ref.kafka_config_id)
-        start, attempt = resumption.checkpoint, resumption.attempt
+        start, attempt, unwritten = resumption.checkpoint, resumption.attempt, False
         if start is None:
-            start, attempt = stream_starting_point(
+            start, attempt, unwritten = locate_stream_start(
                 settings, ref.topic, trigger_run_id, not_before=not_before_of(context)
             )
         idle = self._wait_options().idle(resumption.start_deadline) if self.deferrable else None
@@ -403,7 +403,7 @@ class IterableOperator(BaseOperator):
             attempt,
             resumption.ordinal,
         )
-        return StreamItemSource(
+        source = StreamItemSource(
             reader,
             name=name,
             spec=spec,
@@ -413,6 +413,8 @@ class IterableOperator(BaseOperator):
             checkpoint=start,
             ordinal=resumption.ordinal,
         )
+        source.unwritten = unwritten
+        return source
 
     def _open_sink(self, context: Context, generation: int) -> ResultsStreamWriter:
         from airflow_kafka_events.envelopes import ProducerIdentity
@@ -509,6 +511,10 @@ class IterableOperator(BaseOperator):
         source = self._open_source(context, state)
         sink: ResultsStreamWriter | None = None
         try:
+            if self.deferrable and isinstance(source, StreamItemSource) and source.unwritten:
+                # nothing to iterate yet: give the slot back at once (the producer may need it)
+                self.log.info("stream %s has not started: deferring at once", source.trigger_run_id)
+                self._defer_idle(context, source, state, state.carried)
             sink = self._open_sink(context, generation) if self.results_stream else None
             runner = self._runner(
                 handler=self._handler(),
@@ -536,7 +542,16 @@ class IterableOperator(BaseOperator):
                 close()
         if summary.suspended and isinstance(source, StreamItemSource):
             self._defer_idle(context, source, state, summary.to_dict())  # the results stream stays open
-        out = summary.to_dict()
+        return self._returned(summary.to_dict(), sink, source, state)
+
+    def _returned(
+        self,
+        out: dict[str, Any],
+        sink: ResultsStreamWriter | None,
+        source: ListItems | StreamItemSource,
+        state: Resumption,
+    ) -> dict[str, Any]:
+        """The XCom: the summary, where the (now ended) results stream is, the deferrals."""
         out["results"] = sink.close() if sink is not None else None
         if self.deferrable and isinstance(source, StreamItemSource):
             out["deferrals"] = state.deferrals

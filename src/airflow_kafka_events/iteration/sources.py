@@ -73,6 +73,7 @@ __all__ = [
     "StreamItemSource",
     "StreamItems",
     "from_stream",
+    "locate_stream_start",
     "page_items",
     "results_of",
     "stream_starting_point",
@@ -279,6 +280,21 @@ def stream_starting_point(
     yet, the first offset at or after ``not_before`` of its partition (attempt 0); when the
     lookup fails (e.g. the topic does not exist yet), the start of the stream's partition.
     """
+    checkpoint, attempt, _ = locate_stream_start(
+        settings, topic, trigger_run_id, not_before=not_before, timeout=timeout
+    )
+    return checkpoint, attempt
+
+
+def locate_stream_start(
+    settings: KafkaSettings | Mapping[str, Any],
+    topic: str,
+    trigger_run_id: str,
+    *,
+    not_before: datetime | None = None,
+    timeout: float = 30.0,
+) -> tuple[Checkpoint, int, bool]:
+    """:func:`stream_starting_point` and whether the lookup found nothing written (``True``)."""
     from airflow_kafka_events.kafka.progress import lookup_stream
 
     not_before_ms = None if not_before is None else max(0, int(not_before.timestamp() * 1000))
@@ -288,9 +304,9 @@ def stream_starting_point(
         )
     except StreamProgressError as exc:
         log.info("stream %s: no progress found (%s); reading from the start", trigger_run_id, exc)
-        return Checkpoint(), 0
+        return Checkpoint(), 0, False
     if progress is None:
-        return Checkpoint(offset=location.scan_start, partition=location.partition), 0
+        return Checkpoint(offset=location.scan_start, partition=location.partition), 0, True
     return (
         Checkpoint(
             attempt=progress.attempt,
@@ -299,6 +315,7 @@ def stream_starting_point(
             partition=progress.partition,
         ),
         progress.attempt,
+        False,
     )
 
 
@@ -419,6 +436,8 @@ class StreamItemSource:
         self.pages = 0
         self.items = 0
         self.last_progress = time.time()
+        #: the lookup found nothing of the stream written yet (set by whoever located the start)
+        self.unwritten = False
         self._fetcher = _Fetcher(reader.next_batch, reader.close)
 
     @property

@@ -222,8 +222,11 @@ def test_the_start_timeout_of_a_deferred_iteration_ends_as_stream_not_started(ne
     op = iterating(lambda row: None, topic, stream_start_timeout=3.0)
     ctx = context(dag_id=DAG_ID, task_id="work", store=DictStore())
     started = time.monotonic()
-    with pytest.raises(TaskDeferred) as info:
+    with pytest.raises(TaskDeferred) as info:  # nothing written: it defers at once
         op.execute(ctx)
+    where = info.value.trigger.checkpoint  # at the stream's partition, not a scan from offset 0
+    assert where is not None and where["partition"] is not None and where["offset"] is not None
+    assert info.value.kwargs["ordinal"] == 0 and info.value.kwargs["deferrals"] == 1
     event, kwargs = wait_in_triggerer(info.value)
     assert event["status"] == "not_started"
     with pytest.raises(StreamNotStartedError, match="did not start within 3s"):
