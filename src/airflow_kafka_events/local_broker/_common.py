@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import json
 import os
 import re
 import socket
 import subprocess
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -205,6 +206,20 @@ def write_atomic(path: Path, text: str, *, mode: int | None = None) -> None:
     if mode is not None:
         os.chmod(tmp, mode)  # not narrowed by the umask's absence either way
     os.replace(tmp, path)
+
+
+def read_state_file(path: Path) -> dict[str, object]:
+    """The JSON object a state file holds (``{}`` when it is missing, unreadable or not an object)."""
+    try:
+        data = json.loads(path.read_text("utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def write_state_file(path: Path, state: Mapping[str, object]) -> None:
+    """Replace the state file ``path`` with ``state`` as indented JSON."""
+    write_atomic(path, json.dumps(state, indent=2) + "\n")
 
 
 @contextlib.contextmanager

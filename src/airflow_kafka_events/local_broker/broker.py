@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import errno
-import json
 import logging
 import os
 import re
@@ -46,8 +45,10 @@ from airflow_kafka_events.local_broker._common import (
     port_is_free,
     port_open,
     process_args,
+    read_state_file,
     tail,
     write_atomic,
+    write_state_file,
 )
 from airflow_kafka_events.local_broker.properties import render_server_properties
 from airflow_kafka_events.local_broker.security import SecurityMaterial
@@ -146,12 +147,7 @@ class LocalKafkaBroker:
 
     # ------------------------------------------------------------------ state file
     def _read_state(self) -> dict[str, object]:
-        path = self.state_dir / STATE_FILE
-        try:
-            data = json.loads(path.read_text("utf-8"))
-        except (OSError, ValueError):
-            return {}
-        return data if isinstance(data, dict) else {}
+        return read_state_file(self.state_dir / STATE_FILE)
 
     def _write_state(self) -> None:
         state = {
@@ -161,7 +157,7 @@ class LocalKafkaBroker:
             "version": self.version,
             "node_id": self.node_id,
         }
-        write_atomic(self.state_dir / STATE_FILE, json.dumps(state, indent=2) + "\n")
+        write_state_file(self.state_dir / STATE_FILE, state)
 
     def _choose_ports(
         self, port: int | None, controller_port: int | None, recorded: Mapping[str, object]

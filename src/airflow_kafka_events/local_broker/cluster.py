@@ -36,7 +36,9 @@ from airflow_kafka_events.local_broker._common import (
     free_ports,
     heap_bytes,
     new_cluster_id,
+    read_state_file,
     write_atomic,
+    write_state_file,
 )
 from airflow_kafka_events.local_broker.broker import ClusterContext, LocalKafkaBroker
 from airflow_kafka_events.local_broker.properties import replication_for
@@ -123,11 +125,7 @@ class LocalKafkaCluster:
         return given if given is not None else recorded
 
     def _read_state(self) -> dict[str, object]:
-        try:
-            data = json.loads((self.state_dir / CLUSTER_FILE).read_text("utf-8"))
-        except (OSError, ValueError):
-            return {}
-        return data if isinstance(data, dict) else {}
+        return read_state_file(self.state_dir / CLUSTER_FILE)
 
     def _choose_ports(self, recorded: object) -> list[tuple[int, int]]:
         if isinstance(recorded, list) and len(recorded) == self.brokers:
@@ -190,7 +188,7 @@ class LocalKafkaCluster:
                 {"id": i + 1, "port": p, "controller_port": cp} for i, (p, cp) in enumerate(self._ports)
             ],
         }
-        write_atomic(self.state_dir / CLUSTER_FILE, json.dumps(state, indent=2) + "\n")
+        write_state_file(self.state_dir / CLUSTER_FILE, state)
 
     # ------------------------------------------------------------------ clients
     def client_config(self, *, show_password: bool = True) -> dict[str, str]:
