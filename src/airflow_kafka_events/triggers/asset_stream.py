@@ -345,6 +345,7 @@ class KafkaAssetEventStreamProducer(SharedStreamProducer):
         self._keys = _DurableKeys(None, ttl=dedupe_ttl)
         self._room = asyncio.Event()
         self._flush_lock = asyncio.Lock()
+        self._flush_task: asyncio.Task[None] | None = None
         self._last_flush = 0.0
         self._counted = False  # counted in _open_streams
         self._urgent = False  # an own record finished since the last store: store within flush_interval
@@ -470,7 +471,7 @@ class KafkaAssetEventStreamProducer(SharedStreamProducer):
                 if not tracker.knows(tp):
                     tracker.add_partitions({tp: next_offset})
                 tracker.advance_to(tp, next_offset)
-            await self.flush()
+            self._request_flush()
 
     # ------------------------------------------------------------------ advancing
     def get_advance_lane(self, broker_payload: KafkaBrokerPayload) -> Hashable:
@@ -504,9 +505,21 @@ class KafkaAssetEventStreamProducer(SharedStreamProducer):
             tracker.rewind(tp, held)
             feed.rewind(tp, held)
         self._room.set()
-        await self.flush()
+        self._request_flush()
 
     # ------------------------------------------------------------------ storing
+    def _flush_due(self) -> bool:
+        interval = self.store_interval() if self._urgent else SKIP_FLUSH_INTERVAL
+        return self._tracker is not None and time.monotonic() - self._last_flush >= interval
+
+    def _request_flush(self) -> None:
+        """Store in the background once due: neither reading nor the shared stream's advance waits
+        for the asset state store, whose requests queue behind the events the triggerer's
+        supervisor is persisting (awaited inline, one store held up every watcher's next record)."""
+        if (self._flush_task is not None and not self._flush_task.done()) or not self._flush_due():
+            return
+        self._flush_task = asyncio.get_running_loop().create_task(self.flush(), name=f"store[{self.label}]")
+
     async def flush(self, *, force: bool = False) -> None:
         """Store the position (and the durable keys) if it changed.
 
@@ -516,25 +529,23 @@ class KafkaAssetEventStreamProducer(SharedStreamProducer):
         the asset events).
         """
         tracker = self._tracker
-        if tracker is None:
-            return
-        interval = self.store_interval() if self._urgent else SKIP_FLUSH_INTERVAL
-        if not force and time.monotonic() - self._last_flush < interval:
+        if tracker is None or (not force and not self._flush_due()):
             return
         async with self._flush_lock:
             positions = tracker.durable()
             if not force and not self._keys.dirty and not tracker.changed_since_stored():
                 return
             value = {"version": 1, "positions": positions_to_json(positions), "seen": self._keys.to_json()}
+            # cleared before the store: a record finishing while it is under way makes it urgent again
+            urgent, self._urgent, self._keys.dirty = self._urgent, False, False
             try:
                 await self.store().aset(self._state_key, value)
             except Exception as exc:
+                self._urgent, self._keys.dirty = self._urgent or urgent, True
                 self._warn_store(exc)
                 return
             self._last_flush = time.monotonic()
-            self._urgent = False
             tracker.mark_stored(positions)
-            self._keys.dirty = False
 
     def store_interval(self) -> float:
         """Seconds between two stores once an own record finished: ``flush_interval``, stretched so
@@ -552,10 +563,16 @@ class KafkaAssetEventStreamProducer(SharedStreamProducer):
                 exc,
             )
 
+    async def _final_flush(self) -> None:
+        task = self._flush_task
+        if task is not None and not task.done():
+            await asyncio.gather(task, return_exceptions=True)
+        await self.flush(force=True)
+
     async def aclose(self) -> None:
         try:
             # bounded: at a triggerer's shutdown the supervisor may no longer answer
-            await asyncio.wait_for(self.flush(force=True), timeout=FINAL_FLUSH_TIMEOUT)
+            await asyncio.wait_for(self._final_flush(), timeout=FINAL_FLUSH_TIMEOUT)
         except Exception as exc:
             self._warn_store(exc)
         finally:

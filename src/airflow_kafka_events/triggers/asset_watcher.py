@@ -39,15 +39,17 @@ What Airflow records
 How it consumes
     Each watcher has a stream of its own
     (:class:`~airflow_kafka_events.triggers.asset_stream.KafkaAssetEventStreamProducer`, through
-    Airflow's shared-stream ack channel): a reader that ``assign()``s every partition of the
-    topics -- no consumer group, so two or more triggerers cannot split a topic between them --
-    and a position kept in the watched asset's ``asset_state_store``, moved past a record only
-    after Airflow confirmed the asset events made from it (or the record was dead-lettered).
-    A watcher moved to another triggerer, or restarted, resumes from there.  Each record is
-    decoded once per triggerer however many watchers read it, and records for other assets are
-    skipped before they reach the watcher.  The connection's (or ``group_id``'s) consumer group
-    is only read once: a partition without a stored position starts at the offset that group
-    committed (so upgrading from a group-based watcher replays nothing), else at the
+    Airflow's shared-stream ack channel) and a position of its own, kept in the watched asset's
+    ``asset_state_store`` and moved past a record only after Airflow confirmed the asset events
+    made from it (or the record was dead-lettered).  The watchers of one triggerer that read the
+    same topics through the same connection share ONE reader
+    (:mod:`airflow_kafka_events.kafka.shared_reader`) that ``assign()``s every partition -- no
+    consumer group, so two or more triggerers cannot split a topic between them -- fetches and
+    decodes each record once and hands each watcher only its asset's records.  A watcher behind
+    that reader (started late, restarted, moved from another triggerer, or too slow) reads on
+    its own from its position until it has caught up.  The connection's (or ``group_id``'s)
+    consumer group is only read: a partition without a stored position starts at the offset
+    that group committed (so upgrading from a group-based watcher replays nothing), else at the
     connection's ``auto.offset.reset`` (default ``earliest``).  Every blocking client call runs
     on the reader's own thread (never on the triggerer's shared ``sync_to_async`` thread).
 

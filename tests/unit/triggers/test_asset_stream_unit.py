@@ -72,3 +72,40 @@ def test_the_in_flight_window_follows_airflows_subscriber_queue(monkeypatch):
     assert producer(Store()).max_pending == int(4096 * asset_stream.PENDING_SHARE)
     monkeypatch.delenv("AIRFLOW__TRIGGERER__SHARED_STREAM_SUBSCRIBER_QUEUE_SIZE")
     assert producer(Store()).max_pending == int(1024 * asset_stream.PENDING_SHARE)
+
+
+class SlowStore(Store):
+    """A store whose writes wait until released (the triggerer's supervisor busy persisting)."""
+
+    release: asyncio.Event
+
+    async def aset(self, key: str, value: Any) -> None:
+        self.writes.append(value)
+        await self.release.wait()
+
+
+def test_a_slow_store_runs_beside_the_stream_one_at_a_time():
+    store = SlowStore()
+    stream = producer(store)
+
+    async def scenario() -> None:
+        store.release = asyncio.Event()
+        stream._tracker.read(TP, 0)
+        stream._last_flush -= asset_stream.SKIP_FLUSH_INTERVAL  # due
+        stream._request_flush()  # returns at once: reading goes on while the store waits
+        await asyncio.sleep(0)
+        assert len(store.writes) == 1 and stream._flush_task is not None and not stream._flush_task.done()
+        stream._tracker.hand_on(TP, 1, None)
+        stream._urgent = bool(stream._tracker.finish(TP, [1]))  # finished while the store is under way
+        stream._request_flush()
+        await asyncio.sleep(0)
+        assert len(store.writes) == 1  # one store at a time
+        store.release.set()
+        await stream._flush_task
+        assert stream._urgent and stream._tracker.changed_since_stored()  # still to be stored, promptly
+        stream._last_flush -= stream.store_interval()
+        stream._request_flush()
+        await stream._flush_task
+        assert store.writes[-1]["positions"] == {"events": {"0": 2}}
+
+    asyncio.run(scenario())
