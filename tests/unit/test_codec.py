@@ -46,6 +46,7 @@ from airflow_kafka_events.errors import (
     UnknownFramingError,
     UnknownSchemaError,
 )
+from harness.airflow_free import run_without_airflow
 
 pytestmark = pytest.mark.unit
 
@@ -577,13 +578,8 @@ def _run(code: str) -> str:
 
 
 def test_imports_no_airflow_module() -> None:
-    _run(
-        """
-        import sys
-        import airflow_kafka_events.codec, airflow_kafka_events.envelopes, airflow_kafka_events.schemas
-        loaded = [m for m in sys.modules if m == "airflow" or m.startswith("airflow.")]
-        assert not loaded, loaded
-        """
+    run_without_airflow(
+        "import airflow_kafka_events.codec, airflow_kafka_events.envelopes, airflow_kafka_events.schemas"
     )
 
 
