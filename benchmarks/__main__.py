@@ -16,6 +16,7 @@ BENCHMARKS = {
     "asset-event-e2e": "benchmarks.asset_event_e2e_latency",
     "watcher-throughput": "benchmarks.watcher_throughput",
     "stream-slots": "benchmarks.stream_slots",
+    "ui-pages": "benchmarks.ui_pages",
 }
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timezone
 from pathlib import Path
@@ -42,6 +43,13 @@ def _ago(value: datetime | None) -> str:
     return f"{seconds:.0f} s ago"
 
 
+def _minutes_back(value: datetime | None) -> int:
+    """Whole minutes from ``value`` to now, plus a margin: a window that still holds ``value``."""
+    if value is None:
+        return 60
+    return max(1, math.ceil((datetime.now(timezone.utc) - value).total_seconds() / 60) + 2)
+
+
 def _ts(value: datetime | None) -> str:
     return "-" if value is None else value.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
 
@@ -67,6 +75,7 @@ def _environment() -> jinja2.Environment:
     )
     env.filters["ago"] = _ago
     env.filters["ts"] = _ts
+    env.filters["minutes_back"] = _minutes_back
     return env
 
 

@@ -12,7 +12,7 @@ option                       default                              meaning
 ``asset_events_topic``       ``airflow.asset-events``             asset events
 ``dlq_topic``                ``airflow.kafka-events.dlq``         dead letters
 ``ui_window_minutes``        ``1440``                             how far back a page scans
-``ui_max_records``           ``2000``                             records per partition, at most
+``ui_max_records``           ``1000``                             records per partition, at most
 ``ui_stuck_after_seconds``   ``600``                              a running stream silent this long
 ``ui_bridge_group_ids``      ``airflow-kafka-events.bridge``      bridges' consumer groups (commas)
 ===========================  ===================================  =================================
@@ -103,7 +103,7 @@ class ViewSettings:
                     opt("ui_window_minutes", "1440"), "ui_window_minutes", low=1, high=MAX_WINDOW_MINUTES
                 ),
                 max_records=_int(
-                    opt("ui_max_records", "2000"), "ui_max_records", low=1, high=MAX_RECORDS_CAP
+                    opt("ui_max_records", "1000"), "ui_max_records", low=1, high=MAX_RECORDS_CAP
                 ),
             ),
             stuck_after_seconds=_int(

@@ -66,7 +66,7 @@ def test_settings_defaults_and_bad_values():
         "airflow.asset-events",
         "airflow.kafka-events.dlq",
     )
-    assert settings.window.max_records == 2000
+    assert settings.window.max_records == 1000
     narrowed = settings.window.narrowed(5, 10)
     assert (narrowed.minutes, narrowed.max_records) == (5, 10)
     with pytest.raises(ConfigurationError, match="ui_max_records"):

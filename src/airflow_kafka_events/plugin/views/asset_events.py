@@ -17,9 +17,8 @@ from fastapi import APIRouter, Query
 from fastapi.responses import Response
 
 from airflow_kafka_events.errors import AirflowKafkaEventsError
-from airflow_kafka_events.inspection.asset_events import list_asset_events
-from airflow_kafka_events.inspection.dead_letters import list_dead_letters
 from airflow_kafka_events.plugin.airflow_state import AirflowEvent, airflow_events_for
+from airflow_kafka_events.plugin.listing import dead_letters_by_source, newest_asset_events
 from airflow_kafka_events.plugin.views.common import PageDep
 
 __all__ = ["router"]
@@ -54,18 +53,22 @@ def asset_events_page(
     settings = page.settings
     window = page.window()
     try:
-        listing = list_asset_events(
-            page.config(), settings.asset_events_topic, window=window, asset=asset or None
+        listing = newest_asset_events(
+            page.config(),
+            settings.asset_events_topic,
+            window=window,
+            limit=page.limit,
+            asset=asset or None,
+            event_id=event_id or None,
         )
-        letters = list_dead_letters(
+        dead, dead_scanned = dead_letters_by_source(
             page.config(), settings.dlq_topic, window=window, source_topic=settings.asset_events_topic
         )
     except AirflowKafkaEventsError as exc:
         return page.failed("asset-events", exc)
-    records = [r for r in listing.records if not event_id or r.event_id == event_id]
+    records = listing.records
     made = airflow_events_for(session, [r.event_id for r in records], since=window.since)
-    dead = {(d.source_topic, d.source_partition, d.source_offset): d for d in letters.records}
-    known_ids = {r.event_id for r in listing.records}
+    known_ids = {r.event_id for r in records}
     rows: list[dict[str, Any]] = []
     for record in records:
         letter = dead.get((record.topic, record.partition, record.offset))
@@ -76,21 +79,21 @@ def asset_events_page(
             {
                 **_as_dict(row["record"]),
                 "airflow_events": [_event_dict(e) for e in row["airflow"]],
-                "dead_letter": None
-                if row["dead_letter"] is None
-                else {"partition": row["dead_letter"].partition, "offset": row["dead_letter"].offset},
+                "dead_letter": None if row["dead_letter"] is None else vars(row["dead_letter"]),
             }
             for row in rows
         ],
+        "matched": listing.matched,
         "window": listing.window.to_dict(),
         "window_text": listing.window.describe(),
-        "dead_letter_window_text": letters.window.describe(),
+        "dead_letter_window_text": dead_scanned.describe(),
     }
     context = {
         "rows": rows,
         "known_ids": known_ids,
         "filters": {"asset": asset, "event_id": event_id},
+        "matched": listing.matched,
         "scanned": listing.window,
-        "dead_scanned": letters.window,
+        "dead_scanned": dead_scanned,
     }
     return page.answer("asset-events", "asset_events.html", context, payload)

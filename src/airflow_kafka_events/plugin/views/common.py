@@ -33,6 +33,10 @@ from airflow_kafka_events.plugin.settings import (
 
 __all__ = ["Page", "PageDep", "error_status"]
 
+#: Rows a listing shows unless ``?limit=`` asks for another number (at most :data:`MAX_LIMIT`).
+DEFAULT_LIMIT = 100
+MAX_LIMIT = 1000
+
 TABS = (
     ("streams", "Streams"),
     ("asset-events", "Asset events"),
@@ -55,6 +59,7 @@ class Page:
     settings: ViewSettings
     user: Any
     window_request: WindowRequest
+    limit: int = DEFAULT_LIMIT
     _config: dict[str, Any] | None = field(default=None, repr=False)
     _secrets: list[str] = field(default_factory=list, repr=False)
 
@@ -88,6 +93,7 @@ class Page:
             "may_replay": self.may_replay,
             "settings": self.settings,
             "window_request": self.window_request,
+            "limit": self.limit,
             "prefix": self.request.scope.get("root_path", ""),
         }
 
@@ -118,6 +124,7 @@ def _page(
     max_records: Annotated[
         int | None, Query(ge=1, le=MAX_RECORDS_CAP, description="records per partition, at most")
     ] = None,
+    limit: Annotated[int, Query(ge=1, le=MAX_LIMIT, description="rows a listing shows")] = DEFAULT_LIMIT,
 ) -> Page:
     settings = ViewSettings.from_airflow()
     return Page(
@@ -125,6 +132,7 @@ def _page(
         settings=settings,
         user=user,
         window_request=settings.window.narrowed(minutes, max_records),
+        limit=limit,
     )
 
 

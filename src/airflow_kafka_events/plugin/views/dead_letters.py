@@ -25,9 +25,9 @@ from airflow_kafka_events.errors import AirflowKafkaEventsError
 from airflow_kafka_events.inspection.dead_letters import (
     DeadLetterRecord,
     get_dead_letter,
-    list_dead_letters,
     replay_dead_letter,
 )
+from airflow_kafka_events.plugin.listing import newest_dead_letters
 from airflow_kafka_events.plugin.security import REPLAY, same_origin
 from airflow_kafka_events.plugin.views.common import Page, PageDep
 
@@ -60,10 +60,11 @@ def dead_letters_page(
 ) -> Response:
     topic = page.settings.dlq_topic
     try:
-        listing = list_dead_letters(
+        listing = newest_dead_letters(
             page.config(),
             topic,
             window=page.window(),
+            limit=page.limit,
             reason=reason or None,
             source_topic=source_topic or None,
             consumer=consumer or None,
@@ -73,12 +74,14 @@ def dead_letters_page(
     payload = {
         "topic": topic,
         "records": [_record_dict(r) for r in listing.records],
+        "matched": listing.matched,
         "window": listing.window.to_dict(),
         "window_text": listing.window.describe(),
     }
     context = {
         "topic": topic,
         "records": listing.records,
+        "matched": listing.matched,
         "filters": {"reason": reason, "source_topic": source_topic, "consumer": consumer},
         "scanned": listing.window,
     }

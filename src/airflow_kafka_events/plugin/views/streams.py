@@ -14,12 +14,14 @@ from typing import Annotated, Any
 from airflow.api_fastapi.common.db.common import SessionDep
 from fastapi import APIRouter, Query
 from fastapi.responses import Response
+from sqlalchemy import select
 
-from airflow_kafka_events.errors import AirflowKafkaEventsError
+from airflow_kafka_events.errors import AirflowKafkaEventsError, ValidationError
 from airflow_kafka_events.inspection.streams import StreamSummary, list_streams, show_stream
+from airflow_kafka_events.inspection.window import ScanWindow
 from airflow_kafka_events.plugin.airflow_state import ConsumerCheckpoint, consumer_checkpoints
-from airflow_kafka_events.plugin.views.common import PageDep
-from airflow_kafka_events.streams import stream_id
+from airflow_kafka_events.plugin.views.common import Page, PageDep
+from airflow_kafka_events.streams import DEFAULT_NOT_BEFORE_MARGIN, parse_stream_id, stream_id
 
 __all__ = ["router"]
 
@@ -93,7 +95,8 @@ def streams_page(
         )
     except AirflowKafkaEventsError as exc:
         return page.failed("streams", exc)
-    streams = [s for s in listing.streams if index is None or s.map_index == index]
+    matched = [s for s in listing.streams if index is None or s.map_index == index]
+    streams = matched[: page.limit]  # newest activity first
     summaries = {s.trigger_run_id: s for s in streams}
     consumers = _by_stream(_consumer_rows(consumer_checkpoints(session, summaries), summaries))
     own_stream = None
@@ -109,8 +112,10 @@ def streams_page(
         "window": listing.window.to_dict(),
         "window_text": listing.window.describe(),
         "undecodable": listing.undecodable,
+        "matched": len(matched),
     }
     context = {
+        "matched": len(matched),
         "streams": streams,
         "consumers": consumers,
         "own_stream": own_stream,
@@ -122,13 +127,39 @@ def streams_page(
     return page.answer("streams", "streams.html", context, payload)
 
 
+def _stream_window(page: Page, session: Any, trigger_run_id: str) -> ScanWindow:
+    """The page's window; without ``?minutes=``, from the stream's DAG run on (as the producer's lookup).
+
+    No envelope of a task's stream is older than its DAG run's ``run_after`` minus
+    :data:`~airflow_kafka_events.streams.DEFAULT_NOT_BEFORE_MARGIN`, so the per-key lookup need not
+    read further back (an old stream of a 24-hour window is then found as fast as a new one).
+    """
+    window = page.window()
+    if "minutes" in page.request.query_params:
+        return window
+    try:
+        key = parse_stream_id(trigger_run_id)
+    except ValidationError:
+        return window
+    from airflow.models.dagrun import DagRun
+
+    run_after = session.scalar(
+        select(DagRun.run_after).where(DagRun.dag_id == key.dag_id, DagRun.run_id == key.run_id)
+    )
+    if run_after is None:
+        return window
+    since = run_after - DEFAULT_NOT_BEFORE_MARGIN
+    if window.since is not None and since < window.since:
+        return window
+    return ScanWindow(since=since, max_records=window.max_records)
+
+
 @router.get("/streams/{trigger_run_id:path}")
 @router.get("/api/streams/{trigger_run_id:path}")
 def stream_page(page: PageDep, session: SessionDep, trigger_run_id: str) -> Response:
     try:
-        detail = show_stream(
-            page.config(), page.settings.trigger_events_topic, trigger_run_id, window=page.window()
-        )
+        window = _stream_window(page, session, trigger_run_id)
+        detail = show_stream(page.config(), page.settings.trigger_events_topic, trigger_run_id, window=window)
     except AirflowKafkaEventsError as exc:
         return page.failed("streams", exc)
     summaries = {trigger_run_id: detail.summary}

@@ -1,0 +1,285 @@
+"""B10: the Kafka Events view's pages, answered by a real api-server, with 100,000 envelopes per topic.
+
+One broker (``KAFKA_BOOTSTRAP_SERVERS`` or the local one) and one Airflow deployment
+(``tests/harness/airflow_stack.py``) whose view reads three 3-partition topics of its own, each
+filled with ``--envelopes`` records before the pages are asked:
+
+* trigger events: ``--envelopes / 100`` streams of 100 pages each (~200-byte payloads, keyed by
+  stream id as the streaming trigger writes them, the last one of each an end marker);
+* asset events: asset event envelopes of 50 assets (``external.build_envelope``, keyed by asset);
+* dead letters: a dead letter of an asset event per record (the original value and headers plus
+  the ``x-*`` headers of ``dlq.dead_letter_headers``), reasons alternating.
+
+Then, as the admin user (a bearer token, no browser), every page is asked ``--rounds`` times in
+turn after one warm-up round: the four lists, a stream (an old one, found by the per-key lookup:
+with the ``?minutes=`` the list's link carries, and over the whole 24-hour default window; a stream
+of a real DAG run is bounded by its run's start without it),
+a dead letter, its replay confirmation, a filtered dead-letter list that matches nothing (the
+whole window is read for it), and the JSON twin of the streams list.  Reported per page: p50 /
+p95 / max of the wall time of the HTTP answer, and what the page says it scanned.  The goal: every
+page under 300 ms (p95) with the default window (``[kafka_events] ui_max_records``, 1000 per
+partition; ``--max-records`` sets it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import os
+import re
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+from confluent_kafka.admin import AdminClient
+
+from airflow_kafka_events.assets.external import build_envelope, record_key
+from airflow_kafka_events.codec import ASSET_EVENT_CODEC, TRIGGER_EVENT_CODEC
+from airflow_kafka_events.dlq import DeadLetter, DeadLetterReason, dead_letter_headers
+from airflow_kafka_events.envelopes import (
+    AssetRef,
+    EventSource,
+    ProducerIdentity,
+    SourceKind,
+    TriggerEventEnvelope,
+)
+from airflow_kafka_events.kafka import KafkaSettings, TopicSpec, ensure_topics
+from airflow_kafka_events.kafka.producer import close_all_producers, get_producer
+from airflow_kafka_events.local_broker import LocalKafkaBroker
+from airflow_kafka_events.streams import stream_id
+
+REPO = Path(__file__).resolve().parents[1]
+GOAL_MS = 300.0
+PAGES_PER_STREAM = 100
+DAG_ID = "b10_ui"
+
+
+def say(text: str) -> None:
+    print(text, flush=True)
+
+
+# --------------------------------------------------------------------------- filling the topics
+def _pump(producer: Any, topic: str, records: Iterator[tuple[bytes | str, bytes, list]]) -> int:
+    futures = []
+    count = 0
+    for key, value, headers in records:
+        futures.append(producer.send(topic, value, key=key, headers=headers, timeout=120.0))
+        count += 1
+        if len(futures) >= 20_000:
+            for future in futures:
+                future.result()
+            futures.clear()
+    for future in futures:
+        future.result()
+    return count
+
+
+def _streams(count: int) -> Iterator[tuple[bytes | str, bytes, list]]:
+    for n in range(count // PAGES_PER_STREAM):
+        run_id = f"bench__{n:05d}"
+        sid = stream_id(DAG_ID, run_id, "produce")
+        producer = ProducerIdentity(DAG_ID, run_id, "produce", -1, 1)
+        for i in range(PAGES_PER_STREAM):
+            payload = {"page": i, "items": [{"id": i * 10 + j, "name": f"item-{j}"} for j in range(5)]}
+            last = i == PAGES_PER_STREAM - 1
+            envelope = TriggerEventEnvelope(
+                sid, i, is_last=last, payload=None if last else payload, producer=producer
+            )
+            yield sid, TRIGGER_EVENT_CODEC.encode(envelope), []
+
+
+def _asset_envelopes(count: int, topic: str) -> Iterator[tuple[AssetRef, bytes, list]]:
+    source = EventSource(SourceKind.EXTERNAL, producer="bench-b10")
+    for n in range(count):
+        asset = AssetRef(name=f"b10_asset_{n % 50}", uri=f"bench://b10/asset/{n % 50}")
+        envelope = build_envelope(
+            asset=asset, source=source, partition_key=f"key-{n % 1000}", extra={"n": n, "rows": n % 7}
+        )
+        headers = [("event_id", envelope.event_id), ("idempotency_key", envelope.idempotency_key)]
+        yield asset, ASSET_EVENT_CODEC.encode(envelope, topic=topic), headers
+
+
+def fill(bootstrap: str, topics: dict[str, str], count: int) -> dict[str, float]:
+    settings = KafkaSettings({"bootstrap.servers": bootstrap})
+    producer = get_producer(settings.producer_config())
+    seconds = {}
+    started = time.monotonic()
+    _pump(producer, topics["trigger"], _streams(count))
+    seconds["trigger"] = time.monotonic() - started
+
+    started = time.monotonic()
+    assets = ((record_key(a), v, h) for a, v, h in _asset_envelopes(count, topics["asset"]))
+    _pump(producer, topics["asset"], assets)
+    seconds["asset"] = time.monotonic() - started
+
+    reasons = (DeadLetterReason.NOT_ALLOWED, DeadLetterReason.SIGNATURE_INVALID, DeadLetterReason.UNDECODABLE)
+
+    def letters() -> Iterator[tuple[bytes, bytes, list]]:
+        for n, (asset, value, headers) in enumerate(_asset_envelopes(count, topics["asset"])):
+            letter = DeadLetter(
+                reason=reasons[n % len(reasons)],
+                error_type="BenchError",
+                error_message=f"bench dead letter {n}",
+                source_topic=topics["asset"],
+                source_partition=n % 3,
+                source_offset=n // 3,
+                consumer="bench-b10",
+            )
+            yield record_key(asset), value, dead_letter_headers(headers, letter)
+
+    started = time.monotonic()
+    _pump(producer, topics["dlq"], letters())
+    seconds["dlq"] = time.monotonic() - started
+    return seconds
+
+
+# --------------------------------------------------------------------------- asking the pages
+def _scanned(text: str) -> str:
+    match = re.search(r"scanned (\d+) record\(s\)[^<]*", text)
+    return match.group(0).split(" of topic")[0] if match else "-"
+
+
+def measure(stack: Any, pages: dict[str, str], rounds: int) -> dict[str, dict[str, Any]]:
+    headers = {"Authorization": f"Bearer {stack.token('admin')}"}
+    times: dict[str, list[float]] = {name: [] for name in pages}
+    scanned: dict[str, str] = {}
+    for round_no in range(rounds + 1):  # round 0 warms up
+        for name, path in pages.items():
+            started = time.perf_counter()
+            response = stack.client.get(path, headers=headers, timeout=120)
+            elapsed = (time.perf_counter() - started) * 1000
+            if response.status_code != 200:
+                raise RuntimeError(f"{path} answered {response.status_code}: {response.text[:500]}")
+            if round_no:
+                times[name].append(elapsed)
+            scanned[name] = _scanned(response.text)
+    out = {}
+    for name, values in times.items():
+        values.sort()
+        out[name] = {
+            "p50_ms": round(statistics.median(values), 1),
+            "p95_ms": round(values[min(len(values) - 1, int(len(values) * 0.95))], 1),
+            "max_ms": round(values[-1], 1),
+            "scanned": scanned[name],
+            "ok": values[min(len(values) - 1, int(len(values) * 0.95))] < GOAL_MS,
+        }
+    return out
+
+
+def _pages(topics: dict[str, str], count: int, minutes: int) -> dict[str, str]:
+    old = stream_id(DAG_ID, "bench__00001", "produce")
+    new = stream_id(DAG_ID, f"bench__{count // PAGES_PER_STREAM - 1:05d}", "produce")
+    return {
+        "streams": "/kafka-events/streams",
+        "streams (JSON)": "/kafka-events/api/streams",
+        "streams of a DAG run": f"/kafka-events/streams?dag_id={DAG_ID}&run_id=bench__00002",
+        "stream (old, as the list links it)": f"/kafka-events/streams/{quote(old, safe='/')}"
+        f"?minutes={minutes}",
+        "stream (old, 24 h window)": f"/kafka-events/streams/{quote(old, safe='/')}",
+        "stream (newest)": f"/kafka-events/streams/{quote(new, safe='/')}",
+        "asset events": "/kafka-events/asset-events",
+        "dead letters": "/kafka-events/dead-letters",
+        "dead letters ?reason= (no match)": "/kafka-events/dead-letters?reason=too-large",
+        "dead letter": "/kafka-events/dead-letters/1/500",
+        "replay confirmation": "/kafka-events/dead-letters/1/500/replay",
+        "health": "/kafka-events/health",
+    }
+
+
+@contextlib.contextmanager
+def environment(max_records: int) -> Iterator[tuple[Any, str, dict[str, str]]]:
+    sys.path.insert(0, str(REPO / "tests"))
+    from harness.airflow_stack import AirflowStack
+
+    scratch = Path(tempfile.mkdtemp(prefix="bench-b10-"))
+    run = uuid.uuid4().hex[:8]
+    broker = None
+    bootstrap = os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "")
+    stack = None
+    try:
+        if not bootstrap:
+            broker = LocalKafkaBroker(state_dir=scratch / "kafka")
+            status = broker.start()
+            bootstrap = str(status.bootstrap_servers)
+            say(f"[broker]  local Kafka {status.version} at {bootstrap}")
+        topics = {
+            "trigger": f"bench.b10.trigger.{run}",
+            "asset": f"bench.b10.asset.{run}",
+            "dlq": f"bench.b10.dlq.{run}",
+        }
+        admin = AdminClient(KafkaSettings({"bootstrap.servers": bootstrap}).admin_config())
+        ensure_topics(admin, [TopicSpec(name, partitions=3) for name in topics.values()])
+        del admin
+        env = {
+            "AIRFLOW_CONN_KAFKA_DEFAULT": json.dumps(
+                {"conn_type": "kafka", "extra": {"bootstrap.servers": bootstrap}}
+            ),
+            "AIRFLOW__KAFKA_EVENTS__TRIGGER_EVENTS_TOPIC": topics["trigger"],
+            "AIRFLOW__KAFKA_EVENTS__ASSET_EVENTS_TOPIC": topics["asset"],
+            "AIRFLOW__KAFKA_EVENTS__DLQ_TOPIC": topics["dlq"],
+            "AIRFLOW__KAFKA_EVENTS__UI_MAX_RECORDS": str(max_records),
+        }
+        dags = scratch / "dags"
+        dags.mkdir()
+        stack = AirflowStack(
+            home=scratch / "airflow", dags_folder=dags, extra_env=env, users={"admin": "admin"}
+        )
+        stack.start(timeout=400.0)
+        say(f"[airflow] {stack.base_url}")
+        yield stack, bootstrap, topics
+    finally:
+        close_all_producers(timeout=10)
+        if stack is not None:
+            stack.stop()
+        if broker is not None:
+            broker.stop()
+
+
+def main(argv: Sequence[str] = ()) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks ui-pages", description=__doc__.split("\n")[0])
+    parser.add_argument("--envelopes", type=int, default=100_000, help="records per topic")
+    parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--max-records", type=int, default=1000, help="[kafka_events] ui_max_records")
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args(list(argv))
+    with environment(args.max_records) as (stack, bootstrap, topics):
+        filled_at = time.monotonic()
+        filled = fill(bootstrap, topics, args.envelopes)
+        say(
+            f"[fill]    {args.envelopes:,} records per topic: "
+            + ", ".join(f"{k} {v:.1f} s" for k, v in filled.items())
+        )
+        minutes = math.ceil((time.monotonic() - filled_at) / 60) + 5  # a link of the list: first_at + margin
+        figures = measure(stack, _pages(topics, args.envelopes, minutes), args.rounds)
+    width = max(map(len, figures))
+    say(f"\n{'page':<{width}}  {'p50 ms':>7} {'p95 ms':>7} {'max ms':>7}  scanned")
+    for name, row in figures.items():
+        flag = "" if row["ok"] else f"  OVER {GOAL_MS:.0f} ms"
+        times = f"{row['p50_ms']:>7} {row['p95_ms']:>7} {row['max_ms']:>7}"
+        say(f"{name:<{width}}  {times}  {row['scanned']}{flag}")
+    result = {
+        "benchmark": "B10 ui-pages",
+        "at": datetime.now(timezone.utc).isoformat(),
+        "envelopes_per_topic": args.envelopes,
+        "max_records": args.max_records,
+        "rounds": args.rounds,
+        "fill_seconds": filled,
+        "pages": figures,
+        "load_avg": os.getloadavg(),
+    }
+    if args.out:
+        args.out.write_text(json.dumps(result, indent=2) + "\n")
+    return 0 if all(row["ok"] for row in figures.values()) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
