@@ -7,8 +7,8 @@ BIN := $(VENV)/bin
 setup:
 	./scripts/bootstrap.sh
 
-demo: setup
-	$(BIN)/python examples/demo.py
+demo: setup  # KEEP=1: leave Airflow and the broker running for a look at the UI (Ctrl-C stops them)
+	$(BIN)/python examples/demo.py $(if $(KEEP),--keep-running)
 
 test: setup lint
 	$(BIN)/pytest --durations=15

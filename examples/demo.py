@@ -17,6 +17,10 @@
    * an asset watcher in the triggerer: ``nightly_load`` fails, its DAG failure callback emits an
      event for ``ops://investigate``, and ``investigate_failure`` runs on it.
 
+At the end it prints the address of each page of the Kafka Events view in the Airflow UI
+(``examples/demo_ui.py``); ``make demo KEEP=1`` (``--keep-running``) leaves Airflow and the broker
+running for a look until Ctrl-C.
+
 Run it with ``make demo``.
 """
 
@@ -46,6 +50,9 @@ from airflow_kafka_events.local_broker import LocalKafkaBroker
 from airflow_kafka_events.streams import stream_id
 from airflow_kafka_events.triggers.asset_watcher import watcher_payload
 from airflow_kafka_events.triggers.streaming import DEFAULT_TOPIC
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import demo_ui  # examples/demo_ui.py: the Kafka Events view, --keep-running
 
 if TYPE_CHECKING:
     from harness.airflow_stack import AirflowStack
@@ -177,7 +184,9 @@ def envelope_demo(settings: KafkaSettings, admin: AdminClient) -> bool:
         delete_topics(admin, [topic])
 
 
-def airflow_demo(bootstrap: str, settings: KafkaSettings, admin: AdminClient) -> bool:
+def airflow_demo(
+    bootstrap: str, settings: KafkaSettings, admin: AdminClient, *, keep_running: bool = False
+) -> bool:
     """Parts 2 and 3 on ONE real Airflow (api-server, scheduler, triggerer, dag-processor)."""
     sys.path.insert(0, str(REPO / "tests"))
     from harness.airflow_stack import AirflowStack, AirflowStackError
@@ -223,8 +232,10 @@ def airflow_demo(bootstrap: str, settings: KafkaSettings, admin: AdminClient) ->
         "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "True",
         # nightly_load retries once: 2 s between tries instead of 5 min
         "AIRFLOW__CORE__DEFAULT_TASK_RETRY_DELAY": "2",
+        # the Kafka Events view's Health page: the bridge's consumer group
+        "AIRFLOW__KAFKA_EVENTS__UI_BRIDGE_GROUP_IDS": groups["bridge"],
     }
-    stack = AirflowStack(home, REPO / "examples" / "dags", env)
+    stack = AirflowStack(home, REPO / "examples" / "dags", env, users=demo_ui.UI_USERS)
     t0 = time.monotonic()
     stack.start(dag_ids=["demo_streaming", "demo_iteration", *ASSET_DAGS])
     # asset-scheduled DAGs: unpaused now, so the watcher's trigger is running by part 3
@@ -247,6 +258,9 @@ def airflow_demo(bootstrap: str, settings: KafkaSettings, admin: AdminClient) ->
             say(f"[iterate] FAILED: {exc}")
             ok = False
         ok = operator_cli_demo(bootstrap) and ok
+        ok = demo_ui.ui_demo(stack, say) and ok
+        if keep_running:
+            demo_ui.stay_open(stack, say)
         return ok
     finally:
         stack.stop()
@@ -628,6 +642,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--keep", action="store_true", help="leave the local broker running")
     parser.add_argument("--skip-airflow", action="store_true", help="only the Kafka part")
+    parser.add_argument(
+        "--keep-running", action="store_true", help="leave Airflow and the broker running until Ctrl-C"
+    )
     args = parser.parse_args(argv)
 
     started = time.monotonic()
@@ -637,7 +654,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         ok = envelope_demo(settings, admin)
         if ok and not args.skip_airflow:
-            ok = airflow_demo(bootstrap, settings, admin)
+            ok = airflow_demo(bootstrap, settings, admin, keep_running=args.keep_running)
         say(f"[demo]   {'ALL OK' if ok else 'FAILED'} in {time.monotonic() - started:.0f}s")
         return 0 if ok else 1
     finally:
