@@ -6,13 +6,17 @@
   written: retry with the same idempotency key.
 
 :func:`classify_failure` tells the two apart (see :mod:`airflow_kafka_events.kafka.producer`
-for how ``produce_sent`` is derived from the statistics).  This module imports no Airflow module.
+for how ``produce_sent`` is derived from the statistics).  A send's outcome arrives in a
+:class:`DeliveryFuture`.  This module imports no Airflow module.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from confluent_kafka import KafkaError, Message
 
@@ -27,6 +31,7 @@ from airflow_kafka_events.kafka.client_log import Cause, ClientHealth, SeenError
 __all__ = [
     "REFUSAL_MEMORY",
     "REFUSED_CODES",
+    "DeliveryFuture",
     "DeliveryReceipt",
     "caller_gave_up",
     "classify_failure",
@@ -73,13 +78,120 @@ class DeliveryReceipt:
 def receipt_of(msg: Message) -> DeliveryReceipt:
     ts_type, ts = msg.timestamp()
     offset = msg.offset()
+    key = msg.key()
     return DeliveryReceipt(
-        topic=msg.topic() or "",
-        partition=msg.partition() or 0,
-        offset=-1 if offset is None else offset,
-        timestamp_ms=ts if ts_type != 0 else None,
-        key=msg.key() if isinstance(msg.key(), bytes) else None,
+        msg.topic() or "",
+        msg.partition() or 0,
+        -1 if offset is None else offset,
+        ts if ts_type != 0 else None,
+        key if isinstance(key, bytes) else None,
     )
+
+
+# --------------------------------------------------------------------------- the future of a send
+_PENDING = concurrent.futures._base.PENDING
+_FINISHED = concurrent.futures._base.FINISHED
+#: The attributes a ``concurrent.futures.Future`` keeps (the same from Python 3.10 to 3.13).
+_FUTURE_FIELDS = frozenset({"_condition", "_state", "_result", "_exception", "_waiters", "_done_callbacks"})
+
+
+def _lazy_layout() -> bool:
+    try:
+        return set(vars(concurrent.futures.Future())) == _FUTURE_FIELDS
+    except TypeError:  # a Future with __slots__: unknown layout
+        return False
+
+
+#: Whether :class:`DeliveryFuture` may make its condition on demand (else it is a plain Future).
+_LAZY = _lazy_layout()
+#: Guards the making of a future's condition against its resolution on another thread.
+_MAKING = threading.Lock()
+
+
+class DeliveryFuture(concurrent.futures.Future[DeliveryReceipt]):
+    """A ``concurrent.futures.Future`` whose lock and lists are made only when they are needed.
+
+    A plain Future makes a condition (an ``RLock``, a deque, bound methods) and two lists up front:
+    a dozen objects the garbage collector walks while thousands of sends are outstanding.  This
+    one makes them at the first use of its condition -- a wait (``result``, ``exception``,
+    ``concurrent.futures.wait``), a callback (``add_done_callback``, ``asyncio.wrap_future``),
+    ``cancel``, or a question to a future not finished yet -- and :meth:`settle` finishes a future
+    nobody touched yet without them (nobody waits, nobody is to be called back).  A finished future
+    is read without a lock (it never changes again).  Everything else is ``concurrent.futures.Future``.
+    """
+
+    __slots__ = ("_cond", "_done_callbacks", "_exception", "_result", "_state", "_waiters")
+
+    def __init__(self) -> None:
+        if not _LAZY:
+            super().__init__()
+            return
+        self._cond: threading.Condition | None = None
+        self._state = _PENDING
+        self._result: Any = None
+        self._exception: BaseException | None = None
+        self._waiters: Any = ()
+        self._done_callbacks: Any = ()
+
+    @property  # type: ignore[override]
+    def _condition(self) -> threading.Condition:
+        cond = self._cond
+        if cond is None:
+            with _MAKING:
+                cond = self._cond
+                if cond is None:
+                    self._waiters, self._done_callbacks = [], []
+                    cond = self._cond = threading.Condition()
+        return cond
+
+    @_condition.setter
+    def _condition(self, cond: threading.Condition) -> None:
+        self._cond = cond
+
+    def done(self) -> bool:
+        return self._state == _FINISHED or super().done()
+
+    def cancelled(self) -> bool:
+        return self._state != _FINISHED and super().cancelled()
+
+    def running(self) -> bool:
+        return self._state != _FINISHED and super().running()
+
+    def result(self, timeout: float | None = None) -> DeliveryReceipt:
+        if self._state == _FINISHED and self._exception is None:
+            return self._result  # type: ignore[no-any-return]
+        return super().result(timeout)
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        if self._state == _FINISHED:
+            return self._exception
+        return super().exception(timeout)
+
+    def outstanding(self) -> bool:
+        """Neither resolved nor cancelled (without making the condition)."""
+        if self._cond is None:  # never cancelled (cancelling makes the condition); resolved only by settle
+            return self._state == _PENDING
+        return not self.done()
+
+    def settle(self, result: DeliveryReceipt | None = None, exception: BaseException | None = None) -> bool:
+        """Resolve with ``result``, or fail with ``exception``; ``False`` if it was already
+        resolved or cancelled."""
+        if self._cond is None:
+            with _MAKING:
+                if self._cond is None:  # nobody waits or is to be called back: no notification due
+                    if self._state != _PENDING:
+                        return False
+                    self._result, self._exception = result, exception
+                    self._state = _FINISHED
+                    return True
+        try:
+            if exception is None:
+                self.set_result(result)  # type: ignore[arg-type]
+            else:
+                self.set_exception(exception)
+        except concurrent.futures.InvalidStateError:
+            return False
+        return True
 
 
 #: Seconds a refusal of the credentials / TLS makes new sends fail at once (librdkafka retries the
