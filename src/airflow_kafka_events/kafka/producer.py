@@ -12,7 +12,10 @@ failed.
 A background thread serves delivery reports, so callers get a
 :class:`concurrent.futures.Future` (``send``), block for a receipt (``send_and_wait``) or
 await one (``send_async``) — the latter without blocking an asyncio loop such as the
-triggerer's.  A receipt means the record is durable (``acks=all``).  A failure is one of
+triggerer's.  A send costs one object until its report: its future (a
+:class:`~airflow_kafka_events.kafka.delivery.DeliveryFuture`, whose lock is made only when
+someone waits) is also librdkafka's delivery callback.  A receipt means the record is durable
+(``acks=all``).  A failure is one of
 
 * :class:`~airflow_kafka_events.errors.NotSentError` — not sent, nothing will be published;
 * :class:`~airflow_kafka_events.errors.DeliveryOutcomeUnknownError` — it may have been written:
@@ -41,9 +44,7 @@ import logging
 import os
 import threading
 import time
-from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
@@ -66,6 +67,7 @@ from airflow_kafka_events.kafka.client_log import (
 from airflow_kafka_events.kafka.delivery import (
     REFUSAL_MEMORY,
     REFUSED_CODES,
+    DeliveryFuture,
     DeliveryReceipt,
     caller_gave_up,
     classify_failure,
@@ -118,9 +120,10 @@ def _encode_key(key: bytes | str | None) -> bytes | None:
     return key.encode("utf-8")
 
 
-def _header_list(headers: Headers | None) -> list[tuple[str, bytes | str | None]]:
+def _header_list(headers: Headers | None) -> list[tuple[str, bytes | str | None]] | None:
+    """The headers as librdkafka takes them; ``None`` when there are none."""
     if not headers:
-        return []
+        return None
     return list(headers.items()) if isinstance(headers, Mapping) else list(headers)
 
 
@@ -131,16 +134,33 @@ def _ms_setting(config: Mapping[str, Any], *keys: str, default: float) -> float:
     return default
 
 
-@dataclass
-class _Pending:
-    future: concurrent.futures.Future[DeliveryReceipt]
-    topic: str
-    size: int
-    sent_at: float
-    before: BrokerSnapshot | None
-    error: KafkaError | None = None
-    failed_at: float = 0.0
-    key: bytes | None = None
+class _Pending(DeliveryFuture):
+    """A message waiting for its delivery report: the future its sender gets, and the callable
+    librdkafka reports to (one object per send: no closure, no separate future)."""
+
+    __slots__ = ("before", "error", "failed_at", "key", "producer", "sent_at", "size", "topic")
+
+    def __init__(
+        self,
+        producer: EnvelopeProducer,
+        topic: str,
+        size: int,
+        sent_at: float,
+        before: BrokerSnapshot | None,
+        key: bytes | None,
+    ) -> None:
+        super().__init__()
+        self.producer = producer
+        self.topic = topic
+        self.size = size
+        self.sent_at = sent_at
+        self.before = before
+        self.key = key
+        self.error: KafkaError | None = None
+        self.failed_at = 0.0
+
+    def __call__(self, err: KafkaError | None, msg: Message) -> None:
+        self.producer._report(self, err, msg)
 
 
 class EnvelopeProducer:
@@ -167,10 +187,11 @@ class EnvelopeProducer:
             name=f"producer {role!r}",
             stats_interval=STATS_INTERVAL,
         )
-        self._awaiting: list[_Pending] = []
+        self._awaiting: list[_Pending] = []  # failed, waiting for the next statistics report
         self._awaiting_lock = threading.Lock()
         self._outstanding = 0  # messages produced whose delivery report has not come yet
-        self._outstanding_by_key: Counter[tuple[str, bytes | None]] = Counter()
+        self._outstanding_by_key: dict[tuple[str, bytes | None], int] = {}
+        self._count_lock = threading.Lock()
         self.health.add_snapshot_listener(self._on_snapshot)
         self.health.add_refusal_listener(self._on_refused)
         #: the brokers refused the credentials / TLS and nothing was delivered since: sends fail at once
@@ -222,27 +243,27 @@ class EnvelopeProducer:
         self._refused = seen
         self._purge_due.set()
 
-    def _on_delivery(self, pending: _Pending):  # type: ignore[no-untyped-def]
-        def callback(err: KafkaError | None, msg: Message) -> None:
-            self._settled(pending.topic, pending.key)
-            if pending.future.done():
-                return
-            if err is None:
+    def _report(self, pending: _Pending, err: KafkaError | None, msg: Message) -> None:
+        """A message's delivery report (librdkafka calls its :class:`_Pending`)."""
+        self._settled(pending.topic, pending.key)
+        if not pending.outstanding():  # cancelled by its caller
+            return
+        if err is None:
+            receipt = receipt_of(msg)
+            if self.health.down_since is not None:
                 self.health.mark_up()
-                self._refused = None
-                pending.future.set_result(receipt_of(msg))
+            self._refused = None
+            if pending.settle(receipt):
                 metrics.delivered(self.role, pending.topic, time.monotonic() - pending.sent_at)
-                return
-            pending.error, pending.failed_at = err, time.monotonic()
-            if err.code() in REFUSED_CODES or (
-                self._refused is not None and err.code() == KafkaError._PURGE_QUEUE
-            ):
-                self._fail(pending, produce_sent=None)
-            else:
-                with self._awaiting_lock:  # decided by the next statistics report
-                    self._awaiting.append(pending)
-
-        return callback
+            return
+        pending.error, pending.failed_at = err, time.monotonic()
+        if err.code() in REFUSED_CODES or (
+            self._refused is not None and err.code() == KafkaError._PURGE_QUEUE
+        ):
+            self._fail(pending, produce_sent=None)
+        else:
+            with self._awaiting_lock:  # decided by the next statistics report
+                self._awaiting.append(pending)
 
     def _on_snapshot(self, snapshot: BrokerSnapshot) -> None:
         with self._awaiting_lock:
@@ -252,6 +273,8 @@ class EnvelopeProducer:
             self._fail(pending, produce_sent=snapshot.produce_sent_since(pending.before))
 
     def _expire_awaiting(self, now: float, *, everything: bool = False) -> None:
+        if not self._awaiting:
+            return
         limit = 3 * self.health.stats_interval
         with self._awaiting_lock:
             expired = [p for p in self._awaiting if everything or now - p.failed_at > limit]
@@ -262,15 +285,15 @@ class EnvelopeProducer:
     def _fail(self, pending: _Pending, *, produce_sent: bool | None) -> None:
         err = pending.error
         assert err is not None
-        if pending.future.done():
+        if not pending.outstanding():
             return
         try:
             error = self.failure(pending.topic, err, pending.sent_at, pending.size, produce_sent)
         except Exception:  # never leave a caller without an answer
             log.exception("Kafka producer %r: describing a failed delivery failed", self.role)
             error = DeliveryOutcomeUnknownError(f"message to topic {pending.topic!r} failed", kafka_error=err)
-        pending.future.set_exception(error)
-        metrics.delivery_failed(self.role, pending.topic, error)
+        if pending.settle(exception=error):
+            metrics.delivery_failed(self.role, pending.topic, error)
 
     def failure(
         self, topic: str, err: KafkaError, since: float, size: int, produce_sent: bool | None
@@ -312,75 +335,80 @@ class EnvelopeProducer:
         """
         if self._closed.is_set():
             raise KafkaOperationError("producer is closed")
-        if os.getpid() != self._pid:
+        if _pid != self._pid:
             raise KafkaOperationError("producer used across fork(); call get_producer() in the child")
-        self._check_refused()
-        raw_key, header_list = _encode_key(key), _header_list(headers)
-        size = record_size(value, raw_key, header_list)
-        self._check_size(topic, size)
-        future: concurrent.futures.Future[DeliveryReceipt] = concurrent.futures.Future()
-        pending = _Pending(future, topic, size, time.monotonic(), self.health.snapshot, key=raw_key)
-        kwargs: dict[str, Any] = {"on_delivery": self._on_delivery(pending)}
-        if header_list:
-            kwargs["headers"] = header_list
-        if partition is not None:
-            kwargs["partition"] = partition
-        self._produce(topic, value, raw_key, kwargs, size=size, timeout=timeout)
-        return future
+        if self._refused is not None:
+            self._check_refused()
+        raw_key = _encode_key(key)
+        header_list = _header_list(headers)
+        size = record_size(value, raw_key, header_list or ())
+        if size > self.max_message_bytes:
+            raise too_large_for_producer(topic, size, self.max_message_bytes)
+        pending = _Pending(self, topic, size, time.monotonic(), self.health.snapshot, raw_key)
+        self._produce(pending, value, header_list, -1 if partition is None else partition, timeout)
+        return pending
 
     def _produce(
         self,
-        topic: str,
+        pending: _Pending,
         value: bytes | None,
-        key: bytes | None,
-        kwargs: dict[str, Any],
-        *,
-        size: int,
+        headers: list[tuple[str, bytes | str | None]] | None,
+        partition: int,
         timeout: float,
     ) -> None:
-        deadline = time.monotonic() + timeout
+        topic, key = pending.topic, pending.key
         while True:
+            self._count(topic, key)
             try:
-                self._produce_once(topic, value, key, kwargs)
+                self._producer.produce(
+                    topic, value=value, key=key, partition=partition, on_delivery=pending, headers=headers
+                )
                 return
             except BufferError as exc:
-                if time.monotonic() >= deadline:
-                    raise NotSentError(
-                        f"not sent — nothing will be published: the local producer queue stayed full for "
-                        f"{timeout}s (brokers at {self.bootstrap_servers}); fix: "
-                        f"{self.health.fix_for(Cause.TIMED_OUT)}",
-                        kafka_error=KafkaError(KafkaError._QUEUE_FULL),
-                    ) from exc
-                self._producer.poll(0.05)
+                self._settled(topic, key)
+                self._queue_full(exc, pending.sent_at + timeout, timeout)
             except KafkaException as exc:
-                err = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
-                if err is not None and err.code() == KafkaError.MSG_SIZE_TOO_LARGE:
-                    self.max_message_bytes = min(self.max_message_bytes, size - 1)
-                    self._check_size(topic, size)
-                raise KafkaOperationError.from_exception(f"cannot produce to {topic!r}", exc) from exc
+                self._settled(topic, key)
+                self._produce_failed(topic, pending.size, exc)
+            except BaseException:
+                self._settled(topic, key)
+                raise
 
-    def _produce_once(
-        self, topic: str, value: bytes | None, key: bytes | None, kwargs: dict[str, Any]
-    ) -> None:
-        with self._awaiting_lock:
+    def _queue_full(self, exc: BufferError, deadline: float, timeout: float) -> None:
+        """The local queue is full: serve delivery reports for a moment, or give up at ``deadline``."""
+        if time.monotonic() >= deadline:
+            raise NotSentError(
+                f"not sent — nothing will be published: the local producer queue stayed full for "
+                f"{timeout}s (brokers at {self.bootstrap_servers}); fix: "
+                f"{self.health.fix_for(Cause.TIMED_OUT)}",
+                kafka_error=KafkaError(KafkaError._QUEUE_FULL),
+            ) from exc
+        self._producer.poll(0.05)
+
+    def _produce_failed(self, topic: str, size: int, exc: KafkaException) -> None:
+        err = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+        if err is not None and err.code() == KafkaError.MSG_SIZE_TOO_LARGE:
+            self.max_message_bytes = min(self.max_message_bytes, size - 1)
+            self._check_size(topic, size)
+        raise KafkaOperationError.from_exception(f"cannot produce to {topic!r}", exc) from exc
+
+    def _count(self, topic: str, key: bytes | None) -> None:
+        with self._count_lock:
             self._outstanding += 1
-            self._outstanding_by_key[(topic, key)] += 1
-        try:
-            self._producer.produce(topic, value=value, key=key, **kwargs)
-        except BaseException:
-            self._settled(topic, key)
-            raise
+            self._outstanding_by_key[(topic, key)] = self._outstanding_by_key.get((topic, key), 0) + 1
 
     def _settled(self, topic: str, key: bytes | None) -> None:
-        with self._awaiting_lock:
+        with self._count_lock:
             self._outstanding -= 1
-            self._outstanding_by_key[(topic, key)] -= 1
-            if self._outstanding_by_key[(topic, key)] <= 0:
-                del self._outstanding_by_key[(topic, key)]
+            left = self._outstanding_by_key.get((topic, key), 0) - 1
+            if left > 0:
+                self._outstanding_by_key[(topic, key)] = left
+            else:
+                self._outstanding_by_key.pop((topic, key), None)
 
     def outstanding_for(self, topic: str, key: bytes | str | None) -> int:
         """Messages to ``topic`` with ``key`` that have no delivery report yet (queued or in flight)."""
-        with self._awaiting_lock:
+        with self._count_lock:
             return self._outstanding_by_key.get((topic, _encode_key(key)), 0)
 
     def send_and_wait(
@@ -499,6 +527,8 @@ class EnvelopeProducer:
 
 # ---------------------------------------------------------------------- process-wide registry
 _RegistryKey = tuple[int, str, tuple[tuple[str, str], ...]]
+#: This process's id, set again in a forked child (sends compare it instead of a getpid() call each).
+_pid = os.getpid()
 _registry_lock = threading.Lock()
 _registry: dict[_RegistryKey, EnvelopeProducer] = {}
 
@@ -568,6 +598,8 @@ def close_all_producers(timeout: float | None = None) -> None:
 def _forget_in_child() -> None:
     # The parent's producers are unusable here; drop them without closing (closing would
     # touch librdkafka state that belongs to the parent).
+    global _pid
+    _pid = os.getpid()
     _registry.clear()
 
 
