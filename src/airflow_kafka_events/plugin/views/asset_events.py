@@ -10,6 +10,7 @@ window.
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from typing import Annotated, Any
 
 from airflow.api_fastapi.common.db.common import SessionDep
@@ -53,19 +54,31 @@ def asset_events_page(
     settings = page.settings
     window = page.window()
     try:
-        listing = newest_asset_events(
-            page.config(),
-            settings.asset_events_topic,
-            window=window,
-            limit=page.limit,
-            asset=asset or None,
-            event_id=event_id or None,
-        )
-        dead, dead_scanned = dead_letters_by_source(
-            page.config(), settings.dlq_topic, window=window, source_topic=settings.asset_events_topic
-        )
+        config = page.config()
     except AirflowKafkaEventsError as exc:
         return page.failed("asset-events", exc)
+    # the two topics are read at once (each scan waits on its own consumer's fetches)
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="kafka-events-dlq") as pool:
+        dead_future = pool.submit(
+            dead_letters_by_source,
+            config,
+            settings.dlq_topic,
+            window=window,
+            source_topic=settings.asset_events_topic,
+        )
+        try:
+            listing = newest_asset_events(
+                config,
+                settings.asset_events_topic,
+                window=window,
+                limit=page.limit,
+                asset=asset or None,
+                event_id=event_id or None,
+            )
+            dead, dead_scanned = dead_future.result()
+        except AirflowKafkaEventsError as exc:
+            dead_future.cancel()
+            return page.failed("asset-events", exc)
     records = listing.records
     made = airflow_events_for(session, [r.event_id for r in records], since=window.since)
     known_ids = {r.event_id for r in records}

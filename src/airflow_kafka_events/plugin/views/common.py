@@ -17,7 +17,7 @@ from typing import Annotated, Any
 from fastapi import Depends, Query, Request
 from fastapi.responses import Response
 
-from airflow_kafka_events.errors import AirflowKafkaEventsError, ValidationError
+from airflow_kafka_events.errors import AirflowKafkaEventsError, ConfigurationError, ValidationError
 from airflow_kafka_events.inspection.errors import RecordNotFoundError, StreamNotFoundError
 from airflow_kafka_events.inspection.redact import redact_text
 from airflow_kafka_events.inspection.window import ScanWindow
@@ -50,6 +50,8 @@ def error_status(exc: BaseException) -> int:
         return 404
     if isinstance(exc, ValidationError):
         return 400
+    if isinstance(exc, ConfigurationError):
+        return 503  # the view is not set up (e.g. its connection is missing)
     return 502  # Kafka did not answer as needed
 
 
@@ -81,7 +83,16 @@ class Page:
     def config(self) -> dict[str, Any]:
         """The view's librdkafka config (read from its Airflow connection on first use)."""
         if self._config is None:
-            self._config, extra = client_config(self.settings.kafka_config_id)
+            from airflow.exceptions import AirflowNotFoundException
+
+            try:
+                self._config, extra = client_config(self.settings.kafka_config_id)
+            except AirflowNotFoundException as exc:
+                raise ConfigurationError(
+                    f"the Kafka Events view reads Kafka through the Airflow connection "
+                    f"{self.settings.kafka_config_id!r}, which does not exist ({exc}); create it or set "
+                    "[kafka_events] ui_kafka_config_id"
+                ) from exc
             self._secrets = secrets_of(self._config, extra)
         return self._config
 
