@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import tenacity
 
@@ -67,6 +67,16 @@ class _Policy:
         self._delay = delay
         self._on_retry = on_retry
 
+    def arguments(self) -> dict[str, Any]:
+        """tenacity's keyword arguments for this policy (the caller adds ``sleep``)."""
+        return {
+            "retry": self.retry,
+            "stop": self.stop,
+            "wait": self.wait,
+            "before_sleep": self.before_sleep,
+            "reraise": False,
+        }
+
     def wait(self, state: tenacity.RetryCallState) -> float:
         return max(0.0, self._delay(state.attempt_number, _failure(state)))
 
@@ -76,13 +86,12 @@ class _Policy:
             self._on_retry(state.attempt_number, _failure(state), state.next_action.sleep)
 
 
-def _give_up(error: tenacity.RetryError, exhausted: Exhausted) -> BaseException:
+def _give_up(error: tenacity.RetryError, exhausted: Exhausted) -> tuple[BaseException, BaseException]:
+    """The caller's error for the spent attempts, and the last failure (its cause)."""
     last = error.last_attempt
     cause = last.exception()
     assert cause is not None
-    raised = exhausted(last.attempt_number, cause)
-    raised.__cause__ = cause
-    return raised
+    return exhausted(last.attempt_number, cause), cause
 
 
 def retry_call(
@@ -100,18 +109,12 @@ def retry_call(
     ``sleep`` waits between attempts; it may raise to end the retries (e.g. on a stop request).
     """
     policy = _Policy(retry_on=retry_on, attempts=attempts, delay=delay, on_retry=on_retry)
-    retrying = tenacity.Retrying(
-        retry=policy.retry,
-        stop=policy.stop,
-        wait=policy.wait,
-        before_sleep=policy.before_sleep,
-        sleep=sleep,
-        reraise=False,
-    )
+    retrying = tenacity.Retrying(sleep=sleep, **policy.arguments())
     try:
         return retrying(operation)
     except tenacity.RetryError as error:
-        raise _give_up(error, exhausted) from None
+        raised, cause = _give_up(error, exhausted)
+        raise raised from cause
 
 
 async def retry_call_async(
@@ -126,14 +129,7 @@ async def retry_call_async(
 ) -> T:
     """:func:`retry_call` for coroutines: waits with ``asyncio.sleep``, never blocking the loop."""
     policy = _Policy(retry_on=retry_on, attempts=attempts, delay=delay, on_retry=on_retry)
-    retrying = tenacity.AsyncRetrying(
-        retry=policy.retry,
-        stop=policy.stop,
-        wait=policy.wait,
-        before_sleep=policy.before_sleep,
-        sleep=sleep,
-        reraise=False,
-    )
+    retrying = tenacity.AsyncRetrying(sleep=sleep, **policy.arguments())
 
     async def attempt() -> T:  # a coroutine function: tenacity awaits it (a lambda it would not)
         return await operation()
@@ -141,7 +137,8 @@ async def retry_call_async(
     try:
         return await retrying(attempt)
     except tenacity.RetryError as error:
-        raise _give_up(error, exhausted) from None
+        raised, cause = _give_up(error, exhausted)
+        raise raised from cause
 
 
 def retry_until(
