@@ -118,7 +118,7 @@ def _airflow_emitter(bootstrap: str, topic: str, overrides: dict[str, Any]) -> C
     return call
 
 
-def main(argv: list[str]) -> int:
+def _parse(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=2000, help="emits per variant (2000)")
     parser.add_argument("--block", type=int, default=100, help="emits per block; variants alternate (100)")
@@ -136,7 +136,100 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     if args.events < 1 or args.block < 1:
         parser.error("--events and --block must be >= 1")
+    return args
 
+
+def _variants(
+    args: argparse.Namespace, bootstrap: str, topic: str
+) -> tuple[dict[str, Callable[[int], Any]], dict[str, str]]:
+    """The emitters to measure, and why one is not measured (no Airflow here)."""
+    overrides: dict[str, Any] = {} if args.linger_ms is None else {"linger.ms": args.linger_ms}
+    variants: dict[str, Callable[[int], Any]] = {}
+    notes: dict[str, str] = {}
+    if args.only in (None, "external"):
+        variants["external.emit"] = _external_emitter(bootstrap, topic, overrides)
+    if args.only in (None, "airflow"):
+        try:
+            variants["emit_asset_event"] = _airflow_emitter(bootstrap, topic, overrides)
+        except Exception as exc:  # no Airflow here: measure the plain path only, and say so
+            notes["emit_asset_event"] = f"not measured: {type(exc).__name__}: {exc}"
+            say(f"[skip]    emit_asset_event {notes['emit_asset_event']}")
+    return variants, notes
+
+
+def _measure(
+    variants: dict[str, Callable[[int], Any]], events: int, block: int
+) -> tuple[dict[str, float], dict[str, list[float]], dict[str, float]]:
+    """First-call times (ms), per-emit seconds and busy seconds per variant, blocks alternating."""
+    warmup: dict[str, float] = {}
+    for name, call in variants.items():
+        t0 = time.perf_counter()
+        receipt = call(-1)
+        warmup[name] = (time.perf_counter() - t0) * 1000
+        say(f"[warmup]  {name}: first call {warmup[name]:.1f} ms -> {receipt.to_json()}")
+    samples: dict[str, list[float]] = {name: [] for name in variants}
+    busy: dict[str, float] = dict.fromkeys(variants, 0.0)
+    done = 0
+    while done < events:
+        size = min(block, events - done)
+        for name, call in variants.items():
+            mine = samples[name]
+            t_block = time.perf_counter()
+            for i in range(done, done + size):
+                t0 = time.perf_counter()
+                receipt = call(i)
+                mine.append(time.perf_counter() - t0)
+                if receipt.offset < 0:
+                    raise RuntimeError(f"{name}: no offset in {receipt}")
+            busy[name] += time.perf_counter() - t_block
+        done += size
+    return warmup, samples, busy
+
+
+def _report(
+    args: argparse.Namespace,
+    warmup: dict[str, float],
+    samples: dict[str, list[float]],
+    busy: dict[str, float],
+) -> dict[str, Any]:
+    say("")
+    linger = "librdkafka default (5)" if args.linger_ms is None else args.linger_ms
+    say(
+        f"B4 asset event emit latency: {args.events} sequential emits per variant, acks=all, "
+        f"loopback, linger.ms={linger}"
+    )
+    say(f"{'variant':<18} {'p50':>8} {'p90':>8} {'p99':>8} {'max':>8} {'mean':>8} {'emits/s':>9}")
+    results: dict[str, Any] = {}
+    for name in samples:
+        s = summary(samples[name], busy[name])
+        s["warmup_first_call_ms"] = round(warmup[name], 1)
+        results[name] = s
+        say(
+            f"{name:<18} {s['p50_ms']:>6.2f}ms {s['p90_ms']:>6.2f}ms {s['p99_ms']:>6.2f}ms "
+            f"{s['max_ms']:>6.1f}ms {s['mean_ms']:>6.2f}ms {s['throughput_per_s']:>9.0f}"
+        )
+    if len(samples) == 2:
+        a, b = results["external.emit"], results["emit_asset_event"]
+        say(f"ratio emit_asset_event/external.emit p50: {b['p50_ms'] / a['p50_ms']:.2f}x")
+    return results
+
+
+def _write(args: argparse.Namespace, results: dict[str, Any], load_start: Any, load_end: Any) -> None:
+    document = {
+        "benchmark": "B4 asset event emit latency",
+        "events_per_variant": args.events,
+        "block": args.block,
+        "linger_ms": args.linger_ms,
+        "machine": {"cpus": os.cpu_count(), "loadavg_start": load_start, "loadavg_end": load_end},
+        "results": results,
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(document, indent=2) + "\n")
+    say(f"[results] written to {args.out}")
+
+
+def main(argv: list[str]) -> int:
+    args = _parse(argv)
     load_start = loadavg()
     say(f"[machine] {os.cpu_count()} CPUs, load average {load_start}")
     broker = None
@@ -152,62 +245,9 @@ def main(argv: list[str]) -> int:
     admin = AdminClient(settings.admin_config())
     topic = f"bench-b4-{uuid.uuid4().hex[:8]}"
     ensure_topics(admin, [TopicSpec(topic, partitions=args.partitions)])
-    results: dict[str, Any] = {}
     try:
-        overrides: dict[str, Any] = {} if args.linger_ms is None else {"linger.ms": args.linger_ms}
-        variants: dict[str, Callable[[int], Any]] = {}
-        notes: dict[str, str] = {}
-        if args.only in (None, "external"):
-            variants["external.emit"] = _external_emitter(bootstrap, topic, overrides)
-        if args.only in (None, "airflow"):
-            try:
-                variants["emit_asset_event"] = _airflow_emitter(bootstrap, topic, overrides)
-            except Exception as exc:  # no Airflow here: measure the plain path only, and say so
-                notes["emit_asset_event"] = f"not measured: {type(exc).__name__}: {exc}"
-                say(f"[skip]    emit_asset_event {notes['emit_asset_event']}")
-
-        warmup: dict[str, float] = {}
-        for name, call in variants.items():
-            t0 = time.perf_counter()
-            receipt = call(-1)
-            warmup[name] = (time.perf_counter() - t0) * 1000
-            say(f"[warmup]  {name}: first call {warmup[name]:.1f} ms -> {receipt.to_json()}")
-
-        samples: dict[str, list[float]] = {name: [] for name in variants}
-        busy: dict[str, float] = dict.fromkeys(variants, 0.0)
-        done = 0
-        while done < args.events:
-            size = min(args.block, args.events - done)
-            for name, call in variants.items():
-                mine = samples[name]
-                t_block = time.perf_counter()
-                for i in range(done, done + size):
-                    t0 = time.perf_counter()
-                    receipt = call(i)
-                    mine.append(time.perf_counter() - t0)
-                    if receipt.offset < 0:
-                        raise RuntimeError(f"{name}: no offset in {receipt}")
-                busy[name] += time.perf_counter() - t_block
-            done += size
-
-        say("")
-        linger = "librdkafka default (5)" if args.linger_ms is None else args.linger_ms
-        say(
-            f"B4 asset event emit latency: {args.events} sequential emits per variant, acks=all, "
-            f"loopback, linger.ms={linger}"
-        )
-        say(f"{'variant':<18} {'p50':>8} {'p90':>8} {'p99':>8} {'max':>8} {'mean':>8} {'emits/s':>9}")
-        for name in variants:
-            s = summary(samples[name], busy[name])
-            s["warmup_first_call_ms"] = round(warmup[name], 1)
-            results[name] = s
-            say(
-                f"{name:<18} {s['p50_ms']:>6.2f}ms {s['p90_ms']:>6.2f}ms {s['p99_ms']:>6.2f}ms "
-                f"{s['max_ms']:>6.1f}ms {s['mean_ms']:>6.2f}ms {s['throughput_per_s']:>9.0f}"
-            )
-        if len(variants) == 2:
-            a, b = results["external.emit"], results["emit_asset_event"]
-            say(f"ratio emit_asset_event/external.emit p50: {b['p50_ms'] / a['p50_ms']:.2f}x")
+        variants, notes = _variants(args, bootstrap, topic)
+        results = _report(args, *_measure(variants, args.events, args.block))
         for name, note in notes.items():
             results[name] = {"note": note}
     finally:
@@ -220,15 +260,5 @@ def main(argv: list[str]) -> int:
     load_end = loadavg()
     say(f"[machine] load average at the end {load_end}")
     if args.out:
-        document = {
-            "benchmark": "B4 asset event emit latency",
-            "events_per_variant": args.events,
-            "block": args.block,
-            "linger_ms": args.linger_ms,
-            "machine": {"cpus": os.cpu_count(), "loadavg_start": load_start, "loadavg_end": load_end},
-            "results": results,
-        }
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(document, indent=2) + "\n")
-        say(f"[results] written to {args.out}")
+        _write(args, results, load_start, load_end)
     return 0
