@@ -154,6 +154,7 @@ def main(argv: list[str]) -> int:
     bootstrap = os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "")
     results: list[dict[str, Any]] = []
     t0 = time.monotonic()
+    finished = False
     try:
         if not bootstrap:
             broker = LocalKafkaBroker(state_dir=scratch / "kafka")
@@ -166,12 +167,13 @@ def main(argv: list[str]) -> int:
             for n in pair_counts:
                 ample = min(2 * n, 32)
                 results += run_slots(ample, [n], bootstrap, conf, not args.in_worker, scratch)
+        finished = True
     finally:
         if broker is not None:
             broker.stop()
-        if results and all(r["state"] == "success" for r in results):
+        if finished and all(r["state"] == "success" for r in results):
             shutil.rmtree(scratch, ignore_errors=True)
-        else:  # the Airflow homes (task logs, metadata DB) of a failed run are kept
+        else:  # the Airflow homes (task logs, metadata DB) of a failed or broken-off run are kept
             say(f"[files]   kept {scratch}")
     say(f"[b9]      done in {time.monotonic() - t0:.0f}s")
     for r in results:
