@@ -140,22 +140,10 @@ class _Pending(DeliveryFuture):
 
     __slots__ = ("before", "error", "failed_at", "key", "producer", "sent_at", "size", "topic")
 
-    def __init__(
-        self,
-        producer: EnvelopeProducer,
-        topic: str,
-        size: int,
-        sent_at: float,
-        before: BrokerSnapshot | None,
-        key: bytes | None,
-    ) -> None:
+    def __init__(self, producer: EnvelopeProducer, topic: str, size: int, key: bytes | None) -> None:
         super().__init__()
-        self.producer = producer
-        self.topic = topic
-        self.size = size
-        self.sent_at = sent_at
-        self.before = before
-        self.key = key
+        self.producer, self.topic, self.size, self.key = producer, topic, size, key
+        self.sent_at, self.before = time.monotonic(), producer.health.snapshot
         self.error: KafkaError | None = None
         self.failed_at = 0.0
 
@@ -344,7 +332,7 @@ class EnvelopeProducer:
         size = record_size(value, raw_key, header_list or ())
         if size > self.max_message_bytes:
             raise too_large_for_producer(topic, size, self.max_message_bytes)
-        pending = _Pending(self, topic, size, time.monotonic(), self.health.snapshot, raw_key)
+        pending = _Pending(self, topic, size, raw_key)
         self._produce(pending, value, header_list, -1 if partition is None else partition, timeout)
         return pending
 
