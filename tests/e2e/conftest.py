@@ -8,6 +8,8 @@
   components are not running; use ``.cli(...)``, ``.env`` and ``.home`` (discovery tests).
 * ``airflow_stack`` -- the same :class:`AirflowStack`, started: api-server, scheduler (LocalExecutor),
   triggerer and dag-processor, healthy. One per session; stopped at session end.
+* ``stack`` -- ``airflow_stack`` with the default trigger events topic created;
+* ``run_dir`` -- a directory a DAG run's task processes write their files into.
 """
 
 from __future__ import annotations
@@ -129,3 +131,18 @@ def trigger_events_topic(kafka_admin) -> str:
 
     ensure_topics(kafka_admin, [TopicSpec(DEFAULT_TOPIC, partitions=3)])
     return DEFAULT_TOPIC
+
+
+@pytest.fixture
+def stack(airflow_stack: AirflowStack, trigger_events_topic: str) -> AirflowStack:
+    """The shared Airflow deployment, with the default trigger events topic created."""
+    return airflow_stack
+
+
+@pytest.fixture
+def run_dir(tmp_path: Path) -> Path:
+    """A directory the DAG run's task processes write their files into (any user may write)."""
+    directory = tmp_path / "run"
+    directory.mkdir()
+    directory.chmod(0o777)
+    return directory

@@ -26,18 +26,6 @@ pytestmark = pytest.mark.e2e
 HERE = Path(__file__).resolve().parent
 
 
-@pytest.fixture
-def stack(airflow_stack: AirflowStack, trigger_events_topic: str) -> AirflowStack:
-    return airflow_stack
-
-
-def _run_dir(tmp_path: Path) -> Path:
-    directory = tmp_path / "run"
-    directory.mkdir()
-    directory.chmod(0o777)
-    return directory
-
-
 def _lines(path: Path) -> list[str]:
     return path.read_text(encoding="utf-8").splitlines() if path.exists() else []
 
@@ -62,10 +50,10 @@ def _run(stack: AirflowStack, dag_id: str, directory: Path, timeout: float = 240
 
 # --------------------------------------------------------------------------- (a)
 def test_consumer_handles_pages_while_the_producer_that_deferred_once_is_still_writing(
-    stack: AirflowStack, tmp_path: Path
+    stack: AirflowStack, run_dir: Path
 ):
     dag_id = "e2e_stream_live"
-    directory = _run_dir(tmp_path)
+    directory = run_dir
     run_id, _ = _run(stack, dag_id, directory)
 
     # the producer deferred exactly once for its 100 pages and resumed once
@@ -93,10 +81,10 @@ def test_consumer_handles_pages_while_the_producer_that_deferred_once_is_still_w
 
 # --------------------------------------------------------------------------- (b)
 def test_single_event_operator_works_through_the_shim_and_fetch_only_streams_are_consumed(
-    stack: AirflowStack, tmp_path: Path
+    stack: AirflowStack, run_dir: Path
 ):
     dag_id = "e2e_stream_legacy"
-    directory = _run_dir(tmp_path)
+    directory = run_dir
     run_id, _ = _run(stack, dag_id, directory)
 
     legacy = [json.loads(line) for line in _lines(directory / "legacy.txt")]
@@ -116,10 +104,10 @@ def test_single_event_operator_works_through_the_shim_and_fetch_only_streams_are
 
 # --------------------------------------------------------------------------- (c)
 def test_a_handler_failing_mid_stream_is_retried_from_the_checkpoint_each_page_once(
-    stack: AirflowStack, tmp_path: Path
+    stack: AirflowStack, run_dir: Path
 ):
     dag_id = "e2e_stream_retry"
-    directory = _run_dir(tmp_path)
+    directory = run_dir
     run_id, _ = _run(stack, dag_id, directory)
 
     assert (directory / "failed-once").read_text().startswith("try 1 failed on pages"), (
