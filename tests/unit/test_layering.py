@@ -11,6 +11,7 @@ pytestmark = pytest.mark.unit
 AIRFLOW_FREE = [
     "airflow_kafka_events",
     "airflow_kafka_events.errors",
+    "airflow_kafka_events.retry",
     "airflow_kafka_events.lazy_exports",
     "airflow_kafka_events.schemas",
     "airflow_kafka_events.envelopes",
