@@ -9,7 +9,8 @@ with ``acks=all`` + idempotence, alternating rounds of
   raw     -- a plain ``confluent_kafka.Producer``, each envelope encoded inline, a delivery callback;
   project -- ``EnvelopeProducer.send(topic, TRIGGER_EVENT_CODEC.encode(envelope))`` and its future;
   bytes   -- the raw producer with the bytes encoded beforehand (context: the send floor).
-Each round ends when every delivery is acknowledged; best round per variant, ratio project / raw.
+Each round ends when every delivery is acknowledged; best round per variant, ratio project / raw;
+also the process's CPU time per message (best round), which other load on the machine sways less.
 """
 
 from __future__ import annotations
@@ -141,25 +142,34 @@ def produce_figures(messages: int, rounds: int) -> dict[str, float]:
     items = envelopes("b3", messages)
     encoded = [TRIGGER_EVENT_CODEC.encode(item) for item in items]
     best = {"raw": float("inf"), "project": float("inf"), "bytes": float("inf")}
+    cpu = dict(best)  # the process's CPU seconds per round (all threads): less swayed by other load
     try:
         project, raw = EnvelopeProducer(config), _Raw(config)
         _project_round(project, topic, items[:200])  # warm up: connection, producer id
         raw.round(topic, items[:200], encode=True)
+        variants: dict[str, Callable[[], float]] = {
+            "raw": lambda: raw.round(topic, items, encode=True),
+            "project": lambda: _project_round(project, topic, items),
+            "bytes": lambda: raw.round(topic, encoded, encode=False),
+        }
         for _ in range(rounds):
-            best["raw"] = min(best["raw"], raw.round(topic, items, encode=True))
-            best["project"] = min(best["project"], _project_round(project, topic, items))
-            best["bytes"] = min(best["bytes"], raw.round(topic, encoded, encode=False))
+            for name, run in variants.items():
+                started = time.process_time()
+                best[name] = min(best[name], run())
+                cpu[name] = min(cpu[name], time.process_time() - started)
         project.close()
     finally:
         delete_topics(admin, [topic])
         if broker is not None:
             broker.stop()
     rates = {name: messages / seconds for name, seconds in best.items()}
+    us = {name: seconds / messages * 1e6 for name, seconds in cpu.items()}
     print(f"messages per round: {messages}, rounds: {rounds}, envelope: {len(encoded[0])} bytes")
-    print(f"raw, encoded inline      : {rates['raw']:9.0f} msg/s")
-    print(f"project produce path     : {rates['project']:9.0f} msg/s")
-    print(f"raw, bytes encoded before: {rates['bytes']:9.0f} msg/s")
-    print(f"ratio project / raw inline: {rates['project'] / rates['raw']:.2f}x")
+    print(f"raw, encoded inline      : {rates['raw']:9.0f} msg/s   CPU {us['raw']:6.1f} us/msg")
+    print(f"project produce path     : {rates['project']:9.0f} msg/s   CPU {us['project']:6.1f} us/msg")
+    print(f"raw, bytes encoded before: {rates['bytes']:9.0f} msg/s   CPU {us['bytes']:6.1f} us/msg")
+    print(f"ratio project / raw inline: {rates['project'] / rates['raw']:.2f}x (CPU per message: ", end="")
+    print(f"{us['project'] / us['raw']:.2f}x)")
     return rates
 
 
