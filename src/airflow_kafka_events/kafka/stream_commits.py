@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 from confluent_kafka import KafkaException, TopicPartition
@@ -18,9 +19,28 @@ from confluent_kafka import KafkaException, TopicPartition
 from airflow_kafka_events.checkpoint import Checkpoint
 from airflow_kafka_events.errors import KafkaOperationError
 
-__all__ = ["commit_checkpoint", "commit_metadata", "committed_checkpoint"]
+__all__ = ["commit_checkpoint", "commit_metadata", "committed_checkpoint", "reader_config"]
 
 log = logging.getLogger(__name__)
+
+
+def reader_config(
+    consumer_config: Mapping[str, Any], trigger_run_id: str, group_id: str | None
+) -> dict[str, Any]:
+    """A stream reader's consumer configuration: its group, nothing committed or stored but on purpose."""
+    config = dict(consumer_config)
+    if group_id:
+        config["group.id"] = group_id
+    config.setdefault("group.id", f"airflow-kafka-events-stream-{trigger_run_id}")
+    config.update(
+        {
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "auto.offset.reset": "earliest",
+            "enable.partition.eof": False,
+        }
+    )
+    return config
 
 
 def commit_metadata(trigger_run_id: str, checkpoint: Checkpoint) -> str:

@@ -37,19 +37,15 @@ Batching (``max_events``, ``max_wait``): a batch is due when ``max_events`` are 
 Resuming: :meth:`StreamReader.ack` tells the reader that the caller finished handling a
 batch (and every earlier one); :meth:`StreamReader.checkpoint` is then the position after
 it, never past an element that was not acknowledged.  A reader created with that
-:class:`~airflow_kafka_events.checkpoint.Checkpoint` assigns the stream's partition and
-seeks to the checkpoint's offset (no consumer group needed); elements below the
-checkpoint's sequence index are skipped.  When the offset is gone (retention) or unknown,
-it reads the partition from its beginning.  With ``group_id`` the reader also commits the
-acknowledged position to that consumer group, the checkpoint riding in the commit's
-metadata, and a reader created without a checkpoint resumes from it; use one dedicated
-group per stream.  Rejected records are delivered at least once.
-
-Finding the partition: an explicit ``partition``, the checkpoint's, or the key's partition
-(see :mod:`airflow_kafka_events.kafka.stream_partition`).  The ordering rules live in
-:mod:`~airflow_kafka_events.kafka.sequence_tracker`, batches in
-:mod:`~airflow_kafka_events.kafka.stream_batches`, the group commit in
-:mod:`~airflow_kafka_events.kafka.stream_commits`; every name stays importable from here.
+:class:`~airflow_kafka_events.checkpoint.Checkpoint` seeks to its offset in its partition
+(no consumer group needed) and skips elements below its sequence index; when the offset is
+gone (retention) or unknown, it reads the partition from its beginning.  With ``group_id``
+the position is also committed to that dedicated group
+(:mod:`~airflow_kafka_events.kafka.stream_commits`).  Rejected records are delivered at
+least once.  The partition: an explicit one, the checkpoint's, else the key's
+(:mod:`~airflow_kafka_events.kafka.stream_partition`).  Every name of the reader's parts
+(:mod:`~airflow_kafka_events.kafka.sequence_tracker`,
+:mod:`~airflow_kafka_events.kafka.stream_batches`) stays importable from here.
 
 A reader is not thread-safe; use one per thread.  This module imports no Airflow module.
 """
@@ -85,7 +81,7 @@ from airflow_kafka_events.kafka.sequence_tracker import (
     gap_error,
 )
 from airflow_kafka_events.kafka.stream_batches import BatchPolicy, StreamBatch
-from airflow_kafka_events.kafka.stream_commits import commit_checkpoint, committed_checkpoint
+from airflow_kafka_events.kafka.stream_commits import commit_checkpoint, committed_checkpoint, reader_config
 from airflow_kafka_events.kafka.stream_deadlines import StreamDeadlines
 from airflow_kafka_events.kafka.stream_partition import (
     TRANSIENT_CODES,
@@ -206,21 +202,9 @@ class StreamReader:
         self._failure_error: StreamFailedError | None = None
         self._closed = False
 
-        config = dict(consumer_config)
-        if group_id:
-            config["group.id"] = group_id
-        config.setdefault("group.id", f"airflow-kafka-events-stream-{trigger_run_id}")
-        config.update(
-            {
-                "enable.auto.commit": False,
-                "enable.auto.offset.store": False,
-                "auto.offset.reset": "earliest",
-                "enable.partition.eof": False,
-            }
-        )
         self._consumer: Any = None
         if not self._tracker.finished_taken:
-            self._consumer = self._make_consumer(config)
+            self._consumer = self._make_consumer(reader_config(consumer_config, trigger_run_id, group_id))
 
     # ------------------------------------------------------------------ seams
     def _make_consumer(self, config: dict[str, Any]) -> Any:
