@@ -189,11 +189,17 @@ class AssignedReader:
 
     def _policy_offsets(self, partitions: list[Partition], timeout: float) -> dict[Partition, int]:
         starts: dict[Partition, int] = {}
+        earliest = self.start_policy == StartPolicy.EARLIEST
         for topic, partition in partitions:
-            low, high = self._client().get_watermark_offsets(
-                KafkaTopicPartition(topic, partition), timeout=timeout
-            )
-            starts[(topic, partition)] = low if self.start_policy == StartPolicy.EARLIEST else high
+            tp = KafkaTopicPartition(topic, partition)
+            # what this client's fetches of the partition already told it, if anything: asking the
+            # broker waits behind the connection's pending fetch (up to fetch.wait.max.ms) each time
+            low, high = self._client().get_watermark_offsets(tp, cached=True)
+            known = low if earliest else high
+            if known is None or known < 0:
+                low, high = self._client().get_watermark_offsets(tp, timeout=timeout)
+                known = low if earliest else high
+            starts[(topic, partition)] = known
         return starts
 
     async def assign(self, positions: Mapping[Partition, int]) -> None:
