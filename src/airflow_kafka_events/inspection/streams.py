@@ -2,7 +2,8 @@
 
 * :func:`list_streams`: every stream with envelopes in a window of the trigger events topic, one
   :class:`StreamSummary` each (its highest attempt, pages, state, the producer's error, pages/s);
-* :func:`show_stream`: one stream -- found by the per-key progress lookup of
+* :func:`show_stream`: one stream -- at a listing's location hint (partition, last offset: a
+  bounded range around it), else found by the per-key progress lookup of
   :mod:`airflow_kafka_events.kafka.progress` (only the key's partition is read, backwards) -- and
   the envelopes of its latest attempt (bounded);
 * :func:`tail_stream`: the envelopes of one stream as they are written.
@@ -28,12 +29,12 @@ from confluent_kafka import Message
 from airflow_kafka_events.codec import TRIGGER_EVENT_CODEC
 from airflow_kafka_events.envelopes import TriggerEventEnvelope
 from airflow_kafka_events.errors import EnvelopeDecodeError, ValidationError
-from airflow_kafka_events.inspection.errors import StreamNotFoundError
+from airflow_kafka_events.inspection.errors import InspectionError, StreamNotFoundError
 from airflow_kafka_events.inspection.reader import DEFAULT_TIMEOUT, Progress, TopicReader, scan
 from airflow_kafka_events.inspection.redact import preview
 from airflow_kafka_events.inspection.window import PartitionWindow, ScannedWindow, ScanWindow, to_ms
 from airflow_kafka_events.kafka.partitioner import partition_for_key
-from airflow_kafka_events.kafka.progress import lookup_stream, metadata_generation
+from airflow_kafka_events.kafka.progress import lookup_stream, metadata_first_offset, metadata_generation
 from airflow_kafka_events.streams import parse_stream_id
 
 __all__ = [
@@ -303,58 +304,135 @@ def list_streams(
     return StreamListing(found, scanned, skipped)
 
 
+@dataclass(frozen=True)
+class _Span:
+    """The latest attempt of a stream in one partition: where its envelopes are read."""
+
+    partition: int
+    start: int  # the attempt's first offset as far as known (the lowest offset worth reading)
+    end: int  # exclusive: one past the latest envelope
+    attempt: int
+    low: int
+    high: int
+
+
+def _check_hint(partition: int | None, last_offset: int | None) -> None:
+    for name, value in (("partition", partition), ("last_offset", last_offset)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+            raise InspectionError(f"a stream's {name} hint is an int >= 0 or None, got {value!r}")
+    if (partition is None) != (last_offset is None):
+        raise InspectionError(
+            "a stream's location hint needs both partition and last_offset (as a listing's StreamSummary "
+            f"has them), got partition={partition!r}, last_offset={last_offset!r}"
+        )
+
+
+def _looked_up(
+    reader: TopicReader, config: Mapping[str, Any], trigger_run_id: str, window: ScanWindow
+) -> _Span:
+    """The span found by the per-key progress lookup (backwards from the partition's end)."""
+    not_before = None if window.since is None else to_ms(window.since)
+    location, latest = lookup_stream(
+        config,
+        reader.topic,
+        trigger_run_id,
+        timeout=max(0.1, reader.deadline - time.monotonic()),
+        not_before_ms=not_before,
+    )
+    if latest is None:
+        raise StreamNotFoundError(
+            f"stream {trigger_run_id!r} has no envelope in topic {reader.topic!r} partition "
+            f"{location.partition} (offsets {location.scan_start}..{location.high - 1}); fix: check the "
+            "stream id (`streams ls`), the topic (--topic) or an earlier --since"
+        )
+    start = latest.first_offset if latest.first_offset is not None else location.scan_start
+    return _Span(location.partition, start, latest.offset + 1, latest.attempt, location.low, location.high)
+
+
+def _hinted(
+    reader: TopicReader, trigger_run_id: str, partition: int, last_offset: int, window: ScanWindow
+) -> _Span | None:
+    """The span from a listing's location hint, or ``None`` when the hint does not hold (any more).
+
+    The record at ``last_offset`` must be an envelope of the stream; envelopes written after
+    the listing are found in the ``window.max_records`` offsets that follow it.
+    """
+    if partition not in reader.partitions():
+        return None
+    low, high = reader.watermarks(partition)
+    if not low <= last_offset < high:
+        return None
+    key = trigger_run_id.encode("utf-8")
+    best: tuple[int, int, TriggerEventEnvelope] | None = None
+    for msg in reader.read(partition, last_offset, min(high, last_offset + 1 + window.max_records)):
+        offset = int(msg.offset() or 0)
+        envelope = _decode(msg) if msg.key() == key else None
+        if envelope is None or envelope.trigger_run_id != trigger_run_id:
+            if offset == last_offset:
+                return None  # the hint names another record: not this stream's
+            continue
+        if best is None or (envelope.attempt, offset) >= (best[2].attempt, best[0]):
+            best = (offset, envelope.attempt, envelope)
+    if best is None:
+        return None
+    offset, attempt, envelope = best
+    start = metadata_first_offset(envelope)
+    if start is None or not low <= start <= offset:
+        start = low if window.since is None else reader.offsets([partition], to_ms(window.since))[partition]
+        start = offset if start < 0 else min(max(start, low), offset)
+    return _Span(partition, start, offset + 1, attempt, low, high)
+
+
 def show_stream(
     config: Mapping[str, Any],
     topic: str,
     trigger_run_id: str,
     *,
     window: ScanWindow,
+    partition: int | None = None,
+    last_offset: int | None = None,
     timeout: float = DEFAULT_TIMEOUT,
 ) -> StreamDetail:
     """One stream's latest attempt and its envelopes (the newest ``window.max_records`` offsets of it).
 
-    The stream is found with the per-key progress lookup (``window.since`` bounds it); its
-    envelopes are read from the attempt's first offset to its latest envelope in the key's
-    partition.  :class:`StreamNotFoundError` when the stream has no envelope there.
+    With a location hint (``partition`` and ``last_offset``, as a listing's
+    :class:`StreamSummary` has them) only a bounded range around it is read: the stream's
+    envelopes from that offset on (at most ``window.max_records`` offsets further, for what was
+    written since the listing) and its attempt's from its first offset (``first_offset``
+    metadata, else ``window.since`` or the partition's start) -- however old the stream.  Without
+    one (or when the hint does not name an envelope of the stream), the stream is found with the
+    per-key progress lookup, which reads the key's partition backwards from its end
+    (``window.since`` bounds how far).  Its envelopes are then read from the attempt's first
+    offset to its latest envelope.  :class:`StreamNotFoundError` when the stream has no envelope
+    there.
     """
+    _check_hint(partition, last_offset)
     with TopicReader(config, topic, timeout=timeout, name="stream detail") as reader:
         reader.partitions()  # a missing topic, refused credentials or no broker: said here, at once
-        not_before = None if window.since is None else to_ms(window.since)
-        location, latest = lookup_stream(
-            config,
-            topic,
-            trigger_run_id,
-            timeout=max(0.1, reader.deadline - time.monotonic()),
-            not_before_ms=not_before,
-        )
-        if latest is None:
-            raise StreamNotFoundError(
-                f"stream {trigger_run_id!r} has no envelope in topic {topic!r} partition "
-                f"{location.partition} (offsets {location.scan_start}..{location.high - 1}); fix: check the "
-                "stream id (`streams ls`), the topic (--topic) or an earlier --since"
-            )
-        start = latest.first_offset if latest.first_offset is not None else location.scan_start
-        end = latest.offset + 1
-        first = max(start, end - window.max_records)
-        stream = _Stream(trigger_run_id, topic, location.partition)
+        span = None
+        if partition is not None and last_offset is not None:
+            span = _hinted(reader, trigger_run_id, partition, last_offset, window)
+        if span is None:
+            span = _looked_up(reader, config, trigger_run_id, window)
+        first = max(span.start, span.end - window.max_records)
+        stream = _Stream(trigger_run_id, topic, span.partition)
         pages: list[PageInfo] = []
         scanned = 0
-        for msg in reader.read(location.partition, first, end):
+        key = trigger_run_id.encode("utf-8")
+        for msg in reader.read(span.partition, first, span.end):
             scanned += 1
-            if msg.key() != trigger_run_id.encode("utf-8"):
+            if msg.key() != key:
                 continue
             envelope = _decode(msg)
             if (
                 envelope is None
                 or envelope.trigger_run_id != trigger_run_id
-                or envelope.attempt != latest.attempt
+                or envelope.attempt != span.attempt
             ):
                 continue
             stream.add(envelope, int(msg.offset() or 0))
             pages.append(PageInfo.of(envelope, msg))
-    part = PartitionWindow(
-        location.partition, first, end, scanned, first > start, location.low, location.high
-    )
+    part = PartitionWindow(span.partition, first, span.end, scanned, first > span.start, span.low, span.high)
     return StreamDetail(stream.summary(), pages, ScannedWindow(topic, window, (part,)))
 
 

@@ -12,6 +12,7 @@ from airflow_kafka_events.codec import TRIGGER_EVENT_CODEC
 from airflow_kafka_events.envelopes import TriggerEventEnvelope
 from airflow_kafka_events.inspection import (
     BrokerTimeoutError,
+    InspectionError,
     InvalidWindowError,
     ScanWindow,
     StreamNotFoundError,
@@ -20,6 +21,7 @@ from airflow_kafka_events.inspection import (
     show_stream,
     tail_stream,
 )
+from airflow_kafka_events.inspection import streams as streams_module
 from airflow_kafka_events.streams import stream_id
 from integration.inspection.records import wait_past, write_stream
 
@@ -128,6 +130,46 @@ def test_show_stream_gives_the_latest_attempt_pages_in_order(config, producer, n
 
     with pytest.raises(StreamNotFoundError, match="streams ls"):
         show_stream(config, topic, stream_id("inspect_dag", RUN, "absent"), window=ScanWindow())
+
+
+def test_show_stream_with_a_listing_hint_reads_around_it_without_the_per_key_lookup(
+    config, producer, new_topic, monkeypatch
+):
+    topic = new_topic(partitions=1)
+    old, noise = stream_id("inspect_dag", RUN, "old"), stream_id("inspect_dag", RUN, "noise")
+    write_stream(producer, topic, old, 3, end="failed")
+    write_stream(producer, topic, old, 4, attempt=1, end=None)  # attempt 1 runs
+    write_stream(producer, topic, noise, 30)
+    listed = {s.trigger_run_id: s for s in list_streams(config, topic, window=ScanWindow()).streams}[old]
+    marker = TriggerEventEnvelope(trigger_run_id=old, sequence_index=4, is_last=True, attempt=1)
+    producer.send_and_wait(topic, TRIGGER_EVENT_CODEC.encode(marker), key=old)  # after the listing
+    write_stream(producer, topic, noise, 30)
+    unhinted = show_stream(config, topic, old, window=ScanWindow())
+
+    def no_lookup(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the per-key lookup ran despite a location hint")
+
+    monkeypatch.setattr(streams_module, "lookup_stream", no_lookup)
+    hint = {"partition": listed.partition, "last_offset": listed.last_offset}
+    detail = show_stream(config, topic, old, window=ScanWindow(), **hint)
+    assert (detail.summary.attempt, detail.summary.state) == (1, "complete")  # the marker after the hint
+    assert [p.to_dict() for p in detail.pages] == [p.to_dict() for p in unhinted.pages]
+    assert [(p.attempt, p.sequence_index) for p in detail.pages] == [(1, i) for i in range(5)]
+    part = detail.window.partitions[0]
+    assert part.end_offset == detail.pages[-1].offset + 1 < part.high  # not read to the partition's end
+
+    # a window smaller than the distance to the marker: the hint still holds, the marker is not seen
+    short = show_stream(config, topic, old, window=ScanWindow(max_records=20), **hint)
+    assert (short.summary.state, short.pages[-1].offset) == ("running", listed.last_offset)
+
+    monkeypatch.undo()  # a hint naming another record, or out of range: the lookup answers instead
+    for wrong in (listed.last_offset + 5, 10**6):
+        again = show_stream(config, topic, old, window=ScanWindow(), partition=0, last_offset=wrong)
+        assert [p.to_dict() for p in again.pages] == [p.to_dict() for p in unhinted.pages]
+    with pytest.raises(InspectionError, match="both partition and last_offset"):
+        show_stream(config, topic, old, window=ScanWindow(), partition=0)
+    with pytest.raises(InspectionError, match="int >= 0"):
+        show_stream(config, topic, old, window=ScanWindow(), partition=0, last_offset=-1)
 
 
 def test_tail_reads_to_the_end_and_follows_until_the_terminal_marker(config, producer, new_topic):

@@ -4,7 +4,10 @@
 (filters ``dag_id`` / ``run_id`` / ``task_id`` / ``map_index``: the DAG, DAG run and task-instance
 tabs open it filtered), each with its consumers' checkpoints from the task state store and their
 lag in pages.  ``GET /streams/{trigger_run_id}`` is one stream: its latest attempt's envelopes and
-its consumers.  ``/api/...`` answers the same as JSON.
+its consumers; the listing links it with ``?partition=&offset=`` (the stream's partition and latest
+offset it saw), so only a bounded range around that is read, however old the stream -- without
+them the per-key lookup reads the partition backwards from its end.  ``/api/...`` answers the same
+as JSON.
 """
 
 from __future__ import annotations
@@ -156,10 +159,25 @@ def _stream_window(page: Page, session: Any, trigger_run_id: str) -> ScanWindow:
 
 @router.get("/streams/{trigger_run_id:path}")
 @router.get("/api/streams/{trigger_run_id:path}")
-def stream_page(page: PageDep, session: SessionDep, trigger_run_id: str) -> Response:
+def stream_page(
+    page: PageDep,
+    session: SessionDep,
+    trigger_run_id: str,
+    partition: Annotated[int | None, Query(ge=0, description="the stream's partition (a listing's)")] = None,
+    offset: Annotated[
+        int | None, Query(ge=0, description="its latest envelope's offset (a listing's)")
+    ] = None,
+) -> Response:
     try:
         window = _stream_window(page, session, trigger_run_id)
-        detail = show_stream(page.config(), page.settings.trigger_events_topic, trigger_run_id, window=window)
+        detail = show_stream(
+            page.config(),
+            page.settings.trigger_events_topic,
+            trigger_run_id,
+            window=window,
+            partition=None if offset is None else partition,
+            last_offset=None if partition is None else offset,
+        )
     except AirflowKafkaEventsError as exc:
         return page.failed("streams", exc)
     summaries = {trigger_run_id: detail.summary}
