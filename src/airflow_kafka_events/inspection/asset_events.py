@@ -16,7 +16,7 @@ from typing import Any
 
 from confluent_kafka import Message
 
-from airflow_kafka_events.codec import ASSET_EVENT_CODEC
+from airflow_kafka_events.codec import ASSET_EVENT_CODEC, CONFLUENT_MAGIC, SINGLE_OBJECT_MAGIC
 from airflow_kafka_events.envelopes import AssetEventEnvelope
 from airflow_kafka_events.errors import EnvelopeDecodeError, ValidationError
 from airflow_kafka_events.inspection.reader import DEFAULT_TIMEOUT, Progress, message_timestamp_ms, scan
@@ -97,12 +97,17 @@ class AssetEventListing:
     window: ScannedWindow
     #: Records in the window that are no asset event envelope (skipped).
     undecodable: int = 0
+    #: Matches in the window (``records`` holds the newest ``limit`` of them).  Without a filter
+    #: and with a ``limit``, only the newest ``limit`` are decoded: the others are counted by
+    #: their framing, so an undecodable one among them counts here, not in ``undecodable``.
+    matched: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "records": [r.to_dict() for r in self.records],
             "window": self.window.to_dict(),
             "undecodable": self.undecodable,
+            "matched": self.matched,
         }
 
 
@@ -148,26 +153,98 @@ def scan_asset_events(
     return AssetEventScan(scanned, counts["undecodable"], counts["matched"])
 
 
+_CONFLUENT_BYTE = bytes([CONFLUENT_MAGIC])
+
+
+def _framed(value: bytes | None) -> bool:
+    """Whether ``value`` starts like an envelope (either framing), without decoding it."""
+    return value is not None and (value[:2] == SINGLE_OBJECT_MAGIC or value[:1] == _CONFLUENT_BYTE)
+
+
+def _decoded(msg: Message) -> AssetEventEnvelope | None:
+    try:
+        return ASSET_EVENT_CODEC.decode(msg.value() or b"")
+    except (EnvelopeDecodeError, ValidationError):
+        return None
+
+
+@dataclass
+class _Newest:
+    """The framed records of a window that may match, decoded newest first only as far as needed."""
+
+    asset: str | None
+    event_id: str | None
+    candidates: list[tuple[tuple[int, int, int], Message]]
+    undecodable: int = 0
+
+    def offer(self, msg: Message) -> None:
+        value = msg.value()
+        if value is None or not _framed(value):
+            self.undecodable += 1
+            return
+        # a filter's text is in the Avro body as it is (strings are written as UTF-8): a cheap test first
+        if any(n is not None and n.encode("utf-8") not in value for n in (self.asset, self.event_id)):
+            return
+        order = (message_timestamp_ms(msg) or 0, int(msg.partition() or 0), int(msg.offset() or 0))
+        self.candidates.append((order, msg))
+
+    def _matches(self, envelope: AssetEventEnvelope) -> bool:
+        return _selected(envelope, self.asset) and self.event_id in (None, envelope.event_id)
+
+    def records(self, limit: int, preview_limit: int) -> tuple[list[AssetEventRecord], int]:
+        """The newest ``limit`` matches as records, and the count of all matches."""
+        self.candidates.sort(key=lambda c: c[0], reverse=True)
+        exact = self.asset is not None or self.event_id is not None  # else counted by framing
+        matched = 0 if exact else len(self.candidates)
+        records: list[AssetEventRecord] = []
+        for _, msg in self.candidates:
+            if not exact and len(records) >= limit:
+                break
+            envelope = _decoded(msg)
+            if envelope is None:
+                self.undecodable += 1
+                matched -= 0 if exact else 1
+            elif self._matches(envelope):
+                matched += 1 if exact else 0
+                if len(records) < limit:
+                    records.append(AssetEventRecord.of(msg, envelope, preview_limit))
+        return records, matched
+
+
 def list_asset_events(
     config: Mapping[str, Any],
     topic: str,
     *,
     window: ScanWindow,
     asset: str | None = None,
+    event_id: str | None = None,
+    limit: int | None = None,
     timeout: float = DEFAULT_TIMEOUT,
     progress: Progress | None = None,
     preview_limit: int = PREVIEW_LIMIT,
 ) -> AssetEventListing:
-    """The asset events of ``window`` (of ``asset``: its URI or name), newest first."""
-    records: list[AssetEventRecord] = []
+    """The asset events of ``window`` (of ``asset``: its URI or name; the one ``event_id``), newest first.
+
+    With ``limit`` only the newest ``limit`` matches are built (and, without a filter, decoded);
+    ``matched`` counts them all.
+    """
+    if limit is not None and limit < 1:
+        raise ValidationError(f"limit is an int >= 1 or None, got {limit!r}")
+    if limit is not None:
+        newest = _Newest(asset, event_id, [])
+        scanned = scan(
+            config, topic, window, newest.offer, timeout=timeout, progress=progress, name="asset events"
+        )
+        records, matched = newest.records(limit, preview_limit)
+        return AssetEventListing(records, scanned, newest.undecodable, matched)
+    found: list[AssetEventRecord] = []
+
+    def handle(msg: Message, envelope: AssetEventEnvelope) -> None:
+        if event_id is None or envelope.event_id == event_id:
+            found.append(AssetEventRecord.of(msg, envelope, preview_limit))
+
     result = scan_asset_events(
-        config,
-        topic,
-        lambda msg, envelope: records.append(AssetEventRecord.of(msg, envelope, preview_limit)),
-        window=window,
-        asset=asset,
-        timeout=timeout,
-        progress=progress,
+        config, topic, handle, window=window, asset=asset, timeout=timeout, progress=progress
     )
-    records.sort(key=lambda r: (r.timestamp is not None, r.timestamp, r.partition, r.offset), reverse=True)
-    return AssetEventListing(records, result.window, result.undecodable)
+    found.sort(key=lambda r: (r.timestamp is not None, r.timestamp, r.partition, r.offset), reverse=True)
+    return AssetEventListing(found, result.window, result.undecodable, len(found))

@@ -3,6 +3,8 @@
 * :func:`list_dead_letters`: the dead letters in a window of a dead-letter topic, filtered by
   reason, source topic or consumer (the filter runs on the scanned window, which the answer
   states: filtering means scanning);
+* :func:`dead_letters_by_source`: where the dead letters of one source topic are, by their
+  source coordinates (headers only: what a listing of that topic shows beside each record);
 * :func:`get_dead_letter`: one of them, by its coordinates;
 * :func:`replay_dead_letter`: publishes the ORIGINAL record again -- its key, its value and its
   original headers (the ``x-*`` headers of :mod:`airflow_kafka_events.dlq` removed) -- to its
@@ -28,7 +30,15 @@ from typing import Any
 from confluent_kafka import Message
 
 from airflow_kafka_events.codec import ASSET_EVENT_CODEC, TRIGGER_EVENT_CODEC
-from airflow_kafka_events.dlq import DEAD_LETTER_HEADERS, REFERENCE_HEADERS, DeadLetter
+from airflow_kafka_events.dlq import (
+    DEAD_LETTER_HEADERS,
+    HEADER_REASON,
+    HEADER_SOURCE_OFFSET,
+    HEADER_SOURCE_PARTITION,
+    HEADER_SOURCE_TOPIC,
+    REFERENCE_HEADERS,
+    DeadLetter,
+)
 from airflow_kafka_events.errors import EnvelopeDecodeError, ValidationError
 from airflow_kafka_events.inspection.errors import NotADeadLetterError, RecordNotFoundError, ReplayError
 from airflow_kafka_events.inspection.reader import (
@@ -56,7 +66,9 @@ __all__ = [
     "REPLAY_ROLE",
     "DeadLetterListing",
     "DeadLetterRecord",
+    "DeadLetterSource",
     "ReplayReceipt",
+    "dead_letters_by_source",
     "get_dead_letter",
     "list_dead_letters",
     "replay_dead_letter",
@@ -263,6 +275,65 @@ def list_dead_letters(
     )
     found.sort(key=lambda r: (r.timestamp is not None, r.timestamp, r.partition, r.offset), reverse=True)
     return DeadLetterListing(found, scanned, others)
+
+
+@dataclass(frozen=True)
+class DeadLetterSource:
+    """Where a dead letter is in the dead-letter topic, and why (keyed by its source coordinates)."""
+
+    partition: int
+    offset: int
+    reason: str
+
+
+_SOURCE_HEADERS = frozenset(
+    {HEADER_REASON, HEADER_SOURCE_TOPIC, HEADER_SOURCE_PARTITION, HEADER_SOURCE_OFFSET}
+)
+
+
+def _source(msg: Message, wanted: bytes) -> tuple[tuple[str, int, int], DeadLetterSource] | None:
+    """A dead letter's source coordinates from its headers, if its source topic is ``wanted``."""
+    found: dict[str, Any] = {}
+    raw = msg.headers() or []
+    for name, value in raw.items() if isinstance(raw, dict) else raw:
+        if name in _SOURCE_HEADERS:
+            found[name] = value.encode("utf-8") if isinstance(value, str) else value
+    reason = found.get(HEADER_REASON)
+    if found.get(HEADER_SOURCE_TOPIC) != wanted or not reason:
+        return None
+    try:
+        partition, offset = int(found[HEADER_SOURCE_PARTITION]), int(found[HEADER_SOURCE_OFFSET])
+    except (KeyError, TypeError, ValueError):
+        return None  # no dead letter of ours (DeadLetter.from_headers would refuse it too)
+    where = DeadLetterSource(
+        int(msg.partition() or 0), int(msg.offset() or 0), reason.decode("utf-8", "replace")
+    )
+    return (wanted.decode("utf-8"), partition, offset), where
+
+
+def dead_letters_by_source(
+    config: Mapping[str, Any],
+    topic: str,
+    *,
+    window: ScanWindow,
+    source_topic: str,
+    timeout: float = DEFAULT_TIMEOUT,
+) -> tuple[dict[tuple[str, int, int], DeadLetterSource], ScannedWindow]:
+    """``{(source topic, partition, offset): dead letter}`` of the dead letters of ``source_topic``.
+
+    Only four headers of each record of ``window`` are read (no value is decoded, no record
+    built): cheap enough to show beside every record of a listing of the source topic.
+    """
+    wanted = source_topic.encode("utf-8")
+    found: dict[tuple[str, int, int], DeadLetterSource] = {}
+
+    def handle(msg: Message) -> None:
+        item = _source(msg, wanted)
+        if item is not None:
+            found[item[0]] = item[1]
+
+    scanned = scan(config, topic, window, handle, timeout=timeout, name="dead letters by source")
+    return found, scanned
 
 
 def get_dead_letter(

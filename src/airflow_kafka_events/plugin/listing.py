@@ -1,12 +1,12 @@
-"""The newest ``limit`` records a page lists, built only for those (a thin adapter over the inspection).
+"""The newest ``limit`` dead letters a page lists, built only for those (a thin adapter over the inspection).
 
-``inspection.list_dead_letters`` / ``list_asset_events`` build a full record (decoded value,
-redacted preview, headers) for *every* match in the window; a page shows the newest ``limit``
-(default 100) of them.  These functions scan the same bounded window with the inspection's
-:func:`~airflow_kafka_events.inspection.reader.scan` / ``scan_asset_events``, keep each match's
-message, and build records for the newest ``limit`` only, with the count of all matches.  With
-100,000 records on a topic and 2,000 read per partition this takes a dead-letter page from ~9 s
-to the cost of the scan (B10).
+``inspection.list_dead_letters`` builds a full record (decoded value, redacted preview, headers)
+for *every* match in the window; a page shows the newest ``limit`` (default 100) of them.
+:func:`newest_dead_letters` scans the same bounded window with the inspection's
+:func:`~airflow_kafka_events.inspection.reader.scan`, keeps each match's message, and builds
+records for the newest ``limit`` only, with the count of all matches.  With 100,000 records on a
+topic and 2,000 read per partition this takes a dead-letter page from ~9 s to the cost of the
+scan (B10).  (Asset events: ``inspection.list_asset_events(..., limit=)`` does this itself.)
 """
 
 from __future__ import annotations
@@ -19,14 +19,12 @@ from typing import Any, Generic, TypeVar
 from confluent_kafka import Message
 
 from airflow_kafka_events.dlq import DeadLetter
-from airflow_kafka_events.envelopes import AssetEventEnvelope
 from airflow_kafka_events.errors import ValidationError
-from airflow_kafka_events.inspection.asset_events import AssetEventRecord, scan_asset_events
 from airflow_kafka_events.inspection.dead_letters import DeadLetterRecord
 from airflow_kafka_events.inspection.reader import message_headers, message_timestamp_ms, scan
 from airflow_kafka_events.inspection.window import ScannedWindow, ScanWindow
 
-__all__ = ["Newest", "newest_asset_events", "newest_dead_letters"]
+__all__ = ["LIST_PREVIEW", "Newest", "newest_dead_letters"]
 
 R = TypeVar("R")
 #: Characters of a preview in a listing (the record's own page shows the full bounded preview).
@@ -93,52 +91,3 @@ def newest_dead_letters(
     scanned = scan(config, topic, window, handle, name="dead-letter listing")
     records = [DeadLetterRecord.of(msg, letter, LIST_PREVIEW) for msg, letter in keeper.newest()]
     return Newest(records, keeper.matched, scanned)
-
-
-def newest_asset_events(
-    config: Mapping[str, Any],
-    topic: str,
-    *,
-    window: ScanWindow,
-    limit: int,
-    asset: str | None = None,
-    event_id: str | None = None,
-) -> Newest[AssetEventRecord]:
-    """Like ``inspection.list_asset_events`` (of ``asset``, or the one ``event_id``), the newest ``limit``."""
-    keeper: _Keeper[AssetEventRecord] = _Keeper(limit)
-
-    def handle(msg: Message, envelope: AssetEventEnvelope) -> None:
-        if event_id is None or envelope.event_id == event_id:
-            keeper.offer(msg, envelope)
-
-    scanned = scan_asset_events(config, topic, handle, window=window, asset=asset)
-    records = [AssetEventRecord.of(msg, envelope, LIST_PREVIEW) for msg, envelope in keeper.newest()]
-    return Newest(records, keeper.matched, scanned.window)
-
-
-@dataclass(frozen=True)
-class DeadLetterSource:
-    """Where a dead letter is (in the dead-letter topic) and why, by its record's source coordinates."""
-
-    partition: int
-    offset: int
-    reason: str
-
-
-def dead_letters_by_source(
-    config: Mapping[str, Any], topic: str, *, window: ScanWindow, source_topic: str
-) -> tuple[dict[tuple[str, int, int], DeadLetterSource], ScannedWindow]:
-    """``{(source topic, partition, offset): dead letter}`` of ``window`` (headers only, no values)."""
-    found: dict[tuple[str, int, int], DeadLetterSource] = {}
-
-    def handle(msg: Message) -> None:
-        try:
-            letter = DeadLetter.from_headers(message_headers(msg))
-        except ValidationError:
-            return
-        if letter.source_topic == source_topic:
-            key = (letter.source_topic, letter.source_partition, letter.source_offset)
-            found[key] = DeadLetterSource(int(msg.partition() or 0), int(msg.offset() or 0), letter.reason)
-
-    scanned = scan(config, topic, window, handle, name="dead letters by source")
-    return found, scanned

@@ -15,6 +15,7 @@ from airflow_kafka_events.inspection import (
     RecordNotFoundError,
     ReplayError,
     ScanWindow,
+    dead_letters_by_source,
     get_dead_letter,
     list_dead_letters,
     replay_dead_letter,
@@ -81,6 +82,24 @@ def test_list_filters_by_reason_source_and_consumer_and_redacts(config, producer
 
     again = get_dead_letter(config, dlq, allowed.partition, allowed.offset)
     assert again == allowed
+
+
+def test_dead_letters_by_source_maps_source_coordinates_from_the_headers(config, producer, new_topic):
+    dlq, source = new_topic(partitions=2), new_topic(partitions=1)
+    first = write_dead_letter(producer, dlq, value=b"a", source=(source, 0, 5))
+    second = write_dead_letter(
+        producer, dlq, value=None, reason=DeadLetterReason.UNDECODABLE, source=(source, 0, 9)
+    )
+    write_dead_letter(producer, dlq, value=b"c", source=("other-topic", 0, 5))
+    producer.send_and_wait(dlq, b"no headers at all")
+    producer.send_and_wait(dlq, b"half", headers=[("x-reason", b"not-allowed"), ("x-source-topic", source)])
+
+    found, window = dead_letters_by_source(config, dlq, window=ScanWindow(), source_topic=source)
+    assert window.records_scanned == 5
+    assert {key: (v.partition, v.offset, v.reason) for key, v in found.items()} == {
+        (source, 0, 5): (first.partition, first.offset, "not-allowed"),
+        (source, 0, 9): (second.partition, second.offset, "undecodable"),
+    }
 
 
 def test_get_names_records_that_are_not_dead_letters_or_not_there(config, producer, new_topic):

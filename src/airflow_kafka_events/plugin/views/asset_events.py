@@ -18,8 +18,10 @@ from fastapi import APIRouter, Query
 from fastapi.responses import Response
 
 from airflow_kafka_events.errors import AirflowKafkaEventsError
+from airflow_kafka_events.inspection.asset_events import list_asset_events
+from airflow_kafka_events.inspection.dead_letters import dead_letters_by_source
 from airflow_kafka_events.plugin.airflow_state import AirflowEvent, airflow_events_for
-from airflow_kafka_events.plugin.listing import dead_letters_by_source, newest_asset_events
+from airflow_kafka_events.plugin.listing import LIST_PREVIEW
 from airflow_kafka_events.plugin.views.common import PageDep
 
 __all__ = ["router"]
@@ -57,7 +59,8 @@ def asset_events_page(
         config = page.config()
     except AirflowKafkaEventsError as exc:
         return page.failed("asset-events", exc)
-    # the two topics are read at once (each scan waits on its own consumer's fetches)
+    # the two topics are read at once (each scan waits on its own consumer's fetches); only the newest
+    # ``limit`` envelopes are decoded, and only four headers of each dead letter are read
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="kafka-events-dlq") as pool:
         dead_future = pool.submit(
             dead_letters_by_source,
@@ -67,13 +70,14 @@ def asset_events_page(
             source_topic=settings.asset_events_topic,
         )
         try:
-            listing = newest_asset_events(
+            listing = list_asset_events(
                 config,
                 settings.asset_events_topic,
                 window=window,
                 limit=page.limit,
                 asset=asset or None,
                 event_id=event_id or None,
+                preview_limit=LIST_PREVIEW,
             )
             dead, dead_scanned = dead_future.result()
         except AirflowKafkaEventsError as exc:
