@@ -142,8 +142,9 @@ class StreamConsumerOperator(BaseOperator):
     Waiting: the task reads in a poll loop on its worker while pages come.  With
     ``deferrable=False`` it also waits there (holding its worker slot) for the first page,
     bounded by ``start_timeout``, and for each next page, bounded by ``gap_timeout``.  With
-    ``deferrable=True`` (default: ``[operators] default_deferrable``), once no page was
-    ready for ``idle_interval`` seconds it checkpoints and defers to a
+    ``deferrable=True`` (default: ``[operators] default_deferrable``), a stream with nothing
+    written yet makes it defer at once; otherwise once no page was ready for
+    ``idle_interval`` seconds it checkpoints and defers to a
     :class:`~airflow_kafka_events.triggers.stream_wait.StreamWaitTrigger`, which waits in the
     triggerer until ``max_events`` pages are there (or the stream's end, a new attempt, or
     ``resume_wait`` seconds after the first new page) and resumes the task at its checkpoint;
