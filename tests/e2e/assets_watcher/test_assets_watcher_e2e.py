@@ -168,6 +168,28 @@ def _stored_position(stack: AirflowStack, uri: str, topic: str, partition: int) 
     return int(value["positions"].get(topic, {}).get(str(partition), -1))
 
 
+def _high_watermark(bootstrap: str, topic: str, partition: int) -> int:
+    from confluent_kafka import TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"e2e-hw-{uuid.uuid4().hex[:8]}"})
+    try:
+        return int(consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=15)[1])
+    finally:
+        consumer.close()
+
+
+def _wait_drained(stack: AirflowStack, bootstrap: str, uri: str, topic: str, partitions: set[int]) -> None:
+    """Wait until the watcher of ``uri`` stored a position at the end of each of ``partitions``: it
+    has read, and Airflow confirmed, everything written there so far -- then nothing more can come."""
+    ends = {p: _high_watermark(bootstrap, topic, p) for p in partitions}
+    stack.wait_for(
+        lambda: all(_stored_position(stack, uri, topic, p) >= end for p, end in ends.items()),
+        90,
+        f"the watcher of {uri} to store its position at the end of {topic} {sorted(partitions)}",
+        ("triggerer",),
+    )
+
+
 def _dag_runs(stack: AirflowStack, dag_id: str) -> list[dict[str, Any]]:
     return stack.query(
         "SELECT id, run_id, state, run_type FROM dag_run WHERE dag_id = ? ORDER BY id", (dag_id,)
@@ -189,7 +211,8 @@ def test_failure_callback_event_runs_the_investigation_dag_once(stack, kafka_boo
     stack.wait_for(
         from_this_run, EVENT_TIMEOUT, "the investigation asset event", ("triggerer", "dag-processor")
     )
-    time.sleep(3)
+    where = from_this_run()[0]["payload"]["kafka"]
+    _wait_drained(stack, kafka_bootstrap, INVESTIGATE_URI, where["topic"], {where["partition"]})
     (event,) = from_this_run()  # exactly one asset event for the failed run
     assert event["extra"]["from_trigger"] is True
     assert event["partition_key"] is None  # watcher events carry no partition
@@ -238,7 +261,7 @@ def test_duplicate_publish_becomes_one_asset_event(stack, kafka_bootstrap, topic
     assert first.partition == again.partition == marker.partition
     assert first.offset < again.offset < marker.offset
     _wait_for_events(stack, DEDUPE_URI, [marker.event_id])
-    time.sleep(3)
+    _wait_drained(stack, kafka_bootstrap, DEDUPE_URI, marker.topic, {marker.partition})
     keyed = [row for row in _asset_events(stack, DEDUPE_URI) if row["payload"].get("idempotency_key") == key]
     assert [row["payload"]["event_id"] for row in keyed] == [first.event_id]
     assert _events_with(stack, DEDUPE_URI, again.event_id) == []
@@ -291,9 +314,16 @@ def test_feedback_loop_is_cut_at_the_causation_depth(stack, kafka_bootstrap, top
         runs = _dag_runs(stack, "e2e_watcher_loop")
         return runs if runs and all(run["state"] in ("success", "failed") for run in runs) else None
 
-    runs = stack.wait_for(settled, 240, "the loop's runs to finish", ("scheduler",))
-    time.sleep(10)  # nothing else starts
-    runs = _dag_runs(stack, "e2e_watcher_loop")
+    stack.wait_for(settled, 240, "the loop's runs to finish", ("scheduler",))
+    # drained: every record of the loop's partition is read and confirmed, and every asset event has
+    # its run -- so no further event, hence no further run, can appear
+    _wait_drained(stack, kafka_bootstrap, LOOP_URI, seed.topic, {seed.partition})
+    runs = stack.wait_for(
+        lambda: (r := settled()) is not None and len(r) == len(_asset_events(stack, LOOP_URI)) and r,
+        240,
+        "a finished run for every loop event",
+        ("scheduler",),
+    )
     events = _asset_events(stack, LOOP_URI)
     chains = [row["payload"]["causation"] for row in events]
     assert chains == [[], [seed.event_id], [seed.event_id, events[1]["payload"]["event_id"]]]
@@ -342,7 +372,8 @@ def test_two_assets_on_one_topic_lose_nothing_across_a_triggerer_restart(
     _wait_for_events(stack, RESTART_A_URI, [while_down[0].event_id, after[0].event_id])
     _wait_for_events(stack, RESTART_B_URI, [while_down[1].event_id, after[1].event_id])
     recovered_in = time.monotonic() - started
-    time.sleep(3)
+    for uri, receipt in ((RESTART_A_URI, after[0]), (RESTART_B_URI, after[1])):
+        _wait_drained(stack, kafka_bootstrap, uri, receipt.topic, {receipt.partition})
     for uri, receipts in (
         (RESTART_A_URI, (warm[0], while_down[0], after[0])),
         (RESTART_B_URI, (warm[1], while_down[1], after[1])),
@@ -350,3 +381,32 @@ def test_two_assets_on_one_topic_lose_nothing_across_a_triggerer_restart(
         for receipt in receipts:
             assert len(_events_with(stack, uri, receipt.event_id)) == 1, (uri, receipt)
     print(f"both watchers caught up {recovered_in:.1f}s after the triggerer restart began")
+
+
+# --------------------------------------------------------------------------- (f)
+def test_the_health_page_shows_each_watcher_its_triggerer_and_lag(stack, kafka_bootstrap, topics):
+    """The Kafka Events view's health answer (as the op user ``bridge``) with real watchers."""
+    topic = topics["events"]
+    receipt = _emit(kafka_bootstrap, topic, RESTART_A_URI, extra={"phase": "health"})
+    _wait_for_events(stack, RESTART_A_URI, [receipt.event_id])
+    _wait_drained(stack, kafka_bootstrap, RESTART_A_URI, topic, {receipt.partition})
+
+    def restart_a_row() -> dict[str, Any] | None:
+        auth = {"Authorization": f"Bearer {stack.token('bridge')}"}
+        answer = stack.client.get("/kafka-events/api/health", headers=auth, timeout=60)
+        assert answer.status_code == 200, answer.text
+        body = answer.json()
+        # a streams topic this deployment never created does not hide the watchers: it is named instead
+        assert body["streams_error"] is None or "topics ensure" in body["streams_error"], body
+        rows = [w for w in body["watchers"] if w["asset_uri"] == RESTART_A_URI]
+        return rows[0] if rows and rows[0]["triggerer_host"] else None
+
+    row = stack.wait_for(restart_a_row, 60, "the watcher of restart-a on the health page", ("api-server",))
+    assert row["kafka_config_id"] == "kafka_watcher" and row["problem"] is None, row
+    lags = {entry["partition"]: entry for entry in row["topics"][topic]}
+    assert set(lags) == {0, 1, 2}
+    drained = lags[receipt.partition]
+    assert drained["position"] == _stored_position(stack, RESTART_A_URI, topic, receipt.partition)
+    assert drained["lag"] == 0 and drained["end"] == drained["position"], drained
+    anonymous = stack.client.get("/kafka-events/api/health", timeout=60)
+    assert anonymous.status_code in (401, 403)

@@ -101,12 +101,16 @@ def health_page(page: PageDep, session: SessionDep) -> Response:
     bridge_rows = [_bridge_row(page, g, ends) for g in settings.bridge_group_ids]
     last_post = last_bridge_post(session)
     threshold = datetime.now(timezone.utc) - timedelta(seconds=settings.stuck_after_seconds)
+    # the watchers and bridges are shown even when the streams topic cannot be read (e.g. not created)
+    listing, streams_error = None, None
     try:
         listing = list_streams(page.config(), settings.trigger_events_topic, window=page.window())
     except AirflowKafkaEventsError as exc:
-        return page.failed("health", exc)
+        streams_error = f"{type(exc).__name__}: {exc}"
     stuck = [
-        s for s in listing.streams if s.state == "running" and s.last_at is not None and s.last_at < threshold
+        s
+        for s in (listing.streams if listing is not None else [])
+        if s.state == "running" and s.last_at is not None and s.last_at < threshold
     ]
     payload = {
         "watchers": watcher_rows,
@@ -116,14 +120,16 @@ def health_page(page: PageDep, session: SessionDep) -> Response:
         else {"id": last_post.id, "asset": last_post.asset_name, "timestamp": last_post.timestamp},
         "stuck_after_seconds": settings.stuck_after_seconds,
         "stuck_streams": [s.to_dict() for s in stuck],
-        "window": listing.window.to_dict(),
-        "window_text": listing.window.describe(),
+        "streams_error": streams_error,
+        "window": None if listing is None else listing.window.to_dict(),
+        "window_text": streams_error if listing is None else listing.window.describe(),
     }
     context = {
         "watchers": watcher_rows,
         "bridges": bridge_rows,
         "last_post": last_post,
         "stuck": stuck,
-        "scanned": listing.window,
+        "streams_error": streams_error,
+        "scanned": None if listing is None else listing.window,
     }
     return page.answer("health", "health.html", context, payload)
