@@ -409,7 +409,7 @@ def partition_bridge_demo(stack: AirflowStack, bridge: BridgeProcess) -> bool:
     )
 
 
-def watcher_demo(stack: AirflowStack) -> bool:
+def watcher_demo(stack: AirflowStack) -> bool:  # noqa: C901
     """Use case 2: a DAG failure callback emits; the asset watcher schedules the investigation."""
     from harness.airflow_stack import AirflowStackError
 

@@ -374,7 +374,7 @@ def _high_watermarks(config: dict[str, Any], topic: str, count: int) -> dict[int
         consumer.close()
 
 
-def test_leader_killed_under_the_watcher_and_the_bridge_each_event_arrives_once(healthy, monkeypatch):
+def test_leader_killed_under_the_watcher_and_the_bridge_each_event_arrives_once(healthy, monkeypatch):  # noqa: C901
     cluster = healthy
     config = cluster.client_config()
     admin = AdminClient(config)
