@@ -349,6 +349,8 @@ class KafkaAssetEventStreamProducer(SharedStreamProducer):
         self._last_flush = 0.0
         self._counted = False  # counted in _open_streams
         self._urgent = False  # an own record finished since the last store: store within flush_interval
+        # per partition, how often advance() sought it back: records taken before a rewind are stale
+        self._rewinds: dict[tuple[str, int], int] = {}
         self._last_store_warning = -_STORE_WARN_INTERVAL
 
     # ------------------------------------------------------------------ configuration
@@ -457,8 +459,11 @@ class KafkaAssetEventStreamProducer(SharedStreamProducer):
                 room = self.max_pending - tracker.pending_count()
             # at least every poll_timeout, so that the position is stored while nothing arrives
             records, frontier = await feed.take(min(room, READ_BATCH), self.poll_timeout)
+            taken = dict(self._rewinds)
             for fed in records:
                 tp, offset = fed.tp, fed.offset
+                if self._rewinds.get(tp, 0) != taken.get(tp, 0):
+                    continue  # sought back while this batch was handed on: the catch-up reads it again
                 if not tracker.knows(tp):
                     tracker.add_partitions({tp: 0})  # a partition the topic gained: all new
                 if not self._wanted(fed.decoded):
@@ -468,6 +473,8 @@ class KafkaAssetEventStreamProducer(SharedStreamProducer):
                 tracker.hand_on(tp, offset, record.ticket)
                 yield record, KafkaBrokerPayload(topic=tp[0], partition=tp[1], offset=offset)
             for tp, next_offset in frontier.items():  # only after its records were handed on
+                if self._rewinds.get(tp, 0) != taken.get(tp, 0):
+                    continue  # never past a record a rewind will read again
                 if not tracker.knows(tp):
                     tracker.add_partitions({tp: next_offset})
                 tracker.advance_to(tp, next_offset)
@@ -481,6 +488,8 @@ class KafkaAssetEventStreamProducer(SharedStreamProducer):
         """Records Airflow confirmed (or the watcher dead-lettered) stop holding the position back.
 
         A failed record (ack timeout, overflow) holds it: the reader seeks back and reads it again.
+        Records confirmed after it are finished all the same (their idempotency keys recorded), so
+        the re-read drops them as repeats instead of firing them twice.
         """
         tracker, feed = self._tracker, self._feed
         if tracker is None or feed is None:
@@ -488,13 +497,12 @@ class KafkaAssetEventStreamProducer(SharedStreamProducer):
         first = batch[0].broker_payload
         tp = (first.topic, first.partition)
         done: list[int] = []
-        held: int | None = None
+        failed: list[int] = []
         for item in batch:
             outcome = item.outcome
-            if outcome.failed > 0 or (outcome.acked == 0 and outcome.rejected == 0):
-                held = item.broker_payload.offset
-                break
-            done.append(item.broker_payload.offset)
+            unconfirmed = outcome.failed > 0 or (outcome.acked == 0 and outcome.rejected == 0)
+            (failed if unconfirmed else done).append(item.broker_payload.offset)
+        held = min(failed) if failed else None
         finished = tracker.finish(tp, done)
         self._urgent = self._urgent or bool(finished)
         for ticket in finished:
@@ -502,6 +510,7 @@ class KafkaAssetEventStreamProducer(SharedStreamProducer):
                 self._keys.add(ticket.accepted_key)
         if held is not None:
             log.warning("%s reads %s[%s]@%s again: it was not confirmed", self.label, tp[0], tp[1], held)
+            self._rewinds[tp] = self._rewinds.get(tp, 0) + 1
             tracker.rewind(tp, held)
             feed.rewind(tp, held)
         self._room.set()

@@ -7,8 +7,10 @@ import asyncio
 from typing import Any
 
 import pytest
+from airflow.triggers.shared_stream import AdvanceItem, AdvanceOutcome
 
 from airflow_kafka_events.kafka.positions import PositionTracker
+from airflow_kafka_events.kafka.shared_reader import FedRecord
 from airflow_kafka_events.triggers import asset_stream
 from airflow_kafka_events.triggers.asset_stream import KafkaAssetEventStreamProducer
 
@@ -109,3 +111,97 @@ def test_a_slow_store_runs_beside_the_stream_one_at_a_time():
         assert store.writes[-1]["positions"] == {"events": {"0": 2}}
 
     asyncio.run(scenario())
+
+
+class Message:
+    def __init__(self, offset: int) -> None:
+        self._offset = offset
+
+    def key(self) -> bytes:
+        return b"s3://a"
+
+    def value(self) -> bytes:
+        return b"v"
+
+    def headers(self) -> None:
+        return None
+
+    def timestamp(self) -> tuple[int, int]:
+        return (0, 0)
+
+
+class Feed:
+    """One batch of records 0..4 on TP (frontier 5), then nothing; records every rewind."""
+
+    def __init__(self) -> None:
+        self.rewinds: list[tuple[Any, int]] = []
+        self.batches = [
+            ([FedRecord(Message(o), ValueError("poison"), TP, o) for o in range(5)], {TP: 5}),
+        ]
+
+    async def take(self, room: int, timeout: float) -> tuple[list[Any], dict[Any, int]]:
+        if self.batches:
+            return self.batches.pop(0)
+        await asyncio.sleep(min(timeout, 0.05))
+        return [], {}
+
+    def rewind(self, tp: Any, offset: int) -> None:
+        self.rewinds.append((tp, offset))
+
+
+def _item(offset: int, *, acked: int = 1, failed: int = 0) -> AdvanceItem:
+    return AdvanceItem(
+        broker_payload=asset_stream.KafkaBrokerPayload(topic=TP[0], partition=TP[1], offset=offset),
+        outcome=AdvanceOutcome(acked=acked, failed=failed),
+    )
+
+
+def test_a_rewind_while_a_batch_is_handed_on_drops_the_rest_and_never_stores_past_it():
+    store = Store()
+    stream = producer(store)
+    feed = Feed()
+
+    async def opened() -> tuple[Feed, PositionTracker]:
+        stream._feed = feed  # type: ignore[assignment]
+        return feed, stream._tracker
+
+    stream._open = opened  # type: ignore[method-assign]
+
+    async def scenario() -> list[int]:
+        handed: list[int] = []
+        records = stream.open_stream()
+        while True:  # pull until the stream has nothing more to hand on (the feed then only waits)
+            try:
+                _record, payload = await asyncio.wait_for(records.__anext__(), timeout=1.0)
+            except TimeoutError:
+                break
+            handed.append(payload.offset)
+            if payload.offset == 1:
+                # Airflow resolves 0 (confirmed) and 1 (failed) while the generator waits at its yield
+                await stream.advance([_item(0), _item(1, acked=0, failed=1)])
+        await records.aclose()
+        return handed
+
+    handed = asyncio.run(scenario())
+    assert handed == [0, 1]
+    assert feed.rewinds == [(TP, 1)]
+    # records 2..4 of the stale batch were not handed on, the frontier 5 not applied: the position is 1
+    assert stream._tracker.durable() == {TP: 1}
+
+
+def test_records_confirmed_after_a_failed_one_are_finished_so_the_reread_drops_them():
+    stream = producer(Store())
+    feed = Feed()
+    stream._feed = feed  # type: ignore[assignment]
+    tickets = {o: asset_stream._Ticket() for o in range(3)}
+    for offset, ticket in tickets.items():
+        ticket.accepted_key = f"key-{offset}"
+        stream._tracker.hand_on(TP, offset, ticket)
+
+    async def scenario() -> None:
+        await stream.advance([_item(0), _item(1, acked=0, failed=1), _item(2)])
+
+    asyncio.run(scenario())
+    assert feed.rewinds == [(TP, 1)]
+    assert "key-0" in stream._keys and "key-2" in stream._keys and "key-1" not in stream._keys
+    assert stream._tracker.durable() == {TP: 1}
