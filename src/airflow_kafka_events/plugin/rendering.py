@@ -19,6 +19,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 import jinja2
+import markupsafe
 from fastapi import Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 
@@ -103,11 +104,20 @@ def _airflow_masked(text: str) -> str:
     return str(sdk_redact(text))
 
 
+def _written_forms(secret: str) -> list[str]:
+    """How ``secret`` can appear in an answer: as is, HTML-escaped (Jinja's autoescape), JSON-escaped
+    (``json.dumps``: quotes, backslashes, non-ASCII as ``\\uXXXX``), or JSON-escaped inside HTML."""
+    in_json = json.dumps(secret)[1:-1]
+    forms = {secret, str(markupsafe.escape(secret)), in_json, str(markupsafe.escape(in_json))}
+    return sorted(forms, key=len, reverse=True)
+
+
 def mask(text: str, secrets: Iterable[str] = ()) -> str:
-    """``text`` with Airflow's masked values and ``secrets`` replaced by ``***``."""
+    """``text`` with Airflow's masked values and ``secrets`` (in any written form) replaced by ``***``."""
     for secret in secrets:
-        if secret in text:
-            text = text.replace(secret, MASK)
+        for form in _written_forms(secret):
+            if form in text:
+                text = text.replace(form, MASK)
     return _airflow_masked(text)
 
 

@@ -85,3 +85,19 @@ def test_mask_hides_the_connection_secrets_wherever_they_appear():
 
 def test_plugin_class_keeps_its_name():
     assert KafkaEventsPlugin.name == "airflow_kafka_events"
+
+
+@pytest.mark.parametrize("form", ["html", "json", "json-in-html"])
+def test_mask_hides_a_secret_that_an_answer_wrote_escaped(form):
+    import json
+
+    import markupsafe
+
+    secret = "p&ss\"w\\ord<ö>'1"
+    written = {
+        "html": str(markupsafe.escape(secret)),
+        "json": json.dumps({"sasl.password": secret}),
+        "json-in-html": str(markupsafe.escape(json.dumps(secret))),
+    }[form]
+    expected = {"html": "***", "json": '{"sasl.password": "***"}', "json-in-html": "&#34;***&#34;"}[form]
+    assert mask(f"before {written} after", [secret]) == f"before {expected} after"
