@@ -75,6 +75,11 @@ def committed_checkpoint(
             f"cannot read the committed position of group {group_id!r}", exc
         ) from exc
     for tp in committed:
+        if tp.error is not None:  # not "nothing committed": starting over would hand pages out twice
+            raise KafkaOperationError(
+                f"cannot read the committed position of group {group_id!r} on {topic}[{tp.partition}]",
+                kafka_error=tp.error,
+            )
         if tp.offset < 0 or not tp.metadata:
             continue
         try:
