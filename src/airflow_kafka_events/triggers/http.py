@@ -485,13 +485,10 @@ class HttpPaginationTrigger(StreamingTrigger):
         if self.max_pages is not None and index >= self.max_pages:
             return
         session = await self.open_session()
-        session.origin = origin(self.first_request(session.base_url).url)
         try:
-            request = (
-                self.first_request(session.base_url)
-                if cursor is None
-                else self.request_for(cursor, session.base_url)
-            )
+            first = self.first_request(session.base_url)
+            session.origin = origin(first.url)
+            request = first if cursor is None else self.request_for(cursor, session.base_url)
             seen: set[str] = set() if cursor is None else {cursor}
             self.log.info(
                 "connection %s: %s with %s",
