@@ -17,14 +17,13 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from airflow_kafka_events.errors import KafkaOperationError
+from airflow_kafka_events.inspection.reader import LATEST, TopicReader
 from airflow_kafka_events.kafka.clients import new_consumer
 
 __all__ = ["client_config", "committed_offsets", "end_offsets"]
 
 #: Seconds an offsets request may take before the page says the brokers did not answer.
 OFFSETS_TIMEOUT = 5.0
-#: group.id of the offsets-only consumer (it never subscribes or commits).
-_PROBE_GROUP = "airflow-kafka-events.ui-offsets"
 
 
 def client_config(kafka_config_id: str) -> tuple[dict[str, Any], list[str]]:
@@ -64,20 +63,10 @@ def _partitions(consumer: Consumer, topic: str) -> list[int]:
 
 
 def end_offsets(config: Mapping[str, Any], topic: str) -> dict[int, int]:
-    """``{partition: high watermark}`` of ``topic`` (the offset the next record will get)."""
-    with _consumer(config, _PROBE_GROUP) as consumer:
-        out: dict[int, int] = {}
-        for partition in _partitions(consumer, topic):
-            try:
-                _low, high = consumer.get_watermark_offsets(
-                    TopicPartition(topic, partition), timeout=OFFSETS_TIMEOUT, cached=False
-                )
-            except KafkaException as exc:
-                raise KafkaOperationError.from_exception(
-                    f"cannot read the end offset of {topic}[{partition}]", exc
-                ) from exc
-            out[partition] = int(high)
-        return out
+    """``{partition: high watermark}`` of ``topic`` (the offset the next record will get): one
+    ListOffsets request for all partitions, through the inspection layer's reader."""
+    with TopicReader(config, topic, timeout=OFFSETS_TIMEOUT, name="health offsets") as reader:
+        return reader.offsets(reader.partitions(), LATEST)
 
 
 def committed_offsets(config: Mapping[str, Any], group_id: str, topic: str) -> dict[int, int | None]:
