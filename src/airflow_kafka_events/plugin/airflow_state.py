@@ -167,10 +167,36 @@ def _watcher_kwargs(trigger: Any) -> tuple[Mapping[str, Any], str | None]:
     return (kwargs if isinstance(kwargs, Mapping) else {}), None
 
 
+def _stored_positions(session: Session, states: list[WatcherState]) -> None:
+    """Each watcher's stored positions, read in one query for all of them."""
+    from airflow.models.asset_state_store import AssetStateStoreModel
+
+    if not states:
+        return
+    keys = {f"{WATCHER_STATE_KEY}[{state.kafka_config_id}]" for state in states}
+    rows = session.scalars(
+        select(AssetStateStoreModel).where(
+            AssetStateStoreModel.asset_id.in_({state.asset_id for state in states}),
+            AssetStateStoreModel.key.in_(keys),
+        )
+    ).all()
+    stored = {(row.asset_id, row.key): row for row in rows}
+    for state in states:
+        row = stored.get((state.asset_id, f"{WATCHER_STATE_KEY}[{state.kafka_config_id}]"))
+        if row is None:
+            continue
+        state.positions_updated_at = row.updated_at
+        try:
+            value = json.loads(row.value)
+            positions = value.get("positions") if isinstance(value, Mapping) else None
+            state.positions = positions_from_json(positions)
+        except (ValueError, ValidationError) as exc:
+            state.problem = f"stored position cannot be read: {exc}"
+
+
 def watchers(session: Session) -> list[WatcherState]:
     """This package's asset watchers, their triggerer and stored positions."""
     from airflow.models.asset import AssetModel, AssetWatcherModel
-    from airflow.models.asset_state_store import AssetStateStoreModel
     from airflow.models.trigger import Trigger
 
     rows = session.execute(
@@ -185,35 +211,22 @@ def watchers(session: Session) -> list[WatcherState]:
     for _watcher, asset, trigger in rows:
         kwargs, problem = _watcher_kwargs(trigger)
         job = trigger.triggerer_job
-        state = WatcherState(
-            asset_id=asset.id,
-            asset_name=asset.name,
-            asset_uri=asset.uri,
-            trigger_id=trigger.id,
-            kafka_config_id=str(kwargs.get("kafka_config_id") or "kafka_default"),
-            group_id=kwargs.get("group_id"),
-            topics=[str(t) for t in kwargs.get("topics") or ()],
-            triggerer_id=trigger.triggerer_id,
-            triggerer_host=getattr(job, "hostname", None),
-            triggerer_heartbeat=getattr(job, "latest_heartbeat", None),
-            problem=problem,
-        )
-        stored = session.scalar(
-            select(AssetStateStoreModel).where(
-                AssetStateStoreModel.asset_id == asset.id,
-                AssetStateStoreModel.key == f"{WATCHER_STATE_KEY}[{state.kafka_config_id}]",
+        out.append(
+            WatcherState(
+                asset_id=asset.id,
+                asset_name=asset.name,
+                asset_uri=asset.uri,
+                trigger_id=trigger.id,
+                kafka_config_id=str(kwargs.get("kafka_config_id") or "kafka_default"),
+                group_id=kwargs.get("group_id"),
+                topics=[str(t) for t in kwargs.get("topics") or ()],
+                triggerer_id=trigger.triggerer_id,
+                triggerer_host=getattr(job, "hostname", None),
+                triggerer_heartbeat=getattr(job, "latest_heartbeat", None),
+                problem=problem,
             )
         )
-        if stored is not None:
-            state.positions_updated_at = stored.updated_at
-            try:
-                value = json.loads(stored.value)
-                state.positions = positions_from_json(
-                    value.get("positions") if isinstance(value, Mapping) else None
-                )
-            except (ValueError, ValidationError) as exc:
-                state.problem = f"stored position cannot be read: {exc}"
-        out.append(state)
+    _stored_positions(session, out)
     return out
 
 
