@@ -21,6 +21,7 @@ and bounded.  This module imports no Airflow module.
 
 from __future__ import annotations
 
+import heapq
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -198,12 +199,15 @@ class DeadLetterListing:
     window: ScannedWindow
     #: Records in the window without dead-letter headers (skipped).
     not_dead_letters: int = 0
+    #: Matches in the window (``records`` holds the newest ``limit`` of them, when a limit was given).
+    matched: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "records": [r.to_dict() for r in self.records],
             "window": self.window.to_dict(),
             "not_dead_letters": self.not_dead_letters,
+            "matched": self.matched,
         }
 
 
@@ -239,6 +243,29 @@ def _letter(msg: Message) -> DeadLetter:
         ) from None
 
 
+class _Newest:
+    """The newest ``limit`` (all without a limit) of the dead letters offered: a bounded heap, so
+    records (decoded value, redacted preview, headers) are built for those only."""
+
+    def __init__(self, limit: int | None) -> None:
+        self.limit = limit
+        self.matched = 0
+        self._heap: list[tuple[tuple[int, int, int], Message, DeadLetter]] = []
+
+    def offer(self, msg: Message, letter: DeadLetter) -> None:
+        self.matched += 1
+        order = (message_timestamp_ms(msg) or 0, int(msg.partition() or 0), int(msg.offset() or 0))
+        entry = (order, msg, letter)
+        if self.limit is None or len(self._heap) < self.limit:
+            heapq.heappush(self._heap, entry)
+        elif order > self._heap[0][0]:
+            heapq.heapreplace(self._heap, entry)
+
+    def records(self, preview_limit: int) -> list[DeadLetterRecord]:
+        newest = sorted(self._heap, key=lambda entry: entry[0], reverse=True)
+        return [DeadLetterRecord.of(msg, letter, preview_limit) for _, msg, letter in newest]
+
+
 def list_dead_letters(
     config: Mapping[str, Any],
     topic: str,
@@ -247,12 +274,18 @@ def list_dead_letters(
     reason: str | None = None,
     source_topic: str | None = None,
     consumer: str | None = None,
+    limit: int | None = None,
     timeout: float = DEFAULT_TIMEOUT,
     progress: Progress | None = None,
     preview_limit: int = PREVIEW_LIMIT,
 ) -> DeadLetterListing:
-    """The dead letters of ``window`` matching the filters, newest first (``consumer``: a substring)."""
-    found: list[DeadLetterRecord] = []
+    """The dead letters of ``window`` matching the filters, newest first (``consumer``: a substring).
+
+    With ``limit`` only the newest ``limit`` matches are built; ``matched`` counts them all.
+    """
+    if limit is not None and limit < 1:
+        raise ValidationError(f"limit is an int >= 1 or None, got {limit!r}")
+    newest = _Newest(limit)
     others = 0
 
     def handle(msg: Message) -> None:
@@ -268,13 +301,12 @@ def list_dead_letters(
             return
         if consumer is not None and consumer not in (letter.consumer or ""):
             return
-        found.append(DeadLetterRecord.of(msg, letter, preview_limit))
+        newest.offer(msg, letter)
 
     scanned = scan(
         config, topic, window, handle, timeout=timeout, progress=progress, name="dead-letter listing"
     )
-    found.sort(key=lambda r: (r.timestamp is not None, r.timestamp, r.partition, r.offset), reverse=True)
-    return DeadLetterListing(found, scanned, others)
+    return DeadLetterListing(newest.records(preview_limit), scanned, others, newest.matched)
 
 
 @dataclass(frozen=True)

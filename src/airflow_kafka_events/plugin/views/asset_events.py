@@ -21,8 +21,7 @@ from airflow_kafka_events.errors import AirflowKafkaEventsError
 from airflow_kafka_events.inspection.asset_events import list_asset_events
 from airflow_kafka_events.inspection.dead_letters import dead_letters_by_source
 from airflow_kafka_events.plugin.airflow_state import AirflowEvent, airflow_events_for
-from airflow_kafka_events.plugin.listing import LIST_PREVIEW
-from airflow_kafka_events.plugin.views.common import PageDep
+from airflow_kafka_events.plugin.views.common import LIST_PREVIEW, PageDep
 
 __all__ = ["router"]
 

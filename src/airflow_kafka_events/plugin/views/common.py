@@ -31,11 +31,13 @@ from airflow_kafka_events.plugin.settings import (
     WindowRequest,
 )
 
-__all__ = ["Page", "PageDep", "error_status"]
+__all__ = ["LIST_PREVIEW", "Page", "PageDep", "error_status"]
 
 #: Rows a listing shows unless ``?limit=`` asks for another number (at most :data:`MAX_LIMIT`).
 DEFAULT_LIMIT = 100
 MAX_LIMIT = 1000
+#: Characters of a preview in a listing (a record's own page shows the full bounded preview).
+LIST_PREVIEW = 300
 
 TABS = (
     ("streams", "Streams"),

@@ -25,11 +25,11 @@ from airflow_kafka_events.errors import AirflowKafkaEventsError
 from airflow_kafka_events.inspection.dead_letters import (
     DeadLetterRecord,
     get_dead_letter,
+    list_dead_letters,
     replay_dead_letter,
 )
-from airflow_kafka_events.plugin.listing import newest_dead_letters
 from airflow_kafka_events.plugin.security import REPLAY, same_origin
-from airflow_kafka_events.plugin.views.common import Page, PageDep
+from airflow_kafka_events.plugin.views.common import LIST_PREVIEW, Page, PageDep
 
 __all__ = ["router"]
 
@@ -60,7 +60,7 @@ def dead_letters_page(
 ) -> Response:
     topic = page.settings.dlq_topic
     try:
-        listing = newest_dead_letters(
+        listing = list_dead_letters(
             page.config(),
             topic,
             window=page.window(),
@@ -68,6 +68,7 @@ def dead_letters_page(
             reason=reason or None,
             source_topic=source_topic or None,
             consumer=consumer or None,
+            preview_limit=LIST_PREVIEW,
         )
     except AirflowKafkaEventsError as exc:
         return page.failed("dead-letters", exc)
