@@ -56,7 +56,11 @@ def test_list_filters_by_reason_source_and_consumer_and_redacts(config, producer
     producer.send_and_wait(dlq, b"no headers at all")
 
     listing = list_dead_letters(config, dlq, window=ScanWindow(), preview_limit=300)
-    assert len(listing.records) == 3 and listing.not_dead_letters == 1
+    assert len(listing.records) == 3 and listing.not_dead_letters == 1 and listing.matched == 3
+    newest = list_dead_letters(config, dlq, window=ScanWindow(), limit=2)
+    assert newest.matched == 3 and [r.to_dict() for r in newest.records] == [
+        r.to_dict() for r in list_dead_letters(config, dlq, window=ScanWindow()).records[:2]
+    ]
     assert listing.window.records_scanned == 4 and not listing.window.truncated
     assert {r.reason for r in listing.records} == {"not-allowed", "undecodable", "unknown-asset"}
 
