@@ -113,6 +113,10 @@ def run_slots(
         "AIRFLOW_CONN_KAFKA_DEFAULT": json.dumps(conn),
         "B9_PAIRS": ",".join(map(str, pair_counts)),
         "B9_DEFERRABLE": "true" if deferrable else "false",
+        # Airflow's defaults, not the test harness's quick failure detection: with 32 task processes on a
+        # small machine a heartbeat or an Execution API answer can be late without anything being wrong
+        "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "300",
+        "AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT": "30",
     }
     stack = AirflowStack(scratch / f"airflow-{slots}-{n_runs()}", DAGS_FOLDER, env, parallelism=slots)
     results = []
