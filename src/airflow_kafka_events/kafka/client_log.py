@@ -49,6 +49,7 @@ __all__ = [
     "BrokerSnapshot",
     "Cause",
     "ClientHealth",
+    "ObservedClientError",
     "RateLimitedLogger",
     "RepeatLimiter",
     "cause_of",
@@ -301,11 +302,17 @@ class BrokerSnapshot:
 
 
 @dataclass(frozen=True)
-class SeenError:
+class ObservedClientError:
+    """An error librdkafka reported to a client: its cause, code, redacted text and when it came."""
+
     cause: Cause
     code: int
     text: str
     at: float
+
+
+#: The record's former name (still imported by the producer and delivery modules).
+SeenError = ObservedClientError
 
 
 class ClientHealth:
@@ -335,13 +342,13 @@ class ClientHealth:
         self._lock = threading.Lock()
         self._state_log = state_logger if state_logger is not None else log
         self.logger = RateLimitedLogger(interval=repeat_interval, redact=self.redact, clock=clock)
-        self._errors: dict[Cause, SeenError] = {}
-        self._last_transport: SeenError | None = None
+        self._errors: dict[Cause, ObservedClientError] = {}
+        self._last_transport: ObservedClientError | None = None
         self.snapshot: BrokerSnapshot | None = None
         self.down_since: float | None = None
         self._snapshot_listeners: list[Callable[[BrokerSnapshot], None]] = []
         self._user_error_cb: Callable[[KafkaError], Any] | None = None
-        self._refusal_listeners: list[Callable[[SeenError], None]] = []
+        self._refusal_listeners: list[Callable[[ObservedClientError], None]] = []
         self.security_protocol = "PLAINTEXT"
         self.mechanism: str | None = None
         self.username: str | None = None
@@ -394,7 +401,7 @@ class ClientHealth:
     # ------------------------------------------------------------------ callbacks
     def error_cb(self, err: KafkaError) -> None:
         code = err.code()
-        seen = SeenError(cause_of(code), code, self.redact(err.str()), self._clock())
+        seen = ObservedClientError(cause_of(code), code, self.redact(err.str()), self._clock())
         went_down = False
         with self._lock:
             self._errors[seen.cause] = seen
@@ -454,7 +461,7 @@ class ClientHealth:
     def down(self) -> bool:
         return self.down_since is not None
 
-    def last_error(self, since: float | None = None) -> SeenError | None:
+    def last_error(self, since: float | None = None) -> ObservedClientError | None:
         """The most telling error seen (at or after ``since``): authentication, authorization,
         unknown topic, then unreachable, then anything else."""
         order = (
@@ -470,7 +477,9 @@ class ClientHealth:
         for cause in order:
             if cause in recent:
                 if cause is Cause.UNREACHABLE:
-                    return SeenError(cause, recent[cause].code, self.describe_unreachable(), recent[cause].at)
+                    return ObservedClientError(
+                        cause, recent[cause].code, self.describe_unreachable(), recent[cause].at
+                    )
                 return recent[cause]
         return next(iter(recent.values()), None)
 
@@ -481,18 +490,18 @@ class ClientHealth:
         return f"all brokers down: {transport.text}" if self.down else transport.text
 
     # ------------------------------------------------------------------ refusals
-    def add_refusal_listener(self, listener: Callable[[SeenError], None]) -> None:
+    def add_refusal_listener(self, listener: Callable[[ObservedClientError], None]) -> None:
         """``listener(seen)`` is called (on librdkafka's callback thread) when the brokers refuse
         the client's credentials or the TLS handshake fails: neither heals by retrying."""
         self._refusal_listeners.append(listener)
 
-    def refusal(self, since: float | None = None) -> SeenError | None:
+    def refusal(self, since: float | None = None) -> ObservedClientError | None:
         """The credentials / TLS refusal seen (at or after ``since``), if any."""
         with self._lock:
             found = [self._errors[c] for c in REFUSALS if c in self._errors]
         return next((e for e in found if since is None or e.at >= since), None)
 
-    def refusal_text(self, seen: SeenError) -> str:
+    def refusal_text(self, seen: ObservedClientError) -> str:
         """What went wrong, with whom, and the fix: the mechanism, the user and the brokers, never
         the password."""
         if seen.cause is Cause.AUTHENTICATION:
@@ -517,7 +526,9 @@ class ClientHealth:
         return FIXES[cause].format(servers=self.bootstrap_servers)
 
 
-def refusal_error(health: ClientHealth, seen: SeenError, *, producing: bool = False) -> KafkaOperationError:
+def refusal_error(
+    health: ClientHealth, seen: ObservedClientError, *, producing: bool = False
+) -> KafkaOperationError:
     """The typed error of a refusal: :class:`KafkaAuthenticationError` or :class:`KafkaTlsError`
     (their not-sent variants for a producer: nothing was, or will be, published)."""
     if seen.cause is Cause.TLS:

@@ -1,9 +1,10 @@
-"""The triggers' errors: why a paginated HTTP stream ended in failure.
+"""The triggers' errors: why a paginated HTTP stream ended in failure; a demo trigger's gate timeout.
 
 All derive from :class:`~airflow_kafka_events.errors.AirflowKafkaEventsError`.  A stream that
 ends in failure records its error's type name (``StreamError.type``); that name is the one
 these classes had before they moved here (``airflow_kafka_events.triggers.http.<Class>``,
-where they stay importable), so stored streams and readers matching on it are unaffected.
+``airflow_kafka_events.triggers.testing.GateTimeoutError``, where they stay importable), so
+stored streams and readers matching on it are unaffected.
 This module imports no Airflow module.
 """
 
@@ -12,6 +13,7 @@ from __future__ import annotations
 from airflow_kafka_events.errors import AirflowKafkaEventsError, recorded_under
 
 __all__ = [
+    "GateTimeoutError",
     "HttpPaginationError",
     "HttpRetriesExhaustedError",
     "HttpStatusError",
@@ -50,6 +52,12 @@ class NextLinkError(HttpPaginationError):
     """A next link that is not followed: another origin, not http(s), a loop, a credential in it."""
 
 
+class GateTimeoutError(AirflowKafkaEventsError, TimeoutError):
+    """The gate file of a :class:`~airflow_kafka_events.triggers.testing.CountingPagesTrigger` did not
+    appear in time (also a :class:`TimeoutError`)."""
+
+
+recorded_under("airflow_kafka_events.triggers.testing", GateTimeoutError)
 recorded_under(
     "airflow_kafka_events.triggers.http",
     HttpPaginationError,

@@ -19,13 +19,10 @@ from typing import Any
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_kafka_events.errors import ConfigurationError
+from airflow_kafka_events.triggers.errors import GateTimeoutError
 from airflow_kafka_events.triggers.streaming import Page, StreamingTrigger
 
 __all__ = ["CountingPagesTrigger", "GateTimeoutError", "OnePageTrigger"]
-
-
-class GateTimeoutError(TimeoutError):
-    """The gate file of a :class:`CountingPagesTrigger` did not appear in time."""
 
 
 class CountingPagesTrigger(StreamingTrigger):

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_kafka_events.errors import ConfigurationError
+from airflow_kafka_events.errors import AirflowKafkaEventsError, ConfigurationError
 from airflow_kafka_events.serialization_check import check_trigger_kwargs, roundtrip_trigger_kwargs
 from airflow_kafka_events.triggers.testing import CountingPagesTrigger, GateTimeoutError
 
@@ -58,8 +58,13 @@ def test_the_gate_holds_its_page_until_the_file_exists(tmp_path: Path):
 
 def test_a_gate_that_never_opens_ends_the_stream_with_an_error(tmp_path: Path):
     trigger = CountingPagesTrigger(pages=3, gate_path=str(tmp_path / "never"), gate_page=0, gate_timeout=0.2)
-    with pytest.raises(GateTimeoutError, match=r"did not appear within 0\.2s"):
+    with pytest.raises(GateTimeoutError, match=r"did not appear within 0\.2s") as info:
         asyncio.run(_pages(trigger))
+    # one hierarchy, still a TimeoutError, recorded under its former import path
+    assert isinstance(info.value, AirflowKafkaEventsError) and isinstance(info.value, TimeoutError)
+    assert type(info.value).__module__ + "." + type(info.value).__qualname__ == (
+        "airflow_kafka_events.triggers.testing.GateTimeoutError"
+    )
 
 
 @pytest.mark.parametrize(
