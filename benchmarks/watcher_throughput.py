@@ -15,6 +15,10 @@ change the watchers' code half-way (``--live-src``: the working tree as it is):
     ``bench://b8/ceiling`` watched by :class:`b8_triggers.BurstTrigger` (no Kafka at all): on
     request it fires ``count`` events as fast as it can (or at ``rate``/s), in the same triggerer
     and the same metadata DB.  This is what Airflow itself can take.
+``ceiling-1`` / ``ceiling-10`` / ``ceiling-100``
+    Airflow's ceiling in the shape of ``kafka-<n>``: the same ``n`` assets, each watched by its own
+    ``BurstTrigger``, the batch shared round-robin between them (``n`` triggers, ``n`` assets, still
+    no Kafka): what Airflow itself can take for ``n`` watched assets.
 ``kafka-1`` / ``kafka-10`` / ``kafka-100``
     1, 10, 100 assets, each a ``kafka_watched_asset`` on ONE topic of that configuration (3
     partitions), in the one triggerer; this process emits asset event envelopes to the topic
@@ -38,10 +42,11 @@ found by the batch tag in ``extra``):
   (sampled every 0.25 s from the table: a lower bound).  Each store is a request the triggerer's
   supervisor answers between its passes over queued events, and a DB write of its own.
 
-Ratios: every Kafka configuration's burst throughput / the ceiling's.  The path before the
-watcher redesign (one consumer group, polls on a shared thread) is no longer in the code, so it is
-not measured side by side: compare with the ceiling.  Uses ``KAFKA_BOOTSTRAP_SERVERS`` or starts
-the local broker.
+Ratios: every configuration's burst throughput / the (one-asset) ceiling's, and each ``kafka-<n>``'s
+/ ``ceiling-<n>``'s when that phase ran ("vs ceiling-N": the cost of the Kafka path alone).
+The path before the watcher redesign (one consumer group, polls on a shared thread) is no longer
+in the code, so it is not measured side by side: compare with the ceiling.  Uses
+``KAFKA_BOOTSTRAP_SERVERS`` or starts the local broker.
 """
 
 from __future__ import annotations
@@ -300,10 +305,23 @@ def environment(*, keep_home: bool, live_src: bool) -> Iterator[Setup]:
 
 
 # ====================================================================== phases
+def is_ceiling(phase: str) -> bool:
+    """``ceiling`` (one asset) and ``ceiling-<n>`` (the ``n`` assets of ``kafka-<n>``): no Kafka."""
+    return phase == "ceiling" or phase.startswith("ceiling-")
+
+
 def phase_assets(phase: str) -> list[tuple[str, str]]:
     if phase == "ceiling":
         return [CEILING]
     return kafka_assets(int(phase.split("-", 1)[1]))
+
+
+def ceiling_triggers(phase: str) -> list[str]:
+    """Names of the phase's ``BurstTrigger``\\ s (the DAG file's ``ceiling_trigger_name``)."""
+    if phase == "ceiling":
+        return ["ceiling"]
+    count = phase.split("-", 1)[1]
+    return [f"c{count}-{name.rsplit('_', 1)[-1]}" for name, _ in phase_assets(phase)]
 
 
 def load_asset_ids(setup: Setup) -> None:
@@ -323,8 +341,11 @@ def switch_phase(setup: Setup, phase: str, timeout: float) -> float:
     """Write ``phase``; wait until exactly its watchers exist, are assigned and have started."""
     started = time.monotonic()
     switched_at = datetime.now(timezone.utc)
-    ready_file = setup.control / "ceiling.ready"
-    ready_file.unlink(missing_ok=True)
+    ready_files = (
+        [setup.control / f"{name}.ready" for name in ceiling_triggers(phase)] if is_ceiling(phase) else []
+    )
+    for ready_file in ready_files:
+        ready_file.unlink(missing_ok=True)
     (setup.control / "phase").write_text(phase + "\n")
     names = {name for name, _ in phase_assets(phase)}
     ids = [setup.asset_ids[n] for n in names]
@@ -343,8 +364,8 @@ def switch_phase(setup: Setup, phase: str, timeout: float) -> float:
     stack.wait_for(registered, timeout, f"the watchers of phase {phase} to be registered and assigned")
 
     def running() -> bool:
-        if phase == "ceiling":
-            return ready_file.exists()
+        if ready_files:
+            return all(ready_file.exists() for ready_file in ready_files)
         rows = stack.query(
             f"SELECT asset_id, updated_at FROM asset_state_store WHERE key LIKE ? AND asset_id IN ({marks})",
             (STATE_KEY_PATTERN, *ids),
@@ -387,16 +408,25 @@ class Batch:
 
 def _where(setup: Setup, phase: str) -> tuple[str, list[int], str]:
     ids = [setup.asset_ids[n] for n, _ in phase_assets(phase)]
-    path = "$.payload.b8" if phase == "ceiling" else "$.payload.extra.b8"
+    path = "$.payload.b8" if is_ceiling(phase) else "$.payload.extra.b8"
     return f"asset_id IN ({','.join('?' * len(ids))}) AND json_extract(extra, '{path}') = ?", ids, path
 
 
 def emit_ceiling(setup: Setup, batch: Batch) -> float:
-    spec = {"batch": batch.tag, "count": batch.count, "rate": batch.rate}
-    tmp = setup.control / "ceiling.go.tmp"
-    tmp.write_text(json.dumps(spec))
+    """Tell the phase's triggers to fire the batch: ``n`` triggers share it round-robin (seq ``i``,
+    ``i + n`` ... for trigger ``i``), each at ``rate / n``."""
+    names = ceiling_triggers(batch.phase)
+    ready = []
+    for i, name in enumerate(names):
+        count = batch.count // len(names) + (1 if i < batch.count % len(names) else 0)
+        rate = batch.rate / len(names) if batch.rate else None
+        spec = {"batch": batch.tag, "count": count, "rate": rate, "first": i, "step": len(names)}
+        tmp = setup.control / f"{name}.go.tmp"
+        tmp.write_text(json.dumps(spec))
+        ready.append((tmp, setup.control / f"{name}.go"))
     t0 = time.monotonic()
-    os.rename(tmp, setup.control / "ceiling.go")
+    for tmp, go in ready:
+        os.rename(tmp, go)
     return time.monotonic() - t0
 
 
@@ -502,9 +532,9 @@ def run_batch(setup: Setup, producer: EnvelopeProducer, batch: Batch, timeout: f
     where, ids, path = _where(setup, batch.phase)
     stack = setup.stack
     cpu0 = cpu_snapshot(setup)
-    stores = PositionStores(setup, ids) if batch.phase != "ceiling" else None
+    stores = None if is_ceiling(batch.phase) else PositionStores(setup, ids)
     t0 = time.monotonic()
-    if batch.phase == "ceiling":
+    if is_ceiling(batch.phase):
         batch.emit_s = emit_ceiling(setup, batch)
     else:
         batch.emit_s = emit_kafka(setup, producer, batch)
@@ -603,26 +633,46 @@ def summarize(batches: list[Batch]) -> dict[str, Any]:
             "others_cores_during": b.others_during,
             "loadavg_after": b.loadavg_end,
         }
-    # the reference: the mean of every ceiling burst (measured before and after the Kafka phases)
-    ceilings = [
-        kinds["burst"] for label, kinds in out.items() if label.startswith("ceiling") and "burst" in kinds
-    ]
-    if ceilings:
-        reference = {
-            "events_per_s": round(statistics.fmean(c["events_per_s"] for c in ceilings), 1),
-            "steady_events_per_s": round(statistics.fmean(c["steady_events_per_s"] for c in ceilings), 1),
-            "ceiling_bursts": len(ceilings),
-        }
-        for kinds in out.values():
-            if "burst" in kinds:
-                kinds["ratio_to_ceiling"] = round(
-                    kinds["burst"]["events_per_s"] / reference["events_per_s"], 2
-                )
-                kinds["steady_ratio_to_ceiling"] = round(
-                    kinds["burst"]["steady_events_per_s"] / reference["steady_events_per_s"], 2
-                )
-        out["ceiling_reference"] = reference
+    references = {
+        shape: _reference(out, shape) for shape in ("ceiling", *(f"ceiling-{n}" for n in ASSET_COUNTS))
+    }
+    for label, kinds in list(out.items()):
+        if "burst" not in kinds:
+            continue
+        phase = label.split("#", 1)[0]
+        _add_ratios(kinds, references["ceiling"], "")
+        if phase.startswith("kafka-"):  # against Airflow's own ceiling in the same shape, when measured
+            _add_ratios(kinds, references[f"ceiling-{phase.split('-', 1)[1]}"], "_same_shape")
+    if references["ceiling"]:
+        out["ceiling_reference"] = references["ceiling"]
+    for shape, reference in references.items():
+        if shape != "ceiling" and reference:
+            out[f"{shape}_reference"] = reference
     return out
+
+
+def _reference(out: dict[str, Any], shape: str) -> dict[str, Any] | None:
+    """The mean of every burst of ceiling phase ``shape`` (one may run before and after the Kafka phases)."""
+    bursts = [
+        kinds["burst"] for label, kinds in out.items() if label.split("#", 1)[0] == shape and "burst" in kinds
+    ]
+    if not bursts:
+        return None
+    return {
+        "events_per_s": round(statistics.fmean(c["events_per_s"] for c in bursts), 1),
+        "steady_events_per_s": round(statistics.fmean(c["steady_events_per_s"] for c in bursts), 1),
+        "ceiling_bursts": len(bursts),
+    }
+
+
+def _add_ratios(kinds: dict[str, Any], reference: dict[str, Any] | None, suffix: str) -> None:
+    if not reference:
+        return
+    burst = kinds["burst"]
+    kinds[f"ratio_to_ceiling{suffix}"] = round(burst["events_per_s"] / reference["events_per_s"], 2)
+    kinds[f"steady_ratio_to_ceiling{suffix}"] = round(
+        burst["steady_events_per_s"] / reference["steady_events_per_s"], 2
+    )
 
 
 def print_report(summary: dict[str, Any], rates: Sequence[float]) -> None:
@@ -630,7 +680,8 @@ def print_report(summary: dict[str, Any], rates: Sequence[float]) -> None:
     say("B8 asset events into Airflow (one triggerer, SQLite): bursts (events/s, ratio to the ceiling)")
     say(
         f"{'config':<10} {'events/s':>9} {'ratio':>6} {'steady/s':>9} {'ratio':>6} "
-        f"{'p50':>8} {'p95':>8} {'emit->fired p50':>16} {'fired->row p50':>15} {'pos. stores':>11}"
+        f"{'p50':>8} {'p95':>8} {'emit->fired p50':>16} {'fired->row p50':>15} {'pos. stores':>11} "
+        f"{'vs ceiling-N':>12}"
     )
     for phase, kinds in summary.items():
         burst = kinds.get("burst")
@@ -644,7 +695,8 @@ def print_report(summary: dict[str, Any], rates: Sequence[float]) -> None:
             f"{steady_ratio:>6} {lat['p50']:>6.0f}ms {lat['p95']:>6.0f}ms "
             f"{burst['emit_to_fired_ms'].get('p50', float('nan')):>14.0f}ms "
             f"{burst['fired_to_row_ms'].get('p50', float('nan')):>13.0f}ms "
-            f"{'-' if burst['position_stores'] is None else burst['position_stores']:>11}"
+            f"{'-' if burst['position_stores'] is None else burst['position_stores']:>11} "
+            f"{kinds.get('ratio_to_ceiling_same_shape', float('nan')):>12.2f}"
         )
     reference = summary.get("ceiling_reference")
     if reference:
@@ -652,12 +704,20 @@ def print_report(summary: dict[str, Any], rates: Sequence[float]) -> None:
             f"ratios are to the mean of {reference['ceiling_bursts']} ceiling burst(s): "
             f"{reference['events_per_s']:.1f} events/s, steady {reference['steady_events_per_s']:.1f}/s"
         )
+    for n in ASSET_COUNTS:
+        shaped = summary.get(f"ceiling-{n}_reference")
+        if shaped:
+            say(
+                f"'vs ceiling-N': kafka-{n} against the mean of {shaped['ceiling_bursts']} ceiling-{n} "
+                f"burst(s) (the same {n} assets, each watched by a no-Kafka trigger): "
+                f"{shaped['events_per_s']:.1f} events/s"
+            )
     say("paced batches: latency emit -> AssetEvent row")
     say(
         f"{'config':<10} {'offered':>8} {'got/s':>7} {'p50':>8} {'p95':>8} {'max':>8} {'emit->fired p50':>16}"
     )
     for phase, kinds in summary.items():
-        if phase == "ceiling_reference":
+        if phase.endswith("_reference"):
             continue
         for rate in rates:
             paced = kinds.get(f"paced-{rate:g}")
@@ -729,7 +789,7 @@ def main(argv: list[str]) -> int:
     )
     args = parser.parse_args(argv)
     phases = [p.strip() for p in args.configs.split(",") if p.strip()]
-    allowed = {"ceiling", *(f"kafka-{n}" for n in ASSET_COUNTS)}
+    allowed = {"ceiling", *(f"{kind}-{n}" for kind in ("ceiling", "kafka") for n in ASSET_COUNTS)}
     if not phases or any(p not in allowed for p in phases):
         parser.error(f"--configs: choose from {sorted(allowed)}")
     try:

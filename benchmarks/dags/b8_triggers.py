@@ -4,9 +4,11 @@ Imported by dotted path (``b8_triggers.BurstTrigger``) in the triggerer: ``bench
 DAGs folder on ``PYTHONPATH`` of the Airflow stack it starts.
 
 :class:`BurstTrigger` waits for ``<control_dir>/<name>.go`` (a JSON file written by the
-benchmark: ``{"batch": str, "count": int, "rate": float | null}``), claims it by renaming it
-(so a restarted trigger never fires one batch twice), then fires ``count`` ``TriggerEvent``\\ s,
-``{"b8": batch, "seq": i, "emitted_at": <ISO UTC>}``: as fast as it can (``rate`` null: one
+benchmark: ``{"batch": str, "count": int, "rate": float | null, "first": int, "step": int}``),
+claims it by renaming it (so a restarted trigger never fires one batch twice), then fires ``count``
+``TriggerEvent``\\ s, ``{"b8": batch, "seq": first + i * step, "emitted_at": <ISO UTC>}`` (``first``
+0 and ``step`` 1 when absent; one trigger of many numbers its events apart from the others'):
+as fast as it can (``rate`` null: one
 ``asyncio.sleep(0)`` between events, so the triggerer's loop keeps running) or paced at ``rate``
 events per second.  Every start of the trigger writes ``<control_dir>/<name>.ready``.
 """
@@ -57,6 +59,7 @@ class BurstTrigger(BaseEventTrigger):
                 await asyncio.sleep(CLAIM_POLL_INTERVAL)
                 continue
             batch, count, rate = str(spec["batch"]), int(spec["count"]), spec.get("rate")
+            first, step = int(spec.get("first", 0)), int(spec.get("step", 1))
             started = time.monotonic()
             for seq in range(count):
                 if rate:
@@ -66,4 +69,4 @@ class BurstTrigger(BaseEventTrigger):
                 else:
                     await asyncio.sleep(0)
                 emitted_at = datetime.now(timezone.utc).isoformat(timespec="microseconds")
-                yield TriggerEvent({"b8": batch, "seq": seq, "emitted_at": emitted_at})
+                yield TriggerEvent({"b8": batch, "seq": first + seq * step, "emitted_at": emitted_at})

@@ -9,6 +9,8 @@ in ``$AIRFLOW_KAFKA_EVENTS_B8_DIR/phase`` (written by ``benchmarks/b8``; the dag
 re-parses this file every few seconds, and Airflow then adds and removes the watchers):
 
 * ``ceiling``: ``bench://b8/ceiling`` has a :class:`b8_triggers.BurstTrigger` watcher (no Kafka);
+* ``ceiling-<n>`` (n = 1, 10, 100): the ``n`` assets of ``kafka-<n>`` below each have a
+  :class:`b8_triggers.BurstTrigger` watcher (``c<n>-<i>``): Airflow's own ceiling in that shape;
 * ``kafka-<n>`` (n = 1, 10, 100): the ``n`` assets ``bench://b8/k<n>/a<i>`` are
   ``kafka_watched_asset``\\ s on ONE topic, ``bench.b8.k<n>.$AIRFLOW_KAFKA_EVENTS_B8_RUN``
   (connection ``kafka_watcher``);
@@ -44,6 +46,11 @@ def kafka_asset_ids(count: int) -> list[tuple[str, str]]:
     return [(f"b8_k{count}_a{i:03d}", f"bench://b8/k{count}/a{i:03d}") for i in range(count)]
 
 
+def ceiling_trigger_name(count: int, asset_name: str) -> str:
+    """The :class:`b8_triggers.BurstTrigger` name of an asset of phase ``ceiling-<count>``."""
+    return f"c{count}-{asset_name.rsplit('_', 1)[-1]}"
+
+
 if RUN and CONTROL_DIR:
     from b8_triggers import BurstTrigger
 
@@ -60,7 +67,10 @@ if RUN and CONTROL_DIR:
         assets.append(Asset(name="b8_ceiling", uri="bench://b8/ceiling"))
     for count in ASSET_COUNTS:
         for name, uri in kafka_asset_ids(count):
-            if PHASE == f"kafka-{count}":
+            if PHASE == f"ceiling-{count}":
+                trigger = BurstTrigger(control_dir=CONTROL_DIR, name=ceiling_trigger_name(count, name))
+                assets.append(Asset(name=name, uri=uri, watchers=[AssetWatcher(name=name, trigger=trigger)]))
+            elif PHASE == f"kafka-{count}":
                 assets.append(
                     kafka_watched_asset(
                         uri,
