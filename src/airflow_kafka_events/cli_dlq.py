@@ -118,13 +118,14 @@ def _actor(args: argparse.Namespace) -> str:
 
 
 def _replay(args: argparse.Namespace) -> int:
-    from airflow_kafka_events.inspection import get_dead_letter, replay_dead_letter
+    from airflow_kafka_events.inspection.dead_letters import load_dead_letter, replay_dead_letter
 
     def command() -> int:
         config, topic = kafka_config(args), role_topic(args, ROLE)
+        loaded = None
         if not args.yes:
-            record = get_dead_letter(config, topic, args.partition, args.offset, timeout=args.timeout)
-            if not _confirm(args, record):
+            loaded = load_dead_letter(config, topic, args.partition, args.offset, timeout=args.timeout)
+            if not _confirm(args, loaded.record):
                 print("not replayed", file=sys.stderr)
                 return 1
         receipt = replay_dead_letter(
@@ -135,6 +136,7 @@ def _replay(args: argparse.Namespace) -> int:
             target_topic=args.to,
             actor=_actor(args),
             timeout=args.timeout,
+            loaded=loaded,
         )
         if args.json:
             emit_json(receipt.to_dict())

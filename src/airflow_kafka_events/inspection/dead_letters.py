@@ -5,7 +5,8 @@
   states: filtering means scanning);
 * :func:`dead_letters_by_source`: where the dead letters of one source topic are, by their
   source coordinates (headers only: what a listing of that topic shows beside each record);
-* :func:`get_dead_letter`: one of them, by its coordinates;
+* :func:`get_dead_letter`: one of them, by its coordinates (:func:`load_dead_letter`: that record
+  and what a replay of it publishes, read once, so a caller that shows it first replays that read);
 * :func:`replay_dead_letter`: publishes the ORIGINAL record again -- its key, its value and its
   original headers (the ``x-*`` headers of :mod:`airflow_kafka_events.dlq` removed) -- to its
   source topic or another one, and waits for the broker's acknowledgement.  The value is the
@@ -24,7 +25,7 @@ from __future__ import annotations
 import heapq
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -68,10 +69,12 @@ __all__ = [
     "DeadLetterListing",
     "DeadLetterRecord",
     "DeadLetterSource",
+    "LoadedDeadLetter",
     "ReplayReceipt",
     "dead_letters_by_source",
     "get_dead_letter",
     "list_dead_letters",
+    "load_dead_letter",
     "replay_dead_letter",
 ]
 
@@ -378,9 +381,38 @@ def get_dead_letter(
     preview_limit: int = PREVIEW_LIMIT,
 ) -> DeadLetterRecord:
     """The dead letter at ``topic[partition]@offset`` (:class:`NotADeadLetterError` if it is none)."""
+    return load_dead_letter(
+        config, topic, partition, offset, timeout=timeout, preview_limit=preview_limit
+    ).record
+
+
+@dataclass(frozen=True)
+class LoadedDeadLetter:
+    """A dead letter read once: what an operator is shown (``record``) and the record a replay publishes."""
+
+    record: DeadLetterRecord
+    message: Message = field(repr=False, compare=False)
+    letter: DeadLetter = field(repr=False)
+
+    @property
+    def coordinates(self) -> tuple[str, int, int]:
+        return self.record.topic, self.record.partition, self.record.offset
+
+
+def load_dead_letter(
+    config: Mapping[str, Any],
+    topic: str,
+    partition: int,
+    offset: int,
+    *,
+    timeout: float = DEFAULT_TIMEOUT,
+    preview_limit: int = PREVIEW_LIMIT,
+) -> LoadedDeadLetter:
+    """The dead letter at ``topic[partition]@offset``, read once (pass it to :func:`replay_dead_letter`)."""
     with TopicReader(config, topic, timeout=timeout, name="dead-letter reader") as reader:
         msg = reader.read_one(partition, offset)
-    return DeadLetterRecord.of(msg, _letter(msg), preview_limit)
+    letter = _letter(msg)
+    return LoadedDeadLetter(DeadLetterRecord.of(msg, letter, preview_limit), msg, letter)
 
 
 def _original(
@@ -422,9 +454,12 @@ def replay_dead_letter(
     target_topic: str | None = None,
     actor: str,
     timeout: float = DEFAULT_TIMEOUT,
+    loaded: LoadedDeadLetter | None = None,
 ) -> ReplayReceipt:
     """Publish the original of the dead letter at ``topic[partition]@offset`` again (see the module doc).
 
+    ``loaded``: that dead letter as :func:`load_dead_letter` already read it (the one a caller showed
+    and had confirmed), published without reading it again; one read at other coordinates is refused.
     Waits for the broker's acknowledgement (``acks=all``); a failure is
     :class:`~airflow_kafka_events.errors.NotSentError` (nothing was published) or
     :class:`~airflow_kafka_events.errors.DeliveryOutcomeUnknownError` (it may have been: replaying
@@ -432,9 +467,14 @@ def replay_dead_letter(
     """
     if not isinstance(actor, str) or not actor.strip():
         raise ValidationError("a replay needs an actor (who asked for it) for the audit line")
-    with TopicReader(config, topic, timeout=timeout, name="dead-letter reader") as reader:
-        msg = reader.read_one(partition, offset)
-    letter = _letter(msg)
+    if loaded is None:
+        loaded = load_dead_letter(config, topic, partition, offset, timeout=timeout)
+    elif loaded.coordinates != (topic, partition, offset):
+        raise ValidationError(
+            f"the dead letter passed to replay was read at {'{}[{}]@{}'.format(*loaded.coordinates)}, not "
+            f"{topic}[{partition}]@{offset}; fix: pass the one load_dead_letter read at these coordinates"
+        )
+    msg, letter = loaded.message, loaded.letter
     key, value, headers = _original(config, msg, letter, timeout)
     target = target_topic or letter.source_topic
     producer = get_producer(

@@ -9,6 +9,7 @@ import pytest
 
 from airflow_kafka_events.codec import ASSET_EVENT_CODEC
 from airflow_kafka_events.dlq import DeadLetterReason
+from airflow_kafka_events.errors import ValidationError
 from airflow_kafka_events.inspection import (
     AUDIT_LOGGER,
     NotADeadLetterError,
@@ -20,6 +21,7 @@ from airflow_kafka_events.inspection import (
     list_dead_letters,
     replay_dead_letter,
 )
+from airflow_kafka_events.inspection.dead_letters import load_dead_letter
 from airflow_kafka_events.inspection.reader import TopicReader, message_headers
 from integration.inspection.records import asset_event, write_dead_letter
 
@@ -172,3 +174,39 @@ def test_a_reference_dead_letter_replays_the_whole_original_from_its_source(conf
     )
     with pytest.raises(ReplayError, match="reference dead letter"):
         replay_dead_letter(config, dlq, 0, gone.offset, actor="alice")
+
+
+def test_a_replay_of_a_loaded_dead_letter_reads_it_once_and_refuses_other_coordinates(
+    config, producer, new_topic, monkeypatch
+):
+    dlq, source = new_topic(partitions=1), new_topic(partitions=1)
+    value = ASSET_EVENT_CODEC.encode(asset_event(idempotency_key="once-1"))
+    first = write_dead_letter(producer, dlq, value=value, key=b"k1", source=(source, 0, 3))
+    second = write_dead_letter(producer, dlq, value=b"plain", key=b"k2", source=(source, 0, 4))
+    reads: list[tuple[str, int, int]] = []
+    read_one = TopicReader.read_one
+
+    def counted(self, partition, offset):
+        reads.append((self.topic, partition, offset))
+        return read_one(self, partition, offset)
+
+    monkeypatch.setattr(TopicReader, "read_one", counted)
+
+    loaded = load_dead_letter(config, dlq, 0, first.offset)
+    assert loaded.record.offset == first.offset and loaded.record.source_offset == 3
+    receipt = replay_dead_letter(config, dlq, 0, first.offset, actor="alice", loaded=loaded)
+    assert reads == [(dlq, 0, first.offset)]  # shown and replayed from one read
+    assert receipt.idempotency_key == "once-1" and receipt.dlq_offset == first.offset
+    assert _read(config, source, receipt.target_partition, receipt.target_offset).value() == value
+
+    reads.clear()
+    with pytest.raises(
+        ValidationError, match=rf"read at {dlq}\[0\]@{first.offset}, not {dlq}\[0\]@{second.offset}"
+    ):
+        replay_dead_letter(config, dlq, 0, second.offset, actor="alice", loaded=loaded)
+    assert reads == []
+    with TopicReader(config, source, timeout=30) as reader:
+        assert reader.watermarks(0) == (0, receipt.target_offset + 1)  # nothing published
+
+    unloaded = replay_dead_letter(config, dlq, 0, second.offset, actor="bob")
+    assert reads == [(dlq, 0, second.offset)] and unloaded.dlq_offset == second.offset

@@ -24,8 +24,9 @@ from fastapi.responses import Response
 from airflow_kafka_events.errors import AirflowKafkaEventsError
 from airflow_kafka_events.inspection.dead_letters import (
     DeadLetterRecord,
-    get_dead_letter,
+    LoadedDeadLetter,
     list_dead_letters,
+    load_dead_letter,
     replay_dead_letter,
 )
 from airflow_kafka_events.plugin.security import REPLAY, same_origin
@@ -89,29 +90,29 @@ def dead_letters_page(
     return page.answer("dead-letters", "dead_letters.html", context, payload)
 
 
-def _load(page: Page, partition: int, offset: int) -> DeadLetterRecord:
-    return get_dead_letter(page.config(), page.settings.dlq_topic, partition, offset)
+def _load(page: Page, partition: int, offset: int) -> LoadedDeadLetter:
+    return load_dead_letter(page.config(), page.settings.dlq_topic, partition, offset)
+
+
+def _record_page(page: Page, partition: int, offset: int, template: str) -> Response:
+    """The page of one dead letter (``template``: its details, or the replay's confirmation)."""
+    try:
+        record = _load(page, partition, offset).record
+    except AirflowKafkaEventsError as exc:
+        return page.failed("dead-letters", exc)
+    context = {"record": record, "coords": coords(record)}
+    return page.answer("dead-letters", template, context, _record_dict(record))
 
 
 @router.get("/dead-letters/{partition}/{offset}")
 @router.get("/api/dead-letters/{partition}/{offset}")
 def dead_letter_page(page: PageDep, partition: int, offset: int) -> Response:
-    try:
-        record = _load(page, partition, offset)
-    except AirflowKafkaEventsError as exc:
-        return page.failed("dead-letters", exc)
-    context = {"record": record, "coords": coords(record)}
-    return page.answer("dead-letters", "dead_letter.html", context, _record_dict(record))
+    return _record_page(page, partition, offset, "dead_letter.html")
 
 
 @router.get("/dead-letters/{partition}/{offset}/replay", dependencies=[REPLAY])
 def confirm_replay_page(page: PageDep, partition: int, offset: int) -> Response:
-    try:
-        record = _load(page, partition, offset)
-    except AirflowKafkaEventsError as exc:
-        return page.failed("dead-letters", exc)
-    context = {"record": record, "coords": coords(record)}
-    return page.answer("dead-letters", "replay_confirm.html", context, _record_dict(record))
+    return _record_page(page, partition, offset, "replay_confirm.html")
 
 
 def _audit(session: Any, page: Page, record: DeadLetterRecord, receipt: Any) -> None:
@@ -136,7 +137,8 @@ def replay_page(
     target_topic: Annotated[str | None, Form()] = None,
 ) -> Response:
     try:
-        record = _load(page, partition, offset)
+        loaded = _load(page, partition, offset)
+        record = loaded.record
         if confirm != coords(record):
             raise HTTPException(
                 status.HTTP_400_BAD_REQUEST,
@@ -150,6 +152,7 @@ def replay_page(
             record.offset,
             target_topic=(target_topic or "").strip() or None,
             actor=page.username,
+            loaded=loaded,
         )
     except AirflowKafkaEventsError as exc:
         return page.failed("dead-letters", exc)
