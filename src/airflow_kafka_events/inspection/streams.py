@@ -3,9 +3,10 @@
 * :func:`list_streams`: every stream with envelopes in a window of the trigger events topic, one
   :class:`StreamSummary` each (its highest attempt, pages, state, the producer's error, pages/s);
 * :func:`show_stream`: one stream -- at a listing's location hint (partition, last offset: a
-  bounded range around it), else found by the per-key progress lookup of
-  :mod:`airflow_kafka_events.kafka.progress` (only the key's partition is read, backwards) -- and
-  the envelopes of its latest attempt (bounded);
+  bounded range around it), else in the time it was written (a :class:`WrittenSpan`: its task
+  instance's run, read forward on the key's partition), else found by the per-key progress lookup
+  of :mod:`airflow_kafka_events.kafka.progress` (the key's partition read backwards from its end)
+  -- and the envelopes of its latest attempt (bounded);
 * :func:`tail_stream`: the envelopes of one stream as they are written.
 
 States follow the epoch rules of :mod:`airflow_kafka_events.streams`: the highest attempt counts;
@@ -29,7 +30,7 @@ from confluent_kafka import Message
 from airflow_kafka_events.codec import TRIGGER_EVENT_CODEC
 from airflow_kafka_events.envelopes import TriggerEventEnvelope
 from airflow_kafka_events.errors import EnvelopeDecodeError, ValidationError
-from airflow_kafka_events.inspection.errors import InspectionError, StreamNotFoundError
+from airflow_kafka_events.inspection.errors import InspectionError, InvalidWindowError, StreamNotFoundError
 from airflow_kafka_events.inspection.reader import DEFAULT_TIMEOUT, Progress, TopicReader, scan
 from airflow_kafka_events.inspection.redact import preview
 from airflow_kafka_events.inspection.window import PartitionWindow, ScannedWindow, ScanWindow, to_ms
@@ -42,6 +43,7 @@ __all__ = [
     "StreamDetail",
     "StreamListing",
     "StreamSummary",
+    "WrittenSpan",
     "list_streams",
     "show_stream",
     "tail_stream",
@@ -157,17 +159,66 @@ class StreamListing:
 
 
 @dataclass(frozen=True)
+class WrittenSpan:
+    """When a stream was written: ``since <= CreateTime < until`` (``None``: up to the partition's end).
+
+    The view takes it from the stream's task instance in Airflow (its first try's start to its last
+    try's end, widened by a slack for clock skew); the CLI from ``--since`` / ``--until``.
+    """
+
+    since: datetime
+    until: datetime | None = None
+
+    def __post_init__(self) -> None:
+        if self.since is None:
+            raise InvalidWindowError("WrittenSpan.since is required (a timezone-aware datetime)")
+        checked = ScanWindow(since=self.since, until=self.until)  # aware, in UTC, until after since
+        object.__setattr__(self, "since", checked.since)
+        object.__setattr__(self, "until", checked.until)
+
+    def describe(self) -> str:
+        return f"{self.since.isoformat()} .. {'now' if self.until is None else self.until.isoformat()}"
+
+
+@dataclass(frozen=True)
 class StreamDetail:
     summary: StreamSummary
     #: The latest attempt's envelopes read (bounded by the window's ``max_records``), in order.
     pages: list[PageInfo]
     window: ScannedWindow
+    #: How the stream was found: "hint" (a listing's location), "span" (read forward in the time it
+    #: was written: ``window.window.since/until``) or "lookup" (per-key, backwards from the end).
+    found_by: str = "lookup"
+    #: With "span": the end offset (exclusive) of the span's range on the partition.
+    span_end: int | None = None
+
+    def describe(self) -> str:
+        """One line for a page: what was read to find and show the stream."""
+        if self.span_end is None:
+            how = "per-key lookup" if self.found_by == "lookup" else "location hint"
+            return f"{self.window.describe()}; found by the {how}"
+        (part,) = self.window.partitions
+        asked = self.window.window
+        text = (
+            f"scanned {part.records_scanned} record(s) of topic {self.window.topic!r} partition "
+            f"{part.partition} forward from offset {part.start_offset}: the time the stream was written "
+            f"({_iso(asked.since)} .. {_iso(asked.until) or 'now'}) holds offsets "
+            f"{part.start_offset}..{self.span_end - 1}"
+        )
+        if part.truncated:
+            text += (
+                f"; TRUNCATED at {asked.max_records} records: offsets {part.end_offset}..{self.span_end - 1} "
+                "were not read (raise max records)"
+            )
+        return text
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "summary": self.summary.to_dict(),
             "pages": [p.to_dict() for p in self.pages],
             "window": self.window.to_dict(),
+            "found_by": self.found_by,
+            "span_end": self.span_end,
         }
 
 
@@ -383,6 +434,82 @@ def _hinted(
     return _Span(partition, start, offset + 1, attempt, low, high)
 
 
+_FIX_TRUNCATED = "raise max records (?max_records= / --max-records) or narrow the time window"
+_FIX_MISSED = (
+    "check the stream id and the topic (--topic); when the times are off (record timestamps are the "
+    "producer's CreateTime: clock skew), widen the time window (--since/--until), or open the stream "
+    "from the streams listing (its link carries the stream's location)"
+)
+
+
+def _offset_at(reader: TopicReader, partition: int, when: datetime, low: int, high: int) -> int:
+    """The first offset of ``partition`` with a timestamp at or after ``when`` (``high``: none)."""
+    found = reader.offsets([partition], to_ms(when))[partition]
+    return high if found < 0 else min(max(found, low), high)
+
+
+def _in_span(
+    reader: TopicReader, trigger_run_id: str, written: WrittenSpan, window: ScanWindow
+) -> StreamDetail:
+    """The stream read forward in the offsets of its key's partition written during ``written``.
+
+    At most ``window.max_records`` records from the span's first offset; a span holding more is
+    said truncated.  :class:`StreamNotFoundError` when no envelope of the stream was read.
+    """
+    key = trigger_run_id.encode("utf-8")
+    partition = partition_for_key(key, len(reader.partitions()))
+    low, high = reader.watermarks(partition)
+    start = _offset_at(reader, partition, written.since, low, high)
+    until = written.until
+    end = high if until is None else max(start, _offset_at(reader, partition, until, low, high))
+    stop = min(end, start + window.max_records)
+    stream = _Stream(trigger_run_id, reader.topic, partition)
+    pages: list[PageInfo] = []
+    scanned = 0
+    for msg in reader.read(partition, start, stop):
+        scanned += 1
+        envelope = _decode(msg) if msg.key() == key else None
+        if envelope is None or envelope.trigger_run_id != trigger_run_id or envelope.attempt < stream.attempt:
+            continue
+        if envelope.attempt > stream.attempt:
+            pages = []  # a later attempt: only the latest one is shown
+        stream.add(envelope, int(msg.offset() or 0))
+        pages.append(PageInfo.of(envelope, msg))
+    part = PartitionWindow(partition, start, stop, scanned, stop < end, low, high)
+    if not pages:
+        cut = f", TRUNCATED: offsets {stop}..{end - 1} not read" if stop < end else ""
+        raise StreamNotFoundError(
+            f"stream {trigger_run_id!r} has no envelope in topic {reader.topic!r} partition {partition} "
+            f"written {written.describe()} (offsets {start}..{end - 1}, {scanned} read{cut}); fix: "
+            + (_FIX_TRUNCATED if stop < end else _FIX_MISSED)
+        )
+    asked = ScanWindow(since=written.since, max_records=window.max_records, until=written.until)
+    window_read = ScannedWindow(reader.topic, asked, (part,))
+    return StreamDetail(stream.summary(), pages, window_read, found_by="span", span_end=end)
+
+
+def _read_attempt(
+    reader: TopicReader, trigger_run_id: str, span: _Span, window: ScanWindow, found_by: str
+) -> StreamDetail:
+    """The envelopes of ``span``'s attempt (the newest ``window.max_records`` offsets of it)."""
+    first = max(span.start, span.end - window.max_records)
+    stream = _Stream(trigger_run_id, reader.topic, span.partition)
+    pages: list[PageInfo] = []
+    scanned = 0
+    key = trigger_run_id.encode("utf-8")
+    for msg in reader.read(span.partition, first, span.end):
+        scanned += 1
+        envelope = _decode(msg) if msg.key() == key else None
+        if envelope is None or envelope.trigger_run_id != trigger_run_id or envelope.attempt != span.attempt:
+            continue
+        stream.add(envelope, int(msg.offset() or 0))
+        pages.append(PageInfo.of(envelope, msg))
+    part = PartitionWindow(span.partition, first, span.end, scanned, first > span.start, span.low, span.high)
+    return StreamDetail(
+        stream.summary(), pages, ScannedWindow(reader.topic, window, (part,)), found_by=found_by
+    )
+
+
 def show_stream(
     config: Mapping[str, Any],
     topic: str,
@@ -391,49 +518,39 @@ def show_stream(
     window: ScanWindow,
     partition: int | None = None,
     last_offset: int | None = None,
+    written: WrittenSpan | None = None,
     timeout: float = DEFAULT_TIMEOUT,
 ) -> StreamDetail:
     """One stream's latest attempt and its envelopes (the newest ``window.max_records`` offsets of it).
 
-    With a location hint (``partition`` and ``last_offset``, as a listing's
-    :class:`StreamSummary` has them) only a bounded range around it is read: the stream's
-    envelopes from that offset on (at most ``window.max_records`` offsets further, for what was
-    written since the listing) and its attempt's from its first offset (``first_offset``
-    metadata, else ``window.since`` or the partition's start) -- however old the stream.  Without
-    one (or when the hint does not name an envelope of the stream), the stream is found with the
-    per-key progress lookup, which reads the key's partition backwards from its end
-    (``window.since`` bounds how far).  Its envelopes are then read from the attempt's first
-    offset to its latest envelope.  :class:`StreamNotFoundError` when the stream has no envelope
-    there.
+    Found, in this order (:attr:`StreamDetail.found_by` says how):
+
+    * with a location hint (``partition`` and ``last_offset`` of a listing's :class:`StreamSummary`),
+      in a bounded range around it: the stream's envelopes from that offset on (at most
+      ``window.max_records`` further, written since the listing) and its attempt's from its first
+      offset (``first_offset`` metadata, else ``window.since`` or the partition's start);
+    * else, with ``written`` (when it was written: its task instance's run), in the offsets of the
+      key's partition stamped in that span (``offsets_for_times``), read forward, at most
+      ``window.max_records`` of them (a longer span is said truncated);
+    * else with the per-key progress lookup, backwards from the partition's end (``window.since``
+      bounds how far); its attempt is then read from its first offset to its latest envelope.
+
+    :class:`StreamNotFoundError` when the stream has no envelope there.
     """
     _check_hint(partition, last_offset)
+    if written is not None and not isinstance(written, WrittenSpan):
+        raise InspectionError(f"written is a WrittenSpan or None, got {type(written).__qualname__}")
     with TopicReader(config, topic, timeout=timeout, name="stream detail") as reader:
         reader.partitions()  # a missing topic, refused credentials or no broker: said here, at once
         span = None
         if partition is not None and last_offset is not None:
             span = _hinted(reader, trigger_run_id, partition, last_offset, window)
-        if span is None:
-            span = _looked_up(reader, config, trigger_run_id, window)
-        first = max(span.start, span.end - window.max_records)
-        stream = _Stream(trigger_run_id, topic, span.partition)
-        pages: list[PageInfo] = []
-        scanned = 0
-        key = trigger_run_id.encode("utf-8")
-        for msg in reader.read(span.partition, first, span.end):
-            scanned += 1
-            if msg.key() != key:
-                continue
-            envelope = _decode(msg)
-            if (
-                envelope is None
-                or envelope.trigger_run_id != trigger_run_id
-                or envelope.attempt != span.attempt
-            ):
-                continue
-            stream.add(envelope, int(msg.offset() or 0))
-            pages.append(PageInfo.of(envelope, msg))
-    part = PartitionWindow(span.partition, first, span.end, scanned, first > span.start, span.low, span.high)
-    return StreamDetail(stream.summary(), pages, ScannedWindow(topic, window, (part,)))
+        if span is not None:
+            return _read_attempt(reader, trigger_run_id, span, window, "hint")
+        if written is not None:
+            return _in_span(reader, trigger_run_id, written, window)
+        span = _looked_up(reader, config, trigger_run_id, window)
+        return _read_attempt(reader, trigger_run_id, span, window, "lookup")
 
 
 def tail_stream(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pytest
 
@@ -22,6 +22,7 @@ from airflow_kafka_events.inspection import (
     tail_stream,
 )
 from airflow_kafka_events.inspection import streams as streams_module
+from airflow_kafka_events.inspection.streams import WrittenSpan
 from airflow_kafka_events.streams import stream_id
 from integration.inspection.records import wait_past, write_stream
 
@@ -102,8 +103,6 @@ def test_the_window_reads_at_most_max_records_per_partition_and_says_it_truncate
 
 
 def test_a_window_is_validated_on_construction():
-    from datetime import datetime
-
     with pytest.raises(InvalidWindowError, match="timezone-aware"):
         ScanWindow(since=datetime(2026, 12, 1))
     with pytest.raises(InvalidWindowError, match="max_records"):
@@ -170,6 +169,74 @@ def test_show_stream_with_a_listing_hint_reads_around_it_without_the_per_key_loo
         show_stream(config, topic, old, window=ScanWindow(), partition=0)
     with pytest.raises(InspectionError, match="int >= 0"):
         show_stream(config, topic, old, window=ScanWindow(), partition=0, last_offset=-1)
+
+
+def _noise(producer, topic: str, streams: int, pages: int) -> None:
+    """``streams`` streams of ``pages`` pages (and an end marker) each, queued together."""
+    futures = []
+    for n in range(streams):
+        run = stream_id("inspect_dag", RUN, f"noise{n}")
+        for seq in range(pages + 1):
+            envelope = TriggerEventEnvelope(
+                trigger_run_id=run, sequence_index=seq, is_last=seq == pages, payload=None
+            )
+            futures.append(producer.send(topic, TRIGGER_EVENT_CODEC.encode(envelope), key=run))
+    for future in futures:
+        future.result(60)
+
+
+def test_show_stream_in_the_time_it_was_written_reads_that_range_forward_only(
+    config, producer, new_topic, monkeypatch
+):
+    topic = new_topic(partitions=1)
+    _noise(producer, topic, 10, 9)  # 100 records before the stream
+    old = stream_id("inspect_dag", RUN, "old")
+    since = wait_past(producer.send_and_wait(topic, b"not an envelope", key=b"junk").timestamp_ms)
+    written = write_stream(producer, topic, old, 3, end="failed")  # attempt 0 failed ...
+    written += write_stream(producer, topic, old, 5, attempt=1, generation=1)  # ... attempt 1 complete
+    until = wait_past(written[-1].timestamp_ms)
+    _noise(producer, topic, 200, 9)  # 2,000 later records of other streams in the same partition
+
+    def no_lookup(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the per-key backward lookup ran despite a time window")
+
+    monkeypatch.setattr(streams_module, "lookup_stream", no_lookup)
+    detail = show_stream(
+        config, topic, old, window=ScanWindow(max_records=50), written=WrittenSpan(since, until)
+    )
+    assert detail.found_by == "span" and detail.span_end == written[-1].offset + 1
+    s = detail.summary
+    assert (s.attempt, s.state, s.pages, s.generation, s.error) == (1, "complete", 5, 1, None)
+    assert [(p.attempt, p.sequence_index) for p in detail.pages] == [(1, i) for i in range(6)]
+    (part,) = detail.window.partitions
+    # only the records stamped in the span were read: the stream's 10, not the 2,100 around it
+    assert (part.start_offset, part.end_offset) == (written[0].offset, written[-1].offset + 1)
+    assert part.records_scanned == len(written) and not detail.window.truncated
+    assert part.high == written[-1].offset + 1 + 2000
+    assert detail.to_dict()["found_by"] == "span" and "forward from offset" in detail.describe()
+
+    # still running (no end): read forward from the span's start, at most max_records, said truncated
+    running = show_stream(config, topic, old, window=ScanWindow(max_records=50), written=WrittenSpan(since))
+    assert (running.summary.attempt, running.summary.state, running.summary.pages) == (1, "complete", 5)
+    assert running.window.records_scanned == 50 and running.window.truncated
+    assert running.span_end == part.high and "TRUNCATED at 50 records" in running.describe()
+
+    # a span that misses the stream: a typed error naming the topic, partition, span and the fix
+    later = WrittenSpan(until, until + timedelta(minutes=5))
+    with pytest.raises(StreamNotFoundError, match=rf"{topic}' partition 0 written .*widen the time window"):
+        show_stream(config, topic, old, window=ScanWindow(max_records=5000), written=later)
+    # a span holding more records than the window reads before the stream: truncated, said so
+    wide = WrittenSpan(since - timedelta(minutes=5), until)
+    with pytest.raises(StreamNotFoundError, match=r"TRUNCATED.*raise max records"):
+        show_stream(config, topic, old, window=ScanWindow(max_records=50), written=wide)
+    assert (
+        show_stream(config, topic, old, window=ScanWindow(max_records=200), written=wide).summary.pages == 5
+    )
+
+    with pytest.raises(InvalidWindowError, match="timezone-aware"):
+        WrittenSpan(datetime(2026, 12, 1))
+    with pytest.raises(InvalidWindowError, match="after since"):
+        WrittenSpan(until, since)
 
 
 def test_tail_reads_to_the_end_and_follows_until_the_terminal_marker(config, producer, new_topic):
