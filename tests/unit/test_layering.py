@@ -59,6 +59,7 @@ AIRFLOW_FREE = [
     "airflow_kafka_events.kafka.positions",
     "airflow_kafka_events.kafka.assigned_reader",
     "airflow_kafka_events.kafka.shared_reader",
+    "airflow_kafka_events.kafka.shared_feed",
     "airflow_kafka_events.kafka.client_log",
     "airflow_kafka_events.kafka.clients",
     "airflow_kafka_events.stream_consumption",

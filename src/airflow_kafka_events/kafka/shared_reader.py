@@ -37,12 +37,13 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
 from confluent_kafka import Message
 
 from airflow_kafka_events.kafka.assigned_reader import AssignedReader
 from airflow_kafka_events.kafka.positions import Partition, positions_to_json
+from airflow_kafka_events.kafka.shared_feed import FEED_CAPACITY, READ_BATCH, FedRecord, Feed, _coordinates
 
 log = logging.getLogger(__name__)
 
@@ -56,10 +57,6 @@ __all__ = [
     "SharedReaders",
 ]
 
-#: Records a reader takes from its client in one call.
-READ_BATCH = 500
-#: Records a feed buffers for its owner before it falls back to reading on its own.
-FEED_CAPACITY = 2000
 #: Longest wait of one poll (a reader per process and topic set can afford to wake up often).
 MAX_POLL_TIMEOUT = 0.25
 #: Seconds a failed lookup of a group's commits is not repeated (new watchers use the policy).
@@ -74,243 +71,8 @@ Route = Callable[[Any], Iterable[Hashable] | None]
 #: ``on_read(client, topic, partition, offset)``: called with the last record read per partition
 #: and batch (e.g. a lag gauge from the client's cached watermarks).
 OnRead = Callable[[Any, str, int, int], None]
-
-
-class FedRecord(NamedTuple):
-    """One record handed to a feed: the client's message and its decoding."""
-
-    message: Message
-    decoded: Any
-    tp: Partition
-    offset: int
-
-
-def _coordinates(message: Message) -> tuple[Partition, int]:
-    return (str(message.topic()), int(message.partition() or 0)), int(message.offset() or 0)
-
-
-# --------------------------------------------------------------------------- one owner's feed
-class Feed:
-    """What one owner reads through a :class:`SharedReader`: its records and its frontier.
-
-    Created by :meth:`SharedReader.subscribe`.  ``match(decoded)`` decides which records are the
-    owner's (records the router does not send here are not even looked at).
-    """
-
-    def __init__(
-        self,
-        shared: SharedReader,
-        starts: Mapping[Partition, int],
-        *,
-        keys: Sequence[Hashable],
-        match: Callable[[Any], bool],
-        capacity: int,
-        name: str,
-    ) -> None:
-        self._shared = shared
-        self.keys = tuple(keys)
-        self.match = match
-        self.capacity = max(1, capacity)
-        self.name = name
-        #: per partition, the next offset to look at for this feed (buffered or taken before it)
-        self.next: dict[Partition, int] = {tp: int(o) for tp, o in starts.items()}
-        #: per partition, the offset after what the owner took (where a fallback resumes)
-        self.taken: dict[Partition, int] = dict(self.next)
-        self.shared: set[Partition] = set()  # partitions fed by the shared reader
-        self.behind: set[Partition] = set()  # partitions read by this feed's catch-up reader
-        #: how often the feed fell back to reading on its own (overflow or rewind)
-        self.fallbacks = 0
-        self._records: list[FedRecord] = []
-        self._frontier: dict[Partition, int] = {}
-        self._ready = asyncio.Event()
-        self._room = asyncio.Event()
-        self._failure: BaseException | None = None
-        self._catch_up: asyncio.Task[None] | None = None
-        self._closed = False
-
-    # ------------------------------------------------------------------ the owner's side
-    async def take(
-        self, max_records: int, timeout: float | None = None
-    ) -> tuple[list[FedRecord], dict[Partition, int]]:
-        """Wait (at most ``timeout`` seconds) for records or progress; return up to
-        ``max_records`` records (offset order per partition) and the partitions whose frontier
-        moved: every record below it was either returned (now or before) or is not this feed's.
-        A frontier is only returned for a partition with no buffered record left."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while not self._records and not self._frontier and self._failure is None:
-            self._ready.clear()
-            if deadline is None:
-                await self._ready.wait()
-                continue
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return [], {}
-            try:
-                await asyncio.wait_for(self._ready.wait(), remaining)
-            except asyncio.TimeoutError:
-                return [], {}
-        if self._failure is not None:
-            raise self._failure
-        records = self._records[:max_records]
-        del self._records[:max_records]
-        left = {record.tp for record in self._records}
-        frontier = {tp: o for tp, o in self._frontier.items() if tp not in left}
-        for tp in frontier:
-            del self._frontier[tp]
-            self.taken[tp] = max(self.taken.get(tp, 0), frontier[tp])
-        for record in records:
-            self.taken[record.tp] = max(self.taken.get(record.tp, 0), record.offset + 1)
-        self._room.set()
-        return records, frontier
-
-    def rewind(self, tp: Partition, offset: int) -> None:
-        """The owner must read ``tp`` again from ``offset`` (e.g. a record was not confirmed)."""
-        self.taken[tp] = min(self.taken.get(tp, offset), offset)
-        self._fall_back(f"{tp[0]}[{tp[1]}] is read again from {offset}")
-
-    @property
-    def buffered(self) -> int:
-        return len(self._records)
-
-    @property
-    def catching_up(self) -> bool:
-        return bool(self.behind)
-
-    async def close(self) -> None:
-        """Leave: the shared reader goes on for the other feeds (closed after the last one)."""
-        if self._closed:
-            return
-        self._closed = True
-        self._shared._detach(self)
-        await self._stop_catch_up()
-        self._records.clear()
-        await self._shared.release()
-
-    # ------------------------------------------------------------------ the shared reader's side
-    def _wants(self, tp: Partition, offset: int, decoded: Any) -> bool:
-        return tp in self.shared and offset >= self.next[tp] and self.match(decoded)
-
-    def _offer(self, records: Sequence[FedRecord], advanced: Mapping[Partition, int]) -> None:
-        """A batch of the shared reader: this feed's records, and how far each partition was read."""
-        if self._closed:
-            return
-        moved = bool(records)
-        for tp, next_offset in advanced.items():
-            if tp in self.shared and next_offset > self.next[tp]:
-                self.next[tp] = next_offset
-                self._frontier[tp] = next_offset
-                moved = True
-        if records:
-            self._records.extend(records)
-            if len(self._records) > self.capacity:
-                self._fall_back(f"its owner left {len(self._records)} records untaken")
-                return
-        if moved:
-            self._ready.set()
-
-    def _add_partition(self, tp: Partition, start: int) -> None:
-        """A partition the topic gained: every record on it is new."""
-        if tp in self.next:
-            return
-        self.next[tp] = self.taken[tp] = start
-        self.shared.add(tp)
-        self._frontier[tp] = start
-        self._ready.set()
-
-    def _fail(self, exc: BaseException) -> None:
-        if self._failure is None:
-            self._failure = exc
-        self._ready.set()
-
-    # ------------------------------------------------------------------ falling back, catching up
-    def _place(self) -> None:
-        """Each partition on the shared reader if this feed is not behind its frontier there."""
-        frontier = self._shared.frontier
-        self.shared = {tp for tp, o in self.next.items() if o >= frontier.get(tp, 0)}
-        self.behind = set(self.next) - self.shared
-        if self.behind:
-            self._start_catch_up()
-
-    def _fall_back(self, why: str) -> None:
-        """Drop what is buffered; read on its own from what the owner took, then merge again."""
-        self.fallbacks += 1
-        self._records.clear()
-        self._frontier.clear()
-        self.next = dict(self.taken)
-        self.shared = set()
-        self.behind = set(self.next)
-        log.info(
-            "%s reads on its own from %s until it reaches the shared reader (%s)",
-            self.name,
-            positions_to_json(self.next),
-            why,
-        )
-        self._start_catch_up()
-        self._room.set()
-
-    def _start_catch_up(self) -> None:
-        previous = self._catch_up
-        if previous is not None and not previous.done():
-            previous.cancel()  # its reader closes in its own ``finally``
-        self._catch_up = asyncio.get_running_loop().create_task(
-            self._run_catch_up(previous), name=f"catch-up[{self.name}]"
-        )
-
-    async def _stop_catch_up(self) -> None:
-        task, self._catch_up = self._catch_up, None
-        if task is not None and not task.done():
-            task.cancel()
-        if task is not None:
-            await asyncio.gather(task, return_exceptions=True)
-
-    async def _run_catch_up(self, previous: asyncio.Task[None] | None) -> None:
-        if previous is not None:
-            await asyncio.gather(previous, return_exceptions=True)  # one private client at a time
-        reader = self._shared._new_reader(f"{self.name}-catch-up")
-        try:
-            await reader.open()
-            await reader.assign({tp: self.next[tp] for tp in self.behind})
-            while self.behind:
-                while len(self._records) >= self.capacity:
-                    self._room.clear()
-                    await self._room.wait()
-                room = min(READ_BATCH, self.capacity - len(self._records))
-                messages = await reader.poll_batch(room, self._shared.poll_timeout)
-                if messages:
-                    self._offer_own(messages)
-                else:  # read to the end: step over offsets without a record (transaction markers)
-                    self._skip_to(await reader.positions(sorted(self.behind)))
-                merged = sorted(tp for tp in self.behind if self.next[tp] >= self._shared.frontier.get(tp, 0))
-                if merged:
-                    self.behind.difference_update(merged)
-                    self.shared.update(merged)
-                    if self.behind:
-                        await reader.unassign(merged)
-            log.info("%s caught up: it reads through the shared reader again", self.name)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            self._fail(exc)
-        finally:
-            await reader.close()
-
-    def _offer_own(self, messages: Sequence[Message]) -> None:
-        decode = self._shared.decode
-        for message in messages:
-            tp, offset = _coordinates(message)
-            if tp not in self.behind or offset < self.next[tp]:
-                continue  # merged meanwhile, or read before a fallback
-            decoded = decode(message)
-            if self.match(decoded):
-                self._records.append(FedRecord(message, decoded, tp, offset))
-            self.next[tp] = self._frontier[tp] = offset + 1
-        self._ready.set()
-
-    def _skip_to(self, positions: Mapping[Partition, int]) -> None:
-        for tp, position in positions.items():
-            if tp in self.behind and position > self.next[tp]:
-                self.next[tp] = self._frontier[tp] = position
-                self._ready.set()
+#: ``make_on_read()``: the ``on_read`` of a reader, called only when a new reader is made.
+MakeOnRead = Callable[[], OnRead]
 
 
 # --------------------------------------------------------------------------- the shared reader
@@ -565,10 +327,11 @@ class SharedReaders:
         decode: Decode,
         route: Route,
         poll_timeout: float = 1.0,
-        on_read: OnRead | None = None,
+        make_on_read: MakeOnRead | None = None,
     ) -> SharedReader:
         """The reader for these settings and topics (created on first use); pair every call with
-        one :meth:`SharedReader.release` (a feed's ``close`` does it)."""
+        one :meth:`SharedReader.release` (a feed's ``close`` does it).  ``make_on_read`` is called
+        only when the reader is created (its ``on_read``)."""
         key = self.key(kind, config, topics)
         reader = self._readers.get(key)
         if reader is None:
@@ -581,7 +344,7 @@ class SharedReaders:
                 decode=decode,
                 route=route,
                 poll_timeout=poll_timeout,
-                on_read=on_read,
+                on_read=None if make_on_read is None else make_on_read(),
             )
             self._readers[key] = reader
             self.created += 1

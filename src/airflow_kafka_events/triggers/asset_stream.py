@@ -245,8 +245,8 @@ def _route(decoded: AssetEventEnvelope | BaseException) -> list[Hashable] | None
 
 
 def _shared_reader(config: Mapping[str, Any], topics: Sequence[str], poll_timeout: float) -> SharedReader:
-    """This process's reader of ``topics`` with these client settings (one per triggerer)."""
-    lag = metrics.LagReporter(metrics.WATCHER_LAG)
+    """This process's reader of ``topics`` with these client settings (one per triggerer); its lag
+    gauge is built only when the reader is new."""
     return SHARED_READERS.acquire(
         READER_KIND,
         config,
@@ -255,7 +255,7 @@ def _shared_reader(config: Mapping[str, Any], topics: Sequence[str], poll_timeou
         decode=_decoder(str(config.get("bootstrap.servers", ""))),
         route=_route,
         poll_timeout=poll_timeout,
-        on_read=lag.observe,
+        make_on_read=lambda: metrics.LagReporter(metrics.WATCHER_LAG).observe,
     )
 
 

@@ -43,7 +43,7 @@ def _route(decoded: tuple[str, str]) -> list[str]:
     return [decoded[0]]  # the key says whose record it is
 
 
-def _acquire(registry: SharedReaders, bootstrap: str, topic: str):
+def _acquire(registry: SharedReaders, bootstrap: str, topic: str, make_on_read: Any = None):
     return registry.acquire(
         "test",
         _config(bootstrap),
@@ -52,13 +52,20 @@ def _acquire(registry: SharedReaders, bootstrap: str, topic: str):
         decode=_decode,
         route=_route,
         poll_timeout=0.2,
+        make_on_read=make_on_read,
     )
 
 
 async def _subscribe(
-    registry: SharedReaders, bootstrap: str, topic: str, owner: str, start: int, **kw: Any
+    registry: SharedReaders,
+    bootstrap: str,
+    topic: str,
+    owner: str,
+    start: int,
+    make_on_read: Any = None,
+    **kw: Any,
 ) -> Feed:
-    reader = _acquire(registry, bootstrap, topic)
+    reader = _acquire(registry, bootstrap, topic, make_on_read)
     return await reader.subscribe(
         {(topic, 0): start}, keys=[owner], match=lambda d, o=owner: d[0] == o, name=owner, **kw
     )
@@ -99,14 +106,24 @@ def test_many_feeds_share_one_reader_and_each_record_is_fetched_once(kafka_boots
     owners = [f"asset-{i}" for i in range(20)]
     _send(kafka_bootstrap, topic, [(owners[n % 20], f"{owners[n % 20]}:{n}") for n in range(400)])
     registry = SharedReaders()
+    made: list[int] = []  # on_read hooks made: one, for the one reader, not one per feed
+    last_read: dict[tuple[str, int], int] = {}
+
+    def make_on_read() -> Callable[[Any, str, int, int], None]:
+        made.append(1)
+        return lambda _client, t, p, offset: last_read.__setitem__((t, p), offset)
 
     async def scenario() -> None:
-        feeds = [await _subscribe(registry, kafka_bootstrap, topic, owner, 0) for owner in owners]
+        feeds = [
+            await _subscribe(registry, kafka_bootstrap, topic, owner, 0, make_on_read) for owner in owners
+        ]
         takers = [Taker(feed) for feed in feeds]
         reader = registry.get("test", _config(kafka_bootstrap), [topic])
         assert reader is not None and registry.created == 1 and len(registry) == 1 and reader.feeds == 20
+        assert len(made) == 1
         try:
             await _until(lambda: all(t.frontier.get((topic, 0)) == 400 for t in takers), 60, "every frontier")
+            assert last_read[(topic, 0)] == 399  # the hook saw the last record read
             for owner, taker in zip(owners, takers, strict=True):
                 assert taker.values == [f"{owner}:{n}" for n in range(400) if owners[n % 20] == owner]
             assert reader.records_read == 400  # fetched once for 20 feeds
