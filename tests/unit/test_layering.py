@@ -54,6 +54,7 @@ AIRFLOW_FREE = [
     "airflow_kafka_events.kafka.stream_partition",
     "airflow_kafka_events.kafka.stream_commits",
     "airflow_kafka_events.kafka.stream_deadlines",
+    "airflow_kafka_events.kafka.stream_records",
     "airflow_kafka_events.kafka.delivery",
     "airflow_kafka_events.kafka.client_executor",
     "airflow_kafka_events.kafka.positions",

@@ -27,7 +27,8 @@ log into the sequence the producer meant:
 * **Poison.** A record with the stream's key that cannot be decoded does not stop the
   reader: it is returned in the batch's ``rejected`` list (a
   :class:`~airflow_kafka_events.kafka.consumer.ConsumedRecord` with ``raw`` and
-  ``error``) so the caller can dead-letter it.  Records of other keys are skipped by
+  ``error``) so the caller can dead-letter it
+  (:mod:`~airflow_kafka_events.kafka.stream_records`).  Records of other keys are skipped by
   comparing the record key, without decoding them, whatever their content.
 
 Batching (``max_events``, ``max_wait``): a batch is due when ``max_events`` are ready or
@@ -64,7 +65,6 @@ from airflow_kafka_events.codec import TRIGGER_EVENT_CODEC
 from airflow_kafka_events.envelopes import TriggerEventEnvelope
 from airflow_kafka_events.errors import (
     ConfigurationError,
-    EnvelopeDecodeError,
     KafkaOperationError,
     StreamFailedError,
     StreamGapError,
@@ -83,13 +83,8 @@ from airflow_kafka_events.kafka.sequence_tracker import (
 from airflow_kafka_events.kafka.stream_batches import BatchPolicy, StreamBatch
 from airflow_kafka_events.kafka.stream_commits import commit_checkpoint, committed_checkpoint, reader_config
 from airflow_kafka_events.kafka.stream_deadlines import StreamDeadlines
-from airflow_kafka_events.kafka.stream_partition import (
-    TRANSIENT_CODES,
-    partition_count,
-    partition_for_key,
-    readable_offset,
-    rejected_record,
-)
+from airflow_kafka_events.kafka.stream_partition import partition_count, partition_for_key, readable_offset
+from airflow_kafka_events.kafka.stream_records import decode_stream_record, usable_message
 
 __all__ = [
     "BatchPolicy",
@@ -510,12 +505,8 @@ class StreamReader:
 
     def _read(self, msg: Message) -> int | None:
         """Take one consumed message in; the stream's partition when scan mode just found it."""
-        error = msg.error()
-        if error is not None:
-            if error.code() in TRANSIENT_CODES or error.retriable():
-                log.debug("%s: transient consumer error %s", self._where(), error)
-                return None
-            raise KafkaOperationError(f"consuming {self._where()} failed", kafka_error=error)
+        if not usable_message(msg, where=self._where()):
+            return None
         partition = msg.partition()
         offset = msg.offset()
         if self._partition is not None and partition != self._partition:
@@ -533,19 +524,11 @@ class StreamReader:
         return found
 
     def _handle(self, msg: Message) -> None:
-        raw = msg.value()
-        try:
-            if raw is None:
-                raise EnvelopeDecodeError("message has no value (tombstone)")
-            envelope = self._codec.decode(raw)
-            if envelope.trigger_run_id != self.trigger_run_id:
-                raise EnvelopeDecodeError(
-                    f"record key {self.trigger_run_id!r} but the envelope names trigger_run_id "
-                    f"{envelope.trigger_run_id!r}"
-                )
-        except EnvelopeDecodeError as exc:
-            log.warning("%s: rejecting undecodable record at offset %s: %s", self._where(), msg.offset(), exc)
-            self._rejected.append(rejected_record(msg, self.topic, self._key, exc))
+        envelope = decode_stream_record(
+            msg, self._codec, trigger_run_id=self.trigger_run_id, topic=self.topic, where=self._where()
+        )
+        if isinstance(envelope, ConsumedRecord):
+            self._rejected.append(envelope)
             return
         outcome = self._tracker.offer(envelope, msg.offset())
         if outcome not in (Offer.READY, Offer.BUFFERED, Offer.RESTARTED):
