@@ -19,6 +19,7 @@ from confluent_kafka import Message
 from airflow_kafka_events.codec import ASSET_EVENT_CODEC, CONFLUENT_MAGIC, SINGLE_OBJECT_MAGIC
 from airflow_kafka_events.envelopes import AssetEventEnvelope
 from airflow_kafka_events.errors import EnvelopeDecodeError, ValidationError
+from airflow_kafka_events.inspection.listing import Listing
 from airflow_kafka_events.inspection.reader import DEFAULT_TIMEOUT, Progress, message_timestamp_ms, scan
 from airflow_kafka_events.inspection.redact import PREVIEW_LIMIT, preview
 from airflow_kafka_events.inspection.window import ScannedWindow, ScanWindow, from_ms
@@ -92,23 +93,13 @@ class AssetEventRecord:
 
 
 @dataclass(frozen=True)
-class AssetEventListing:
-    records: list[AssetEventRecord]
-    window: ScannedWindow
+class AssetEventListing(Listing[AssetEventRecord]):
     #: Records in the window that are no asset event envelope (skipped).
     undecodable: int = 0
     #: Matches in the window (``records`` holds the newest ``limit`` of them).  Without a filter
     #: and with a ``limit``, only the newest ``limit`` are decoded: the others are counted by
     #: their framing, so an undecodable one among them counts here, not in ``undecodable``.
     matched: int = 0
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "records": [r.to_dict() for r in self.records],
-            "window": self.window.to_dict(),
-            "undecodable": self.undecodable,
-            "matched": self.matched,
-        }
 
 
 @dataclass(frozen=True)

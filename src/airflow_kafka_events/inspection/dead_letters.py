@@ -43,6 +43,7 @@ from airflow_kafka_events.dlq import (
 )
 from airflow_kafka_events.errors import EnvelopeDecodeError, ValidationError
 from airflow_kafka_events.inspection.errors import NotADeadLetterError, RecordNotFoundError, ReplayError
+from airflow_kafka_events.inspection.listing import Listing
 from airflow_kafka_events.inspection.reader import (
     DEFAULT_TIMEOUT,
     Progress,
@@ -197,21 +198,11 @@ class DeadLetterRecord:
 
 
 @dataclass(frozen=True)
-class DeadLetterListing:
-    records: list[DeadLetterRecord]
-    window: ScannedWindow
+class DeadLetterListing(Listing[DeadLetterRecord]):
     #: Records in the window without dead-letter headers (skipped).
     not_dead_letters: int = 0
     #: Matches in the window (``records`` holds the newest ``limit`` of them, when a limit was given).
     matched: int = 0
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "records": [r.to_dict() for r in self.records],
-            "window": self.window.to_dict(),
-            "not_dead_letters": self.not_dead_letters,
-            "matched": self.matched,
-        }
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import logging
 import time
-import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -32,6 +31,7 @@ from airflow_kafka_events.inspection.errors import (
     TopicNotFoundError,
 )
 from airflow_kafka_events.inspection.window import PartitionWindow, ScannedWindow, ScanWindow, to_ms
+from airflow_kafka_events.kafka.bounded_reads import bounded_read_config
 from airflow_kafka_events.kafka.client_log import FIXES, Cause, refusal_error
 from airflow_kafka_events.kafka.clients import new_consumer
 from airflow_kafka_events.kafka.settings import KafkaSettings
@@ -102,17 +102,9 @@ class TopicReader:
         if not timeout > 0:
             raise InspectionError(f"timeout must be > 0 seconds, got {timeout!r}")
         settings = config if isinstance(config, KafkaSettings) else KafkaSettings(config)
-        consumer_config = settings.with_overrides({"enable.auto.commit": False}).consumer_config(
-            f"airflow-kafka-events-inspect-{uuid.uuid4().hex}",
-            **{
-                "enable.partition.eof": True,
-                "auto.offset.reset": "earliest",
-                "enable.auto.offset.store": False,
-                # a bounded read never long-polls: a fetch left waiting at one partition's end would
-                # hold the next partition's first fetch for fetch.wait.max.ms (500 ms by default)
-                "fetch.wait.max.ms": FETCH_WAIT_MS,
-            },
-        )
+        # a bounded read never long-polls: a fetch left waiting at one partition's end would
+        # hold the next partition's first fetch for fetch.wait.max.ms (500 ms by default)
+        consumer_config = bounded_read_config(settings, "inspect", **{"fetch.wait.max.ms": FETCH_WAIT_MS})
         self.topic = topic
         self.timeout = timeout
         self.servers = settings.bootstrap_servers

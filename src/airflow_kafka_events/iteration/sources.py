@@ -44,7 +44,7 @@ import time
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypedDict, Unpack
 
 from airflow_kafka_events.checkpoint import Checkpoint
 from airflow_kafka_events.errors import (
@@ -72,6 +72,7 @@ __all__ = [
     "StreamIdle",
     "StreamItemSource",
     "StreamItems",
+    "StreamStartOptions",
     "from_stream",
     "locate_stream_start",
     "page_items",
@@ -266,13 +267,18 @@ class _Reader(Protocol):
     def close(self) -> None: ...
 
 
+class StreamStartOptions(TypedDict, total=False):
+    """The keyword options of :func:`locate_stream_start`, taken by :func:`stream_starting_point` too."""
+
+    not_before: datetime | None
+    timeout: float
+
+
 def stream_starting_point(
     settings: KafkaSettings | Mapping[str, Any],
     topic: str,
     trigger_run_id: str,
-    *,
-    not_before: datetime | None = None,
-    timeout: float = 30.0,
+    **options: Unpack[StreamStartOptions],
 ) -> tuple[Checkpoint, int]:
     """Where to read a stream from its start: ``(checkpoint, attempt)``.
 
@@ -280,9 +286,7 @@ def stream_starting_point(
     yet, the first offset at or after ``not_before`` of its partition (attempt 0); when the
     lookup fails (e.g. the topic does not exist yet), the start of the stream's partition.
     """
-    checkpoint, attempt, _ = locate_stream_start(
-        settings, topic, trigger_run_id, not_before=not_before, timeout=timeout
-    )
+    checkpoint, attempt, _ = locate_stream_start(settings, topic, trigger_run_id, **options)
     return checkpoint, attempt
 
 

@@ -26,16 +26,16 @@ from __future__ import annotations
 
 import logging
 import time
-import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Any, TypeVar
+from dataclasses import dataclass, replace
+from typing import Any, TypedDict, TypeVar, Unpack
 
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from airflow_kafka_events.codec import TRIGGER_EVENT_CODEC, EnvelopeCodec
 from airflow_kafka_events.envelopes import StreamFailure, TriggerEventEnvelope
 from airflow_kafka_events.errors import EnvelopeDecodeError, KafkaOperationError, StreamProgressError
+from airflow_kafka_events.kafka.bounded_reads import bounded_read_config
 from airflow_kafka_events.kafka.clients import new_consumer
 from airflow_kafka_events.kafka.partitioner import partition_for_key
 from airflow_kafka_events.kafka.settings import KafkaSettings
@@ -45,6 +45,7 @@ __all__ = [
     "FIRST_OFFSET_METADATA_KEY",
     "GENERATION_METADATA_KEY",
     "StreamLocation",
+    "StreamLookupOptions",
     "StreamProgress",
     "find_stream_progress",
     "lookup_stream",
@@ -209,14 +210,7 @@ class _PartitionScanner:
         codec: EnvelopeCodec[TriggerEventEnvelope],
     ) -> None:
         settings = config if isinstance(config, KafkaSettings) else KafkaSettings(config)
-        consumer_config = settings.with_overrides({"enable.auto.commit": False}).consumer_config(
-            f"airflow-kafka-events-progress-{uuid.uuid4().hex}",
-            **{
-                "enable.partition.eof": True,
-                "auto.offset.reset": "earliest",
-                "enable.auto.offset.store": False,
-            },
-        )
+        consumer_config = bounded_read_config(settings, "progress")
         self.topic = topic
         self.trigger_run_id = trigger_run_id
         self.key = trigger_run_id.encode("utf-8")
@@ -338,15 +332,7 @@ class _PartitionScanner:
         found = self.until_answered(offset_for_time)
         # a negative offset: no record at or after the timestamp, so nothing to read
         start = location.high if found.offset < 0 else min(max(found.offset, location.low), location.high)
-        return StreamLocation(
-            topic=location.topic,
-            partition=location.partition,
-            num_partitions=location.num_partitions,
-            low=location.low,
-            high=location.high,
-            scan_start=start,
-            not_before_ms=not_before_ms,
-        )
+        return replace(location, scan_start=start, not_before_ms=not_before_ms)
 
     # ------------------------------------------------------------------ reading
     def read_range(self, partition: int, start: int, end: int) -> list[_Found]:
@@ -497,30 +483,26 @@ def lookup_stream(
         scanner.close()
 
 
+class StreamLookupOptions(TypedDict, total=False):
+    """The keyword options of :func:`lookup_stream`, taken by :func:`find_stream_progress` too."""
+
+    timeout: float
+    chunk_size: int
+    codec: EnvelopeCodec[TriggerEventEnvelope]
+    not_before_ms: int | None
+
+
 def find_stream_progress(
     config: KafkaSettings | Mapping[str, Any],
     topic: str,
     trigger_run_id: str,
-    *,
-    timeout: float = 30.0,
-    chunk_size: int = DEFAULT_CHUNK_SIZE,
-    codec: EnvelopeCodec[TriggerEventEnvelope] = TRIGGER_EVENT_CODEC,
-    not_before_ms: int | None = None,
+    **options: Unpack[StreamLookupOptions],
 ) -> StreamProgress | None:
     """The latest envelope of ``trigger_run_id`` in ``topic``, or ``None`` if it has none.
 
     Scans the key's partition backwards from the high watermark in chunks of ``chunk_size``
     offsets (down to the low watermark, or to the first offset at or after
     ``not_before_ms``) and returns the highest ``(attempt, sequence_index)`` of the last
-    chunk holding any record of the key.  See :func:`lookup_stream`.
+    chunk holding any record of the key.  See :func:`lookup_stream` (the same options).
     """
-    _, progress = lookup_stream(
-        config,
-        topic,
-        trigger_run_id,
-        timeout=timeout,
-        chunk_size=chunk_size,
-        codec=codec,
-        not_before_ms=not_before_ms,
-    )
-    return progress
+    return lookup_stream(config, topic, trigger_run_id, **options)[1]
