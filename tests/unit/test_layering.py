@@ -12,6 +12,7 @@ AIRFLOW_FREE = [
     "airflow_kafka_events",
     "airflow_kafka_events.errors",
     "airflow_kafka_events.retry",
+    "airflow_kafka_events.retry_after",
     "airflow_kafka_events.lazy_exports",
     "airflow_kafka_events.schemas",
     "airflow_kafka_events.envelopes",

@@ -33,7 +33,6 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from email.utils import parsedate_to_datetime
 from typing import Any
 
 import httpx
@@ -51,6 +50,7 @@ from airflow_kafka_events.bridge.errors import (
     TransientApiError,
     UnknownAssetError,
 )
+from airflow_kafka_events.retry_after import parse_retry_after
 
 log = logging.getLogger(__name__)
 
@@ -142,23 +142,6 @@ def classify_status(status: int) -> str:
     if 400 <= status < 500:
         return "reject"
     return "unexpected"
-
-
-def parse_retry_after(value: str | None, *, now: Callable[[], float] = time.time) -> float | None:
-    """Seconds from a ``Retry-After`` header (delta-seconds or an HTTP date); ``None`` if absent/bad."""
-    if not value:
-        return None
-    value = value.strip()
-    try:
-        seconds = float(value)
-    except ValueError:
-        try:
-            seconds = parsedate_to_datetime(value).timestamp() - now()
-        except (TypeError, ValueError, IndexError):
-            return None
-    if seconds != seconds:  # NaN
-        return None
-    return max(0.0, seconds)
 
 
 def _api_error(kind: str, where: str, response: httpx.Response, *, may_apply: bool) -> AirflowApiError:

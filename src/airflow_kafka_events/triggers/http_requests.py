@@ -1,18 +1,17 @@
 """The HTTP walk's requests and answers: URLs (joined, redacted, compared by origin), query items, headers.
 
-``Retry-After`` (delay-seconds or an HTTP date) and RFC 8288 ``Link`` headers are parsed here;
-URLs in logs and errors go through :func:`redact_url`.  This module imports no Airflow module.
+RFC 8288 ``Link`` headers are parsed here (``Retry-After`` by
+:mod:`airflow_kafka_events.retry_after`, importable from here too); URLs in logs and errors go through :func:`redact_url`.  This module imports no Airflow module.
 """
 
 from __future__ import annotations
 
-import email.utils
-import math
 import re
 from collections.abc import Iterable, Mapping
-from datetime import datetime, timezone
 from typing import Any, NamedTuple
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+from airflow_kafka_events.retry_after import parse_retry_after
 
 __all__ = [
     "SENSITIVE_NAME",
@@ -47,32 +46,6 @@ def redact_url(url: str) -> str:
             [(name, "***" if SENSITIVE_NAME.search(name) else value) for name, value in pairs], safe="*$/:"
         )
     return urlunsplit((parts.scheme, netloc, parts.path, query, ""))
-
-
-def parse_retry_after(value: str | None, now: datetime | None = None) -> float | None:
-    """Seconds to wait from a ``Retry-After`` header: delay-seconds or an HTTP date.
-
-    ``None`` when the header is missing or unparsable; a date in the past is ``0.0``.
-    """
-    if value is None:
-        return None
-    text = value.strip()
-    if not text:
-        return None
-    try:
-        seconds = float(text)
-    except ValueError:
-        pass
-    else:
-        return seconds if math.isfinite(seconds) and seconds >= 0 else None
-    try:
-        when = email.utils.parsedate_to_datetime(text)
-    except (TypeError, ValueError, IndexError):
-        return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=timezone.utc)
-    reference = now if now is not None else datetime.now(timezone.utc)
-    return max(0.0, (when - reference).total_seconds())
 
 
 _LINK = re.compile(r"<([^>]*)>((?:\s*;\s*[^;,=\"\s]+\s*(?:=\s*(?:\"[^\"]*\"|[^;,]*))?)*)")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+from datetime import datetime, timezone
 from typing import Any
 
 import httpx
@@ -122,15 +123,18 @@ def test_classify_status(status, kind):
 
 
 def test_retry_after_parsing():
+    # the package's one parser (tests/unit/test_retry_after.py has every case)
     assert parse_retry_after(None) is None
     assert parse_retry_after("") is None
     assert parse_retry_after("7") == 7.0
     assert parse_retry_after(" 1.5 ") == 1.5
-    assert parse_retry_after("-3") == 0.0
+    assert parse_retry_after("-3") is None  # not delay-seconds: the bridge's own backoff applies
     assert parse_retry_after("soon") is None
     assert parse_retry_after("nan") is None
-    when = parse_retry_after("Wed, 21 Oct 2015 07:28:30 GMT", now=lambda: 1445412480.0)
-    assert when == pytest.approx(30.0)
+    when = parse_retry_after(
+        "Wed, 21 Oct 2015 07:28:30 GMT", now=datetime.fromtimestamp(1445412480.0, timezone.utc)
+    )
+    assert when == 30.0
 
 
 # --------------------------------------------------------------------------- login and token
