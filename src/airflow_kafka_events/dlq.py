@@ -63,13 +63,16 @@ from collections.abc import Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from enum import Enum
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from confluent_kafka import KafkaError
 
 from airflow_kafka_events.errors import ValidationError
 from airflow_kafka_events.kafka.producer import DeliveryReceipt
 from airflow_kafka_events.kafka.topics import CLIENT_DEFAULT_MESSAGE_MAX_BYTES, client_message_max_bytes
+
+if TYPE_CHECKING:
+    from airflow_kafka_events.envelopes import AssetEventEnvelope
 
 log = logging.getLogger(__name__)
 
@@ -99,9 +102,11 @@ __all__ = [
     "DeadLetter",
     "DeadLetterReason",
     "DeadLetterWriter",
+    "SourceRecord",
     "dead_letter_headers",
     "error_type_name",
     "is_size_error",
+    "log_dead_lettered",
     "record_size",
 ]
 
@@ -298,6 +303,29 @@ class DeadLetter:
             asset_uri=asset_uri,
         )
 
+    @classmethod
+    def of_record(
+        cls,
+        reason: DeadLetterReason | str,
+        exc: BaseException,
+        record: SourceRecord,
+        envelope: AssetEventEnvelope | None,
+        *,
+        consumer: str,
+    ) -> DeadLetter:
+        """The dead letter of a consumed ``record`` refused for ``reason`` (``envelope``: if it decoded)."""
+        return cls.from_exception(
+            reason,
+            exc,
+            topic=record.topic,
+            partition=record.partition,
+            offset=record.offset,
+            timestamp_ms=record.timestamp_ms,
+            consumer=consumer,
+            event_id=None if envelope is None else envelope.event_id,
+            asset_uri=None if envelope is None else envelope.asset.uri,
+        )
+
     def headers(self) -> list[tuple[str, bytes]]:
         """The ``x-*`` headers, in a fixed order; optional ones only when set."""
         values: list[tuple[str, str | None]] = [
@@ -387,6 +415,43 @@ def _header_bytes(name: str, value: bytes | str | None) -> int:
     if isinstance(value, str):
         return size + len(value.encode("utf-8"))
     return size + (len(value) if value is not None else 0)
+
+
+class SourceRecord(Protocol):
+    """Where a consumed record is: what a dead letter names as its source."""
+
+    @property
+    def topic(self) -> str: ...
+    @property
+    def partition(self) -> int: ...
+    @property
+    def offset(self) -> int: ...
+    @property
+    def timestamp_ms(self) -> int | None: ...
+
+
+class _Logger(Protocol):
+    def warning(self, msg: str, /, *args: Any) -> Any: ...
+
+
+def log_dead_lettered(
+    logger: _Logger,
+    record: SourceRecord,
+    receipt: DeliveryReceipt,
+    letter: DeadLetter,
+) -> None:
+    """The one warning a consumer writes when ``record`` was dead-lettered (at ``receipt``)."""
+    logger.warning(
+        "%s[%d]@%d dead-lettered to %s[%d]@%d: %s: %s",
+        record.topic,
+        record.partition,
+        record.offset,
+        receipt.topic,
+        receipt.partition,
+        receipt.offset,
+        letter.reason,
+        _cut(letter.error_message, 500),
+    )
 
 
 def record_size(

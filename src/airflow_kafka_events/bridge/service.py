@@ -82,7 +82,7 @@ from airflow_kafka_events.bridge.errors import (
     TransientApiError,
     UnknownAssetError,
 )
-from airflow_kafka_events.dlq import DLQ_ROLE, DLQ_TIMEOUT, DeadLetter, DeadLetterWriter
+from airflow_kafka_events.dlq import DLQ_ROLE, DLQ_TIMEOUT, DeadLetter, DeadLetterWriter, log_dead_lettered
 from airflow_kafka_events.envelopes import AssetEventEnvelope
 from airflow_kafka_events.errors import ConfigurationError, EnvelopeDecodeError, KafkaOperationError
 from airflow_kafka_events.kafka.client_log import refusal_error
@@ -144,10 +144,6 @@ class Outcome(str, Enum):
 
 class _StopRequested(Exception):
     """A stop was requested while waiting to retry."""
-
-
-def _clip(text: str, limit: int = 500) -> str:
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _decoded(record: ConsumedRecord[Any]) -> AssetEventEnvelope | EnvelopeDecodeError | None:
@@ -554,17 +550,8 @@ class BridgeService:
             if self._producer is None:
                 self._producer = self._dlq_producer()
             self._dlq = DeadLetterWriter(self._producer, self.config.dlq_topic, timeout=DLQ_TIMEOUT)
-        letter = DeadLetter.from_exception(
-            reason,
-            error,
-            topic=record.topic,
-            partition=record.partition,
-            offset=record.offset,
-            timestamp_ms=record.timestamp_ms,
-            consumer=f"airflow-kafka-events bridge (group={self.config.group_id})",
-            event_id=envelope.event_id if envelope is not None else None,
-            asset_uri=envelope.asset.uri if envelope is not None else None,
-        )
+        consumer = f"airflow-kafka-events bridge (group={self.config.group_id})"
+        letter = DeadLetter.of_record(reason, error, record, envelope, consumer=consumer)
         try:
             receipt = self._dlq.write(letter, value=record.raw, key=record.key, headers=record.headers)
         except KafkaOperationError as exc:
@@ -573,15 +560,5 @@ class BridgeService:
                 f"topic {self.config.dlq_topic!r}; nothing was committed: {exc}"
             ) from exc
         metrics.dead_lettered(letter.reason, "bridge", record.topic)
-        log.warning(
-            "%s[%d]@%d dead-lettered to %s[%d]@%d: %s: %s",
-            record.topic,
-            record.partition,
-            record.offset,
-            receipt.topic,
-            receipt.partition,
-            receipt.offset,
-            letter.reason,
-            _clip(letter.error_message),
-        )
+        log_dead_lettered(log, record, receipt, letter)
         return Outcome.DEAD_LETTERED

@@ -27,7 +27,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 from confluent_kafka import Message
 
@@ -68,6 +68,7 @@ __all__ = [
     "AUDIT_LOGGER",
     "REPLAY_ROLE",
     "DeadLetterListing",
+    "DeadLetterReadOptions",
     "DeadLetterRecord",
     "DeadLetterSource",
     "LoadedDeadLetter",
@@ -362,19 +363,22 @@ def dead_letters_by_source(
     return found, scanned
 
 
+class DeadLetterReadOptions(TypedDict, total=False):
+    """The keyword options of :func:`load_dead_letter`, taken by :func:`get_dead_letter` too."""
+
+    timeout: float
+    preview_limit: int
+
+
 def get_dead_letter(
     config: Mapping[str, Any],
     topic: str,
     partition: int,
     offset: int,
-    *,
-    timeout: float = DEFAULT_TIMEOUT,
-    preview_limit: int = PREVIEW_LIMIT,
+    **options: Unpack[DeadLetterReadOptions],
 ) -> DeadLetterRecord:
     """The dead letter at ``topic[partition]@offset`` (:class:`NotADeadLetterError` if it is none)."""
-    return load_dead_letter(
-        config, topic, partition, offset, timeout=timeout, preview_limit=preview_limit
-    ).record
+    return load_dead_letter(config, topic, partition, offset, **options).record
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from asgiref.sync import sync_to_async
 
 from airflow_kafka_events import metrics
 from airflow_kafka_events.assets.admission import AdmissionVerdict
-from airflow_kafka_events.dlq import DLQ_ROLE, DLQ_TIMEOUT, DeadLetter, DeadLetterWriter
+from airflow_kafka_events.dlq import DLQ_ROLE, DLQ_TIMEOUT, DeadLetter, DeadLetterWriter, log_dead_lettered
 from airflow_kafka_events.triggers.asset_stream import KafkaRecord
 
 __all__ = ["DEAD_LETTERED", "WatcherDeadLetters"]
@@ -108,16 +108,8 @@ class WatcherDeadLetters(LoggingMixin):
         if not DEAD_LETTERED.claim(claim):
             return False
         envelope = verdict.envelope
-        letter = DeadLetter.from_exception(
-            verdict.reason,
-            verdict.error,
-            topic=record.topic,
-            partition=record.partition,
-            offset=record.offset,
-            timestamp_ms=record.timestamp_ms,
-            consumer=self.consumer_label,
-            event_id=envelope.event_id if envelope is not None else None,
-            asset_uri=envelope.asset.uri if envelope is not None else None,
+        letter = DeadLetter.of_record(
+            verdict.reason, verdict.error, record, envelope, consumer=self.consumer_label
         )
         if self.dlq_topic is None:
             self.log.error(
@@ -152,17 +144,7 @@ class WatcherDeadLetters(LoggingMixin):
                     delay = min(delay * 2, _DLQ_RETRY_MAX_DELAY)
                     continue
                 metrics.dead_lettered(letter.reason, "watcher", record.topic)
-                self.log.warning(
-                    "Dead-lettered %s[%s]@%s to %s[%s]@%s: %s: %s",
-                    record.topic,
-                    record.partition,
-                    record.offset,
-                    receipt.topic,
-                    receipt.partition,
-                    receipt.offset,
-                    letter.reason,
-                    letter.error_message,
-                )
+                log_dead_lettered(self.log, record, receipt, letter)
                 return True
         except BaseException:
             # cancelled (watcher removed, triggerer stopping) before the write was acknowledged:
