@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from types import SimpleNamespace
 from typing import Any
@@ -18,8 +19,10 @@ from airflow_kafka_events.errors import (
     ValidationError,
 )
 from airflow_kafka_events.operators import StreamConsumerOperator, StreamRef
+from airflow_kafka_events.operators import consumer as consumer_module
 from airflow_kafka_events.operators.consumer import default_deferrable
 from airflow_kafka_events.streams import stream_id
+from airflow_kafka_events.triggers import stream_wait
 from airflow_kafka_events.triggers.stream_wait import StreamWaitTrigger, producer_state_key
 from unit.operators.fakes import DictStore, FakeReader, context, stream
 
@@ -31,6 +34,34 @@ HANDLED: list[list[int]] = []
 
 def handle(events: Any, context: Any) -> None:
     HANDLED.append([e.sequence_index for e in events])
+
+
+class FakeClock:
+    """Epoch seconds that move only when told: the operator's and the trigger's ``time``.
+
+    Starts at a round number and moves by binary fractions, so sums are exact.
+    """
+
+    def __init__(self, now: float = 1_000_000.0) -> None:
+        self.now = now
+        self._lock = threading.Lock()
+
+    def time(self) -> float:
+        with self._lock:
+            return self.now
+
+    def advance(self, seconds: float) -> float:
+        with self._lock:
+            self.now += seconds
+            return self.now
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
+    fake = FakeClock()
+    monkeypatch.setattr(consumer_module, "time", fake)
+    monkeypatch.setattr(stream_wait, "time", fake)
+    return fake
 
 
 class IdleReader(FakeReader):
@@ -91,12 +122,11 @@ def test_idle_interval_and_resume_wait_defaults_follow_max_wait():
         op([], idle_interval=0)
 
 
-def test_an_idle_consumer_checkpoints_and_defers_to_the_wait_trigger():
+def test_an_idle_consumer_checkpoints_and_defers_to_the_wait_trigger(clock):
     HANDLED.clear()
     store = DictStore()
     envelopes = stream(RUN, 5)[:3]  # 3 pages, no end yet
     consumer = op(envelopes, idle_interval=0.5, gap_timeout=30, start_timeout=60)
-    before = time.time()
     with pytest.raises(TaskDeferred) as info:
         consumer.execute(context(task_id="consume", store=store))
     assert HANDLED == [[0, 1], [2]]
@@ -107,8 +137,10 @@ def test_an_idle_consumer_checkpoints_and_defers_to_the_wait_trigger():
     assert trigger.checkpoint == Checkpoint(next_sequence_index=3, offset=3, partition=0).to_json()
     assert trigger.max_events == 2 and trigger.trigger_run_id == RUN
     assert trigger.producer == {"dag_id": "dag", "run_id": "manual__1", "task_id": "produce", "map_index": -1}
-    assert before + 60 <= trigger.start_deadline <= time.time() + 60  # type: ignore[operator]
-    assert trigger.gap_deadline == pytest.approx(time.time() - 0.5 + 30, abs=1)
+    assert trigger.start_deadline == clock.now + 60  # start_timeout from the first call
+    assert (
+        trigger.gap_deadline == clock.now - 0.5 + 30
+    )  # gap_timeout from the last page (an idle interval ago)
     assert consumer.windows == [(0.5, 0.5)]  # the reader waits at most the idle interval
     kwargs = deferred.kwargs or {}
     assert kwargs["deferrals"] == 1 and kwargs["summary"]["pages_this_try"] == 3
@@ -174,33 +206,54 @@ class FakeTracker(SimpleNamespace):
         return (self.restarts, self.attempt, self.expected, self.started)
 
 
-class FakeWaitReader:
-    """``fill`` replays a script of tracker states, one per call."""
+#: Seconds one ``fill`` of the fake reader takes on the fake clock (a binary fraction: exact sums).
+FILL = 0.125
 
-    def __init__(self, script: list[dict[str, Any]]) -> None:
+
+class FakeWaitReader:
+    """``fill`` takes :data:`FILL` seconds of the fake clock, then shows the script's next tracker
+    state (what arrived meanwhile); ``fills`` are the clock's readings after each fill.  From
+    ``park_at`` on it parks in ``fill`` (``parked`` set) until ``release`` is set."""
+
+    def __init__(self, script: list[dict[str, Any]], clock: FakeClock | None = None) -> None:
         self.tracker = FakeTracker(
             started=False, ready_count=0, ended=False, restarts=0, attempt=0, expected=0, buffered=[]
         )
         self.script = script
+        self.clock = clock if clock is not None else FakeClock()
+        self.fills: list[float] = []
+        self.park_at: float | None = None
+        self.parked = threading.Event()
+        self.release = threading.Event()
         self.closed = False
 
     def fill(self, timeout: float) -> None:
+        assert FILL <= timeout
+        if self.park_at is not None and self.clock.time() >= self.park_at:
+            self.parked.set()
+            self.release.wait(30)
+            return
+        self.fills.append(self.clock.advance(FILL))
         if self.script:
             for key, value in self.script.pop(0).items():
                 setattr(self.tracker, key, value)
-        else:
-            time.sleep(0.01)
 
     def close(self) -> None:
         self.closed = True
 
 
 class ScriptedTrigger(StreamWaitTrigger):
-    def __init__(self, script: list[dict[str, Any]], states: list[str | None] | None = None, **kwargs: Any):
+    def __init__(
+        self,
+        script: list[dict[str, Any]],
+        states: list[str | None] | None = None,
+        clock: FakeClock | None = None,
+        **kwargs: Any,
+    ):
         kwargs.setdefault("topic", "t")
         kwargs.setdefault("trigger_run_id", RUN)
         super().__init__(**kwargs)
-        self.reader = FakeWaitReader(script)
+        self.reader = FakeWaitReader(script, clock)
         self.states = states
 
     def _open_reader(self) -> Any:
@@ -212,13 +265,14 @@ class ScriptedTrigger(StreamWaitTrigger):
         return True, self.states.pop(0) if len(self.states) > 1 else self.states[0]
 
 
-def first_event(trigger: StreamWaitTrigger) -> dict[str, Any]:
-    async def run() -> dict[str, Any]:
-        async for event in trigger.run():
-            return event.payload
-        raise AssertionError("no event")
+async def first_event_async(trigger: StreamWaitTrigger) -> dict[str, Any]:
+    async for event in trigger.run():
+        return event.payload
+    raise AssertionError("no event")
 
-    return asyncio.run(run())
+
+def first_event(trigger: StreamWaitTrigger) -> dict[str, Any]:
+    return asyncio.run(first_event_async(trigger))
 
 
 def test_the_trigger_serializes_to_its_own_kwargs():
@@ -247,46 +301,71 @@ def test_the_trigger_wakes_at_the_end_or_a_new_attempt(state, reason):
     assert first_event(ScriptedTrigger([state], max_events=100))["reason"] == reason
 
 
-def test_the_trigger_wakes_resume_wait_after_the_first_new_page():
-    started = time.monotonic()
-    payload = first_event(
-        ScriptedTrigger([{"started": True, "ready_count": 1}], max_events=100, resume_wait=0.3)
-    )
-    assert payload["reason"] == "resume-wait" and 0.3 <= time.monotonic() - started < 5
-
-
-def test_the_trigger_ends_a_stream_that_does_not_start_by_its_deadline():
-    payload = first_event(ScriptedTrigger([], start_timeout=4, start_deadline=time.time() + 0.2))
-    assert payload["status"] == "not_started" and "did not start within 4s" in payload["message"]
-
-
-def test_the_trigger_ends_a_stream_whose_next_page_does_not_come():
+def test_the_trigger_wakes_resume_wait_after_the_first_new_page(clock):
     trigger = ScriptedTrigger(
-        [{"started": True, "expected": 4, "buffered": [6, 7]}], gap_timeout=0.3, gap_deadline=None
+        [{"started": True, "ready_count": 1}], clock=clock, max_events=100, resume_wait=3 * FILL
+    )
+    payload = first_event(trigger)
+    page_seen, woke = trigger.reader.fills[0], trigger.reader.fills[-1]
+    assert payload["reason"] == "resume-wait" and payload["ready"] == 1
+    assert woke - page_seen == 3 * FILL  # at its first look resume_wait after the page, not before
+
+
+def test_the_trigger_ends_a_stream_that_does_not_start_by_its_deadline(clock):
+    deadline = clock.now + 4 * FILL
+    trigger = ScriptedTrigger([], clock=clock, start_timeout=4, start_deadline=deadline)
+    payload = first_event(trigger)
+    assert payload["status"] == "not_started" and "did not start within 4s" in payload["message"]
+    assert trigger.reader.fills[-1] == deadline  # at its first look at the deadline, not before
+
+
+def test_the_trigger_ends_a_stream_whose_next_page_does_not_come(clock):
+    trigger = ScriptedTrigger(
+        [{"started": True, "expected": 4, "buffered": [6, 7]}],
+        clock=clock,
+        gap_timeout=3 * FILL,
+        gap_deadline=None,
     )
     payload = first_event(trigger)
     assert payload["status"] == "gap" and payload["missing_index"] == 4 and payload["present"] == [6, 7]
-    assert trigger.reader.closed or True  # closed on the reader's thread after the event
+    page_seen, ended = trigger.reader.fills[0], trigger.reader.fills[-1]
+    assert ended - page_seen == 3 * FILL  # gap_timeout counted from the last progress
+    _until(lambda: trigger.reader.closed, "the reader closed on its thread after the event")
 
 
-def test_the_start_clock_stands_still_while_the_producer_waits_for_a_slot():
+def _until(condition: Any, what: str, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"{what}: not within {timeout:g}s"
+        time.sleep(0.01)
+
+
+def test_the_start_clock_stands_still_while_the_producer_waits_for_a_slot(clock):
+    unpaused_deadline = clock.now + 4 * FILL
     trigger = ScriptedTrigger(
-        [], states=["scheduled"], start_deadline=time.time() + 0.5, state_poll_interval=0.05
+        [], states=["scheduled"], clock=clock, start_deadline=unpaused_deadline, state_poll_interval=FILL / 2
     )
+    trigger.reader.park_at = unpaused_deadline + 80 * FILL  # 10 s past the unpaused deadline
 
-    async def run() -> Any:
-        async for event in trigger.run():
-            return event
+    async def scenario() -> None:
+        task = asyncio.ensure_future(first_event_async(trigger))
+        try:
+            deadline = time.monotonic() + 30
+            while not trigger.reader.parked.is_set() and not task.done():
+                assert time.monotonic() < deadline, "the trigger neither ended nor reached the horizon"
+                await asyncio.sleep(0.01)
+            assert not task.done(), task.result()  # no event: still waiting, the clock stood still
+        finally:
+            trigger.reader.release.set()
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
 
-    async def bounded() -> Any:
-        return await asyncio.wait_for(run(), timeout=1.5)
-
-    with pytest.raises(asyncio.TimeoutError):  # still waiting well past the unpaused deadline
-        asyncio.run(bounded())
-    # once the producer is queued the clock runs again
-    started = time.monotonic()
-    payload = first_event(ScriptedTrigger([], states=["queued"], start_deadline=time.time() + 0.5))
-    assert payload["status"] == "not_started" and time.monotonic() - started < 3
+    asyncio.run(scenario())
+    # once the producer is queued the clock runs again: it ends at its deadline
+    deadline = clock.now + 4 * FILL
+    queued = ScriptedTrigger([], states=["queued"], clock=clock, start_deadline=deadline)
+    payload = first_event(queued)
+    assert payload["status"] == "not_started" and queued.reader.fills[-1] == deadline
 
 
 def test_the_producers_state_key_is_airflows():
