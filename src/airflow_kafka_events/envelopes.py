@@ -60,6 +60,16 @@ _PRODUCER_FIELDS = ("dag_id", "run_id", "task_id", "map_index", "try_number")
 _T = TypeVar("_T")
 
 
+def _identity_to_avro(owner: Any) -> dict[str, Any]:
+    """The task-instance identity fields (``_PRODUCER_FIELDS``) of a producer or an event source."""
+    return {name: getattr(owner, name) for name in _PRODUCER_FIELDS}
+
+
+def _identity_from_avro(record: Mapping[str, Any]) -> dict[str, Any]:
+    """The task-instance identity fields of an Avro record (each optional)."""
+    return {name: record.get(name) for name in _PRODUCER_FIELDS}
+
+
 def _utcnow() -> datetime:
     return datetime.now(timezone.utc)
 
@@ -158,23 +168,11 @@ class ProducerIdentity:
             )
 
     def to_avro(self) -> dict[str, Any]:
-        return {
-            "dag_id": self.dag_id,
-            "run_id": self.run_id,
-            "task_id": self.task_id,
-            "map_index": self.map_index,
-            "try_number": self.try_number,
-        }
+        return _identity_to_avro(self)
 
     @classmethod
     def from_avro(cls, record: Mapping[str, Any]) -> ProducerIdentity:
-        return cls(
-            dag_id=record.get("dag_id"),
-            run_id=record.get("run_id"),
-            task_id=record.get("task_id"),
-            map_index=record.get("map_index"),
-            try_number=record.get("try_number"),
-        )
+        return cls(**_identity_from_avro(record))
 
 
 @dataclass(frozen=True)
@@ -372,27 +370,11 @@ class EventSource:
             _check_int(owner, name, getattr(self, name), low=INT32_MIN, high=INT32_MAX, optional=True)
 
     def to_avro(self) -> dict[str, Any]:
-        return {
-            "kind": self.kind.value,
-            "dag_id": self.dag_id,
-            "run_id": self.run_id,
-            "task_id": self.task_id,
-            "map_index": self.map_index,
-            "try_number": self.try_number,
-            "producer": self.producer,
-        }
+        return {"kind": self.kind.value, **_identity_to_avro(self), "producer": self.producer}
 
     @classmethod
     def from_avro(cls, record: Mapping[str, Any]) -> EventSource:
-        return cls(
-            kind=record["kind"],
-            dag_id=record.get("dag_id"),
-            run_id=record.get("run_id"),
-            task_id=record.get("task_id"),
-            map_index=record.get("map_index"),
-            try_number=record.get("try_number"),
-            producer=record.get("producer"),
-        )
+        return cls(kind=record["kind"], producer=record.get("producer"), **_identity_from_avro(record))
 
 
 @dataclass(frozen=True)

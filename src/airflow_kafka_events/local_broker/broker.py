@@ -13,6 +13,7 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from airflow_kafka_events.errors import BrokerError
 from airflow_kafka_events.local_broker import jars as _jars
@@ -56,6 +57,20 @@ from airflow_kafka_events.local_broker.security import SecurityMaterial
 log = logging.getLogger(__name__)
 
 _FORMAT_TIMEOUT = 180.0
+
+
+class _HasStateDir(Protocol):
+    state_dir: Path
+
+
+class StatePath:
+    """A read-only attribute: the path ``parts`` below its owner's ``state_dir``."""
+
+    def __init__(self, *parts: str) -> None:
+        self.parts = parts
+
+    def __get__(self, owner: _HasStateDir, owner_type: type | None = None) -> Path:
+        return owner.state_dir.joinpath(*self.parts)
 
 
 @dataclass(frozen=True)
@@ -110,25 +125,11 @@ class LocalKafkaBroker:
     def libs_dir(self) -> Path:
         return self.cache_dir / f"kafka-{self.version}" / "libs"
 
-    @property
-    def properties_file(self) -> Path:
-        return self.state_dir / PROPERTIES_FILE
-
-    @property
-    def pid_file(self) -> Path:
-        return self.state_dir / PID_FILE
-
-    @property
-    def log_file(self) -> Path:
-        return self.state_dir / LOGS_DIR / "server.log"
-
-    @property
-    def out_file(self) -> Path:
-        return self.state_dir / OUT_FILE
-
-    @property
-    def data_dir(self) -> Path:
-        return self.state_dir / DATA_DIR
+    properties_file = StatePath(PROPERTIES_FILE)
+    pid_file = StatePath(PID_FILE)
+    log_file = StatePath(LOGS_DIR, "server.log")
+    out_file = StatePath(OUT_FILE)
+    data_dir = StatePath(DATA_DIR)
 
     @property
     def meta_properties(self) -> Path:

@@ -40,7 +40,7 @@ from airflow_kafka_events.local_broker._common import (
     write_atomic,
     write_state_file,
 )
-from airflow_kafka_events.local_broker.broker import ClusterContext, LocalKafkaBroker
+from airflow_kafka_events.local_broker.broker import ClusterContext, LocalKafkaBroker, StatePath
 from airflow_kafka_events.local_broker.properties import replication_for
 from airflow_kafka_events.local_broker.security import (
     MASK,
@@ -136,13 +136,8 @@ class LocalKafkaCluster:
         ports = free_ports(2 * self.brokers)
         return [(ports[2 * i], ports[2 * i + 1]) for i in range(self.brokers)]
 
-    @property
-    def security_dir(self) -> Path:
-        return self.state_dir / SECURITY_DIR
-
-    @property
-    def properties_file(self) -> Path:
-        return self.state_dir / CLIENT_PROPERTIES
+    security_dir = StatePath(SECURITY_DIR)
+    properties_file = StatePath(CLIENT_PROPERTIES)
 
     @property
     def voters(self) -> str:
