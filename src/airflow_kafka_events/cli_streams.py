@@ -76,13 +76,18 @@ def _page_line(page: Any) -> str:
 
 def _show(args: argparse.Namespace) -> int:
     from airflow_kafka_events.inspection import show_stream
+    from airflow_kafka_events.inspection.streams import WrittenSpan
 
     def command() -> int:
+        # --since [--until]: when the stream was written -- that range is read forward, not the
+        # per-key lookup backwards from the partition's end
+        written = None if args.since is None else WrittenSpan(args.since, args.until)
         detail = show_stream(
             kafka_config(args),
             role_topic(args, ROLE),
             args.stream_id,
             window=window_of(args),
+            written=written,
             timeout=args.timeout,
         )
         if args.json:
@@ -99,7 +104,7 @@ def _show(args: argparse.Namespace) -> int:
             print(f"error      {s.error}")
         for page in detail.pages:
             print(_page_line(page))
-        print(detail.window.describe())
+        print(detail.describe())
         return 0
 
     return run_command(args, command)
@@ -149,7 +154,9 @@ def add_streams_group(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
     show = commands.add_parser(
         "show",
         help="one stream: its latest attempt and its envelopes",
-        description="Find a stream by its id (dag_id/task_id/map_index/run_id) and list its latest attempt.",
+        description="Find a stream by its id (dag_id/task_id/map_index/run_id) and list its latest attempt: "
+        "with --since (and --until), when it was written, only the records of that time are read (forward, "
+        "at most --max-records); without, the per-key lookup reads its partition backwards from the end.",
     )
     show.add_argument(
         "stream_id", metavar="STREAM_ID", help="the stream id (trigger_run_id), see `streams ls`"

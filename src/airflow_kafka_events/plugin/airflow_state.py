@@ -2,6 +2,9 @@
 
 Every query is bounded (a ``LIMIT``, or keys the page already holds):
 
+* :func:`task_instance_run` -- when a stream's task instance ran: its first try's start to its
+  last try's end (earlier tries are in the task instance history table), the time its stream can
+  have been written in;
 * :func:`consumer_checkpoints` -- stream consumers' read checkpoints, stored in the *task state
   store* of each consumer task instance under ``stream:<trigger_run_id>``
   (:func:`~airflow_kafka_events.stream_consumption.checkpoint_key`);
@@ -26,7 +29,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session, selectinload
 
 from airflow_kafka_events.assets.external import PROVENANCE_EXTRA_KEY
@@ -38,10 +41,12 @@ from airflow_kafka_events.stream_consumption import CHECKPOINT_KEY_PREFIX
 __all__ = [
     "AirflowEvent",
     "ConsumerCheckpoint",
+    "TaskInstanceRun",
     "WatcherState",
     "airflow_events_for",
     "consumer_checkpoints",
     "last_bridge_post",
+    "task_instance_run",
     "watchers",
 ]
 
@@ -52,6 +57,52 @@ EVENT_SCAN_LIMIT = 2000
 #: The trigger class of this package's asset watchers.
 WATCHER_CLASSPATH = "airflow_kafka_events.triggers.asset_watcher.KafkaAssetEventTrigger"
 WATCHER_STATE_KEY = "airflow_kafka_events.watcher"
+
+
+# ====================================================================== task instance runs
+#: Task instance states in which its try goes on (it may still write): its run has no end yet.
+_UNFINISHED = frozenset({"scheduled", "queued", "running", "deferred", "restarting"})
+
+
+@dataclass(frozen=True)
+class TaskInstanceRun:
+    """When a task instance ran, over all its tries: ``started`` .. ``ended`` (``None``: not yet)."""
+
+    started: datetime | None  # the first try's start (else its queued date; ``None``: never queued)
+    ended: datetime | None
+    tries: int  # the tries Airflow holds (history rows and the current one)
+    state: str | None
+
+
+def task_instance_run(
+    session: Session, dag_id: str, run_id: str, task_id: str, map_index: int
+) -> TaskInstanceRun | None:
+    """The run of one task instance (two indexed queries), or ``None`` when Airflow has no such one."""
+    from airflow.models.taskinstance import TaskInstance as TI
+    from airflow.models.taskinstancehistory import TaskInstanceHistory as History
+
+    def key(model: Any) -> list[Any]:
+        return [
+            model.dag_id == dag_id,
+            model.run_id == run_id,
+            model.task_id == task_id,
+            model.map_index == map_index,
+        ]
+
+    current = session.execute(
+        select(TI.state, TI.start_date, TI.queued_dttm, TI.end_date).where(*key(TI))
+    ).one_or_none()
+    if current is None:
+        return None
+    started, queued, count = session.execute(
+        select(func.min(History.start_date), func.min(History.queued_dttm), func.count()).where(*key(History))
+    ).one()
+    starts = [d for d in (started, current.start_date) if d is not None]
+    queues = [d for d in (queued, current.queued_dttm) if d is not None]
+    first = min(starts) if starts else min(queues) if queues else None
+    state = None if current.state is None else str(getattr(current.state, "value", current.state))
+    ended = None if state in _UNFINISHED else current.end_date
+    return TaskInstanceRun(started=first, ended=ended, tries=int(count) + 1, state=state)
 
 
 # ====================================================================== consumer checkpoints

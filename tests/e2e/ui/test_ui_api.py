@@ -103,6 +103,50 @@ def test_streams_show_the_stream_and_its_consumer(ui_stack: AirflowStack, ui_dat
     assert sorted(c["task_id"] for c in detail["consumers"]) == ["consume", "produce"]
 
 
+def test_a_stream_page_without_the_listing_hint_reads_the_time_its_task_instance_ran(
+    ui_stack: AirflowStack, ui_data, ui_topics, kafka_bootstrap
+):
+    from datetime import datetime
+
+    from airflow_kafka_events.codec import TRIGGER_EVENT_CODEC
+    from airflow_kafka_events.envelopes import TriggerEventEnvelope
+    from airflow_kafka_events.kafka.producer import EnvelopeProducer
+    from airflow_kafka_events.kafka.settings import KafkaSettings
+    from airflow_kafka_events.streams import stream_id
+
+    path = f"/streams/{quote(ui_data.stream_id, safe='/')}"  # a typed URL: no ?partition=&offset=
+    detail = _get(ui_stack, f"/api{path}", "viewer").json()
+    assert detail["found_by"] == "span", detail
+    ti = detail["task_instance"]
+    assert (ti["state"], ti["tries"]) == ("success", 1), ti
+    window = detail["window"]
+    since, until = (datetime.fromisoformat(window[k]) for k in ("since", "until"))
+    assert since < datetime.fromisoformat(ti["started"]) < datetime.fromisoformat(ti["ended"]) < until
+    summary = detail["summary"]
+    assert (summary["attempt"], summary["state"], summary["pages"]) == (0, "complete", 12), summary
+    assert [p["sequence_index"] for p in detail["pages"]] == list(range(13))
+    (part,) = window["partitions"]  # the key's partition only, read forward from the run's start
+    assert part["start_offset"] <= detail["pages"][0]["offset"] and part["end_offset"] <= detail["span_end"]
+    assert part["records_scanned"] <= window["max_records"]
+    page = _get(ui_stack, path, "viewer")
+    assert page.status_code == 200 and 'data-found-by="span"' in page.text
+    assert "Found in the time its task instance ran (1 try, success" in page.text
+
+    # a stream whose task instance Airflow does not know (its run deleted): the per-key lookup, said so
+    orphan = stream_id("e2e_ui_streams", f"deleted__{uuid.uuid4().hex[:8]}", "produce")
+    producer = EnvelopeProducer(KafkaSettings({"bootstrap.servers": kafka_bootstrap}).producer_config())
+    try:
+        for seq in range(3):
+            envelope = TriggerEventEnvelope(trigger_run_id=orphan, sequence_index=seq, is_last=seq == 2)
+            producer.send_and_wait(ui_topics.trigger_events, TRIGGER_EVENT_CODEC.encode(envelope), key=orphan)
+    finally:
+        producer.close(5.0)
+    lost = _get(ui_stack, f"/api/streams/{quote(orphan, safe='/')}", "viewer").json()
+    assert (lost["found_by"], lost["task_instance"], lost["summary"]["pages"]) == ("lookup", None, 2), lost
+    page = _get(ui_stack, f"/streams/{quote(orphan, safe='/')}", "viewer")
+    assert "Airflow knows no task instance of this stream" in page.text
+
+
 def test_the_task_instance_tab_opens_that_task_instance_s_stream(ui_stack: AirflowStack, ui_data):
     # the UI leaves {MAP_INDEX} as it is for a task that is not mapped
     params = {

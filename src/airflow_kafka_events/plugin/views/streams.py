@@ -5,13 +5,17 @@
 tabs open it filtered), each with its consumers' checkpoints from the task state store and their
 lag in pages.  ``GET /streams/{trigger_run_id}`` is one stream: its latest attempt's envelopes and
 its consumers; the listing links it with ``?partition=&offset=`` (the stream's partition and latest
-offset it saw), so only a bounded range around that is read, however old the stream -- without
-them the per-key lookup reads the partition backwards from its end.  ``/api/...`` answers the same
-as JSON.
+offset it saw), so only a bounded range around that is read, however old the stream.  Without them
+(a typed URL, the task-instance tab) the stream is read forward in the time its task instance ran
+as Airflow's metadata DB has it (first try's start .. last try's end, widened by
+:data:`SPAN_BEFORE` / :data:`SPAN_AFTER`); only for a task instance Airflow no longer knows (its
+DAG run deleted) the per-key lookup reads the partition backwards from its end, and the page says
+so.  ``/api/...`` answers the same as JSON.
 """
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta, timezone
 from typing import Annotated, Any
 
 from airflow.api_fastapi.common.db.common import SessionDep
@@ -20,15 +24,30 @@ from fastapi.responses import Response
 from sqlalchemy import select
 
 from airflow_kafka_events.errors import AirflowKafkaEventsError, ValidationError
-from airflow_kafka_events.inspection.streams import StreamSummary, list_streams, show_stream
+from airflow_kafka_events.inspection.streams import StreamSummary, WrittenSpan, list_streams, show_stream
 from airflow_kafka_events.inspection.window import ScanWindow
-from airflow_kafka_events.plugin.airflow_state import ConsumerCheckpoint, consumer_checkpoints
+from airflow_kafka_events.plugin.airflow_state import (
+    ConsumerCheckpoint,
+    consumer_checkpoints,
+    task_instance_run,
+)
 from airflow_kafka_events.plugin.views.common import Page, PageDep
 from airflow_kafka_events.streams import DEFAULT_NOT_BEFORE_MARGIN, parse_stream_id, stream_id
 
 __all__ = ["router"]
 
 router = APIRouter()
+
+#: How much earlier than its task instance's first start a stream's envelopes are looked for.
+#: Record timestamps are the producer's CreateTime (the worker's or triggerer's clock), the task
+#: instance's dates the scheduler's / API server's: this covers their clocks being apart (NTP keeps
+#: them within milliseconds; a minute tolerates a host that lost sync).  Each second of it is read
+#: before the stream (what the partition got meanwhile counts against max records).
+SPAN_BEFORE = timedelta(minutes=1)
+#: How much later than its task instance's end: the same skew, and a trigger still writing its
+#: end marker while it is cancelled after the task instance failed.  It costs nothing: the range
+#: is read forward and ends at max records.
+SPAN_AFTER = timedelta(minutes=5)
 
 
 def _consumer_rows(
@@ -157,6 +176,29 @@ def _stream_window(page: Page, session: Any, trigger_run_id: str) -> ScanWindow:
     return ScanWindow(since=since, max_records=window.max_records)
 
 
+def _written_span(session: Any, trigger_run_id: str) -> tuple[WrittenSpan | None, dict[str, Any] | None]:
+    """When the stream was written, from its task instance in Airflow (``None``: Airflow has none)."""
+    try:
+        key = parse_stream_id(trigger_run_id)
+    except ValidationError:
+        return None, None
+    run = task_instance_run(session, key.dag_id, key.run_id, key.task_id, key.map_index)
+    if run is None:
+        return None, None
+    started = run.started if run.started is not None else datetime.now(timezone.utc)
+    until = None if run.ended is None else max(run.ended, started) + SPAN_AFTER
+    span = WrittenSpan(started - SPAN_BEFORE, until)
+    info = {
+        "state": run.state,
+        "tries": run.tries,
+        "started": None if run.started is None else run.started.isoformat(),
+        "ended": None if run.ended is None else run.ended.isoformat(),
+        "slack_before_s": SPAN_BEFORE.total_seconds(),
+        "slack_after_s": SPAN_AFTER.total_seconds(),
+    }
+    return span, info
+
+
 @router.get("/streams/{trigger_run_id:path}")
 @router.get("/api/streams/{trigger_run_id:path}")
 def stream_page(
@@ -170,6 +212,7 @@ def stream_page(
 ) -> Response:
     try:
         window = _stream_window(page, session, trigger_run_id)
+        written, task_instance = _written_span(session, trigger_run_id)
         detail = show_stream(
             page.config(),
             page.settings.trigger_events_topic,
@@ -177,6 +220,7 @@ def stream_page(
             window=window,
             partition=None if offset is None else partition,
             last_offset=None if partition is None else offset,
+            written=written,
         )
     except AirflowKafkaEventsError as exc:
         return page.failed("streams", exc)
@@ -185,7 +229,13 @@ def stream_page(
     payload = {
         **detail.to_dict(),
         "consumers": consumers,
-        "window_text": detail.window.describe(),
+        "task_instance": task_instance,
+        "window_text": detail.describe(),
     }
-    context = {"detail": detail, "consumers": consumers, "scanned": detail.window}
+    context = {
+        "detail": detail,
+        "consumers": consumers,
+        "scanned": detail.window,
+        "task_instance": task_instance,
+    }
     return page.answer("streams", "stream.html", context, payload)
