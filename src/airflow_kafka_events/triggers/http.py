@@ -543,39 +543,18 @@ class GraphPaginationTrigger(HttpPaginationTrigger):
 
     _own_kwargs = tuple(name for name in HttpPaginationTrigger._own_kwargs if name not in _GRAPH_FIXED)
 
-    def __init__(
-        self,
-        *,
-        endpoint: str,
-        http_conn_id: str = "msgraph",
-        method: str = "GET",
-        params: Mapping[str, Any] | None = None,
-        headers: Mapping[str, str] | None = None,
-        data: Any = None,
-        max_pages: int | None = None,
-        max_retries: int = 5,
-        retry_backoff: float = 1.0,
-        max_backoff: float = 60.0,
-        max_retry_after: float = 300.0,
-        request_timeout: float | None = None,
-        allow_foreign_next_links: bool = False,
-        **kwargs: Any,
-    ) -> None:
+    def __init__(self, *, endpoint: str, http_conn_id: str = "msgraph", **kwargs: Any) -> None:
+        """Every argument of :class:`HttpPaginationTrigger` but the paging ones, which Graph fixes."""
+        fixed = sorted(set(kwargs) & set(_GRAPH_FIXED))
+        if fixed:
+            raise TypeError(
+                f"GraphPaginationTrigger fixes {', '.join(fixed)} (the next link is the body's "
+                "@odata.nextLink, the items its value list); they are not arguments of it"
+            )
         super().__init__(
             endpoint=endpoint,
             http_conn_id=http_conn_id,
-            method=method,
-            params=params,
-            headers=headers,
-            data=data,
             cursor_path=["@odata.nextLink"],
             items_path="value",
-            max_pages=max_pages,
-            max_retries=max_retries,
-            retry_backoff=retry_backoff,
-            max_backoff=max_backoff,
-            max_retry_after=max_retry_after,
-            request_timeout=request_timeout,
-            allow_foreign_next_links=allow_foreign_next_links,
             **kwargs,
         )
