@@ -374,7 +374,90 @@ def _high_watermarks(config: dict[str, Any], topic: str, count: int) -> dict[int
         consumer.close()
 
 
-def test_leader_killed_under_the_watcher_and_the_bridge_each_event_arrives_once(healthy, monkeypatch):  # noqa: C901
+class SteadyPublisher:
+    """Publishes :data:`STEADY` events of the watched assets 20 ms apart, killing the leader after a
+    third of them; ``receipts`` are (monotonic time, receipt, asset), ``errors`` what went wrong."""
+
+    def __init__(self, producer: Any, topic: str, kill: Kill) -> None:
+        self.producer, self.topic, self.kill = producer, topic, kill
+        self.receipts: list[tuple[float, Any, AssetRef]] = []
+        self.errors: list[BaseException] = []
+
+    def __call__(self) -> None:
+        try:
+            for n in range(STEADY):
+                if n == STEADY // 3:
+                    self.kill.fire()
+                asset = WATCHED[n % len(WATCHED)]
+                envelope = build_envelope(
+                    asset=asset,
+                    source=EventSource(SourceKind.EXTERNAL, producer="failover"),
+                    partition_key=f"k{n}",
+                    extra={"n": n},
+                )
+                receipt = publish(envelope, producer=self.producer, topic=self.topic, timeout=60)
+                self.receipts.append((time.monotonic(), receipt, asset))
+                time.sleep(0.02)  # a steady stream, not a burst
+        except BaseException as exc:  # reported by the test thread
+            self.errors.append(exc)
+
+
+async def _watch_while_publishing(
+    triggers: dict[int, KafkaAssetEventTrigger],
+    publish_steadily: SteadyPublisher,
+    config: dict[str, Any],
+    topic: str,
+    stores: MemoryStores,
+    conn_id: str,
+) -> Watchers:
+    """Run the watchers while the events are published, until each fired its asset's events and
+    stored its position past the last of them."""
+    receipts, publish_errors = publish_steadily.receipts, publish_steadily.errors
+    watchers = Watchers()
+    for tid, trigger in triggers.items():
+        watchers.start(tid, trigger)
+    try:
+        publisher = threading.Thread(target=publish_steadily, name="steady-publisher", daemon=True)
+        publisher.start()
+        await asyncio.to_thread(publisher.join, FAILOVER_DEADLINE + 60)
+        assert not publisher.is_alive() and not publish_errors, publish_errors
+        highs = await asyncio.to_thread(_high_watermarks, config, topic, 3)
+        assert sum(highs.values()) == STEADY
+        # each watcher has fired its asset's events and stored its position past the last of
+        # them (a position moved only past other assets' records is stored far less often)
+        for tid, asset in enumerate(WATCHED, start=1):
+            own = partition_for_key(asset.uri.encode(), 3)
+            count = sum(1 for _, _, a in receipts if a == asset)
+            await _until_async(
+                lambda a=asset, t=tid, p=own, c=count: (
+                    len(watchers.fired[t]) >= c and stores.positions(a.uri, conn_id).get(p) == highs[p]
+                ),
+                120,
+                f"{asset.uri}: {count} asset events and its position at {highs}",
+            )
+    finally:
+        await watchers.stop()
+    return watchers
+
+
+def _wait_for_bridge_commits_at_the_ends(
+    cluster: Any, config: dict[str, Any], group_id: str, topic: str
+) -> None:
+    """Wait until the bridge's group committed the offset after each partition's last record."""
+    highs = _high_watermarks(config, topic, 3)
+    seen: list[list[int]] = []
+
+    def bridge_done() -> bool:
+        seen.append(committed(cluster.bootstrap_servers, group_id, topic, 3))
+        return seen[-1] == [highs[p] for p in range(3)]  # the offset after each last record
+
+    try:
+        wait_until(bridge_done, timeout=60, interval=0.5, what="the bridge's commits at the ends")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}: committed {seen[-1]}, ends {highs}") from None
+
+
+def test_leader_killed_under_the_watcher_and_the_bridge_each_event_arrives_once(healthy, monkeypatch):
     cluster = healthy
     config = cluster.client_config()
     admin = AdminClient(config)
@@ -397,77 +480,22 @@ def test_leader_killed_under_the_watcher_and_the_bridge_each_event_arrives_once(
     }
     kill = Kill(cluster, victim)
     producer = get_producer(KafkaSettings(config).producer_config())
-    receipts: list[tuple[float, Any, AssetRef]] = []
-    publish_errors: list[BaseException] = []
-
-    def publish_steadily() -> None:
-        try:
-            for n in range(STEADY):
-                if n == STEADY // 3:
-                    kill.fire()
-                asset = WATCHED[n % len(WATCHED)]
-                envelope = build_envelope(
-                    asset=asset,
-                    source=EventSource(SourceKind.EXTERNAL, producer="failover"),
-                    partition_key=f"k{n}",
-                    extra={"n": n},
-                )
-                receipt = publish(envelope, producer=producer, topic=topic, timeout=60)
-                receipts.append((time.monotonic(), receipt, asset))
-                time.sleep(0.02)  # a steady stream, not a burst
-        except BaseException as exc:  # reported by the test thread
-            publish_errors.append(exc)
+    publisher = SteadyPublisher(producer, topic, kill)
 
     with FakeAirflow(users={"bridge": PASSWORD}) as fake:
         for asset in WATCHED:
             fake.add_asset(asset.name, asset.uri)
         bridge_config = make_config(cluster.bootstrap_servers, fake, topic, dlq)
-
-        async def scenario() -> Watchers:
-            watchers = Watchers()
-            for tid, trigger in triggers.items():
-                watchers.start(tid, trigger)
-            try:
-                publisher = threading.Thread(target=publish_steadily, name="steady-publisher", daemon=True)
-                publisher.start()
-                await asyncio.to_thread(publisher.join, FAILOVER_DEADLINE + 60)
-                assert not publisher.is_alive() and not publish_errors, publish_errors
-                highs = await asyncio.to_thread(_high_watermarks, config, topic, 3)
-                assert sum(highs.values()) == STEADY
-                # each watcher has fired its asset's events and stored its position past the last of
-                # them (a position moved only past other assets' records is stored far less often)
-                for tid, asset in enumerate(WATCHED, start=1):
-                    own = partition_for_key(asset.uri.encode(), 3)
-                    count = sum(1 for _, _, a in receipts if a == asset)
-                    await _until_async(
-                        lambda a=asset, t=tid, p=own, c=count: (
-                            len(watchers.fired[t]) >= c
-                            and stores.positions(a.uri, conn_id).get(p) == highs[p]
-                        ),
-                        120,
-                        f"{asset.uri}: {count} asset events and its position at {highs}",
-                    )
-            finally:
-                await watchers.stop()
-            return watchers
-
         with running(bridge_config) as bridge:
-            watchers = asyncio.run(scenario())
-            highs = _high_watermarks(config, topic, 3)
-            seen: list[list[int]] = []
-
-            def bridge_done() -> bool:
-                seen.append(committed(cluster.bootstrap_servers, bridge_config.group_id, topic, 3))
-                return seen[-1] == [highs[p] for p in range(3)]  # the offset after each last record
-
-            try:
-                wait_until(bridge_done, timeout=60, interval=0.5, what="the bridge's commits at the ends")
-            except AssertionError as exc:
-                raise AssertionError(f"{exc}: committed {seen[-1]}, ends {highs}") from None
+            watchers = asyncio.run(
+                _watch_while_publishing(triggers, publisher, config, topic, stores, conn_id)
+            )
+            _wait_for_bridge_commits_at_the_ends(cluster, config, bridge_config.group_id, topic)
             stats = dict(bridge.service.stats)
         posted = [e["extra"]["airflow_kafka_events"]["event_id"] for e in fake.events]
         posts = fake.count("POST", "/api/v2/assets/events")
     killed_at = kill.wait()
+    receipts = publisher.receipts
 
     receipted = Counter(r.event_id for _, r, _ in receipts)
     assert len(receipted) == STEADY
