@@ -103,7 +103,13 @@ def n_runs() -> int:
 
 
 def run_slots(
-    slots: int, pair_counts: list[int], bootstrap: str, conf: dict[str, Any], deferrable: bool, scratch: Path
+    slots: int,
+    pair_counts: list[int],
+    bootstrap: str,
+    conf: dict[str, Any],
+    deferrable: bool,
+    scratch: Path,
+    database: str,
 ) -> list[dict[str, Any]]:
     sys.path.insert(0, str(REPO / "tests"))
     from harness.airflow_stack import AirflowStack
@@ -118,8 +124,9 @@ def run_slots(
         "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "300",
         "AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT": "30",
     }
-    stack = AirflowStack(scratch / f"airflow-{slots}-{n_runs()}", DAGS_FOLDER, env, parallelism=slots)
-    results = []
+    home = scratch / f"airflow-{slots}-{n_runs()}"
+    stack = AirflowStack(home, DAGS_FOLDER, env, parallelism=slots, database=database)
+    results: list[dict[str, Any]] = []
     try:
         dag_ids = [f"b9_{o}_{n}" for n in pair_counts for o in ("consumers_first", "producers_first")]
         stack.start(timeout=600.0, dag_ids=dag_ids)
@@ -127,6 +134,9 @@ def run_slots(
         for n in pair_counts:
             for order in ("consumers_first", "producers_first"):
                 results.append(measure(stack, f"b9_{order}_{n}", n, slots, conf))
+    except Exception as exc:  # a deployment that broke down is a result too (its logs are kept)
+        say(f"[error]   parallelism {slots}: {type(exc).__name__}: {exc} (logs under {home / 'logs'})")
+        results.append({"pairs": pair_counts, "slots": slots, "state": f"broke off: {type(exc).__name__}"})
     finally:
         stack.stop()
     return results
@@ -140,6 +150,12 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--delay", type=float, default=0.05, help="seconds between pages (0.05)")
     parser.add_argument("--in-worker", action="store_true", help="consumers with deferrable=False")
     parser.add_argument("--no-reference", action="store_true", help="skip the ample-slots reference")
+    parser.add_argument(
+        "--database",
+        choices=("postgres", "sqlite"),
+        default="postgres",
+        help="metadata DB (postgres: a local server of its own; SQLite locks up with 32 task processes)",
+    )
     parser.add_argument("--out", type=Path, help="also write the results as JSON to this file")
     args = parser.parse_args(argv)
     pair_counts = [int(n) for n in args.pairs.split(",")]
@@ -166,11 +182,13 @@ def main(argv: list[str]) -> int:
         admin = AdminClient(KafkaSettings({"bootstrap.servers": bootstrap}).admin_config())
         ensure_topics(admin, [TopicSpec(DEFAULT_TOPIC, partitions=3)])
         for slots in slot_counts:
-            results += run_slots(slots, pair_counts, bootstrap, conf, not args.in_worker, scratch)
+            results += run_slots(
+                slots, pair_counts, bootstrap, conf, not args.in_worker, scratch, args.database
+            )
         if not args.no_reference:
             for n in pair_counts:
                 ample = min(2 * n, 32)
-                results += run_slots(ample, [n], bootstrap, conf, not args.in_worker, scratch)
+                results += run_slots(ample, [n], bootstrap, conf, not args.in_worker, scratch, args.database)
         finished = True
     finally:
         if broker is not None:

@@ -183,7 +183,10 @@ class AirflowStack:
         *,
         users: Mapping[str, str] = DEFAULT_USERS,
         parallelism: int = 4,
+        database: str = "sqlite",
     ) -> None:
+        if database not in ("sqlite", "postgres"):
+            raise ValueError(f"database must be 'sqlite' or 'postgres', got {database!r}")
         self.home = Path(home).resolve()
         self.dags_folder = Path(dags_folder).resolve()
         self.extra_env: dict[str, str] = dict(extra_env or {})
@@ -192,6 +195,10 @@ class AirflowStack:
         self.parallelism = parallelism
         self.log_dir = self.home / "logs"
         self.db_path = self.home / "airflow.db"
+        #: ``postgres``: a local PostgreSQL server of its own (tests/harness/postgres.py) holds the
+        #: metadata DB, started by :meth:`migrate` and removed by :meth:`stop`
+        self.database = database
+        self._postgres: Any = None
         self.port = free_port()
         self.worker_log_port = free_port()
         self.trigger_log_port = free_port()
@@ -237,7 +244,7 @@ class AirflowStack:
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(self.passwords_file),
             "AIRFLOW__CORE__DAGBAG_IMPORT_TIMEOUT": "120",
             # [database]
-            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{self.db_path}",
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": self.database_url,
             # [api] / [api_auth]
             "AIRFLOW__API__HOST": "127.0.0.1",
             "AIRFLOW__API__PORT": str(self.port),
@@ -343,15 +350,29 @@ class AirflowStack:
             )
         return result
 
+    @property
+    def database_url(self) -> str:
+        """``[database] sql_alchemy_conn`` of this deployment."""
+        if self.database == "postgres":
+            if self._postgres is None:
+                from harness.postgres import LocalPostgres
+
+                self._postgres = LocalPostgres()
+            return str(self._postgres.url)
+        return f"sqlite:///{self.db_path}"
+
     def migrate(self, timeout: float = 600.0) -> float:
         """Create/upgrade the metadata DB (``airflow db migrate``); return the seconds it took."""
         self._prepare_home()
         started = time.monotonic()
+        if self.database == "postgres" and self._postgres.data_dir is None:
+            self._postgres.start()
         result = self.cli("db", "migrate", timeout=timeout)
         (self.log_dir / "db-migrate.log").write_text(result.stdout + result.stderr)
-        # WAL lets readers (api-server, harness queries) run while a component writes.
-        with contextlib.closing(sqlite3.connect(self.db_path, timeout=30)) as conn:
-            conn.execute("PRAGMA journal_mode=WAL")
+        if self.database == "sqlite":
+            # WAL lets readers (api-server, harness queries) run while a component writes.
+            with contextlib.closing(sqlite3.connect(self.db_path, timeout=30)) as conn:
+                conn.execute("PRAGMA journal_mode=WAL")
         self._migrated = True
         self.timings["migrate"] = time.monotonic() - started
         return self.timings["migrate"]
@@ -406,6 +427,9 @@ class AirflowStack:
         if self._client is not None:
             self._client.close()
             self._client = None
+        if self._postgres is not None and self._postgres.data_dir is not None:
+            self._postgres.stop()
+            self._migrated = False  # a new start() makes a new database
 
     def __enter__(self) -> AirflowStack:
         return self.start()
@@ -869,7 +893,13 @@ class AirflowStack:
     # ------------------------------------------------------------------ metadata DB (read-only)
 
     def query(self, sql: str, params: Sequence[Any] | Mapping[str, Any] = ()) -> list[dict[str, Any]]:
-        """Run a read-only SQL query on the metadata DB; rows as dicts."""
+        """Run a read-only SQL query on the metadata DB; rows as dicts (``?`` placeholders)."""
+        if self.database == "postgres":
+            import psycopg
+            from psycopg.rows import dict_row
+
+            with psycopg.connect(self.database_url.replace("+psycopg", ""), row_factory=dict_row) as conn:
+                return list(conn.execute(sql.replace("?", "%s"), params).fetchall())  # type: ignore[arg-type]
         with contextlib.closing(
             sqlite3.connect(f"file:{self.db_path}?mode=ro", uri=True, timeout=30)
         ) as conn:
