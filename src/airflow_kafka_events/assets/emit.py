@@ -320,13 +320,9 @@ def emit_event(
 ) -> Receipt:
     """The one emit path every helper takes: ``asset`` from ``source`` with ``options``."""
     partition_key, partition_date = options.partition_key, options.partition_date
-    extra, idempotency_key, causation = options.extra, options.idempotency_key, options.causation
-    kafka_config_id, topic, timeout = options.kafka_config_id, options.topic, options.timeout
-    max_extra_bytes, max_causation_depth = options.max_extra_bytes, options.max_causation_depth
-    inherit_partition = options.inherit_partition
-    wait = check_timeout(timeout)
+    wait = check_timeout(options.timeout)
     ref = to_asset_ref(asset)
-    if inherit_partition:
+    if options.inherit_partition:
         if partition_key is not None:
             raise PartitionInheritanceError(
                 "inherit_partition=True takes the run's partition key: do not pass partition_key as well"
@@ -338,21 +334,21 @@ def emit_event(
             )
         if partition_date is None:
             partition_date = run_date
-    explicit = check_causation(causation, max_depth=max_causation_depth)
+    explicit = check_causation(options.causation, max_depth=options.max_causation_depth)
     envelope = build_envelope(
         asset=ref,
         source=source,
         partition_key=partition_key,
         partition_date=partition_date,
-        extra=extra,
-        idempotency_key=idempotency_key,
+        extra=options.extra,
+        idempotency_key=options.idempotency_key,
         causation=(*triggering_causation(context), *explicit),
         redactor=airflow_redact,
-        max_extra_bytes=_max_extra_bytes(max_extra_bytes),
-        max_causation_depth=max_causation_depth,
+        max_extra_bytes=_max_extra_bytes(options.max_extra_bytes),
+        max_causation_depth=options.max_causation_depth,
     )
-    conn_id = kafka_config_id or _config("kafka_config_id", "kafka_default")
-    target = topic or _config("asset_events_topic", "airflow.asset-events")
+    conn_id = options.kafka_config_id or _config("kafka_config_id", "kafka_default")
+    target = options.topic or _config("asset_events_topic", "airflow.asset-events")
     producer = _producer_for(conn_id, message_timeout=wait)
     return publish(envelope, producer=producer, topic=target, timeout=wait)
 

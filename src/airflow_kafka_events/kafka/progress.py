@@ -120,6 +120,10 @@ class StreamLocation:
             object.__setattr__(self, "scan_start", self.low)
 
 
+#: The fields of a :class:`StreamProgress` that are its envelope's, under the same names.
+_FROM_ENVELOPE = ("trigger_run_id", "attempt", "sequence_index", "is_last", "error", "resume_cursor")
+
+
 @dataclass(frozen=True)
 class StreamProgress:
     """The latest envelope of a stream: highest ``(attempt, sequence_index)`` at its end.
@@ -151,18 +155,14 @@ class StreamProgress:
         offset: int,
         first_offset: int | None,
     ) -> StreamProgress:
+        copied: dict[str, Any] = {name: getattr(envelope, name) for name in _FROM_ENVELOPE}
         return cls(
-            trigger_run_id=envelope.trigger_run_id,
             topic=topic,
             partition=partition,
             offset=offset,
-            attempt=envelope.attempt,
-            sequence_index=envelope.sequence_index,
-            is_last=envelope.is_last,
-            error=envelope.error,
-            resume_cursor=envelope.resume_cursor,
             first_offset=first_offset,
             generation=metadata_generation(envelope),
+            **copied,
         )
 
 

@@ -168,6 +168,10 @@ def _trigger_cause(traceback: Any) -> str | None:
     return next((line for line in reversed(lines) if line), None)
 
 
+#: The reader options the mixin's ``stream_<option>`` class attributes tune.
+_READER_TUNING = ("max_events", "max_wait", "gap_timeout", "start_timeout", "poll_timeout")
+
+
 class StreamingOperatorMixin:
     """Makes a deferrable operator stream its trigger's pages through Kafka (see the module doc).
 
@@ -350,17 +354,9 @@ class StreamingOperatorMixin:
 
         settings = KafkaEventsHook(kafka_config_id=kafka_config_id).get_settings()
         config = settings.consumer_config(f"airflow-kafka-events-resume-{uuid.uuid4().hex}")
+        tuned: dict[str, Any] = {name: getattr(self, f"stream_{name}") for name in _READER_TUNING}
         return StreamReader(
-            config,
-            topic,
-            trigger_run_id,
-            checkpoint=checkpoint,
-            max_events=self.stream_max_events,
-            max_wait=self.stream_max_wait,
-            gap_timeout=self.stream_gap_timeout,
-            start_timeout=self.stream_start_timeout,
-            poll_timeout=self.stream_poll_timeout,
-            partition=partition,
+            config, topic, trigger_run_id, checkpoint=checkpoint, partition=partition, **tuned
         )
 
     def _stream_handlers(
