@@ -2,11 +2,9 @@
 
 * :func:`list_streams`: every stream with envelopes in a window of the trigger events topic, one
   :class:`StreamSummary` each (its highest attempt, pages, state, the producer's error, pages/s);
-* :func:`show_stream`: one stream -- at a listing's location hint (partition, last offset: a
-  bounded range around it), else in the time it was written (a :class:`WrittenSpan`: its task
-  instance's run, read forward on the key's partition), else found by the per-key progress lookup
-  of :mod:`airflow_kafka_events.kafka.progress` (the key's partition read backwards from its end)
-  -- and the envelopes of its latest attempt (bounded);
+* :func:`show_stream`: one stream -- at a listing's location hint, else in the time it was written
+  (:class:`WrittenSpan`, read forward), else by the per-key lookup of
+  :mod:`airflow_kafka_events.kafka.progress` (backwards) -- and its latest attempt's envelopes;
 * :func:`tail_stream`: the envelopes of one stream as they are written.
 
 States follow the epoch rules of :mod:`airflow_kafka_events.streams`: the highest attempt counts;
