@@ -19,7 +19,7 @@ from confluent_kafka import Message
 from airflow_kafka_events.codec import ASSET_EVENT_CODEC, CONFLUENT_MAGIC, SINGLE_OBJECT_MAGIC
 from airflow_kafka_events.envelopes import AssetEventEnvelope
 from airflow_kafka_events.errors import EnvelopeDecodeError, ValidationError
-from airflow_kafka_events.inspection.listing import Listing
+from airflow_kafka_events.inspection.listing import Listing, record_dict
 from airflow_kafka_events.inspection.reader import DEFAULT_TIMEOUT, Progress, message_timestamp_ms, scan
 from airflow_kafka_events.inspection.redact import PREVIEW_LIMIT, preview
 from airflow_kafka_events.inspection.window import ScannedWindow, ScanWindow, from_ms
@@ -74,22 +74,7 @@ class AssetEventRecord:
         )
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "topic": self.topic,
-            "partition": self.partition,
-            "offset": self.offset,
-            "timestamp": None if self.timestamp is None else self.timestamp.isoformat(),
-            "asset_uri": self.asset_uri,
-            "asset_name": self.asset_name,
-            "event_id": self.event_id,
-            "partition_key": self.partition_key,
-            "source": self.source,
-            "idempotency_key": self.idempotency_key,
-            "causation": self.causation,
-            "emitted_at": self.emitted_at.isoformat(),
-            "extra_preview": self.extra_preview,
-            "signed": self.signed,
-        }
+        return record_dict(self)
 
 
 @dataclass(frozen=True)

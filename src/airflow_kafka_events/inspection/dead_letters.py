@@ -43,7 +43,7 @@ from airflow_kafka_events.dlq import (
 )
 from airflow_kafka_events.errors import EnvelopeDecodeError, ValidationError
 from airflow_kafka_events.inspection.errors import NotADeadLetterError, RecordNotFoundError, ReplayError
-from airflow_kafka_events.inspection.listing import Listing
+from airflow_kafka_events.inspection.listing import Listing, record_dict
 from airflow_kafka_events.inspection.reader import (
     DEFAULT_TIMEOUT,
     Progress,
@@ -174,28 +174,7 @@ class DeadLetterRecord:
         )
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "topic": self.topic,
-            "partition": self.partition,
-            "offset": self.offset,
-            "timestamp": None if self.timestamp is None else self.timestamp.isoformat(),
-            "reason": self.reason,
-            "source_topic": self.source_topic,
-            "source_partition": self.source_partition,
-            "source_offset": self.source_offset,
-            "consumer": self.consumer,
-            "error_type": self.error_type,
-            "error_message": self.error_message,
-            "is_reference": self.is_reference,
-            "size": self.size,
-            "headers": [[name, value] for name, value in self.headers],
-            "payload_preview": self.payload_preview,
-            "payload_format": self.payload_format,
-            "event_id": self.event_id,
-            "asset_uri": self.asset_uri,
-            "dead_lettered_at": None if self.dead_lettered_at is None else self.dead_lettered_at.isoformat(),
-            "key": self.key,
-        }
+        return record_dict(self)
 
 
 @dataclass(frozen=True)
