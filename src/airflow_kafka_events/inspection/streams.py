@@ -436,7 +436,7 @@ _FIX_TRUNCATED = "raise max records (?max_records= / --max-records) or narrow th
 _FIX_MISSED = (
     "check the stream id and the topic (--topic); when the times are off (record timestamps are the "
     "producer's CreateTime: clock skew), widen the time window (--since/--until), or open the stream "
-    "from the streams listing (its link carries the stream's location)"
+    "from a listing (`streams ls`, the view's Streams page: its link carries the stream's location)"
 )
 
 
@@ -478,8 +478,8 @@ def _in_span(
         cut = f", TRUNCATED: offsets {stop}..{end - 1} not read" if stop < end else ""
         raise StreamNotFoundError(
             f"stream {trigger_run_id!r} has no envelope in topic {reader.topic!r} partition {partition} "
-            f"written {written.describe()} (offsets {start}..{end - 1}, {scanned} read{cut}); fix: "
-            + (_FIX_TRUNCATED if stop < end else _FIX_MISSED)
+            f"written {written.describe()} ({f'offsets {start}..{end - 1}' if end > start else 'no record'}, "
+            f"{scanned} read{cut}); fix: " + (_FIX_TRUNCATED if stop < end else _FIX_MISSED)
         )
     asked = ScanWindow(since=written.since, max_records=window.max_records, until=written.until)
     window_read = ScannedWindow(reader.topic, asked, (part,))

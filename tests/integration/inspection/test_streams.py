@@ -225,6 +225,8 @@ def test_show_stream_in_the_time_it_was_written_reads_that_range_forward_only(
     later = WrittenSpan(until, until + timedelta(minutes=5))
     with pytest.raises(StreamNotFoundError, match=rf"{topic}' partition 0 written .*widen the time window"):
         show_stream(config, topic, old, window=ScanWindow(max_records=5000), written=later)
+    with pytest.raises(StreamNotFoundError, match=r"\.\. now \(no record, 0 read\)"):
+        show_stream(config, topic, old, window=ScanWindow(), written=WrittenSpan(until + timedelta(days=1)))
     # a span holding more records than the window reads before the stream: truncated, said so
     wide = WrittenSpan(since - timedelta(minutes=5), until)
     with pytest.raises(StreamNotFoundError, match=r"TRUNCATED.*raise max records"):
