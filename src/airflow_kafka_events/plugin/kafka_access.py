@@ -3,8 +3,9 @@
 Records are read by :mod:`airflow_kafka_events.inspection` (bounded windows); this module only
 turns the view's Airflow connection into the plain librdkafka config those functions take
 (:func:`client_config`, through :class:`~airflow_kafka_events.hooks.KafkaEventsHook`) and reads
-offsets, never records: the high watermark of each partition (:func:`end_offsets`) and what a
-consumer group committed (:func:`committed_offsets`).  Consumers are made by
+offsets, never records: the high watermark of each partition (:func:`end_offsets`), what a
+consumer group committed (:func:`committed_offsets`) and how many members it has now
+(:func:`group_members`).  Consumers are made by
 :func:`~airflow_kafka_events.kafka.clients.new_consumer`; each call closes its own.
 """
 
@@ -15,12 +16,14 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient
 
 from airflow_kafka_events.errors import KafkaOperationError
 from airflow_kafka_events.inspection.reader import LATEST, TopicReader
 from airflow_kafka_events.kafka.clients import new_consumer
+from airflow_kafka_events.kafka.settings import KafkaSettings
 
-__all__ = ["client_config", "committed_offsets", "end_offsets"]
+__all__ = ["client_config", "committed_offsets", "end_offsets", "group_members"]
 
 #: Seconds an offsets request may take before the page says the brokers did not answer.
 OFFSETS_TIMEOUT = 5.0
@@ -89,3 +92,19 @@ def committed_offsets(config: Mapping[str, Any], group_id: str, topic: str) -> d
                 )
             out[tp.partition] = tp.offset if tp.offset >= 0 else None
         return out
+
+
+def group_members(config: Mapping[str, Any], group_id: str) -> tuple[str, int]:
+    """``(state, members)`` of consumer group ``group_id`` now: its state as the group coordinator
+    names it (``STABLE``, ``EMPTY``, ``DEAD`` for a group never seen, ...) and its member count."""
+    admin = AdminClient(KafkaSettings(config).admin_config())
+    try:
+        future = admin.describe_consumer_groups([group_id], request_timeout=OFFSETS_TIMEOUT)[group_id]
+        description = future.result(timeout=OFFSETS_TIMEOUT + 1)
+    except KafkaException as exc:
+        raise KafkaOperationError.from_exception(f"cannot describe consumer group {group_id!r}", exc) from exc
+    except TimeoutError as exc:
+        raise KafkaOperationError(
+            f"no answer within {OFFSETS_TIMEOUT}s describing consumer group {group_id!r}"
+        ) from exc
+    return description.state.name, len(description.members)

@@ -1,9 +1,11 @@
 """One Airflow deployment for the Kafka Events view tests (API and browser), seeded with data.
 
-* ``ui_stack`` -- api-server, scheduler, triggerer, dag-processor with the users ``admin`` (admin)
-  and ``viewer`` (viewer); its Kafka connection carries a password and a secret in its extras, a
-  second connection a signing key: none of them may reach a page.  Asset events and dead letters
-  go to topics of their own (``[kafka_events] asset_events_topic`` / ``dlq_topic``).
+* ``ui_stack`` -- api-server, scheduler, triggerer, dag-processor with the users ``admin`` (admin),
+  ``viewer`` (viewer) and ``bridge`` (op, the partition bridge's); its Kafka connection carries a
+  password and a secret in its extras, a second connection a signing key: none of them may reach a
+  page.  Asset events and dead letters go to topics of their own (``[kafka_events]
+  asset_events_topic`` / ``dlq_topic``); the Health page shows the bridge group ``ui_bridge_group``
+  (``[kafka_events] ui_bridge_group_ids``).
 * ``ui_data`` -- a finished run of ``e2e_ui_streams`` (a 12-page stream and its consumer), three
   asset events on the asset topic (one whose ``extra`` holds the secrets) and a dead letter of two
   of them (its headers and payload hold the secrets too).
@@ -28,7 +30,7 @@ from harness.airflow_stack import AirflowStack
 DAGS = Path(__file__).parent / "ui_dags"
 DAG_ID = "e2e_ui_streams"
 PAGES = 12
-USERS = {"admin": "admin", "viewer": "viewer"}
+USERS = {"admin": "admin", "viewer": "viewer", "bridge": "op"}
 CONSUMER = "e2e-ui-consumer"
 
 
@@ -64,6 +66,12 @@ def ui_secrets() -> UiSecrets:
 
 
 @pytest.fixture(scope="package")
+def ui_bridge_group() -> str:
+    """The consumer group of the bridge the Health page shows (none runs until a test starts it)."""
+    return f"e2e-ui-bridge-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture(scope="package")
 def ui_topics(kafka_admin, trigger_events_topic) -> UiTopics:
     from airflow_kafka_events.kafka.topics import TopicSpec, ensure_topics
 
@@ -77,7 +85,7 @@ def ui_topics(kafka_admin, trigger_events_topic) -> UiTopics:
 
 @pytest.fixture(scope="package")
 def ui_stack(
-    tmp_path_factory, kafka_bootstrap: str, ui_topics: UiTopics, ui_secrets: UiSecrets
+    tmp_path_factory, kafka_bootstrap: str, ui_topics: UiTopics, ui_secrets: UiSecrets, ui_bridge_group: str
 ) -> Iterator[AirflowStack]:
     dags = tmp_path_factory.mktemp("ui-dags")
     for path in DAGS.glob("*.py"):
@@ -96,6 +104,7 @@ def ui_stack(
         "AIRFLOW__KAFKA_EVENTS__ASSET_EVENTS_TOPIC": ui_topics.asset_events,
         "AIRFLOW__KAFKA_EVENTS__DLQ_TOPIC": ui_topics.dlq,
         "AIRFLOW__KAFKA_EVENTS__UI_WINDOW_MINUTES": "120",
+        "AIRFLOW__KAFKA_EVENTS__UI_BRIDGE_GROUP_IDS": ui_bridge_group,
     }
     stack = AirflowStack(
         home=tmp_path_factory.mktemp("ui-home"), dags_folder=dags, extra_env=env, users=USERS

@@ -3,16 +3,21 @@
 * a watcher's lag on a partition is the partition's end offset minus the position it stored in
   its asset's state store (the first record whose asset event Airflow has not confirmed);
 * a bridge's lag is the end offset minus what its consumer group committed
-  (``[kafka_events] ui_bridge_group_ids``); its last post is the newest Airflow asset event
-  carrying a bridge's provenance;
+  (``[kafka_events] ui_bridge_group_ids``), and it is *running* while its group has a member
+  (*not running* when none: stopped, or never started); the last post is the newest Airflow
+  asset event carrying a bridge's provenance;
 * a stream is stuck when it is still running and wrote nothing for
   ``[kafka_events] ui_stuck_after_seconds`` (in the scanned window).
 
 Only offsets are read for the lags (no records); the stuck streams come from the bounded window.
+The Kafka reads of a page run at once (each waits on its own broker round trips), beside the
+metadata-DB queries.
 """
 
 from __future__ import annotations
 
+import contextlib
+from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -21,9 +26,9 @@ from fastapi import APIRouter
 from fastapi.responses import Response
 
 from airflow_kafka_events.errors import AirflowKafkaEventsError
-from airflow_kafka_events.inspection.streams import list_streams
+from airflow_kafka_events.inspection.streams import StreamListing, list_streams
 from airflow_kafka_events.plugin.airflow_state import WatcherState, last_bridge_post, watchers
-from airflow_kafka_events.plugin.kafka_access import committed_offsets, end_offsets
+from airflow_kafka_events.plugin.kafka_access import committed_offsets, end_offsets, group_members
 from airflow_kafka_events.plugin.views.common import Page, PageDep
 
 __all__ = ["router"]
@@ -31,8 +36,12 @@ __all__ = ["router"]
 router = APIRouter()
 
 
+def _error(exc: AirflowKafkaEventsError) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
 class _Ends:
-    """End offsets per topic, read once per page."""
+    """End offsets per topic, read once per page (from the page's thread only)."""
 
     def __init__(self, page: Page) -> None:
         self._page = page
@@ -44,19 +53,22 @@ class _Ends:
             try:
                 self._ends[topic] = end_offsets(self._page.config(), topic)
             except AirflowKafkaEventsError as exc:
-                self._ends[topic] = f"{type(exc).__name__}: {exc}"
+                self._ends[topic] = _error(exc)
         return self._ends[topic]
 
 
 def _lags(ends: dict[int, int] | str, positions: dict[int, int | None]) -> list[dict[str, Any]] | str:
     if isinstance(ends, str):
         return ends
+    # an empty partition has nothing to read: lag 0 whether or not a position was stored
     return [
         {
             "partition": p,
             "end": end,
             "position": positions.get(p),
-            "lag": None if positions.get(p) is None else max(0, end - int(positions[p] or 0)),
+            "lag": (0 if end == 0 else None)
+            if positions.get(p) is None
+            else max(0, end - int(positions[p] or 0)),
         }
         for p, end in sorted(ends.items())
     ]
@@ -82,14 +94,41 @@ def _watcher_row(state: WatcherState, ends: _Ends) -> dict[str, Any]:
     }
 
 
-def _bridge_row(page: Page, group_id: str, ends: _Ends) -> dict[str, Any]:
-    topic = page.settings.asset_events_topic
+_Group = tuple[dict[int, int | None] | str, tuple[str, int] | str]
+
+
+def _read_group(page: Page, group_id: str) -> _Group:
+    """What the group committed on the asset events topic, and its ``(state, members)`` now."""
     try:
-        committed: dict[int, int | None] | str = committed_offsets(page.config(), group_id, topic)
+        committed: dict[int, int | None] | str = committed_offsets(
+            page.config(), group_id, page.settings.asset_events_topic
+        )
     except AirflowKafkaEventsError as exc:
-        committed = f"{type(exc).__name__}: {exc}"
+        committed = _error(exc)
+    try:
+        members: tuple[str, int] | str = group_members(page.config(), group_id)
+    except AirflowKafkaEventsError as exc:
+        members = _error(exc)
+    return committed, members
+
+
+def _bridge_row(page: Page, group_id: str, group: _Group, ends: _Ends) -> dict[str, Any]:
+    topic = page.settings.asset_events_topic
+    committed, members = group
     lags = committed if isinstance(committed, str) else _lags(ends.of(topic), committed)
-    return {"group_id": group_id, "topic": topic, "partitions": lags}
+    row = {"group_id": group_id, "topic": topic, "partitions": lags}
+    if isinstance(members, str):
+        return {**row, "state": members, "group_state": None, "members": None}
+    state = "running" if members[1] > 0 else "not running"
+    return {**row, "state": state, "group_state": members[0], "members": members[1]}
+
+
+def _stream_listing(page: Page) -> tuple[StreamListing | None, str | None]:
+    # the watchers and bridges are shown even when the streams topic cannot be read (e.g. not created)
+    try:
+        return list_streams(page.config(), page.settings.trigger_events_topic, window=page.window()), None
+    except AirflowKafkaEventsError as exc:
+        return None, _error(exc)
 
 
 @router.get("/health")
@@ -97,16 +136,18 @@ def _bridge_row(page: Page, group_id: str, ends: _Ends) -> dict[str, Any]:
 def health_page(page: PageDep, session: SessionDep) -> Response:
     settings = page.settings
     ends = _Ends(page)
-    watcher_rows = [_watcher_row(w, ends) for w in watchers(session)]
-    bridge_rows = [_bridge_row(page, g, ends) for g in settings.bridge_group_ids]
-    last_post = last_bridge_post(session)
+    with contextlib.suppress(AirflowKafkaEventsError):  # each part below names it in its own place
+        page.config()
+    with ThreadPoolExecutor(max_workers=3, thread_name_prefix="kafka-events-health") as pool:
+        streams_future = pool.submit(_stream_listing, page)
+        groups: list[tuple[str, Future[_Group]]] = [
+            (g, pool.submit(_read_group, page, g)) for g in settings.bridge_group_ids
+        ]
+        watcher_rows = [_watcher_row(w, ends) for w in watchers(session)]
+        last_post = last_bridge_post(session)
+        bridge_rows = [_bridge_row(page, g, future.result(), ends) for g, future in groups]
+        listing, streams_error = streams_future.result()
     threshold = datetime.now(timezone.utc) - timedelta(seconds=settings.stuck_after_seconds)
-    # the watchers and bridges are shown even when the streams topic cannot be read (e.g. not created)
-    listing, streams_error = None, None
-    try:
-        listing = list_streams(page.config(), settings.trigger_events_topic, window=page.window())
-    except AirflowKafkaEventsError as exc:
-        streams_error = f"{type(exc).__name__}: {exc}"
     stuck = [
         s
         for s in (listing.streams if listing is not None else [])
@@ -117,7 +158,12 @@ def health_page(page: PageDep, session: SessionDep) -> Response:
         "bridges": bridge_rows,
         "last_bridge_post": None
         if last_post is None
-        else {"id": last_post.id, "asset": last_post.asset_name, "timestamp": last_post.timestamp},
+        else {
+            "id": last_post.id,
+            "asset": last_post.asset_name,
+            "timestamp": last_post.timestamp,
+            "event_id": last_post.event_id,
+        },
         "stuck_after_seconds": settings.stuck_after_seconds,
         "stuck_streams": [s.to_dict() for s in stuck],
         "streams_error": streams_error,
