@@ -199,6 +199,10 @@ class AirflowStack:
         #: metadata DB, started by :meth:`migrate` and removed by :meth:`stop`
         self.database = database
         self._postgres: Any = None
+        if database == "postgres":
+            from harness.postgres import LocalPostgres
+
+            self._postgres = LocalPostgres()
         self.port = free_port()
         self.worker_log_port = free_port()
         self.trigger_log_port = free_port()
@@ -245,6 +249,8 @@ class AirflowStack:
             "AIRFLOW__CORE__DAGBAG_IMPORT_TIMEOUT": "120",
             # [database]
             "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": self.database_url,
+            # psycopg 3 does both (Airflow would derive asyncpg for postgresql, not installed)
+            **({"AIRFLOW__DATABASE__SQL_ALCHEMY_CONN_ASYNC": self.database_url} if self._postgres else {}),
             # [api] / [api_auth]
             "AIRFLOW__API__HOST": "127.0.0.1",
             "AIRFLOW__API__PORT": str(self.port),
@@ -353,11 +359,7 @@ class AirflowStack:
     @property
     def database_url(self) -> str:
         """``[database] sql_alchemy_conn`` of this deployment."""
-        if self.database == "postgres":
-            if self._postgres is None:
-                from harness.postgres import LocalPostgres
-
-                self._postgres = LocalPostgres()
+        if self._postgres is not None:
             return str(self._postgres.url)
         return f"sqlite:///{self.db_path}"
 
@@ -365,7 +367,7 @@ class AirflowStack:
         """Create/upgrade the metadata DB (``airflow db migrate``); return the seconds it took."""
         self._prepare_home()
         started = time.monotonic()
-        if self.database == "postgres" and self._postgres.data_dir is None:
+        if self._postgres is not None and self._postgres.data_dir is None:
             self._postgres.start()
         result = self.cli("db", "migrate", timeout=timeout)
         (self.log_dir / "db-migrate.log").write_text(result.stdout + result.stderr)
