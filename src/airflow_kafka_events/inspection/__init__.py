@@ -44,6 +44,7 @@ from airflow_kafka_events.inspection.streams import (
     StreamDetail,
     StreamListing,
     StreamSummary,
+    WrittenSpan,
     list_streams,
     show_stream,
     tail_stream,
@@ -83,5 +84,6 @@ __all__ = [
     "replay_dead_letter",
     "scan_asset_events",
     "show_stream",
+    "WrittenSpan",
     "tail_stream",
 ]
