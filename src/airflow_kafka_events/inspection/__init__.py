@@ -74,6 +74,7 @@ __all__ = [
     "StreamNotFoundError",
     "StreamSummary",
     "TopicNotFoundError",
+    "WrittenSpan",
     "dead_letters_by_source",
     "get_dead_letter",
     "list_asset_events",
@@ -84,6 +85,5 @@ __all__ = [
     "replay_dead_letter",
     "scan_asset_events",
     "show_stream",
-    "WrittenSpan",
     "tail_stream",
 ]
