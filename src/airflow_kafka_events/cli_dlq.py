@@ -15,14 +15,12 @@ from typing import Any, TextIO
 
 from airflow_kafka_events.cli_inspection import (
     add_common_args,
-    add_window_args,
     emit_json,
     kafka_config,
-    progress_bar,
     role_topic,
     run_command,
-    window_of,
 )
+from airflow_kafka_events.cli_listing import add_ls_command, run_listing
 from airflow_kafka_events.errors import ConfigurationError
 
 __all__ = ["add_dlq_group"]
@@ -42,27 +40,15 @@ def _line(r: Any) -> str:
 def _ls(args: argparse.Namespace) -> int:
     from airflow_kafka_events.inspection import list_dead_letters
 
-    def command() -> int:
-        with progress_bar(args, "scanning dead letters") as progress:
-            listing = list_dead_letters(
-                kafka_config(args),
-                role_topic(args, ROLE),
-                window=window_of(args),
-                reason=args.reason,
-                source_topic=args.source_topic,
-                consumer=args.consumer,
-                timeout=args.timeout,
-                progress=progress,
-            )
-        if args.json:
-            emit_json(listing.to_dict())
-            return 0
-        for record in listing.records:
-            print(_line(record))
-        print(f"\n{len(listing.records)} dead letter(s); {listing.window.describe()}")
-        return 0
-
-    return run_command(args, command)
+    return run_listing(
+        args,
+        ROLE,
+        "dead letters",
+        list_dead_letters,
+        {"reason": args.reason, "source_topic": args.source_topic, "consumer": args.consumer},
+        lambda listing: map(_line, listing.records),
+        lambda listing: f"{len(listing.records)} dead letter(s)",
+    )
 
 
 def _print_record(record: Any, file: TextIO | None = None) -> None:
@@ -167,20 +153,18 @@ def add_dlq_group(subparsers: argparse._SubParsersAction[argparse.ArgumentParser
         description="Dead letters in the dead-letter topic: list (a bounded window), show, replay.",
     )
     commands = group.add_subparsers(title="commands", dest="dlq_command", metavar="COMMAND")
-    ls = commands.add_parser(
-        "ls",
+    add_ls_command(
+        commands,
+        ROLE,
+        _ls,
         help="dead letters of a bounded window, by reason / source topic / consumer",
         description="Dead letters found in the window (filters apply to the window: it is what is scanned).",
+        filters=[
+            ("--reason", "x-reason, e.g. undecodable, not-allowed, unknown-asset"),
+            ("--source-topic", None),
+            ("--consumer", "a part of x-consumer (e.g. the group)"),
+        ],
     )
-    add_common_args(ls, topic_role=ROLE)
-    add_window_args(ls)
-    filters = ls.add_argument_group("filters")
-    filters.add_argument(
-        "--reason", default=None, help="x-reason, e.g. undecodable, not-allowed, unknown-asset"
-    )
-    filters.add_argument("--source-topic", default=None)
-    filters.add_argument("--consumer", default=None, help="a part of x-consumer (e.g. the group)")
-    ls.set_defaults(handler=_ls, group_parser=ls)
 
     show = commands.add_parser("show", help="one dead letter: headers and a redacted payload preview")
     _coordinates(show)

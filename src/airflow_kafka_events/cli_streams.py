@@ -15,11 +15,11 @@ from airflow_kafka_events.cli_inspection import (
     add_window_args,
     emit_json,
     kafka_config,
-    progress_bar,
     role_topic,
     run_command,
     window_of,
 )
+from airflow_kafka_events.cli_listing import add_ls_command, run_listing
 
 __all__ = ["add_streams_group"]
 
@@ -36,31 +36,21 @@ def _summary_line(s: Any) -> str:
     return line + (f"\n          error: {s.error}" if s.error else "")
 
 
+_SUMMARY_HEADER = f"{'STATE':<9} {'ATTEMPT':>7} {'PAGES':>6} {'LAST AT':<25} {'PAGES/S':>7}  STREAM"
+
+
 def _ls(args: argparse.Namespace) -> int:
     from airflow_kafka_events.inspection import list_streams
 
-    def command() -> int:
-        with progress_bar(args, "scanning streams") as progress:
-            listing = list_streams(
-                kafka_config(args),
-                role_topic(args, ROLE),
-                window=window_of(args),
-                dag_id=args.dag_id,
-                run_id=args.run_id,
-                task_id=args.task_id,
-                timeout=args.timeout,
-                progress=progress,
-            )
-        if args.json:
-            emit_json(listing.to_dict())
-            return 0
-        print(f"{'STATE':<9} {'ATTEMPT':>7} {'PAGES':>6} {'LAST AT':<25} {'PAGES/S':>7}  STREAM")
-        for summary in listing.streams:
-            print(_summary_line(summary))
-        print(f"\n{len(listing.streams)} stream(s); {listing.window.describe()}")
-        return 0
-
-    return run_command(args, command)
+    return run_listing(
+        args,
+        ROLE,
+        "streams",
+        list_streams,
+        {"dag_id": args.dag_id, "run_id": args.run_id, "task_id": args.task_id},
+        lambda listing: [_SUMMARY_HEADER, *map(_summary_line, listing.streams)],
+        lambda listing: f"{len(listing.streams)} stream(s)",
+    )
 
 
 def _page_line(page: Any) -> str:
@@ -138,18 +128,14 @@ def add_streams_group(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
         description="Trigger event streams in the trigger events topic (read-only).",
     )
     commands = group.add_subparsers(title="commands", dest="streams_command", metavar="COMMAND")
-    ls = commands.add_parser(
-        "ls",
+    add_ls_command(
+        commands,
+        ROLE,
+        _ls,
         help="streams with envelopes in a bounded window: state, attempt, pages, pages/s, error",
         description="One line per stream (its highest attempt) found in the window, newest activity first.",
+        filters=[("--dag-id", None), ("--run-id", None), ("--task-id", None)],
     )
-    add_common_args(ls, topic_role=ROLE)
-    add_window_args(ls)
-    filters = ls.add_argument_group("filters")
-    filters.add_argument("--dag-id", default=None)
-    filters.add_argument("--run-id", default=None)
-    filters.add_argument("--task-id", default=None)
-    ls.set_defaults(handler=_ls, group_parser=ls)
 
     show = commands.add_parser(
         "show",

@@ -43,6 +43,7 @@ from airflow_kafka_events.assets.validation import (
 from airflow_kafka_events.codec import ASSET_EVENT_CODEC
 from airflow_kafka_events.envelopes import AssetEventEnvelope, AssetRef, EventSource, SourceKind
 from airflow_kafka_events.errors import ExtraNotSerializableError, InvalidAssetError
+from airflow_kafka_events.kafka.delivery import DeliveryReceipt
 from airflow_kafka_events.kafka.producer import EnvelopeProducer, get_producer
 from airflow_kafka_events.kafka.settings import KafkaSettings
 
@@ -106,6 +107,13 @@ class Receipt:
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), sort_keys=True)
+
+    @classmethod
+    def of(cls, event_id: str, delivered: DeliveryReceipt) -> Receipt:
+        """The receipt of event ``event_id``, stored where (and when) ``delivered`` says."""
+        ms = delivered.timestamp_ms
+        timestamp = None if ms is None else _EPOCH + timedelta(milliseconds=ms)
+        return cls(event_id, delivered.topic, delivered.partition, delivered.offset, timestamp)
 
 
 # --------------------------------------------------------------------------- provenance / causation
@@ -253,16 +261,7 @@ def publish(
     delivered = producer.send_and_wait(
         topic, value, key=record_key(envelope.asset), headers=headers, timeout=timeout
     )
-    timestamp = (
-        None if delivered.timestamp_ms is None else _EPOCH + timedelta(milliseconds=delivered.timestamp_ms)
-    )
-    return Receipt(
-        event_id=envelope.event_id,
-        topic=delivered.topic,
-        partition=delivered.partition,
-        offset=delivered.offset,
-        timestamp=timestamp,
-    )
+    return Receipt.of(envelope.event_id, delivered)
 
 
 # --------------------------------------------------------------------------- external emit
