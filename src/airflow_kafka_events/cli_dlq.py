@@ -20,7 +20,7 @@ from airflow_kafka_events.cli_inspection import (
     role_topic,
     run_command,
 )
-from airflow_kafka_events.cli_listing import add_ls_command, run_listing
+from airflow_kafka_events.cli_listing import add_ls_command
 from airflow_kafka_events.errors import ConfigurationError
 
 __all__ = ["add_dlq_group"]
@@ -34,20 +34,6 @@ def _line(r: Any) -> str:
     return (
         f"{r.partition}@{r.offset:<8} {when:<25} {r.reason:<22} {r.source_topic}[{r.source_partition}]@"
         f"{r.source_offset}{ref}  {r.consumer or '-'}\n    {r.error_type}: {r.error_message[:200]}"
-    )
-
-
-def _ls(args: argparse.Namespace) -> int:
-    from airflow_kafka_events.inspection import list_dead_letters
-
-    return run_listing(
-        args,
-        ROLE,
-        "dead letters",
-        list_dead_letters,
-        {"reason": args.reason, "source_topic": args.source_topic, "consumer": args.consumer},
-        lambda listing: map(_line, listing.records),
-        lambda listing: f"{len(listing.records)} dead letter(s)",
     )
 
 
@@ -156,7 +142,10 @@ def add_dlq_group(subparsers: argparse._SubParsersAction[argparse.ArgumentParser
     add_ls_command(
         commands,
         ROLE,
-        _ls,
+        "list_dead_letters",
+        what="dead letters",
+        lines=lambda listing: map(_line, listing.records),
+        count=lambda listing: f"{len(listing.records)} dead letter(s)",
         help="dead letters of a bounded window, by reason / source topic / consumer",
         description="Dead letters found in the window (filters apply to the window: it is what is scanned).",
         filters=[

@@ -19,7 +19,7 @@ from airflow_kafka_events.cli_inspection import (
     run_command,
     window_of,
 )
-from airflow_kafka_events.cli_listing import add_ls_command, run_listing
+from airflow_kafka_events.cli_listing import add_ls_command
 
 __all__ = ["add_streams_group"]
 
@@ -37,20 +37,6 @@ def _summary_line(s: Any) -> str:
 
 
 _SUMMARY_HEADER = f"{'STATE':<9} {'ATTEMPT':>7} {'PAGES':>6} {'LAST AT':<25} {'PAGES/S':>7}  STREAM"
-
-
-def _ls(args: argparse.Namespace) -> int:
-    from airflow_kafka_events.inspection import list_streams
-
-    return run_listing(
-        args,
-        ROLE,
-        "streams",
-        list_streams,
-        {"dag_id": args.dag_id, "run_id": args.run_id, "task_id": args.task_id},
-        lambda listing: [_SUMMARY_HEADER, *map(_summary_line, listing.streams)],
-        lambda listing: f"{len(listing.streams)} stream(s)",
-    )
 
 
 def _page_line(page: Any) -> str:
@@ -131,7 +117,10 @@ def add_streams_group(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
     add_ls_command(
         commands,
         ROLE,
-        _ls,
+        "list_streams",
+        what="streams",
+        lines=lambda listing: [_SUMMARY_HEADER, *map(_summary_line, listing.streams)],
+        count=lambda listing: f"{len(listing.streams)} stream(s)",
         help="streams with envelopes in a bounded window: state, attempt, pages, pages/s, error",
         description="One line per stream (its highest attempt) found in the window, newest activity first.",
         filters=[("--dag-id", None), ("--run-id", None), ("--task-id", None)],
