@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,11 +26,19 @@ from airflow_kafka_events.errors import (
     NotSentError,
     RecordTooLargeError,
 )
-from airflow_kafka_events.kafka.client_log import Cause, ClientHealth, SeenError, cause_of, refusal_error
+from airflow_kafka_events.kafka.client_log import (
+    BrokerSnapshot,
+    Cause,
+    ClientHealth,
+    SeenError,
+    cause_of,
+    refusal_error,
+)
 
 __all__ = [
     "REFUSAL_MEMORY",
     "REFUSED_CODES",
+    "AwaitingStatistics",
     "DeliveryFuture",
     "DeliveryReceipt",
     "caller_gave_up",
@@ -76,16 +84,27 @@ class DeliveryReceipt:
 
 
 def receipt_of(msg: Message) -> DeliveryReceipt:
+    """The receipt of a delivered message.
+
+    Made once per delivery report, so it skips the frozen dataclass's ``__init__`` (one
+    ``object.__setattr__`` call per field, most of a report's cost): the fields go straight into the
+    instance's ``__dict__``; the result is an ordinary, equal, frozen :class:`DeliveryReceipt`.
+    """
     ts_type, ts = msg.timestamp()
     offset = msg.offset()
     key = msg.key()
-    return DeliveryReceipt(
-        msg.topic() or "",
-        msg.partition() or 0,
-        -1 if offset is None else offset,
-        ts if ts_type != 0 else None,
-        key if isinstance(key, bytes) else None,
+    receipt = _new(DeliveryReceipt)
+    receipt.__dict__.update(
+        topic=msg.topic() or "",
+        partition=msg.partition() or 0,
+        offset=-1 if offset is None else offset,
+        timestamp_ms=ts if ts_type != 0 else None,
+        key=key if isinstance(key, bytes) else None,
     )
+    return receipt
+
+
+_new = object.__new__
 
 
 # --------------------------------------------------------------------------- the future of a send
@@ -210,6 +229,41 @@ def classify_failure(code: int | None, produce_sent: bool | None) -> type[Delive
     if code in REFUSED_CODES or produce_sent is False:
         return NotSentError
     return DeliveryOutcomeUnknownError
+
+
+class AwaitingStatistics:
+    """Failed messages waiting for the first statistics report after their failure, which tells
+    whether a Produce request left the producer during their life (``produce_sent``).
+
+    ``fail(message, produce_sent)`` answers each: with the report's evidence, or with ``None``
+    (cannot tell) when no report came within ``limit`` seconds.  A message is anything with the
+    ``failed_at`` (monotonic seconds) and ``before`` (the last report before its send) it got.
+    """
+
+    def __init__(self, fail: Callable[[Any, bool | None], None], *, limit: float) -> None:
+        self._fail, self._limit = fail, limit
+        self._waiting: list[Any] = []
+        self._lock = threading.Lock()
+
+    def add(self, message: Any) -> None:
+        with self._lock:
+            self._waiting.append(message)
+
+    def on_snapshot(self, snapshot: BrokerSnapshot) -> None:
+        with self._lock:
+            ready = [m for m in self._waiting if snapshot.ts >= m.failed_at]
+            self._waiting = [m for m in self._waiting if snapshot.ts < m.failed_at]
+        for message in ready:
+            self._fail(message, snapshot.produce_sent_since(message.before))
+
+    def expire(self, now: float, *, everything: bool = False) -> None:
+        if not self._waiting:
+            return
+        with self._lock:
+            expired = [m for m in self._waiting if everything or now - m.failed_at > self._limit]
+            self._waiting = [m for m in self._waiting if m not in expired]
+        for message in expired:  # no statistics report came: cannot tell
+            self._fail(message, None)
 
 
 def record_size(

@@ -9,13 +9,15 @@ and a caller that waits ``T`` seconds asks for ``message_timeout=T``: librdkafka
 second librdkafka may take to notice), and nothing is published after the caller was told it
 failed.
 
-A background thread serves delivery reports, so callers get a
-:class:`concurrent.futures.Future` (``send``), block for a receipt (``send_and_wait``) or
-await one (``send_async``) — the latter without blocking an asyncio loop such as the
-triggerer's.  A send costs one object until its report: its future (a
-:class:`~airflow_kafka_events.kafka.delivery.DeliveryFuture`, whose lock is made only when
-someone waits) is also librdkafka's delivery callback.  A receipt means the record is durable
-(``acks=all``).  A failure is one of
+Callers get a :class:`concurrent.futures.Future` (``send``), block for a receipt
+(``send_and_wait``) or await one (``send_async``) without blocking an asyncio loop.  A send costs
+one object until its report: its future (a :class:`~airflow_kafka_events.kafka.delivery.DeliveryFuture`,
+whose lock is made only when someone waits), which is also librdkafka's delivery callback.  A
+background thread serves the reports, except while a sender is busy (:data:`SERVE_BACKLOG`
+messages in flight): then each send serves those that are ready (``poll(0)``, never waiting) and
+a caller blocked on such a future serves them until it resolves, as ``flush()`` does, while the
+thread keeps out of the way (:data:`CALLERS_SERVE`): each report one thread hands to another
+costs a GIL hand-off.  A receipt means the record is durable (``acks=all``).  A failure is one of
 
 * :class:`~airflow_kafka_events.errors.NotSentError` — not sent, nothing will be published;
 * :class:`~airflow_kafka_events.errors.DeliveryOutcomeUnknownError` — it may have been written:
@@ -45,7 +47,7 @@ import os
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
@@ -58,7 +60,6 @@ from airflow_kafka_events.errors import (
     NotSentError,
 )
 from airflow_kafka_events.kafka.client_log import (
-    BrokerSnapshot,
     Cause,
     ClientHealth,
     SeenError,
@@ -67,6 +68,7 @@ from airflow_kafka_events.kafka.client_log import (
 from airflow_kafka_events.kafka.delivery import (
     REFUSAL_MEMORY,
     REFUSED_CODES,
+    AwaitingStatistics,
     DeliveryFuture,
     DeliveryReceipt,
     caller_gave_up,
@@ -83,11 +85,13 @@ __all__ = [
     "DEFAULT_ROLE",
     "EXIT_FLUSH_CAP",
     "REFUSAL_MEMORY",
+    "SEND_TIMEOUT",
     "STATS_INTERVAL",
     "TIMEOUT_SCAN",
     "DeliveryReceipt",
     "EnvelopeProducer",
     "Headers",
+    "SendOptions",
     "classify_failure",
     "close_all_producers",
     "get_producer",
@@ -104,6 +108,8 @@ DEFAULT_ROLE = "default"
 #: librdkafka's defaults.
 DEFAULT_MESSAGE_TIMEOUT = 300.0
 DEFAULT_MESSAGE_MAX_BYTES = 1_000_000
+#: Seconds a send waits out a full local queue, and a waiting send for its report, by default.
+SEND_TIMEOUT = 30.0
 #: Longest wait, per process exit, for messages still queued (then they are purged).
 EXIT_FLUSH_CAP = 30.0
 #: librdkafka's period of looking for timed-out messages (seconds).
@@ -112,18 +118,14 @@ TIMEOUT_SCAN = 1.0
 #: Produce requests sent between the last report before a send and the send itself count
 #: against it, so a short interval keeps the classification both quick and tight.
 STATS_INTERVAL = 0.1
+#: Messages in flight from which a send also serves the delivery reports that are ready.
+SERVE_BACKLOG = 64
+#: Seconds the poller thread keeps out of the way after a caller served the reports.
+CALLERS_SERVE = 0.02
 
 
-def _encode_key(key: bytes | str | None) -> bytes | None:
-    if key is None or isinstance(key, bytes):
-        return key
-    return key.encode("utf-8")
-
-
-def _header_list(headers: Headers | None) -> list[tuple[str, bytes | str | None]] | None:
-    """The headers as librdkafka takes them; ``None`` when there are none."""
-    if not headers:
-        return None
+def _header_list(headers: Headers) -> list[tuple[str, bytes | str | None]]:
+    """The headers as librdkafka takes them."""
     return list(headers.items()) if isinstance(headers, Mapping) else list(headers)
 
 
@@ -144,11 +146,25 @@ class _Pending(DeliveryFuture):
         super().__init__()
         self.producer, self.topic, self.size, self.key = producer, topic, size, key
         self.sent_at, self.before = time.monotonic(), producer.health.snapshot
-        self.error: KafkaError | None = None
-        self.failed_at = 0.0
+        self.error: KafkaError | None  # and failed_at: set when it fails
+        self.failed_at: float
 
     def __call__(self, err: KafkaError | None, msg: Message) -> None:
         self.producer._report(self, err, msg)
+
+    def result(self, timeout: float | None = None) -> DeliveryReceipt:
+        if self.outstanding():  # (without making its condition)
+            timeout = self.producer._serve_for(self, timeout)
+        return super().result(timeout)
+
+
+class SendOptions(TypedDict, total=False):
+    """The keyword arguments of :meth:`EnvelopeProducer.send` and its waiting forms."""
+
+    key: bytes | str | None
+    headers: Headers | None
+    partition: int | None
+    timeout: float
 
 
 class EnvelopeProducer:
@@ -175,12 +191,11 @@ class EnvelopeProducer:
             name=f"producer {role!r}",
             stats_interval=STATS_INTERVAL,
         )
-        self._awaiting: list[_Pending] = []  # failed, waiting for the next statistics report
-        self._awaiting_lock = threading.Lock()
-        self._outstanding = 0  # messages produced whose delivery report has not come yet
-        self._outstanding_by_key: dict[tuple[str, bytes | None], int] = {}
-        self._count_lock = threading.Lock()
-        self.health.add_snapshot_listener(self._on_snapshot)
+        #: failed messages waiting for the next statistics report to be classified
+        self._awaiting = AwaitingStatistics(self._fail, limit=3 * self.health.stats_interval)
+        #: messages produced whose delivery report has not come yet (set.add / discard need no lock)
+        self._in_flight: set[_Pending] = set()
+        self.health.add_snapshot_listener(self._awaiting.on_snapshot)
         self.health.add_refusal_listener(self._on_refused)
         #: the brokers refused the credentials / TLS and nothing was delivered since: sends fail at once
         self._refused: SeenError | None = None
@@ -190,6 +205,8 @@ class EnvelopeProducer:
         except KafkaException as exc:
             raise KafkaOperationError.from_exception("cannot create Kafka producer", exc) from exc
         self._poll_interval = poll_interval
+        self._served_at = 0.0  # when a sender or a waiter last served the reports itself
+        self._local = threading.local()  # .serving: this thread is inside poll()
         self._closed = threading.Event()
         self._poller = threading.Thread(target=self._poll_loop, name="kafka-events-producer", daemon=True)
         self._poller.start()
@@ -207,17 +224,47 @@ class EnvelopeProducer:
     # ------------------------------------------------------------------ delivery reports
     def _poll_loop(self) -> None:
         while not self._closed.is_set():
-            try:
-                self._producer.poll(self._poll_interval)
-            except Exception as exc:  # a fatal client error is raised from poll()
-                self.health.logger.log(logging.ERROR, "Kafka producer %r: %s", self.role, exc)
+            quiet = time.monotonic() - self._served_at
+            if quiet < CALLERS_SERVE:  # a busy sender or its waiter serves the reports: keep out of the way
+                self._closed.wait(CALLERS_SERVE - quiet)
+            elif not self._serve(self._poll_interval):
                 self._closed.wait(self._poll_interval)
             if self._purge_due.is_set():
                 self._purge_due.clear()
-                # refused credentials / TLS: what waits in the queue would never go; drop it now
-                # (each gets a delivery report, answered with the refusal) rather than at its timeout
+                # refused credentials / TLS: what is queued would never go; each gets its report now
                 self._producer.purge(in_queue=True, in_flight=False)
-            self._expire_awaiting(time.monotonic())
+            self._awaiting.expire(time.monotonic())
+
+    def _serve(self, timeout: float, *, caller: bool = False) -> bool:
+        """Serve reports, statistics and errors on this thread for up to ``timeout`` (``caller``: not
+        the poller, which then keeps out of the way); ``False`` when ``poll()`` raised (logged) or
+        this thread is inside a callback of this producer (a nested ``poll()`` breaks confluent-kafka)."""
+        local = self._local
+        if getattr(local, "serving", False):
+            return False
+        if caller:
+            self._served_at = time.monotonic()
+        local.serving = True
+        try:
+            self._producer.poll(timeout)
+        except Exception as exc:
+            self.health.logger.log(logging.ERROR, "Kafka producer %r: %s", self.role, exc)
+            return False
+        finally:
+            local.serving = False
+        return True
+
+    def _serve_for(self, pending: _Pending, timeout: float | None) -> float | None:
+        """While callers serve the reports (a busy sender did moments ago), one waiting for ``pending``
+        serves them until it resolves, as ``flush()`` would; the time left of ``timeout``."""
+        if time.monotonic() - self._served_at >= CALLERS_SERVE or _pid != self._pid or self._closed.is_set():
+            return timeout  # the poller serves
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while pending.outstanding():
+            left = CALLERS_SERVE if deadline is None else min(CALLERS_SERVE, deadline - time.monotonic())
+            if left <= 0 or not self._serve(left, caller=True):
+                break
+        return None if deadline is None else max(0.0, deadline - time.monotonic())
 
     def _check_refused(self) -> None:
         """Fail at once while the brokers keep refusing this producer's credentials / TLS
@@ -233,44 +280,25 @@ class EnvelopeProducer:
 
     def _report(self, pending: _Pending, err: KafkaError | None, msg: Message) -> None:
         """A message's delivery report (librdkafka calls its :class:`_Pending`)."""
-        self._settled(pending.topic, pending.key)
-        if not pending.outstanding():  # cancelled by its caller
-            return
+        self._in_flight.discard(pending)
         if err is None:
-            receipt = receipt_of(msg)
             if self.health.down_since is not None:
                 self.health.mark_up()
             self._refused = None
-            if pending.settle(receipt):
+            if pending.settle(receipt_of(msg)):  # False: cancelled by its caller
                 metrics.delivered(self.role, pending.topic, time.monotonic() - pending.sent_at)
+            return
+        if not pending.outstanding():  # cancelled by its caller
             return
         pending.error, pending.failed_at = err, time.monotonic()
         if err.code() in REFUSED_CODES or (
             self._refused is not None and err.code() == KafkaError._PURGE_QUEUE
         ):
-            self._fail(pending, produce_sent=None)
+            self._fail(pending, None)
         else:
-            with self._awaiting_lock:  # decided by the next statistics report
-                self._awaiting.append(pending)
+            self._awaiting.add(pending)
 
-    def _on_snapshot(self, snapshot: BrokerSnapshot) -> None:
-        with self._awaiting_lock:
-            ready = [p for p in self._awaiting if snapshot.ts >= p.failed_at]
-            self._awaiting = [p for p in self._awaiting if snapshot.ts < p.failed_at]
-        for pending in ready:
-            self._fail(pending, produce_sent=snapshot.produce_sent_since(pending.before))
-
-    def _expire_awaiting(self, now: float, *, everything: bool = False) -> None:
-        if not self._awaiting:
-            return
-        limit = 3 * self.health.stats_interval
-        with self._awaiting_lock:
-            expired = [p for p in self._awaiting if everything or now - p.failed_at > limit]
-            self._awaiting = [p for p in self._awaiting if p not in expired]
-        for pending in expired:  # no statistics report came: cannot tell
-            self._fail(pending, produce_sent=None)
-
-    def _fail(self, pending: _Pending, *, produce_sent: bool | None) -> None:
+    def _fail(self, pending: _Pending, produce_sent: bool | None) -> None:
         err = pending.error
         assert err is not None
         if not pending.outstanding():
@@ -296,15 +324,7 @@ class EnvelopeProducer:
             self.health, topic, waited, role=self.role, message_timeout=self.message_timeout
         )
 
-    def _wait_for(self, timeout: float) -> float:
-        """How long a caller that gives a message ``timeout`` seconds waits for its report."""
-        return timeout + self.report_grace if timeout >= self.message_timeout else timeout
-
     # ------------------------------------------------------------------ API
-    def _check_size(self, topic: str, size: int) -> None:
-        if size > self.max_message_bytes:
-            raise too_large_for_producer(topic, size, self.max_message_bytes)
-
     def send(
         self,
         topic: str,
@@ -313,7 +333,7 @@ class EnvelopeProducer:
         key: bytes | str | None = None,
         headers: Headers | None = None,
         partition: int | None = None,
-        timeout: float = 30.0,
+        timeout: float = SEND_TIMEOUT,
     ) -> concurrent.futures.Future[DeliveryReceipt]:
         """Queue one message; the future resolves with its receipt or a :class:`DeliveryError`.
 
@@ -327,13 +347,15 @@ class EnvelopeProducer:
             raise KafkaOperationError("producer used across fork(); call get_producer() in the child")
         if self._refused is not None:
             self._check_refused()
-        raw_key = _encode_key(key)
-        header_list = _header_list(headers)
+        raw_key = key.encode("utf-8") if isinstance(key, str) else key
+        header_list = _header_list(headers) if headers else None
         size = record_size(value, raw_key, header_list or ())
         if size > self.max_message_bytes:
             raise too_large_for_producer(topic, size, self.max_message_bytes)
         pending = _Pending(self, topic, size, raw_key)
         self._produce(pending, value, header_list, -1 if partition is None else partition, timeout)
+        if len(self._in_flight) >= SERVE_BACKLOG:  # busy: serve the reports ready (poll(0) never waits)
+            self._serve(0, caller=True)
         return pending
 
     def _produce(
@@ -344,22 +366,23 @@ class EnvelopeProducer:
         partition: int,
         timeout: float,
     ) -> None:
-        topic, key = pending.topic, pending.key
+        produce, in_flight = self._producer.produce, self._in_flight
         while True:
-            self._count(topic, key)
+            in_flight.add(pending)  # before produce(): its report may come before produce() returns
             try:
-                self._producer.produce(
-                    topic, value=value, key=key, partition=partition, on_delivery=pending, headers=headers
-                )
+                if headers is None:  # positional: parsing keyword arguments is a fair part of a send
+                    produce(pending.topic, value, pending.key, partition, pending)
+                else:
+                    produce(pending.topic, value, pending.key, partition, pending, headers=headers)
                 return
             except BufferError as exc:
-                self._settled(topic, key)
+                in_flight.discard(pending)
                 self._queue_full(exc, pending.sent_at + timeout, timeout)
             except KafkaException as exc:
-                self._settled(topic, key)
-                self._produce_failed(topic, pending.size, exc)
+                in_flight.discard(pending)
+                self._produce_failed(pending.topic, pending.size, exc)
             except BaseException:
-                self._settled(topic, key)
+                in_flight.discard(pending)
                 raise
 
     def _queue_full(self, exc: BufferError, deadline: float, timeout: float) -> None:
@@ -371,69 +394,48 @@ class EnvelopeProducer:
                 f"{self.health.fix_for(Cause.TIMED_OUT)}",
                 kafka_error=KafkaError(KafkaError._QUEUE_FULL),
             ) from exc
-        self._producer.poll(0.05)
+        if not self._serve(0.05, caller=True):  # inside a callback of this producer: cannot serve
+            time.sleep(0.05)
 
     def _produce_failed(self, topic: str, size: int, exc: KafkaException) -> None:
         err = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
-        if err is not None and err.code() == KafkaError.MSG_SIZE_TOO_LARGE:
+        if err is not None and err.code() == KafkaError.MSG_SIZE_TOO_LARGE:  # librdkafka's own count
             self.max_message_bytes = min(self.max_message_bytes, size - 1)
-            self._check_size(topic, size)
+            raise too_large_for_producer(topic, size, self.max_message_bytes) from exc
         raise KafkaOperationError.from_exception(f"cannot produce to {topic!r}", exc) from exc
-
-    def _count(self, topic: str, key: bytes | None) -> None:
-        with self._count_lock:
-            self._outstanding += 1
-            self._outstanding_by_key[(topic, key)] = self._outstanding_by_key.get((topic, key), 0) + 1
-
-    def _settled(self, topic: str, key: bytes | None) -> None:
-        with self._count_lock:
-            self._outstanding -= 1
-            left = self._outstanding_by_key.get((topic, key), 0) - 1
-            if left > 0:
-                self._outstanding_by_key[(topic, key)] = left
-            else:
-                self._outstanding_by_key.pop((topic, key), None)
 
     def outstanding_for(self, topic: str, key: bytes | str | None) -> int:
         """Messages to ``topic`` with ``key`` that have no delivery report yet (queued or in flight)."""
-        with self._count_lock:
-            return self._outstanding_by_key.get((topic, _encode_key(key)), 0)
+        raw_key = key.encode("utf-8") if isinstance(key, str) else key
+        return sum(p.topic == topic and p.key == raw_key for p in list(self._in_flight))
 
     def send_and_wait(
-        self,
-        topic: str,
-        value: bytes | None,
-        *,
-        key: bytes | str | None = None,
-        headers: Headers | None = None,
-        partition: int | None = None,
-        timeout: float = 30.0,
+        self, topic: str, value: bytes | None, **options: Unpack[SendOptions]
     ) -> DeliveryReceipt:
-        """Produce and block until the broker acknowledged the message (acks=all)."""
-        future = self.send(topic, value, key=key, headers=headers, partition=partition, timeout=timeout)
-        waited = self._wait_for(timeout)
+        """Produce and block until the broker acknowledged the message (acks=all); options as :meth:`send`."""
+        future, waited = self._send_waiting(topic, value, options)
         try:
             return future.result(timeout=waited)
         except concurrent.futures.TimeoutError as exc:
             raise self._caller_gave_up(topic, waited) from exc
 
     async def send_async(
-        self,
-        topic: str,
-        value: bytes | None,
-        *,
-        key: bytes | str | None = None,
-        headers: Headers | None = None,
-        partition: int | None = None,
-        timeout: float = 30.0,
+        self, topic: str, value: bytes | None, **options: Unpack[SendOptions]
     ) -> DeliveryReceipt:
-        """Produce and await the delivery report without blocking the event loop."""
-        future = self.send(topic, value, key=key, headers=headers, partition=partition, timeout=timeout)
-        waited = self._wait_for(timeout)
+        """Produce and await the delivery report without blocking the event loop; options as :meth:`send`."""
+        future, waited = self._send_waiting(topic, value, options)
         try:
             return await asyncio.wait_for(asyncio.wrap_future(future), waited)
         except asyncio.TimeoutError as exc:
             raise self._caller_gave_up(topic, waited) from exc
+
+    def _send_waiting(
+        self, topic: str, value: bytes | None, options: SendOptions
+    ) -> tuple[concurrent.futures.Future[DeliveryReceipt], float]:
+        """:meth:`send`, and how long a caller that gives the message ``timeout`` waits for its report."""
+        timeout = options.get("timeout", SEND_TIMEOUT)
+        waited = timeout + self.report_grace if timeout >= self.message_timeout else timeout
+        return self.send(topic, value, **options), waited
 
     def flush(self, timeout: float = 30.0) -> None:
         """Wait until every queued message is delivered; raise if some are still pending."""
@@ -465,7 +467,7 @@ class EnvelopeProducer:
             if self._poller.is_alive() and threading.current_thread() is not self._poller:
                 self._poller.join(timeout=5)
             if os.getpid() == self._pid:
-                self._expire_awaiting(time.monotonic(), everything=True)
+                self._awaiting.expire(time.monotonic(), everything=True)
                 self.health.logger.flush()
                 if not self._poller.is_alive():
                     # release the librdkafka handle (connections, threads) now, not at garbage collection
@@ -497,12 +499,13 @@ class EnvelopeProducer:
         (``len()`` of a librdkafka producer also counts queued log and statistics events.)
         """
         deadline = time.monotonic() + timeout
-        while self._outstanding > 0:
+        while self._in_flight:
             left = deadline - time.monotonic()
             if left <= 0:
                 break
+            self._served_at = time.monotonic()  # the poller keeps out of the way
             self._producer.flush(min(left, 0.1))
-        return self._outstanding
+        return len(self._in_flight)
 
     @property
     def closed(self) -> bool:
@@ -510,7 +513,7 @@ class EnvelopeProducer:
 
     def __len__(self) -> int:
         """Messages queued locally or in flight (produced, no delivery report yet)."""
-        return self._outstanding
+        return len(self._in_flight)
 
 
 # ---------------------------------------------------------------------- process-wide registry

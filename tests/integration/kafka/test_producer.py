@@ -3,15 +3,24 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import json
 import threading
+import time
+from collections.abc import Callable
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 
 from airflow_kafka_events.errors import DeliveryError
-from airflow_kafka_events.kafka.producer import EnvelopeProducer, close_all_producers, get_producer
+from airflow_kafka_events.kafka.producer import (
+    SERVE_BACKLOG,
+    EnvelopeProducer,
+    close_all_producers,
+    get_producer,
+)
 from airflow_kafka_events.kafka.settings import KafkaSettings
+from integration.faults.broker import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -27,8 +36,6 @@ def _read_all(bootstrap: str, topic: str, expected: int, timeout: float = 30.0) 
     consumer.subscribe([topic])
     out: list = []
     try:
-        import time
-
         deadline = time.monotonic() + timeout
         while len(out) < expected and time.monotonic() < deadline:
             for msg in consumer.consume(num_messages=expected, timeout=1.0):
@@ -139,6 +146,89 @@ def test_send_async_does_not_block_the_loop(kafka_bootstrap, new_topic):
     assert [r.offset for r in receipts] == sorted(r.offset for r in receipts)
     assert len({r.partition for r in receipts}) == 1  # one key, one partition
     assert ticks > 0
+
+
+def _burst(producer: EnvelopeProducer, topic: str, count: int) -> list[concurrent.futures.Future]:
+    """``count`` sends in a row: far more than SERVE_BACKLOG in flight."""
+    return [producer.send(topic, b"%d" % i, key=f"k{i % 3}") for i in range(count)]
+
+
+def _assert_stored_once_each(futures: list[concurrent.futures.Future]) -> None:
+    receipts = [f.result(timeout=0) for f in futures]
+    assert len({(r.partition, r.offset) for r in receipts}) == len(futures)
+    assert all(r.offset >= 0 for r in receipts)
+
+
+def test_a_busy_sender_serves_the_reports_its_sends_find_ready(kafka_bootstrap, new_topic):
+    topic = new_topic(partitions=3)
+    producer = EnvelopeProducer(_settings(kafka_bootstrap).producer_config())
+    me = threading.current_thread().name
+    served_on: list[str] = []
+
+    def serving_thread(registered: list[bool]) -> Callable[[concurrent.futures.Future], None]:
+        def record(_: concurrent.futures.Future) -> None:
+            if registered:  # a future resolved before the callback was added calls it at once: not counted
+                served_on.append(threading.current_thread().name)
+
+        return record
+
+    futures: list[concurrent.futures.Future] = []
+    try:
+        producer.send_and_wait(topic, b"connect", key="k0")  # connected, with a producer id
+        deadline = time.monotonic() + 30
+        while me not in served_on and time.monotonic() < deadline:  # a sender past SERVE_BACKLOG
+            future = producer.send(topic, b"%d" % len(futures), key=f"k{len(futures) % 3}")
+            registered: list[bool] = []
+            future.add_done_callback(serving_thread(registered))
+            registered.append(True)
+            futures.append(future)
+        _, not_done = concurrent.futures.wait(futures, timeout=60)
+    finally:
+        producer.close()
+    # the sends themselves served reports, not only the poller thread
+    assert me in served_on and len(futures) > SERVE_BACKLOG
+    assert not not_done
+    _assert_stored_once_each(futures)
+    assert len(_read_all(kafka_bootstrap, topic, len(futures) + 1)) == len(futures) + 1
+
+
+def test_a_send_from_a_delivery_callback_of_a_busy_producer_is_answered(kafka_bootstrap, new_topic):
+    # the callback runs inside poll(); a send there must not poll again (confluent-kafka's per-thread
+    # call state would break), busy or not
+    topic = new_topic(partitions=3)
+    producer = EnvelopeProducer(_settings(kafka_bootstrap).producer_config())
+    follow_ups: list[concurrent.futures.Future] = []
+    try:
+        firsts = _burst(producer, topic, 400)
+        for future in firsts:
+            future.add_done_callback(lambda _: follow_ups.append(producer.send(topic, b"next", key="n")))
+        wait_until(lambda: len(follow_ups) == 400, timeout=60, what="a follow-up per delivery")
+        _, not_done = concurrent.futures.wait(follow_ups, timeout=60)
+    finally:
+        producer.close()
+    assert not not_done
+    _assert_stored_once_each(firsts + follow_ups)
+
+
+def test_after_a_burst_waiting_callers_of_every_kind_get_their_reports(kafka_bootstrap, new_topic):
+    # the sender stops serving when it stops sending: the poller takes over within CALLERS_SERVE,
+    # a blocked result() serves on its own thread, an awaiting coroutine gets its report too
+    topic = new_topic(partitions=3)
+    producer = EnvelopeProducer(_settings(kafka_bootstrap).producer_config())
+
+    async def awaited(futures):
+        return await asyncio.wait_for(asyncio.gather(*(asyncio.wrap_future(f) for f in futures)), 60)
+
+    try:
+        by_coroutine = asyncio.run(awaited(_burst(producer, topic, 1000)))
+        by_result = [f.result(timeout=60) for f in _burst(producer, topic, 1000)]
+        _, not_done = concurrent.futures.wait(_burst(producer, topic, 1000), timeout=60)
+        last = producer.send_and_wait(topic, b"last", key="k0", timeout=30)
+    finally:
+        producer.close()
+    assert not not_done and len(by_coroutine) == len(by_result) == 1000
+    assert len({(r.partition, r.offset) for r in by_coroutine + by_result + [last]}) == 2001
+    assert len(producer) == 0
 
 
 def test_get_producer_is_one_per_process_and_config_and_thread_safe(kafka_bootstrap, new_topic):

@@ -241,3 +241,46 @@ def test_a_held_page_logs_once_when_held_and_once_when_through(monkeypatch):
     assert [level for level, _ in lines] == ["warning", "info"]
     assert "k:9092 is unreachable (refused); page 7 is held" in lines[0][1]
     assert "page 7 delivered" in lines[1][1]
+
+
+# --------------------------------------------------------------------------- receipts, awaiting statistics
+def test_a_receipt_made_from_a_delivery_report_is_an_ordinary_frozen_receipt():
+    from dataclasses import FrozenInstanceError
+
+    from confluent_kafka import Message
+
+    from airflow_kafka_events.kafka.delivery import DeliveryReceipt, receipt_of
+
+    msg = Message(topic="orders", partition=2, offset=41, key=b"k", value=b"v", timestamp=(1, 1234))
+    receipt = receipt_of(msg)
+    expected = DeliveryReceipt("orders", 2, 41, 1234, b"k")
+    assert receipt == expected and hash(receipt) == hash(expected) and repr(receipt) == repr(expected)
+    with pytest.raises(FrozenInstanceError):
+        receipt.offset = 0  # type: ignore[misc]
+    no_timestamp = receipt_of(Message(topic="orders", partition=0, offset=0, key="text", timestamp=(0, 0)))
+    assert (no_timestamp.timestamp_ms, no_timestamp.key) == (None, None)
+
+
+def test_a_failure_is_answered_by_the_first_statistics_report_after_it_or_as_unknown_at_its_limit():
+    from types import SimpleNamespace
+
+    from airflow_kafka_events.kafka.client_log import BrokerSnapshot
+    from airflow_kafka_events.kafka.delivery import AwaitingStatistics
+
+    answered: list[tuple[str, bool | None]] = []
+    awaiting = AwaitingStatistics(lambda m, sent: answered.append((m.name, sent)), limit=0.3)
+    before = BrokerSnapshot(ts=1.0, produce_requests={"b1": 5})
+    quiet = SimpleNamespace(name="quiet", failed_at=2.0, before=before)
+    earlier = BrokerSnapshot(ts=0.5, produce_requests={"b1": 4})
+    busy = SimpleNamespace(name="busy", failed_at=2.0, before=earlier)
+    late = SimpleNamespace(name="late", failed_at=3.0, before=before)
+    for message in (quiet, busy, late):
+        awaiting.add(message)
+    awaiting.on_snapshot(BrokerSnapshot(ts=2.5, produce_requests={"b1": 5}))  # after quiet and busy only
+    assert answered == [("quiet", False), ("busy", True)]
+    awaiting.expire(3.2)  # late is 0.2 s old: within its limit
+    assert len(answered) == 2
+    awaiting.expire(3.4)  # no report came within 0.3 s: cannot tell
+    assert answered[2:] == [("late", None)]
+    awaiting.on_snapshot(BrokerSnapshot(ts=9.0))
+    assert len(answered) == 3  # each is answered once
