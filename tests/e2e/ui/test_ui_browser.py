@@ -1,18 +1,18 @@
 """The Kafka Events view as a person uses it: a headless Chromium on the real Airflow UI.
 
 The admin signs in, opens "Kafka Events" from the navigation bar, sees the stream of the seeded
-DAG run (complete, its consumer's lag), the asset events and the health page, opens a dead letter
+DAG run (complete, its consumer's lag) -- still listed after pressing "Scan" with the filter form's
+empty fields --, the asset events and the health page, opens a dead letter
 (its secrets masked), replays it after confirming, and opens the stream of a task instance from
 its tab.  The viewer sees the same dead letter with the replay button disabled, and a POST sent
 from the page anyway is refused (403).  Assertions are on the DOM; screenshots are saved in the
-artifacts directory (``KAFKA_EVENTS_UI_DOCS`` set: the page screenshots are also copied there,
-e.g. ``docs/``, as the README's images).
+artifacts directory (the README's images come from the demo's data instead:
+``examples/demo.py --screenshots docs``).
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import quote
@@ -32,13 +32,6 @@ if missing_binaries() and not os.environ.get("CI"):
         f"no {', '.join(missing_binaries())} (scripts/bootstrap.sh installs chromium chromium-driver)",
         allow_module_level=True,
     )
-
-
-def _docs(path: Path, name: str) -> None:
-    target = os.environ.get("KAFKA_EVENTS_UI_DOCS")
-    if target:
-        Path(target).mkdir(parents=True, exist_ok=True)
-        shutil.copy2(path, Path(target) / f"ui-{name}.png")
 
 
 @pytest.fixture
@@ -75,7 +68,13 @@ def test_admin_sees_streams_and_replays_a_dead_letter(open_browser, ui_stack: Ai
     assert row.find_element("css selector", "td.pages").text == "12"
     assert "lag 0" in row.text and "consume" in row.text
     assert "scanned" in browser.element("p.window").text
-    _docs(browser.screenshot("streams"), "streams")
+    browser.screenshot("streams")
+    # "Scan" sends the form's empty DAG / run / task fields: no filter, the stream is still listed
+    browser.element("form.filters input[name='minutes']").clear()
+    browser.element("form.filters input[name='minutes']").send_keys("60")
+    browser.element("form.filters button[type='submit']").click()
+    browser.wait(lambda d: "minutes=60" in d.execute_script("return location.href"), "the scanned page")
+    browser.element(f"tr.stream[data-stream='{ui_data.stream_id}']")
 
     browser.element(f"tr.stream[data-stream='{ui_data.stream_id}'] a").click()
     assert browser.element("#stream-id").text == ui_data.stream_id
@@ -86,12 +85,12 @@ def test_admin_sees_streams_and_replays_a_dead_letter(open_browser, ui_stack: Ai
     _open_view(browser, "asset-events")
     browser.element(f"tr.asset-event[data-event='{ui_data.event_ids[0]}']")
     assert "dead letter" in browser.element(f"tr[data-event='{ui_data.event_ids[0]}'] td.outcome").text
-    _docs(browser.screenshot("asset-events"), "asset-events")
+    browser.screenshot("asset-events")
 
     browser.element("nav.tabs a[data-tab='health']").click()
     browser.element("#watchers")
     browser.element("#bridges")
-    _docs(browser.screenshot("health"), "health")
+    browser.screenshot("health")
 
     partition, offset = ui_data.dead_letters[0]
     browser.element("nav.tabs a[data-tab='dead-letters']").click()
@@ -99,7 +98,7 @@ def test_admin_sees_streams_and_replays_a_dead_letter(open_browser, ui_stack: Ai
     assert browser.element("#reason").text == "not-allowed"
     headers = browser.element("#headers").text
     assert "authorization" in headers and "***" in headers
-    _docs(browser.screenshot("dead-letter"), "dead-letter")
+    browser.screenshot("dead-letter")
     browser.element("#replay").click()
     browser.element("#confirm-form")
     browser.screenshot("replay-confirm")

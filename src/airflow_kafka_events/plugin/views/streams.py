@@ -105,6 +105,8 @@ def streams_page(
     map_index: Annotated[str | None, Query(description="a task instance's map index")] = None,
 ) -> Response:
     index = _map_index(map_index)
+    # the page's filter form sends an empty field as "": no filter, not "the DAG named ''"
+    dag_id, run_id, task_id = dag_id or None, run_id or None, task_id or None
     settings = page.settings
     try:
         listing = list_streams(
