@@ -19,7 +19,7 @@
 
 At the end it prints the address of each page of the Kafka Events view in the Airflow UI
 (``examples/demo_ui.py``); ``make demo KEEP=1`` (``--keep-running``) leaves Airflow and the broker
-running for a look until Ctrl-C.
+running for a look until Ctrl-C; ``--screenshots DIR`` saves a picture of each page (the README's).
 
 Run it with ``make demo``.
 """
@@ -185,7 +185,12 @@ def envelope_demo(settings: KafkaSettings, admin: AdminClient) -> bool:
 
 
 def airflow_demo(
-    bootstrap: str, settings: KafkaSettings, admin: AdminClient, *, keep_running: bool = False
+    bootstrap: str,
+    settings: KafkaSettings,
+    admin: AdminClient,
+    *,
+    keep_running: bool = False,
+    screenshots: Path | None = None,
 ) -> bool:
     """Parts 2 and 3 on ONE real Airflow (api-server, scheduler, triggerer, dag-processor)."""
     sys.path.insert(0, str(REPO / "tests"))
@@ -259,6 +264,8 @@ def airflow_demo(
             ok = False
         ok = operator_cli_demo(bootstrap) and ok
         ok = demo_ui.ui_demo(stack, say) and ok
+        if screenshots is not None:
+            ok = demo_ui.save_screenshots(stack, screenshots, say) and ok
         if keep_running:
             demo_ui.stay_open(stack, say)
         return ok
@@ -321,6 +328,7 @@ def asset_events_demo(stack: AirflowStack, bootstrap: str, home: Path, bridge_gr
     )
     try:
         ok = partition_bridge_demo(stack, bridge)
+        ok = demo_ui.refused_event_demo(bootstrap, say, topic=ASSET_EVENTS_TOPIC, dlq_topic=DLQ_TOPIC) and ok
     finally:
         code = bridge.stop()
     stopped = code == 0 and "bridge stopped" in bridge.log()
@@ -667,6 +675,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--keep-running", action="store_true", help="leave Airflow and the broker running until Ctrl-C"
     )
+    parser.add_argument(
+        "--screenshots", type=Path, metavar="DIR", help="save the view's pages as PNGs in DIR"
+    )
     args = parser.parse_args(argv)
 
     started = time.monotonic()
@@ -676,7 +687,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         ok = envelope_demo(settings, admin)
         if ok and not args.skip_airflow:
-            ok = airflow_demo(bootstrap, settings, admin, keep_running=args.keep_running)
+            ok = airflow_demo(
+                bootstrap, settings, admin, keep_running=args.keep_running, screenshots=args.screenshots
+            )
         say(f"[demo]   {'ALL OK' if ok else 'FAILED'} in {time.monotonic() - started:.0f}s")
         return 0 if ok else 1
     finally:
