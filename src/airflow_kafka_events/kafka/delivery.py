@@ -179,12 +179,17 @@ class DeliveryFuture(concurrent.futures.Future[DeliveryReceipt]):
     def result(self, timeout: float | None = None) -> DeliveryReceipt:
         if self._state == _FINISHED and self._exception is None:
             return self._result  # type: ignore[no-any-return]
-        return super().result(timeout)
+        return super().result(self._before_wait(timeout))
 
     def exception(self, timeout: float | None = None) -> BaseException | None:
         if self._state == _FINISHED:
             return self._exception
-        return super().exception(timeout)
+        return super().exception(self._before_wait(timeout))
+
+    def _before_wait(self, timeout: float | None) -> float | None:
+        """Called before ``result`` / ``exception`` may wait; the time left of ``timeout`` (a subclass
+        may serve the reports on the waiting thread meanwhile)."""
+        return timeout
 
     def outstanding(self) -> bool:
         """Neither resolved nor cancelled (without making the condition)."""

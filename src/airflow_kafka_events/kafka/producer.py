@@ -120,13 +120,10 @@ TIMEOUT_SCAN = 1.0
 STATS_INTERVAL = 0.1
 #: Messages in flight from which a send also serves the delivery reports that are ready.
 SERVE_BACKLOG = 64
+#: While busy, every how many sends serve the reports.
+SERVE_EVERY = 4
 #: Seconds the poller thread keeps out of the way after a caller served the reports.
 CALLERS_SERVE = 0.02
-
-
-def _header_list(headers: Headers) -> list[tuple[str, bytes | str | None]]:
-    """The headers as librdkafka takes them."""
-    return list(headers.items()) if isinstance(headers, Mapping) else list(headers)
 
 
 def _ms_setting(config: Mapping[str, Any], *keys: str, default: float) -> float:
@@ -150,12 +147,20 @@ class _Pending(DeliveryFuture):
         self.failed_at: float
 
     def __call__(self, err: KafkaError | None, msg: Message) -> None:
-        self.producer._report(self, err, msg)
+        """Its delivery report (a delivery is one frame: there is one per message)."""
+        producer = self.producer
+        producer._in_flight.discard(self)
+        if err is not None:
+            producer._failed(self, err)
+            return
+        if producer.health.down_since is not None:
+            producer.health.mark_up()
+        producer._refused = None
+        if self.settle(receipt_of(msg)):  # False: cancelled by its caller
+            metrics.delivered(producer.role, self.topic, time.monotonic() - self.sent_at)
 
-    def result(self, timeout: float | None = None) -> DeliveryReceipt:
-        if self.outstanding():  # (without making its condition)
-            timeout = self.producer._serve_for(self, timeout)
-        return super().result(timeout)
+    def _before_wait(self, timeout: float | None) -> float | None:
+        return self.producer._serve_for(self, timeout) if self.outstanding() else timeout
 
 
 class SendOptions(TypedDict, total=False):
@@ -206,7 +211,8 @@ class EnvelopeProducer:
             raise KafkaOperationError.from_exception("cannot create Kafka producer", exc) from exc
         self._poll_interval = poll_interval
         self._served_at = 0.0  # when a sender or a waiter last served the reports itself
-        self._local = threading.local()  # .serving: this thread is inside poll()
+        self._serving: set[int] = set()  # the threads inside poll() (set.add / discard need no lock)
+        self._sends = 0  # counts sends while busy (unlocked: a lost count only moves one serving)
         self._closed = threading.Event()
         self._poller = threading.Thread(target=self._poll_loop, name="kafka-events-producer", daemon=True)
         self._poller.start()
@@ -239,19 +245,19 @@ class EnvelopeProducer:
         """Serve reports, statistics and errors on this thread for up to ``timeout`` (``caller``: not
         the poller, which then keeps out of the way); ``False`` when ``poll()`` raised (logged) or
         this thread is inside a callback of this producer (a nested ``poll()`` breaks confluent-kafka)."""
-        local = self._local
-        if getattr(local, "serving", False):
+        thread, serving = threading.get_ident(), self._serving
+        if thread in serving:
             return False
         if caller:
             self._served_at = time.monotonic()
-        local.serving = True
+        serving.add(thread)
         try:
             self._producer.poll(timeout)
         except Exception as exc:
             self.health.logger.log(logging.ERROR, "Kafka producer %r: %s", self.role, exc)
             return False
         finally:
-            local.serving = False
+            serving.discard(thread)
         return True
 
     def _serve_for(self, pending: _Pending, timeout: float | None) -> float | None:
@@ -267,9 +273,8 @@ class EnvelopeProducer:
         return None if deadline is None else max(0.0, deadline - time.monotonic())
 
     def _check_refused(self) -> None:
-        """Fail at once while the brokers keep refusing this producer's credentials / TLS
-        (librdkafka retries the handshake every few seconds: a refusal older than
-        :data:`REFUSAL_MEMORY` seconds no longer counts, so a fix on the brokers' side is seen)."""
+        """Fail at once while the brokers keep refusing this producer's credentials / TLS (a refusal
+        older than :data:`REFUSAL_MEMORY` seconds no longer counts: a fix on their side is seen)."""
         seen = self._refused
         if seen is not None and time.monotonic() - seen.at < REFUSAL_MEMORY:
             raise refusal_error(self.health, seen, producing=True)
@@ -278,16 +283,7 @@ class EnvelopeProducer:
         self._refused = seen
         self._purge_due.set()
 
-    def _report(self, pending: _Pending, err: KafkaError | None, msg: Message) -> None:
-        """A message's delivery report (librdkafka calls its :class:`_Pending`)."""
-        self._in_flight.discard(pending)
-        if err is None:
-            if self.health.down_since is not None:
-                self.health.mark_up()
-            self._refused = None
-            if pending.settle(receipt_of(msg)):  # False: cancelled by its caller
-                metrics.delivered(self.role, pending.topic, time.monotonic() - pending.sent_at)
-            return
+    def _failed(self, pending: _Pending, err: KafkaError) -> None:  # answered now or by the next statistics
         if not pending.outstanding():  # cancelled by its caller
             return
         pending.error, pending.failed_at = err, time.monotonic()
@@ -348,14 +344,18 @@ class EnvelopeProducer:
         if self._refused is not None:
             self._check_refused()
         raw_key = key.encode("utf-8") if isinstance(key, str) else key
-        header_list = _header_list(headers) if headers else None
+        header_list: list[tuple[str, bytes | str | None]] | None = None
+        if headers:  # as librdkafka takes them
+            header_list = list(headers.items()) if isinstance(headers, Mapping) else list(headers)
         size = record_size(value, raw_key, header_list or ())
         if size > self.max_message_bytes:
             raise too_large_for_producer(topic, size, self.max_message_bytes)
         pending = _Pending(self, topic, size, raw_key)
         self._produce(pending, value, header_list, -1 if partition is None else partition, timeout)
         if len(self._in_flight) >= SERVE_BACKLOG:  # busy: serve the reports ready (poll(0) never waits)
-            self._serve(0, caller=True)
+            self._sends = sends = self._sends + 1
+            if not sends % SERVE_EVERY:
+                self._serve(0, caller=True)
         return pending
 
     def _produce(
