@@ -1,20 +1,18 @@
 """Finding a stream's partition and where to read it from.
 
-An explicit ``partition`` wins, then the checkpoint's.  Otherwise, when
-:mod:`airflow_kafka_events.kafka.partitioner` is installed, its
-``partition_for_key(key, num_partitions)`` (murmur2, as the Java clients and librdkafka's
-``murmur2_random`` partitioner, which this package's producers use) gives the partition
-directly.  Without that module the reader assigns every partition of the topic and keeps
-only the one where the stream's key first appears: correct with any partitioner, at the
-cost of reading the other partitions until then.  The module is looked up at call time,
-so it is not a hard dependency.
+An explicit ``partition`` wins, then the checkpoint's.  Otherwise
+:func:`~airflow_kafka_events.kafka.partitioner.partition_for_key` (murmur2, as the Java
+clients and librdkafka's ``murmur2_random`` partitioner, which this package's producers use)
+gives the partition directly.  For a stream written by a producer with another partitioner,
+a reader made with ``scan_partitions=True`` assigns every partition of the topic and keeps
+only the one where the stream's key first appears: correct with any partitioner, at the cost
+of reading the other partitions until then.
 
 This module imports no Airflow module.
 """
 
 from __future__ import annotations
 
-import importlib
 import logging
 from collections.abc import Mapping
 from typing import Any
@@ -24,12 +22,12 @@ from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 from airflow_kafka_events.envelopes import TriggerEventEnvelope
 from airflow_kafka_events.errors import EnvelopeDecodeError, KafkaOperationError, TopicError
 from airflow_kafka_events.kafka.consumer import ConsumedRecord
+from airflow_kafka_events.kafka.partitioner import partition_for_key
 
 __all__ = ["TRANSIENT_CODES", "partition_count", "partition_for_key", "readable_offset", "rejected_record"]
 
 log = logging.getLogger(__name__)
 
-_PARTITIONER_MODULE = "airflow_kafka_events.kafka.partitioner"
 #: Kafka errors on a consumed message that only mean "not right now".
 TRANSIENT_CODES = frozenset(
     {
@@ -43,21 +41,6 @@ TRANSIENT_CODES = frozenset(
 )
 #: Topic metadata errors that mean "the topic is not there (yet)".
 _TOPIC_MISSING_CODES = frozenset({KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError.LEADER_NOT_AVAILABLE})
-
-
-def partition_for_key(key: bytes, num_partitions: int) -> int | None:
-    """The partition of ``key`` from :mod:`airflow_kafka_events.kafka.partitioner`.
-
-    ``None`` when that module is not installed (then the reader scans every partition).
-    """
-    try:
-        module = importlib.import_module(_PARTITIONER_MODULE)
-    except ImportError:
-        return None
-    function = getattr(module, "partition_for_key", None)
-    if function is None:
-        return None
-    return int(function(key, num_partitions))
 
 
 def partition_count(consumer: Any, topic: str, timeout: float) -> int | None:

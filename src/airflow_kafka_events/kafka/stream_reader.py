@@ -43,7 +43,8 @@ it, never past an element that was not acknowledged.  A reader created with that
 gone (retention) or unknown, it reads the partition from its beginning.  With ``group_id``
 the position is also committed to that dedicated group
 (:mod:`~airflow_kafka_events.kafka.stream_commits`).  Rejected records are delivered at
-least once.  The partition: an explicit one, the checkpoint's, else the key's
+least once.  The partition: an explicit one, the checkpoint's, else the key's by murmur2, or
+with ``scan_partitions`` the first where the key appears
 (:mod:`~airflow_kafka_events.kafka.stream_partition`).  Every name of the reader's parts
 (:mod:`~airflow_kafka_events.kafka.sequence_tracker`,
 :mod:`~airflow_kafka_events.kafka.stream_batches`) stays importable from here.
@@ -155,6 +156,7 @@ class StreamReader:
         partition: int | None = None,
         codec: Decoder[TriggerEventEnvelope] = TRIGGER_EVENT_CODEC,
         max_buffered: int = 10_000,
+        scan_partitions: bool = False,
     ) -> None:
         _check_reader_arguments(
             topic,
@@ -185,6 +187,7 @@ class StreamReader:
         self._acked_number = 0
         self._batches = 0
         self._partition: int | None = partition
+        self._scan_partitions = scan_partitions  # the producer's partitioner is not murmur2
         if self._partition is None and checkpoint is not None:
             self._partition = checkpoint.partition
         # offset after the last record read from the stream's partition (None: not known)
@@ -389,7 +392,7 @@ class StreamReader:
         count = partition_count(self._consumer, self.topic, max(self.poll_timeout, 1.0))
         if count is None:
             return False
-        if self._partition is None:
+        if self._partition is None and not self._scan_partitions:
             self._partition = partition_for_key(self._key, count)
         if self._partition is not None and self._partition >= count:
             raise ConfigurationError(

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import pickle
 import random
-import sys
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -890,15 +889,13 @@ def test_group_commit_metadata_of_another_run_is_ignored(broker):
     assert seqs(r.next_batch().events) == [0, 1]
 
 
-def test_without_a_partitioner_every_partition_is_scanned_until_the_key_shows_up(broker, monkeypatch):
-    monkeypatch.setitem(sys.modules, "airflow_kafka_events.kafka.partitioner", None)
-    assert sr.partition_for_key(b"x", 3) is None
+def test_scan_partitions_reads_every_partition_until_the_key_shows_up(broker):
     rng = random.Random(7)
     for i in range(30):
         broker.produce("events", b"noise", f"k{i}", partition=rng.randrange(3))
     for e in stream(5):
         broker.produce("events", TRIGGER_EVENT_CODEC.encode(e), RUN, partition=2)  # any partitioner
-    r = reader(broker)
+    r = reader(broker, scan_partitions=True)
     batch = r.next_batch()
     assert seqs(batch.events) == [0, 1, 2, 3, 4] and r.partition == 2
     assignments = broker.consumers[0].assignments
