@@ -34,16 +34,12 @@ did not produce the event, so it is never used).
 from __future__ import annotations
 
 import logging
-import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypedDict
 
-if sys.version_info >= (3, 11):
-    from typing import Unpack
-else:  # pragma: no cover
-    from typing_extensions import Unpack
+from typing_extensions import Unpack  # typing.Unpack from Python 3.11 on
 
 from airflow_kafka_events.assets.external import (
     EMIT_ROLE,

@@ -28,9 +28,10 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from typing import Any, TypedDict, TypeVar, Unpack
+from typing import Any, TypedDict, TypeVar
 
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
+from typing_extensions import Unpack  # typing.Unpack from Python 3.11 on
 
 from airflow_kafka_events.codec import TRIGGER_EVENT_CODEC, EnvelopeCodec
 from airflow_kafka_events.envelopes import StreamFailure, TriggerEventEnvelope
