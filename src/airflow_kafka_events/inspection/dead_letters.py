@@ -22,6 +22,7 @@ and bounded.  This module imports no Airflow module.
 
 from __future__ import annotations
 
+import hashlib
 import heapq
 import logging
 from collections.abc import Mapping, Sequence
@@ -101,6 +102,20 @@ def redacted_headers(headers: Sequence[tuple[str, bytes | None]]) -> list[tuple[
     ]
 
 
+def record_fingerprint(msg: Message) -> str:
+    """The record's timestamp and a SHA-256 of its key, value and headers, as ``<timestamp ms>-<hex>``.
+
+    Two reads at the same coordinates give the same fingerprint only if they read the same record
+    (a topic deleted and re-created holds other records at the same offsets).
+    """
+    digest = hashlib.sha256()
+    for part in (msg.key(), msg.value(), *(item for pair in message_headers(msg) for item in pair)):
+        data = part.encode("utf-8") if isinstance(part, str) else part
+        # a length before each part: (b"ab", b"c") and (b"a", b"bc") differ; None differs from b""
+        digest.update(b"-" if data is None else len(data).to_bytes(8, "big") + data)
+    return f"{message_timestamp_ms(msg)}-{digest.hexdigest()[:32]}"
+
+
 def payload_preview(value: bytes | None, limit: int = PREVIEW_LIMIT) -> tuple[str, str]:
     """``(format, preview)`` of a record's value: a decoded envelope as JSON, else text, else a size."""
     if value is None:
@@ -144,6 +159,9 @@ class DeadLetterRecord:
     asset_uri: str | None = None
     dead_lettered_at: datetime | None = None
     key: str | None = None
+    #: What a replay's confirmation repeats (:func:`record_fingerprint`): this very record, not another
+    #: one at its coordinates.
+    fingerprint: str = ""
 
     @classmethod
     def of(cls, msg: Message, letter: DeadLetter, preview_limit: int = PREVIEW_LIMIT) -> DeadLetterRecord:
@@ -172,6 +190,7 @@ class DeadLetterRecord:
             asset_uri=letter.asset_uri,
             dead_lettered_at=letter.dead_lettered_at,
             key=None if msg.key() is None else clip(_text(msg.key()), 200),
+            fingerprint=record_fingerprint(msg),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -368,10 +387,17 @@ class LoadedDeadLetter:
     record: DeadLetterRecord
     message: Message = field(repr=False, compare=False)
     letter: DeadLetter = field(repr=False)
+    #: The cluster it was read from (``bootstrap.servers``).
+    cluster: str = ""
 
     @property
-    def coordinates(self) -> tuple[str, int, int]:
-        return self.record.topic, self.record.partition, self.record.offset
+    def coordinates(self) -> tuple[str, str, int, int]:
+        """``(cluster, topic, partition, offset)``: where it was read."""
+        return self.cluster, self.record.topic, self.record.partition, self.record.offset
+
+    @property
+    def fingerprint(self) -> str:
+        return self.record.fingerprint
 
 
 def load_dead_letter(
@@ -387,7 +413,15 @@ def load_dead_letter(
     with TopicReader(config, topic, timeout=timeout, name="dead-letter reader") as reader:
         msg = reader.read_one(partition, offset)
     letter = _letter(msg)
-    return LoadedDeadLetter(DeadLetterRecord.of(msg, letter, preview_limit), msg, letter)
+    return LoadedDeadLetter(DeadLetterRecord.of(msg, letter, preview_limit), msg, letter, _cluster(config))
+
+
+def _cluster(config: Mapping[str, Any]) -> str:
+    return str(config.get("bootstrap.servers", ""))
+
+
+def _where(coordinates: tuple[str, str, int, int]) -> str:
+    return "{1}[{2}]@{3} on {0}".format(*coordinates)
 
 
 def _original(
@@ -407,7 +441,24 @@ def _original(
             f"prefix of the {letter.original_value_bytes}-byte value) and the original at {where} is gone: "
             f"{exc}; it cannot be replayed whole"
         ) from exc
+    _check_original(msg, letter, original.value(), where)
     return original.key(), original.value(), message_headers(original)
+
+
+def _check_original(msg: Message, letter: DeadLetter, value: bytes | None, where: str) -> None:
+    """Refuse a record at the source coordinates that is not the one dead-lettered (size, prefix)."""
+    prefix, size = msg.value() or b"", len(value or b"")
+    if letter.original_value_bytes is not None and size != letter.original_value_bytes:
+        why = f"its value is {size} bytes, the dead-lettered one was {letter.original_value_bytes}"
+    elif not (value or b"").startswith(prefix):
+        why = f"its value does not begin with the {len(prefix)}-byte prefix the dead letter keeps"
+    else:
+        return
+    raise ReplayError(
+        f"{msg.topic()}[{msg.partition()}]@{msg.offset()} is a reference dead letter and the record now "
+        f"at {where} is not its original ({why}): the topic was deleted and re-created, or compacted; "
+        "nothing replayed (fix: replay the original from a copy of that topic, if one is kept)"
+    )
 
 
 def _idempotency(value: bytes | None) -> tuple[str | None, str | None]:
@@ -430,11 +481,17 @@ def replay_dead_letter(
     actor: str,
     timeout: float = DEFAULT_TIMEOUT,
     loaded: LoadedDeadLetter | None = None,
+    fingerprint: str | None = None,
 ) -> ReplayReceipt:
     """Publish the original of the dead letter at ``topic[partition]@offset`` again (see the module doc).
 
     ``loaded``: that dead letter as :func:`load_dead_letter` already read it (the one a caller showed
-    and had confirmed), published without reading it again; one read at other coordinates is refused.
+    and had confirmed), published without reading it again; one read at other coordinates or from
+    another cluster is refused.  ``fingerprint``: the :attr:`DeadLetterRecord.fingerprint` an operator
+    confirmed; a dead letter whose fingerprint differs (another record at these coordinates) is
+    refused with :class:`ReplayError` and nothing is published.  A reference dead letter's original is
+    read at its source coordinates and must have the dead letter's size and prefix (else
+    :class:`ReplayError`).
     Waits for the broker's acknowledgement (``acks=all``); a failure is
     :class:`~airflow_kafka_events.errors.NotSentError` (nothing was published) or
     :class:`~airflow_kafka_events.errors.DeliveryOutcomeUnknownError` (it may have been: replaying
@@ -444,10 +501,16 @@ def replay_dead_letter(
         raise ValidationError("a replay needs an actor (who asked for it) for the audit line")
     if loaded is None:
         loaded = load_dead_letter(config, topic, partition, offset, timeout=timeout)
-    elif loaded.coordinates != (topic, partition, offset):
+    elif loaded.coordinates != (wanted := (_cluster(config), topic, partition, offset)):
         raise ValidationError(
-            f"the dead letter passed to replay was read at {'{}[{}]@{}'.format(*loaded.coordinates)}, not "
-            f"{topic}[{partition}]@{offset}; fix: pass the one load_dead_letter read at these coordinates"
+            f"the dead letter passed to replay was read at {_where(loaded.coordinates)}, not "
+            f"{_where(wanted)}; fix: pass the one load_dead_letter read at these coordinates"
+        )
+    if fingerprint is not None and fingerprint != loaded.fingerprint:
+        raise ReplayError(
+            f"the dead letter at {_where(loaded.coordinates)} is not the one confirmed (fingerprint "
+            f"{loaded.fingerprint}, confirmed {fingerprint}): another record is at these coordinates now "
+            "(the topic was re-created?); nothing replayed (fix: open it again and confirm what it is now)"
         )
     msg, letter = loaded.message, loaded.letter
     key, value, headers = _original(config, msg, letter, timeout)

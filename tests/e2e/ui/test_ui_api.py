@@ -206,7 +206,18 @@ def test_an_admin_replays_a_dead_letter_after_confirming(ui_stack: AirflowStack,
     )
     assert wrong.status_code == 400, wrong.text
     confirm = f"{record['topic']}:{partition}:{offset}"
-    done = _post(ui_stack, f"/api/dead-letters/{partition}/{offset}/replay", "admin", {"confirm": confirm})
+    # the confirmation page binds the record it shows: its fingerprint, repeated by the POST
+    page = _get(ui_stack, f"/dead-letters/{partition}/{offset}/replay", "admin").text
+    shown = re.search(r'name="fingerprint" value="([^"]+)"', page)
+    assert shown is not None and shown.group(1) == record["fingerprint"], page[:500]
+    replays = "SELECT owner FROM log WHERE event = 'kafka_events.replay'"
+    before = len(ui_stack.query(replays))
+    stale = {"confirm": confirm, "fingerprint": f"{record['fingerprint']}0"}  # another record there now
+    refused = _post(ui_stack, f"/api/dead-letters/{partition}/{offset}/replay", "admin", stale)
+    assert refused.status_code == 409 and "nothing replayed" in refused.text, refused.text
+    assert len(ui_stack.query(replays)) == before
+    confirmed = {"confirm": confirm, "fingerprint": shown.group(1)}
+    done = _post(ui_stack, f"/api/dead-letters/{partition}/{offset}/replay", "admin", confirmed)
     assert done.status_code == 200, done.text
     receipt = done.json()["receipt"]
     assert receipt["target_topic"] == record["source_topic"] and receipt["actor"] == "admin"

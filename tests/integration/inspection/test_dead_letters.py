@@ -201,7 +201,8 @@ def test_a_replay_of_a_loaded_dead_letter_reads_it_once_and_refuses_other_coordi
 
     reads.clear()
     with pytest.raises(
-        ValidationError, match=rf"read at {dlq}\[0\]@{first.offset}, not {dlq}\[0\]@{second.offset}"
+        ValidationError,
+        match=rf"read at {dlq}\[0\]@{first.offset} on .*, not {dlq}\[0\]@{second.offset} on ",
     ):
         replay_dead_letter(config, dlq, 0, second.offset, actor="alice", loaded=loaded)
     assert reads == []
@@ -210,3 +211,66 @@ def test_a_replay_of_a_loaded_dead_letter_reads_it_once_and_refuses_other_coordi
 
     unloaded = replay_dead_letter(config, dlq, 0, second.offset, actor="bob")
     assert reads == [(dlq, 0, second.offset)] and unloaded.dlq_offset == second.offset
+
+
+def _end(config, topic: str) -> int:
+    with TopicReader(config, topic, timeout=30) as reader:
+        return reader.watermarks(0)[1]
+
+
+def test_a_reference_dead_letter_whose_source_now_holds_another_record_is_not_replayed(
+    config, producer, new_topic
+):
+    """A topic deleted and re-created holds other records at the original's coordinates."""
+    dlq, source = new_topic(partitions=1), new_topic(partitions=1)
+    value = ASSET_EVENT_CODEC.encode(asset_event(idempotency_key="big-2", extra={"rows": "r" * 20_000}))
+    shorter = producer.send_and_wait(source, value[:-1], key=b"big")
+    same_size = producer.send_and_wait(source, value[:5000] + b"X" + value[5001:], key=b"big")
+    other_prefix = producer.send_and_wait(source, b"Y" + value[1:], key=b"big")
+    for where, why in (
+        (shorter, rf"its value is {len(value) - 1} bytes, the dead-lettered one was {len(value)}"),
+        (other_prefix, r"does not begin with the 4096-byte prefix"),
+    ):
+        written = write_dead_letter(
+            producer, dlq, value=value, source=(source, 0, where.offset), max_message_bytes=8_000
+        )
+        before = _end(config, source)
+        with pytest.raises(ReplayError, match=rf"record now at {source}\[0\]@{where.offset} .*{why}"):
+            replay_dead_letter(config, dlq, 0, written.offset, actor="alice")
+        assert _end(config, source) == before  # nothing published
+
+    # only the size and the 4 KB prefix are kept: a change past the prefix is the original's size
+    written = write_dead_letter(
+        producer, dlq, value=value, source=(source, 0, same_size.offset), max_message_bytes=8_000
+    )
+    assert replay_dead_letter(config, dlq, 0, written.offset, actor="alice").from_reference
+
+
+def test_a_replay_refuses_a_record_other_than_the_confirmed_one_or_from_another_cluster(
+    config, producer, new_topic
+):
+    dlq, source = new_topic(partitions=1), new_topic(partitions=1)
+    first = write_dead_letter(producer, dlq, value=b"first", key=b"k", source=(source, 0, 1))
+    second = write_dead_letter(producer, dlq, value=b"second", key=b"k", source=(source, 0, 2))
+    loaded = load_dead_letter(config, dlq, 0, first.offset)
+    again = load_dead_letter(config, dlq, 0, first.offset)
+    other = load_dead_letter(config, dlq, 0, second.offset)
+    assert loaded.fingerprint == again.fingerprint != other.fingerprint
+    assert loaded.record.to_dict()["fingerprint"] == loaded.fingerprint
+
+    before = _end(config, source)
+    with pytest.raises(ReplayError, match=rf"{dlq}\[0\]@{first.offset} .* is not the one confirmed"):
+        replay_dead_letter(config, dlq, 0, first.offset, actor="alice", fingerprint=other.fingerprint)
+    with pytest.raises(ReplayError, match="is not the one confirmed"):
+        replay_dead_letter(
+            config, dlq, 0, first.offset, actor="alice", loaded=loaded, fingerprint=other.fingerprint
+        )
+    elsewhere = {**config, "bootstrap.servers": f"{config['bootstrap.servers']},127.0.0.1:1"}
+    with pytest.raises(ValidationError, match=r"on 127\.0\.0\.1:1|,127\.0\.0\.1:1"):
+        replay_dead_letter(elsewhere, dlq, 0, first.offset, actor="alice", loaded=loaded)
+    assert _end(config, source) == before  # nothing published
+
+    receipt = replay_dead_letter(
+        config, dlq, 0, first.offset, actor="alice", loaded=loaded, fingerprint=loaded.fingerprint
+    )
+    assert _read(config, source, 0, receipt.target_offset).value() == b"first"

@@ -4,7 +4,10 @@ Filtering by reason means reading the records, so the listing scans a bounded wi
 which).  A record shows its headers and a redacted, bounded payload preview.  Replaying it
 re-publishes the *original* record (key, value, original headers with its idempotency key, so
 downstream dedupe drops a record that had been handled after all) to its source topic or a chosen
-one: ``GET .../replay`` asks for confirmation, ``POST .../replay`` does it.  Both need an asset
+one: ``GET .../replay`` asks for confirmation, ``POST .../replay`` does it.  The confirmation
+repeats the record's coordinates and its fingerprint (timestamp and a hash of key, value and
+headers): a POST that reads another record there (the topic re-created) is refused (409) and
+publishes nothing.  Both need an asset
 write (:data:`~airflow_kafka_events.plugin.security.REPLAY`); a viewer sees the button disabled
 and is refused (403) if they post anyway.  Each replay writes one audit line (logger
 ``airflow_kafka_events.audit``, by the inspection layer) and one entry in Airflow's audit log
@@ -134,6 +137,7 @@ def replay_page(
     partition: int,
     offset: int,
     confirm: Annotated[str, Form(description="the dead letter's topic:partition:offset, repeated")],
+    fingerprint: Annotated[str, Form(description="the confirmed record's fingerprint, repeated")],
     target_topic: Annotated[str | None, Form()] = None,
 ) -> Response:
     try:
@@ -145,6 +149,13 @@ def replay_page(
                 f"confirmation {confirm!r} does not name this dead letter ({coords(record)}); "
                 "nothing replayed",
             )
+        if fingerprint != loaded.fingerprint:
+            raise HTTPException(
+                status.HTTP_409_CONFLICT,
+                f"the dead letter at {coords(record)} is not the record you confirmed (it changed since the "
+                "confirmation page was shown: the topic was re-created?); nothing replayed. "
+                "Open it again and confirm what it is now.",
+            )
         receipt = replay_dead_letter(
             page.config(),
             record.topic,
@@ -153,6 +164,7 @@ def replay_page(
             target_topic=(target_topic or "").strip() or None,
             actor=page.username,
             loaded=loaded,
+            fingerprint=fingerprint,
         )
     except AirflowKafkaEventsError as exc:
         return page.failed("dead-letters", exc)
