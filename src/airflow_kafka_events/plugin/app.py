@@ -17,6 +17,7 @@ from fastapi.responses import RedirectResponse, Response
 
 from airflow_kafka_events.plugin.rendering import render_html
 from airflow_kafka_events.plugin.security import VIEW
+from airflow_kafka_events.plugin.settings import ViewSettings
 from airflow_kafka_events.plugin.views import asset_events, dead_letters, health, streams
 
 __all__ = ["URL_PREFIX", "create_app", "get_app"]
@@ -69,9 +70,17 @@ async def freeze_startup_heap() -> None:
     Frozen (``gc.freeze``, as Airflow's DAG processor manager and LocalExecutor do before they
     fork), they are never walked again and a full collection takes milliseconds.  Not when the
     plugin's app is built: the api-server builds half of its objects after that.
+
+    Garbage is collected first, so none is frozen with them; what dies later among the frozen
+    objects in a reference cycle is not reclaimed (a bounded amount: only what existed at that
+    first request).  ``[kafka_events] ui_freeze_heap = false`` leaves the api-server's collector as
+    it is (its full collections then land in some requests, the view's and Airflow's own).
     """
-    if not _frozen.is_set():
-        _frozen.set()
+    if _frozen.is_set():
+        return
+    _frozen.set()  # decided once, at the first request: frozen or left alone
+    if ViewSettings.from_airflow().freeze_heap:
+        gc.collect()
         gc.freeze()
 
 

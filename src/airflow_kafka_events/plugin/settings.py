@@ -15,6 +15,8 @@ option                       default                              meaning
 ``ui_max_records``           ``1000``                             records per partition, at most
 ``ui_stuck_after_seconds``   ``600``                              a running stream silent this long
 ``ui_bridge_group_ids``      ``airflow-kafka-events.bridge``      bridges' consumer groups (commas)
+``ui_freeze_heap``           ``true``                             gc.freeze the api-server's heap
+                                                                  at the view's first request
 ===========================  ===================================  =================================
 """
 
@@ -46,6 +48,13 @@ def _int(value: Any, name: str, *, low: int, high: int) -> int:
     if not low <= number <= high:
         raise ConfigurationError(f"[{SECTION}] {name} must be between {low} and {high}, got {number}")
     return number
+
+
+def _bool(value: str, name: str) -> bool:
+    lowered = value.lower()
+    if lowered not in ("true", "false", "1", "0", "yes", "no"):
+        raise ConfigurationError(f"[{SECTION}] {name} must be true or false, got {value!r}")
+    return lowered in ("true", "1", "yes")
 
 
 @dataclass(frozen=True)
@@ -80,6 +89,7 @@ class ViewSettings:
     window: WindowRequest
     stuck_after_seconds: int
     bridge_group_ids: tuple[str, ...]
+    freeze_heap: bool = True
 
     @classmethod
     def from_options(cls, options: Mapping[str, str | None]) -> ViewSettings:
@@ -110,6 +120,7 @@ class ViewSettings:
                 opt("ui_stuck_after_seconds", "600"), "ui_stuck_after_seconds", low=1, high=10**7
             ),
             bridge_group_ids=groups,
+            freeze_heap=_bool(opt("ui_freeze_heap", "true"), "ui_freeze_heap"),
         )
 
     @classmethod
@@ -126,5 +137,6 @@ class ViewSettings:
             "ui_max_records",
             "ui_stuck_after_seconds",
             "ui_bridge_group_ids",
+            "ui_freeze_heap",
         )
         return cls.from_options({name: conf.get(SECTION, name, fallback=None) for name in names})
