@@ -62,11 +62,31 @@ import logging
 from collections.abc import Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from enum import Enum
 from typing import TYPE_CHECKING, Any, Protocol
 
 from confluent_kafka import KafkaError
 
+from airflow_kafka_events.dead_letter_headers import (
+    DEAD_LETTER_HEADERS,
+    HEADER_ASSET_URI,
+    HEADER_CONSUMER,
+    HEADER_DEAD_LETTERED_AT,
+    HEADER_ERROR_MESSAGE,
+    HEADER_ERROR_TYPE,
+    HEADER_EVENT_ID,
+    HEADER_ORIGINAL_HEADERS_DROPPED,
+    HEADER_ORIGINAL_VALUE_BYTES,
+    HEADER_REASON,
+    HEADER_SOURCE_OFFSET,
+    HEADER_SOURCE_PARTITION,
+    HEADER_SOURCE_TIMESTAMP,
+    HEADER_SOURCE_TOPIC,
+    HEADER_TRUNCATED,
+    HEADER_TRUNCATED_CAUSE,
+    REFERENCE_HEADERS,
+    DeadLetterReason,
+)
+from airflow_kafka_events.dead_letter_log import SourceRecord, log_dead_lettered
 from airflow_kafka_events.errors import ValidationError
 from airflow_kafka_events.kafka.producer import DeliveryReceipt
 from airflow_kafka_events.kafka.topics import CLIENT_DEFAULT_MESSAGE_MAX_BYTES, client_message_max_bytes
@@ -110,42 +130,6 @@ __all__ = [
     "record_size",
 ]
 
-HEADER_REASON = "x-reason"
-HEADER_ERROR_TYPE = "x-error-type"
-HEADER_ERROR_MESSAGE = "x-error-message"
-HEADER_SOURCE_TOPIC = "x-source-topic"
-HEADER_SOURCE_PARTITION = "x-source-partition"
-HEADER_SOURCE_OFFSET = "x-source-offset"
-HEADER_SOURCE_TIMESTAMP = "x-source-timestamp"
-HEADER_CONSUMER = "x-consumer"
-HEADER_EVENT_ID = "x-event-id"
-HEADER_ASSET_URI = "x-asset-uri"
-HEADER_DEAD_LETTERED_AT = "x-dead-lettered-at"
-HEADER_TRUNCATED = "x-truncated"
-HEADER_TRUNCATED_CAUSE = "x-truncated-cause"
-HEADER_ORIGINAL_VALUE_BYTES = "x-original-value-bytes"
-HEADER_ORIGINAL_HEADERS_DROPPED = "x-original-headers-dropped"
-
-#: Every header name this module writes (original headers with these names are dropped).
-DEAD_LETTER_HEADERS: frozenset[str] = frozenset(
-    {
-        HEADER_REASON,
-        HEADER_ERROR_TYPE,
-        HEADER_ERROR_MESSAGE,
-        HEADER_SOURCE_TOPIC,
-        HEADER_SOURCE_PARTITION,
-        HEADER_SOURCE_OFFSET,
-        HEADER_SOURCE_TIMESTAMP,
-        HEADER_CONSUMER,
-        HEADER_EVENT_ID,
-        HEADER_ASSET_URI,
-        HEADER_DEAD_LETTERED_AT,
-    }
-)
-#: The further headers of a reference dead letter (original headers with these names are dropped too).
-REFERENCE_HEADERS: frozenset[str] = frozenset(
-    {HEADER_TRUNCATED, HEADER_TRUNCATED_CAUSE, HEADER_ORIGINAL_VALUE_BYTES, HEADER_ORIGINAL_HEADERS_DROPPED}
-)
 _WRITTEN_HEADERS = DEAD_LETTER_HEADERS | REFERENCE_HEADERS
 
 #: Longest ``x-error-message`` written; longer messages are cut and end with "...".
@@ -164,32 +148,6 @@ RECORD_OVERHEAD_BYTES = 512
 _SIZE_ERROR_CODES = frozenset({KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.RECORD_LIST_TOO_LARGE})
 
 Header = tuple[str, "bytes | str | None"]
-
-
-class DeadLetterReason(str, Enum):
-    """Why a record was dead-lettered (the ``x-reason`` header)."""
-
-    #: The bytes are not an asset event envelope: unknown framing, truncated, invalid Avro.
-    UNDECODABLE = "undecodable"
-    #: Well framed, but written with a schema this consumer does not know (another envelope type,
-    #: a newer version).
-    UNKNOWN_SCHEMA = "unknown-schema"
-    #: Decoded, but the envelope's fields are invalid.
-    INVALID_ENVELOPE = "invalid-envelope"
-    #: The consumer requires signed events and the event has no signature.
-    SIGNATURE_MISSING = "signature-missing"
-    #: The signature matches no accepted key.
-    SIGNATURE_INVALID = "signature-invalid"
-    #: The consumer could not load its signing key, so it could not verify the event.
-    SIGNING_KEY_UNAVAILABLE = "signing-key-unavailable"
-    #: The event's source matches no rule of the consumer's allowlist.
-    NOT_ALLOWED = "not-allowed"
-    #: The event's causation chain is longer than the consumer accepts (feedback loop).
-    CAUSATION_TOO_DEEP = "causation-too-deep"
-    #: The record, or its envelope's ``extra``, is larger than the consumer accepts.
-    TOO_LARGE = "too-large"
-    #: The consumer failed while checking the record (a bug); the record is kept for replay.
-    INTERNAL_ERROR = "internal-error"
 
 
 def error_type_name(exc: BaseException | type[BaseException]) -> str:
@@ -415,43 +373,6 @@ def _header_bytes(name: str, value: bytes | str | None) -> int:
     if isinstance(value, str):
         return size + len(value.encode("utf-8"))
     return size + (len(value) if value is not None else 0)
-
-
-class SourceRecord(Protocol):
-    """Where a consumed record is: what a dead letter names as its source."""
-
-    @property
-    def topic(self) -> str: ...
-    @property
-    def partition(self) -> int: ...
-    @property
-    def offset(self) -> int: ...
-    @property
-    def timestamp_ms(self) -> int | None: ...
-
-
-class _Logger(Protocol):
-    def warning(self, msg: str, /, *args: Any) -> Any: ...
-
-
-def log_dead_lettered(
-    logger: _Logger,
-    record: SourceRecord,
-    receipt: DeliveryReceipt,
-    letter: DeadLetter,
-) -> None:
-    """The one warning a consumer writes when ``record`` was dead-lettered (at ``receipt``)."""
-    logger.warning(
-        "%s[%d]@%d dead-lettered to %s[%d]@%d: %s: %s",
-        record.topic,
-        record.partition,
-        record.offset,
-        receipt.topic,
-        receipt.partition,
-        receipt.offset,
-        letter.reason,
-        _cut(letter.error_message, 500),
-    )
 
 
 def record_size(

@@ -320,3 +320,36 @@ def test_size_errors_are_recognised_in_every_form():
     assert record_size(b"abc", "k", [("h", b"12"), ("n", None)]) == 3 + 1 + 3 + 1
     with pytest.raises(ValidationError):
         DeadLetterWriter(FakeProducer(), "dlq", max_message_bytes=-1)
+
+
+def test_the_dead_lettered_lines_keep_the_watchers_and_the_bridges_wordings(caplog):
+    import logging
+
+    from airflow_kafka_events import dlq
+    from airflow_kafka_events.dead_letter_log import BRIDGE_LINE, log_dead_lettered
+    from airflow_kafka_events.kafka.producer import DeliveryReceipt
+
+    class Source:
+        topic, partition, offset, timestamp_ms = "events", 2, 7, None
+
+    letter = dlq.DeadLetter.from_exception(
+        "not-allowed", ValueError("x" * 600), topic="events", partition=2, offset=7
+    )
+    receipt = DeliveryReceipt(topic="events.dlq", partition=0, offset=41, timestamp_ms=None, key=None)
+    logger = logging.getLogger("test.dead_lettered")
+    with caplog.at_level(logging.WARNING, logger=logger.name):
+        log_dead_lettered(logger, Source(), receipt, letter)
+        dlq.log_dead_lettered(logger, Source(), receipt, letter, line=BRIDGE_LINE)
+    watcher, bridge = (r.getMessage() for r in caplog.records)
+    assert watcher.startswith("Dead-lettered events[2]@7 to events.dlq[0]@41: not-allowed: xxx")
+    assert bridge.startswith("events[2]@7 dead-lettered to events.dlq[0]@41: not-allowed: xxx")
+    assert watcher.endswith("x...") and len(watcher.split(": ", 2)[2]) == 500
+
+
+def test_the_names_moved_out_of_dlq_stay_importable_from_it():
+    from airflow_kafka_events import dead_letter_headers, dead_letter_log, dlq
+
+    for module in (dead_letter_headers, dead_letter_log):
+        for name in set(module.__all__) & set(dlq.__all__):
+            assert getattr(dlq, name) is getattr(module, name), name
+    assert {"DeadLetterReason", "HEADER_REASON", "SourceRecord", "log_dead_lettered"} <= set(dlq.__all__)

@@ -82,6 +82,7 @@ from airflow_kafka_events.bridge.errors import (
     TransientApiError,
     UnknownAssetError,
 )
+from airflow_kafka_events.dead_letter_log import BRIDGE_LINE
 from airflow_kafka_events.dlq import DLQ_ROLE, DLQ_TIMEOUT, DeadLetter, DeadLetterWriter, log_dead_lettered
 from airflow_kafka_events.envelopes import AssetEventEnvelope
 from airflow_kafka_events.errors import ConfigurationError, EnvelopeDecodeError, KafkaOperationError
@@ -560,5 +561,5 @@ class BridgeService:
                 f"topic {self.config.dlq_topic!r}; nothing was committed: {exc}"
             ) from exc
         metrics.dead_lettered(letter.reason, "bridge", record.topic)
-        log_dead_lettered(log, record, receipt, letter)
+        log_dead_lettered(log, record, receipt, letter, line=BRIDGE_LINE)
         return Outcome.DEAD_LETTERED

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -179,7 +180,7 @@ def _dead(producer: FakeProducer) -> dict[str, Any]:
     return sent
 
 
-def test_poison_is_dead_lettered_with_its_bytes(fake):
+def test_poison_is_dead_lettered_with_its_bytes(fake, caplog):
     producer = FakeProducer()
     service = make_service(fake, producer=producer, dlq_topic="dlq")
     assert service.handle(record(raw=b"\x00junk")) is Outcome.DEAD_LETTERED
@@ -193,6 +194,9 @@ def test_poison_is_dead_lettered_with_its_bytes(fake):
         and letter.consumer == "airflow-kafka-events bridge (group=airflow-kafka-events.bridge)"
     )
     assert fake.events == []
+    # the bridge's dead-lettered line, as log-based alerts match it
+    (line,) = [r.getMessage() for r in caplog.records if "dead-lettered to" in r.getMessage()]
+    assert re.match(r"\S+\[\d+\]@\d+ dead-lettered to dlq\[\d+\]@\d+: undecodable: ", line), line
 
 
 @pytest.mark.parametrize(

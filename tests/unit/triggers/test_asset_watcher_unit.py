@@ -387,7 +387,9 @@ def test_dedupe_memory_is_bounded_and_expires():
         ),
     ],
 )
-def test_poison_goes_to_the_dlq_with_its_reason_and_the_stream_goes_on(monkeypatch, value, reason):
+def test_poison_goes_to_the_dlq_with_its_reason_and_the_stream_goes_on(
+    monkeypatch, capsys, caplog, value, reason
+):
     dlq = FakeDlqProducer()
     trigger = make_trigger(dlq)
     poison = record(value, 7, partition=2)
@@ -404,6 +406,9 @@ def test_poison_goes_to_the_dlq_with_its_reason_and_the_stream_goes_on(monkeypat
     assert letter.error_type.startswith("airflow_kafka_events.errors.")
     assert letter.consumer == f"KafkaAssetEventTrigger(asset={ASSET.uri}, group=group.id of kafka_watcher)"
     assert letter.event_id is None and letter.asset_uri is None
+    # the watcher's dead-lettered line, as log-based alerts match it
+    captured = capsys.readouterr()  # the SDK's structlog writes to stdout
+    assert "Dead-lettered events[2]@7 to events.dlq[0]@0: " in captured.out + captured.err + caplog.text
 
 
 def test_invalid_envelope_fields_are_a_reason_of_their_own(monkeypatch):
