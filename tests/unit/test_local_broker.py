@@ -697,3 +697,19 @@ def test_cluster_stop_signals_every_node_by_pid_and_nothing_else(state_dir: Path
     assert procs[0].wait(timeout=10) == -signal.SIGTERM and procs[2].wait(timeout=10) == -signal.SIGTERM
     assert unrelated.poll() is None
     procs[1].kill()
+
+
+def test_state_paths_are_read_only_below_state_dir_and_the_descriptor_on_the_class(tmp_path: Path) -> None:
+    from unittest import mock
+
+    from airflow_kafka_events.local_broker.broker import StatePath
+
+    broker = LocalKafkaBroker(state_dir=tmp_path)
+    assert broker.pid_file == tmp_path / "kafka.pid"
+    assert isinstance(LocalKafkaBroker.pid_file, StatePath) and hasattr(LocalKafkaBroker, "log_file")
+    with pytest.raises(AttributeError, match=r"LocalKafkaBroker\.pid_file is read-only: .*state_dir"):
+        broker.pid_file = tmp_path / "elsewhere.pid"  # type: ignore[misc]
+    assert broker.pid_file == tmp_path / "kafka.pid"
+    with mock.patch.object(LocalKafkaBroker, "pid_file", tmp_path / "patched.pid"):
+        assert broker.pid_file == tmp_path / "patched.pid"
+    assert broker.pid_file == tmp_path / "kafka.pid"  # the descriptor is back

@@ -13,7 +13,7 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, overload
 
 from airflow_kafka_events.errors import BrokerError
 from airflow_kafka_events.local_broker import jars as _jars
@@ -64,13 +64,33 @@ class _HasStateDir(Protocol):
 
 
 class StatePath:
-    """A read-only attribute: the path ``parts`` below its owner's ``state_dir``."""
+    """A read-only attribute: the path ``parts`` below its owner's ``state_dir``.
+
+    On the class it is the descriptor itself (so ``hasattr`` and ``mock.patch.object`` work);
+    setting it on an instance raises :class:`AttributeError`, as a read-only property does.
+    """
 
     def __init__(self, *parts: str) -> None:
         self.parts = parts
+        self.name = "/".join(parts)
 
-    def __get__(self, owner: _HasStateDir, owner_type: type | None = None) -> Path:
-        return owner.state_dir.joinpath(*self.parts)
+    def __set_name__(self, owner_type: type, name: str) -> None:
+        self.name = name
+
+    @overload
+    def __get__(self, instance: None, owner_type: type | None = None) -> StatePath: ...
+    @overload
+    def __get__(self, instance: _HasStateDir, owner_type: type | None = None) -> Path: ...
+    def __get__(self, instance: _HasStateDir | None, owner_type: type | None = None) -> Path | StatePath:
+        if instance is None:
+            return self
+        return instance.state_dir.joinpath(*self.parts)
+
+    def __set__(self, instance: _HasStateDir, value: object) -> None:
+        raise AttributeError(
+            f"{type(instance).__name__}.{self.name} is read-only: it is {'/'.join(self.parts)} below "
+            "state_dir (pass another state_dir instead)"
+        )
 
 
 @dataclass(frozen=True)
