@@ -78,19 +78,22 @@ def add_common_args(parser: argparse.ArgumentParser, *, topic_role: str | None) 
     parser.add_argument("--json", action="store_true", help="print machine-readable JSON on stdout")
 
 
-def add_window_args(parser: argparse.ArgumentParser, *, max_records: int = 1000) -> None:
+def add_window_args(
+    parser: argparse.ArgumentParser,
+    *,
+    max_records: int = 1000,
+    since_help: str = "records at or after TIME",
+    until: bool = True,
+    max_records_help: str = "read at most the newest N records of the window per partition (%(default)s)",
+) -> None:
+    """``--since`` [``--until``] ``--max-records``; a command whose window means more says how."""
     window = parser.add_argument_group("window (every command reads a bounded window)")
-    window.add_argument(
-        "--since", type=parse_time, default=None, metavar="TIME", help="records at or after TIME"
-    )
-    window.add_argument("--until", type=parse_time, default=None, metavar="TIME", help="records before TIME")
-    window.add_argument(
-        "--max-records",
-        type=int,
-        default=max_records,
-        metavar="N",
-        help="read at most the newest N records of the window per partition (%(default)s)",
-    )
+    window.add_argument("--since", type=parse_time, default=None, metavar="TIME", help=since_help)
+    if until:
+        window.add_argument(
+            "--until", type=parse_time, default=None, metavar="TIME", help="records before TIME"
+        )
+    window.add_argument("--max-records", type=int, default=max_records, metavar="N", help=max_records_help)
 
 
 #: role -> (option, default topic)
@@ -127,7 +130,7 @@ def kafka_config(args: argparse.Namespace) -> dict[str, Any]:
 def window_of(args: argparse.Namespace) -> Any:
     from airflow_kafka_events.inspection import ScanWindow
 
-    return ScanWindow(since=args.since, until=args.until, max_records=args.max_records)
+    return ScanWindow(since=args.since, until=getattr(args, "until", None), max_records=args.max_records)
 
 
 def emit_json(value: Any) -> None:

@@ -2,7 +2,8 @@
 
 Reads the trigger events topic (``--topic``, else ``[kafka_events] trigger_events_topic``) through
 :mod:`airflow_kafka_events.inspection`: a bounded window for ``ls``, the per-key progress lookup for
-``show`` and ``tail``.  Imports no Airflow module.
+``show`` (bounded by ``--since``, and by ``--written-since`` / ``--written-until`` when the time the
+stream was written is known) and ``tail``.  Imports no Airflow module.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from airflow_kafka_events.cli_inspection import (
     add_window_args,
     emit_json,
     kafka_config,
+    parse_time,
     role_topic,
     run_command,
     window_of,
@@ -51,13 +53,15 @@ def _page_line(page: Any) -> str:
 
 
 def _show(args: argparse.Namespace) -> int:
-    from airflow_kafka_events.inspection import show_stream
+    from airflow_kafka_events.inspection import InvalidWindowError, show_stream
     from airflow_kafka_events.inspection.streams import WrittenSpan
 
     def command() -> int:
-        # --since [--until]: when the stream was written -- that range is read forward, not the
-        # per-key lookup backwards from the partition's end
-        written = None if args.since is None else WrittenSpan(args.since, args.until)
+        # --since bounds how far back the per-key lookup reads; --written-since [--written-until]
+        # (when the stream was written) bound it on both sides, and its attempt is read forward
+        if args.written_until is not None and args.written_since is None:
+            raise InvalidWindowError("--written-until needs --written-since (when the stream was written)")
+        written = None if args.written_since is None else WrittenSpan(args.written_since, args.written_until)
         detail = show_stream(
             kafka_config(args),
             role_topic(args, ROLE),
@@ -107,6 +111,13 @@ def _tail(args: argparse.Namespace) -> int:
     return run_command(args, command)
 
 
+def _stream_lister() -> Callable[..., Any]:
+    """``list_streams``, imported when ``ls`` runs."""
+    from airflow_kafka_events.inspection import list_streams
+
+    return list_streams
+
+
 def add_streams_group(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     group = subparsers.add_parser(
         "streams",
@@ -117,7 +128,7 @@ def add_streams_group(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
     add_ls_command(
         commands,
         ROLE,
-        "list_streams",
+        _stream_lister,
         what="streams",
         lines=lambda listing: [_SUMMARY_HEADER, *map(_summary_line, listing.streams)],
         count=lambda listing: f"{len(listing.streams)} stream(s)",
@@ -129,15 +140,36 @@ def add_streams_group(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
     show = commands.add_parser(
         "show",
         help="one stream: its latest attempt and its envelopes",
-        description="Find a stream by its id (dag_id/task_id/map_index/run_id) and list its latest attempt: "
-        "with --since (and --until), when it was written, only the records of that time are read (forward, "
-        "at most --max-records); without, the per-key lookup reads its partition backwards from the end.",
+        description="Find a stream by its id (dag_id/task_id/map_index/run_id) and list its latest attempt. "
+        "The per-key lookup reads its partition backwards from the end to its latest envelope (--since: no "
+        "further back than TIME); with --written-since (and --written-until), when the stream was written, "
+        "only the offsets stamped in that time are looked through, and its latest attempt is read forward "
+        "from its first offset.",
     )
     show.add_argument(
         "stream_id", metavar="STREAM_ID", help="the stream id (trigger_run_id), see `streams ls`"
     )
     add_common_args(show, topic_role=ROLE)
-    add_window_args(show)
+    add_window_args(
+        show,
+        since_help="the per-key lookup reads no record older than TIME",
+        until=False,
+        max_records_help="list at most N offsets of the latest attempt: the newest N, or with "
+        "--written-since "
+        "the first N from its first offset (more: said truncated; the state is then its latest envelope's) "
+        "(%(default)s)",
+    )
+    written = show.add_argument_group("when the stream was written (bounds the lookup on both sides)")
+    written.add_argument(
+        "--written-since",
+        type=parse_time,
+        default=None,
+        metavar="TIME",
+        help="its records are at or after TIME",
+    )
+    written.add_argument(
+        "--written-until", type=parse_time, default=None, metavar="TIME", help="its records are before TIME"
+    )
     show.set_defaults(handler=_show, group_parser=show)
 
     tail = commands.add_parser(

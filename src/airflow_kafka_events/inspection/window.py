@@ -4,9 +4,13 @@
 and before ``until`` (``None``: up to the high watermark), at most ``max_records`` per partition
 -- the *newest* ones when there are more, so the answer is ``truncated`` and says so.
 :class:`ScannedWindow` is the answer's statement of it, per partition: the offsets read
-(``start_offset`` inclusive, ``end_offset`` exclusive), the records read, and whether older records
-of the window were left out.  Offsets come from ``offsets_for_times`` on each partition, so the
-cost of a window is bounded by ``max_records`` whatever the topic holds.
+(``start_offset`` inclusive, ``end_offset`` exclusive), the records read, and whether records of
+the window were left out -- which ones, :attr:`PartitionWindow.kept` says: ``"newest"`` (a
+listing, or a stream's latest attempt read back from its latest envelope: *older* records not
+read) or ``"oldest"`` (a stream's latest attempt read forward from its first offset: *newer*
+records, ``end_offset`` .. ``unread_end - 1``, not read).  Offsets come from
+``offsets_for_times`` on each partition, so the cost of a window is bounded by ``max_records``
+whatever the topic holds.
 
 This module imports no Airflow module.
 """
@@ -19,12 +23,24 @@ from typing import Any
 
 from airflow_kafka_events.inspection.errors import InvalidWindowError
 
-__all__ = ["DEFAULT_MAX_RECORDS", "MAX_RECORDS_LIMIT", "PartitionWindow", "ScanWindow", "ScannedWindow"]
+__all__ = [
+    "DEFAULT_MAX_RECORDS",
+    "KEPT_NEWEST",
+    "KEPT_OLDEST",
+    "MAX_RECORDS_LIMIT",
+    "PartitionWindow",
+    "ScanWindow",
+    "ScannedWindow",
+]
 
 #: Records per partition a window reads unless asked otherwise.
 DEFAULT_MAX_RECORDS = 1000
 #: The largest ``max_records`` accepted (per partition).
 MAX_RECORDS_LIMIT = 1_000_000
+#: :attr:`PartitionWindow.kept`: the newest ``max_records`` were read (older ones were not).
+KEPT_NEWEST = "newest"
+#: :attr:`PartitionWindow.kept`: the oldest ``max_records`` were read, forward (newer ones were not).
+KEPT_OLDEST = "oldest"
 
 
 def _aware(name: str, value: Any) -> datetime | None:
@@ -86,8 +102,14 @@ class ScanWindow:
 class PartitionWindow:
     """What was read of one partition: offsets ``start_offset`` .. ``end_offset - 1``.
 
-    ``low`` / ``high`` are the partition's watermarks when it was read; ``truncated``: the window
-    holds records before ``start_offset`` that were not read (``max_records`` was reached).
+    ``low`` / ``high`` are the partition's watermarks when it was read.  ``truncated``: the
+    window holds records that were not read (``max_records`` was reached); which ones depends on
+    ``kept``:
+
+    * ``"newest"`` (:data:`KEPT_NEWEST`, the default: listings, and a stream's attempt read back
+      from its latest envelope): records *before* ``start_offset`` were not read;
+    * ``"oldest"`` (:data:`KEPT_OLDEST`: a stream's attempt read forward from its first offset):
+      records from ``end_offset`` to ``unread_end - 1`` (*newer* ones) were not read.
     """
 
     partition: int
@@ -97,6 +119,15 @@ class PartitionWindow:
     truncated: bool
     low: int
     high: int
+    kept: str = KEPT_NEWEST
+    #: With ``kept="oldest"``: the end (exclusive) of what the read would have covered.
+    unread_end: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.kept not in (KEPT_NEWEST, KEPT_OLDEST):
+            raise InvalidWindowError(
+                f"PartitionWindow.kept is {KEPT_NEWEST!r} or {KEPT_OLDEST!r}, got {self.kept!r}"
+            )
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -107,6 +138,8 @@ class PartitionWindow:
             "truncated": self.truncated,
             "low": self.low,
             "high": self.high,
+            "kept": self.kept,
+            "unread_end": self.unread_end,
         }
 
 
@@ -135,12 +168,18 @@ class ScannedWindow:
             f"{len(self.partitions)} partition(s) from {since}{until}, at most "
             f"{self.window.max_records} per partition"
         )
-        cut = [p.partition for p in self.partitions if p.truncated]
+        cut = [p.partition for p in self.partitions if p.truncated and p.kept == KEPT_NEWEST]
         if cut:
             text += (
                 f"; TRUNCATED in partition(s) {', '.join(map(str, cut))}: older records were not read "
                 "(raise max records, or ask for a later 'since')"
             )
+        for p in self.partitions:
+            if p.truncated and p.kept == KEPT_OLDEST:
+                text += (
+                    f"; TRUNCATED in partition {p.partition}: newer records (offsets {p.end_offset}.."
+                    f"{(p.unread_end or p.end_offset) - 1}) were not read (raise max records)"
+                )
         return text
 
     def to_dict(self) -> dict[str, Any]:

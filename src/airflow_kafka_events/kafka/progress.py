@@ -12,7 +12,10 @@ that knows no envelope of the stream can be older than some instant passes it as
 ``not_before_ms`` (epoch milliseconds): the first offset with a timestamp at or after it
 (``offsets_for_times`` on the key's partition) is the lowest offset read.  Envelopes with an
 older timestamp are ignored by design; keep the bound early enough for clock skew between
-the writers (or the broker, with ``LogAppendTime``) and whoever computed it.
+the writers (or the broker, with ``LogAppendTime``) and whoever computed it.  A caller that
+knows when the stream was written passes ``not_after_ms`` too: the backward read then starts
+at the first offset stamped at or after it (exclusive) instead of the high watermark, so the
+lookup costs at most the offsets of that time, whatever the partition holds.
 
 The reader is a plain ``assign()`` consumer: it joins no group and commits nothing (its
 ``group.id`` is a throwaway, ``enable.auto.commit=false``).  Kafka failures raise
@@ -105,7 +108,9 @@ class StreamLocation:
 
     ``scan_start`` is the lowest offset the lookup would read: ``low``, or with a
     ``not_before_ms`` bound the first offset whose timestamp is at or after it (``high``
-    when there is none); it is never below ``low``.
+    when there is none); it is never below ``low``.  ``scan_end`` (exclusive) is where the
+    backward read starts: ``high``, or with a ``not_after_ms`` bound the first offset whose
+    timestamp is at or after it (``high`` when there is none).
     """
 
     topic: str
@@ -115,10 +120,19 @@ class StreamLocation:
     high: int
     scan_start: int = 0
     not_before_ms: int | None = None
+    scan_end: int | None = None
+    not_after_ms: int | None = None
 
     def __post_init__(self) -> None:
         if self.scan_start < self.low:
             object.__setattr__(self, "scan_start", self.low)
+        if self.scan_end is None or self.scan_end > self.high:
+            object.__setattr__(self, "scan_end", self.high)
+
+    @property
+    def end(self) -> int:
+        """``scan_end`` as an int (it is set in ``__post_init__``)."""
+        return self.high if self.scan_end is None else self.scan_end
 
 
 #: The fields of a :class:`StreamProgress` that are its envelope's, under the same names.
@@ -310,16 +324,29 @@ class _PartitionScanner:
             raise self.again_unless_transient(error, exc) from exc
         return low, high
 
-    def bound(self, location: StreamLocation, not_before_ms: int) -> StreamLocation:
-        """``location`` whose ``scan_start`` is the first offset at or after ``not_before_ms``."""
-        wanted = TopicPartition(self.topic, location.partition, not_before_ms)
+    def bound(
+        self, location: StreamLocation, not_before_ms: int | None, not_after_ms: int | None = None
+    ) -> StreamLocation:
+        """``location`` read only in the offsets stamped from ``not_before_ms`` to ``not_after_ms``."""
+        if not_before_ms is not None:
+            start = self.offset_at(location, not_before_ms)
+            location = replace(location, scan_start=start, not_before_ms=not_before_ms)
+        if not_after_ms is not None:
+            end = max(location.scan_start, self.offset_at(location, not_after_ms))
+            location = replace(location, scan_end=end, not_after_ms=not_after_ms)
+        return location
+
+    def offset_at(self, location: StreamLocation, timestamp_ms: int) -> int:
+        """The first offset of the location's partition stamped at or after ``timestamp_ms``
+        (``high`` when there is none)."""
+        wanted = TopicPartition(self.topic, location.partition, timestamp_ms)
         what = (
-            f"cannot look up the offset of timestamp {not_before_ms} in {self.topic!r} "
+            f"cannot look up the offset of timestamp {timestamp_ms} in {self.topic!r} "
             f"partition {location.partition}"
         )
 
         def offset_for_time() -> Any:
-            left = self.remaining("offsets for the not_before bound")
+            left = self.remaining("offsets for the time bounds")
             try:
                 (found,) = self.consumer.offsets_for_times([wanted], timeout=min(left, 5.0))
             except KafkaException as exc:
@@ -331,9 +358,8 @@ class _PartitionScanner:
             return found
 
         found = self.until_answered(offset_for_time)
-        # a negative offset: no record at or after the timestamp, so nothing to read
-        start = location.high if found.offset < 0 else min(max(found.offset, location.low), location.high)
-        return replace(location, scan_start=start, not_before_ms=not_before_ms)
+        # a negative offset: no record at or after the timestamp
+        return location.high if found.offset < 0 else min(max(found.offset, location.low), location.high)
 
     # ------------------------------------------------------------------ reading
     def read_range(self, partition: int, start: int, end: int) -> list[_Found]:
@@ -398,7 +424,7 @@ class _PartitionScanner:
 
     # ------------------------------------------------------------------ search
     def latest(self, location: StreamLocation, chunk_size: int) -> StreamProgress | None:
-        end = location.high
+        end = location.end
         while end > location.scan_start:
             start = max(location.scan_start, end - chunk_size)
             records = self.read_range(location.partition, start, end)
@@ -436,9 +462,12 @@ class _PartitionScanner:
             records = self.read_range(location.partition, start, end)
 
 
-def _check_args(
-    topic: str, trigger_run_id: str, timeout: float, chunk_size: int, not_before_ms: int | None
-) -> None:
+def _check_ms(name: str, value: int | None) -> None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+        raise ValueError(f"{name} must be an int >= 0 (epoch milliseconds) or None, got {value!r}")
+
+
+def _check_args(topic: str, trigger_run_id: str, timeout: float, chunk_size: int) -> None:
     if not isinstance(topic, str) or not topic:
         raise ValueError(f"topic must be a non-empty str, got {topic!r}")
     if not isinstance(trigger_run_id, str) or not trigger_run_id:
@@ -447,12 +476,6 @@ def _check_args(
         raise ValueError(f"timeout must be positive, got {timeout!r}")
     if chunk_size < 1:
         raise ValueError(f"chunk_size must be at least 1, got {chunk_size!r}")
-    if not_before_ms is not None and (
-        isinstance(not_before_ms, bool) or not isinstance(not_before_ms, int) or not_before_ms < 0
-    ):
-        raise ValueError(
-            f"not_before_ms must be an int >= 0 (epoch milliseconds) or None, got {not_before_ms!r}"
-        )
 
 
 def lookup_stream(
@@ -464,6 +487,7 @@ def lookup_stream(
     chunk_size: int = DEFAULT_CHUNK_SIZE,
     codec: EnvelopeCodec[TriggerEventEnvelope] = TRIGGER_EVENT_CODEC,
     not_before_ms: int | None = None,
+    not_after_ms: int | None = None,
 ) -> tuple[StreamLocation, StreamProgress | None]:
     """Where the stream lives (partition, watermarks) and its latest envelope (``None``: none).
 
@@ -471,14 +495,18 @@ def lookup_stream(
     (producer-only keys are dropped; group and commit settings are replaced).  The whole
     lookup is bounded by ``timeout`` seconds.  ``not_before_ms`` (epoch milliseconds):
     read no offset below the first one whose record timestamp is at or after it (see the
-    module doc); the returned location's ``scan_start`` is that offset.
+    module doc); the returned location's ``scan_start`` is that offset.  ``not_after_ms``:
+    read no offset at or above the first one stamped at or after it (``scan_end``); the
+    envelope returned is then the stream's latest *before* that time.
     """
-    _check_args(topic, trigger_run_id, timeout, chunk_size, not_before_ms)
+    _check_args(topic, trigger_run_id, timeout, chunk_size)
+    _check_ms("not_before_ms", not_before_ms)
+    _check_ms("not_after_ms", not_after_ms)
     scanner = _PartitionScanner(config, topic, trigger_run_id, timeout=timeout, codec=codec)
     try:
         location = scanner.locate()
-        if not_before_ms is not None:
-            location = scanner.bound(location, not_before_ms)
+        if not_before_ms is not None or not_after_ms is not None:
+            location = scanner.bound(location, not_before_ms, not_after_ms)
         return location, scanner.latest(location, chunk_size)
     finally:
         scanner.close()
@@ -491,6 +519,7 @@ class StreamLookupOptions(TypedDict, total=False):
     chunk_size: int
     codec: EnvelopeCodec[TriggerEventEnvelope]
     not_before_ms: int | None
+    not_after_ms: int | None
 
 
 def find_stream_progress(

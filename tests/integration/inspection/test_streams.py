@@ -23,6 +23,7 @@ from airflow_kafka_events.inspection import (
 )
 from airflow_kafka_events.inspection import streams as streams_module
 from airflow_kafka_events.inspection.streams import WrittenSpan
+from airflow_kafka_events.kafka import progress as progress_module
 from airflow_kafka_events.streams import stream_id
 from integration.inspection.records import wait_past, write_stream
 
@@ -185,55 +186,99 @@ def _noise(producer, topic: str, streams: int, pages: int) -> None:
         future.result(60)
 
 
-def test_show_stream_in_the_time_it_was_written_reads_that_range_forward_only(
+def _spy_reads(monkeypatch) -> list[tuple[int, int]]:
+    """The offset ranges the per-key lookup reads (its scanner's reads, recorded)."""
+    reads: list[tuple[int, int]] = []
+    original = progress_module._PartitionScanner.read_range
+
+    def read_range(self, partition: int, start: int, end: int):  # type: ignore[no-untyped-def]
+        reads.append((start, end))
+        return original(self, partition, start, end)
+
+    monkeypatch.setattr(progress_module._PartitionScanner, "read_range", read_range)
+    return reads
+
+
+def test_show_stream_in_the_time_it_was_written_finds_the_latest_attempt_within_that_time(
     config, producer, new_topic, monkeypatch
 ):
     topic = new_topic(partitions=1)
     _noise(producer, topic, 10, 9)  # 100 records before the stream
     old = stream_id("inspect_dag", RUN, "old")
     since = wait_past(producer.send_and_wait(topic, b"not an envelope", key=b"junk").timestamp_ms)
-    written = write_stream(producer, topic, old, 3, end="failed")  # attempt 0 failed ...
-    written += write_stream(producer, topic, old, 5, attempt=1, generation=1)  # ... attempt 1 complete
-    until = wait_past(written[-1].timestamp_ms)
+    failed = write_stream(producer, topic, old, 3, end="failed")  # attempt 0 failed ...
+    _noise(producer, topic, 200, 9)  # ... 2,000 records of other streams while it is retried ...
+    done = write_stream(producer, topic, old, 30, attempt=1, generation=1)  # ... attempt 1 complete
+    until = wait_past(done[-1].timestamp_ms)
     _noise(producer, topic, 200, 9)  # 2,000 later records of other streams in the same partition
+    reads = _spy_reads(monkeypatch)
 
-    def no_lookup(*args: object, **kwargs: object) -> None:
-        raise AssertionError("the per-key backward lookup ran despite a time window")
-
-    monkeypatch.setattr(streams_module, "lookup_stream", no_lookup)
+    # the review's case: the window holds attempt 0, 2,000 other records and attempt 1; 1,000 records
     detail = show_stream(
-        config, topic, old, window=ScanWindow(max_records=50), written=WrittenSpan(since, until)
+        config, topic, old, window=ScanWindow(max_records=1000), written=WrittenSpan(since, until)
     )
-    assert detail.found_by == "span" and detail.span_end == written[-1].offset + 1
     s = detail.summary
-    assert (s.attempt, s.state, s.pages, s.generation, s.error) == (1, "complete", 5, 1, None)
-    assert [(p.attempt, p.sequence_index) for p in detail.pages] == [(1, i) for i in range(6)]
+    assert (s.attempt, s.state, s.pages, s.generation, s.error) == (1, "complete", 30, 1, None)
+    assert [(p.attempt, p.sequence_index) for p in detail.pages] == [(1, i) for i in range(31)]
+    assert detail.found_by == "span" and (detail.span_start, detail.span_end) == (
+        failed[0].offset,
+        done[-1].offset + 1,
+    )
     (part,) = detail.window.partitions
-    # only the records stamped in the span were read: the stream's 10, not the 2,100 around it
-    assert (part.start_offset, part.end_offset) == (written[0].offset, written[-1].offset + 1)
-    assert part.records_scanned == len(written) and not detail.window.truncated
-    assert part.high == written[-1].offset + 1 + 2000
-    assert detail.to_dict()["found_by"] == "span" and "forward from offset" in detail.describe()
+    # its attempt read forward from its first offset to its latest envelope, nothing else
+    assert (part.start_offset, part.end_offset, part.records_scanned) == (
+        done[0].offset,
+        done[-1].offset + 1,
+        31,
+    )
+    assert not detail.window.truncated and part.kept == "oldest"
+    assert part.high == done[-1].offset + 1 + 2000
+    # the lookup read backwards from the window's end only: one chunk, none of the 2,000 later records
+    assert reads and all(failed[0].offset <= a and b <= done[-1].offset + 1 for a, b in reads), reads
+    assert sum(b - a for a, b in reads) <= 500
+    assert detail.to_dict()["found_by"] == "span" and "read forward from offset" in detail.describe()
 
-    # still running (no end): read forward from the span's start, at most max_records, said truncated
+    # more records in the attempt than max records: the first ones listed, said truncated (newer ones
+    # not read), and the state and page count are its latest envelope's, not the last one read
+    cut = show_stream(
+        config, topic, old, window=ScanWindow(max_records=10), written=WrittenSpan(since, until)
+    )
+    assert [p.sequence_index for p in cut.pages] == list(range(10))
+    assert (cut.summary.state, cut.summary.pages, cut.summary.last_offset) == (
+        "complete",
+        30,
+        done[-1].offset,
+    )
+    (part,) = cut.window.partitions
+    assert part.truncated and (part.end_offset, part.unread_end) == (done[10].offset, done[-1].offset + 1)
+    assert f"TRUNCATED at 10 records: offsets {done[10].offset}..{done[-1].offset}" in cut.describe()
+    assert (
+        "newer records" in cut.window.describe() and cut.window.to_dict()["partitions"][0]["kept"] == "oldest"
+    )
+
+    # still running (no end): backwards from the partition's end, through the later records
     running = show_stream(config, topic, old, window=ScanWindow(max_records=50), written=WrittenSpan(since))
-    assert (running.summary.attempt, running.summary.state, running.summary.pages) == (1, "complete", 5)
-    assert running.window.records_scanned == 50 and running.window.truncated
-    assert running.span_end == part.high and "TRUNCATED at 50 records" in running.describe()
+    assert (running.summary.attempt, running.summary.state, running.summary.pages) == (1, "complete", 30)
+    assert running.span_end == part.high and not running.window.truncated
 
     # a span that misses the stream: a typed error naming the topic, partition, span and the fix
     later = WrittenSpan(until, until + timedelta(minutes=5))
     with pytest.raises(StreamNotFoundError, match=rf"{topic}' partition 0 written .*widen the time window"):
         show_stream(config, topic, old, window=ScanWindow(max_records=5000), written=later)
-    with pytest.raises(StreamNotFoundError, match=r"\.\. now \(no record, 0 read\)"):
+    with pytest.raises(StreamNotFoundError, match=r"\.\. now \(no record\)"):
         show_stream(config, topic, old, window=ScanWindow(), written=WrittenSpan(until + timedelta(days=1)))
-    # a span holding more records than the window reads before the stream: truncated, said so
-    wide = WrittenSpan(since - timedelta(minutes=5), until)
-    with pytest.raises(StreamNotFoundError, match=r"TRUNCATED.*raise max records"):
-        show_stream(config, topic, old, window=ScanWindow(max_records=50), written=wide)
-    assert (
-        show_stream(config, topic, old, window=ScanWindow(max_records=200), written=wide).summary.pages == 5
+    # the window's own since (--since, ?minutes=) still bounds how far back the lookup reads: the later wins
+    with pytest.raises(StreamNotFoundError, match=r"no record"):
+        show_stream(config, topic, old, window=ScanWindow(since=until), written=WrittenSpan(since, until))
+    mid = show_stream(
+        config,
+        topic,
+        old,
+        window=ScanWindow(since=wait_past(failed[-1].timestamp_ms)),
+        written=WrittenSpan(since, until),
     )
+    assert mid.summary.attempt == 1 and mid.span_start > failed[-1].offset
+    assert "nothing older than" in mid.describe()
 
     with pytest.raises(InvalidWindowError, match="timezone-aware"):
         WrittenSpan(datetime(2026, 12, 1))
