@@ -14,8 +14,7 @@ from typing import Any
 
 
 def _topics_ensure(args: argparse.Namespace) -> int:
-    from confluent_kafka.admin import AdminClient
-
+    from airflow_kafka_events.kafka.clients import new_admin
     from airflow_kafka_events.kafka.settings import KafkaSettings
     from airflow_kafka_events.kafka.topics import client_message_max_bytes
     from airflow_kafka_events.topic_plan import TopicSettings, WantedTopic, configured_topics
@@ -33,7 +32,7 @@ def _topics_ensure(args: argparse.Namespace) -> int:
         max_message_bytes=args.max_message_bytes,
     )
     wanted = [WantedTopic(name, ("--topic",)) for name in args.topics] or configured_topics()
-    admin = AdminClient(kafka.admin_config())
+    admin = new_admin(kafka.admin_config(), name="topics-ensure")
     producer_limit = client_message_max_bytes(kafka.producer_config())
     reports = ensure(
         admin,

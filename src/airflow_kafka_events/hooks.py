@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 from airflow.providers.apache.kafka.hooks.base import KafkaBaseHook
 from confluent_kafka.admin import AdminClient
 
+from airflow_kafka_events.kafka.clients import new_admin
 from airflow_kafka_events.kafka.consumer import Decoder, EnvelopeConsumer
 from airflow_kafka_events.kafka.producer import DEFAULT_ROLE, EnvelopeProducer, get_producer
 from airflow_kafka_events.kafka.settings import KafkaSettings
@@ -50,7 +51,7 @@ class KafkaEventsHook(KafkaBaseHook):
         return get_producer(self.get_settings().producer_config(), role=role, message_timeout=message_timeout)
 
     def get_admin_client(self) -> AdminClient:
-        return AdminClient(self.get_settings().admin_config())
+        return new_admin(self.get_settings().admin_config(), name=f"hook:{self.kafka_config_id}")
 
     def get_envelope_consumer(
         self, decoder: Decoder[E], *, group_id: str, topics: Sequence[str], **extra: Any

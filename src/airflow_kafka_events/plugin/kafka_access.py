@@ -16,11 +16,10 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient
 
 from airflow_kafka_events.errors import KafkaOperationError
 from airflow_kafka_events.inspection.reader import LATEST, TopicReader
-from airflow_kafka_events.kafka.clients import new_consumer
+from airflow_kafka_events.kafka.clients import new_admin, new_consumer
 from airflow_kafka_events.kafka.settings import KafkaSettings
 
 __all__ = ["client_config", "committed_offsets", "end_offsets", "group_members"]
@@ -97,8 +96,8 @@ def committed_offsets(config: Mapping[str, Any], group_id: str, topic: str) -> d
 def group_members(config: Mapping[str, Any], group_id: str) -> tuple[str, int]:
     """``(state, members)`` of consumer group ``group_id`` now: its state as the group coordinator
     names it (``STABLE``, ``EMPTY``, ``DEAD`` for a group never seen, ...) and its member count."""
-    admin = AdminClient(KafkaSettings(config).admin_config())
     try:
+        admin = new_admin(KafkaSettings(config).admin_config(), name="kafka-events-view")
         future = admin.describe_consumer_groups([group_id], request_timeout=OFFSETS_TIMEOUT)[group_id]
         description = future.result(timeout=OFFSETS_TIMEOUT + 1)
     except KafkaException as exc:
