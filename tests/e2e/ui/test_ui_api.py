@@ -200,16 +200,19 @@ def test_an_admin_replays_a_dead_letter_after_confirming(ui_stack: AirflowStack,
 
     partition, offset = ui_data.dead_letters[1]
     record = _get(ui_stack, f"/api/dead-letters/{partition}/{offset}", "admin").json()
-    assert _get(ui_stack, f"/dead-letters/{partition}/{offset}/replay", "admin").status_code == 200
+    confirming = _get(ui_stack, f"/dead-letters/{partition}/{offset}/replay", "admin")
+    assert confirming.status_code == 200
+    # the confirmation page binds the record it shows: its fingerprint, repeated by the POST
+    shown = re.search(r'name="fingerprint" value="([^"]+)"', confirming.text)
+    assert shown is not None and shown.group(1) == record["fingerprint"], confirming.text[:500]
     wrong = _post(
-        ui_stack, f"/api/dead-letters/{partition}/{offset}/replay", "admin", {"confirm": "other:0:0"}
+        ui_stack,
+        f"/api/dead-letters/{partition}/{offset}/replay",
+        "admin",
+        {"confirm": "other:0:0", "fingerprint": shown.group(1)},
     )
     assert wrong.status_code == 400, wrong.text
     confirm = f"{record['topic']}:{partition}:{offset}"
-    # the confirmation page binds the record it shows: its fingerprint, repeated by the POST
-    page = _get(ui_stack, f"/dead-letters/{partition}/{offset}/replay", "admin").text
-    shown = re.search(r'name="fingerprint" value="([^"]+)"', page)
-    assert shown is not None and shown.group(1) == record["fingerprint"], page[:500]
     replays = "SELECT owner FROM log WHERE event = 'kafka_events.replay'"
     before = len(ui_stack.query(replays))
     stale = {"confirm": confirm, "fingerprint": f"{record['fingerprint']}0"}  # another record there now
