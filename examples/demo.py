@@ -48,11 +48,11 @@ from airflow_kafka_events.kafka.settings import KafkaSettings
 from airflow_kafka_events.kafka.topics import TopicSpec, delete_topics, ensure_topics
 from airflow_kafka_events.local_broker import LocalKafkaBroker
 from airflow_kafka_events.streams import stream_id
-from airflow_kafka_events.triggers.asset_watcher import watcher_payload
 from airflow_kafka_events.triggers.streaming import DEFAULT_TOPIC
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import demo_ui  # examples/demo_ui.py: the Kafka Events view, --keep-running
+from demo_watcher import FAILING_DAG, INVESTIGATE_DAG, watcher_demo  # examples/demo_watcher.py
 
 if TYPE_CHECKING:
     from harness.airflow_stack import AirflowStack
@@ -67,9 +67,6 @@ DLQ_TOPIC = "airflow.kafka-events.dlq"
 INGEST_DAG = "ingest_batches"
 PROCESS_DAG = "process_batch_partitioned"
 ORDERS_BATCHES = "orders_batches"
-FAILING_DAG = "nightly_load"
-INVESTIGATE_DAG = "investigate_failure"
-INVESTIGATE_ASSET = "ops://investigate"
 ASSET_DAGS = (INGEST_DAG, PROCESS_DAG, FAILING_DAG, INVESTIGATE_DAG)
 
 REPO = Path(__file__).resolve().parents[1]
@@ -414,152 +411,6 @@ def partition_bridge_demo(stack: AirflowStack, bridge: BridgeProcess) -> bool:
         and all(r["state"] == "success" for r in runs)
         and not unexpected
         and sorted(e["partition_key"] for e in events) == sorted(keys)
-    )
-
-
-def _registered_watcher(stack: AirflowStack) -> dict[str, Any] | None:
-    """The AssetWatcher of the investigation asset, once the dag-processor registered it."""
-    from harness.airflow_stack import AirflowStackError
-
-    def watchers() -> list[dict[str, Any]]:
-        return stack.query(
-            "SELECT w.name, w.trigger_id FROM asset_watcher w JOIN asset a ON a.id = w.asset_id "
-            "WHERE a.name = ?",
-            (INVESTIGATE_ASSET,),
-        )
-
-    try:  # the dag-processor registers the watcher once investigate_failure is unpaused
-        (watcher,) = stack.wait_for(
-            watchers, 60, f"the AssetWatcher of {INVESTIGATE_ASSET}", ("dag-processor",)
-        )
-    except AirflowStackError:
-        say(
-            f"[assets] FAILED: Airflow registered no AssetWatcher for {INVESTIGATE_ASSET} within 60s, so "
-            "nothing consumes its events (no asset_watcher row: the trigger's kwargs must hash the same "
-            "before and after Airflow stores them)"
-        )
-        return None
-    return dict(watcher)
-
-
-def _investigation_events(stack: AirflowStack) -> list[dict[str, Any]]:
-    """The investigation asset's events, oldest first, with the watcher's payload of each."""
-    rows = stack.query(
-        "SELECT ae.id, ae.extra FROM asset_event ae JOIN asset a ON a.id = ae.asset_id "
-        "WHERE a.name = ? ORDER BY ae.id",
-        (INVESTIGATE_ASSET,),
-    )
-    return [{"id": row["id"], "payload": watcher_payload(json.loads(row["extra"]))} for row in rows]
-
-
-def _event_of_run(stack: AirflowStack, run_id: str) -> dict[str, Any] | None:
-    """The watcher's asset event of the failing DAG's run ``run_id``."""
-    for event in _investigation_events(stack):
-        payload = event["payload"]
-        if payload and payload["source"].get("run_id") == run_id:
-            return event
-    return None
-
-
-def _stored_position(stack: AirflowStack, kafka: dict[str, Any]) -> int | None:
-    """The watcher's stored position past the record ``kafka`` names, once it is stored."""
-    rows = stack.query(
-        "SELECT s.value FROM asset_state_store s JOIN asset a ON a.id = s.asset_id "
-        "WHERE a.name = ? AND s.key LIKE 'airflow_kafka_events.watcher[%'",
-        (INVESTIGATE_ASSET,),
-    )
-    for row in rows:
-        stored = json.loads(row["value"]) if isinstance(row["value"], str) else row["value"]
-        position = stored["positions"].get(kafka["topic"], {}).get(str(kafka["partition"]))
-        if position is not None and position > kafka["offset"]:
-            return int(position)
-    return None
-
-
-def _is_callback_event(payload: dict[str, Any] | None) -> bool:
-    if not payload:
-        return False
-    return payload["source"].get("dag_id") == FAILING_DAG and payload["source"].get("kind") == "dag_callback"
-
-
-def _investigation(stack: AirflowStack) -> dict[str, Any] | None:
-    """The finished investigation run that a failure-callback event of the failing DAG triggered.
-
-    Events of the manual run and of the @daily run that unpausing started can coalesce into one
-    investigation run (Airflow does not promise one run per event): take the run that any
-    failure-callback event of the failing DAG triggered.
-    """
-    ids = [event["id"] for event in _investigation_events(stack) if _is_callback_event(event["payload"])]
-    marks = ",".join("?" * len(ids)) or "NULL"
-    rows = stack.query(
-        "SELECT DISTINCT dr.run_id, dr.state FROM dag_run dr "
-        "JOIN dagrun_asset_event dae ON dae.dag_run_id = dr.id "
-        f"WHERE dr.dag_id = ? AND dae.event_id IN ({marks}) ORDER BY dr.id",
-        (INVESTIGATE_DAG, *ids),
-    )
-    done = [r for r in rows if r["state"] in ("success", "failed")]
-    return done[0] if done else None
-
-
-def _fail_the_dag(stack: AirflowStack) -> tuple[str, str]:
-    """Trigger the failing DAG; its run id and final state."""
-    t0 = time.monotonic()
-    run_id = stack.trigger_dag(FAILING_DAG)
-    state = stack.wait_for_dag_run(FAILING_DAG, run_id, timeout=180)
-    tries = len(stack.task_instance_tries(FAILING_DAG, run_id, "load"))
-    say(f"[assets] {FAILING_DAG} run {run_id}: {state} after {tries} tries in {time.monotonic() - t0:.1f}s")
-    others = stack.query("SELECT run_id FROM dag_run WHERE dag_id = ? AND run_id != ?", (FAILING_DAG, run_id))
-    if others:
-        say(
-            f"[assets] (unpausing the @daily {FAILING_DAG} also started "
-            f"{', '.join(r['run_id'] for r in others)}; it fails the same way and gets its own event)"
-        )
-    return run_id, state
-
-
-def watcher_demo(stack: AirflowStack) -> bool:
-    """Use case 2: a DAG failure callback emits; the asset watcher schedules the investigation."""
-    watcher = _registered_watcher(stack)
-    if watcher is None:
-        return False
-    say(f"[assets] {watcher['name']} registered as trigger {watcher['trigger_id']} (runs in the triggerer)")
-    t0 = time.monotonic()
-    run_id, state = _fail_the_dag(stack)
-    event = stack.wait_for(
-        lambda: _event_of_run(stack, run_id), 180, "the watcher's asset event", ("triggerer", "dag-processor")
-    )
-    payload = event["payload"]
-    source = payload["source"]
-    say(
-        f"[assets] watcher asset event {time.monotonic() - t0:.1f}s after the trigger: event_id "
-        f"{payload['event_id']}, source {source['kind']} of {source['dag_id']} run {source['run_id']}, "
-        f"reason {payload['extra'].get('reason')!r}, from {payload['kafka']['topic']}"
-        f"[{payload['kafka']['partition']}]@{payload['kafka']['offset']}"
-    )
-    kafka = payload["kafka"]
-    position = stack.wait_for(
-        lambda: _stored_position(stack, kafka), 30, "the watcher's stored position", ("triggerer",)
-    )
-    say(
-        f"[assets] the watcher stored its position {kafka['topic']}[{kafka['partition']}]@{position} in the "
-        "asset's state store (no consumer group: correct on any number of triggerers)"
-    )
-    inv = stack.wait_for(
-        lambda: _investigation(stack), 180, f"the {INVESTIGATE_DAG} run", ("scheduler", "triggerer")
-    )
-    handled = stack.xcom(INVESTIGATE_DAG, inv["run_id"], "investigate") if inv["state"] == "success" else []
-    mine = [p for p in handled if p["extra"].get("failed_dag_id") == FAILING_DAG][:1]
-    say(
-        f"[assets] {INVESTIGATE_DAG} run {inv['run_id']}: {inv['state']} "
-        f"{time.monotonic() - t0:.1f}s after the trigger; it investigated "
-        f"{', '.join(p['extra']['failed_dag_id'] + ' run ' + p['extra']['failed_run_id'] for p in handled)}"
-    )
-    return (
-        state == "failed"
-        and source["kind"] == "dag_callback"
-        and source["dag_id"] == FAILING_DAG
-        and inv["state"] == "success"
-        and len(mine) == 1
     )
 
 
