@@ -2,9 +2,9 @@
 
 Every query is bounded (a ``LIMIT``, or keys the page already holds):
 
-* :func:`task_instance_run` -- when a stream's task instance ran: its first try's start to its
-  last try's end (earlier tries are in the task instance history table), the time its stream can
-  have been written in;
+* :func:`task_instance_run` -- when a stream's task instance last ran: its latest try's start to
+  its end (a try that has not started yet: the newest history row's, the try before it), the time
+  the stream's latest attempt can have been written in;
 * :func:`consumer_checkpoints` -- stream consumers' read checkpoints, stored in the *task state
   store* of each consumer task instance under ``stream:<trigger_run_id>``
   (:func:`~airflow_kafka_events.stream_consumption.checkpoint_key`);
@@ -66,18 +66,38 @@ _UNFINISHED = frozenset({"scheduled", "queued", "running", "deferred", "restarti
 
 @dataclass(frozen=True)
 class TaskInstanceRun:
-    """When a task instance ran, over all its tries: ``started`` .. ``ended`` (``None``: not yet)."""
+    """When a task instance's latest try ran: ``started`` .. ``ended`` (``None``: not yet / never).
 
-    started: datetime | None  # the first try's start (else its queued date; ``None``: never queued)
+    Only the latest try counts (a stream view shows the latest attempt): a task instance cleared
+    and run again days later has the window of that run, not one from its first try on.  When the
+    current try has not started yet (queued after a clear or a retry), the try before it (the newest
+    row of the task instance history) is the latest that ran: ``from_history``.  ``started is None``:
+    no try of it ever started (skipped, upstream_failed, still scheduled ...), it wrote nothing.
+    """
+
+    started: datetime | None
     ended: datetime | None
     tries: int  # the tries Airflow holds (history rows and the current one)
-    state: str | None
+    state: str | None  # the task instance's current state
+    from_history: bool = False
+
+    def never_ran(self) -> str | None:
+        """Why no stream can have been written (``None``: a try started)."""
+        if self.started is not None:
+            return None
+        if self.state is None or self.state in _UNFINISHED:
+            return f"has not started yet (state {self.state or 'none'}): it has written no stream yet"
+        return f"never started (state {self.state}): it wrote no stream"
+
+
+def _state(value: Any) -> str | None:
+    return None if value is None else str(getattr(value, "value", value))
 
 
 def task_instance_run(
     session: Session, dag_id: str, run_id: str, task_id: str, map_index: int
 ) -> TaskInstanceRun | None:
-    """The run of one task instance (two indexed queries), or ``None`` when Airflow has no such one."""
+    """The latest run of one task instance (indexed queries), or ``None`` when Airflow has no such one."""
     from airflow.models.taskinstance import TaskInstance as TI
     from airflow.models.taskinstancehistory import TaskInstanceHistory as History
 
@@ -89,20 +109,25 @@ def task_instance_run(
             model.map_index == map_index,
         ]
 
-    current = session.execute(
-        select(TI.state, TI.start_date, TI.queued_dttm, TI.end_date).where(*key(TI))
-    ).one_or_none()
+    current = session.execute(select(TI.state, TI.start_date, TI.end_date).where(*key(TI))).one_or_none()
     if current is None:
         return None
-    started, queued, count = session.execute(
-        select(func.min(History.start_date), func.min(History.queued_dttm), func.count()).where(*key(History))
-    ).one()
-    starts = [d for d in (started, current.start_date) if d is not None]
-    queues = [d for d in (queued, current.queued_dttm) if d is not None]
-    first = min(starts) if starts else min(queues) if queues else None
-    state = None if current.state is None else str(getattr(current.state, "value", current.state))
-    ended = None if state in _UNFINISHED else current.end_date
-    return TaskInstanceRun(started=first, ended=ended, tries=int(count) + 1, state=state)
+    count = int(session.scalar(select(func.count()).select_from(History).where(*key(History))) or 0)
+    state = _state(current.state)
+    if current.start_date is not None:
+        ended = None if state in _UNFINISHED else current.end_date
+        return TaskInstanceRun(started=current.start_date, ended=ended, tries=count + 1, state=state)
+    newest = session.execute(
+        select(History.start_date, History.end_date)
+        .where(*key(History), History.start_date.is_not(None))
+        .order_by(History.try_number.desc())
+        .limit(1)
+    ).one_or_none()
+    if newest is None:
+        return TaskInstanceRun(started=None, ended=None, tries=count + 1, state=state)
+    return TaskInstanceRun(
+        started=newest.start_date, ended=newest.end_date, tries=count + 1, state=state, from_history=True
+    )
 
 
 # ====================================================================== consumer checkpoints

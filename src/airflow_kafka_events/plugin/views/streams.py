@@ -6,16 +6,20 @@ tabs open it filtered), each with its consumers' checkpoints from the task state
 lag in pages.  ``GET /streams/{trigger_run_id}`` is one stream: its latest attempt's envelopes and
 its consumers; the listing links it with ``?partition=&offset=`` (the stream's partition and latest
 offset it saw), so only a bounded range around that is read, however old the stream.  Without them
-(a typed URL, the task-instance tab) the stream is read forward in the time its task instance ran
-as Airflow's metadata DB has it (first try's start .. last try's end, widened by
-:data:`SPAN_BEFORE` / :data:`SPAN_AFTER`); only for a task instance Airflow no longer knows (its
-DAG run deleted) the per-key lookup reads the partition backwards from its end, and the page says
-so.  ``/api/...`` answers the same as JSON.
+(a typed URL, the task-instance tab) the per-key lookup is bounded by the time its task instance's
+latest try ran as Airflow's metadata DB has it (that try's start .. its end, widened by
+:data:`SPAN_BEFORE` / :data:`SPAN_AFTER`): it reads backwards from the end of that time to the
+stream's latest envelope, and that attempt forward from its first offset.  ``?minutes=`` bounds how
+far back the lookup reads, inside that time: the later start wins (the page states both).  A task
+instance that never started (skipped, upstream_failed, not yet run) has written no stream: the
+page says so.  Only for a task instance Airflow no longer knows (its DAG run deleted) the per-key
+lookup reads the partition backwards from its end, and the page says so.  ``/api/...`` answers the
+same as JSON.
 """
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import timedelta
 from typing import Annotated, Any
 
 from airflow.api_fastapi.common.db.common import SessionDep
@@ -24,6 +28,7 @@ from fastapi.responses import Response
 from sqlalchemy import select
 
 from airflow_kafka_events.errors import AirflowKafkaEventsError, ValidationError
+from airflow_kafka_events.inspection.errors import StreamNotFoundError
 from airflow_kafka_events.inspection.streams import StreamSummary, WrittenSpan, list_streams, show_stream
 from airflow_kafka_events.inspection.window import ScanWindow
 from airflow_kafka_events.plugin.airflow_state import (
@@ -38,15 +43,15 @@ __all__ = ["router"]
 
 router = APIRouter()
 
-#: How much earlier than its task instance's first start a stream's envelopes are looked for.
+#: How much earlier than its task instance's latest start a stream's envelopes are looked for.
 #: Record timestamps are the producer's CreateTime (the worker's or triggerer's clock), the task
 #: instance's dates the scheduler's / API server's: this covers their clocks being apart (NTP keeps
 #: them within milliseconds; a minute tolerates a host that lost sync).  Each second of it is read
-#: before the stream (what the partition got meanwhile counts against max records).
+#: before the stream (only when the stream is not found there: the lookup stops at its latest envelope).
 SPAN_BEFORE = timedelta(minutes=1)
 #: How much later than its task instance's end: the same skew, and a trigger still writing its
-#: end marker while it is cancelled after the task instance failed.  It costs nothing: the range
-#: is read forward and ends at max records.
+#: end marker while it is cancelled after the task instance failed.  The lookup reads backwards from
+#: its end: what the partition got in those minutes after the stream is read first.
 SPAN_AFTER = timedelta(minutes=5)
 
 
@@ -178,27 +183,36 @@ def _stream_window(page: Page, session: Any, trigger_run_id: str) -> ScanWindow:
     return ScanWindow(since=since, max_records=window.max_records)
 
 
-def _written_span(session: Any, trigger_run_id: str) -> tuple[WrittenSpan | None, dict[str, Any] | None]:
-    """When the stream was written, from its task instance in Airflow (``None``: Airflow has none)."""
+def _written_span(
+    session: Any, trigger_run_id: str
+) -> tuple[WrittenSpan | None, dict[str, Any] | None, str | None]:
+    """When the stream was written, from its task instance's latest try in Airflow.
+
+    ``(span, task instance facts, why none)``: span ``None`` when Airflow has no such task instance
+    (facts ``None``) or it never started (the reason, naming the task instance and its state).
+    """
     try:
         key = parse_stream_id(trigger_run_id)
     except ValidationError:
-        return None, None
+        return None, None, None
     run = task_instance_run(session, key.dag_id, key.run_id, key.task_id, key.map_index)
     if run is None:
-        return None, None
-    started = run.started if run.started is not None else datetime.now(timezone.utc)
-    until = None if run.ended is None else max(run.ended, started) + SPAN_AFTER
-    span = WrittenSpan(started - SPAN_BEFORE, until)
+        return None, None, None
     info = {
         "state": run.state,
         "tries": run.tries,
         "started": None if run.started is None else run.started.isoformat(),
         "ended": None if run.ended is None else run.ended.isoformat(),
+        "from_history": run.from_history,
         "slack_before_s": SPAN_BEFORE.total_seconds(),
         "slack_after_s": SPAN_AFTER.total_seconds(),
     }
-    return span, info
+    why = run.never_ran()
+    if why is not None or run.started is None:
+        name = f"{key.dag_id} / {key.run_id} / {key.task_id} (map index {key.map_index})"
+        return None, info, f"task instance {name} {why}; its stream {trigger_run_id!r} has no envelope"
+    until = None if run.ended is None else max(run.ended, run.started) + SPAN_AFTER
+    return WrittenSpan(run.started - SPAN_BEFORE, until), info, None
 
 
 @router.get("/streams/{trigger_run_id:path}")
@@ -214,7 +228,10 @@ def stream_page(
 ) -> Response:
     try:
         window = _stream_window(page, session, trigger_run_id)
-        written, task_instance = _written_span(session, trigger_run_id)
+        written, task_instance, never_ran = _written_span(session, trigger_run_id)
+        hinted = partition is not None and offset is not None
+        if never_ran is not None and not hinted:
+            raise StreamNotFoundError(never_ran)
         detail = show_stream(
             page.config(),
             page.settings.trigger_events_topic,
