@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import getpass
 import sys
+from collections.abc import Callable
 from typing import Any, TextIO
 
 from airflow_kafka_events.cli_inspection import (
@@ -132,6 +133,13 @@ def _coordinates(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("offset", type=int, metavar="OFFSET", help="offset of the dead letter (dlq ls)")
 
 
+def _dead_letter_lister() -> Callable[..., Any]:
+    """``list_dead_letters``, imported when ``ls`` runs."""
+    from airflow_kafka_events.inspection import list_dead_letters
+
+    return list_dead_letters
+
+
 def add_dlq_group(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     group = subparsers.add_parser(
         "dlq",
@@ -142,7 +150,7 @@ def add_dlq_group(subparsers: argparse._SubParsersAction[argparse.ArgumentParser
     add_ls_command(
         commands,
         ROLE,
-        "list_dead_letters",
+        _dead_letter_lister,
         what="dead letters",
         lines=lambda listing: map(_line, listing.records),
         count=lambda listing: f"{len(listing.records)} dead letter(s)",

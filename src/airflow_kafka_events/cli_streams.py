@@ -9,6 +9,7 @@ stream was written is known) and ``tail``.  Imports no Airflow module.
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from typing import Any
 
 from airflow_kafka_events.cli_inspection import (
