@@ -28,7 +28,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import sqlite3
 import subprocess
 import sys
@@ -39,13 +38,22 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TypeVar
-from urllib.parse import quote
 
 import httpx
 
+from harness.airflow_logs import COMPONENTS, ComponentLogs
+from harness.airflow_runs import AirflowStackError, RunsAndMetadata
+from harness.processes import (
+    _airflow_executable,
+    _alive,
+    _descendants,
+    _parse_ts,
+    _signal_pid,
+    free_port,
+)
+
 T = TypeVar("T")
 
-COMPONENTS: tuple[str, ...] = ("api-server", "scheduler", "triggerer", "dag-processor")
 
 #: Keys of ``GET /api/v2/monitor/health`` for the components that heartbeat.
 _HEALTH_KEYS = {
@@ -56,95 +64,6 @@ _HEALTH_KEYS = {
 
 #: Users of the simple auth manager: username -> role (viewer, user, op, admin).
 DEFAULT_USERS: Mapping[str, str] = {"admin": "admin", "bridge": "op"}
-
-TERMINAL_DAG_RUN_STATES = ("success", "failed")
-
-
-class AirflowStackError(RuntimeError):
-    """A component failed to start, died, or a wait ran past its deadline."""
-
-
-def free_port() -> int:
-    """Return a TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _tail(path: Path, lines: int) -> str:
-    try:
-        with path.open("rb") as fh:
-            fh.seek(0, os.SEEK_END)
-            size = fh.tell()
-            fh.seek(max(0, size - 256 * 1024))
-            data = fh.read().decode("utf-8", errors="replace")
-    except FileNotFoundError:
-        return "<no log file>"
-    return "\n".join(data.splitlines()[-lines:])
-
-
-def _proc_start_time(pid: int) -> int | None:
-    """Start time of ``pid`` in clock ticks since boot (Linux), used to detect pid reuse."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    # The command name (field 2) may contain spaces and parentheses: split after the last ')'.
-    fields = stat[stat.rfind(")") + 2 :].split()
-    return int(fields[19])  # field 22 of proc(5)
-
-
-def _descendants(root: int) -> list[tuple[int, int | None]]:
-    """(pid, start time) of every live descendant of ``root`` (Linux /proc scan)."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        ppid = int(stat[stat.rfind(")") + 2 :].split()[1])
-        children.setdefault(ppid, []).append(int(entry.name))
-    found: list[tuple[int, int | None]] = []
-    todo = [root]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.append((child, _proc_start_time(child)))
-            todo.append(child)
-    return found
-
-
-def _signal_pid(pid: int, start_time: int | None, sig: int) -> None:
-    """Send ``sig`` to ``pid`` unless the pid now belongs to another process."""
-    if start_time is not None and _proc_start_time(pid) != start_time:
-        return
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.kill(pid, sig)
-
-
-def _alive(pid: int, start_time: int | None) -> bool:
-    current = _proc_start_time(pid)
-    if current is None or (start_time is not None and current != start_time):
-        return False
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return state[state.rfind(")") + 2 :].split()[0] != "Z"
-
-
-def _airflow_executable() -> list[str]:
-    script = Path(sys.executable).with_name("airflow")
-    if script.exists():
-        return [str(script)]
-    return [sys.executable, "-m", "airflow"]
-
-
-def _parse_ts(value: str | None) -> datetime | None:
-    if not value:
-        return None
-    return datetime.fromisoformat(value.replace("Z", "+00:00"))
 
 
 @dataclass
@@ -166,7 +85,7 @@ class _Component:
         return self.proc is not None and self.proc.poll() is None
 
 
-class AirflowStack:
+class AirflowStack(ComponentLogs, RunsAndMetadata):
     """A real Airflow deployment in ``home`` whose DAGs folder is ``dags_folder``.
 
     ``extra_env`` is added to (and overrides) the environment of every ``airflow`` subprocess, e.g.
@@ -523,79 +442,6 @@ class AirflowStack:
         comp = self.components[name]
         return comp.proc.pid if comp.running else None  # type: ignore[union-attr]
 
-    # ------------------------------------------------------------------ logs / diagnostics
-
-    def logs(self, component: str, *, current_only: bool = False) -> str:
-        """Text of ``component``'s log file (all incarnations, or only the current one)."""
-        comp = self.components[component]
-        try:
-            data = comp.log_path.read_bytes()
-        except FileNotFoundError:
-            return ""
-        if current_only:
-            data = data[comp.start_offset :]
-        return data.decode("utf-8", errors="replace")
-
-    def log_tail(self, component: str, lines: int = 40) -> str:
-        return _tail(self.components[component].log_path, lines)
-
-    def diagnostics(self, components: Sequence[str] = COMPONENTS, lines: int = 40) -> str:
-        """Process state and log tails of ``components``, for failure messages."""
-        parts = []
-        for name in components:
-            comp = self.components[name]
-            if comp.proc is None:
-                state = "never started"
-            elif comp.proc.poll() is None:
-                state = f"running, pid {comp.proc.pid}"
-            elif comp.stopped:
-                state = f"stopped by the harness, exit code {comp.proc.returncode}"
-            else:
-                state = f"EXITED with code {comp.proc.returncode}"
-            parts.append(f"--- {name} ({state}), last {lines} lines of {comp.log_path} ---\n")
-            parts.append(self.log_tail(name, lines) + "\n")
-        return "".join(parts)
-
-    def _task_log_path(self, dag_id: str, run_id: str, task_id: str, try_number: int, map_index: int) -> Path:
-        path = self.log_dir / f"dag_id={dag_id}" / f"run_id={run_id}" / f"task_id={task_id}"
-        if map_index >= 0:
-            path = path / f"map_index={map_index}"
-        return path / f"attempt={try_number}.log"
-
-    def task_log(
-        self, dag_id: str, run_id: str, task_id: str, try_number: int = 1, map_index: int = -1
-    ) -> str:
-        """The task's log file written by the worker (``[logging] log_filename_template`` layout)."""
-        try:
-            return self._task_log_path(dag_id, run_id, task_id, try_number, map_index).read_text(
-                errors="replace"
-            )
-        except FileNotFoundError:
-            return ""
-
-    def trigger_log_files(
-        self, dag_id: str, run_id: str, task_id: str, try_number: int = 1, map_index: int = -1
-    ) -> list[Path]:
-        """Trigger log files of the try, oldest triggerer job first (see :meth:`trigger_log`)."""
-        task_log = self._task_log_path(dag_id, run_id, task_id, try_number, map_index)
-
-        def job_id(path: Path) -> int:
-            part = path.name.rsplit(".", 2)[-2]
-            return int(part) if part.isdigit() else 0
-
-        return sorted(task_log.parent.glob(f"{task_log.name}.trigger.*.log"), key=job_id)
-
-    def trigger_log(
-        self, dag_id: str, run_id: str, task_id: str, try_number: int = 1, map_index: int = -1
-    ) -> str:
-        """What the triggerer(s) logged for the task's triggers of that try (JSON lines).
-
-        The triggerer writes them next to the task log as ``attempt=N.log.trigger.<triggerer job id>.log``,
-        one file per triggerer job that ran the trigger (a restarted triggerer adds a file).
-        """
-        files = self.trigger_log_files(dag_id, run_id, task_id, try_number, map_index)
-        return "".join(p.read_text(errors="replace") for p in files)
-
     def _fail(
         self, message: str, components: Sequence[str] = COMPONENTS, lines: int = 40
     ) -> AirflowStackError:
@@ -739,213 +585,6 @@ class AirflowStack:
     ) -> Any:
         """:meth:`api` that requires ``expect`` and returns the decoded JSON body."""
         return self.api(method, path, expect=expect, **kwargs).json()
-
-    # ------------------------------------------------------------------ DAGs and runs
-
-    def import_errors(self) -> list[dict[str, Any]]:
-        return self.api_json("GET", "importErrors", params={"limit": 100})["import_errors"]
-
-    def wait_dag_parsed(self, dag_id: str, timeout: float = 120.0) -> dict[str, Any]:
-        """Wait until ``GET /api/v2/dags/{dag_id}`` answers 200; return the DAG."""
-        deadline = time.monotonic() + timeout
-        while True:
-            self._check_alive(("api-server", "dag-processor"))
-            response = self.api("GET", f"dags/{_q(dag_id)}")
-            if response.status_code == 200:
-                return response.json()
-            if time.monotonic() > deadline:
-                try:
-                    errors = json.dumps(self.import_errors(), indent=1)[:4000]
-                except AirflowStackError as exc:
-                    errors = str(exc)
-                raise self._fail(
-                    f"DAG {dag_id!r} was not parsed within {timeout:.0f}s (last answer "
-                    f"{response.status_code}); DAGs folder {self.dags_folder} holds "
-                    f"{sorted(p.name for p in self.dags_folder.iterdir())}; import errors: {errors}",
-                    components=("dag-processor", "api-server"),
-                )
-            time.sleep(0.5)
-
-    def unpause(self, dag_id: str) -> None:
-        self.api_json(
-            "PATCH",
-            f"dags/{_q(dag_id)}",
-            params={"update_mask": "is_paused"},
-            json={"is_paused": False},
-            expect=200,
-        )
-
-    def trigger_dag(
-        self,
-        dag_id: str,
-        conf: Mapping[str, Any] | None = None,
-        run_id: str | None = None,
-        *,
-        user: str = "admin",
-        parse_timeout: float = 120.0,
-    ) -> str:
-        """Wait for ``dag_id`` to be parsed, unpause it, create a manual run; return its run_id."""
-        self.wait_dag_parsed(dag_id, timeout=parse_timeout)
-        self.unpause(dag_id)
-        body: dict[str, Any] = {"logical_date": None, "conf": dict(conf or {})}
-        if run_id is not None:
-            body["dag_run_id"] = run_id
-        run = self.api_json("POST", f"dags/{_q(dag_id)}/dagRuns", json=body, user=user, expect=200)
-        return run["dag_run_id"]
-
-    def dag_run(self, dag_id: str, run_id: str) -> dict[str, Any]:
-        return self.api_json("GET", f"dags/{_q(dag_id)}/dagRuns/{_q(run_id)}", expect=200)
-
-    def task_instances(self, dag_id: str, run_id: str) -> list[dict[str, Any]]:
-        return self.api_json(
-            "GET",
-            f"dags/{_q(dag_id)}/dagRuns/{_q(run_id)}/taskInstances",
-            params={"limit": 100},
-            expect=200,
-        )["task_instances"]
-
-    def _run_summary(self, dag_id: str, run_id: str) -> str:
-        try:
-            tis = self.task_instances(dag_id, run_id)
-        except (AirflowStackError, httpx.HTTPError) as exc:
-            return f"<task instances unavailable: {exc}>"
-        return ", ".join(f"{ti['task_id']}[{ti['map_index']}]={ti['state']}" for ti in tis) or "<none>"
-
-    def wait_for_dag_run(
-        self,
-        dag_id: str,
-        run_id: str,
-        states: Iterable[str] = TERMINAL_DAG_RUN_STATES,
-        timeout: float = 180.0,
-    ) -> str:
-        """Wait until the run's state is one of ``states``; return that state."""
-        wanted = set(states)
-        deadline = time.monotonic() + timeout
-        while True:
-            self._check_alive()
-            state = self.dag_run(dag_id, run_id)["state"]
-            if state in wanted:
-                return state
-            if time.monotonic() > deadline:
-                raise self._fail(
-                    f"DAG run {dag_id}/{run_id} is {state!r}, not in {sorted(wanted)} after {timeout:.0f}s; "
-                    f"task instances: {self._run_summary(dag_id, run_id)}",
-                    components=("scheduler", "triggerer", "dag-processor"),
-                )
-            time.sleep(0.5)
-
-    def _ti_path(self, dag_id: str, run_id: str, task_id: str, map_index: int) -> str:
-        path = f"dags/{_q(dag_id)}/dagRuns/{_q(run_id)}/taskInstances/{_q(task_id)}"
-        return f"{path}/{map_index}" if map_index >= 0 else path
-
-    def task_instance(
-        self, dag_id: str, run_id: str, task_id: str, map_index: int = -1
-    ) -> dict[str, Any] | None:
-        """The task instance, or None while it does not exist yet."""
-        response = self.api("GET", self._ti_path(dag_id, run_id, task_id, map_index))
-        if response.status_code == 404:
-            return None
-        if response.status_code != 200:
-            raise self._fail(
-                f"GET task instance answered {response.status_code}: {response.text}", ("api-server",)
-            )
-        return response.json()
-
-    def wait_for_task_state(
-        self,
-        dag_id: str,
-        run_id: str,
-        task_id: str,
-        states: Iterable[str],
-        map_index: int = -1,
-        timeout: float = 120.0,
-    ) -> str:
-        """Wait until the task instance's state is one of ``states``; return that state."""
-        wanted = set(states)
-        deadline = time.monotonic() + timeout
-        while True:
-            self._check_alive()
-            ti = self.task_instance(dag_id, run_id, task_id, map_index)
-            state = ti["state"] if ti else None
-            if state in wanted:
-                return state
-            if time.monotonic() > deadline:
-                raise self._fail(
-                    f"Task {dag_id}/{run_id}/{task_id}[{map_index}] is {state!r}, not in {sorted(wanted)} "
-                    f"after {timeout:.0f}s; task instances: {self._run_summary(dag_id, run_id)}",
-                    components=("scheduler", "triggerer"),
-                )
-            time.sleep(0.5)
-
-    def task_instance_tries(
-        self, dag_id: str, run_id: str, task_id: str, map_index: int = -1
-    ) -> list[dict[str, Any]]:
-        """Every try of the task instance (``.../taskInstances/{task_id}[/{map_index}]/tries``)."""
-        path = f"{self._ti_path(dag_id, run_id, task_id, map_index)}/tries"
-        return self.api_json("GET", path, expect=200)["task_instances"]
-
-    def xcom(
-        self, dag_id: str, run_id: str, task_id: str, key: str = "return_value", map_index: int = -1
-    ) -> Any:
-        """Deserialized XCom value of a task instance."""
-        path = f"dags/{_q(dag_id)}/dagRuns/{_q(run_id)}/taskInstances/{_q(task_id)}/xcomEntries/{_q(key)}"
-        params = {"map_index": map_index, "deserialize": True, "stringify": False}
-        return self.api_json("GET", path, params=params, expect=200)["value"]
-
-    # ------------------------------------------------------------------ metadata DB (read-only)
-
-    def query(self, sql: str, params: Sequence[Any] | Mapping[str, Any] = ()) -> list[dict[str, Any]]:
-        """Run a read-only SQL query on the metadata DB; rows as dicts (``?`` placeholders)."""
-        if self.database == "postgres":
-            import psycopg
-            from psycopg.rows import dict_row
-
-            with psycopg.connect(self.database_url.replace("+psycopg", ""), row_factory=dict_row) as conn:
-                return list(conn.execute(sql.replace("?", "%s"), params).fetchall())  # type: ignore[arg-type]
-        with contextlib.closing(
-            sqlite3.connect(f"file:{self.db_path}?mode=ro", uri=True, timeout=30)
-        ) as conn:
-            conn.row_factory = sqlite3.Row
-            return [dict(row) for row in conn.execute(sql, params)]
-
-    def state_change_log(
-        self,
-        dag_id: str,
-        run_id: str | None = None,
-        task_id: str | None = None,
-        map_index: int | None = None,
-        events: Iterable[str] | None = None,
-    ) -> list[dict[str, Any]]:
-        """Rows of the metadata ``log`` table for ``dag_id`` (oldest first).
-
-        Each row has ``id, dttm, dag_id, task_id, map_index, run_id, try_number, event, owner, extra``.
-        The execution API writes one row per task-instance state change it handles, with ``event`` the
-        new state: ``running`` (a worker started or resumed the task), ``deferred`` (the task handed
-        over to a trigger), ``success``/``failed``/``up_for_retry``/``up_for_reschedule``, ...; a task
-        that deferred once and resumed shows ``running, deferred, running, success``. Other rows come
-        from the REST API (``trigger_dag_run``, ``patch_dag``, ...), the CLI (``cli_scheduler``, ...)
-        and the scheduler (``state mismatch``, executor events); ``events`` filters by name.
-        """
-        clauses = ["dag_id = ?"]
-        params: list[Any] = [dag_id]
-        for column, value in (("run_id", run_id), ("task_id", task_id), ("map_index", map_index)):
-            if value is not None:
-                clauses.append(f"{column} = ?")
-                params.append(value)
-        if events is not None:
-            wanted = list(events)
-            clauses.append(f"event IN ({', '.join('?' for _ in wanted)})")
-            params.extend(wanted)
-        sql = (
-            "SELECT id, dttm, dag_id, task_id, map_index, run_id, try_number, event, owner, extra "
-            f"FROM log WHERE {' AND '.join(clauses)} ORDER BY id"
-        )
-        return self.query(sql, params)
-
-
-def _q(value: str) -> str:
-    """Quote one path segment of a REST URL."""
-    return quote(value, safe="")
 
 
 def _last_lines(text: str | None, lines: int) -> str:
