@@ -58,7 +58,6 @@ import json
 import os
 import re
 import shutil
-import statistics
 import subprocess
 import sys
 import tarfile
@@ -81,6 +80,8 @@ from airflow_kafka_events.kafka import KafkaSettings, TopicSpec, ensure_topics
 from airflow_kafka_events.kafka.producer import EnvelopeProducer, close_all_producers
 from airflow_kafka_events.local_broker import LocalKafkaBroker
 from benchmarks.asset_event_e2e_latency import loadavg, parse_db_time, percentile, say
+from benchmarks.cpu_accounting import _tree_cpu, machine_busy, triggerer_threads, wait_for_quiet
+from benchmarks.watcher_report import print_report, summarize
 
 REPO = Path(__file__).resolve().parents[1]
 DAGS_FOLDER = Path(__file__).resolve().parent / "dags"
@@ -97,85 +98,6 @@ def kafka_assets(count: int) -> list[tuple[str, str]]:
 
 
 # ====================================================================== CPU accounting
-_TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def _tree_cpu(root: int | None) -> float:
-    """CPU seconds (user + system) of ``root`` and its descendants, live or reaped (Linux /proc)."""
-    if root is None:
-        return 0.0
-    children: dict[int, list[int]] = {}
-    stats: dict[int, list[str]] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            raw = (entry / "stat").read_text()
-        except OSError:
-            continue
-        fields = raw[raw.rfind(")") + 2 :].split()
-        stats[int(entry.name)] = fields
-        children.setdefault(int(fields[1]), []).append(int(entry.name))
-    total, todo = 0.0, [root]
-    while todo:
-        pid = todo.pop()
-        fields = stats.get(pid)
-        if fields is not None:
-            # utime, stime, and cutime, cstime: children that exited (e.g. DAG parsing processes)
-            total += sum(int(x) for x in fields[11:15]) / _TICKS
-        todo.extend(children.get(pid, []))
-    return total
-
-
-def _tree_pids(root: int) -> list[int]:
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                raw = (entry / "stat").read_text()
-            except OSError:
-                continue
-            children.setdefault(int(raw[raw.rfind(")") + 2 :].split()[1]), []).append(int(entry.name))
-    found, todo = [], [root]
-    while todo:
-        pid = todo.pop()
-        found.append(pid)
-        todo.extend(children.get(pid, []))
-    return found
-
-
-def triggerer_threads(root: int | None) -> dict[str, float]:
-    """CPU seconds of the triggerer's threads, by kind: the supervisor's main thread (it persists
-    the events and answers the runner's requests), the runner's main thread (its event loop: every
-    trigger's Python code), librdkafka's threads (``rdk:*``), and the other Python threads (the
-    readers' client threads, executors: Python 3.11 gives them no OS-level name of their own)."""
-    out: dict[str, float] = {}
-    if root is None:
-        return out
-    for pid in _tree_pids(root):
-        try:
-            tasks = list(Path(f"/proc/{pid}/task").iterdir())
-        except OSError:
-            continue
-        for task_dir in tasks:
-            try:
-                raw = (task_dir / "stat").read_text()
-                comm = (task_dir / "comm").read_text().strip()
-            except OSError:
-                continue
-            fields = raw[raw.rfind(")") + 2 :].split()
-            seconds = (int(fields[11]) + int(fields[12])) / _TICKS
-            tid = int(task_dir.name)
-            if tid == pid:
-                kind = "supervisor main thread" if pid == root else "runner main thread (event loop)"
-            elif comm.startswith("rdk:"):
-                kind = "librdkafka threads"
-            else:
-                kind = "other Python threads"
-            out[kind] = out.get(kind, 0.0) + seconds
-    return out
-
-
 def cpu_snapshot(setup: Setup) -> dict[str, float]:
     out = {name: _tree_cpu(setup.stack.pid(name)) for name in CPU_COMPONENTS}
     out["broker"] = _tree_cpu(setup.broker_pid)
@@ -609,153 +531,6 @@ def describe(batch: Batch) -> str:
         + f"CPU s: {cpu}; "
         f"other processes {batch.others_before} -> {batch.others_during} cores; load {batch.loadavg_end}"
     )
-
-
-# ====================================================================== report
-def summarize(batches: list[Batch]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for b in batches:
-        if b.kind == "warmup":
-            continue
-        out.setdefault(b.label or b.phase, {})[b.kind] = {
-            "events": b.count,
-            "rows": b.rows,
-            "distinct": b.distinct,
-            "events_per_s": b.throughput,
-            "steady_events_per_s": b.steady_rate,
-            "latency_ms": b.latency_ms,
-            "emit_to_fired_ms": b.emit_to_fired_ms,
-            "fired_to_row_ms": b.fired_to_row_ms,
-            "offered_rate": b.rate,
-            "cpu_s": b.cpu_s,
-            "position_stores": b.position_stores,
-            "others_cores_before": b.others_before,
-            "others_cores_during": b.others_during,
-            "loadavg_after": b.loadavg_end,
-        }
-    references = {
-        shape: _reference(out, shape) for shape in ("ceiling", *(f"ceiling-{n}" for n in ASSET_COUNTS))
-    }
-    for label, kinds in list(out.items()):
-        if "burst" not in kinds:
-            continue
-        phase = label.split("#", 1)[0]
-        _add_ratios(kinds, references["ceiling"], "")
-        if phase.startswith("kafka-"):  # against Airflow's own ceiling in the same shape, when measured
-            _add_ratios(kinds, references[f"ceiling-{phase.split('-', 1)[1]}"], "_same_shape")
-    if references["ceiling"]:
-        out["ceiling_reference"] = references["ceiling"]
-    for shape, reference in references.items():
-        if shape != "ceiling" and reference:
-            out[f"{shape}_reference"] = reference
-    return out
-
-
-def _reference(out: dict[str, Any], shape: str) -> dict[str, Any] | None:
-    """The mean of every burst of ceiling phase ``shape`` (one may run before and after the Kafka phases)."""
-    bursts = [
-        kinds["burst"] for label, kinds in out.items() if label.split("#", 1)[0] == shape and "burst" in kinds
-    ]
-    if not bursts:
-        return None
-    return {
-        "events_per_s": round(statistics.fmean(c["events_per_s"] for c in bursts), 1),
-        "steady_events_per_s": round(statistics.fmean(c["steady_events_per_s"] for c in bursts), 1),
-        "ceiling_bursts": len(bursts),
-    }
-
-
-def _add_ratios(kinds: dict[str, Any], reference: dict[str, Any] | None, suffix: str) -> None:
-    if not reference:
-        return
-    burst = kinds["burst"]
-    kinds[f"ratio_to_ceiling{suffix}"] = round(burst["events_per_s"] / reference["events_per_s"], 2)
-    kinds[f"steady_ratio_to_ceiling{suffix}"] = round(
-        burst["steady_events_per_s"] / reference["steady_events_per_s"], 2
-    )
-
-
-def print_report(summary: dict[str, Any], rates: Sequence[float]) -> None:
-    say("")
-    say("B8 asset events into Airflow (one triggerer, SQLite): bursts (events/s, ratio to the ceiling)")
-    say(
-        f"{'config':<10} {'events/s':>9} {'ratio':>6} {'steady/s':>9} {'ratio':>6} "
-        f"{'p50':>8} {'p95':>8} {'emit->fired p50':>16} {'fired->row p50':>15} {'pos. stores':>11} "
-        f"{'vs ceiling-N':>12}"
-    )
-    for phase, kinds in summary.items():
-        burst = kinds.get("burst")
-        if not burst:
-            continue
-        ratio = f"{kinds.get('ratio_to_ceiling', float('nan')):.2f}"
-        steady_ratio = f"{kinds.get('steady_ratio_to_ceiling', float('nan')):.2f}"
-        lat = burst["latency_ms"]
-        say(
-            f"{phase:<10} {burst['events_per_s']:>9.1f} {ratio:>6} {burst['steady_events_per_s']:>9.1f} "
-            f"{steady_ratio:>6} {lat['p50']:>6.0f}ms {lat['p95']:>6.0f}ms "
-            f"{burst['emit_to_fired_ms'].get('p50', float('nan')):>14.0f}ms "
-            f"{burst['fired_to_row_ms'].get('p50', float('nan')):>13.0f}ms "
-            f"{'-' if burst['position_stores'] is None else burst['position_stores']:>11} "
-            f"{kinds.get('ratio_to_ceiling_same_shape', float('nan')):>12.2f}"
-        )
-    reference = summary.get("ceiling_reference")
-    if reference:
-        say(
-            f"ratios are to the mean of {reference['ceiling_bursts']} ceiling burst(s): "
-            f"{reference['events_per_s']:.1f} events/s, steady {reference['steady_events_per_s']:.1f}/s"
-        )
-    for n in ASSET_COUNTS:
-        shaped = summary.get(f"ceiling-{n}_reference")
-        if shaped:
-            say(
-                f"'vs ceiling-N': kafka-{n} against the mean of {shaped['ceiling_bursts']} ceiling-{n} "
-                f"burst(s) (the same {n} assets, each watched by a no-Kafka trigger): "
-                f"{shaped['events_per_s']:.1f} events/s"
-            )
-    say("paced batches: latency emit -> AssetEvent row")
-    say(
-        f"{'config':<10} {'offered':>8} {'got/s':>7} {'p50':>8} {'p95':>8} {'max':>8} {'emit->fired p50':>16}"
-    )
-    for phase, kinds in summary.items():
-        if phase.endswith("_reference"):
-            continue
-        for rate in rates:
-            paced = kinds.get(f"paced-{rate:g}")
-            if not paced:
-                continue
-            lat = paced["latency_ms"]
-            say(
-                f"{phase:<10} {rate:>6g}/s {paced['events_per_s']:>7.1f} {lat['p50']:>6.0f}ms "
-                f"{lat['p95']:>6.0f}ms {lat['max']:>6.0f}ms "
-                f"{paced['emit_to_fired_ms'].get('p50', float('nan')):>14.0f}ms"
-            )
-    say("(the watcher path before the redesign is gone from the code: ratios are to Airflow's ceiling)")
-
-
-def machine_busy() -> float:
-    """CPU seconds the whole machine has been busy since boot (``/proc/stat``, all CPUs)."""
-    fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
-    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(x) for x in fields[:8])
-    return (user + nice + system + irq + softirq + steal) / _TICKS
-
-
-def others_cores(window: float = 2.0) -> float:
-    """CPU cores busy with processes that are not this benchmark's (over ``window`` seconds)."""
-    busy0, own0, t0 = machine_busy(), _tree_cpu(os.getpid()), time.monotonic()
-    time.sleep(window)
-    busy1, own1 = machine_busy(), _tree_cpu(os.getpid())
-    return max(0.0, (busy1 - busy0) - (own1 - own0)) / (time.monotonic() - t0)
-
-
-def wait_for_quiet(max_others: float, longest: float) -> float:
-    """Wait (at most ``longest`` s) until other processes use at most ``max_others`` CPU cores."""
-    deadline = time.monotonic() + longest
-    others = others_cores()
-    while others > max_others and time.monotonic() < deadline:
-        others = others_cores()
-    if others > max_others:
-        say(f"[machine] other processes still use {others:.2f} cores after {longest:.0f}s: measuring anyway")
-    return round(others, 2)
 
 
 # ====================================================================== main

@@ -1,0 +1,114 @@
+"""CPU accounting for benchmarks on a shared machine (Linux ``/proc``): a process tree's CPU seconds,
+a triggerer's threads by kind, and how many cores other processes use (to wait for a quiet machine)."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from benchmarks.asset_event_e2e_latency import say
+
+_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def _tree_cpu(root: int | None) -> float:
+    """CPU seconds (user + system) of ``root`` and its descendants, live or reaped (Linux /proc)."""
+    if root is None:
+        return 0.0
+    children: dict[int, list[int]] = {}
+    stats: dict[int, list[str]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            raw = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = raw[raw.rfind(")") + 2 :].split()
+        stats[int(entry.name)] = fields
+        children.setdefault(int(fields[1]), []).append(int(entry.name))
+    total, todo = 0.0, [root]
+    while todo:
+        pid = todo.pop()
+        fields = stats.get(pid)
+        if fields is not None:
+            # utime, stime, and cutime, cstime: children that exited (e.g. DAG parsing processes)
+            total += sum(int(x) for x in fields[11:15]) / _TICKS
+        todo.extend(children.get(pid, []))
+    return total
+
+
+def _tree_pids(root: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                raw = (entry / "stat").read_text()
+            except OSError:
+                continue
+            children.setdefault(int(raw[raw.rfind(")") + 2 :].split()[1]), []).append(int(entry.name))
+    found, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        found.append(pid)
+        todo.extend(children.get(pid, []))
+    return found
+
+
+def triggerer_threads(root: int | None) -> dict[str, float]:
+    """CPU seconds of the triggerer's threads, by kind: the supervisor's main thread (it persists
+    the events and answers the runner's requests), the runner's main thread (its event loop: every
+    trigger's Python code), librdkafka's threads (``rdk:*``), and the other Python threads (the
+    readers' client threads, executors: Python 3.11 gives them no OS-level name of their own)."""
+    out: dict[str, float] = {}
+    if root is None:
+        return out
+    for pid in _tree_pids(root):
+        try:
+            tasks = list(Path(f"/proc/{pid}/task").iterdir())
+        except OSError:
+            continue
+        for task_dir in tasks:
+            try:
+                raw = (task_dir / "stat").read_text()
+                comm = (task_dir / "comm").read_text().strip()
+            except OSError:
+                continue
+            fields = raw[raw.rfind(")") + 2 :].split()
+            seconds = (int(fields[11]) + int(fields[12])) / _TICKS
+            tid = int(task_dir.name)
+            if tid == pid:
+                kind = "supervisor main thread" if pid == root else "runner main thread (event loop)"
+            elif comm.startswith("rdk:"):
+                kind = "librdkafka threads"
+            else:
+                kind = "other Python threads"
+            out[kind] = out.get(kind, 0.0) + seconds
+    return out
+
+
+def machine_busy() -> float:
+    """CPU seconds the whole machine has been busy since boot (``/proc/stat``, all CPUs)."""
+    fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(x) for x in fields[:8])
+    return (user + nice + system + irq + softirq + steal) / _TICKS
+
+
+def others_cores(window: float = 2.0) -> float:
+    """CPU cores busy with processes that are not this benchmark's (over ``window`` seconds)."""
+    busy0, own0, t0 = machine_busy(), _tree_cpu(os.getpid()), time.monotonic()
+    time.sleep(window)
+    busy1, own1 = machine_busy(), _tree_cpu(os.getpid())
+    return max(0.0, (busy1 - busy0) - (own1 - own0)) / (time.monotonic() - t0)
+
+
+def wait_for_quiet(max_others: float, longest: float) -> float:
+    """Wait (at most ``longest`` s) until other processes use at most ``max_others`` CPU cores."""
+    deadline = time.monotonic() + longest
+    others = others_cores()
+    while others > max_others and time.monotonic() < deadline:
+        others = others_cores()
+    if others > max_others:
+        say(f"[machine] other processes still use {others:.2f} cores after {longest:.0f}s: measuring anyway")
+    return round(others, 2)

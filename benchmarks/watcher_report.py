@@ -1,0 +1,131 @@
+"""B8's summary and report: ratios of each phase's burst to Airflow's ceilings, paced latencies."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from benchmarks.asset_event_e2e_latency import say
+
+if TYPE_CHECKING:
+    from benchmarks.watcher_throughput import Batch
+
+
+def summarize(batches: list[Batch]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for b in batches:
+        if b.kind == "warmup":
+            continue
+        out.setdefault(b.label or b.phase, {})[b.kind] = {
+            "events": b.count,
+            "rows": b.rows,
+            "distinct": b.distinct,
+            "events_per_s": b.throughput,
+            "steady_events_per_s": b.steady_rate,
+            "latency_ms": b.latency_ms,
+            "emit_to_fired_ms": b.emit_to_fired_ms,
+            "fired_to_row_ms": b.fired_to_row_ms,
+            "offered_rate": b.rate,
+            "cpu_s": b.cpu_s,
+            "position_stores": b.position_stores,
+            "others_cores_before": b.others_before,
+            "others_cores_during": b.others_during,
+            "loadavg_after": b.loadavg_end,
+        }
+    shapes = {"ceiling", *(label.split("#", 1)[0] for label in out if label.startswith("ceiling-"))}
+    references = {shape: _reference(out, shape) for shape in sorted(shapes)}
+    for label, kinds in list(out.items()):
+        if "burst" not in kinds:
+            continue
+        phase = label.split("#", 1)[0]
+        _add_ratios(kinds, references["ceiling"], "")
+        if phase.startswith("kafka-"):  # against Airflow's own ceiling in the same shape, when measured
+            _add_ratios(kinds, references.get(f"ceiling-{phase.split('-', 1)[1]}"), "_same_shape")
+    if references["ceiling"]:
+        out["ceiling_reference"] = references["ceiling"]
+    for shape, reference in references.items():
+        if shape != "ceiling" and reference:
+            out[f"{shape}_reference"] = reference
+    return out
+
+
+def _reference(out: dict[str, Any], shape: str) -> dict[str, Any] | None:
+    """The mean of every burst of ceiling phase ``shape`` (one may run before and after the Kafka phases)."""
+    bursts = [
+        kinds["burst"] for label, kinds in out.items() if label.split("#", 1)[0] == shape and "burst" in kinds
+    ]
+    if not bursts:
+        return None
+    return {
+        "events_per_s": round(statistics.fmean(c["events_per_s"] for c in bursts), 1),
+        "steady_events_per_s": round(statistics.fmean(c["steady_events_per_s"] for c in bursts), 1),
+        "ceiling_bursts": len(bursts),
+    }
+
+
+def _add_ratios(kinds: dict[str, Any], reference: dict[str, Any] | None, suffix: str) -> None:
+    if not reference:
+        return
+    burst = kinds["burst"]
+    kinds[f"ratio_to_ceiling{suffix}"] = round(burst["events_per_s"] / reference["events_per_s"], 2)
+    kinds[f"steady_ratio_to_ceiling{suffix}"] = round(
+        burst["steady_events_per_s"] / reference["steady_events_per_s"], 2
+    )
+
+
+def print_report(summary: dict[str, Any], rates: Sequence[float]) -> None:
+    say("")
+    say("B8 asset events into Airflow (one triggerer, SQLite): bursts (events/s, ratio to the ceiling)")
+    say(
+        f"{'config':<10} {'events/s':>9} {'ratio':>6} {'steady/s':>9} {'ratio':>6} "
+        f"{'p50':>8} {'p95':>8} {'emit->fired p50':>16} {'fired->row p50':>15} {'pos. stores':>11} "
+        f"{'vs ceiling-N':>12}"
+    )
+    for phase, kinds in summary.items():
+        burst = kinds.get("burst")
+        if not burst:
+            continue
+        ratio = f"{kinds.get('ratio_to_ceiling', float('nan')):.2f}"
+        steady_ratio = f"{kinds.get('steady_ratio_to_ceiling', float('nan')):.2f}"
+        lat = burst["latency_ms"]
+        say(
+            f"{phase:<10} {burst['events_per_s']:>9.1f} {ratio:>6} {burst['steady_events_per_s']:>9.1f} "
+            f"{steady_ratio:>6} {lat['p50']:>6.0f}ms {lat['p95']:>6.0f}ms "
+            f"{burst['emit_to_fired_ms'].get('p50', float('nan')):>14.0f}ms "
+            f"{burst['fired_to_row_ms'].get('p50', float('nan')):>13.0f}ms "
+            f"{'-' if burst['position_stores'] is None else burst['position_stores']:>11} "
+            f"{kinds.get('ratio_to_ceiling_same_shape', float('nan')):>12.2f}"
+        )
+    reference = summary.get("ceiling_reference")
+    if reference:
+        say(
+            f"ratios are to the mean of {reference['ceiling_bursts']} ceiling burst(s): "
+            f"{reference['events_per_s']:.1f} events/s, steady {reference['steady_events_per_s']:.1f}/s"
+        )
+    for key, shaped in summary.items():
+        n = key.removeprefix("ceiling-").removesuffix("_reference")
+        if key.startswith("ceiling-") and key.endswith("_reference") and shaped:
+            say(
+                f"'vs ceiling-N': kafka-{n} against the mean of {shaped['ceiling_bursts']} ceiling-{n} "
+                f"burst(s) (the same {n} assets, each watched by a no-Kafka trigger): "
+                f"{shaped['events_per_s']:.1f} events/s"
+            )
+    say("paced batches: latency emit -> AssetEvent row")
+    say(
+        f"{'config':<10} {'offered':>8} {'got/s':>7} {'p50':>8} {'p95':>8} {'max':>8} {'emit->fired p50':>16}"
+    )
+    for phase, kinds in summary.items():
+        if phase.endswith("_reference"):
+            continue
+        for rate in rates:
+            paced = kinds.get(f"paced-{rate:g}")
+            if not paced:
+                continue
+            lat = paced["latency_ms"]
+            say(
+                f"{phase:<10} {rate:>6g}/s {paced['events_per_s']:>7.1f} {lat['p50']:>6.0f}ms "
+                f"{lat['p95']:>6.0f}ms {lat['max']:>6.0f}ms "
+                f"{paced['emit_to_fired_ms'].get('p50', float('nan')):>14.0f}ms"
+            )
+    say("(the watcher path before the redesign is gone from the code: ratios are to Airflow's ceiling)")
