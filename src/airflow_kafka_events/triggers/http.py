@@ -58,10 +58,13 @@ Failures
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 from urllib.parse import urljoin, urlsplit
+
+from typing_extensions import Unpack  # typing.Unpack from Python 3.11 on
 
 from airflow_kafka_events.errors import ConfigurationError
 from airflow_kafka_events.retry import exponential_backoff, retry_call_async
@@ -73,6 +76,7 @@ from airflow_kafka_events.triggers.errors import (
     ResponseFormatError,
 )
 from airflow_kafka_events.triggers.http_arguments import check_number, check_paging, check_request
+from airflow_kafka_events.triggers.http_options import GraphPaginationOptions, refuse_unknown_options
 from airflow_kafka_events.triggers.http_requests import (
     Answer,
     Request,
@@ -106,6 +110,12 @@ __all__ = [
 #: make a trigger interrupted right after that page start a new attempt and fetch every page
 #: again; with this one it only writes the terminal marker.)
 END_CURSOR = ""
+#: The stream options ``StreamingTrigger.__init__`` takes (the rest of an HTTP trigger's ``**kwargs``).
+_STREAM_OPTIONS = tuple(
+    name
+    for name, parameter in inspect.signature(StreamingTrigger.__init__).parameters.items()
+    if parameter.kind is inspect.Parameter.KEYWORD_ONLY
+)
 
 
 class _Retry(Exception):
@@ -210,8 +220,9 @@ class HttpPaginationTrigger(StreamingTrigger):
         allow_foreign_next_links: bool = False,
         **kwargs: Any,
     ) -> None:
-        super().__init__(**kwargs)
         owner = type(self).__qualname__
+        refuse_unknown_options(owner, kwargs, (*type(self)._own_kwargs, *_STREAM_OPTIONS))
+        super().__init__(**kwargs)
         check_request(owner, endpoint, http_conn_id, method, params, headers, data)
         self._cursor_path = parse_path(cursor_path, f"{owner}: cursor_path")
         self._items_path = parse_path(items_path, f"{owner}: items_path")
@@ -543,13 +554,16 @@ class GraphPaginationTrigger(HttpPaginationTrigger):
 
     _own_kwargs = tuple(name for name in HttpPaginationTrigger._own_kwargs if name not in _GRAPH_FIXED)
 
-    def __init__(self, *, endpoint: str, http_conn_id: str = "msgraph", **kwargs: Any) -> None:
+    def __init__(
+        self, *, endpoint: str, http_conn_id: str = "msgraph", **kwargs: Unpack[GraphPaginationOptions]
+    ) -> None:
         """Every argument of :class:`HttpPaginationTrigger` but the paging ones, which Graph fixes."""
         fixed = sorted(set(kwargs) & set(_GRAPH_FIXED))
         if fixed:
-            raise TypeError(
+            raise ConfigurationError(
                 f"GraphPaginationTrigger fixes {', '.join(fixed)} (the next link is the body's "
-                "@odata.nextLink, the items its value list); they are not arguments of it"
+                "@odata.nextLink, the items its value list); fix: leave out "
+                f"{', '.join(fixed)}, or use HttpPaginationTrigger to choose them"
             )
         super().__init__(
             endpoint=endpoint,

@@ -139,8 +139,34 @@ def test_graph_trigger_serialize_maps_one_to_one_onto_init():
     again = _round_trip(trigger)
     assert isinstance(again, GraphPaginationTrigger)
     assert again.serialize() == (classpath, kwargs)
-    with pytest.raises(TypeError):
-        GraphPaginationTrigger(endpoint="v1.0/users", items_path="other")  # type: ignore[call-arg]
+    with pytest.raises(
+        ConfigurationError, match=r"GraphPaginationTrigger fixes items_path .* fix: leave out"
+    ):
+        GraphPaginationTrigger(endpoint="v1.0/users", items_path="other")
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("trigger_class", ["HttpPaginationTrigger", "GraphPaginationTrigger"])
+def test_a_misspelt_option_is_refused_naming_the_closest_one(trigger_class):
+    import airflow_kafka_events.triggers.http as http
+
+    cls = getattr(http, trigger_class)
+    with pytest.raises(
+        ConfigurationError, match=rf"{trigger_class} has no option 'max_page' \(did you mean 'max_pages'\?\)"
+    ):
+        cls(endpoint="v1.0/users", max_page=3)
+    with pytest.raises(
+        ConfigurationError, match=r"no option 'kafka_conf_id' \(did you mean 'kafka_config_id'\?\)"
+    ):
+        cls(endpoint="v1.0/users", kafka_conf_id="k")
+    with pytest.raises(
+        ConfigurationError, match=r"no option 'zzz'; fix: use one of its options: .*max_pages"
+    ):
+        cls(endpoint="v1.0/users", zzz=1)
+    # every option it serializes is one it takes back
+    trigger = cls(endpoint="v1.0/users", max_pages=3, trigger_run_id="dag/users/-1/run", topic="t")
+    again = _round_trip(trigger)
+    assert again.serialize() == trigger.serialize() and again.max_pages == 3
 
 
 @pytest.mark.unit
