@@ -1,0 +1,82 @@
+"""Options written down twice stay in step with what they stand for.
+
+A ``TypedDict`` of ``**options`` repeats the keyword parameters of the function it forwards them
+to, and a table of names copied by ``getattr`` repeats the fields or parameters of its target:
+a rename on one side fails here, not at run time.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from airflow_kafka_events.envelopes import TriggerEventEnvelope
+from airflow_kafka_events.inspection import dead_letters
+from airflow_kafka_events.iteration import sources
+from airflow_kafka_events.kafka import producer, progress
+from airflow_kafka_events.kafka.stream_reader import StreamReader
+from airflow_kafka_events.triggers import http, http_options, streaming
+
+pytestmark = pytest.mark.unit
+
+
+def _keyword_options(function: Callable[..., Any], *, after: int = 0) -> set[str]:
+    """Keyword-only parameters of ``function`` (with ``after``: its positional ones past the first)."""
+    parameters = list(inspect.signature(function).parameters.values())
+    keywords = {p.name for p in parameters if p.kind is inspect.Parameter.KEYWORD_ONLY}
+    positional = [p.name for p in parameters if p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD]
+    return keywords | set(positional[after:]) if after else keywords
+
+
+@pytest.mark.parametrize(
+    ("options", "wrapped", "forwarding"),
+    [
+        (progress.StreamLookupOptions, progress.lookup_stream, [progress.find_stream_progress]),
+        (sources.StreamStartOptions, sources.locate_stream_start, [sources.stream_starting_point]),
+        (dead_letters.DeadLetterReadOptions, dead_letters.load_dead_letter, [dead_letters.get_dead_letter]),
+        (
+            producer.SendOptions,
+            producer.EnvelopeProducer.send,
+            [producer.EnvelopeProducer.send_and_wait, producer.EnvelopeProducer.send_async],
+        ),
+    ],
+    ids=lambda item: getattr(item, "__qualname__", None),
+)
+def test_an_options_typed_dict_names_the_keyword_options_of_the_function_it_wraps(
+    options, wrapped, forwarding
+):
+    assert set(options.__annotations__) == _keyword_options(wrapped)
+    for function in forwarding:  # the functions that take them as **options
+        (var_keyword,) = [
+            p for p in inspect.signature(function).parameters.values() if p.kind is p.VAR_KEYWORD
+        ]
+        assert options.__name__ in str(var_keyword.annotation), function
+
+
+def test_graph_pagination_options_are_the_http_triggers_but_the_fixed_paging_ones():
+    own = _keyword_options(http.HttpPaginationTrigger.__init__)
+    stream = _keyword_options(streaming.StreamingTrigger.__init__)
+    expected = (own | stream) - set(http._GRAPH_FIXED) - {"endpoint", "http_conn_id"}
+    assert set(http_options.GraphPaginationOptions.__annotations__) == expected
+    assert set(http.HttpPaginationTrigger._own_kwargs) == own
+    assert set(streaming._STREAM_KWARGS) == stream
+
+
+def test_the_stream_reader_tuning_table_names_reader_parameters_and_operator_attributes():
+    from airflow_kafka_events.operators import streaming as operator_streaming
+
+    table = operator_streaming._READER_TUNING
+    assert set(table) <= _keyword_options(StreamReader.__init__)
+    for name in table:
+        assert hasattr(operator_streaming.StreamingOperatorMixin, f"stream_{name}"), name
+
+
+def test_the_progress_table_names_fields_of_both_the_envelope_and_the_progress():
+    table = set(progress._FROM_ENVELOPE)
+    assert table <= {f.name for f in dataclasses.fields(progress.StreamProgress)}
+    envelope_fields = set(inspect.signature(TriggerEventEnvelope).parameters)
+    assert table <= envelope_fields
