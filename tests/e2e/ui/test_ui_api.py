@@ -125,12 +125,18 @@ def test_a_stream_page_without_the_listing_hint_reads_the_time_its_task_instance
     summary = detail["summary"]
     assert (summary["attempt"], summary["state"], summary["pages"]) == (0, "complete", 12), summary
     assert [p["sequence_index"] for p in detail["pages"]] == list(range(13))
-    (part,) = window["partitions"]  # the key's partition only, read forward from the run's start
-    assert part["start_offset"] <= detail["pages"][0]["offset"] and part["end_offset"] <= detail["span_end"]
-    assert part["records_scanned"] <= window["max_records"]
+    # the key's partition only: the lookup bounded to the run's offsets, the attempt read forward
+    (part,) = window["partitions"]
+    assert detail["span_start"] <= part["start_offset"] == detail["pages"][0]["offset"]
+    assert part["end_offset"] == detail["pages"][-1]["offset"] + 1 <= detail["span_end"]
+    assert part["records_scanned"] <= window["max_records"] and part["kept"] == "oldest"
+    assert not part["truncated"] and detail["written"]["since"] == window["since"]
     page = _get(ui_stack, path, "viewer")
     assert page.status_code == 200 and 'data-found-by="span"' in page.text
-    assert "Found in the time its task instance ran (1 try, success" in page.text
+    assert "in the time its task instance's latest try ran (1 try, now success" in page.text
+    # ?minutes= is not ignored: it bounds how far back the lookup reads, and the later start wins
+    wide = _get(ui_stack, f"/api{path}", "viewer", params={"minutes": 24 * 60}).json()
+    assert wide["found_by"] == "span" and wide["window"]["since"] == window["since"], wide
 
     # a stream whose task instance Airflow does not know (its run deleted): the per-key lookup, said so
     orphan = stream_id("e2e_ui_streams", f"deleted__{uuid.uuid4().hex[:8]}", "produce")
