@@ -13,8 +13,11 @@
   original's byte for byte, so the envelope's ``event_id`` and idempotency key are unchanged and
   a consumer that already handled it (the watcher's and the bridge's idempotency checks) does not
   handle it twice.  A *reference* dead letter holds only a prefix of the value: the original is
-  read back at its source coordinates (while that topic keeps it).  Every replay writes one line
-  to the logger ``airflow_kafka_events.audit``.
+  read back at its source coordinates (while that topic keeps it) and must have the size and the
+  prefix the dead letter records, else :class:`ReplayError` and nothing is published.  A replay
+  given the :attr:`DeadLetterRecord.fingerprint` an operator confirmed publishes nothing if the
+  record at those coordinates is another one now.  Every replay writes one line to the logger
+  ``airflow_kafka_events.audit``.
 
 Headers and payload previews shown are redacted (:mod:`airflow_kafka_events.inspection.redact`)
 and bounded.  This module imports no Airflow module.
