@@ -66,6 +66,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from confluent_kafka import KafkaError
 
+from airflow_kafka_events import dead_letter_headers as _header_names
 from airflow_kafka_events.dead_letter_headers import (
     DEAD_LETTER_HEADERS,
     HEADER_ASSET_URI,
@@ -96,31 +97,14 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = [
+__all__ = [  # and every name of dead_letter_headers (the record format below)
+    *_header_names.__all__,
     "CLIENT_DEFAULT_MESSAGE_MAX_BYTES",
-    "DEAD_LETTER_HEADERS",
-    "HEADER_ASSET_URI",
-    "HEADER_CONSUMER",
-    "HEADER_DEAD_LETTERED_AT",
-    "HEADER_ERROR_MESSAGE",
-    "HEADER_ERROR_TYPE",
-    "HEADER_EVENT_ID",
-    "HEADER_ORIGINAL_HEADERS_DROPPED",
-    "HEADER_ORIGINAL_VALUE_BYTES",
-    "HEADER_REASON",
-    "HEADER_SOURCE_OFFSET",
-    "HEADER_SOURCE_PARTITION",
-    "HEADER_SOURCE_TIMESTAMP",
-    "HEADER_SOURCE_TOPIC",
-    "HEADER_TRUNCATED",
-    "HEADER_TRUNCATED_CAUSE",
     "MAX_ERROR_MESSAGE_CHARS",
-    "REFERENCE_HEADERS",
     "REFERENCE_MAX_HEADER_BYTES",
     "REFERENCE_MAX_KEY_BYTES",
     "REFERENCE_PREFIX_BYTES",
     "DeadLetter",
-    "DeadLetterReason",
     "DeadLetterWriter",
     "SourceRecord",
     "dead_letter_headers",
