@@ -49,6 +49,8 @@ AIRFLOW_FREE = [
     "airflow_kafka_events.streams",
     "airflow_kafka_events.checkpoint",
     "airflow_kafka_events.dlq",
+    "airflow_kafka_events.dead_letter_headers",
+    "airflow_kafka_events.dead_letter_log",
     "airflow_kafka_events.kafka.partitioner",
     "airflow_kafka_events.kafka.progress",
     "airflow_kafka_events.kafka.stream_reader",
