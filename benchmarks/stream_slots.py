@@ -164,6 +164,12 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--in-worker", action="store_true", help="consumers with deferrable=False")
     parser.add_argument("--no-reference", action="store_true", help="skip the ample-slots reference")
     parser.add_argument(
+        "--max-reference-slots",
+        type=int,
+        default=32,
+        help="cap of the reference slots, 2 x pairs (32; on 2 cores 32 task processes starve Airflow)",
+    )
+    parser.add_argument(
         "--database",
         choices=("postgres", "sqlite"),
         default="postgres",
@@ -200,7 +206,7 @@ def main(argv: list[str]) -> int:
             )
         if not args.no_reference:
             for n in pair_counts:
-                ample = min(2 * n, 32)
+                ample = min(2 * n, args.max_reference_slots)
                 results += run_slots(ample, [n], bootstrap, conf, not args.in_worker, scratch, args.database)
         finished = True
     finally:
