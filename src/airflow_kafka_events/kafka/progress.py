@@ -15,7 +15,8 @@ older timestamp are ignored by design; keep the bound early enough for clock ske
 the writers (or the broker, with ``LogAppendTime``) and whoever computed it.  A caller that
 knows when the stream was written passes ``not_after_ms`` too: the backward read then starts
 at the first offset stamped at or after it (exclusive) instead of the high watermark, so the
-lookup costs at most the offsets of that time, whatever the partition holds.
+lookup costs at most the offsets of that time, whatever the partition holds (its chunks double
+after each one without the key, so the records written after the stream cost few round trips).
 
 The reader is a plain ``assign()`` consumer: it joins no group and commits nothing (its
 ``group.id`` is a throwaway, ``enable.auto.commit=false``).  Kafka failures raise
@@ -65,6 +66,12 @@ FIRST_OFFSET_METADATA_KEY = "first_offset"
 GENERATION_METADATA_KEY = "generation"
 
 DEFAULT_CHUNK_SIZE = 500
+#: A lookup bounded by ``not_after_ms`` doubles its chunk after each one without the key, up to
+#: this many times ``chunk_size``: the records written after a stream in its window cost a few
+#: round trips, not one per ``chunk_size`` offsets.
+_MAX_CHUNK_GROWTH = 64
+#: The lookup's ``fetch.wait.max.ms`` (as the inspection reader's).
+_FETCH_WAIT_MS = 10
 
 #: Errors worth retrying until the lookup's deadline (leadership moves, timeouts, transport).
 _TRANSIENT_CODES = frozenset(
@@ -225,7 +232,9 @@ class _PartitionScanner:
         codec: EnvelopeCodec[TriggerEventEnvelope],
     ) -> None:
         settings = config if isinstance(config, KafkaSettings) else KafkaSettings(config)
-        consumer_config = bounded_read_config(settings, "progress")
+        # no long poll: each chunk re-assigns an earlier offset, and a fetch left waiting at the
+        # partition's end would hold that chunk's first fetch for fetch.wait.max.ms (500 ms default)
+        consumer_config = bounded_read_config(settings, "progress", **{"fetch.wait.max.ms": _FETCH_WAIT_MS})
         self.topic = topic
         self.trigger_run_id = trigger_run_id
         self.key = trigger_run_id.encode("utf-8")
@@ -425,8 +434,9 @@ class _PartitionScanner:
     # ------------------------------------------------------------------ search
     def latest(self, location: StreamLocation, chunk_size: int) -> StreamProgress | None:
         end = location.end
+        size = chunk_size
         while end > location.scan_start:
-            start = max(location.scan_start, end - chunk_size)
+            start = max(location.scan_start, end - size)
             records = self.read_range(location.partition, start, end)
             if records:
                 best = max(records, key=lambda r: r.rank)
@@ -439,6 +449,8 @@ class _PartitionScanner:
                     first_offset=first,
                 )
             end = start
+            if location.not_after_ms is not None:  # a window's end: fewer round trips through it
+                size = min(size * 2, chunk_size * _MAX_CHUNK_GROWTH)
         return None
 
     def _first_offset(
