@@ -15,8 +15,9 @@ older timestamp are ignored by design; keep the bound early enough for clock ske
 the writers (or the broker, with ``LogAppendTime``) and whoever computed it.  A caller that
 knows when the stream was written passes ``not_after_ms`` too: the backward read then starts
 at the first offset stamped at or after it (exclusive) instead of the high watermark, so the
-lookup costs at most the offsets of that time, whatever the partition holds (its chunks double
-after each one without the key, so the records written after the stream cost few round trips).
+lookup costs at most the offsets of that time, whatever the partition holds.  A lookup with
+either bound doubles its chunk after each one without the key (up to 64 times ``chunk_size``),
+so the records written after the stream cost a few round trips, not one per chunk.
 
 The reader is a plain ``assign()`` consumer: it joins no group and commits nothing (its
 ``group.id`` is a throwaway, ``enable.auto.commit=false``).  Kafka failures raise
@@ -66,9 +67,9 @@ FIRST_OFFSET_METADATA_KEY = "first_offset"
 GENERATION_METADATA_KEY = "generation"
 
 DEFAULT_CHUNK_SIZE = 500
-#: A lookup bounded by ``not_after_ms`` doubles its chunk after each one without the key, up to
-#: this many times ``chunk_size``: the records written after a stream in its window cost a few
-#: round trips, not one per ``chunk_size`` offsets.
+#: A lookup bounded in time (``not_before_ms`` / ``not_after_ms``) doubles its chunk after each one
+#: without the key, up to this many times ``chunk_size``: the records written after a stream in
+#: its window cost a few round trips, not one per ``chunk_size`` offsets.
 _MAX_CHUNK_GROWTH = 64
 #: The lookup's ``fetch.wait.max.ms`` (as the inspection reader's).
 _FETCH_WAIT_MS = 10
@@ -449,8 +450,8 @@ class _PartitionScanner:
                     first_offset=first,
                 )
             end = start
-            if location.not_after_ms is not None:  # a window's end: fewer round trips through it
-                size = min(size * 2, chunk_size * _MAX_CHUNK_GROWTH)
+            if location.not_before_ms is not None or location.not_after_ms is not None:
+                size = min(size * 2, chunk_size * _MAX_CHUNK_GROWTH)  # a time window: fewer round trips
         return None
 
     def _first_offset(

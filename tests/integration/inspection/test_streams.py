@@ -257,9 +257,12 @@ def test_show_stream_in_the_time_it_was_written_finds_the_latest_attempt_within_
     )
 
     # still running (no end): backwards from the partition's end, through the later records
+    reads.clear()
     running = show_stream(config, topic, old, window=ScanWindow(max_records=50), written=WrittenSpan(since))
     assert (running.summary.attempt, running.summary.state, running.summary.pages) == (1, "complete", 30)
     assert running.span_end == part.high and not running.window.truncated
+    # in chunks that double while they miss the key: 2,000 later records cost 3 reads, not 5
+    assert [b - a for a, b in reads] == [500, 1000, 2000], reads
 
     # a span that misses the stream: a typed error naming the topic, partition, span and the fix
     later = WrittenSpan(until, until + timedelta(minutes=5))
