@@ -37,6 +37,7 @@ AIRFLOW_FREE = [
     "airflow_kafka_events.inspection.window",
     "airflow_kafka_events.inspection.reader",
     "airflow_kafka_events.inspection.streams",
+    "airflow_kafka_events.inspection.stream_state",
     "airflow_kafka_events.inspection.dead_letters",
     "airflow_kafka_events.inspection.asset_events",
     "airflow_kafka_events.inspection.redact",
