@@ -94,6 +94,12 @@ def test_streams_ls_show_tail_print_json_and_import_no_airflow(kafka_bootstrap, 
     shown = ok_json(cli("streams", "show", done, *kafka, "--json"))
     assert shown["summary"]["pages"] == 4 and [p["sequence_index"] for p in shown["pages"]] == [0, 1, 2, 3, 4]
 
+    # read in the time it was written (as the view does with its task instance's run): the same stream
+    spanned = ok_json(cli("streams", "show", done, *kafka, "--json", "--written-since", "1h"))
+    assert spanned["found_by"] == "span" and spanned["summary"]["pages"] == 4, spanned
+    refused = cli("streams", "show", done, *kafka, "--json", "--written-until", "1h")
+    assert refused.returncode != 0 and "--written-since" in refused.stdout + refused.stderr, refused
+
     tailed = cli("streams", "tail", failed, *kafka, "--from-start", "--json")
     assert tailed.returncode == 0, tailed.stderr
     lines = [json.loads(line) for line in tailed.stdout.splitlines()]
