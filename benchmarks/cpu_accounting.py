@@ -12,12 +12,10 @@ from benchmarks.asset_event_e2e_latency import say
 _TICKS = os.sysconf("SC_CLK_TCK")
 
 
-def _tree_cpu(root: int | None) -> float:
-    """CPU seconds (user + system) of ``root`` and its descendants, live or reaped (Linux /proc)."""
-    if root is None:
-        return 0.0
-    children: dict[int, list[int]] = {}
+def _proc_table() -> tuple[dict[int, list[str]], dict[int, list[int]]]:
+    """Every process's ``/proc/<pid>/stat`` fields after the command name, and its children by pid."""
     stats: dict[int, list[str]] = {}
+    children: dict[int, list[int]] = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -25,35 +23,33 @@ def _tree_cpu(root: int | None) -> float:
             raw = (entry / "stat").read_text()
         except OSError:
             continue
-        fields = raw[raw.rfind(")") + 2 :].split()
+        fields = raw[raw.rfind(")") + 2 :].split()  # the command name may hold spaces and ')'
         stats[int(entry.name)] = fields
         children.setdefault(int(fields[1]), []).append(int(entry.name))
-    total, todo = 0.0, [root]
-    while todo:
-        pid = todo.pop()
-        fields = stats.get(pid)
-        if fields is not None:
-            # utime, stime, and cutime, cstime: children that exited (e.g. DAG parsing processes)
-            total += sum(int(x) for x in fields[11:15]) / _TICKS
-        todo.extend(children.get(pid, []))
-    return total
+    return stats, children
 
 
-def _tree_pids(root: int) -> list[int]:
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                raw = (entry / "stat").read_text()
-            except OSError:
-                continue
-            children.setdefault(int(raw[raw.rfind(")") + 2 :].split()[1]), []).append(int(entry.name))
+def _tree(root: int, children: dict[int, list[int]]) -> list[int]:
     found, todo = [], [root]
     while todo:
         pid = todo.pop()
         found.append(pid)
         todo.extend(children.get(pid, []))
     return found
+
+
+def _tree_cpu(root: int | None) -> float:
+    """CPU seconds (user + system) of ``root`` and its descendants, live or reaped (Linux /proc)."""
+    if root is None:
+        return 0.0
+    stats, children = _proc_table()
+    # utime, stime, and cutime, cstime: children that exited (e.g. DAG parsing processes)
+    ticks = sum(sum(int(x) for x in stats[pid][11:15]) for pid in _tree(root, children) if pid in stats)
+    return ticks / _TICKS
+
+
+def _tree_pids(root: int) -> list[int]:
+    return _tree(root, _proc_table()[1])
 
 
 def triggerer_threads(root: int | None) -> dict[str, float]:
