@@ -36,6 +36,7 @@ from confluent_kafka.admin import AdminClient
 from airflow_kafka_events.kafka import KafkaSettings, TopicSpec, delete_topics, ensure_topics
 from airflow_kafka_events.kafka.producer import close_all_producers
 from airflow_kafka_events.local_broker import LocalKafkaBroker
+from benchmarks.asset_event_e2e_latency import write_results
 
 ASSET_URI = "bench://b4/orders"
 
@@ -220,12 +221,9 @@ def _write(args: argparse.Namespace, results: dict[str, Any], load_start: Any, l
         "events_per_variant": args.events,
         "block": args.block,
         "linger_ms": args.linger_ms,
-        "machine": {"cpus": os.cpu_count(), "loadavg_start": load_start, "loadavg_end": load_end},
         "results": results,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(document, indent=2) + "\n")
-    say(f"[results] written to {args.out}")
+    write_results(args.out, document, load_start, load_end)
 
 
 def main(argv: list[str]) -> int:

@@ -68,6 +68,19 @@ def loadavg() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 
 
+def write_results(
+    out: Path, document: dict[str, Any], load_start: Any, load_end: Any, **machine: Any
+) -> None:
+    """Write a benchmark's results as JSON to ``out``, with the machine it ran on (CPUs, load averages)."""
+    document = {
+        **document,
+        "machine": {"cpus": os.cpu_count(), "loadavg_start": load_start, "loadavg_end": load_end, **machine},
+    }
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(document, indent=2) + "\n")
+    say(f"[results] written to {out}")
+
+
 def percentile(values: Sequence[float], q: float) -> float:
     """Nearest-rank percentile (``q`` in 0..100) of ``values``."""
     ordered = sorted(values)
@@ -451,16 +464,8 @@ def main(argv: list[str]) -> int:
             "seed": args.seed,
             "bridge_batch_size": args.bridge_batch_size,
             "stack_startup_s": round(startup, 1),
-            "machine": {
-                "cpus": os.cpu_count(),
-                "loadavg_start": load_start,
-                "loadavg_end": load_end,
-                "loadavg_per_round": loads,
-            },
             "summary": summary,
             "samples": [asdict(s) for s in samples],
         }
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(document, indent=2) + "\n")
-        say(f"[results] written to {args.out}")
+        write_results(args.out, document, load_start, load_end, loadavg_per_round=loads)
     return 0

@@ -20,13 +20,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from benchmarks.asset_event_e2e_latency import write_results
 from benchmarks.streaming_vs_classic import Environment, _fmt, _seconds, airflow_environment, loadavg, say
 
 #: variant -> (dag_id, task_id of the working task)
@@ -185,11 +185,8 @@ def main(argv: list[str]) -> int:
             "benchmark": "B2 expand vs iterate vs batch(size=4)",
             "items": args.items,
             "stack_startup_s": round(startup, 1),
-            "machine": {"cpus": os.cpu_count(), "loadavg_start": load_start, "loadavg_end": load_end},
             "summary": summary,
             "runs": [asdict(r) for r in results],
         }
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(document, indent=2) + "\n")
-        say(f"[results] written to {args.out}")
+        write_results(args.out, document, load_start, load_end)
     return 0 if all(r.state == "success" and r.items_done == args.items for r in results) else 1

@@ -35,6 +35,7 @@ from airflow_kafka_events.kafka import KafkaSettings
 from airflow_kafka_events.kafka.consumer import EnvelopeConsumer
 from airflow_kafka_events.streams import stream_id
 from airflow_kafka_events.triggers.streaming import DEFAULT_TOPIC
+from benchmarks.asset_event_e2e_latency import write_results
 from benchmarks.streaming_vs_classic import Environment, airflow_environment, loadavg, say
 
 DAG_ID = "bench_first_page"
@@ -229,12 +230,9 @@ def main(argv: list[str]) -> int:
             "benchmark": "B7 first-page latency while the producer is still paging",
             "pages": args.pages,
             "delay_s": args.delay,
-            "machine": {"cpus": os.cpu_count(), "loadavg_start": load_start, "loadavg_end": load_end},
             "runs": results,
         }
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(document, indent=2) + "\n")
-        say(f"[results] written to {args.out}")
+        write_results(args.out, document, load_start, load_end)
     ok = all(
         r["state"] == "success" and all(c["pages_handled"] == args.pages for c in r["consumers"])
         for r in results

@@ -41,6 +41,7 @@ from confluent_kafka.admin import AdminClient
 from airflow_kafka_events.kafka import KafkaSettings, TopicSpec, ensure_topics
 from airflow_kafka_events.local_broker import LocalKafkaBroker
 from airflow_kafka_events.triggers.streaming import DEFAULT_TOPIC
+from benchmarks.asset_event_e2e_latency import write_results
 
 REPO = Path(__file__).resolve().parents[1]
 DAGS_FOLDER = Path(__file__).resolve().parent / "dags"
@@ -303,11 +304,8 @@ def main(argv: list[str]) -> int:
             "delay_s": args.delay,
             "runs_per_variant": args.runs,
             "stack_startup_s": round(startup, 1),
-            "machine": {"cpus": os.cpu_count(), "loadavg_start": load_start, "loadavg_end": load_end},
             "summary": summary,
             "runs": [asdict(r) for r in results],
         }
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(document, indent=2) + "\n")
-        say(f"[results] written to {args.out}")
+        write_results(args.out, document, load_start, load_end)
     return 0 if all(s["succeeded"] for k, s in summary.items() if k in VARIANTS) else 1

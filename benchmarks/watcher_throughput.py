@@ -79,7 +79,7 @@ from airflow_kafka_events.envelopes import AssetRef, EventSource, SourceKind
 from airflow_kafka_events.kafka import KafkaSettings, TopicSpec, ensure_topics
 from airflow_kafka_events.kafka.producer import EnvelopeProducer, close_all_producers
 from airflow_kafka_events.local_broker import LocalKafkaBroker
-from benchmarks.asset_event_e2e_latency import loadavg, parse_db_time, percentile, say
+from benchmarks.asset_event_e2e_latency import loadavg, parse_db_time, percentile, say, write_results
 from benchmarks.cpu_accounting import _tree_cpu, machine_busy, triggerer_threads, wait_for_quiet
 from benchmarks.watcher_report import print_report, summarize
 
@@ -615,11 +615,8 @@ def main(argv: list[str]) -> int:
             "code": code,
             "stack_startup_s": round(startup, 1),
             "phase_switch_s": switches,
-            "machine": {"cpus": os.cpu_count(), "loadavg_start": load_start, "loadavg_end": load_end},
             "summary": summary,
             "batches": [asdict(b) for b in batches],
         }
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(document, indent=2) + "\n")
-        say(f"[results] written to {args.out}")
+        write_results(args.out, document, load_start, load_end)
     return 0
