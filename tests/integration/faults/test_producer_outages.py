@@ -159,7 +159,10 @@ def test_cli_emit_with_the_broker_stopped_exits_within_its_timeout(broker):
 # --------------------------------------------------------------------------- librdkafka logging
 def test_a_stopped_broker_gives_a_bounded_number_of_log_lines(broker, records):
     # a short reconnect backoff: librdkafka tries (and logs) about once a second per broker connection
-    settings = {"bootstrap.servers": broker.bootstrap, "reconnect.backoff.max.ms": 500}
+    # its own client.id: librdkafka names it "<client.id>#producer-N" in every line, and producers
+    # other tests left open in this process (other brokers, deleted topics) log too
+    client_id = f"faults-logging-{uuid.uuid4().hex[:8]}"
+    settings = {"bootstrap.servers": broker.bootstrap, "reconnect.backoff.max.ms": 500, "client.id": client_id}
     config = KafkaSettings(settings).producer_config()
     producer = get_producer(config, role="faults-logging", message_timeout=10.0)
     raw_lines: list[int] = []  # every line librdkafka handed over, before the rate limit
@@ -183,7 +186,7 @@ def test_a_stopped_broker_gives_a_bounded_number_of_log_lines(broker, records):
             lines_before = len(raw_lines)
             with pytest.raises(NotSentError):  # ~10 s with every broker down
                 producer.send_and_wait(topic, b"down", timeout=10.0)
-            librdkafka_lines = records.lines(LIBRDKAFKA_LOGGER)
+            librdkafka_lines = records.lines(LIBRDKAFKA_LOGGER, f"[{client_id}#producer-")
             down_attempts = len(raw_lines) - lines_before
         wait_until(lambda: bool(state_lines("reachable again")), timeout=30, what="a 'reachable again' line")
         producer.send_and_wait(topic, b"back", timeout=10.0)
