@@ -162,7 +162,11 @@ def test_a_stopped_broker_gives_a_bounded_number_of_log_lines(broker, records):
     # its own client.id: librdkafka names it "<client.id>#producer-N" in every line, and producers
     # other tests left open in this process (other brokers, deleted topics) log too
     client_id = f"faults-logging-{uuid.uuid4().hex[:8]}"
-    settings = {"bootstrap.servers": broker.bootstrap, "reconnect.backoff.max.ms": 500, "client.id": client_id}
+    settings = {
+        "bootstrap.servers": broker.bootstrap,
+        "reconnect.backoff.max.ms": 500,
+        "client.id": client_id,
+    }
     config = KafkaSettings(settings).producer_config()
     producer = get_producer(config, role="faults-logging", message_timeout=10.0)
     raw_lines: list[int] = []  # every line librdkafka handed over, before the rate limit
