@@ -36,6 +36,8 @@ from airflow_kafka_events.kafka.client_log import (
 )
 
 __all__ = [
+    "FUTURE_PENDING",
+    "LAZY_FUTURES",
     "REFUSAL_MEMORY",
     "REFUSED_CODES",
     "AwaitingStatistics",
@@ -44,6 +46,7 @@ __all__ = [
     "caller_gave_up",
     "classify_failure",
     "delivery_failure",
+    "receipt_for",
     "receipt_of",
     "record_size",
     "too_large_for_producer",
@@ -84,7 +87,14 @@ class DeliveryReceipt:
 
 
 def receipt_of(msg: Message) -> DeliveryReceipt:
-    """The receipt of a delivered message.
+    """The receipt of a delivered message."""
+    key = msg.key()
+    return receipt_for(msg, msg.topic() or "", key if isinstance(key, bytes) else None)
+
+
+def receipt_for(msg: Message, topic: str, key: bytes | None) -> DeliveryReceipt:
+    """The receipt of a delivered message sent to ``topic`` with ``key`` (as its sender knows them:
+    asking ``msg`` would copy both).
 
     Made once per delivery report, so it skips the frozen dataclass's ``__init__`` (one
     ``object.__setattr__`` call per field, most of a report's cost): the fields go straight into the
@@ -92,14 +102,13 @@ def receipt_of(msg: Message) -> DeliveryReceipt:
     """
     ts_type, ts = msg.timestamp()
     offset = msg.offset()
-    key = msg.key()
     receipt = _new(DeliveryReceipt)
     receipt.__dict__.update(
-        topic=msg.topic() or "",
+        topic=topic,
         partition=msg.partition() or 0,
         offset=-1 if offset is None else offset,
         timestamp_ms=ts if ts_type != 0 else None,
-        key=key if isinstance(key, bytes) else None,
+        key=key,
     )
     return receipt
 
@@ -108,7 +117,8 @@ _new = object.__new__
 
 
 # --------------------------------------------------------------------------- the future of a send
-_PENDING = concurrent.futures._base.PENDING
+#: The state of a future not resolved yet (a subclass setting the fields itself starts there).
+FUTURE_PENDING = concurrent.futures._base.PENDING
 _FINISHED = concurrent.futures._base.FINISHED
 #: The attributes a ``concurrent.futures.Future`` keeps (the same from Python 3.10 to 3.13).
 _FUTURE_FIELDS = frozenset({"_condition", "_state", "_result", "_exception", "_waiters", "_done_callbacks"})
@@ -122,7 +132,7 @@ def _lazy_layout() -> bool:
 
 
 #: Whether :class:`DeliveryFuture` may make its condition on demand (else it is a plain Future).
-_LAZY = _lazy_layout()
+LAZY_FUTURES = _lazy_layout()
 #: Guards the making of a future's condition against its resolution on another thread.
 _MAKING = threading.Lock()
 
@@ -142,11 +152,11 @@ class DeliveryFuture(concurrent.futures.Future[DeliveryReceipt]):
     __slots__ = ("_cond", "_done_callbacks", "_exception", "_result", "_state", "_waiters")
 
     def __init__(self) -> None:
-        if not _LAZY:
+        if not LAZY_FUTURES:
             super().__init__()
             return
         self._cond: threading.Condition | None = None
-        self._state = _PENDING
+        self._state = FUTURE_PENDING
         self._result: Any = None
         self._exception: BaseException | None = None
         self._waiters: Any = ()
@@ -194,7 +204,7 @@ class DeliveryFuture(concurrent.futures.Future[DeliveryReceipt]):
     def outstanding(self) -> bool:
         """Neither resolved nor cancelled (without making the condition)."""
         if self._cond is None:  # never cancelled (cancelling makes the condition); resolved only by settle
-            return self._state == _PENDING
+            return self._state == FUTURE_PENDING
         return not self.done()
 
     def settle(self, result: DeliveryReceipt | None = None, exception: BaseException | None = None) -> bool:
@@ -203,7 +213,7 @@ class DeliveryFuture(concurrent.futures.Future[DeliveryReceipt]):
         if self._cond is None:
             with _MAKING:
                 if self._cond is None:  # nobody waits or is to be called back: no notification due
-                    if self._state != _PENDING:
+                    if self._state != FUTURE_PENDING:
                         return False
                     self._result, self._exception = result, exception
                     self._state = _FINISHED

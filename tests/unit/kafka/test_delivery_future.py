@@ -23,7 +23,7 @@ RECEIPT = DeliveryReceipt("t", 0, 7, None, b"k")
 
 def test_the_layout_it_builds_on_is_this_pythons():
     # when concurrent.futures keeps other attributes, DeliveryFuture is a plain Future (tested below)
-    assert delivery._LAZY
+    assert delivery.LAZY_FUTURES
 
 
 def test_settled_before_anyone_looked_it_makes_no_condition_and_reads_as_finished():
@@ -166,7 +166,7 @@ def test_settling_on_one_thread_while_another_waits_loses_no_outcome():
 
 
 def test_with_an_unknown_future_layout_it_is_a_plain_future(monkeypatch):
-    monkeypatch.setattr(delivery, "_LAZY", False)
+    monkeypatch.setattr(delivery, "LAZY_FUTURES", False)
     future = DeliveryFuture()
     assert future._cond is not None  # made up front by Future.__init__
     seen: list[object] = []
