@@ -556,6 +556,14 @@ def main(argv: list[str]) -> int:
     parser.add_argument(
         "--quiet-wait", type=float, default=60.0, help="longest wait for --max-others, then go on (60 s)"
     )
+    parser.add_argument(
+        "--gap",
+        type=float,
+        default=12.0,
+        help="seconds from the end of one batch to the start of the next measured one (12: longer than "
+        "a watcher's position store interval with 100 watchers, so that each batch starts with every "
+        "store due, as a burst after a quiet spell does)",
+    )
     parser.add_argument("--timeout", type=float, default=180.0, help="seconds to wait for a phase or batch")
     parser.add_argument("--out", type=Path, help="also write the results as JSON to this file")
     parser.add_argument("--keep-home", action="store_true", help="keep the Airflow home (logs, DB)")
@@ -594,10 +602,13 @@ def main(argv: list[str]) -> int:
                     Batch(phase, "burst", args.events, None, label),
                 ]
                 plan += [Batch(phase, f"paced-{r:g}", round(r * args.paced_seconds), r, label) for r in rates]
+                ended = time.monotonic()
                 for batch in plan:
                     if batch.kind != "warmup":
+                        time.sleep(max(0.0, ended + args.gap - time.monotonic()))
                         batch.others_before = wait_for_quiet(args.max_others, args.quiet_wait)
                     batches.append(run_batch(setup, producer, batch, args.timeout))
+                    ended = time.monotonic()
                     say(describe(batch))
         finally:
             producer.close()
