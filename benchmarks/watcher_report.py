@@ -74,6 +74,11 @@ def _add_ratios(kinds: dict[str, Any], reference: dict[str, Any] | None, suffix:
     )
 
 
+def _ratio(value: float | None) -> str:
+    """A ratio as printed; ``-`` where there is nothing to compare with (no such ceiling phase ran)."""
+    return "-" if value is None else f"{value:.2f}"
+
+
 def print_report(summary: dict[str, Any], rates: Sequence[float]) -> None:
     say("")
     say("B8 asset events into Airflow (one triggerer, SQLite): bursts (events/s, ratio to the ceiling)")
@@ -86,8 +91,10 @@ def print_report(summary: dict[str, Any], rates: Sequence[float]) -> None:
         burst = kinds.get("burst")
         if not burst:
             continue
-        ratio = f"{kinds.get('ratio_to_ceiling', float('nan')):.2f}"
-        steady_ratio = f"{kinds.get('steady_ratio_to_ceiling', float('nan')):.2f}"
+        ratio, steady_ratio, same_shape = (
+            _ratio(kinds.get(name))
+            for name in ("ratio_to_ceiling", "steady_ratio_to_ceiling", "ratio_to_ceiling_same_shape")
+        )
         lat = burst["latency_ms"]
         say(
             f"{phase:<10} {burst['events_per_s']:>9.1f} {ratio:>6} {burst['steady_events_per_s']:>9.1f} "
@@ -95,7 +102,7 @@ def print_report(summary: dict[str, Any], rates: Sequence[float]) -> None:
             f"{burst['emit_to_fired_ms'].get('p50', float('nan')):>14.0f}ms "
             f"{burst['fired_to_row_ms'].get('p50', float('nan')):>13.0f}ms "
             f"{'-' if burst['position_stores'] is None else burst['position_stores']:>11} "
-            f"{kinds.get('ratio_to_ceiling_same_shape', float('nan')):>12.2f}"
+            f"{same_shape:>12}"
         )
     reference = summary.get("ceiling_reference")
     if reference:
