@@ -31,8 +31,8 @@ After ``kill -9`` of a triggerer, records whose asset events were persisted afte
 store become asset events once more: duplicates are bounded by what a watcher confirmed in its
 last store interval (:data:`FLUSH_INTERVAL`, 1 s, up to 10 watcher streams in a triggerer;
 ``N / 10`` s with N of them, so that a triggerer stores at most :data:`STORES_PER_SECOND`
-positions a second; :data:`DEFER_FACTOR` times that while the watcher has a backlog of
-:data:`DEFER_BACKLOG` or more records awaiting Airflow) plus one confirmation round; nothing is
+positions a second; :data:`DEFER_FACTOR` times that while :data:`DEFER_BACKLOG` or more records
+of the process's watchers await Airflow's confirmation) plus one confirmation round; nothing is
 lost.  A position that moved only past other assets' records is stored every
 :data:`SKIP_FLUSH_INTERVAL` seconds.
 """
@@ -97,12 +97,16 @@ DURABLE_KEYS = 1000
 STORES_PER_SECOND = 10.0
 #: Watcher streams open in this process (for the interval above).
 _open_streams = 0
-#: A watcher with this many records handed on that Airflow has not confirmed yet (a burst: the
-#: triggerer's supervisor is behind, persisting them) stores every ``DEFER_FACTOR`` store intervals:
-#: each store is a request that queues in that supervisor beside the events it waits for (measured
-#: in B8: 100+ stores inside a burst of 1000 events for 100 assets halved its throughput).
-DEFER_BACKLOG = 4
+#: While this process's watchers have this many records handed on that Airflow has not confirmed
+#: yet (a burst: the triggerer's supervisor is behind, persisting them), each stores its position
+#: every ``DEFER_FACTOR`` store intervals: a store is a request that queues in that supervisor beside
+#: the events it waits for (measured in B8: 100 stores inside a burst of 1000 events for 100 assets
+#: cost about a fifth of its throughput).
+DEFER_BACKLOG = 50
 DEFER_FACTOR = 3.0
+#: Records this process's watcher streams handed on and Airflow has not confirmed (each stream adds
+#: its own count when it looks: a moment late at worst).
+_backlog = 0
 #: Seconds between two stores of a position that moved only past other assets' records (losing
 #: such progress in a crash only means reading records again that are skipped again).
 SKIP_FLUSH_INTERVAL = 30.0
@@ -356,6 +360,7 @@ class KafkaAssetEventStreamProducer(SharedStreamProducer):
         self._flush_task: asyncio.Task[None] | None = None
         self._last_flush = 0.0
         self._counted = False  # counted in _open_streams
+        self._in_backlog = 0  # its records counted in _backlog
         self._urgent = False  # an own record finished since the last store: store within flush_interval
         # per partition, how often advance() sought it back: records taken before a rewind are stale
         self._rewinds: dict[tuple[str, int], int] = {}
@@ -533,14 +538,22 @@ class KafkaAssetEventStreamProducer(SharedStreamProducer):
         if not self._urgent:
             return since >= SKIP_FLUSH_INTERVAL
         interval = self.store_interval()
-        if tracker.pending_count() >= DEFER_BACKLOG:  # Airflow is behind: the store waits, a while
+        if _backlog >= DEFER_BACKLOG:  # Airflow is behind: the store waits, a while
             interval *= DEFER_FACTOR
         return since >= interval
+
+    def _count_backlog(self, pending: int) -> None:
+        """This stream's part of the process's :data:`_backlog` is now ``pending``."""
+        global _backlog
+        _backlog += pending - self._in_backlog
+        self._in_backlog = pending
 
     def _request_flush(self) -> None:
         """Store in the background once due: neither reading nor the shared stream's advance waits
         for the asset state store, whose requests queue behind the events the triggerer's
         supervisor is persisting (awaited inline, one store held up every watcher's next record)."""
+        if self._tracker is not None:
+            self._count_backlog(self._tracker.pending_count())
         if (self._flush_task is not None and not self._flush_task.done()) or not self._flush_due():
             return
         self._flush_task = asyncio.get_running_loop().create_task(self.flush(), name=f"store[{self.label}]")
@@ -605,6 +618,7 @@ class KafkaAssetEventStreamProducer(SharedStreamProducer):
             if self._counted:
                 self._counted = False
                 _open_streams -= 1
+            self._count_backlog(0)
             feed, self._feed = self._feed, None
             if feed is not None:
                 await feed.close()

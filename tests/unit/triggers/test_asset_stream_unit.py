@@ -69,28 +69,34 @@ def test_the_store_interval_stretches_with_the_streams_of_the_process(monkeypatc
     assert stream.store_interval() == pytest.approx(10 * asset_stream.FLUSH_INTERVAL)
 
 
-def test_a_backlog_awaiting_airflow_makes_the_store_wait_longer():
-    store = Store()
-    stream = producer(store)
+def test_a_backlog_awaiting_airflow_makes_the_store_wait_longer(monkeypatch):
+    monkeypatch.setattr(asset_stream, "_backlog", 0)
+    store, other = Store(), Store()
+    stream, busy = producer(store), producer(other)
 
     async def scenario() -> None:
         await stream.flush(force=True)
         interval = stream.store_interval()
-        for offset in range(asset_stream.DEFER_BACKLOG + 1):  # a burst: handed on, not confirmed yet
-            stream._tracker.hand_on(TP, offset, None)
-        stream._urgent = bool(stream._tracker.finish(TP, [0]))  # one of them confirmed
+        for offset in range(asset_stream.DEFER_BACKLOG):  # another watcher's burst awaits Airflow
+            busy._tracker.hand_on(TP, offset, None)
+        busy._request_flush()  # counts its backlog
+        stream._tracker.hand_on(TP, 0, None)
+        stream._urgent = bool(stream._tracker.finish(TP, [0]))  # this watcher's record confirmed
         stream._last_flush -= interval * 1.5
         await stream.flush()
         assert len(store.writes) == 1  # an ordinary interval passed: the backlog makes it wait
         stream._last_flush -= interval * asset_stream.DEFER_FACTOR
         await stream.flush()
         assert len(store.writes) == 2 and store.writes[-1]["positions"] == {"events": {"0": 1}}
-        stream._tracker.finish(TP, range(1, asset_stream.DEFER_BACKLOG))  # Airflow caught up, one left
-        stream._urgent = True
+        busy._tracker.finish(TP, range(1, asset_stream.DEFER_BACKLOG))  # Airflow caught up, one left
+        busy._request_flush()
+        stream._tracker.hand_on(TP, 1, None)
+        stream._urgent = bool(stream._tracker.finish(TP, [1]))
         stream._last_flush -= interval * 1.5
         await stream.flush()  # no backlog: the ordinary interval again
-        assert len(store.writes) == 3
-        assert store.writes[-1]["positions"] == {"events": {"0": asset_stream.DEFER_BACKLOG}}
+        assert len(store.writes) == 3 and store.writes[-1]["positions"] == {"events": {"0": 2}}
+        await busy.aclose()
+        assert asset_stream._backlog == 0  # a closed stream leaves nothing counted
 
     asyncio.run(scenario())
 
