@@ -385,17 +385,20 @@ class AirflowApiClient:
         found = self._pages(ASSETS_PATH, {"uri_pattern": uri, "order_by": "id"}, "assets")
         return [a for a in found if a.get("uri") == uri]
 
-    def find_recent_event(
-        self, asset_id: int, *, event_id: str, idempotency_key: str | None, limit: int
-    ) -> dict[str, Any] | None:
-        """The newest of the asset's ``limit`` most recent events made from ``event_id`` (or its key)."""
-        events = self._pages(
+    def recent_events(self, asset_id: int, *, limit: int) -> list[dict[str, Any]]:
+        """The asset's ``limit`` most recent events, newest first."""
+        return self._pages(
             ASSET_EVENTS_PATH,
             {"asset_id": asset_id, "order_by": "-timestamp"},
             "asset_events",
             max_items=limit,
         )
-        for event in events:
+
+    def find_recent_event(
+        self, asset_id: int, *, event_id: str, idempotency_key: str | None, limit: int
+    ) -> dict[str, Any] | None:
+        """The newest of the asset's ``limit`` most recent events made from ``event_id`` (or its key)."""
+        for event in self.recent_events(asset_id, limit=limit):
             if matches_event(event, event_id, idempotency_key):
                 return event
         return None

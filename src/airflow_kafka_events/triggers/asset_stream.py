@@ -42,20 +42,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable, Hashable, Mapping, Sequence
+from collections.abc import AsyncIterator, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
 
 from airflow.providers.apache.kafka.triggers.shared_stream import KafkaBrokerPayload
 from airflow.triggers.shared_stream import AdvanceItem, SharedStreamProducer
 from asgiref.sync import sync_to_async
-from confluent_kafka import Message
 
-from airflow_kafka_events import metrics
-from airflow_kafka_events.assets.admission import _normalized_uri, asset_selector
+from airflow_kafka_events.assets.admission import asset_selector
 from airflow_kafka_events.assets.validation import sanitize_asset_uri
-from airflow_kafka_events.codec import ASSET_EVENT_CODEC
 from airflow_kafka_events.envelopes import AssetEventEnvelope
 from airflow_kafka_events.errors import ConfigurationError, ValidationError
 from airflow_kafka_events.kafka.positions import (
@@ -67,11 +63,12 @@ from airflow_kafka_events.kafka.positions import (
 from airflow_kafka_events.kafka.shared_reader import (
     FEED_CAPACITY,
     READ_BATCH,
-    SHARED_READERS,
     FedRecord,
     Feed,
-    SharedReader,
 )
+from airflow_kafka_events.triggers.watcher_keys import DURABLE_KEYS, DurableKeys, durable_key
+from airflow_kafka_events.triggers.watcher_reader import shared_reader
+from airflow_kafka_events.triggers.watcher_recheck import RECHECK_TIMEOUT, fired_keys, recheck_conn_id
 
 log = logging.getLogger(__name__)
 
@@ -89,8 +86,6 @@ __all__ = [
 STATE_KEY = "airflow_kafka_events.watcher"
 #: Seconds between two stores of a changing position (the bound on duplicates after a crash).
 FLUSH_INTERVAL = 1.0
-#: Idempotency keys kept in the store with the position.
-DURABLE_KEYS = 1000
 #: Position stores per second a triggerer's watchers aim to stay under together: with N watcher
 #: streams open in a process each stores at most every ``FLUSH_INTERVAL * max(1, N / this)``
 #: seconds (each store is one request through the triggerer's supervisor to the metadata DB).
@@ -118,8 +113,6 @@ FINAL_FLUSH_TIMEOUT = 2.0
 PENDING_SHARE = 0.875
 #: The window when Airflow's setting cannot be read.
 MAX_PENDING = 896
-#: :class:`~airflow_kafka_events.kafka.shared_reader.SharedReaders` kind of the watchers' readers.
-READER_KIND = "asset-watcher"
 _STORE_WARN_INTERVAL = 60.0
 
 
@@ -166,43 +159,6 @@ def state_key(kafka_config_id: str) -> str:
     return f"{STATE_KEY}[{kafka_config_id}]"
 
 
-def durable_key(envelope: AssetEventEnvelope) -> str:
-    """The key a watcher stores for an event it turned into an asset event (per asset)."""
-    return envelope.idempotency_key or f"event_id:{envelope.event_id}"
-
-
-# --------------------------------------------------------------------------- decoding once
-class _DecodeCache:
-    """Recently decoded records of this process, so N watchers on one topic decode a record once."""
-
-    def __init__(self, max_size: int = 4096) -> None:
-        self.max_size = max_size
-        self._items: OrderedDict[Hashable, AssetEventEnvelope | BaseException] = OrderedDict()
-
-    def decode(self, where: Hashable, value: bytes | None) -> AssetEventEnvelope | BaseException:
-        found = self._items.get(where)
-        if found is not None:
-            self._items.move_to_end(where)
-            return found
-        result: AssetEventEnvelope | BaseException
-        if value is None:
-            from airflow_kafka_events.errors import EnvelopeDecodeError
-
-            result = EnvelopeDecodeError("the record has no value (a tombstone), not an asset event envelope")
-        else:
-            try:
-                result = ASSET_EVENT_CODEC.decode(value)
-            except Exception as exc:
-                result = exc
-        self._items[where] = result
-        while len(self._items) > self.max_size:
-            self._items.popitem(last=False)
-        return result
-
-
-_DECODED = _DecodeCache()
-
-
 def _headers(raw: Any) -> tuple[tuple[str, bytes | None], ...]:
     if not raw:
         return ()
@@ -229,82 +185,6 @@ def _record(fed: FedRecord) -> KafkaRecord:
         decoded=fed.decoded,
         ticket=_Ticket(),
     )
-
-
-# --------------------------------------------------------------------------- the shared reader
-def _decoder(bootstrap_servers: str) -> Callable[[Message], AssetEventEnvelope | BaseException]:
-    def decode(message: Message) -> AssetEventEnvelope | BaseException:
-        where = (bootstrap_servers, str(message.topic()), message.partition(), message.offset())
-        return _DECODED.decode(where, message.value())
-
-    return decode
-
-
-def _route(decoded: AssetEventEnvelope | BaseException) -> list[Hashable] | None:
-    """Routing keys of a record: its asset's URI (as given and normalized) and name; an
-    undecodable record goes to every watcher (each may have to dead-letter it)."""
-    if not isinstance(decoded, AssetEventEnvelope):
-        return None
-    asset = decoded.asset
-    keys: list[Hashable] = [("uri", asset.uri), ("name", asset.name)]
-    try:
-        normalized = _normalized_uri(asset.uri)
-    except Exception:  # a URI Airflow would refuse: no watcher's, except by name
-        return keys
-    if normalized != asset.uri:
-        keys.append(("uri", normalized))
-    return keys
-
-
-def _shared_reader(config: Mapping[str, Any], topics: Sequence[str], poll_timeout: float) -> SharedReader:
-    """This process's reader of ``topics`` with these client settings (one per triggerer); its lag
-    gauge is built only when the reader is new."""
-    return SHARED_READERS.acquire(
-        READER_KIND,
-        config,
-        topics,
-        name=f"watchers-of-{'+'.join(sorted(topics))}",
-        decode=_decoder(str(config.get("bootstrap.servers", ""))),
-        route=_route,
-        poll_timeout=poll_timeout,
-        make_on_read=lambda: metrics.LagReporter(metrics.WATCHER_LAG).observe,
-    )
-
-
-# --------------------------------------------------------------------------- durable keys
-class _DurableKeys:
-    """Idempotency keys of persisted asset events: the most recent ones, each for ``ttl`` seconds."""
-
-    def __init__(self, stored: Any, *, ttl: float | None, max_size: int = DURABLE_KEYS) -> None:
-        self.ttl = ttl
-        self.max_size = max_size
-        self._keys: OrderedDict[str, float] = OrderedDict()
-        if isinstance(stored, Mapping):
-            for key, seen_at in sorted(stored.items(), key=lambda kv: kv[1]):
-                if isinstance(key, str) and isinstance(seen_at, (int, float)):
-                    self._keys[key] = float(seen_at)
-        self._expire()
-        self.dirty = False
-
-    def _expire(self) -> None:
-        if self.ttl is not None:
-            cutoff = time.time() - self.ttl
-            for key in [k for k, at in self._keys.items() if at < cutoff]:
-                del self._keys[key]
-        while len(self._keys) > self.max_size:
-            self._keys.popitem(last=False)
-
-    def __contains__(self, key: str) -> bool:
-        seen_at = self._keys.get(key)
-        return seen_at is not None and (self.ttl is None or seen_at >= time.time() - self.ttl)
-
-    def add(self, key: str) -> None:
-        self._keys.setdefault(key, time.time())
-        self._expire()
-        self.dirty = True
-
-    def to_json(self) -> dict[str, float]:
-        return dict(self._keys)
 
 
 # --------------------------------------------------------------------------- the producer
@@ -354,7 +234,8 @@ class KafkaAssetEventStreamProducer(SharedStreamProducer):
         self._state_key = state_key(kafka_config_id)
         self._feed: Feed | None = None
         self._tracker: PositionTracker | None = None
-        self._keys = _DurableKeys(None, ttl=dedupe_ttl)
+        self._keys = DurableKeys(None, ttl=dedupe_ttl)
+        self._stopped_cleanly = False  # the stored state says its last run stopped cleanly
         self._room = asyncio.Event()
         self._flush_lock = asyncio.Lock()
         self._flush_task: asyncio.Task[None] | None = None
@@ -399,8 +280,36 @@ class KafkaAssetEventStreamProducer(SharedStreamProducer):
             return {}
         if not isinstance(stored, Mapping):
             raise ValidationError(f"{self.label}: stored state {self._state_key!r} is not a mapping")
-        self._keys = _DurableKeys(stored.get("seen"), ttl=self.dedupe_ttl)
+        self._keys = DurableKeys(stored.get("seen"), ttl=self.dedupe_ttl)
+        self._stopped_cleanly = stored.get("stopped") is True
         return positions_from_json(stored.get("positions"))
+
+    async def _recheck_airflow(self) -> None:
+        """After an unclean stop, the keys of the asset's recent watcher events in Airflow join the
+        repeats this watcher drops (:mod:`~airflow_kafka_events.triggers.watcher_recheck`)."""
+        conn_id = recheck_conn_id()
+        if conn_id is None:
+            return
+        name = self.asset_name or self.asset_uri or ""
+        uri = self.asset_uri or name  # an asset made from a name alone has that name as its URI
+        try:
+            keys = await asyncio.wait_for(fired_keys(conn_id, name=name, uri=uri), RECHECK_TIMEOUT)
+        except Exception as exc:
+            log.warning(
+                "%s resumes after an unclean stop but cannot ask Airflow which of its events exist "
+                "(connection %r, [kafka_events] watcher_airflow_api_conn_id): %s; events its previous "
+                "run fired after its last store may fire again",
+                self.label,
+                conn_id,
+                exc,
+            )
+            return
+        self._keys.add_all(keys)
+        log.info(
+            "%s resumes after an unclean stop: %d recent events of its asset in Airflow are not fired again",
+            self.label,
+            len(keys),
+        )
 
     def _matches(self, decoded: AssetEventEnvelope | BaseException) -> bool:
         """The shared reader's test for this watcher: its asset's envelopes and every undecodable
@@ -417,10 +326,12 @@ class KafkaAssetEventStreamProducer(SharedStreamProducer):
         _open_streams += 1
         self._counted = True
         config = await sync_to_async(self.consumer_config)()
-        shared = _shared_reader(config, self.topics, self.poll_timeout)
+        shared = shared_reader(config, self.topics, self.poll_timeout)
         try:
             partitions = await shared.partitions()
             stored = await self._load_state()
+            if stored and not self._stopped_cleanly:
+                await self._recheck_airflow()
             missing = [tp for tp in partitions if tp not in stored]
             starts = {tp: stored[tp] for tp in partitions if tp in stored}
             starts.update(await shared.start_offsets(missing))
@@ -558,8 +469,9 @@ class KafkaAssetEventStreamProducer(SharedStreamProducer):
             return
         self._flush_task = asyncio.get_running_loop().create_task(self.flush(), name=f"store[{self.label}]")
 
-    async def flush(self, *, force: bool = False) -> None:
-        """Store the position (and the durable keys) if it changed.
+    async def flush(self, *, force: bool = False, stopping: bool = False) -> None:
+        """Store the position (and the durable keys) if it changed; ``stopping``: the last store of a
+        clean stop (a restart after it needs no recheck of what Airflow has).
 
         At most every ``flush_interval`` once one of the watcher's own records finished (that
         bounds what a crash repeats), else every :data:`SKIP_FLUSH_INTERVAL` (a position that only
@@ -573,7 +485,12 @@ class KafkaAssetEventStreamProducer(SharedStreamProducer):
             positions = tracker.durable()
             if not force and not self._keys.dirty and not tracker.changed_since_stored():
                 return
-            value = {"version": 1, "positions": positions_to_json(positions), "seen": self._keys.to_json()}
+            value = {
+                "version": 1,
+                "positions": positions_to_json(positions),
+                "seen": self._keys.to_json(),
+                "stopped": stopping,
+            }
             # cleared before the store: a record finishing while it is under way makes it urgent again
             urgent, self._urgent, self._keys.dirty = self._urgent, False, False
             try:
@@ -605,7 +522,7 @@ class KafkaAssetEventStreamProducer(SharedStreamProducer):
         task = self._flush_task
         if task is not None and not task.done():
             await asyncio.gather(task, return_exceptions=True)
-        await self.flush(force=True)
+        await self.flush(force=True, stopping=True)
 
     async def aclose(self) -> None:
         try:
