@@ -236,8 +236,17 @@ def airflow_demo(
         "AIRFLOW__CORE__DEFAULT_TASK_RETRY_DELAY": "2",
         # the Kafka Events view's Health page: the bridge's consumer group
         "AIRFLOW__KAFKA_EVENTS__UI_BRIDGE_GROUP_IDS": groups["bridge"],
+        # after an unclean stop, watchers ask the api-server which of their events exist
+        "AIRFLOW__KAFKA_EVENTS__WATCHER_AIRFLOW_API_CONN_ID": "airflow_api",
     }
     stack = AirflowStack(home, REPO / "examples" / "dags", env, users=demo_ui.UI_USERS)
+    api = {
+        "conn_type": "http",
+        "host": stack.base_url,
+        "login": "bridge",
+        "password": stack.passwords["bridge"],
+    }
+    stack.extra_env["AIRFLOW_CONN_AIRFLOW_API"] = json.dumps(api)
     t0 = time.monotonic()
     stack.start(dag_ids=["demo_streaming", "demo_iteration", *ASSET_DAGS])
     # asset-scheduled DAGs: unpaused now, so the watcher's trigger is running by part 3
@@ -451,8 +460,11 @@ def operator_cli_demo(bootstrap: str) -> bool:
     """Part 5: what an operator sees from a shell: `streams ls --json` and `dlq ls --json`."""
     command = [str(Path(sys.executable).parent / "airflow-kafka-events")]
     kafka = ["--bootstrap-servers", bootstrap, "--since", "1h", "--json"]
+    # part 4's 5,000 results share the topic, keyed by their own stream: when both streams hash to one
+    # partition, the newest 1,000 records of it (the default) are all results
+    window = ["--max-records", "10000"]
     streams = subprocess.run(
-        [*command, "streams", "ls", "--topic", DEFAULT_TOPIC, "--dag-id", "demo_streaming", *kafka],
+        [*command, "streams", "ls", "--topic", DEFAULT_TOPIC, "--dag-id", "demo_streaming", *kafka, *window],
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     letters = subprocess.run(
