@@ -78,6 +78,19 @@ def get_provider_info() -> dict[str, Any]:
                         "example": None,
                         "default": "300",
                     },
+                    "watcher_airflow_api_conn_id": {
+                        "description": (
+                            "Airflow connection to the api-server (host: its base URL; login / password: "
+                            "a user allowed to read assets and asset events). Set, a watcher resuming "
+                            "after an unclean stop asks it which of its asset's events exist and does "
+                            "not fire them again. Empty: off (duplicates after a crash stay bounded by "
+                            "one position store interval).\n"
+                        ),
+                        "version_added": "0.1.0",
+                        "type": "string",
+                        "example": "airflow_api",
+                        "default": "",
+                    },
                     "asset_events_topic": {
                         "description": "Default topic for explicit asset events.\n",
                         "version_added": "0.1.0",
