@@ -236,17 +236,9 @@ def airflow_demo(
         "AIRFLOW__CORE__DEFAULT_TASK_RETRY_DELAY": "2",
         # the Kafka Events view's Health page: the bridge's consumer group
         "AIRFLOW__KAFKA_EVENTS__UI_BRIDGE_GROUP_IDS": groups["bridge"],
-        # after an unclean stop, watchers ask the api-server which of their events exist
-        "AIRFLOW__KAFKA_EVENTS__WATCHER_AIRFLOW_API_CONN_ID": "airflow_api",
     }
     stack = AirflowStack(home, REPO / "examples" / "dags", env, users=demo_ui.UI_USERS)
-    api = {
-        "conn_type": "http",
-        "host": stack.base_url,
-        "login": "bridge",
-        "password": stack.passwords["bridge"],
-    }
-    stack.extra_env["AIRFLOW_CONN_AIRFLOW_API"] = json.dumps(api)
+    stack.enable_watcher_recheck()  # after an unclean stop, watchers ask the api-server what exists
     t0 = time.monotonic()
     stack.start(dag_ids=["demo_streaming", "demo_iteration", *ASSET_DAGS])
     # asset-scheduled DAGs: unpaused now, so the watcher's trigger is running by part 3

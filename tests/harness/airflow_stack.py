@@ -320,6 +320,13 @@ class AirflowStack(ComponentLogs, RunsAndMetadata):
         self.timings["start_total"] = time.monotonic() - started
         return self
 
+    def enable_watcher_recheck(self, user: str = "bridge", conn_id: str = "airflow_api") -> None:
+        """Let the watchers ask this deployment's api-server, as ``user``, which of their asset's events
+        exist when they resume after an unclean stop (``[kafka_events] watcher_airflow_api_conn_id``)."""
+        api = {"conn_type": "http", "host": self.base_url, "login": user, "password": self.passwords[user]}
+        self.extra_env[f"AIRFLOW_CONN_{conn_id.upper()}"] = json.dumps(api)
+        self.extra_env["AIRFLOW__KAFKA_EVENTS__WATCHER_AIRFLOW_API_CONN_ID"] = conn_id
+
     def add_triggerer(self, name: str, env: Mapping[str, str] | None = None) -> None:
         """Declare one more triggerer (``name``, e.g. ``triggerer-2``) with its own log-server port.
 

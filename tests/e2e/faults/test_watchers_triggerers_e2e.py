@@ -65,15 +65,7 @@ def multi(tmp_path_factory, kafka_bootstrap, kafka_admin):
         ),
     }
     stack = AirflowStack(home=tmp_path_factory.mktemp("multi-home"), dags_folder=dags, extra_env=env)
-    # the watchers may ask the api-server which of their events exist (after an unclean stop)
-    api = {
-        "conn_type": "http",
-        "host": stack.base_url,
-        "login": "bridge",
-        "password": stack.passwords["bridge"],
-    }
-    stack.extra_env["AIRFLOW_CONN_AIRFLOW_API"] = json.dumps(api)
-    stack.extra_env["AIRFLOW__KAFKA_EVENTS__WATCHER_AIRFLOW_API_CONN_ID"] = "airflow_api"
+    stack.enable_watcher_recheck()  # after an unclean stop, watchers ask the api-server what exists
     stack.components["triggerer"].env["AIRFLOW__TRIGGERER__CAPACITY"] = "3"
     stack.add_triggerer("triggerer-2", {"AIRFLOW__TRIGGERER__CAPACITY": "3"})
     try:
