@@ -48,8 +48,8 @@ __all__ = [
     "delivery_failure",
     "receipt_for",
     "receipt_of",
-    "record_size",
     "too_large_for_producer",
+    "wire_size",
 ]
 
 #: Per-record overhead librdkafka adds before comparing with message.max.bytes (v2 record).
@@ -281,7 +281,7 @@ class AwaitingStatistics:
             self._fail(message, None)
 
 
-def record_size(
+def wire_size(
     value: bytes | None, key: bytes | None, headers: Sequence[tuple[str, bytes | str | None]] = ()
 ) -> int:
     """A record's size as librdkafka compares it with ``message.max.bytes`` (an upper bound)."""

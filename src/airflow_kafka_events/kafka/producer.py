@@ -78,8 +78,8 @@ from airflow_kafka_events.kafka.delivery import (
     classify_failure,
     delivery_failure,
     receipt_for,
-    record_size,
     too_large_for_producer,
+    wire_size,
 )
 
 __all__ = [
@@ -98,8 +98,8 @@ __all__ = [
     "classify_failure",
     "close_all_producers",
     "get_producer",
-    "record_size",
     "role_config",
+    "wire_size",
 ]
 
 log = logging.getLogger(__name__)
@@ -361,7 +361,7 @@ class EnvelopeProducer:
         header_list: list[tuple[str, bytes | str | None]] | None = None
         if headers:  # as librdkafka takes them
             header_list = list(headers.items()) if isinstance(headers, Mapping) else list(headers)
-        size = record_size(value, raw_key, header_list or ())
+        size = wire_size(value, raw_key, header_list or ())
         if size > self.max_message_bytes:
             raise too_large_for_producer(topic, size, self.max_message_bytes)
         pending = _Pending(self, topic, size, raw_key)

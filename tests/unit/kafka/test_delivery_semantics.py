@@ -22,8 +22,8 @@ from airflow_kafka_events.kafka.producer import (
     EnvelopeProducer,
     classify_failure,
     get_producer,
-    record_size,
     role_config,
+    wire_size,
 )
 from airflow_kafka_events.kafka.settings import KafkaSettings
 
@@ -116,8 +116,8 @@ def test_a_broker_size_refusal_names_the_topic_limit(producer):
 
 # --------------------------------------------------------------------------- sizes
 def test_record_size_is_an_upper_bound_of_librdkafkas():
-    assert record_size(b"v" * 100, b"k" * 10) == 36 + 110
-    assert record_size(None, None, [("h", "é"), ("n", None)]) == 36 + (10 + 1 + 2) + (10 + 1)
+    assert wire_size(b"v" * 100, b"k" * 10) == 36 + 110
+    assert wire_size(None, None, [("h", "é"), ("n", None)]) == 36 + (10 + 1 + 2) + (10 + 1)
 
 
 def test_an_oversized_record_is_refused_before_producing_naming_the_limit(producer):
