@@ -394,6 +394,11 @@ class AirflowApiClient:
             max_items=limit,
         )
 
+    def assets_named(self, name: str) -> list[dict[str, Any]]:
+        """Active assets whose name is exactly ``name``."""
+        found = self._pages(ASSETS_PATH, {"name_pattern": name, "order_by": "id"}, "assets")
+        return [a for a in found if a.get("name") == name]
+
     def find_recent_event(
         self, asset_id: int, *, event_id: str, idempotency_key: str | None, limit: int
     ) -> dict[str, Any] | None:

@@ -42,6 +42,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import uuid
 from collections.abc import AsyncIterator, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
@@ -68,7 +69,7 @@ from airflow_kafka_events.kafka.shared_reader import (
 )
 from airflow_kafka_events.triggers.watcher_keys import DURABLE_KEYS, DurableKeys, durable_key
 from airflow_kafka_events.triggers.watcher_reader import shared_reader
-from airflow_kafka_events.triggers.watcher_recheck import RECHECK_TIMEOUT, fired_keys, recheck_conn_id
+from airflow_kafka_events.triggers.watcher_recheck import fired_keys, recheck_conn_id
 
 log = logging.getLogger(__name__)
 
@@ -236,6 +237,7 @@ class KafkaAssetEventStreamProducer(SharedStreamProducer):
         self._tracker: PositionTracker | None = None
         self._keys = DurableKeys(None, ttl=dedupe_ttl)
         self._stopped_cleanly = False  # the stored state says its last run stopped cleanly
+        self._run = uuid.uuid4().hex  # this run's mark on what it stores
         self._room = asyncio.Event()
         self._flush_lock = asyncio.Lock()
         self._flush_task: asyncio.Task[None] | None = None
@@ -290,10 +292,8 @@ class KafkaAssetEventStreamProducer(SharedStreamProducer):
         conn_id = recheck_conn_id()
         if conn_id is None:
             return
-        name = self.asset_name or self.asset_uri or ""
-        uri = self.asset_uri or name  # an asset made from a name alone has that name as its URI
         try:
-            keys = await asyncio.wait_for(fired_keys(conn_id, name=name, uri=uri), RECHECK_TIMEOUT)
+            keys = await fired_keys(conn_id, name=self.asset_name, uri=self._select_uri, topics=self.topics)
         except Exception as exc:
             log.warning(
                 "%s resumes after an unclean stop but cannot ask Airflow which of its events exist "
@@ -489,7 +489,10 @@ class KafkaAssetEventStreamProducer(SharedStreamProducer):
                 "version": 1,
                 "positions": positions_to_json(positions),
                 "seen": self._keys.to_json(),
-                "stopped": stopping,
+                "run": self._run,
+                # a clean stop: nothing it handed on awaits Airflow (the shared stream drops what is
+                # unconfirmed at a stop, to be read again: only a recheck tells what Airflow has of it)
+                "stopped": stopping and tracker.pending_count() == 0,
             }
             # cleared before the store: a record finishing while it is under way makes it urgent again
             urgent, self._urgent, self._keys.dirty = self._urgent, False, False
@@ -522,6 +525,11 @@ class KafkaAssetEventStreamProducer(SharedStreamProducer):
         task = self._flush_task
         if task is not None and not task.done():
             await asyncio.gather(task, return_exceptions=True)
+        stored = await self.store().aget(self._state_key, None)
+        if isinstance(stored, Mapping) and stored.get("run") not in (None, self._run):
+            # a newer run of this watcher (the shared stream reopened it) stored since: its state stands
+            log.info("%s leaves the stored state to a newer run of this watcher", self.label)
+            return
         await self.flush(force=True, stopping=True)
 
     async def aclose(self) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from airflow_kafka_events.envelopes import AssetEventEnvelope
@@ -53,12 +53,15 @@ class DurableKeys:
         return seen_at is not None and (self.ttl is None or seen_at >= time.time() - self.ttl)
 
     def add(self, key: str) -> None:
-        self.add_all((key,))
+        self._keys.setdefault(key, time.time())
+        self._expire()
+        self.dirty = True
 
-    def add_all(self, keys: Iterable[str]) -> None:
-        now = time.time()
-        for key in keys:
-            self._keys.setdefault(key, now)
+    def add_all(self, keys: Mapping[str, float]) -> None:
+        """Keys with when each was first seen (epoch seconds): kept for ``ttl`` from then."""
+        for key, seen_at in keys.items():
+            self._keys[key] = min(seen_at, self._keys.get(key, seen_at))
+        self._keys = OrderedDict(sorted(self._keys.items(), key=lambda kv: kv[1]))
         self._expire()
         self.dirty = True
 

@@ -19,17 +19,25 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable, Mapping
-from typing import Any
+import time
+import weakref
+from collections.abc import Collection, Iterable, Mapping
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit, urlunsplit
 
 from airflow_kafka_events.airflow_config import airflow_option
 from airflow_kafka_events.assets.watcher_payload import watcher_payload
 from airflow_kafka_events.errors import ConfigurationError
 from airflow_kafka_events.triggers.watcher_keys import durable_key_of
 
+if TYPE_CHECKING:
+    from airflow_kafka_events.bridge.airflow_api import AirflowApiClient
+
 log = logging.getLogger(__name__)
 
 __all__ = [
+    "RECHECK_CONCURRENCY",
     "RECHECK_LIMIT",
     "RECHECK_OPTION",
     "RECHECK_TIMEOUT",
@@ -43,7 +51,7 @@ __all__ = [
 RECHECK_OPTION = "watcher_airflow_api_conn_id"
 #: The asset's most recent events a resuming watcher looks at (well beyond one store interval of them).
 RECHECK_LIMIT = 1000
-#: Seconds the recheck may take at a watcher's start before it gives up (and reads on, bounded).
+#: Seconds the fetch may take at a watcher's start before it gives up (and reads on, bounded).
 RECHECK_TIMEOUT = 60.0
 
 
@@ -53,55 +61,119 @@ def recheck_conn_id(environ: Mapping[str, str] | None = None) -> str | None:
     return value.strip() or None if value else None
 
 
-def keys_of_events(events: Iterable[Mapping[str, Any]]) -> set[str]:
-    """The durable keys of the asset events a watcher made, among ``events`` (the REST API's JSON)."""
-    keys: set[str] = set()
+def _seen_at(event: Mapping[str, Any], default: float) -> float:
+    """When Airflow made ``event`` (its ``timestamp``), as epoch seconds; ``default`` if unreadable."""
+    value = event.get("timestamp")
+    if isinstance(value, str):
+        try:
+            return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+        except ValueError:
+            pass
+    return default
+
+
+def keys_of_events(
+    events: Iterable[Mapping[str, Any]], topics: Collection[str] | None = None, *, now: float | None = None
+) -> dict[str, float]:
+    """The durable keys of the asset events a watcher made from records of ``topics`` (any topic when
+    ``None``), among ``events`` (the REST API's JSON), each with the time Airflow made the event."""
+    default = time.time() if now is None else now
+    keys: dict[str, float] = {}
     for event in events:
         payload = watcher_payload(event.get("extra"))
         if payload is None:
             continue  # not a watcher's event (outlets, the REST API, a bridge)
+        kafka = payload.get("kafka")
+        if topics is not None and not (isinstance(kafka, Mapping) and kafka.get("topic") in topics):
+            continue  # another watcher's, of another topic
         event_id, key = payload.get("event_id"), payload.get("idempotency_key")
         if isinstance(event_id, str) and event_id:
-            keys.add(durable_key_of(key if isinstance(key, str) else None, event_id))
+            durable = durable_key_of(key if isinstance(key, str) else None, event_id)
+            keys[durable] = max(keys.get(durable, 0.0), _seen_at(event, default))
     return keys
 
 
-def api_base_url(host: str | None, port: int | None, schema: str | None, *, conn_id: str) -> str:
-    """The api-server's base URL from a connection's host (a URL, or a host name), port and schema."""
+def api_base_url(
+    host: str | None, port: int | None, schema: str | None, *, conn_type: str | None = None, conn_id: str
+) -> str:
+    """The api-server's base URL from a connection: its host (a URL, or a host name), port, and its
+    schema or connection type as the scheme (``http`` / ``https``; any other schema is a path)."""
     if not host:
         raise ConfigurationError(
             f"connection {conn_id!r} ([kafka_events] {RECHECK_OPTION}) has no host: set it to the "
             "api-server's base URL, e.g. http://airflow-api:8080"
         )
+    schemes = ("http", "https")
     if "://" in host:
-        url = host.rstrip("/")
-        return f"{url}:{port}" if port and url.count(":") == 1 else url
-    scheme = schema if schema in ("http", "https") else "http"
-    return f"{scheme}://{host}" + (f":{port}" if port else "")
+        parts = urlsplit(host)
+        netloc = parts.netloc if parts.port or not port else f"{parts.netloc}:{port}"
+        return urlunsplit((parts.scheme, netloc, parts.path.rstrip("/"), "", ""))
+    scheme = schema if schema in schemes else (conn_type if conn_type in schemes else "http")
+    path = "" if not schema or schema in schemes else "/" + schema.strip("/")
+    return f"{scheme}://{host}" + (f":{port}" if port else "") + path
 
 
-async def fired_keys(conn_id: str, *, name: str, uri: str, limit: int = RECHECK_LIMIT) -> set[str]:
-    """The durable keys of the watcher-made events among the asset's ``limit`` most recent ones.
+#: Watchers of one process that ask the api-server at the same time (a triggerer restarting with many
+#: watchers must not open a connection per watcher at once; each waits its turn, untimed).
+RECHECK_CONCURRENCY = 4
+_turns: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = weakref.WeakKeyDictionary()
 
-    Raises the REST client's typed errors (unreachable, refused credentials, unknown asset) and
-    :class:`ConfigurationError` for a connection without a host or login.
+
+async def fired_keys(
+    conn_id: str, *, name: str | None, uri: str | None, topics: Collection[str] | None = None
+) -> dict[str, float]:
+    """The durable keys (with when Airflow made each event) of the watcher-made events, from records
+    of ``topics``, among the :data:`RECHECK_LIMIT` most recent events of the asset ``name`` / ``uri``
+    (either may be unknown).
+
+    Raises the REST client's typed errors (unreachable, refused credentials, unknown asset),
+    :class:`ConfigurationError` for a connection without a host or login, and
+    :class:`TimeoutError` when the fetch took over :data:`RECHECK_TIMEOUT` seconds.
     """
     from airflow.sdk import BaseHook
 
     conn = await BaseHook.aget_connection(conn_id)
-    base_url = api_base_url(conn.host, conn.port, conn.schema, conn_id=conn_id)
+    base_url = api_base_url(conn.host, conn.port, conn.schema, conn_type=conn.conn_type, conn_id=conn_id)
     if not conn.login:
         raise ConfigurationError(
             f"connection {conn_id!r} ([kafka_events] {RECHECK_OPTION}) has no login: give it a user "
             "allowed to read assets and asset events, and its password"
         )
-    # one-off blocking REST calls at a watcher's start, on a thread of their own
-    return await asyncio.to_thread(_fetch, base_url, conn.login, conn.password or "", name, uri, limit)
+    loop = asyncio.get_running_loop()
+    turn = _turns.setdefault(loop, asyncio.Semaphore(RECHECK_CONCURRENCY))
+    async with turn:  # one-off blocking REST calls at a watcher's start, on a thread of their own
+        fetch = asyncio.to_thread(_fetch, base_url, conn.login, conn.password or "", name, uri, topics)
+        return await asyncio.wait_for(fetch, RECHECK_TIMEOUT)
 
 
-def _fetch(base_url: str, login: str, password: str, name: str, uri: str, limit: int) -> set[str]:
-    from airflow_kafka_events.bridge.airflow_api import AirflowApiClient, AssetIdCache
+def _fetch(
+    base_url: str,
+    login: str,
+    password: str,
+    name: str | None,
+    uri: str | None,
+    topics: Collection[str] | None,
+) -> dict[str, float]:
+    from airflow_kafka_events.bridge.airflow_api import AirflowApiClient
 
     with AirflowApiClient(base_url, login, password) as client:
-        asset_id = AssetIdCache(client).get(name, uri)
-        return keys_of_events(client.recent_events(asset_id, limit=limit))
+        asset_id = _asset_id(client, name, uri)
+        return keys_of_events(client.recent_events(asset_id, limit=RECHECK_LIMIT), topics)
+
+
+def _asset_id(client: AirflowApiClient, name: str | None, uri: str | None) -> int:
+    """The id of the active asset with this URI (and name, when known), else with this name."""
+    from airflow_kafka_events.bridge.airflow_api import UnknownAssetError
+
+    found = client.assets_with_uri(uri) if uri else client.assets_named(name or "")
+    if uri and name:
+        found = [asset for asset in found if asset.get("name") == name]
+    ids = [asset["id"] for asset in found if isinstance(asset.get("id"), int)]
+    if len(ids) != 1:
+        raise UnknownAssetError(
+            f"Airflow has {'no' if not ids else len(ids)} active asset(s) with "
+            f"{'URI ' + repr(uri) if uri else ''}{' and ' if uri and name else ''}"
+            f"{'name ' + repr(name) if name else ''}",
+            status=404,
+        )
+    return int(ids[0])

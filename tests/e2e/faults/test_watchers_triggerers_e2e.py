@@ -17,6 +17,7 @@ assigned partitions, this setup lost 60 of 120 events silently.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import threading
 import time
@@ -165,9 +166,12 @@ def test_watchers_on_several_triggerers_lose_nothing(multi, kafka_bootstrap):
     assert lost == []
     assert duplicated == 0, "an event the killed triggerer's watchers had fired fired again"
     logs = stack.logs("triggerer") + stack.logs("triggerer-2", current_only=True)
-    assert logs.count("resumes after an unclean stop:") == 3, (
-        "each of the killed triggerer's watchers asked once"
-    )
+    resumed = re.findall(r"resumes after an unclean stop: (\d+) recent events", logs)
+    found_in_airflow = [int(n) for n in resumed]
+    # each of the killed triggerer's 3 watchers asked once and got its asset's events (20+ each by then)
+    assert len(found_in_airflow) == 3 and min(found_in_airflow) > 0, found_in_airflow
+    drops = logs.count("drops a repeat")
+    print(f"the watchers resumed knowing {found_in_airflow} events of their assets; {drops} repeats dropped")
 
     # 3. three triggerers, two watchers each
     for name in ("triggerer", "triggerer-2"):

@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import time
 from typing import Any
 
 import pytest
@@ -19,27 +21,41 @@ pytestmark = pytest.mark.unit
 TP = ("events", 0)
 
 
-def _watcher_event(event_id: str, key: str | None) -> dict[str, Any]:
-    payload = {"event_id": event_id, "idempotency_key": key, "airflow_kafka_events": {"event_id": event_id}}
-    return {"id": 1, "extra": {"from_trigger": True, "payload": payload}}
+def _watcher_event(
+    event_id: str, key: str | None, topic: str = "events", at: str | None = None
+) -> dict[str, Any]:
+    payload = {
+        "event_id": event_id,
+        "idempotency_key": key,
+        "kafka": {"topic": topic, "partition": 0, "offset": 1},
+        "airflow_kafka_events": {"event_id": event_id},
+    }
+    return {"id": 1, "timestamp": at, "extra": {"from_trigger": True, "payload": payload}}
 
 
-def test_the_keys_are_those_of_the_events_a_watcher_made():
+def test_the_keys_are_those_of_the_events_a_watcher_made_from_its_topics():
     events = [
-        _watcher_event("e1", "order-1"),
-        _watcher_event("e2", None),  # no idempotency key: its event id
+        _watcher_event("e1", "order-1", at="2026-12-01T10:00:00Z"),
+        _watcher_event("e2", None, at="2026-12-01T10:00:01.500000+00:00"),  # no idempotency key: its id
+        _watcher_event("e5", "order-5", topic="elsewhere"),  # another watcher's, of another topic
         {"extra": {"airflow_kafka_events": {"event_id": "e3", "idempotency_key": "k3"}}},  # a bridge's
         {"extra": {"from_trigger": True, "payload": {"event_id": "e4"}}},  # a trigger's, not ours
         {"extra": None},  # outlets, the REST API
     ]
-    assert keys_of_events(events) == {"order-1", "event_id:e2"}
+    keys = keys_of_events(events, ["events"], now=0.0)
+    # each with the time Airflow made the event: the key's time to live runs from then, not from now
+    assert keys == {"order-1": 1796119200.0, "event_id:e2": 1796119201.5}
+    assert set(keys_of_events(events, None, now=0.0)) == {"order-1", "event_id:e2", "order-5"}
 
 
 def test_the_api_servers_url_from_a_connection():
     assert api_base_url("http://api:8080/", None, None, conn_id="c") == "http://api:8080"
     assert api_base_url("https://api", 8443, None, conn_id="c") == "https://api:8443"
+    assert api_base_url("http://h/prefix", 8080, None, conn_id="c") == "http://h:8080/prefix"
     assert api_base_url("127.0.0.1", 8080, "", conn_id="c") == "http://127.0.0.1:8080"
     assert api_base_url("api", None, "https", conn_id="c") == "https://api"
+    # AIRFLOW_CONN_X='https://u:p@host:443/airflow': conn_type https, the path in schema
+    assert api_base_url("host", 443, "airflow", conn_type="https", conn_id="c") == "https://host:443/airflow"
     with pytest.raises(ConfigurationError, match=r"connection 'c' .*has no host.*http://airflow-api:8080"):
         api_base_url(None, None, None, conn_id="c")
 
@@ -62,6 +78,34 @@ class Store:
         self.writes.append(value)
 
 
+class _Opened(Exception):
+    """Raised where the shared reader would be opened."""
+
+
+class _NoReader:
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    async def partitions(self) -> list[Any]:
+        return [TP]
+
+    async def start_offsets(self, missing: Any) -> dict[Any, int]:
+        return {}
+
+    async def subscribe(self, *args: Any, **kwargs: Any) -> Any:
+        raise _Opened
+
+    async def release(self) -> None:
+        pass
+
+
+def _run(fn: Any) -> Any:
+    async def call(*args: Any, **kwargs: Any) -> Any:
+        return fn(*args, **kwargs)
+
+    return call
+
+
 def _stream(store: Store) -> KafkaAssetEventStreamProducer:
     return KafkaAssetEventStreamProducer(
         topics=["events"], kafka_config_id="kafka_watcher", asset_uri="s3://a", asset_name="a", store=store
@@ -73,30 +117,33 @@ def test_a_stream_asks_airflow_only_after_an_unclean_stop(monkeypatch, stopped, 
     monkeypatch.setenv("AIRFLOW__KAFKA_EVENTS__WATCHER_AIRFLOW_API_CONN_ID", "airflow_api")
     asked: list[tuple[str, str, str]] = []
 
-    async def fired_keys(conn_id: str, *, name: str, uri: str) -> set[str]:
+    async def fired_keys(conn_id: str, *, name: str, uri: str, topics: Any) -> dict[str, float]:
         asked.append((conn_id, name, uri))
-        return {"order-7"}
+        return {"order-7": time.time() - 60}
 
     monkeypatch.setattr(asset_stream, "fired_keys", fired_keys)
+    monkeypatch.setattr(asset_stream, "shared_reader", _NoReader)
+    kafka = '{"conn_type": "kafka", "extra": {"bootstrap.servers": "127.0.0.1:1"}}'  # never reached
+    monkeypatch.setenv("AIRFLOW_CONN_KAFKA_WATCHER", kafka)
+    monkeypatch.setattr(asset_stream, "sync_to_async", lambda fn: _run(fn))
     state: dict[str, Any] = {"version": 1, "positions": {"events": {"0": 5}}, "seen": {}}
     if stopped is not None:  # None: a state stored before the marker existed
         state["stopped"] = stopped
     stream = _stream(Store(state))
 
     async def scenario() -> None:
-        stored = await stream._load_state()
-        if stored and not stream._stopped_cleanly:
-            await stream._recheck_airflow()
+        with contextlib.suppress(_Opened):
+            await stream._open()  # up to the shared reader, which this unit test does not open
 
     asyncio.run(scenario())
-    assert asked == ([("airflow_api", "a", "s3://a")] if asks else [])
+    assert asked == ([("airflow_api", "a", "s3://a/")] if asks else [])  # the URI as Airflow keeps it
     assert ("order-7" in stream._keys) is asks  # a record with this key is dropped as a repeat
 
 
 def test_an_unreachable_api_is_logged_and_reading_goes_on(monkeypatch, caplog):
     monkeypatch.setenv("AIRFLOW__KAFKA_EVENTS__WATCHER_AIRFLOW_API_CONN_ID", "airflow_api")
 
-    async def fired_keys(conn_id: str, *, name: str, uri: str) -> set[str]:
+    async def fired_keys(conn_id: str, *, name: str, uri: str, topics: Any) -> dict[str, float]:
         raise OSError("connection refused")
 
     monkeypatch.setattr(asset_stream, "fired_keys", fired_keys)
@@ -106,7 +153,7 @@ def test_an_unreachable_api_is_logged_and_reading_goes_on(monkeypatch, caplog):
     assert "connection refused" in caplog.text and "may fire again" in caplog.text
 
 
-def test_the_last_store_of_a_clean_stop_says_so():
+def test_the_last_store_of_a_clean_stop_says_so_unless_records_await_airflow():
     store = Store()
     stream = _stream(store)
     stream._tracker = PositionTracker({TP: 0})
@@ -114,10 +161,47 @@ def test_the_last_store_of_a_clean_stop_says_so():
     async def scenario() -> None:
         await stream.flush(force=True)
         await stream._final_flush()
+        stream._tracker.hand_on(TP, 0, None)  # handed on, unconfirmed at the stop: read again later
+        await stream._final_flush()
 
     asyncio.run(scenario())
-    assert [w["stopped"] for w in store.writes] == [False, True]
+    assert [w["stopped"] for w in store.writes] == [False, True, False]
+
+
+def test_a_stopping_run_leaves_the_state_a_newer_run_stored():
+    store = Store()
+    stream = _stream(store)
+    stream._tracker = PositionTracker({TP: 0})
+    store.stored = {"version": 1, "positions": {"events": {"0": 9}}, "seen": {}, "run": "newer"}
+    asyncio.run(stream._final_flush())
+    assert store.writes == []
 
 
 def test_the_recheck_limit_reaches_beyond_the_stored_keys():
     assert watcher_recheck.RECHECK_LIMIT >= asset_stream.DURABLE_KEYS
+
+
+class _Assets:
+    """The two asset lookups of the REST client, over a fixed list of active assets."""
+
+    def __init__(self, *assets: tuple[int, str, str]) -> None:
+        self.assets = [{"id": i, "name": name, "uri": uri} for i, name, uri in assets]
+
+    def assets_with_uri(self, uri: str) -> list[dict[str, Any]]:
+        return [a for a in self.assets if a["uri"] == uri]
+
+    def assets_named(self, name: str) -> list[dict[str, Any]]:
+        return [a for a in self.assets if a["name"] == name]
+
+
+def test_the_asset_is_found_by_uri_and_name_by_either_alone():
+    from airflow_kafka_events.bridge.airflow_api import UnknownAssetError
+
+    client: Any = _Assets((1, "investigate", "ops://investigate/"), (2, "orders", "s3://lake/orders/"))
+    assert watcher_recheck._asset_id(client, "investigate", "ops://investigate/") == 1
+    assert watcher_recheck._asset_id(client, None, "ops://investigate/") == 1  # a watcher given the URI only
+    assert watcher_recheck._asset_id(client, "orders", None) == 2  # a watcher given the name only
+    with pytest.raises(
+        UnknownAssetError, match=r"no active asset\(s\) with URI 'ops://investigate/' and name 'x'"
+    ):
+        watcher_recheck._asset_id(client, "x", "ops://investigate/")
