@@ -49,6 +49,7 @@ AIRFLOW_FREE = [
     "airflow_kafka_events.provider",
     "airflow_kafka_events.streams",
     "airflow_kafka_events.checkpoint",
+    "airflow_kafka_events.slot_release",
     "airflow_kafka_events.dlq",
     "airflow_kafka_events.dead_letter_headers",
     "airflow_kafka_events.dead_letter_log",

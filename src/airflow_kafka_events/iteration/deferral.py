@@ -1,8 +1,8 @@
-"""An iterating task that waits for its stream in the triggerer, not in its worker slot.
+"""An iterating task that waits for its stream outside its worker slot.
 
-With ``deferrable=True`` (default: Airflow's ``[operators] default_deferrable``) an
-``@task.iterable`` task over a stream (``from_stream(...)`` / ``StreamRef``) reads and
-handles items in the worker while pages come.  When no page came for
+An ``@task.iterable`` task over a stream (``from_stream(...)`` / ``StreamRef``) reads and
+handles items in the worker while pages come.  With ``deferrable=True`` (default: Airflow's
+``[operators] default_deferrable``), when no page came for
 ``stream_idle_interval`` seconds and nothing is in flight (no item running, waiting for a
 retry or abandoned in a thread, every result delivered, no item failed for good), the
 runner stops with its checkpoint saved and its results stream left open, and the task
@@ -15,8 +15,12 @@ reads on from the stream position after the last page handled with the next item
 so items keep their order and none runs twice; a retry still re-reads the attempt and skips
 what the checkpoint has as done.
 
+Without deferral (and ``reschedule=True``, the default) the task gives its slot back the
+same way but by a reschedule (see :mod:`airflow_kafka_events.slot_release`): the same try
+runs again ``stream_reschedule_interval`` seconds later and goes on from the same position.
+
 :class:`Resumption` is what travels through the deferral (JSON in the task instance's
-``next_kwargs``).
+``next_kwargs``) or the reschedule (in the task state store).
 """
 
 from __future__ import annotations
@@ -64,6 +68,8 @@ class Resumption:
     ordinal: int = 0
     deferrals: int = 0
     carried: dict[str, Any] = field(default_factory=dict)
+    #: epoch seconds of the last page read (the gap clock of a rescheduled iteration)
+    last_progress: float | None = None
 
     @classmethod
     def fresh(cls, start_timeout: float) -> Resumption:
@@ -90,6 +96,7 @@ class Resumption:
             ordinal=source.next_ordinal,
             deferrals=self.deferrals + 1,
             carried=carried,
+            last_progress=source.last_progress,
         )
 
     def to_kwargs(self) -> dict[str, Any]:

@@ -25,9 +25,11 @@ Partitioned asset events
     calls the callable again; the event's default idempotency key is the same).
 
 Waiting for a stream
-    ``deferrable=True`` gives the worker slot back while the stream is idle and nothing is
-    in flight -- see :mod:`airflow_kafka_events.iteration.deferral`; ``deferrable=False``
-    waits in the worker (lowest latency, one slot held for the stream's whole life).
+    The task gives the worker slot back while the stream has not started, or is idle with
+    nothing in flight -- see :mod:`airflow_kafka_events.iteration.deferral`: by deferring
+    (``deferrable=True``) or, by default, by a reschedule; ``deferrable=False,
+    reschedule=False`` waits in the worker (lowest latency, one slot held for the stream's
+    whole life: consumers queued before their producers can take every slot).
 """
 
 from __future__ import annotations
@@ -54,6 +56,17 @@ from airflow_kafka_events.iteration.sources import (
     locate_stream_start,
 )
 from airflow_kafka_events.operators.consumer import StreamRef, default_deferrable
+from airflow_kafka_events.slot_release import (
+    DEFAULT_RESCHEDULE_INTERVAL,
+    IN_WORKER,
+    RESCHEDULE,
+    Rerun,
+    default_idle_interval,
+    gives_slot_back,
+    load_note,
+    reschedule_consumer,
+    wait_mode,
+)
 from airflow_kafka_events.streams import generation_of, not_before_of, task_stream_id
 from airflow_kafka_events.triggers.stream_wait import wait_event_error
 from airflow_kafka_events.triggers.streaming import DEFAULT_TOPIC
@@ -124,9 +137,12 @@ class IterableOperator(BaseOperator):
     :param max_failed_ids: most failed item ids in the summary.
     :param stream_max_events: / :param stream_max_wait: / :param stream_gap_timeout: /
         :param stream_start_timeout: reading a stream source (see ``StreamReader``).
-    :param deferrable: give the worker slot back while a stream source is idle (default
-        ``[operators] default_deferrable``); ``stream_idle_interval`` (default
-        ``max(stream_max_wait, 1)``): seconds without a page before that;
+    :param deferrable: give the worker slot back to the triggerer while a stream source is
+        idle (default ``[operators] default_deferrable``); without it, ``reschedule=True``
+        gives it back by a reschedule, rerun ``stream_reschedule_interval`` seconds later,
+        and ``reschedule=False`` waits in the worker; ``stream_idle_interval`` (default
+        ``max(stream_max_wait, 1)`` deferring, ``max(stream_max_wait, 10)`` rescheduling):
+        seconds without a page before that;
         ``stream_resume_wait`` (default ``max(5, stream_max_wait)``): how long the deferred
         wait gives ``stream_max_events`` pages to come after the first;
         ``stream_state_poll_interval``: seconds between two looks at the producer's state.
@@ -179,6 +195,8 @@ class IterableOperator(BaseOperator):
         stream_gap_timeout: float = 300.0,
         stream_start_timeout: float = 600.0,
         deferrable: bool | None = None,
+        reschedule: bool = True,
+        stream_reschedule_interval: float = DEFAULT_RESCHEDULE_INTERVAL,
         stream_idle_interval: float | None = None,
         stream_resume_wait: float | None = None,
         stream_state_poll_interval: float = 5.0,
@@ -250,10 +268,17 @@ class IterableOperator(BaseOperator):
         self.stream_gap_timeout = stream_gap_timeout
         self.stream_start_timeout = stream_start_timeout
         self.deferrable = default_deferrable() if deferrable is None else bool(deferrable)
+        self.reschedule = bool(reschedule)
+        self.stream_reschedule_interval = _positive("stream_reschedule_interval", stream_reschedule_interval)
+        mode = wait_mode(deferrable=self.deferrable, reschedule=self.reschedule, has_store=True)
         self.stream_idle_interval = _positive(
             "stream_idle_interval",
-            max(stream_max_wait, 1.0) if stream_idle_interval is None else stream_idle_interval,
+            default_idle_interval(mode, stream_max_wait)
+            if stream_idle_interval is None
+            else stream_idle_interval,
         )
+        #: how this run waits (:func:`~airflow_kafka_events.slot_release.wait_mode`)
+        self.wait_mode = IN_WORKER
         self.stream_resume_wait = _positive(
             "stream_resume_wait",
             max(5.0, stream_max_wait) if stream_resume_wait is None else stream_resume_wait,
@@ -382,7 +407,9 @@ class IterableOperator(BaseOperator):
             start, attempt, unwritten = locate_stream_start(
                 settings, ref.topic, trigger_run_id, not_before=not_before_of(context)
             )
-        idle = self._wait_options().idle(resumption.start_deadline) if self.deferrable else None
+        idle = None
+        if self.wait_mode != IN_WORKER:
+            idle = self._wait_options().idle(resumption.start_deadline)
         start_window, gap_window = (
             (self.stream_start_timeout, self.stream_gap_timeout) if idle is None else idle.reader_windows()
         )
@@ -414,6 +441,8 @@ class IterableOperator(BaseOperator):
             ordinal=resumption.ordinal,
         )
         source.unwritten = unwritten
+        if resumption.last_progress is not None:
+            source.last_progress = resumption.last_progress
         return source
 
     def _open_sink(self, context: Context, generation: int) -> ResultsStreamWriter:
@@ -454,7 +483,23 @@ class IterableOperator(BaseOperator):
 
     # ------------------------------------------------------------------ execute
     def execute(self, context: Context) -> dict[str, Any]:
-        return self._iterate(context, Resumption.fresh(self.stream_start_timeout))
+        self.wait_mode = wait_mode(
+            deferrable=self.deferrable,
+            reschedule=self.reschedule,
+            has_store=state_store_of(context) is not None,
+        )
+        found = self._stream_spec()
+        note = None
+        if found is not None and self.wait_mode == RESCHEDULE:
+            note = load_note(context, found[1].stream.resolve(context))
+        if note is None:
+            return self._iterate(context, Resumption.fresh(self.stream_start_timeout))
+        self.log.info("iteration rerun %d after giving the slot back", note.reschedules)
+        if note.resume is None:  # the stream had not started: look it up again
+            return self._iterate(
+                context, Resumption(start_deadline=note.start_deadline, deferrals=note.reschedules)
+            )
+        return self._iterate(context, Resumption(**note.resume))
 
     def resume_iterating(
         self, context: Context, event: dict[str, Any] | None = None, **resumption: Any
@@ -467,6 +512,7 @@ class IterableOperator(BaseOperator):
         if error is not None:
             raise error
         state = Resumption.from_kwargs(resumption, event)
+        self.wait_mode = wait_mode(deferrable=self.deferrable, reschedule=self.reschedule, has_store=True)
         self.log.info(
             "iteration resumed (%s, %s page(s) ready) after deferral %d",
             (event or {}).get("reason"),
@@ -474,6 +520,36 @@ class IterableOperator(BaseOperator):
             state.deferrals,
         )
         return self._iterate(context, state)
+
+    def _give_slot_back(
+        self, context: Context, source: StreamItemSource, state: Resumption, carried: Any, unwritten: bool
+    ) -> None:
+        """Defer, or reschedule with where the rerun goes on (see *Waiting for a stream*)."""
+        if self.wait_mode != RESCHEDULE:
+            self._defer_idle(context, source, state, carried)
+            return
+        found = self._stream_spec()
+        store = state_store_of(context)
+        assert found is not None and store is not None
+        ref = found[1].stream
+        rerun = Rerun(
+            trigger_run_id=source.trigger_run_id,
+            topic=ref.topic,
+            producer_task_id=ref.producer_task_id,
+            producer_map_index=ref.map_index,
+            start_timeout=self.stream_start_timeout,
+            interval=self.stream_reschedule_interval,
+        )
+        following = state.after(source, carried)
+        reschedule_consumer(
+            context,
+            store,
+            rerun,
+            resume=None if unwritten else following.to_kwargs(),
+            start_deadline=state.start_deadline,
+            reschedules=following.deferrals,
+            last_progress=None if unwritten else source.last_progress,
+        )
 
     def _defer_idle(
         self, context: Context, source: StreamItemSource, state: Resumption, carried: Any
@@ -511,10 +587,12 @@ class IterableOperator(BaseOperator):
         source = self._open_source(context, state)
         sink: ResultsStreamWriter | None = None
         try:
-            if self.deferrable and isinstance(source, StreamItemSource) and source.unwritten:
+            if isinstance(source, StreamItemSource) and gives_slot_back(
+                self.wait_mode, unwritten=source.unwritten
+            ):
                 # nothing to iterate yet: give the slot back at once (the producer may need it)
-                self.log.info("stream %s has not started: deferring at once", source.trigger_run_id)
-                self._defer_idle(context, source, state, state.carried)
+                self.log.info("stream %s has not started: giving the slot back", source.trigger_run_id)
+                self._give_slot_back(context, source, state, state.carried, True)
             sink = self._open_sink(context, generation) if self.results_stream else None
             runner = self._runner(
                 handler=self._handler(),
@@ -541,7 +619,8 @@ class IterableOperator(BaseOperator):
             if close is not None:
                 close()
         if summary.suspended and isinstance(source, StreamItemSource):
-            self._defer_idle(context, source, state, summary.to_dict())  # the results stream stays open
+            # the results stream stays open
+            self._give_slot_back(context, source, state, summary.to_dict(), False)
         return self._returned(summary.to_dict(), sink, source, state)
 
     def _returned(
@@ -553,8 +632,8 @@ class IterableOperator(BaseOperator):
     ) -> dict[str, Any]:
         """The XCom: the summary, where the (now ended) results stream is, the deferrals."""
         out["results"] = sink.close() if sink is not None else None
-        if self.deferrable and isinstance(source, StreamItemSource):
-            out["deferrals"] = state.deferrals
+        if self.wait_mode != IN_WORKER and isinstance(source, StreamItemSource):
+            out["reschedules" if self.wait_mode == RESCHEDULE else "deferrals"] = state.deferrals
         if self.show_return_value_in_logs:
             self.log.info("Done. Returned value was: %s", out)
         else:

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
 
-from airflow_kafka_events.checkpoint import Checkpoint
+from airflow_kafka_events.checkpoint import Checkpoint, state_store_of
 from airflow_kafka_events.errors import (
     ConfigurationError,
     StreamGapError,
@@ -38,6 +38,18 @@ from airflow_kafka_events.errors import (
 from airflow_kafka_events.kafka.stream_reader import BatchPolicy, StreamReader
 from airflow_kafka_events.operators.common import task_label
 from airflow_kafka_events.serialization_check import check_trigger_kwargs
+from airflow_kafka_events.slot_release import (
+    DEFAULT_RESCHEDULE_INTERVAL,
+    IN_WORKER,
+    RESCHEDULE,
+    Rerun,
+    RescheduleNote,
+    default_idle_interval,
+    gives_slot_back,
+    load_note,
+    reschedule_consumer,
+    wait_mode,
+)
 from airflow_kafka_events.stream_consumption import (
     StreamCheckpoints,
     StreamEvent,
@@ -139,23 +151,35 @@ class StreamConsumerOperator(BaseOperator):
     over: with no checkpoint of its generation it reads the latest attempt found in Kafka
     from its first page.
 
-    Waiting: the task reads in a poll loop on its worker while pages come.  With
-    ``deferrable=False`` it also waits there (holding its worker slot) for the first page,
-    bounded by ``start_timeout``, and for each next page, bounded by ``gap_timeout``.  With
-    ``deferrable=True`` (default: ``[operators] default_deferrable``), a stream with nothing
-    written yet makes it defer at once; otherwise once no page was ready for
-    ``idle_interval`` seconds it checkpoints and defers to a
-    :class:`~airflow_kafka_events.triggers.stream_wait.StreamWaitTrigger`, which waits in the
-    triggerer until ``max_events`` pages are there (or the stream's end, a new attempt, or
-    ``resume_wait`` seconds after the first new page) and resumes the task at its checkpoint;
-    the trigger runs the start and gap timeouts itself and the task fails with the same
-    ``StreamNotStartedError`` / ``StreamGapError`` as in the worker.  In that mode
-    ``start_timeout`` counts from the task's first start in this try, except the time its
-    producer was known to wait for a slot (no state or ``scheduled``).
+    Waiting (see :mod:`airflow_kafka_events.slot_release`): the task reads in a poll loop on
+    its worker while pages come, keeping its slot.  When no page is ready it gives the slot
+    back, so a producer that needs one can start: with nothing of the stream written yet at
+    once, otherwise once no page was ready for ``idle_interval`` seconds (with everything
+    handled so far checkpointed).  How depends on ``deferrable`` (default: ``[operators]
+    default_deferrable``):
+
+    * ``deferrable=False`` with ``reschedule=True`` (the defaults): the task reschedules
+      itself as a sensor in ``reschedule`` mode does (``up_for_reschedule``, the same try
+      runs again ``reschedule_interval`` seconds later, no triggerer needed) and goes on
+      from its checkpoint; the start and gap timeouts count across reruns;
+    * ``deferrable=True``: it defers to a
+      :class:`~airflow_kafka_events.triggers.stream_wait.StreamWaitTrigger`, which waits in
+      the triggerer until ``max_events`` pages are there (or the stream's end, a new
+      attempt, or ``resume_wait`` seconds after the first new page) and resumes the task at
+      its checkpoint; the trigger runs the start and gap timeouts itself;
+    * ``deferrable=False, reschedule=False``: it waits in the worker, holding its slot, for
+      the first page (``start_timeout``) and each next one (``gap_timeout``): the lowest
+      latency, but consumers queued before their producers can take every slot and fail.
+
+    In every mode the timeouts end in the same ``StreamNotStartedError`` /
+    ``StreamGapError``; when the slot is given back, ``start_timeout`` counts from the
+    task's first start in this try, except the time its producer was known to wait for a
+    slot (no state or ``scheduled``).
 
     Returns (XCom) ``{"trigger_run_id", "topic", "attempt", "pages", "pages_this_try",
-    "batches_this_try", "restarted", "finished"}``, ``pages`` counting every page of the
-    attempt handled by any try.
+    "batches_this_try", "restarted", "finished"}`` (and ``"deferrals"`` or ``"reschedules"``,
+    the slot give-backs of this try, when it may give its slot back), ``pages`` counting
+    every page of the attempt handled by any try.
 
     :param stream: the stream to read.
     :param handler: dotted path of ``handler(events, context)``.
@@ -167,8 +191,11 @@ class StreamConsumerOperator(BaseOperator):
     :param poll_timeout: seconds of one Kafka poll.
     :param lookup_timeout: seconds to look up the stream's latest attempt on a fresh start.
     :param deferrable: defer while idle (see *Waiting*); default ``[operators] default_deferrable``.
-    :param idle_interval: seconds without a ready page before deferring (default
-        ``max(max_wait, 1)``).
+    :param reschedule: without deferral, reschedule while idle (see *Waiting*); ``False``
+        waits in the worker.
+    :param reschedule_interval: seconds from giving the slot back by a reschedule to the rerun.
+    :param idle_interval: seconds without a ready page before giving the slot back (default
+        ``max(max_wait, 1)`` when deferring, ``max(max_wait, 10)`` when rescheduling).
     :param resume_wait: seconds the deferred wait gives a batch to fill after its first page
         (default ``max(5, max_wait)``).
     :param state_poll_interval: seconds between two looks at the producer's state while deferred.
@@ -189,6 +216,8 @@ class StreamConsumerOperator(BaseOperator):
         poll_timeout: float = 0.2,
         lookup_timeout: float = 30.0,
         deferrable: bool | None = None,
+        reschedule: bool = True,
+        reschedule_interval: float = DEFAULT_RESCHEDULE_INTERVAL,
         idle_interval: float | None = None,
         resume_wait: float | None = None,
         state_poll_interval: float = 5.0,
@@ -219,6 +248,7 @@ class StreamConsumerOperator(BaseOperator):
             ("idle_interval", 1.0 if idle_interval is None else idle_interval),
             ("resume_wait", 1.0 if resume_wait is None else resume_wait),
             ("state_poll_interval", state_poll_interval),
+            ("reschedule_interval", reschedule_interval),
         ):
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
                 raise ConfigurationError(f"{owner}: {name} must be > 0 seconds, got {value!r}")
@@ -236,10 +266,19 @@ class StreamConsumerOperator(BaseOperator):
         self.poll_timeout = float(poll_timeout)
         self.lookup_timeout = float(lookup_timeout)
         self.deferrable = default_deferrable() if deferrable is None else bool(deferrable)
-        self.idle_interval = max(self.max_wait, 1.0) if idle_interval is None else float(idle_interval)
+        self.reschedule = bool(reschedule)
+        self.reschedule_interval = float(reschedule_interval)
+        mode = wait_mode(deferrable=self.deferrable, reschedule=self.reschedule, has_store=True)
+        self.idle_interval = (
+            default_idle_interval(mode, self.max_wait) if idle_interval is None else float(idle_interval)
+        )
         self.resume_wait = max(5.0, self.max_wait) if resume_wait is None else float(resume_wait)
         self.state_poll_interval = float(state_poll_interval)
         self._windows: tuple[float, float] = (self.start_timeout, self.gap_timeout)
+        #: how this run waits (:func:`~airflow_kafka_events.slot_release.wait_mode`)
+        self.wait_mode = IN_WORKER
+        #: epoch seconds of the last handled page (the gap clock of a rescheduling run)
+        self._last_progress = 0.0
         #: the last :meth:`starting_point` found nothing of the stream written yet
         self.stream_unwritten = False
         self._handler_callable: Callable[..., Any] | None = None
@@ -337,6 +376,13 @@ class StreamConsumerOperator(BaseOperator):
         if self.handler is not None:
             self.load_handler()  # fail before reading anything
         checkpoints = StreamCheckpoints.of_task(context, trigger_run_id)
+        self.wait_mode = wait_mode(
+            deferrable=self.deferrable, reschedule=self.reschedule, has_store=checkpoints is not None
+        )
+        note = self._load_note(context, trigger_run_id)
+        if note is not None and note.resume is not None:
+            self.log.info("stream %s: rerun %d after giving the slot back", trigger_run_id, note.reschedules)
+            return self._go_on(context, trigger_run_id, **note.resume)
         settings = self.get_settings()
         start: Checkpoint | None = None
         if checkpoints is not None:
@@ -347,19 +393,20 @@ class StreamConsumerOperator(BaseOperator):
             self.log.warning(
                 "no task state store in the context: the position is kept in the consumer group only"
             )
-        start_deadline = time.time() + self.start_timeout
-        if self.deferrable and self.stream_unwritten:
+        start_deadline = time.time() + self.start_timeout if note is None else note.start_deadline
+        deferrals = 0 if note is None else note.reschedules
+        if gives_slot_back(self.wait_mode, unwritten=self.stream_unwritten):
             # nothing to read yet: give the slot back at once (the producer may need it to start)
-            self.log.info("stream %s has not started: deferring at once", trigger_run_id)
+            self.log.info("stream %s has not started: giving the slot back at once", trigger_run_id)
             summary = StreamSummary.starting_at(trigger_run_id, self.stream.topic, start)
-            self._defer_idle(context, trigger_run_id, summary, start, start_deadline, 0)
+            self._give_slot_back(context, trigger_run_id, summary, start, start_deadline, deferrals, True)
         self.log.info(
             "reading stream %s of task %r from topic %s",
             trigger_run_id,
             self.stream.producer_task_id,
             self.stream.topic,
         )
-        return self._read(context, trigger_run_id, settings, start, None, start_deadline, 0)
+        return self._read(context, trigger_run_id, settings, start, None, start_deadline, deferrals)
 
     def resume_reading(
         self,
@@ -380,12 +427,25 @@ class StreamConsumerOperator(BaseOperator):
             (event or {}).get("ready"),
             deferrals,
         )
+        self.wait_mode = wait_mode(deferrable=self.deferrable, reschedule=self.reschedule, has_store=True)
+        if event and isinstance(event.get("start_deadline"), (int, float)):
+            start_deadline = float(event["start_deadline"])
+        return self._go_on(context, trigger_run_id, summary, start_deadline, checkpoint, deferrals)
+
+    def _go_on(
+        self,
+        context: Context,
+        trigger_run_id: str,
+        summary: dict[str, Any] | None = None,
+        start_deadline: float | None = None,
+        checkpoint: dict[str, Any] | None = None,
+        deferrals: int = 0,
+    ) -> dict[str, Any]:
+        """Read on from the checkpoint after the slot was given back (deferred or rescheduled)."""
         checkpoints = StreamCheckpoints.of_task(context, trigger_run_id)
         start = None if checkpoints is None else checkpoints.load(self.log)
         if start is None and checkpoint is not None:
             start = Checkpoint.from_json(checkpoint)
-        if event and isinstance(event.get("start_deadline"), (int, float)):
-            start_deadline = float(event["start_deadline"])
         carried = (
             None if summary is None else StreamSummary.carried(trigger_run_id, self.stream.topic, summary)
         )
@@ -406,15 +466,16 @@ class StreamConsumerOperator(BaseOperator):
         checkpoints = StreamCheckpoints.of_task(context, trigger_run_id)
         map_index = getattr(ti, "map_index", -1)
         group_id = consumer_group_id(ti.dag_id, ti.task_id, -1 if map_index is None else map_index)
+        note = self._load_note(context, trigger_run_id)
+        self._last_progress = (
+            time.time() if note is None or note.last_progress is None else note.last_progress
+        )
         self._windows = self._reader_windows(start_deadline)
 
         def handle_batch(events: list[StreamEvent]) -> Any:
-            return self.handle_trigger_events(events, context)
-
-        def is_idle(exc: StreamNotStartedError | StreamGapError) -> bool:
-            if isinstance(exc, StreamNotStartedError):
-                return time.time() < start_deadline
-            return self.idle_interval < self.gap_timeout and len(exc.present) <= _MAX_BUFFERED
+            result = self.handle_trigger_events(events, context)
+            self._last_progress = time.time()
+            return result
 
         try:
             with self.open_reader(settings, trigger_run_id, start, group_id) as reader:
@@ -427,25 +488,89 @@ class StreamConsumerOperator(BaseOperator):
                     start=start,
                     logger=self.log,
                     summary=summary,
-                    is_idle=is_idle if self.deferrable else None,
+                    is_idle=None if self.wait_mode == IN_WORKER else self._idle_test(start_deadline),
                 )
                 position = reader.checkpoint()
         except StreamNotStartedError as exc:
             raise self._not_started(exc) from exc
-        if summary.idle:
-            self._defer_idle(context, trigger_run_id, summary, position, start_deadline, deferrals)
+        if gives_slot_back(self.wait_mode, idle=summary.idle):
+            self._give_slot_back(context, trigger_run_id, summary, position, start_deadline, deferrals, False)
         summary.log_handled(self.log)
         result = summary.to_dict()
-        if self.deferrable:
-            result["deferrals"] = deferrals
+        if self.wait_mode != IN_WORKER:
+            result["deferrals" if self.wait_mode != RESCHEDULE else "reschedules"] = deferrals
         return result
 
+    def _idle_test(self, start_deadline: float) -> Callable[[StreamNotStartedError | StreamGapError], bool]:
+        """Whether a reader's (idle-sized) timeout is an idle wait, not the real timeout."""
+
+        def is_idle(exc: StreamNotStartedError | StreamGapError) -> bool:
+            if isinstance(exc, StreamNotStartedError):
+                return time.time() < start_deadline
+            if self.idle_interval >= self.gap_timeout or len(exc.present) > _MAX_BUFFERED:
+                return False
+            # the trigger keeps the gap clock of a deferral; a rerun keeps it here
+            return self.wait_mode != RESCHEDULE or time.time() - self._last_progress < self.gap_timeout
+
+        return is_idle
+
     def _reader_windows(self, start_deadline: float) -> tuple[float, float]:
-        """The reader's (start, gap) timeouts: the idle interval when it defers while idle."""
-        if not self.deferrable:
+        """The reader's (start, gap) timeouts: the idle interval when it gives the slot back while idle."""
+        if self.wait_mode == IN_WORKER:
             return self.start_timeout, self.gap_timeout
         remaining = start_deadline - time.time()
-        return max(min(self.idle_interval, remaining), 0.1), min(self.idle_interval, self.gap_timeout)
+        gap_remaining = self.gap_timeout
+        if self.wait_mode == RESCHEDULE:
+            gap_remaining = max(self._last_progress + self.gap_timeout - time.time(), 0.1)
+        return max(min(self.idle_interval, remaining), 0.1), min(self.idle_interval, gap_remaining)
+
+    def _give_slot_back(
+        self,
+        context: Context,
+        trigger_run_id: str,
+        summary: StreamSummary,
+        position: Checkpoint | None,
+        start_deadline: float,
+        deferrals: int,
+        unwritten: bool,
+    ) -> None:
+        """Defer, or reschedule with what the rerun goes on from (see *Waiting*)."""
+        if self.wait_mode != RESCHEDULE:
+            self._defer_idle(context, trigger_run_id, summary, position, start_deadline, deferrals)
+            return
+        resume = None
+        if not unwritten:  # a stream not started yet is looked up again by the rerun
+            resume = {
+                "summary": summary.carry(),
+                "start_deadline": start_deadline,
+                "checkpoint": None if position is None else position.to_json(),
+                "deferrals": deferrals + 1,
+            }
+        store = state_store_of(context)
+        assert store is not None, "only a task with a state store reschedules"
+        rerun = Rerun(
+            trigger_run_id=trigger_run_id,
+            topic=self.stream.topic,
+            producer_task_id=self.stream.producer_task_id,
+            producer_map_index=self.stream.map_index,
+            start_timeout=self.start_timeout,
+            interval=self.reschedule_interval,
+        )
+        try:
+            reschedule_consumer(
+                context,
+                store,
+                rerun,
+                resume=resume,
+                start_deadline=start_deadline,
+                reschedules=deferrals + 1,
+                last_progress=None if resume is None else self._last_progress,
+            )
+        except StreamNotStartedError as exc:
+            raise self._not_started(exc) from exc
+
+    def _load_note(self, context: Context, trigger_run_id: str) -> RescheduleNote | None:
+        return load_note(context, trigger_run_id) if self.wait_mode == RESCHEDULE else None
 
     def _defer_idle(
         self,

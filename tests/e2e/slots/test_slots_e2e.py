@@ -7,6 +7,10 @@ consumers would keep the producers from ever starting (all four failed with
 completes, each consumer handles its 60 pages strictly in order and each page once, and the
 consumer that fails its first try on page 30 resumes at its checkpoint.
 
+With the defaults (no ``deferrable`` argument, ``default_deferrable`` off) the same case
+succeeds too: ``StreamConsumerOperator``, ``@task.stream_consumer`` and ``@task.iterable``
+consumers give their slots back by a reschedule (see ``slots_dags/e2e_slots_defaults.py``).
+
 On the same stack: an ``@task.iterable`` task over a stream whose producer pauses defers
 while idle and goes on after the pause (order kept, each item once, its retry resumed at the
 checkpoint); and a deferrable consumer's ``start_timeout`` stands still while its producer
@@ -31,6 +35,7 @@ DAGS = Path(__file__).parent / "slots_dags"
 DAG_ID = "e2e_slots_consumers_first"
 ITERATE_DAG = "e2e_slots_iterate"
 START_CLOCK_DAG = "e2e_slots_start_clock"
+DEFAULTS_DAG = "e2e_slots_defaults"
 PAIRS = 4
 PAGES = 60
 
@@ -49,7 +54,7 @@ def slots_stack(tmp_path_factory, kafka_bootstrap, trigger_events_topic):
         home=tmp_path_factory.mktemp("slots-home"), dags_folder=dags, extra_env=env, parallelism=2
     )
     try:
-        stack.start(timeout=400.0, dag_ids=[DAG_ID, ITERATE_DAG, START_CLOCK_DAG])
+        stack.start(timeout=400.0, dag_ids=[DAG_ID, ITERATE_DAG, START_CLOCK_DAG, DEFAULTS_DAG])
         yield stack
     finally:
         stack.stop()
@@ -95,6 +100,40 @@ def test_consumers_queued_first_on_two_slots_let_every_producer_run(
     retried = stack.xcom(DAG_ID, run_id, "consume_0")
     assert retried["pages_this_try"] < PAGES, retried
     assert stack.task_instance(DAG_ID, run_id, "consume_0")["try_number"] == 2
+
+
+def test_with_the_defaults_consumers_queued_first_reschedule_and_every_pair_completes(
+    slots_stack: AirflowStack, tmp_path: Path
+):
+    stack = slots_stack
+    directory = _run_dir(tmp_path)
+    started = time.monotonic()
+    run_id = stack.trigger_dag(DEFAULTS_DAG, conf={"dir": str(directory)})
+    state = stack.wait_for_dag_run(DEFAULTS_DAG, run_id, timeout=300)
+    elapsed = time.monotonic() - started
+    tis = {(t["task_id"], t["try_number"]): t["state"] for t in stack.task_instances(DEFAULTS_DAG, run_id)}
+    assert state == "success", f"run {run_id} is {state}: {tis}\n{stack.diagnostics()}"
+
+    log = stack.state_change_log(DEFAULTS_DAG, run_id=run_id)
+    running = [row["task_id"] for row in log if row["event"] == "running"]
+    assert all(task.startswith("consume_") for task in running[:2]), running
+    # no triggerer was used by a consumer: they gave their slots back by rescheduling
+    consumers = {f"consume_{i}" for i in range(PAIRS)}
+    assert not {row["task_id"] for row in log if row["event"] == "deferred"} & consumers, log
+    rescheduled = {row["task_id"] for row in log if row["event"] == "up_for_reschedule"}
+    assert {task for task in running[:2]} <= rescheduled, (rescheduled, running)
+    reschedules = {}
+    for i in range(PAIRS):
+        task_id = f"consume_{i}"
+        assert _lines(directory / f"{task_id}.txt") == list(range(PAGES)), task_id  # in order, each once
+        summary = stack.xcom(DEFAULTS_DAG, run_id, task_id)
+        assert "deferrals" not in summary, summary
+        reschedules[task_id] = summary["reschedules"]
+        assert stack.task_instance(DEFAULTS_DAG, run_id, task_id)["try_number"] == 1
+    assert stack.xcom(DEFAULTS_DAG, run_id, "consume_2")["succeeded"] == PAGES
+    for task_id in ("consume_0", "consume_1", "consume_3"):
+        assert stack.xcom(DEFAULTS_DAG, run_id, task_id)["finished"], task_id
+    print(f"\n{DEFAULTS_DAG}: {PAIRS} pairs on 2 slots with the defaults in {elapsed:.1f}s; {reschedules}")
 
 
 def _text_lines(path: Path) -> list[str]:

@@ -199,6 +199,7 @@ def run_operator(
     try_number: int = 1,
     **kwargs: Any,
 ) -> dict[str, Any]:
+    kwargs.setdefault("reschedule", False)  # read in the worker: nothing here reruns a reschedule
     operator = IterableOperator(
         task_id=task_id,
         python_callable=fn,

@@ -214,6 +214,7 @@ def test_in_worker_mode_never_defers(new_topic):
             pages=10, delay=0.3, topic=topic, trigger_run_id=stream_id(DAG_ID, run_id, "produce")
         )
     )
-    result = consumer(topic, effects, deferrable=False).execute(make_context(run_id, "consume", DictStore()))
+    in_worker = consumer(topic, effects, deferrable=False, reschedule=False)
+    result = in_worker.execute(make_context(run_id, "consume", DictStore()))
     producer.join(timeout=60)
-    assert effects == list(range(10)) and "deferrals" not in result
+    assert effects == list(range(10)) and "deferrals" not in result and "reschedules" not in result

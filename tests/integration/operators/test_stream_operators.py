@@ -169,6 +169,7 @@ def consumer(topic: str, effects: list[int], **kwargs: Any) -> RecordingConsumer
     kwargs.setdefault("start_timeout", 60.0)
     kwargs.setdefault("lookup_timeout", 10.0)
     kwargs.setdefault("poll_timeout", 0.1)
+    kwargs.setdefault("reschedule", False)  # read in the worker: nothing here reruns a reschedule
     return RecordingConsumer(
         task_id="consume", stream=StreamRef("produce", topic=topic), effects=effects, **kwargs
     )

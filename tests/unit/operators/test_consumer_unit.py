@@ -187,7 +187,11 @@ def test_a_stream_that_never_starts_names_the_producer_task():
             return Reader([])
 
     op = NeverStarts(
-        envelopes=[], task_id="consume", stream=StreamRef("produce"), handler=f"{__name__}.record"
+        envelopes=[],
+        task_id="consume",
+        stream=StreamRef("produce"),
+        handler=f"{__name__}.record",
+        reschedule=False,
     )
     with pytest.raises(StreamNotStartedError, match="Is task 'produce' of this DAG run streaming"):
         op.execute(context(task_id="consume", store=DictStore()))

@@ -172,7 +172,7 @@ def test_past_the_start_deadline_the_worker_raises_the_real_error():
 
 
 def test_in_worker_mode_raises_instead_of_deferring():
-    consumer = op(stream(RUN, 5)[:3], deferrable=False, start_timeout=7)
+    consumer = op(stream(RUN, 5)[:3], deferrable=False, reschedule=False, start_timeout=7)
     with pytest.raises(StreamGapError):
         consumer.execute(context(task_id="consume", store=DictStore()))
     assert consumer.windows == [(7.0, 300.0)]
