@@ -7,7 +7,7 @@ small batch settings (``CONSUMER_SETTINGS``; task id ``consume_e<max_events>_w<m
 ms>_p<poll_timeout in ms>``), and records when each page was handed to the handler in
 ``<dir>/<task_id>.jsonl``.  The consumers read side by side, each in its own consumer group.
 Consumers without ``_d`` use the operator's default ``deferrable`` (Airflow's ``[operators]
-default_deferrable``, off here: they wait in the worker); those ending in ``_d`` are
+default_deferrable``, off here) with ``reschedule=False``: they wait in the worker; those ending in ``_d`` are
 ``deferrable=True`` (give the slot back while idle).  ``produce`` has the highest
 ``priority_weight``, so the in-worker consumers never hold every slot before it starts.
 """
@@ -67,6 +67,7 @@ with DAG(
                 + ("_d" if deferrable else "")
             ),
             deferrable=deferrable,
+            reschedule=False,  # B7 measures the in-worker wait (and the deferred one)
             stream=StreamRef("produce"),
             handler="bench_handlers.record_handled",
             max_events=max_events,

@@ -87,8 +87,8 @@ def stream_consumer_task(
     """Turn ``handler(events, context, ...)`` into a :class:`StreamConsumerOperator` task.
 
     ``kwargs`` are the operator's (``stream=StreamRef(...)`` is required, ``max_events``,
-    ``max_wait``, ``gap_timeout``, ``start_timeout``, ``deferrable``, ``idle_interval``,
-    ``resume_wait``, ... and the usual task arguments).
+    ``max_wait``, ``gap_timeout``, ``start_timeout``, ``deferrable``, ``reschedule``,
+    ``reschedule_interval``, ``idle_interval``, ``resume_wait``, ... and the usual task arguments).
     """
     if "handler" in kwargs:
         raise ConfigurationError(
