@@ -308,3 +308,23 @@ def test_the_example_dag_parses(tmp_path):
     batched = bag.dags["pokemon_batched_iteration"]
     assert isinstance(batched.get_task("get_pokemon"), MappedOperator)
     assert batched.get_task("index_pokemon").upstream_task_ids == set()  # reads the results stream lazily
+
+
+def test_a_stream_iteration_gives_its_slot_back_by_a_reschedule_by_default(monkeypatch):
+    monkeypatch.setenv("AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE", "false")
+
+    def op(**kwargs: Any) -> IterableOperator:
+        return IterableOperator(
+            task_id="it",
+            python_callable=lambda page: None,
+            iterate_kwargs={"page": from_stream("p")},
+            **kwargs,
+        )
+
+    rescheduling = op()
+    assert (rescheduling.deferrable, rescheduling.reschedule) == (False, True)
+    assert rescheduling.stream_idle_interval == 10.0 and rescheduling.stream_reschedule_interval == 5.0
+    assert op(deferrable=True).stream_idle_interval == 1.0
+    assert op(stream_max_wait=20).stream_idle_interval == 20.0
+    with pytest.raises(ConfigurationError, match="stream_reschedule_interval"):
+        op(stream_reschedule_interval=0)
