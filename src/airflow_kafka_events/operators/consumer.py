@@ -493,6 +493,10 @@ class StreamConsumerOperator(BaseOperator):
                 position = reader.checkpoint()
         except StreamNotStartedError as exc:
             raise self._not_started(exc) from exc
+        except StreamGapError as exc:
+            if self.wait_mode == IN_WORKER:
+                raise
+            raise self._real_gap(exc) from exc  # the reader waited the idle interval, the task more
         if gives_slot_back(self.wait_mode, idle=summary.idle):
             self._give_slot_back(context, trigger_run_id, summary, position, start_deadline, deferrals, False)
         summary.log_handled(self.log)
@@ -636,6 +640,17 @@ class StreamConsumerOperator(BaseOperator):
             raise ConfigurationError(
                 f"{task_label(self)}: cannot name the stream of {self.stream}: {exc}"
             ) from exc
+
+    def _real_gap(self, exc: StreamGapError) -> StreamGapError:
+        """``exc`` naming the real ``gap_timeout`` (the reader's window was the idle interval)."""
+        return StreamGapError(
+            re.sub(r"waited [^s ]+s", f"waited {self.gap_timeout:g}s", str(exc)),
+            missing_index=exc.missing_index,
+            attempt=exc.attempt,
+            present=exc.present,
+            topic=exc.topic,
+            trigger_run_id=exc.trigger_run_id,
+        )
 
     def _not_started(self, exc: StreamNotStartedError) -> StreamNotStartedError:
         """``exc`` with a hint at the producing task (and the real ``start_timeout``)."""

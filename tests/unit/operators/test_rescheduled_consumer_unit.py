@@ -13,16 +13,41 @@ from airflow_kafka_events.errors import StreamGapError, StreamNotStartedError
 from airflow_kafka_events.operators import StreamRef
 from airflow_kafka_events.slot_release import RescheduleNote, note_key
 from unit.operators.fakes import DictStore, context, stream
-from unit.operators.test_deferred_consumer_unit import HANDLED, RUN, Consumer, FakeClock
+from unit.operators.test_deferred_consumer_unit import HANDLED, RUN, Consumer, FakeClock, IdleReader
 from unit.operators.test_deferred_consumer_unit import clock as clock  # the fixture
 
 pytestmark = pytest.mark.unit
+
+
+class WindowReader(IdleReader):
+    """An idle reader whose gap error says how long it waited, as the real reader's does."""
+
+    def __init__(self, *args: Any, gap_window: float, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.gap_window = gap_window
+
+    def next_batch(self):  # type: ignore[override]
+        try:
+            return super().next_batch()
+        except StreamGapError as exc:
+            raise StreamGapError(
+                f"sequence_index {exc.missing_index} is missing (waited {self.gap_window:g}s)",
+                missing_index=exc.missing_index,
+                attempt=exc.attempt,
+                topic="t",
+            ) from exc
 
 
 class LookingConsumer(Consumer):
     """Its start lookup finds the stream written only once ``written`` is set."""
 
     written = False
+
+    def open_reader(self, settings, trigger_run_id, checkpoint, group_id):
+        self.windows.append(self._windows)
+        return WindowReader(
+            self.envelopes, checkpoint=checkpoint, max_events=self.max_events, gap_window=self._windows[1]
+        )
 
     def starting_point(self, settings, trigger_run_id, not_before=None):
         self.stream_unwritten = not self.written
@@ -142,7 +167,7 @@ def test_the_gap_timeout_counts_from_the_last_page_across_reruns(slot_clock):
     assert rerun.windows == [(10.0, 9.0)]  # the gap window left, not a fresh one
     assert note(store).last_progress == last_page  # type: ignore[union-attr]
     slot_clock.advance(16)
-    with pytest.raises(StreamGapError):
+    with pytest.raises(StreamGapError, match="waited 25s"):
         run(op(stream(RUN, 5)[:3], gap_timeout=25), store)
 
 
