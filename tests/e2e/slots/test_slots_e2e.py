@@ -94,6 +94,7 @@ def test_consumers_queued_first_on_two_slots_let_every_producer_run(
         assert summary["pages"] == PAGES and summary["finished"], summary
         deferrals[task_id] = summary["deferrals"]
     print(f"defer cycles per consumer (last try): {deferrals}; state changes logged: {len(log)}")
+    print(f"seconds from deferred to running again: {_slot_back_gaps(log, 'deferred')}")
     # at least the two consumers that took the slots first had to give them back
     assert sum(1 for n in deferrals.values() if n >= 1) >= 2, deferrals
     # consume_0 failed its first try on page 30 and the retry resumed at its checkpoint
@@ -134,6 +135,18 @@ def test_with_the_defaults_consumers_queued_first_reschedule_and_every_pair_comp
     for task_id in ("consume_0", "consume_1", "consume_3"):
         assert stack.xcom(DEFAULTS_DAG, run_id, task_id)["finished"], task_id
     print(f"\n{DEFAULTS_DAG}: {PAIRS} pairs on 2 slots with the defaults in {elapsed:.1f}s; {reschedules}")
+    print(f"seconds from up_for_reschedule to running again: {_slot_back_gaps(log, 'up_for_reschedule')}")
+
+
+def _slot_back_gaps(log: list[dict], event: str) -> list[float]:
+    """Seconds from each ``event`` row of a task (its slot given back) to its next ``running`` row."""
+    gaps, gave_back = [], {}
+    for row in log:
+        if row["event"] == event:
+            gave_back[row["task_id"]] = _parse(row["dttm"])
+        elif row["event"] == "running" and row["task_id"] in gave_back:
+            gaps.append(round((_parse(row["dttm"]) - gave_back.pop(row["task_id"])).total_seconds(), 1))
+    return sorted(gaps)
 
 
 def _text_lines(path: Path) -> list[str]:
