@@ -43,7 +43,7 @@ from confluent_kafka.admin import AdminClient
 from airflow_kafka_events.codec import TRIGGER_EVENT_CODEC
 from airflow_kafka_events.envelopes import ProducerIdentity, StreamError, TriggerEventEnvelope
 from airflow_kafka_events.kafka.consumer import EnvelopeConsumer
-from airflow_kafka_events.kafka.producer import EnvelopeProducer
+from airflow_kafka_events.kafka.producer import EnvelopeProducer, close_all_producers
 from airflow_kafka_events.kafka.settings import KafkaSettings
 from airflow_kafka_events.kafka.topics import TopicSpec, delete_topics, ensure_topics
 from airflow_kafka_events.local_broker import LocalKafkaBroker
@@ -548,6 +548,7 @@ def main(argv: list[str] | None = None) -> int:
         say(f"[demo]   {'ALL OK' if ok else 'FAILED'} in {time.monotonic() - started:.0f}s")
         return 0 if ok else 1
     finally:
+        close_all_producers()  # the shared producers (emit, dead letters): closed while the broker is up
         del admin  # release the client's connections before the broker goes away
         if broker is not None and not args.keep:
             broker.stop()

@@ -13,7 +13,7 @@ from typing import Any
 
 from airflow_kafka_events.cli_topics import add_kafka_connection_args
 
-__all__ = ["RefusePassword", "add_bridge_group"]
+__all__ = ["RefusePassword", "add_authorization_args", "add_bridge_group"]
 
 
 def _bridge(args: argparse.Namespace) -> int:
@@ -61,6 +61,33 @@ def _bridge(args: argparse.Namespace) -> int:
     service.install_signal_handlers()
     service.run()
     return 0
+
+
+def add_authorization_args(group: argparse._ArgumentGroup, fate: str) -> None:
+    """The bridge's authorization flags (``--allow``, ``--signing-key-file``); ``fate``: what becomes
+    of an event they refuse (e.g. ``"dead-lettered"``)."""
+    from airflow_kafka_events.bridge import config as bc
+
+    group.add_argument(
+        "--allow",
+        action="append",
+        default=[],
+        metavar="RULE",
+        help='allowlist rule as JSON, e.g. \'{"source_kinds": ["task"], "dag_ids": ["etl_*"]}\' '
+        "(fields source_kinds, dag_ids, producers; repeat for more rules, or a JSON list in "
+        f"${bc.ENV_ALLOW}); an event whose source matches no rule is {fate} (not-allowed). "
+        "Default: any source",
+    )
+    group.add_argument(
+        "--signing-key-file",
+        dest="signing_key_files",
+        action="append",
+        type=Path,
+        default=[],
+        metavar="FILE",
+        help="HMAC-SHA256 keys, one per line, current first (repeat; or os.pathsep-separated in "
+        f"${bc.ENV_SIGNING_KEY_FILES}); when set, unsigned or wrongly signed events are {fate}",
+    )
 
 
 class RefusePassword(argparse.Action):
@@ -160,26 +187,7 @@ def add_bridge_group(subparsers: argparse._SubParsersAction[argparse.ArgumentPar
         help=f"only events of assets whose URI or name matches this fnmatch pattern (repeat, or "
         f"comma-separated in ${bc.ENV_ASSETS}); others are skipped. Default: every asset",
     )
-    policy.add_argument(
-        "--allow",
-        action="append",
-        default=[],
-        metavar="RULE",
-        help='allowlist rule as JSON, e.g. \'{"source_kinds": ["task"], "dag_ids": ["etl_*"]}\' '
-        "(fields source_kinds, dag_ids, producers; repeat for more rules, or a JSON list in "
-        f"${bc.ENV_ALLOW}); an event whose source matches no rule is dead-lettered (not-allowed). "
-        "Default: any source",
-    )
-    policy.add_argument(
-        "--signing-key-file",
-        dest="signing_key_files",
-        action="append",
-        type=Path,
-        default=[],
-        metavar="FILE",
-        help="HMAC-SHA256 keys, one per line, current first (repeat; or os.pathsep-separated in "
-        f"${bc.ENV_SIGNING_KEY_FILES}); when set, unsigned or wrongly signed events are dead-lettered",
-    )
+    add_authorization_args(policy, "dead-lettered")
     policy.add_argument(
         "--max-causation-depth",
         type=int,

@@ -133,6 +133,13 @@ def _coordinates(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("offset", type=int, metavar="OFFSET", help="offset of the dead letter (dlq ls)")
 
 
+def _count(listing: Any) -> str:
+    text = f"{len(listing.records)} dead letter(s)"
+    if listing.not_dead_letters:
+        text += f"; {listing.not_dead_letters} record(s) without the dead-letter headers skipped"
+    return text
+
+
 def _dead_letter_lister() -> Callable[..., Any]:
     """``list_dead_letters``, imported when ``ls`` runs."""
     from airflow_kafka_events.inspection import list_dead_letters
@@ -153,7 +160,7 @@ def add_dlq_group(subparsers: argparse._SubParsersAction[argparse.ArgumentParser
         _dead_letter_lister,
         what="dead letters",
         lines=lambda listing: map(_line, listing.records),
-        count=lambda listing: f"{len(listing.records)} dead letter(s)",
+        count=_count,
         help="dead letters of a bounded window, by reason / source topic / consumer",
         description="Dead letters found in the window (filters apply to the window: it is what is scanned).",
         filters=[

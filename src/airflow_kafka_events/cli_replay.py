@@ -3,12 +3,15 @@
 For an Airflow whose metadata database was restored from a backup (or that missed events while
 the bridge was down): the asset events of a window of the asset events topic (``--from`` ..
 ``--until``) are posted through the REST API like the partition bridge posts them -- the same
-client, admission checks (``AIRFLOW_KAFKA_EVENTS_BRIDGE_*`` settings: signatures, allowlist,
-causation depth; ``--asset`` patterns), ``extra`` and provenance -- except those Airflow already
+client, admission checks (``AIRFLOW_KAFKA_EVENTS_BRIDGE_*`` settings or ``--allow`` /
+``--signing-key-file``: signatures, allowlist, causation depth; ``--asset`` patterns), ``extra`` and
+provenance -- except those Airflow already
 has: before anything is posted, each event is looked up among its asset's most recent Airflow
 events (``--recent-events-limit``) by its ``event_id`` or idempotency key (the bridge's re-check),
 and an idempotency key repeated in the window is posted once.  Run it twice: the second run posts
-nothing.  Nothing is posted when the window was truncated (``--max-records``).
+nothing.  Nothing is posted when the window was truncated (``--max-records``).  Without the bridge's
+authorization (allow rules or signing keys) it refuses to run, unless ``--allow-any-source`` says the
+bridge has none: it would post the events the bridge refused.
 
 Imports no Airflow module.
 """
@@ -21,7 +24,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from airflow_kafka_events.cli_bridge import RefusePassword
+from airflow_kafka_events.cli_bridge import RefusePassword, add_authorization_args
 from airflow_kafka_events.cli_inspection import (
     add_common_args,
     emit_json,
@@ -174,6 +177,8 @@ def _bridge_config(args: argparse.Namespace, topic: str) -> Any:
         password_file=args.password_file,
         topic=topic,
         assets=args.assets,
+        allow=args.allow,
+        signing_key_files=args.signing_key_files,
         bootstrap_servers=args.bootstrap_servers,
         properties_file=args.properties,
         overrides=dict(args.property) if args.property else None,
@@ -181,6 +186,26 @@ def _bridge_config(args: argparse.Namespace, topic: str) -> Any:
         retry=RetryPolicy(max_attempts=args.max_attempts),
         recent_events_limit=args.recent_events_limit,
     )
+
+
+def _check_authorization(args: argparse.Namespace, config: Any) -> None:
+    """Refuse to run without the bridge's authorization stated: it would post what the bridge refuses."""
+    from airflow_kafka_events.bridge import config as bc
+    from airflow_kafka_events.errors import ConfigurationError
+
+    authorized = config.allowlist is not None or bool(config.signing_keys)
+    if authorized and args.allow_any_source:
+        raise ConfigurationError(
+            "--allow-any-source contradicts the allow rules / signing keys given (flags or "
+            f"${bc.ENV_ALLOW} / ${bc.ENV_SIGNING_KEY_FILES}): pass one or the other"
+        )
+    if not authorized and not args.allow_any_source:
+        raise ConfigurationError(
+            "replay-assets posts only what the bridge would, and no authorization is set: nothing read, "
+            "nothing posted; fix: give the bridge's allow rules and signing keys (--allow / "
+            f"--signing-key-file, or ${bc.ENV_ALLOW} / ${bc.ENV_SIGNING_KEY_FILES} as the bridge has "
+            "them), or pass --allow-any-source when the bridge runs without either"
+        )
 
 
 def _read_window(args: argparse.Namespace, config: Any, progress: Any) -> tuple[list[_Event], Any]:
@@ -259,6 +284,7 @@ def _replay_assets(args: argparse.Namespace) -> int:
 
     def command() -> int:
         config = _bridge_config(args, role_topic(args, "asset-events"))
+        _check_authorization(args, config)
         with AirflowApiClient(
             config.api_url, config.username, config.password, timeout=config.request_timeout
         ) as api:
@@ -318,6 +344,16 @@ def add_replay_group(subparsers: argparse._SubParsersAction[argparse.ArgumentPar
         "--recent-events-limit", type=int, default=1000, metavar="N",
         help="how many of an asset's most recent Airflow events are searched for each event (%(default)s)",
     )  # fmt: skip
+    authorization = replay.add_argument_group(
+        "authorization (the bridge's: one of them is required)",
+        "Events the bridge refuses are not posted: give its rules, or say that it has none.",
+    )
+    add_authorization_args(authorization, "refused (not posted)")
+    authorization.add_argument(
+        "--allow-any-source",
+        action="store_true",
+        help="the bridge runs without allow rules and signing keys: every source is admitted",
+    )
     replay.add_argument("--dry-run", action="store_true", help="check only: report what would be posted")
     add_common_args(replay, topic_role="asset-events")
     replay.set_defaults(handler=_replay_assets, group_parser=replay)

@@ -47,7 +47,12 @@ from airflow_kafka_events.dlq import (
     DeadLetter,
 )
 from airflow_kafka_events.errors import EnvelopeDecodeError, ValidationError
-from airflow_kafka_events.inspection.errors import NotADeadLetterError, RecordNotFoundError, ReplayError
+from airflow_kafka_events.inspection.errors import (
+    NotADeadLetterError,
+    RecordNotFoundError,
+    ReplayError,
+    TopicNotFoundError,
+)
 from airflow_kafka_events.inspection.listing import Listing, record_dict
 from airflow_kafka_events.inspection.reader import (
     DEFAULT_TIMEOUT,
@@ -120,7 +125,8 @@ def record_fingerprint(msg: Message) -> str:
 
 
 def payload_preview(value: bytes | None, limit: int = PREVIEW_LIMIT) -> tuple[str, str]:
-    """``(format, preview)`` of a record's value: a decoded envelope as JSON, else text, else a size."""
+    """``(format, preview)`` of a record's value: a decoded envelope as JSON (its ``extra`` values and
+    payload as the JSON they carry, not JSON text inside JSON), else text, else a size."""
     if value is None:
         return "none", ""
     for name, codec in (("asset-event", ASSET_EVENT_CODEC), ("trigger-event", TRIGGER_EVENT_CODEC)):
@@ -128,7 +134,11 @@ def payload_preview(value: bytes | None, limit: int = PREVIEW_LIMIT) -> tuple[st
             envelope: Any = codec.decode(value)
         except (EnvelopeDecodeError, ValidationError):
             continue
-        return name, preview(envelope.to_avro(), limit)
+        record = envelope.to_avro()
+        for field_name in ("extra", "payload"):  # JSON texts on the wire: shown decoded, once
+            if field_name in record:
+                record[field_name] = getattr(envelope, field_name)
+        return name, preview(record, limit)
     try:
         text = value.decode("utf-8")
     except UnicodeDecodeError:
@@ -279,6 +289,8 @@ def list_dead_letters(
     """The dead letters of ``window`` matching the filters, newest first (``consumer``: a substring).
 
     With ``limit`` only the newest ``limit`` matches are built; ``matched`` counts them all.
+    :class:`NotADeadLetterError` when the window holds records and none of them is a dead letter
+    (``topic`` is not a dead-letter topic).
     """
     if limit is not None and limit < 1:
         raise ValidationError(f"limit is an int >= 1 or None, got {limit!r}")
@@ -303,6 +315,12 @@ def list_dead_letters(
     scanned = scan(
         config, topic, window, handle, timeout=timeout, progress=progress, name="dead-letter listing"
     )
+    if others and others == scanned.records_scanned:
+        raise NotADeadLetterError(
+            f"topic {topic!r} holds no dead letters: none of the {others} record(s) read has the dead-letter "
+            f"headers ({HEADER_REASON}, {HEADER_SOURCE_TOPIC} ...), so it is not a dead-letter topic "
+            f"({scanned.describe()}); fix: name the dead-letter topic (--topic, [kafka_events] dlq_topic)"
+        )
     return DeadLetterListing(newest.records(preview_limit), scanned, others, newest.matched)
 
 
@@ -464,6 +482,21 @@ def _check_original(msg: Message, letter: DeadLetter, value: bytes | None, where
     )
 
 
+def _check_target(config: Mapping[str, Any], topic: str, timeout: float) -> None:
+    """Refuse at once a replay to a topic that does not exist (a producer would wait out its timeout)."""
+    with TopicReader(config, topic, timeout=timeout, name="replay target") as reader:
+        try:
+            reader.partitions()
+        except TopicNotFoundError as exc:
+            raise TopicNotFoundError(
+                f"cannot replay to topic {topic!r}: it does not exist at {reader.servers} (or this client "
+                "may not see it); nothing replayed; fix: create it (`airflow-kafka-events topics ensure` "
+                "creates the package's topics), or replay to an existing topic (--to, or the confirmation's "
+                "topic)",
+                kafka_error=exc.kafka_error,
+            ) from exc
+
+
 def _idempotency(value: bytes | None) -> tuple[str | None, str | None]:
     if value is None:
         return None, None
@@ -495,7 +528,8 @@ def replay_dead_letter(
     refused with :class:`ReplayError` and nothing is published.  A reference dead letter's original is
     read at its source coordinates and must have the dead letter's size and prefix (else
     :class:`ReplayError`).
-    Waits for the broker's acknowledgement (``acks=all``); a failure is
+    A target topic that does not exist is refused at once (:class:`TopicNotFoundError`, nothing
+    published).  Waits for the broker's acknowledgement (``acks=all``); a failure is
     :class:`~airflow_kafka_events.errors.NotSentError` (nothing was published) or
     :class:`~airflow_kafka_events.errors.DeliveryOutcomeUnknownError` (it may have been: replaying
     again is safe, the idempotency key is the same).
@@ -518,6 +552,7 @@ def replay_dead_letter(
     msg, letter = loaded.message, loaded.letter
     key, value, headers = _original(config, msg, letter, timeout)
     target = target_topic or letter.source_topic
+    _check_target(config, target, timeout)
     producer = get_producer(
         KafkaSettings(config).producer_config(), role=REPLAY_ROLE, message_timeout=timeout
     )

@@ -39,7 +39,8 @@ class RecordNotFoundError(InspectionError):
 
 
 class NotADeadLetterError(InspectionError):
-    """The record at the asked coordinates has no dead-letter headers."""
+    """The record at the asked coordinates (or every record of a listing's window) has no dead-letter
+    headers."""
 
 
 class StreamNotFoundError(InspectionError):

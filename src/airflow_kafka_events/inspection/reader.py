@@ -311,17 +311,24 @@ class TopicReader:
             )
         low, high = self.watermarks(partition)
         if not low <= offset < high:
-            raise RecordNotFoundError(
-                f"no record at {self.topic}[{partition}]@{offset}: the partition holds offsets "
-                f"{low}..{high - 1} (older ones were removed by retention); fix: take the coordinates "
-                "from a listing"
-            )
+            raise RecordNotFoundError(_missing_offset(self.topic, partition, offset, low, high))
         for msg in self.read(partition, offset, offset + 1):
             if msg.offset() == offset:
                 return msg
         raise RecordNotFoundError(
             f"no record at {self.topic}[{partition}]@{offset} (compacted away, or a transaction marker)"
         )
+
+
+def _missing_offset(topic: str, partition: int, offset: int, low: int, high: int) -> str:
+    """Why ``offset`` is outside the partition's watermarks ``low`` .. ``high`` (exclusive)."""
+    where = f"no record at {topic}[{partition}]@{offset}"
+    holds = f"it holds offsets {low}..{high - 1}" if high > low else "it holds no record"
+    if offset >= high:
+        why = f"the offset is past the end of the partition (its end offset is {high}; {holds})"
+    else:
+        why = f"{holds}: older ones were removed by retention"
+    return f"{where}: {why}; fix: take the coordinates from a listing"
 
 
 def scan(

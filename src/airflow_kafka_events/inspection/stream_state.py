@@ -55,6 +55,15 @@ class StreamSummary:
     partition: int
     last_offset: int
 
+    def matches(
+        self, dag_id: str | None = None, run_id: str | None = None, task_id: str | None = None
+    ) -> bool:
+        """Whether the stream is of that DAG, DAG run and task (``None``: any)."""
+        return all(
+            wanted is None or wanted == have
+            for wanted, have in ((dag_id, self.dag_id), (run_id, self.run_id), (task_id, self.task_id))
+        )
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "trigger_run_id": self.trigger_run_id,

@@ -26,6 +26,7 @@ from typing import Any
 from confluent_kafka import Message
 
 from airflow_kafka_events.envelopes import TriggerEventEnvelope
+from airflow_kafka_events.errors import ValidationError
 from airflow_kafka_events.inspection.errors import InspectionError, InvalidWindowError, StreamNotFoundError
 from airflow_kafka_events.inspection.reader import DEFAULT_TIMEOUT, Progress, TopicReader, scan
 from airflow_kafka_events.inspection.stream_state import (
@@ -40,10 +41,12 @@ from airflow_kafka_events.inspection.window import (
     PartitionWindow,
     ScannedWindow,
     ScanWindow,
+    human_time,
     to_ms,
 )
 from airflow_kafka_events.kafka.partitioner import partition_for_key
 from airflow_kafka_events.kafka.progress import StreamLocation, lookup_stream, metadata_first_offset
+from airflow_kafka_events.streams import parse_stream_id
 
 __all__ = [
     "PageInfo",
@@ -92,7 +95,7 @@ class WrittenSpan:
         object.__setattr__(self, "until", checked.until)
 
     def describe(self) -> str:
-        return f"{self.since.isoformat()} .. {'now' if self.until is None else self.until.isoformat()}"
+        return f"{human_time(self.since)} .. {'now' if self.until is None else human_time(self.until)}"
 
 
 @dataclass(frozen=True)
@@ -127,7 +130,8 @@ class StreamDetail:
         since = self.window.window.since
         if since is not None and since > self.written.since:
             text += (
-                f"; the lookup read nothing older than {iso(since)} (the later start: --since / ?minutes=)"
+                f"; the lookup read nothing older than {human_time(since)} "
+                "(the later start: --since / ?minutes=)"
             )
         if part.truncated:
             text += (
@@ -149,13 +153,6 @@ class StreamDetail:
             if self.written is None
             else {"since": iso(self.written.since), "until": iso(self.written.until)},
         }
-
-
-def _matches(summary: StreamSummary, dag_id: str | None, run_id: str | None, task_id: str | None) -> bool:
-    return all(
-        wanted is None or wanted == have
-        for wanted, have in ((dag_id, summary.dag_id), (run_id, summary.run_id), (task_id, summary.task_id))
-    )
 
 
 def list_streams(
@@ -187,7 +184,7 @@ def list_streams(
 
     scanned = scan(config, topic, window, handle, timeout=timeout, progress=progress, name="stream listing")
     summaries = [s.summary() for s in streams.values()]
-    found = [s for s in summaries if _matches(s, dag_id, run_id, task_id)]
+    found = [s for s in summaries if s.matches(dag_id, run_id, task_id)]
     found.sort(key=lambda s: (s.last_at is not None, s.last_at), reverse=True)
     return StreamListing(found, scanned, skipped)
 
@@ -202,6 +199,19 @@ class _Span:
     attempt: int
     low: int
     high: int
+
+
+def _named(trigger_run_id: str) -> str:
+    """``stream '<id>'``, saying so when the id is not in the form of a task's stream id."""
+    try:
+        parse_stream_id(trigger_run_id)
+    except ValidationError:
+        return (
+            f"stream {trigger_run_id!r} (not a task's stream id, which is dag_id/task_id/map_index/run_id, "
+            "e.g. 'my_dag/my_task/-1/manual__2026-12-02T03:04:05+00:00'; only a trigger given its own "
+            "trigger_run_id writes under another key)"
+        )
+    return f"stream {trigger_run_id!r}"
 
 
 def _check_hint(partition: int | None, last_offset: int | None) -> None:
@@ -229,7 +239,7 @@ def _looked_up(
     )
     if latest is None:
         raise StreamNotFoundError(
-            f"stream {trigger_run_id!r} has no envelope in topic {reader.topic!r} partition "
+            f"{_named(trigger_run_id)} has no envelope in topic {reader.topic!r} partition "
             f"{location.partition} (offsets {location.scan_start}..{location.high - 1}); fix: check the "
             "stream id (`streams ls`), the topic (--topic) or an earlier --since"
         )
@@ -288,7 +298,7 @@ def _not_found_in(trigger_run_id: str, location: StreamLocation, written: Writte
     start, end = location.scan_start, location.end
     offsets = f"offsets {start}..{end - 1}" if end > start else "no record"
     return StreamNotFoundError(
-        f"stream {trigger_run_id!r} has no envelope in topic {location.topic!r} partition "
+        f"{_named(trigger_run_id)} has no envelope in topic {location.topic!r} partition "
         f"{location.partition} written {written.describe()} ({offsets}); fix: {_FIX_MISSED}"
     )
 
@@ -448,7 +458,7 @@ def tail_stream(
         if latest is None:
             if not follow:
                 raise StreamNotFoundError(
-                    f"stream {trigger_run_id!r} has no envelope in topic {topic!r} partition {partition}; "
+                    f"{_named(trigger_run_id)} has no envelope in topic {topic!r} partition {partition}; "
                     "fix: check the stream id (`streams ls`) and the topic (--topic), or wait with --follow"
                 )
             start = location.high

@@ -31,6 +31,7 @@ __all__ = [
     "PartitionWindow",
     "ScanWindow",
     "ScannedWindow",
+    "human_time",
 ]
 
 #: Records per partition a window reads unless asked otherwise.
@@ -55,6 +56,11 @@ def _aware(name: str, value: Any) -> datetime | None:
             f"ScanWindow.{name} must be timezone-aware, got {value.isoformat()} (add a UTC offset)"
         )
     return value.astimezone(timezone.utc)
+
+
+def human_time(value: datetime) -> str:
+    """``value`` for people: ``2026-12-02 03:04:05 UTC`` (whole seconds, UTC)."""
+    return value.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def to_ms(value: datetime) -> int:
@@ -161,8 +167,8 @@ class ScannedWindow:
 
     def describe(self) -> str:
         """One line for people: what was read, and what was not."""
-        since = "the start" if self.window.since is None else self.window.since.isoformat()
-        until = "" if self.window.until is None else f" until {self.window.until.isoformat()}"
+        since = "the start" if self.window.since is None else human_time(self.window.since)
+        until = "" if self.window.until is None else f" until {human_time(self.window.until)}"
         text = (
             f"scanned {self.records_scanned} record(s) of topic {self.topic!r} in "
             f"{len(self.partitions)} partition(s) from {since}{until}, at most "

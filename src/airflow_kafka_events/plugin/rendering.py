@@ -24,6 +24,7 @@ from fastapi import Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 
 from airflow_kafka_events.inspection.redact import MASK, is_secret_name
+from airflow_kafka_events.inspection.window import human_time
 
 __all__ = ["TEMPLATES_DIR", "mask", "render_html", "render_json", "secrets_of"]
 
@@ -51,8 +52,24 @@ def _minutes_back(value: datetime | None) -> int:
     return max(1, math.ceil((datetime.now(timezone.utc) - value).total_seconds() / 60) + 2)
 
 
-def _ts(value: datetime | None) -> str:
-    return "-" if value is None else value.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+def _when(value: datetime | str | None, style: str = "ago") -> markupsafe.Markup:
+    """A time for people -- ``3 min ago``, or with ``style="utc"`` ``2026-12-02 03:04:05 UTC`` --
+    in a ``<time>`` element whose ``title`` (shown on hover) is the exact value; ``-`` for none.
+
+    The one way a template shows a time (``{{ value | when }}``); ISO text is read as a time.
+    """
+    if isinstance(value, str):
+        try:
+            value = datetime.fromisoformat(value)
+        except ValueError:
+            return markupsafe.Markup("{0}").format(value)
+    if value is None:
+        return markupsafe.Markup("-")
+    if style not in ("ago", "utc"):
+        raise ValueError(f"the when filter's style is 'ago' or 'utc', got {style!r}")
+    exact = value.astimezone(timezone.utc).isoformat()
+    shown = _ago(value) if style == "ago" else human_time(value)
+    return markupsafe.Markup('<time datetime="{0}" title="{0}">{1}</time>').format(exact, shown)
 
 
 def _query(request: Request, **changes: Any) -> str:
@@ -74,8 +91,7 @@ def _environment() -> jinja2.Environment:
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    env.filters["ago"] = _ago
-    env.filters["ts"] = _ts
+    env.filters["when"] = _when
     env.filters["minutes_back"] = _minutes_back
     return env
 

@@ -41,7 +41,7 @@ def replay_assets(
         [
             str(ENTRY_POINT), "replay-assets", "--from", since.isoformat(), "--asset", ASSET_URI,
             "--topic", topic, "--bootstrap-servers", bootstrap,
-            "--airflow-url", stack.base_url, "--username", "bridge", "--json", *flags,
+            "--airflow-url", stack.base_url, "--username", "bridge", "--allow-any-source", "--json", *flags,
         ],
         env=env, capture_output=True, text=True, timeout=180,
     )  # fmt: skip

@@ -25,6 +25,14 @@ from harness.airflow_stack import AirflowStack
 pytestmark = pytest.mark.e2e
 
 PREFIX = "/kafka-events"
+MICROSECONDS = re.compile(r"\d{2}:\d{2}:\d{2}\.\d{6}")
+
+
+def _shown_text(html: str, run_id: str) -> str:
+    """What a page says itself: without attribute values, record data shown verbatim (``<code>`` /
+    ``<pre>``: headers, payload previews) and the DAG run's id (a name that holds a time)."""
+    html = re.sub(r"<(code|pre)\b.*?</\1>", "", html.replace(run_id, ""), flags=re.DOTALL)
+    return re.sub(r'"[^"]*"', '""', html)
 
 
 def _routes() -> list[tuple[str, str]]:
@@ -153,7 +161,9 @@ def test_a_stream_page_without_the_listing_hint_reads_the_time_its_task_instance
     assert "Airflow knows no task instance of this stream" in page.text
 
 
-def test_the_task_instance_tab_opens_that_task_instance_s_stream(ui_stack: AirflowStack, ui_data):
+def test_the_task_instance_tab_names_the_stream_it_writes_or_reads_with_its_lag(
+    ui_stack: AirflowStack, ui_data
+):
     # the UI leaves {MAP_INDEX} as it is for a task that is not mapped
     params = {
         "dag_id": "e2e_ui_streams",
@@ -164,8 +174,21 @@ def test_the_task_instance_tab_opens_that_task_instance_s_stream(ui_stack: Airfl
     page = _get(ui_stack, "/streams", "viewer", params=params)
     assert page.status_code == 200, page.text[:500]
     assert f">{ui_data.stream_id}</a>" in page.text and 'id="own-stream"' in page.text
-    consumer = _get(ui_stack, "/api/streams", "viewer", params={**params, "task_id": "consume"}).json()
-    assert [r["trigger_run_id"] for r in consumer["read_by_task_instance"]] == [ui_data.stream_id]
+    assert "This task instance writes the stream" in page.text and "&amp;partition=" in page.text
+    produce = _get(ui_stack, "/api/streams", "viewer", params=params).json()
+    assert produce["task_instance_stream"] == ui_data.stream_id
+
+    # the consumer writes no stream: the tab names the one it reads, with the stream page's lag
+    consume = {**params, "task_id": "consume"}
+    consumer = _get(ui_stack, "/api/streams", "viewer", params=consume).json()
+    assert consumer["task_instance_stream"] is None, consumer["task_instance_stream"]
+    (read,) = consumer["read_by_task_instance"]
+    detail = _get(ui_stack, f"/api/streams/{quote(ui_data.stream_id, safe='/')}", "viewer").json()
+    (shown,) = [c for c in detail["consumers"] if c["task_id"] == "consume"]
+    assert read["trigger_run_id"] == ui_data.stream_id and read["lag_pages"] == shown["lag_pages"] == 0
+    tab = _get(ui_stack, "/streams", "viewer", params=consume).text
+    assert 'id="own-stream"' not in tab and "/consume/-1/" not in tab, tab  # no link to a stream not there
+    assert 'id="no-own-stream"' in tab and 'lag <b class="lag">0</b>' in tab, tab
 
 
 def test_asset_events_show_what_each_envelope_became(ui_stack: AirflowStack, ui_data):
@@ -191,6 +214,10 @@ def test_a_viewer_sees_a_dead_letter_but_may_not_replay_it(ui_stack: AirflowStac
     partition, offset = ui_data.dead_letters[0]
     page = _get(ui_stack, f"/dead-letters/{partition}/{offset}", "viewer")
     assert page.status_code == 200 and 'id="replay" disabled' in page.text
+    # the action first, above the record's details, headers and payload
+    assert (
+        page.text.index('id="replay"') < page.text.index('id="dead-letter"') < page.text.index('id="headers"')
+    )
     assert _get(ui_stack, f"/dead-letters/{partition}/{offset}/replay", "viewer").status_code == 403
     record = _get(ui_stack, f"/api/dead-letters/{partition}/{offset}", "viewer").json()
     confirm = f"{record['topic']}:{partition}:{offset}"
@@ -264,7 +291,11 @@ def test_no_secret_reaches_any_page_or_answer(ui_stack: AirflowStack, ui_data, u
         for secret in ui_secrets.all():
             assert secret not in response.text, (path, secret)
         seen += 1
+        if not path.startswith("/api/"):  # times for people, the exact value only on hover (an attribute)
+            assert not MICROSECONDS.search(_shown_text(response.text, ui_data.run_id)), path
     # the records shown do carry the secrets: they were masked, not absent
     page = _get(ui_stack, f"/api/dead-letters/{values['partition']}/{values['offset']}", "admin").json()
     assert "***" in str(page["headers"]) and "***" in page["payload_preview"]
+    # extra is shown as the JSON it is, not JSON text inside JSON
+    assert '"rows": 0' in page["payload_preview"] and '\\"' not in page["payload_preview"], page
     assert seen >= 10

@@ -42,7 +42,7 @@ def test_transient_and_ambiguous_failures_post_every_event_once(kafka_bootstrap,
         result = subprocess.run(
             [str(ENTRY_POINT), "replay-assets", "--from", since.isoformat(), "--topic", topic,
              "--bootstrap-servers", kafka_bootstrap, "--airflow-url", fake.base_url,
-             "--username", "bridge", "--password-file", str(password_file), "--json"],
+             "--username", "bridge", "--password-file", str(password_file), "--allow-any-source", "--json"],
             env=env, capture_output=True, text=True, timeout=180,
         )  # fmt: skip
         assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]

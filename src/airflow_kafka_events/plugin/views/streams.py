@@ -3,10 +3,13 @@
 ``GET /streams`` lists the streams with an envelope in the window of the trigger events topic
 (filters ``dag_id`` / ``run_id`` / ``task_id`` / ``map_index``: the DAG, DAG run and task-instance
 tabs open it filtered), each with its consumers' checkpoints from the task state store and their
-lag in pages.  ``GET /streams/{trigger_run_id}`` is one stream: its latest attempt's envelopes and
+lag in pages.  The task-instance tab names the stream that task instance writes (when the window
+holds it: no link to a stream that is not there) and the streams it reads with their lag (the
+figure each stream's page shows; unknown only for a stream outside the window).
+``GET /streams/{trigger_run_id}`` is one stream: its latest attempt's envelopes and
 its consumers; the listing links it with ``?partition=&offset=`` (the stream's partition and latest
 offset it saw), so only a bounded range around that is read, however old the stream.  Without them
-(a typed URL, the task-instance tab) the per-key lookup is bounded by the time its task instance's
+(a typed URL) the per-key lookup is bounded by the time its task instance's
 latest try ran as Airflow's metadata DB has it (that try's start .. its end, widened by
 :data:`SPAN_BEFORE` / :data:`SPAN_AFTER`): it reads backwards from the end of that time to the
 stream's latest envelope, and that attempt forward from its first offset.  ``?minutes=`` bounds how
@@ -37,7 +40,7 @@ from airflow_kafka_events.plugin.airflow_state import (
     task_instance_run,
 )
 from airflow_kafka_events.plugin.views.common import Page, PageDep
-from airflow_kafka_events.streams import DEFAULT_NOT_BEFORE_MARGIN, parse_stream_id, stream_id
+from airflow_kafka_events.streams import DEFAULT_NOT_BEFORE_MARGIN, parse_stream_id
 
 __all__ = ["router"]
 
@@ -113,30 +116,28 @@ def streams_page(
     # the page's filter form sends an empty field as "": no filter, not "the DAG named ''"
     dag_id, run_id, task_id = dag_id or None, run_id or None, task_id or None
     settings = page.settings
-    try:
-        listing = list_streams(
-            page.config(),
-            settings.trigger_events_topic,
-            window=page.window(),
-            dag_id=dag_id,
-            run_id=run_id,
-            task_id=task_id,
-        )
+    try:  # all of the window, filtered below: the task-instance tab needs the streams it reads too
+        listing = list_streams(page.config(), settings.trigger_events_topic, window=page.window())
     except AirflowKafkaEventsError as exc:
         return page.failed("streams", exc)
-    matched = [s for s in listing.streams if index is None or s.map_index == index]
+    known = {s.trigger_run_id: s for s in listing.streams}
+    matched = [
+        s for s in listing.streams if s.matches(dag_id, run_id, task_id) and index in (None, s.map_index)
+    ]
     streams = matched[: page.limit]  # newest activity first
     summaries = {s.trigger_run_id: s for s in streams}
     consumers = _by_stream(_consumer_rows(consumer_checkpoints(session, summaries), summaries))
+    task_tab = bool(dag_id and run_id and task_id)
     own_stream = None
     read_by_task: list[dict[str, Any]] = []
-    if dag_id and run_id and task_id:  # the task-instance tab: its own stream and what it reads
-        own_stream = stream_id(dag_id, run_id, task_id, -1 if index is None else index)
+    if task_tab:  # the task-instance tab: the stream it writes (if any in the window), those it reads
+        own_index = -1 if index is None else index
+        own_stream = next((s for s in matched if s.map_index == own_index), None)
         stored = consumer_checkpoints(session, dag_id=dag_id, run_id=run_id, task_id=task_id, map_index=index)
-        read_by_task = _consumer_rows(stored, summaries)
+        read_by_task = _consumer_rows(stored, known)
     payload = {
         "streams": [{**s.to_dict(), "consumers": consumers.get(s.trigger_run_id, [])} for s in streams],
-        "task_instance_stream": own_stream,
+        "task_instance_stream": None if own_stream is None else own_stream.trigger_run_id,
         "read_by_task_instance": read_by_task,
         "window": listing.window.to_dict(),
         "window_text": listing.window.describe(),
@@ -146,7 +147,9 @@ def streams_page(
     context = {
         "matched": len(matched),
         "streams": streams,
+        "known": known,
         "consumers": consumers,
+        "task_tab": task_tab,
         "own_stream": own_stream,
         "read_by_task": read_by_task,
         "filters": {"dag_id": dag_id, "run_id": run_id, "task_id": task_id, "map_index": index},
