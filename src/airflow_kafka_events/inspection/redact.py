@@ -64,24 +64,28 @@ _NOT_SECRET = frozenset(
     {"partition_key", "idempotency_key", "idempotency-key", "x-idempotency-key", "partition-key"}
 )
 
-# a secret-looking key in text: bare, or quoted ("..." / '...', also JSON-escaped \"...\") ...
+# Text patterns run over whatever a record holds: none backtracks over a long run of text (a key starts
+# only at a word's start and is taken whole, possessive quantifiers give nothing back), so a long value
+# cannot stall a page.
+# A secret-looking key in text: bare, or quoted ("..." / '...', also JSON-escaped \"...\") ...
 _TEXT_KEY = (
-    r"(?P<q>\\*[\"'])?(?P<name>[\w.-]*(?:" + _SECRET_WORDS + r")[\w.-]*)(?(q)(?P=q))"
-    r"(?P<sep>\s*[=:]\s*)"
+    r"(?<![\w.\\-])(?P<q>\\*+[\"'])?(?P<name>(?=[\w.-]*?(?:" + _SECRET_WORDS + r"))[\w.-]++)(?(q)(?P=q))"
+    r"(?P<sep>\s*+[=:]\s*+)"
 )
 # ... and its value: quoted (up to the same quote), an auth scheme and its credentials, or a bare word
 _TEXT_VALUE = (
-    r"(?P<value>(?P<vq>\\*[\"'])(?:\\.|.)*?(?P=vq)"
-    r"|(?:bearer|basic|digest|token)\s+[^\s,;&\"'<>{}\[\]]+"
-    r"|[^\s,;&\"'<>{}\[\]]+)"
+    r"(?P<value>(?P<vq>\\*+[\"'])(?:\\.|.)*?(?P=vq)"
+    r"|(?:bearer|basic|digest|token)\s++[^\s,;&\"'<>{}\[\]]++"
+    r"|[^\s,;&\"'<>{}\[\]]++)"
 )
 _IN_TEXT = re.compile(_TEXT_KEY + _TEXT_VALUE, re.IGNORECASE | re.DOTALL)
 _HEADER_LINE = re.compile(
-    r"(?P<name>\b(?:set-)?cookie|\b(?:proxy-)?authorization)(?P<sep>[ \t]*:[ \t]*)(?P<value>[^\r\n]+)",
+    r"(?P<name>\b(?:set-)?cookie|\b(?:proxy-)?authorization)(?P<sep>[ \t]*+:[ \t]*+)(?P<value>[^\r\n]++)",
     re.IGNORECASE,
 )
 _URL_USERINFO = re.compile(
-    r"(?P<scheme>\b[a-z][a-z0-9+.-]*://)(?P<user>[^\s:/@\"'<>]*)(?::(?P<password>[^\s/@\"'<>]*))?@",
+    r"(?<![a-z0-9+.-])(?P<scheme>[a-z][a-z0-9+.-]*+://)(?P<user>[^\s:/@\"'<>]*+)"
+    r"(?::(?P<password>[^\s/@\"'<>]*+))?@",
     re.IGNORECASE,
 )
 
