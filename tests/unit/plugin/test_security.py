@@ -71,3 +71,19 @@ def test_extra_replay_targets_are_read_from_the_configuration():
     settings = ViewSettings.from_options({"replay_extra_target_topics": " a.retry, b ,,"})
     assert settings.replay_extra_target_topics == frozenset({"a.retry", "b"})
     assert ViewSettings.from_options({}).replay_extra_target_topics == frozenset()
+
+
+def test_every_state_changing_route_refuses_cross_site_requests():
+    from fastapi.routing import APIRoute
+
+    from airflow_kafka_events.plugin.app import create_app
+    from airflow_kafka_events.plugin.security import refuse_cross_site
+
+    changing = [
+        route
+        for route in create_app().routes
+        if isinstance(route, APIRoute) and route.methods - {"GET", "HEAD", "OPTIONS"}
+    ]
+    assert changing
+    for route in changing:
+        assert any(d.dependency is refuse_cross_site for d in route.dependencies), route.path
