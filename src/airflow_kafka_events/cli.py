@@ -22,6 +22,7 @@ from airflow_kafka_events.cli_bridge import add_bridge_group
 from airflow_kafka_events.cli_dlq import add_dlq_group
 from airflow_kafka_events.cli_replay import add_replay_group
 from airflow_kafka_events.cli_streams import add_streams_group
+from airflow_kafka_events.cli_terminal import escaped_output
 from airflow_kafka_events.cli_topics import add_kafka_connection_args, add_topics_group
 from airflow_kafka_events.errors import AirflowKafkaEventsError
 
@@ -334,6 +335,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """The CLI; all it prints goes through :func:`~airflow_kafka_events.cli_terminal.escape_controls`."""
+    with escaped_output():
+        return _main(argv)
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     handler: Handler | None = args.handler
@@ -347,7 +354,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return handler(args)
     except AirflowKafkaEventsError as exc:
-        message = str(exc) if args.verbose else (str(exc).splitlines() or [type(exc).__name__])[0]
+        from airflow_kafka_events.inspection.redact import redact_text
+
+        text = redact_text(str(exc))  # an error may quote a record's data
+        message = text if args.verbose else (text.splitlines() or [type(exc).__name__])[0]
         print(f"airflow-kafka-events: error: {message}", file=sys.stderr)
         return EXIT_ERROR
     except KeyboardInterrupt:

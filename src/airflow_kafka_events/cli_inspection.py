@@ -24,6 +24,7 @@ from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+from airflow_kafka_events.cli_terminal import terminal_stream
 from airflow_kafka_events.cli_topics import add_kafka_connection_args
 from airflow_kafka_events.errors import AirflowKafkaEventsError
 
@@ -151,7 +152,7 @@ def progress_bar(args: argparse.Namespace, description: str) -> Iterator[Callabl
         BarColumn(),
         MofNCompleteColumn(),
         TimeElapsedColumn(),
-        console=Console(stderr=True),
+        console=Console(file=terminal_stream(sys.stderr)),
         transient=True,
     ) as bar:
         task = bar.add_task(description, total=None)
@@ -174,5 +175,7 @@ def run_command(args: argparse.Namespace, command: Callable[[], int]) -> int:
         return command()
     except AirflowKafkaEventsError as exc:
         if getattr(args, "json", False):
-            emit_json({"error": {"type": type(exc).__name__, "message": str(exc)}})
+            from airflow_kafka_events.inspection.redact import redact_text
+
+            emit_json({"error": {"type": type(exc).__name__, "message": redact_text(str(exc))}})
         raise

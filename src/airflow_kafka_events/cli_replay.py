@@ -40,6 +40,12 @@ T = TypeVar("T")
 DEFAULT_MAX_RECORDS = 100_000
 
 
+def _redacted(text: str) -> str:
+    from airflow_kafka_events.inspection.redact import redact_text
+
+    return str(redact_text(text))
+
+
 @dataclass
 class _Event:
     """One asset event of the window and what became of it."""
@@ -64,7 +70,7 @@ class _Event:
             "idempotency_key": None if envelope is None else envelope.idempotency_key,
             "outcome": self.outcome,
             "airflow_event_id": self.airflow_event_id,
-            "detail": self.detail,
+            "detail": None if self.detail is None else _redacted(self.detail),
         }
 
 
@@ -269,7 +275,7 @@ def _report(args: argparse.Namespace, replay: _Replay, scanned: Any) -> int:
                     f"partition_key={d['partition_key']!r}"
                 )
                 if event.detail:
-                    print(f"    {event.detail}")
+                    print(f"    {d['detail']}")
         summary = ", ".join(f"{n} {outcome}" for outcome, n in sorted(counts.items())) or "no asset events"
         print(f"{summary}; {scanned.describe()}")
         if args.dry_run:

@@ -31,6 +31,7 @@ AIRFLOW_FREE = [
     "airflow_kafka_events.cli_dlq",
     "airflow_kafka_events.cli_replay",
     "airflow_kafka_events.cli_inspection",
+    "airflow_kafka_events.cli_terminal",
     "airflow_kafka_events.cli_bridge",
     "airflow_kafka_events.cli_listing",
     "airflow_kafka_events.inspection",

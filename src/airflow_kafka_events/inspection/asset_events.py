@@ -21,7 +21,7 @@ from airflow_kafka_events.envelopes import AssetEventEnvelope
 from airflow_kafka_events.errors import EnvelopeDecodeError, ValidationError
 from airflow_kafka_events.inspection.listing import Listing, record_dict
 from airflow_kafka_events.inspection.reader import DEFAULT_TIMEOUT, Progress, message_timestamp_ms, scan
-from airflow_kafka_events.inspection.redact import PREVIEW_LIMIT, preview
+from airflow_kafka_events.inspection.redact import PREVIEW_LIMIT, preview, redact, redact_text
 from airflow_kafka_events.inspection.window import ScannedWindow, ScanWindow, from_ms
 
 __all__ = [
@@ -61,11 +61,11 @@ class AssetEventRecord:
             partition=int(msg.partition() or 0),
             offset=int(msg.offset() or 0),
             timestamp=from_ms(message_timestamp_ms(msg)),
-            asset_uri=envelope.asset.uri,
-            asset_name=envelope.asset.name,
+            asset_uri=redact_text(envelope.asset.uri),
+            asset_name=redact_text(envelope.asset.name),
             event_id=envelope.event_id,
-            partition_key=envelope.partition_key,
-            source={k: v for k, v in envelope.source.to_avro().items() if v is not None},
+            partition_key=None if envelope.partition_key is None else redact_text(envelope.partition_key),
+            source=redact({k: v for k, v in envelope.source.to_avro().items() if v is not None}),
             idempotency_key=envelope.idempotency_key,
             causation=list(envelope.causation),
             emitted_at=envelope.emitted_at,

@@ -191,8 +191,8 @@ class DeadLetterRecord:
             source_topic=letter.source_topic,
             source_partition=letter.source_partition,
             source_offset=letter.source_offset,
-            consumer=letter.consumer,
-            error_type=letter.error_type,
+            consumer=None if letter.consumer is None else redact_text(letter.consumer),
+            error_type=redact_text(letter.error_type),
             error_message=clip(redact_text(letter.error_message), 1000),
             is_reference=letter.truncated,
             size=size,
@@ -200,9 +200,9 @@ class DeadLetterRecord:
             payload_preview=shown,
             payload_format=kind,
             event_id=letter.event_id,
-            asset_uri=letter.asset_uri,
+            asset_uri=None if letter.asset_uri is None else redact_text(letter.asset_uri),
             dead_lettered_at=letter.dead_lettered_at,
-            key=None if msg.key() is None else clip(_text(msg.key()), 200),
+            key=None if msg.key() is None else clip(redact_text(_text(msg.key())), 200),
             fingerprint=record_fingerprint(msg),
         )
 

@@ -17,6 +17,7 @@ __all__ = [
     "NotADeadLetterError",
     "RecordNotFoundError",
     "ReplayError",
+    "ReplayTargetRefusedError",
     "StreamNotFoundError",
     "TopicNotFoundError",
 ]
@@ -49,6 +50,11 @@ class StreamNotFoundError(InspectionError):
 
 class ReplayError(InspectionError):
     """A dead letter cannot be replayed (e.g. the original of a reference is gone)."""
+
+
+class ReplayTargetRefusedError(ValidationError):
+    """A replay to a topic its caller may not publish to (not the dead letter's source topic, nor a
+    configured extra target); nothing is published."""
 
 
 class InvalidWindowError(ValidationError):

@@ -1,40 +1,91 @@
-"""Masking secrets in what is shown to people: previews of payloads, ``extra`` and headers.
+"""The one redaction policy for what is shown to people: pages, JSON answers, CLI output.
 
-:func:`redact` returns a copy of a JSON-like value (mappings, sequences, scalars) in which the
-value of every *secret-looking* key is ``"***"`` and ``password=...``-like fragments of strings are
-masked; :func:`preview` turns a value into bounded text for a page or a terminal.  A key is
-secret-looking when its name contains ``password``, ``passwd``, ``secret``, ``token``,
-``signature``, ``authorization``, ``credential``, ``private`` or ``api_key`` (any spelling of the
-separator), or is ``key`` / ends with ``_key``, ``-key`` or ``.key`` -- except the names this
-package uses for non-secrets (``partition_key``, ``idempotency_key``).
+Everything the Kafka Events view and the operator CLI show of a record (payload previews,
+``extra``, headers, keys, error messages, asset URIs) goes through this module where it is read;
+the view then runs Airflow's masker over each whole answer.  Which does what:
+
+* Airflow's secrets masker (``redact`` in ``airflow._shared.secrets_masker``, the api-server's own;
+  applied by :mod:`airflow_kafka_events.plugin.rendering`, in the view only, as the CLI imports no
+  Airflow module) masks the *values* of secrets the process registered (connection passwords,
+  sensitive extras and variables) wherever they appear, and the values of dict keys named like its
+  sensitive fields (``DEFAULT_SENSITIVE_FIELDS`` and ``[core] sensitive_var_conn_names``) in a
+  structure.  It knows nothing of keys inside text, ``cookie`` headers or URL credentials.
+* This module masks, for the view and the CLI alike:
+
+  - values of secret-looking keys at any depth of a structure (:func:`redact`); a key is
+    secret-looking when its name contains ``password``, ``passwd``, ``passphrase``, ``secret``,
+    ``token``, ``signature``, ``authorization``, ``credential``, ``private``, ``cookie``,
+    ``session``, ``bearer``, ``auth header``, ``api key`` / ``access key`` / ``service key``, ``dsn``,
+    ``connection string``, ``webhook url``, ``keyfile``, ``service account`` or ``proxy`` (any case,
+    any separator: a superset of Airflow's default sensitive fields), or is ``key`` / ends with
+    ``_key``, ``-key`` or ``.key`` -- except the names this package uses for non-secrets
+    (``partition_key``, ``idempotency_key``);
+  - the same keys inside text (:func:`redact_text`): JSON (``"password": "x"``, also JSON escaped
+    inside JSON), Python repr (``{'password': 'x'}``), ``password=x`` / ``token: x`` fragments and
+    ``Cookie:`` / ``Authorization:`` header lines (the rest of the line); a string that *is* a JSON
+    document or a Python literal is parsed and redacted as a structure (a secret key's whole value,
+    object or list included);
+  - URL credentials: ``scheme://user:pw@host`` becomes ``scheme://user:***@host``, and a user alone
+    (``https://token@host``) ``***@``;
+  - header values whose header name is secret-looking (``cookie``, ``set-cookie``, ``authorization``,
+    ``x-api-key`` ...), by the callers through :func:`is_secret_name`.
+
+:func:`preview` turns a value into bounded text for a page or a terminal.  Escaping what a terminal
+would interpret is the CLI's (:mod:`airflow_kafka_events.cli_terminal`); HTML escaping the templates'.
 
 This module imports no Airflow module.
 """
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["MASK", "PREVIEW_LIMIT", "is_secret_name", "preview", "redact", "redact_text"]
+__all__ = ["MASK", "PREVIEW_LIMIT", "clip", "is_secret_name", "preview", "redact", "redact_text"]
 
 MASK = "***"
 #: Characters of a preview (payloads, ``extra``), unless the caller asks for another bound.
 PREVIEW_LIMIT = 2048
+#: Longest text parsed as a JSON document or Python literal (longer text: the text rules only).
+_PARSE_LIMIT = 200_000
 
-_SECRET_PARTS = re.compile(
-    r"pass(?:word|wd)|secret|token|signature|authori[sz]ation|credential|private|api[-_.]?key",
-    re.IGNORECASE,
+_SECRET_WORDS = (
+    r"pass(?:word|wd|phrase)|secret|token|signature|authori[sz]ation|credential|private|cookie|session"
+    r"|bearer|auth[-_. ]?header|(?:api|access|service)[-_. ]?key|apikey|dsn|connection[-_. ]?string"
+    r"|webhook[-_. ]?url"
+    r"|keyfile|service[-_. ]?account|prox(?:y|ies)"
 )
+_SECRET_PARTS = re.compile(_SECRET_WORDS, re.IGNORECASE)
 _KEY_NAME = re.compile(r"(?:^|[-_.])key$", re.IGNORECASE)
 _NOT_SECRET = frozenset(
     {"partition_key", "idempotency_key", "idempotency-key", "x-idempotency-key", "partition-key"}
 )
-_IN_TEXT = re.compile(
-    r"(?P<name>pass(?:word|wd)|secret|token|api[-_.]?key|authori[sz]ation)(?P<sep>\s*[=:]\s*)"
-    r"(?P<value>(?:bearer\s+|basic\s+)?[^\s,;&\"']+)",
+
+# Text patterns run over whatever a record holds: none backtracks over a long run of text (a key starts
+# only at a word's start and is taken whole, possessive quantifiers give nothing back), so a long value
+# cannot stall a page.
+# A secret-looking key in text: bare, or quoted ("..." / '...', also JSON-escaped \"...\") ...
+_TEXT_KEY = (
+    r"(?<![\w.\\-])(?P<q>\\*+[\"'])?(?P<name>(?=[\w.-]*?(?:" + _SECRET_WORDS + r"))[\w.-]++)(?(q)(?P=q))"
+    r"(?P<sep>\s*+[=:]\s*+)"
+)
+# ... and its value: quoted (up to the same quote), an auth scheme and its credentials, or a bare word
+_TEXT_VALUE = (
+    r"(?P<value>(?P<vq>\\*+[\"'])(?:\\.|.)*?(?P=vq)"
+    r"|(?:bearer|basic|digest|token)\s++[^\s,;&\"'<>{}\[\]]++"
+    r"|[^\s,;&\"'<>{}\[\]]++)"
+)
+_IN_TEXT = re.compile(_TEXT_KEY + _TEXT_VALUE, re.IGNORECASE | re.DOTALL)
+_HEADER_LINE = re.compile(
+    r"(?P<name>\b(?:set-)?cookie|\b(?:proxy-)?authorization)(?P<sep>[ \t]*+:[ \t]*+)(?P<value>[^\r\n]++)",
+    re.IGNORECASE,
+)
+_URL_USERINFO = re.compile(
+    r"(?<![a-z0-9+.-])(?P<scheme>[a-z][a-z0-9+.-]*+://)(?P<user>[^\s:/@\"'<>]*+)"
+    r"(?::(?P<password>[^\s/@\"'<>]*+))?@",
     re.IGNORECASE,
 )
 
@@ -47,14 +98,51 @@ def is_secret_name(name: str) -> bool:
     return bool(_SECRET_PARTS.search(lowered) or _KEY_NAME.search(lowered))
 
 
+def _masked_pair(match: re.Match[str]) -> str:
+    if match.group("name").lower() in _NOT_SECRET:
+        return match.group(0)
+    quote = match.group("vq") or ""
+    key = match.group(0)[: match.start("value") - match.start(0)]
+    return f"{key}{quote}{MASK}{quote}"
+
+
+def _masked_url(match: re.Match[str]) -> str:
+    if match.group("password") is not None:
+        return f"{match.group('scheme')}{match.group('user')}:{MASK}@"
+    return f"{match.group('scheme')}{MASK}@"
+
+
+def _parsed(text: str) -> Any:
+    """``text`` as a JSON document or a Python literal (a dict or a list), else ``None``."""
+    stripped = text.strip()
+    if not stripped or stripped[0] not in "{[" or len(stripped) > _PARSE_LIMIT:
+        return None
+    for parse in (json.loads, ast.literal_eval):
+        try:
+            value = parse(stripped)
+        except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+            continue
+        if isinstance(value, (dict, list)):
+            return value
+    return None
+
+
 def redact_text(text: str) -> str:
-    """``text`` with ``password=...``, ``token: ...``, ``authorization=Bearer ...`` values masked."""
-    return _IN_TEXT.sub(lambda m: f"{m.group('name')}{m.group('sep')}{MASK}", text)
+    """``text`` with the secrets it spells out masked (see the module doc).
+
+    A JSON document or Python literal is redacted as a structure and written back as JSON.
+    """
+    parsed = _parsed(text)
+    if parsed is not None:
+        return json.dumps(redact(parsed), sort_keys=True, default=str)
+    text = _HEADER_LINE.sub(lambda m: f"{m.group('name')}{m.group('sep')}{MASK}", text)
+    text = _IN_TEXT.sub(_masked_pair, text)
+    return _URL_USERINFO.sub(_masked_url, text)
 
 
 def redact(obj: Any) -> Any:
-    """A copy of ``obj`` with secret-looking keys' values masked (recursively; ``None`` stays ``None``);
-    bytes become their size."""
+    """A copy of ``obj`` with secret-looking keys' values masked (recursively; ``None`` stays ``None``),
+    strings through :func:`redact_text`; bytes become their size."""
     if isinstance(obj, Mapping):
         return {
             key: (
@@ -62,7 +150,7 @@ def redact(obj: Any) -> Any:
             )
             for key, value in obj.items()
         }
-    if isinstance(obj, (list, tuple)):
+    if isinstance(obj, (list, tuple, set, frozenset)):
         return [redact(item) for item in obj]
     if isinstance(obj, (bytes, bytearray, memoryview)):
         return f"<{len(obj)} bytes>"

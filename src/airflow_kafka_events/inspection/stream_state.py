@@ -19,7 +19,7 @@ from confluent_kafka import Message
 from airflow_kafka_events.codec import TRIGGER_EVENT_CODEC
 from airflow_kafka_events.envelopes import TriggerEventEnvelope
 from airflow_kafka_events.errors import EnvelopeDecodeError, ValidationError
-from airflow_kafka_events.inspection.redact import preview
+from airflow_kafka_events.inspection.redact import preview, redact_text
 from airflow_kafka_events.kafka.progress import metadata_generation
 from airflow_kafka_events.streams import parse_stream_id
 
@@ -109,7 +109,7 @@ class PageInfo:
             is_last=envelope.is_last,
             emitted_at=envelope.emitted_at,
             record_bytes=len(msg.value() or b""),
-            error=None if error is None else f"{error.type}: {error.message}",
+            error=None if error is None else redact_text(f"{error.type}: {error.message}"),
             payload_preview=None
             if envelope.payload is None
             else preview(envelope.payload, PAGE_PREVIEW_LIMIT),
@@ -202,7 +202,7 @@ class StreamState:
             pages=pages,
             last_sequence=last,
             state=state,
-            error=None if error is None else f"{error.type}: {error.message}",
+            error=None if error is None else redact_text(f"{error.type}: {error.message}"),
             first_at=self.first_at,
             last_at=self.last_at,
             pages_per_second=self.rate(),

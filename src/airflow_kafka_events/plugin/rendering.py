@@ -1,10 +1,13 @@
 """How the view answers: server-rendered HTML (Jinja2) or JSON, with every secret masked last.
 
-Whatever a page shows went through :func:`~airflow_kafka_events.inspection.redact.redact` where
-it was read (payload previews, headers, extra).  As a last line, :func:`mask` runs on the whole
-answer: Airflow's secrets maskers (every connection password and sensitive extra the process
-loaded) and the secret-named values of the view's own Kafka connection (``sasl.password``,
-``ssl.key.password`` ...) are replaced by ``***``, whatever field they turned up in.
+Whatever a page shows went through :mod:`airflow_kafka_events.inspection.redact` where it was read
+(payload previews, headers, extra, keys, error messages; that module's doc says what it masks and
+what Airflow's masker does).  A JSON answer's structure also goes through Airflow's masker
+(``redact``: its sensitive key names, ``[core] sensitive_var_conn_names`` included).  As a last
+line, :func:`mask` runs on the whole answer: Airflow's secrets maskers (every connection password
+and sensitive extra the process loaded) and the secret-named values of the view's own Kafka
+connection (``sasl.password``, ``ssl.key.password`` ...) are replaced by ``***``, whatever field
+they turned up in.
 """
 
 from __future__ import annotations
@@ -154,5 +157,7 @@ def render_html(
 
 
 def render_json(payload: Any, *, secrets: Iterable[str] = (), status: int = 200) -> Response:
-    text = json.dumps(payload, default=str, sort_keys=True)
+    from airflow._shared.secrets_masker import redact as core_redact
+
+    text = json.dumps(core_redact(payload), default=str, sort_keys=True)
     return Response(mask(text, secrets), status_code=status, media_type=JSONResponse.media_type)

@@ -1,4 +1,4 @@
-"""Who may see the Kafka Events view, and who may replay a dead letter.
+"""Who may see the Kafka Events view, who may replay a dead letter, and from where.
 
 A FastAPI app mounted by a plugin is *not* protected by Airflow: each route must ask.  These are
 Airflow's own dependencies (:mod:`airflow.api_fastapi.core_api.security`), which resolve the user
@@ -11,27 +11,67 @@ cookie the UI's login sets (path ``/``, so the iframe of an external view sends 
   (``requires_access_asset("POST")``, the simple auth manager's op and admin roles).  A view check
   would not do: the simple auth manager ignores the method for views.
 
-:func:`can_replay` asks the same question without raising (to show or disable the button), and
-:func:`same_origin` refuses a state-changing request sent from another site.
+:func:`can_replay` asks the same question without raising (to show or disable the button).
+
+Cross-site requests: a browser sends the ``_token`` cookie with a request another site's page makes
+(a form, a sandboxed iframe or a popup posting to the top window), and Airflow 3.3 has no CSRF
+protection to reuse.  :func:`refuse_cross_site` guards every state-changing route of the view: a
+request authenticated by the *cookie* must name this site in its ``Origin`` (a missing Origin and
+``Origin: null``, which sandboxed frames send, are refused) and carry the CSRF token of its
+signed-in user (:func:`csrf_token`: an HMAC with ``[api] secret_key`` over the user and the time it
+was issued, valid :data:`CSRF_TTL_SECONDS`), which only a page of this view can read (the
+confirmation form holds it).  A request with an ``Authorization: Bearer`` header is authenticated by
+that header, never by the cookie (Airflow's ``get_user``), and no other site can make a browser
+send one: it needs no token.  :func:`check_replay_target` keeps a replay to the dead letter's
+source topic, or a topic ``[kafka_events] replay_extra_target_topics`` lists.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import hashlib
+import hmac
+import time
+from collections.abc import Collection
+from typing import Annotated, Any
 from urllib.parse import urlsplit
 
 from airflow.api_fastapi.auth.managers.models.resource_details import AccessView, AssetDetails
 from airflow.api_fastapi.core_api.security import (
     GetUserDep,
+    bearer_scheme,
     requires_access_asset,
     requires_access_view,
 )
-from fastapi import Depends, HTTPException, Request, status
+from fastapi import Depends, Form, HTTPException, Request, status
+from fastapi.security import HTTPAuthorizationCredentials
 
-__all__ = ["REPLAY", "VIEW", "GetUserDep", "can_replay", "same_origin", "user_name"]
+from airflow_kafka_events.errors import ConfigurationError
+from airflow_kafka_events.inspection.errors import ReplayTargetRefusedError
+
+__all__ = [
+    "CSRF_FIELD",
+    "CSRF_TTL_SECONDS",
+    "REPLAY",
+    "VIEW",
+    "GetUserDep",
+    "can_replay",
+    "check_replay_target",
+    "csrf_token",
+    "refuse_cross_site",
+    "user_name",
+    "valid_csrf_token",
+]
 
 VIEW = Depends(requires_access_view(AccessView.PLUGINS))
 REPLAY = Depends(requires_access_asset("POST"))
+
+#: The form field of the CSRF token.
+CSRF_FIELD = "csrf_token"
+#: How long a CSRF token is good for (a confirmation page left open longer is opened again).
+CSRF_TTL_SECONDS = 4 * 3600
+#: A token issued this far in the future is still accepted (api-servers' clocks differ a little).
+_CLOCK_SKEW_SECONDS = 60
+_CSRF_PURPOSE = b"airflow-kafka-events csrf v1"
 
 
 def can_replay(user: Any) -> bool:
@@ -46,10 +86,92 @@ def user_name(user: Any) -> str:
     return str(getter() if callable(getter) else getattr(user, "username", "?"))
 
 
-def same_origin(request: Request) -> None:
-    """Refuse a POST whose ``Origin`` (or ``Referer``) names another host than the request's."""
-    origin = request.headers.get("origin") or request.headers.get("referer")
+def _user_id(user: Any) -> str:
+    getter = getattr(user, "get_id", None)
+    return f"{getter() if callable(getter) else '?'}\0{user_name(user)}"
+
+
+def _secret_key() -> bytes:
+    from airflow.configuration import conf
+
+    key = conf.get("api", "secret_key", fallback="")
+    if not key:
+        raise ConfigurationError(
+            "the Kafka Events view signs its CSRF tokens with [api] secret_key, which is empty; set it "
+            "(the same value on every api-server)"
+        )
+    return str(key).encode("utf-8")
+
+
+def _mac(user: Any, issued: int) -> str:
+    message = b"\0".join((_CSRF_PURPOSE, _user_id(user).encode("utf-8"), str(issued).encode("ascii")))
+    return hmac.new(_secret_key(), message, hashlib.sha256).hexdigest()
+
+
+def csrf_token(user: Any, now: float | None = None) -> str:
+    """A CSRF token of ``user``: ``<issued unix time>.<HMAC-SHA256 hex>``."""
+    issued = int(time.time() if now is None else now)
+    return f"{issued}.{_mac(user, issued)}"
+
+
+def valid_csrf_token(token: str, user: Any, now: float | None = None) -> bool:
+    """Whether ``token`` was issued to ``user`` by an api-server with this secret key, and is fresh."""
+    issued_text, _, mac = token.partition(".")
+    if not issued_text.isdigit() or not mac:
+        return False
+    issued, current = int(issued_text), time.time() if now is None else now
+    if not current - CSRF_TTL_SECONDS <= issued <= current + _CLOCK_SKEW_SECONDS:
+        return False
+    return hmac.compare_digest(mac, _mac(user, issued))
+
+
+def _own_hosts(request: Request) -> set[str]:
+    """``host[:port]`` of this site: the request's own, and ``[api] base_url``'s."""
+    from airflow.configuration import conf
+
+    hosts = {request.url.netloc}
+    base_url = conf.get("api", "base_url", fallback="") or ""
+    if base_url:
+        hosts.add(urlsplit(base_url).netloc)
+    return hosts
+
+
+def _refused(why: str) -> HTTPException:
+    return HTTPException(status.HTTP_403_FORBIDDEN, f"{why}; nothing was done")
+
+
+def refuse_cross_site(
+    request: Request,
+    user: GetUserDep,
+    bearer: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer_scheme)],
+    csrf_token: Annotated[str | None, Form(description="the CSRF token of the confirmation form")] = None,
+) -> None:
+    """Refuse a state-changing request another site may have made (see the module doc): 403."""
+    if bearer is not None and bearer.scheme.lower() == "bearer":
+        return  # authenticated by the header (Airflow's get_user), which no other site can set
+    origin = request.headers.get("origin")
     if not origin or origin == "null":
-        return  # a sandboxed iframe may send "null"; the SameSite=Lax cookie still stops other sites
-    if urlsplit(origin).netloc != request.url.netloc:
-        raise HTTPException(status.HTTP_403_FORBIDDEN, "cross-origin request refused")
+        raise _refused(
+            "a request signed in by the browser's cookie must come from a page of this site (its Origin "
+            f"header is {'missing' if not origin else 'null'}: another site, or a sandboxed frame, sent it)"
+        )
+    if urlsplit(origin).netloc not in _own_hosts(request):
+        raise _refused(f"cross-origin request refused (Origin {origin})")
+    if not csrf_token or not valid_csrf_token(csrf_token, user):
+        raise _refused(
+            "the CSRF token is missing, expired or not this user's: open the confirmation page again "
+            "and confirm there"
+        )
+
+
+def check_replay_target(source_topic: str, target: str, extra_targets: Collection[str]) -> None:
+    """Refuse (:class:`ReplayTargetRefusedError`) a replay to another topic than the dead letter's
+    source topic or one of ``extra_targets`` (``[kafka_events] replay_extra_target_topics``)."""
+    if target == source_topic or target in extra_targets:
+        return
+    allowed = ", ".join(repr(t) for t in (source_topic, *sorted(extra_targets)))
+    raise ReplayTargetRefusedError(
+        f"a replay from the view may publish to the dead letter's source topic or a topic "
+        f"[kafka_events] replay_extra_target_topics lists ({allowed}), not {target!r}; nothing was "
+        "published (fix: an administrator adds the topic to that option)"
+    )

@@ -18,6 +18,10 @@ option                       default                              meaning
 ``ui_freeze_heap``           ``true``                             gc.freeze the api-server's heap
                                                                   at the view's first request
 ===========================  ===================================  =================================
+
+``replay_extra_target_topics`` (default: none) lists the topics (commas) a replay from the view may
+publish to besides the dead letter's source topic: an administrator's setting (the deployment's
+configuration), not a user's.
 """
 
 from __future__ import annotations
@@ -90,6 +94,7 @@ class ViewSettings:
     stuck_after_seconds: int
     bridge_group_ids: tuple[str, ...]
     freeze_heap: bool = True
+    replay_extra_target_topics: frozenset[str] = frozenset()
 
     @classmethod
     def from_options(cls, options: Mapping[str, str | None]) -> ViewSettings:
@@ -121,6 +126,9 @@ class ViewSettings:
             ),
             bridge_group_ids=groups,
             freeze_heap=_bool(opt("ui_freeze_heap", "true"), "ui_freeze_heap"),
+            replay_extra_target_topics=frozenset(
+                t.strip() for t in opt("replay_extra_target_topics", "").split(",") if t.strip()
+            ),
         )
 
     @classmethod
@@ -138,5 +146,6 @@ class ViewSettings:
             "ui_stuck_after_seconds",
             "ui_bridge_group_ids",
             "ui_freeze_heap",
+            "replay_extra_target_topics",
         )
         return cls.from_options({name: conf.get(SECTION, name, fallback=None) for name in names})

@@ -75,3 +75,51 @@ def test_time_flags_take_iso_8601_or_a_duration_ago():
     assert before - timedelta(minutes=15) <= parsed <= datetime.now(timezone.utc) - timedelta(minutes=15)
     with pytest.raises(argparse.ArgumentTypeError, match="ISO-8601"):
         parse_time("yesterday")
+
+
+@pytest.mark.parametrize(
+    ("text", "secret"),
+    [
+        ('{"nested": {"password": "pw-json"}, "rows": 1}', "pw-json"),
+        ('ValueError: bad config {"password": "pw-in-error"} here', "pw-in-error"),
+        ("KeyError: {'password': 'pw-repr', 'user': 'u'}", "pw-repr"),
+        ("request refused, cookie: session=sess-123; theme=dark", "sess-123"),
+        ("Set-Cookie: session=sess-456; Path=/", "sess-456"),
+        ("could not connect to postgresql://u:pw-url@db.example:5432/db", "pw-url"),
+        ("https://tok-user@github.com/org/repo", "tok-user"),
+        ('{"passphrase": "pass-phrase"}', "pass-phrase"),
+        ('{"extra": "{\\"db_password\\": \\"pw-escaped\\"}"}', "pw-escaped"),
+        ('outer {"extra": "{\\"password\\": \\"pw-escaped-in-text\\"}"} tail', "pw-escaped-in-text"),
+        ("{'credentials': {'user': 'u', 'pw': 'pw-under-secret-key'}}", "pw-under-secret-key"),
+        ("Authorization: Bearer abc.def", "abc.def"),
+        ("x-api-key=key-123&rows=2", "key-123"),
+    ],
+)
+def test_redact_text_masks_keys_in_json_and_repr_text_headers_and_url_credentials(text, secret):
+    shown = redact_text(text)
+    assert secret not in shown and MASK in shown, shown
+
+
+def test_redact_text_keeps_what_is_no_secret():
+    assert redact_text("idempotency_key=abc partition_key: 2026") == "idempotency_key=abc partition_key: 2026"
+    assert redact_text("the token expired at 10:00") == "the token expired at 10:00"
+    assert redact_text("postgresql://db.example/db") == "postgresql://db.example/db"
+    assert redact_text("kafka://u:***@h") == "kafka://u:***@h"
+
+
+def test_a_nested_password_in_a_json_string_value_is_masked_in_a_preview():
+    # what a dead letter's preview shows: an envelope whose extra is Avro JSON text
+    shown = preview({"extra": json.dumps({"db": {"password": "pw-deep"}, "cookie": "c"}), "rows": 1})
+    assert "pw-deep" not in shown and '"cookie": \\"***\\"' not in shown and "rows" in shown
+    assert json.loads(json.loads(shown)["extra"]) == {"cookie": MASK, "db": {"password": MASK}}
+
+
+@pytest.mark.parametrize("name", ["cookie", "Set-Cookie", "passphrase", "session_id", "proxy-authorization"])
+def test_header_and_key_names_that_hold_secrets(name):
+    assert is_secret_name(name)
+
+
+def test_every_name_airflow_s_masker_hides_by_default_is_a_secret_name_here():
+    from airflow._shared.secrets_masker.secrets_masker import DEFAULT_SENSITIVE_FIELDS
+
+    assert [name for name in sorted(DEFAULT_SENSITIVE_FIELDS) if not is_secret_name(name)] == []

@@ -3,15 +3,18 @@
 Filtering by reason means reading the records, so the listing scans a bounded window (and says
 which).  A record shows its headers and a redacted, bounded payload preview.  Replaying it
 re-publishes the *original* record (key, value, original headers with its idempotency key, so
-downstream dedupe drops a record that had been handled after all) to its source topic or a chosen
+downstream dedupe drops a record that had been handled after all) to its source topic or an allowed
 one: ``GET .../replay`` asks for confirmation, ``POST .../replay`` does it.  The confirmation
 repeats the record's coordinates and its fingerprint (timestamp and a hash of key, value and
 headers): a POST that reads another record there (the topic re-created) is refused (409) and
 publishes nothing.  Both need an asset
 write (:data:`~airflow_kafka_events.plugin.security.REPLAY`); a viewer sees the button disabled
-and is refused (403) if they post anyway.  Each replay writes one audit line (logger
-``airflow_kafka_events.audit``, by the inspection layer) and one entry in Airflow's audit log
-(event ``kafka_events.replay``, owner the user).
+and is refused (403) if they post anyway.  The POST is refused (403) to another site's page
+(:func:`~airflow_kafka_events.plugin.security.refuse_cross_site`: a browser's POST carries the
+confirmation form's CSRF token), and a replay goes to the dead letter's source topic or a topic
+``[kafka_events] replay_extra_target_topics`` lists, else 400 and nothing is published.  Each
+replay writes one audit line (logger ``airflow_kafka_events.audit``, by the inspection layer) and
+one entry in Airflow's audit log (event ``kafka_events.replay``, owner the user).
 """
 
 from __future__ import annotations
@@ -32,7 +35,13 @@ from airflow_kafka_events.inspection.dead_letters import (
     load_dead_letter,
     replay_dead_letter,
 )
-from airflow_kafka_events.plugin.security import REPLAY, same_origin
+from airflow_kafka_events.plugin.security import (
+    CSRF_FIELD,
+    REPLAY,
+    check_replay_target,
+    csrf_token,
+    refuse_cross_site,
+)
 from airflow_kafka_events.plugin.views.common import LIST_PREVIEW, Page, PageDep
 
 __all__ = ["router"]
@@ -97,13 +106,15 @@ def _load(page: Page, partition: int, offset: int) -> LoadedDeadLetter:
     return load_dead_letter(page.config(), page.settings.dlq_topic, partition, offset)
 
 
-def _record_page(page: Page, partition: int, offset: int, template: str) -> Response:
+def _record_page(
+    page: Page, partition: int, offset: int, template: str, extra: dict[str, Any] | None = None
+) -> Response:
     """The page of one dead letter (``template``: its details, or the replay's confirmation)."""
     try:
         record = _load(page, partition, offset).record
     except AirflowKafkaEventsError as exc:
         return page.failed("dead-letters", exc)
-    context = {"record": record, "coords": coords(record)}
+    context = {"record": record, "coords": coords(record), **(extra or {})}
     return page.answer("dead-letters", template, context, _record_dict(record))
 
 
@@ -115,7 +126,13 @@ def dead_letter_page(page: PageDep, partition: int, offset: int) -> Response:
 
 @router.get("/dead-letters/{partition}/{offset}/replay", dependencies=[REPLAY])
 def confirm_replay_page(page: PageDep, partition: int, offset: int) -> Response:
-    return _record_page(page, partition, offset, "replay_confirm.html")
+    """The confirmation form: the record, the topics it may go to, the user's CSRF token."""
+    extra = {
+        "csrf_field": CSRF_FIELD,
+        "csrf_token": csrf_token(page.user),
+        "extra_targets": sorted(page.settings.replay_extra_target_topics),
+    }
+    return _record_page(page, partition, offset, "replay_confirm.html", extra)
 
 
 def _audit(session: Any, page: Page, record: DeadLetterRecord, receipt: Any) -> None:
@@ -129,8 +146,10 @@ def _audit(session: Any, page: Page, record: DeadLetterRecord, receipt: Any) -> 
     )
 
 
-@router.post("/dead-letters/{partition}/{offset}/replay", dependencies=[REPLAY, Depends(same_origin)])
-@router.post("/api/dead-letters/{partition}/{offset}/replay", dependencies=[REPLAY, Depends(same_origin)])
+@router.post("/dead-letters/{partition}/{offset}/replay", dependencies=[REPLAY, Depends(refuse_cross_site)])
+@router.post(
+    "/api/dead-letters/{partition}/{offset}/replay", dependencies=[REPLAY, Depends(refuse_cross_site)]
+)
 def replay_page(
     page: PageDep,
     session: SessionDep,
@@ -156,12 +175,14 @@ def replay_page(
                 "confirmation page was shown: the topic was re-created?); nothing replayed. "
                 "Open it again and confirm what it is now.",
             )
+        target = (target_topic or "").strip() or record.source_topic
+        check_replay_target(record.source_topic, target, page.settings.replay_extra_target_topics)
         receipt = replay_dead_letter(
             page.config(),
             record.topic,
             record.partition,
             record.offset,
-            target_topic=(target_topic or "").strip() or None,
+            target_topic=target,
             actor=page.username,
             loaded=loaded,
             fingerprint=fingerprint,

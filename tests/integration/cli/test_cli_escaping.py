@@ -1,0 +1,113 @@
+"""Terminal escape sequences in Kafka data never reach the operator's terminal through the CLI.
+
+Records written to a real broker carry ``ESC ]0;title BEL`` (set the title), ``ESC [2K ESC [1G``
+(erase the line, cursor to column 1: overwrite what was printed), ``ESC [2J`` and ``ESC c`` (clear the
+screen) in a dead letter's reason, consumer, error message, key, headers and payload, and in a
+stream's payload and error.  The installed ``airflow-kafka-events`` runs in a subprocess (``dlq ls``,
+``dlq show``, the ``dlq replay`` confirmation on a pseudo-terminal, ``streams ls|show``): no ESC byte
+in its stdout or stderr, and the sequences are shown as text.
+"""
+
+from __future__ import annotations
+
+import os
+import pty
+import subprocess
+
+import pytest
+
+from airflow_kafka_events.codec import TRIGGER_EVENT_CODEC
+from airflow_kafka_events.dlq import DeadLetter, DeadLetterWriter
+from airflow_kafka_events.envelopes import StreamFailure, TriggerEventEnvelope
+from airflow_kafka_events.streams import stream_id
+from integration.cli.test_inspection_cli import ENTRY_POINT, cli
+
+pytestmark = pytest.mark.integration
+
+TITLE = "\x1b]0;owned\x07"
+ERASE = "\x1b[2K\x1b[1G"
+CLEAR = "\x1b[2J"
+RESET = "\x1bc"
+FORGED = f"{ERASE}Replay to topic 'safe-topic'? [y/N] {TITLE}{CLEAR}{RESET}"
+
+
+def _no_escape(result: subprocess.CompletedProcess, *, shown: str = "\\x1b") -> None:
+    for name in ("stdout", "stderr"):
+        text = getattr(result, name)
+        text = text.decode("utf-8", "replace") if isinstance(text, bytes) else text
+        assert "\x1b" not in text and "\x07" not in text, (name, text)
+    assert shown in f"{result.stdout}{result.stderr}", result
+
+
+@pytest.fixture
+def producer(kafka_bootstrap):
+    from airflow_kafka_events.kafka.producer import EnvelopeProducer
+    from airflow_kafka_events.kafka.settings import KafkaSettings
+
+    made = EnvelopeProducer(KafkaSettings({"bootstrap.servers": kafka_bootstrap}).producer_config())
+    yield made
+    made.close(5.0)
+
+
+def test_dead_letters_with_escape_sequences_print_as_text(kafka_bootstrap, producer, new_topic):
+    dlq, source = new_topic(partitions=1), new_topic(partitions=1)
+    letter = DeadLetter(
+        reason=f"not-allowed{TITLE}",
+        error_type=f"ValueError{RESET}",
+        error_message=f"refused{FORGED}",
+        source_topic=source,
+        source_partition=0,
+        source_offset=0,
+        consumer=f"watcher{CLEAR}",
+    )
+    written = DeadLetterWriter(producer, dlq, timeout=30.0).write(
+        letter,
+        value=f"payload{ERASE}{TITLE}".encode(),
+        key=f"key{CLEAR}".encode(),
+        headers=[("trace-id", f"t{RESET}".encode())],
+    )
+    kafka = ("--bootstrap-servers", kafka_bootstrap, "--topic", dlq)
+    _no_escape(cli("dlq", "ls", *kafka))
+    _no_escape(cli("dlq", "show", "0", str(written.offset), *kafka))
+
+    # the confirmation is asked on a terminal: stdin a pseudo-terminal, the answer "n"
+    leader, follower = pty.openpty()
+    try:
+        os.write(leader, b"n\n")
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "KAFKA_BOOTSTRAP"))}
+        env["AIRFLOW_HOME"] = "/nonexistent-airflow-home"
+        confirm = subprocess.run(
+            [str(ENTRY_POINT), "dlq", "replay", "0", str(written.offset), *kafka],
+            stdin=follower,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=env,
+        )
+    finally:
+        os.close(follower)
+        os.close(leader)
+    assert confirm.returncode == 1 and "not replayed" in confirm.stderr, confirm.stderr
+    assert f"Replay {dlq}[0]@{written.offset} to topic {source!r}? [y/N]" in confirm.stderr
+    _no_escape(confirm)
+    assert "\\x1b[2K\\x1b[1GReplay to topic 'safe-topic'" in confirm.stderr
+
+
+def test_streams_with_escape_sequences_print_as_text(kafka_bootstrap, producer, new_topic):
+    topic = new_topic(partitions=1)
+    run = stream_id("escape_dag", f"manual__{RESET}", "produce")
+    for envelope in (
+        TriggerEventEnvelope(
+            trigger_run_id=run, sequence_index=0, is_last=False, payload={"note": f"{TITLE}{CLEAR}"}
+        ),
+        TriggerEventEnvelope(
+            trigger_run_id=run,
+            sequence_index=1,
+            is_last=True,
+            error=StreamFailure(type=f"RuntimeError{ERASE}", message=f"boom{FORGED}"),
+        ),
+    ):
+        producer.send_and_wait(topic, TRIGGER_EVENT_CODEC.encode(envelope), key=run)
+    kafka = ("--bootstrap-servers", kafka_bootstrap, "--topic", topic)
+    _no_escape(cli("streams", "ls", *kafka))
+    _no_escape(cli("streams", "show", run, *kafka))
