@@ -4,7 +4,7 @@
   ``tests/e2e/<feature>/dags``, ...). Their files are copied into one session DAGs folder.
 * ``airflow_dags_folder`` -- that session DAGs folder.
 * ``airflow_extra_env`` -- extra environment for every Airflow component (Kafka connection, ...).
-* ``e2e_topology`` -- the topology of the session's stack: ``production`` (PostgreSQL, CeleryExecutor
+* ``e2e_topology`` -- the topology of the shared stack: ``production`` (PostgreSQL, CeleryExecutor
   on Redis with two workers, two triggerers; docs/production-topology.md) unless the environment
   variable ``AIRFLOW_KAFKA_EVENTS_E2E_TOPOLOGY`` says ``embedded`` (SQLite, LocalExecutor).
 * ``statsd`` -- a StatsD server (a UDP socket read by a thread) that every component reports to.
@@ -78,7 +78,7 @@ def e2e_topology() -> str:
 
 @pytest.fixture(scope="session")
 def statsd() -> Iterator[StatsdServer]:
-    """The StatsD server the session's Airflow components report to (``[metrics] statsd_on``)."""
+    """The StatsD server the shared stack's components report to (``[metrics] statsd_on``)."""
     server = StatsdServer()
     yield server
     server.close()

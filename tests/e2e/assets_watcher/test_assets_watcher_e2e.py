@@ -6,7 +6,7 @@
 (b) the same idempotency key published twice becomes exactly one asset event;
 (c) a poison record goes to the dead-letter topic with its reason, and the next good event
     still becomes an asset event; the triggerer reports the dead letter and the watchers' lag to
-    the session's StatsD server;
+    the test run's StatsD server;
 (d) a feedback loop (a DAG whose failure callback emits to the asset that triggers it) is cut
     at the watcher's ``max_causation_depth``: the number of runs is bounded;
 (e) two assets on one topic across a triggerer crash and restart: no event lost, none twice

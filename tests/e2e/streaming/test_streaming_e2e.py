@@ -8,7 +8,7 @@
 (d) a DAG file with a lambda in trigger kwargs fails to parse, naming the argument.
 
 On the production topology (a Celery worker per queue) (a)'s producer and consumer run on different
-workers, and the triggerer's and that worker's metrics reach the session's StatsD server.
+workers, and the triggerer's and that worker's metrics reach the test run's StatsD server.
 """
 
 from __future__ import annotations
