@@ -7,8 +7,10 @@ BIN := $(VENV)/bin
 setup:
 	./scripts/bootstrap.sh
 
-demo: setup  # KEEP=1: leave Airflow and the broker running for a look at the UI (Ctrl-C stops them)
-	$(BIN)/python examples/demo.py $(if $(KEEP),--keep-running)
+# KEEP=1: leave Airflow and the broker running for a look at the UI (Ctrl-C stops them);
+# TOPOLOGY=production: PostgreSQL + CeleryExecutor on Redis, 2 workers, 2 triggerers (docs/production-topology.md)
+demo: setup
+	$(BIN)/python examples/demo.py $(if $(KEEP),--keep-running) $(if $(TOPOLOGY),--topology $(TOPOLOGY))
 
 test: setup lint
 	$(BIN)/pytest --durations=15

@@ -20,6 +20,8 @@
 At the end it prints the address of each page of the Kafka Events view in the Airflow UI
 (``examples/demo_ui.py``); ``make demo KEEP=1`` (``--keep-running``) leaves Airflow and the broker
 running for a look until Ctrl-C; ``--screenshots DIR`` saves a picture of each page (the README's).
+``make demo TOPOLOGY=production`` (``--topology production``) runs Airflow as the e2e tests do:
+PostgreSQL, the CeleryExecutor on Redis with two workers, two triggerers (docs/production-topology.md).
 
 Run it with ``make demo``.
 """
@@ -188,6 +190,7 @@ def airflow_demo(
     *,
     keep_running: bool = False,
     screenshots: Path | None = None,
+    topology: str = "embedded",
 ) -> bool:
     """Parts 2 and 3 on ONE real Airflow (api-server, scheduler, triggerer, dag-processor)."""
     sys.path.insert(0, str(REPO / "tests"))
@@ -237,7 +240,7 @@ def airflow_demo(
         # the Kafka Events view's Health page: the bridge's consumer group
         "AIRFLOW__KAFKA_EVENTS__UI_BRIDGE_GROUP_IDS": groups["bridge"],
     }
-    stack = AirflowStack(home, REPO / "examples" / "dags", env, users=demo_ui.UI_USERS)
+    stack = AirflowStack(home, REPO / "examples" / "dags", env, users=demo_ui.UI_USERS, topology=topology)
     stack.enable_watcher_recheck()  # after an unclean stop, watchers ask the api-server what exists
     t0 = time.monotonic()
     stack.start(dag_ids=["demo_streaming", "demo_iteration", *ASSET_DAGS])
@@ -245,8 +248,8 @@ def airflow_demo(
     for dag_id in (PROCESS_DAG, INVESTIGATE_DAG):
         stack.unpause(dag_id)
     say(
-        f"[airflow] api-server, scheduler, triggerer, dag-processor healthy in {time.monotonic() - t0:.1f}s "
-        f"(AIRFLOW_HOME={home})"
+        f"[airflow] {', '.join(stack.components)} healthy in {time.monotonic() - t0:.1f}s "
+        f"({topology} topology, {stack.database}, AIRFLOW_HOME={home})"
     )
     try:
         ok = streaming_demo(stack, home, settings)
@@ -533,6 +536,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--screenshots", type=Path, metavar="DIR", help="save the view's pages as PNGs in DIR"
     )
+    parser.add_argument(
+        "--topology",
+        choices=("embedded", "production"),
+        default="embedded",
+        help="embedded: SQLite + LocalExecutor; production: PostgreSQL + CeleryExecutor on Redis, "
+        "two workers, two triggerers",
+    )
     args = parser.parse_args(argv)
 
     started = time.monotonic()
@@ -543,7 +553,12 @@ def main(argv: list[str] | None = None) -> int:
         ok = envelope_demo(settings, admin)
         if ok and not args.skip_airflow:
             ok = airflow_demo(
-                bootstrap, settings, admin, keep_running=args.keep_running, screenshots=args.screenshots
+                bootstrap,
+                settings,
+                admin,
+                keep_running=args.keep_running,
+                screenshots=args.screenshots,
+                topology=args.topology,
             )
         say(f"[demo]   {'ALL OK' if ok else 'FAILED'} in {time.monotonic() - started:.0f}s")
         return 0 if ok else 1

@@ -2,6 +2,7 @@
 # Set up everything the project needs on a fresh machine:
 #   - a JDK >= 17 and Maven (installed from Debian packages when missing and running as root),
 #   - Chromium and chromium-driver for the UI's browser tests (the same way),
+#   - PostgreSQL 15 and redis-server for the e2e tests' production topology (the same way),
 #   - a virtualenv in .venv with the package (editable) and its test extras, pinned by constraints,
 #   - the Apache Kafka broker jars from Maven Central (cached under ~/.cache, fetched once),
 #   - the npm packages of tests/node (npm ci, from package-lock.json) when npm is available.
@@ -35,6 +36,19 @@ if [ "${#need_browser[@]}" -gt 0 ]; then
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_browser[@]}" >/dev/null
   else
     echo "bootstrap: the UI browser tests need ${need_browser[*]} (apt-get install ${need_browser[*]})" >&2
+  fi
+fi
+
+# the e2e tests' production topology (tests/harness): a PostgreSQL 15 metadata DB, a Redis broker
+need_servers=()
+if [ ! -x /usr/lib/postgresql/15/bin/initdb ]; then need_servers+=(postgresql-15); fi
+if ! command -v redis-server >/dev/null 2>&1; then need_servers+=(redis-server); fi
+if [ "${#need_servers[@]}" -gt 0 ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "bootstrap: installing ${need_servers[*]}"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_servers[@]}" >/dev/null
+  else
+    echo "bootstrap: the e2e tests need ${need_servers[*]} (apt-get install ${need_servers[*]})" >&2
   fi
 fi
 

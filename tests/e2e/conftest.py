@@ -4,10 +4,14 @@
   ``tests/e2e/<feature>/dags``, ...). Their files are copied into one session DAGs folder.
 * ``airflow_dags_folder`` -- that session DAGs folder.
 * ``airflow_extra_env`` -- extra environment for every Airflow component (Kafka connection, ...).
+* ``e2e_topology`` -- the topology of the shared stack: ``production`` (PostgreSQL, CeleryExecutor
+  on Redis with two workers, two triggerers; docs/production-topology.md) unless the environment
+  variable ``AIRFLOW_KAFKA_EVENTS_E2E_TOPOLOGY`` says ``embedded`` (SQLite, LocalExecutor).
+* ``statsd`` -- a StatsD server (a UDP socket read by a thread) that every component reports to.
 * ``migrated_airflow_home`` -- an :class:`AirflowStack` whose metadata DB is migrated but whose
   components are not running; use ``.cli(...)``, ``.env`` and ``.home`` (discovery tests).
-* ``airflow_stack`` -- the same :class:`AirflowStack`, started: api-server, scheduler (LocalExecutor),
-  triggerer and dag-processor, healthy. One per session; stopped at session end.
+* ``airflow_stack`` -- the same :class:`AirflowStack`, started: api-server, scheduler, triggerer(s),
+  dag-processor (and Celery workers), healthy. One per session; stopped at session end.
 * ``stack`` -- ``airflow_stack`` with the default trigger events topic created;
 * ``run_dir`` -- a directory a DAG run's task processes write their files into.
 """
@@ -15,6 +19,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import sys
 from collections.abc import Iterator
@@ -26,9 +31,11 @@ _TESTS_DIR = Path(__file__).resolve().parents[1]
 if str(_TESTS_DIR) not in sys.path:
     sys.path.insert(0, str(_TESTS_DIR))
 
-from harness.airflow_stack import AirflowStack, AirflowStackError  # noqa: E402
+from harness.airflow_stack import TOPOLOGIES, AirflowStack, AirflowStackError  # noqa: E402
+from harness.statsd_server import StatsdServer  # noqa: E402
 
 E2E_DIR = Path(__file__).resolve().parent
+TOPOLOGY_ENV = "AIRFLOW_KAFKA_EVENTS_E2E_TOPOLOGY"
 
 
 def _copy_dag_dir(source: Path, target: Path, origin: dict[Path, Path]) -> None:
@@ -59,9 +66,29 @@ def airflow_dags_folder(tmp_path_factory: pytest.TempPathFactory, airflow_dag_di
 
 
 @pytest.fixture(scope="session")
-def airflow_extra_env(request: pytest.FixtureRequest) -> dict[str, str]:
-    """Environment added to every Airflow component; holds ``kafka_default`` when a broker fixture exists."""
-    env: dict[str, str] = {}
+def e2e_topology() -> str:
+    """``production`` unless the environment variable ``TOPOLOGY_ENV`` names another topology."""
+    topology = os.environ.get("AIRFLOW_KAFKA_EVENTS_E2E_TOPOLOGY") or "production"
+    if topology not in TOPOLOGIES:
+        raise pytest.UsageError(
+            f"AIRFLOW_KAFKA_EVENTS_E2E_TOPOLOGY must be one of {TOPOLOGIES}, not {topology!r}"
+        )
+    return topology
+
+
+@pytest.fixture(scope="session")
+def statsd() -> Iterator[StatsdServer]:
+    """The StatsD server the shared stack's components report to (``[metrics] statsd_on``)."""
+    server = StatsdServer()
+    yield server
+    server.close()
+
+
+@pytest.fixture(scope="session")
+def airflow_extra_env(request: pytest.FixtureRequest, statsd: StatsdServer) -> dict[str, str]:
+    """Environment added to every Airflow component: StatsD on (``statsd``), influxdb-style tags,
+    and ``kafka_default`` when a broker fixture exists."""
+    env: dict[str, str] = {**statsd.env(), "AIRFLOW__METRICS__STATSD_INFLUXDB_ENABLED": "True"}
     try:
         bootstrap = request.getfixturevalue("kafka_bootstrap")
     except pytest.FixtureLookupError:
@@ -94,10 +121,11 @@ def airflow_extra_env(request: pytest.FixtureRequest) -> dict[str, str]:
 
 @pytest.fixture(scope="session")
 def migrated_airflow_home(
-    tmp_path_factory: pytest.TempPathFactory, airflow_dags_folder: Path
+    tmp_path_factory: pytest.TempPathFactory, airflow_dags_folder: Path, e2e_topology: str
 ) -> Iterator[AirflowStack]:
-    """An AirflowStack (not started) whose home holds a migrated SQLite metadata DB."""
-    stack = AirflowStack(home=tmp_path_factory.mktemp("airflow-home"), dags_folder=airflow_dags_folder)
+    """An AirflowStack (not started, of ``e2e_topology``) whose metadata DB is migrated."""
+    home = tmp_path_factory.mktemp("airflow-home")
+    stack = AirflowStack(home=home, dags_folder=airflow_dags_folder, topology=e2e_topology)
     try:
         stack.migrate()
     except AirflowStackError as exc:

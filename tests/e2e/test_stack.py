@@ -62,6 +62,11 @@ def test_deferrable_task_runs_through_triggerer(airflow_stack: AirflowStack) -> 
 
 
 def test_killed_triggerer_hands_its_trigger_to_a_restarted_one(airflow_stack: AirflowStack) -> None:
+    with airflow_stack.sole_triggerer("triggerer"):  # the production topology's second one stops
+        _kill_and_restart_the_triggerer_of_a_deferred_task(airflow_stack)
+
+
+def _kill_and_restart_the_triggerer_of_a_deferred_task(airflow_stack: AirflowStack) -> None:
     run_id = airflow_stack.trigger_dag(DAG_ID, conf={"delay_seconds": 15})
     airflow_stack.wait_for_task_state(DAG_ID, run_id, TASK_ID, {"deferred"}, timeout=120)
     airflow_stack.wait_for(

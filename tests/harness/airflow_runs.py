@@ -118,12 +118,18 @@ class RunsAndMetadata:
         states: Iterable[str] = TERMINAL_DAG_RUN_STATES,
         timeout: float = 180.0,
     ) -> str:
-        """Wait until the run's state is one of ``states``; return that state."""
+        """Wait until the run's state is one of ``states``; return that state.
+
+        A poll the api-server does not answer in time (a loaded machine) is polled again until the deadline.
+        """
         wanted = set(states)
         deadline = time.monotonic() + timeout
         while True:
             self._check_alive()
-            state = self.dag_run(dag_id, run_id)["state"]
+            try:
+                state = self.dag_run(dag_id, run_id)["state"]
+            except httpx.TimeoutException as exc:
+                state = f"<no answer: {exc!r}>"
             if state in wanted:
                 return state
             if time.monotonic() > deadline:

@@ -2,8 +2,13 @@
 
 Every component is a separate ``airflow`` subprocess started in its own session (process group),
 configured only through ``AIRFLOW__SECTION__KEY`` environment variables and ``AIRFLOW_HOME``, with
-its stdout/stderr in ``<home>/logs/<component>.log``. The metadata database is SQLite in ``<home>``;
-the executor is the LocalExecutor.
+its stdout/stderr in ``<home>/logs/<component>.log``.  Two topologies (``topology=``):
+
+* ``embedded`` (the default): SQLite in ``<home>`` and the LocalExecutor;
+* ``production``: a PostgreSQL server of its own (tests/harness/postgres.py), the CeleryExecutor on a
+  Redis server of its own (tests/harness/redis_server.py) with two Celery workers (``worker-1`` serving
+  the queues ``default`` and ``w1``, ``worker-2`` serving ``default`` and ``w2``; a task's ``queue=``
+  picks its worker) and two triggerers (``triggerer`` and ``triggerer-2``).
 
 Typical use::
 
@@ -33,7 +38,7 @@ import subprocess
 import sys
 import time
 import weakref
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -51,6 +56,9 @@ from harness.processes import (
     _signal_pid,
     free_port,
 )
+from harness.redis_server import LocalRedis
+
+_TESTS_DIR = Path(__file__).resolve().parents[1]
 
 T = TypeVar("T")
 
@@ -64,6 +72,15 @@ _HEALTH_KEYS = {
 
 #: Users of the simple auth manager: username -> role (viewer, user, op, admin).
 DEFAULT_USERS: Mapping[str, str] = {"admin": "admin", "bridge": "op"}
+
+TOPOLOGIES = ("embedded", "production")
+
+#: Celery workers of the production topology: component -> (its hostname, the queue only it serves).
+#: Every worker also serves ``[operators] default_queue`` (``default``).
+CELERY_WORKERS: Mapping[str, tuple[str, str]] = {"worker-1": ("w1", "w1"), "worker-2": ("w2", "w2")}
+
+#: Environment variable holding a worker's hostname (see :func:`harness.worker_hostname.hostname`).
+WORKER_HOSTNAME_ENV = "AIRFLOW_E2E_WORKER_HOSTNAME"
 
 
 @dataclass
@@ -102,10 +119,17 @@ class AirflowStack(ComponentLogs, RunsAndMetadata):
         *,
         users: Mapping[str, str] = DEFAULT_USERS,
         parallelism: int = 4,
-        database: str = "sqlite",
+        database: str | None = None,
+        topology: str = "embedded",
+        worker_concurrency: int = 2,
     ) -> None:
+        if topology not in TOPOLOGIES:
+            raise ValueError(f"topology must be one of {TOPOLOGIES}, got {topology!r}")
+        database = database or ("postgres" if topology == "production" else "sqlite")
         if database not in ("sqlite", "postgres"):
             raise ValueError(f"database must be 'sqlite' or 'postgres', got {database!r}")
+        if topology == "production" and database != "postgres":
+            raise ValueError("the production topology runs on PostgreSQL: database must be 'postgres'")
         self.home = Path(home).resolve()
         self.dags_folder = Path(dags_folder).resolve()
         self.extra_env: dict[str, str] = dict(extra_env or {})
@@ -121,7 +145,13 @@ class AirflowStack(ComponentLogs, RunsAndMetadata):
         if database == "postgres":
             from harness.postgres import LocalPostgres
 
-            self._postgres = LocalPostgres()
+            # the production topology's server does not wait for the disk at commit: on a shared CI disk
+            # a commit's fsync stalled the api-server for a minute (throwaway data, no crash to survive)
+            self._postgres = LocalPostgres(fsync=topology != "production")
+        #: ``production``: CeleryExecutor on a Redis server of its own (started by :meth:`start`)
+        self.topology = topology
+        self.worker_concurrency = worker_concurrency
+        self._redis: LocalRedis | None = LocalRedis() if topology == "production" else None
         self.port = free_port()
         self.worker_log_port = free_port()
         self.trigger_log_port = free_port()
@@ -146,6 +176,24 @@ class AirflowStack(ComponentLogs, RunsAndMetadata):
                 "dag-processor", ["dag-processor"], self.log_dir / "dag-processor.log"
             ),
         }
+        #: components beyond :data:`COMPONENTS` that :meth:`start` starts (the topology's)
+        self.topology_components: list[str] = []
+        if topology == "production":
+            self._declare_production_components()
+
+    def _declare_production_components(self) -> None:
+        for name, (hostname, queue) in CELERY_WORKERS.items():
+            argv = ["celery", "worker", "--celery-hostname", f"{hostname}@%h", "--queues", f"default,{queue}"]
+            argv += ["--concurrency", str(self.worker_concurrency)]
+            env = {
+                "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(free_port()),
+                "AIRFLOW__CORE__HOSTNAME_CALLABLE": "harness.worker_hostname.hostname",
+                WORKER_HOSTNAME_ENV: hostname,
+            }
+            self.components[name] = _Component(name, argv, self.log_dir / f"{name}.log", env=env)
+            self.topology_components.append(name)
+        self.add_triggerer("triggerer-2")
+        self.topology_components.append("triggerer-2")
 
     # ------------------------------------------------------------------ configuration
 
@@ -156,7 +204,7 @@ class AirflowStack(ComponentLogs, RunsAndMetadata):
             # [core]
             "AIRFLOW__CORE__DAGS_FOLDER": str(self.dags_folder),
             "AIRFLOW__CORE__PLUGINS_FOLDER": str(home / "plugins"),
-            "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+            "AIRFLOW__CORE__EXECUTOR": "CeleryExecutor" if self._redis else "LocalExecutor",
             "AIRFLOW__CORE__PARALLELISM": str(self.parallelism),
             "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
             "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
@@ -209,6 +257,21 @@ class AirflowStack(ComponentLogs, RunsAndMetadata):
             "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
             "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(self.worker_log_port),
             "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(self.trigger_log_port),
+            **self._celery_config(),
+        }
+
+    def _celery_config(self) -> dict[str, str]:
+        if self._redis is None:
+            return {}
+        return {
+            "AIRFLOW__CELERY__BROKER_URL": self._redis.url,
+            "AIRFLOW__CELERY__RESULT_BACKEND": f"db+{self.database_url}",
+            "AIRFLOW__CELERY__WORKER_CONCURRENCY": str(self.worker_concurrency),
+            "AIRFLOW__CELERY__POOL": "prefork",
+            "AIRFLOW__CELERY__SYNC_PARALLELISM": "1",
+            "AIRFLOW__OPERATORS__DEFAULT_QUEUE": "default",
+            # the workers' tasks import the harness (the hostname callable) like the test process
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(_TESTS_DIR), os.environ.get("PYTHONPATH")])),
         }
 
     @property
@@ -308,10 +371,13 @@ class AirflowStack(ComponentLogs, RunsAndMetadata):
         try:
             if not self._migrated:
                 self.migrate(timeout=max(1.0, deadline - time.monotonic()))
-            for name in COMPONENTS:
+            if self._redis is not None and self._redis.data_dir is None:
+                self._redis.start()
+            for name in (*COMPONENTS, *self.topology_components):
                 self._spawn(name)
             self.wait_healthy(timeout=max(1.0, deadline - time.monotonic()))
             self.timings["start_to_healthy"] = time.monotonic() - started
+            self._warm_execution_api(deadline)
             for dag_id in dag_ids:
                 self.wait_dag_parsed(dag_id, timeout=max(1.0, deadline - time.monotonic()))
         except BaseException:
@@ -319,6 +385,16 @@ class AirflowStack(ComponentLogs, RunsAndMetadata):
             raise
         self.timings["start_total"] = time.monotonic() - started
         return self
+
+    def _warm_execution_api(self, deadline: float) -> None:
+        """The api-server builds its execution API on the first request to it, which took 55-130 s on a
+        loaded machine: longer than a task's first call waits (its task then fails). Make that request."""
+        started = time.monotonic()
+        try:
+            self.client.get("/execution/health", timeout=max(1.0, deadline - started)).raise_for_status()
+        except httpx.HTTPError as exc:
+            raise self._fail(f"GET /execution/health failed: {exc!r}", components=("api-server",)) from exc
+        self.timings["execution_api_warm"] = time.monotonic() - started
 
     def enable_watcher_recheck(self, user: str = "bridge", conn_id: str = "airflow_api") -> None:
         """Let the watchers ask this deployment's api-server, as ``user``, which of their asset's events
@@ -342,12 +418,24 @@ class AirflowStack(ComponentLogs, RunsAndMetadata):
             env={"AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(free_port()), **(env or {})},
         )
 
+    @contextlib.contextmanager
+    def sole_triggerer(self, name: str = "triggerer", timeout: float = 180.0) -> Iterator[None]:
+        """Within the block ``name`` is the only running triggerer of the topology (the others, e.g. the
+        production topology's ``triggerer-2``, are stopped and their triggers move to ``name``), so that
+        killing ``name`` stops every trigger; afterwards the others run again (healthy)."""
+        others = [n for n in self.topology_components if n.startswith("triggerer") and n != name]
+        others = [n for n in others if self.components[n].running]
+        for other in others:
+            self.stop_component(other)
+        try:
+            yield
+        finally:
+            for other in others:
+                self.restart_component(other, timeout=timeout)
+
     def stop(self, timeout: float = 30.0) -> None:
         """Stop every running component (SIGTERM to its process group, then SIGKILL after ``timeout``)."""
-        for name in [n for n in self.components if n not in COMPONENTS]:
-            if self.components[name].running:
-                self.stop_component(name, timeout=timeout)
-        for name in reversed(COMPONENTS):
+        for name in [*[n for n in self.components if n not in COMPONENTS], *reversed(COMPONENTS)]:
             if self.components[name].running:
                 started = time.monotonic()
                 self.stop_component(name, timeout=timeout)
@@ -355,6 +443,8 @@ class AirflowStack(ComponentLogs, RunsAndMetadata):
         if self._client is not None:
             self._client.close()
             self._client = None
+        if self._redis is not None:
+            self._redis.stop()
         if self._postgres is not None and self._postgres.data_dir is not None:
             self._postgres.stop()
             self._migrated = False  # a new start() makes a new database
@@ -424,7 +514,8 @@ class AirflowStack(ComponentLogs, RunsAndMetadata):
             os.killpg(pid, signal.SIGKILL)
         if comp.log_fh is not None:
             comp.log_fh.write(
-                f"\n===== harness: {comp.name} stopped, exit code {proc.returncode} =====\n".encode()
+                f"\n===== harness: {comp.name} stopped at {datetime.now(timezone.utc)}, "
+                f"exit code {proc.returncode} =====\n".encode()
             )
             comp.log_fh.close()
             comp.log_fh = None
@@ -445,6 +536,12 @@ class AirflowStack(ComponentLogs, RunsAndMetadata):
         self._spawn(name)
         self.wait_healthy(timeout=timeout, fresh=(name,))
 
+    def component_of(self, pids: Iterable[int]) -> str | None:
+        """The running component whose process is one of ``pids`` (a process and its parents, e.g.
+        :func:`harness.processes.ancestors`); None: none of this stack's."""
+        roots = {comp.proc.pid: name for name, comp in self.components.items() if comp.running}  # type: ignore[union-attr]
+        return next((roots[pid] for pid in pids if pid in roots), None)
+
     def pid(self, name: str) -> int | None:
         comp = self.components[name]
         return comp.proc.pid if comp.running else None  # type: ignore[union-attr]
@@ -454,8 +551,8 @@ class AirflowStack(ComponentLogs, RunsAndMetadata):
     ) -> AirflowStackError:
         return AirflowStackError(f"{message}\n{self.diagnostics(components, lines)}")
 
-    def _check_alive(self, names: Iterable[str] = COMPONENTS) -> None:
-        for name in names:
+    def _check_alive(self, names: Iterable[str] | None = None) -> None:
+        for name in self.components if names is None else names:
             comp = self.components[name]
             if comp.proc is not None and not comp.stopped and comp.proc.poll() is not None:
                 raise self._fail(
@@ -497,7 +594,7 @@ class AirflowStack(ComponentLogs, RunsAndMetadata):
         """Wait until the api-server answers and scheduler, triggerer and dag-processor report healthy.
 
         Components stopped or killed on purpose (:meth:`stop_component`, :meth:`kill_component`) are
-        not required to be healthy.
+        not required to be healthy.  Running Celery workers must have logged that they are ready.
 
         For the components in ``fresh`` the heartbeat must also come from their current incarnation
         (newer than their last start), so a just-killed process cannot count as healthy.
@@ -506,7 +603,7 @@ class AirflowStack(ComponentLogs, RunsAndMetadata):
         deadline = time.monotonic() + timeout
         last: Any = None
         while True:
-            self._check_alive(name for name in COMPONENTS if self.components[name].proc is not None)
+            self._check_alive()
             try:
                 last = self.health()
             except (httpx.HTTPError, ValueError) as exc:
@@ -521,6 +618,8 @@ class AirflowStack(ComponentLogs, RunsAndMetadata):
     def _is_healthy(self, health: dict[str, Any], fresh: set[str]) -> bool:
         if (health.get("metadatabase") or {}).get("status") != "healthy":
             return False
+        if not all(self._worker_ready(name) for name in CELERY_WORKERS if name in self.components):
+            return False
         for name, (key, heartbeat_key) in _HEALTH_KEYS.items():
             if self.components[name].stopped:
                 continue  # stopped or killed on purpose
@@ -532,6 +631,14 @@ class AirflowStack(ComponentLogs, RunsAndMetadata):
                 if heartbeat is None or heartbeat < self.components[name].started_wall:
                     return False
         return True
+
+    def _worker_ready(self, name: str) -> bool:
+        """A Celery worker started on purpose logged ``<hostname>@<host> ready.`` in this incarnation."""
+        comp = self.components[name]
+        if comp.proc is None or comp.stopped:
+            return True
+        text = self.logs(name, current_only=True)
+        return f"{CELERY_WORKERS[name][0]}@" in text and " ready." in text
 
     # ------------------------------------------------------------------ REST API
 

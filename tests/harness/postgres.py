@@ -42,9 +42,12 @@ def _binary(name: str) -> str:
 class LocalPostgres:
     """``start()`` gives :attr:`url` (SQLAlchemy, psycopg 3) of database ``airflow``; ``stop()`` ends it."""
 
-    def __init__(self, *, max_connections: int = 300) -> None:
+    def __init__(self, *, max_connections: int = 300, fsync: bool = True) -> None:
         self.port = _free_port()
         self.max_connections = max_connections
+        #: False: no waiting for the disk at commit (``fsync``, ``synchronous_commit`` and
+        #: ``full_page_writes`` off): a throwaway cluster on a busy disk, that no crash must survive
+        self.fsync = fsync
         self.data_dir: Path | None = None
         self._as_postgres = os.geteuid() == 0
 
@@ -71,6 +74,9 @@ class LocalPostgres:
             f"-p {self.port} -k {self.data_dir} -c listen_addresses=127.0.0.1 "
             f"-c max_connections={self.max_connections}"
         )
+        if not self.fsync:
+            options += " -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
+        options += " -c log_lock_waits=on -c log_min_duration_statement=5000"  # in server.log
         log = str(self.data_dir / "server.log")
         self._run(_binary("pg_ctl"), "-D", cluster, "-o", options, "-l", log, "-w", "-t", "60", "start")
         self._run(_binary("createdb"), "-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres", "airflow")

@@ -94,3 +94,36 @@ def _parse_ts(value: str | None) -> datetime | None:
     if not value:
         return None
     return datetime.fromisoformat(value.replace("Z", "+00:00"))
+
+
+def udp_socket_owner(port: int) -> int | None:
+    """Pid of a process holding the UDP socket bound to local ``port`` (Linux /proc), if one does."""
+    inodes = set()
+    for table in ("/proc/net/udp", "/proc/net/udp6"):
+        with contextlib.suppress(OSError):
+            for row in Path(table).read_text().splitlines()[1:]:
+                fields = row.split()
+                if int(fields[1].rsplit(":", 1)[1], 16) == port:
+                    inodes.add(f"socket:[{fields[9]}]")
+    if not inodes:
+        return None
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        with contextlib.suppress(OSError):
+            if any(os.readlink(fd) in inodes for fd in (entry / "fd").iterdir()):
+                return int(entry.name)
+    return None
+
+
+def ancestors(pid: int) -> list[int]:
+    """``pid`` and its parents up to init (Linux /proc), nearest first."""
+    chain = []
+    while pid > 1:
+        chain.append(pid)
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            break
+        pid = int(stat[stat.rfind(")") + 2 :].split()[1])
+    return chain

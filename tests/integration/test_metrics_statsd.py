@@ -11,12 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import os
-import re
 import signal
-import socket
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from airflow_kafka_events import metrics
+from harness.statsd_server import StatsdServer
 from integration.bridge.fake_airflow import FakeAirflow
 from integration.bridge.test_bridge_kafka import ASSET as BRIDGE_ASSET
 from integration.bridge.test_bridge_kafka import PASSWORD, envelope, send, send_raw
@@ -42,49 +40,11 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 SRC_DIR = Path(__file__).resolve().parents[2] / "src"
 
 
-class StatsdServer:
-    """A UDP socket on 127.0.0.1 that keeps every StatsD line it receives."""
-
-    def __init__(self) -> None:
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.settimeout(0.2)
-        self.port = self.sock.getsockname()[1]
-        self.lines: list[str] = []
-
-    def drain(self) -> None:
-        while True:
-            try:
-                data = self.sock.recv(65536)
-            except (TimeoutError, BlockingIOError):
-                return
-            self.lines.extend(data.decode().splitlines())
-
-    def wait_for(self, pattern: str, timeout: float = 60.0, count: int = 1) -> list[str]:
-        regex = re.compile(pattern)
-        deadline = time.monotonic() + timeout
-        while True:
-            self.drain()
-            found = [line for line in self.lines if regex.fullmatch(line)]
-            if len(found) >= count:
-                return found
-            if time.monotonic() > deadline:
-                raise AssertionError(f"no {count} StatsD line(s) matching {pattern!r}; got {self.lines}")
-
-    def env(self) -> dict[str, str]:
-        return {
-            "AIRFLOW__METRICS__STATSD_ON": "True",
-            "AIRFLOW__METRICS__STATSD_HOST": "127.0.0.1",
-            "AIRFLOW__METRICS__STATSD_PORT": str(self.port),
-            "AIRFLOW__METRICS__STATSD_PREFIX": "airflow",
-        }
-
-
 @pytest.fixture
 def statsd() -> Iterator[StatsdServer]:
     server = StatsdServer()
     yield server
-    server.sock.close()
+    server.close()
 
 
 @pytest.fixture

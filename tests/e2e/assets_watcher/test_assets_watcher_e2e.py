@@ -5,7 +5,8 @@
     runs once and sees the event's payload in its triggering asset events;
 (b) the same idempotency key published twice becomes exactly one asset event;
 (c) a poison record goes to the dead-letter topic with its reason, and the next good event
-    still becomes an asset event;
+    still becomes an asset event; the triggerer reports the dead letter and the watchers' lag to
+    the test run's StatsD server;
 (d) a feedback loop (a DAG whose failure callback emits to the asset that triggers it) is cut
     at the watcher's ``max_causation_depth``: the number of runs is bounded;
 (e) two assets on one topic across a triggerer crash and restart: no event lost, none twice
@@ -19,7 +20,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -84,10 +85,13 @@ def topics(kafka_admin, airflow_extra_env: dict[str, str]) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def stack(airflow_stack: AirflowStack, topics: dict[str, str]) -> AirflowStack:
+def stack(airflow_stack: AirflowStack, topics: dict[str, str]) -> Iterator[AirflowStack]:
     for dag_id in DAG_IDS:
         airflow_stack.wait_dag_parsed(dag_id, timeout=180)
-    return airflow_stack
+    # A refused record is dead-lettered once per triggerer (triggers/watcher_dead_letters.py) and these
+    # tests count one: the watchers run on one triggerer (the production topology's second one stops).
+    with airflow_stack.sole_triggerer("triggerer"):
+        yield airflow_stack
 
 
 def _emit(bootstrap: str, topic: str, uri: str, **kwargs: Any) -> Receipt:
@@ -268,7 +272,7 @@ def test_duplicate_publish_becomes_one_asset_event(stack, kafka_bootstrap, topic
 
 
 # --------------------------------------------------------------------------- (c)
-def test_poison_is_dead_lettered_and_the_next_event_still_arrives(stack, kafka_bootstrap, topics):
+def test_poison_is_dead_lettered_and_the_next_event_still_arrives(stack, kafka_bootstrap, topics, statsd):
     producer = get_producer(KafkaSettings({"bootstrap.servers": kafka_bootstrap}).producer_config())
     poison = b"\x7f{not an asset event envelope}"
     stored = producer.send_and_wait(topics["events"], poison, key=POISON_URI.encode(), timeout=30)
@@ -293,6 +297,16 @@ def test_poison_is_dead_lettered_and_the_next_event_still_arrives(stack, kafka_b
     assert letter.error_type.startswith("airflow_kafka_events.errors.")
     assert msg.value() == poison and msg.key() == POISON_URI.encode()
     assert letter.consumer and "KafkaAssetEventTrigger" in letter.consumer
+
+    # the triggerer running the watchers reported the dead letter by its reason, and the watchers' lag
+    topic = topics["events"].replace(".", "[.]")
+    dead_lettered = rf"airflow\.kafka_events\.dlq\.records\.undecodable,.*source_topic={topic}\b.*:1\|c"
+    lag = rf"airflow\.kafka_events\.watcher\.lag,topic={topic},partition=\d+:\d+\|g"
+    statsd.wait_for(dead_lettered, timeout=30)
+    statsd.wait_for(lag, timeout=30)
+    triggerers = {"triggerer", "triggerer-2"}
+    assert statsd.reporters(dead_lettered, stack.component_of) & triggerers
+    assert statsd.reporters(lag, stack.component_of) & triggerers
 
 
 # --------------------------------------------------------------------------- (d)

@@ -97,7 +97,8 @@ def test_killed_triggerer_mid_pagination_resumes_and_each_page_is_served_once(
     conn_id = f"e2e_paged_api_{uuid.uuid4().hex[:10]}"
     k = HELD_PAGE
     started = time.monotonic()
-    with PagedApi(pages=PAGES, per_page=PER_PAGE) as server:
+    # the production topology's second triggerer stops: the killed one runs the trigger
+    with stack.sole_triggerer("triggerer"), PagedApi(pages=PAGES, per_page=PER_PAGE) as server:
         gate = server.hold(k)
         _create_connection(stack, conn_id, server)
         try:

@@ -6,6 +6,9 @@
     a ``start_from_trigger`` fetch-only task and a ``@task.stream_consumer`` reading it;
 (c) a handler failing mid-stream: the retry resumes at the checkpoint, each page takes effect once;
 (d) a DAG file with a lambda in trigger kwargs fails to parse, naming the argument.
+
+On the production topology (a Celery worker per queue) (a)'s producer and consumer run on different
+workers, and the triggerer's and that worker's metrics reach the test run's StatsD server.
 """
 
 from __future__ import annotations
@@ -19,7 +22,8 @@ import pytest
 
 from airflow_kafka_events.streams import stream_id
 from airflow_kafka_events.triggers.streaming import DEFAULT_TOPIC
-from harness.airflow_stack import AirflowStack
+from harness.airflow_stack import CELERY_WORKERS, AirflowStack
+from harness.statsd_server import StatsdServer
 
 pytestmark = pytest.mark.e2e
 
@@ -50,7 +54,7 @@ def _run(stack: AirflowStack, dag_id: str, directory: Path, timeout: float = 240
 
 # --------------------------------------------------------------------------- (a)
 def test_consumer_handles_pages_while_the_producer_that_deferred_once_is_still_writing(
-    stack: AirflowStack, run_dir: Path
+    stack: AirflowStack, run_dir: Path, statsd: StatsdServer
 ):
     dag_id = "e2e_stream_live"
     directory = run_dir
@@ -77,6 +81,30 @@ def test_consumer_handles_pages_while_the_producer_that_deferred_once_is_still_w
     assert consumed["trigger_run_id"] == summary["trigger_run_id"]
     consumer_events = _events(stack, dag_id, run_id, "consume")
     assert "deferred" not in consumer_events and consumer_events[-1] == "success", consumer_events
+    if stack.topology == "production":
+        _assert_on_two_workers_with_metrics(stack, dag_id, run_id, statsd)
+
+
+def _assert_on_two_workers_with_metrics(
+    stack: AirflowStack, dag_id: str, run_id: str, statsd: StatsdServer
+) -> None:
+    """Producer on worker ``w1``, consumer on ``w2`` (their queues), by the hostnames Airflow recorded;
+    the trigger's pages written came from a triggerer, the pages handled from the ``w2`` worker."""
+    hosts = {task: stack.task_instance(dag_id, run_id, task)["hostname"] for task in ("produce", "consume")}
+    assert hosts["produce"] != hosts["consume"], hosts
+    assert hosts["produce"].startswith(f"{CELERY_WORKERS['worker-1'][0]}@"), hosts
+    assert hosts["consume"].startswith(f"{CELERY_WORKERS['worker-2'][0]}@"), hosts
+
+    topic = rf"topic={DEFAULT_TOPIC.replace('.', '[.]')}"
+    written = rf"airflow\.kafka_events\.stream\.pages_written,{topic}:1\|c"
+    handled = rf"airflow\.kafka_events\.stream\.pages_handled,{topic}:\d+\|c"
+    statsd.wait_for(written, timeout=30, count=100)
+    statsd.wait_for(handled, timeout=30)
+    writers = statsd.reporters(written, stack.component_of)
+    handlers = statsd.reporters(handled, stack.component_of)
+    triggerers = {"triggerer", "triggerer-2"}  # None: a sender that is gone (e.g. a killed triggerer)
+    assert writers & triggerers and writers <= {*triggerers, None}, writers
+    assert "worker-2" in handlers, handlers
 
 
 # --------------------------------------------------------------------------- (b)

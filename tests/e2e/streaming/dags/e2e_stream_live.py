@@ -3,7 +3,8 @@
 ``produce`` defers ONCE to a streaming trigger that writes 100 pages to Kafka; page 50 waits
 for a gate file.  ``consume`` (no dependency on ``produce``) reads the stream by reference and
 creates the gate after it handled page 10, so pages are handled before the producer finished
-by construction.  Files go to the ``dir`` of the run's conf.
+by construction.  Files go to the ``dir`` of the run's conf.  On a CeleryExecutor with a worker per
+queue (the e2e production topology) ``produce`` runs on the ``w1`` worker and ``consume`` on ``w2``.
 """
 
 from __future__ import annotations
@@ -46,9 +47,10 @@ with DAG(
     catchup=False,
     tags=["e2e", "streaming"],
 ):
-    LiveProducer(task_id="produce")
+    LiveProducer(task_id="produce", queue="w1")
     StreamConsumerOperator(
         task_id="consume",
+        queue="w2",
         stream=StreamRef("produce"),
         handler="e2e_streaming_handlers.record_and_open_gate",
         max_events=10,
