@@ -505,7 +505,7 @@ class KafkaAssetEventTrigger(WatcherDeadLetters, KafkaSharedStreamTrigger):
             return failed, None
 
 
-# --------------------------------------------------------------------------- DAG-side helpers
+# --------------------------------------------------------------------------- DAG-side helper
 _ASSET_ARGUMENTS = frozenset({"asset_uri", "asset_name"})
 
 
