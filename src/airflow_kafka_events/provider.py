@@ -37,6 +37,8 @@ def get_provider_info() -> dict[str, Any]:
         "operators": [
             {"integration-name": INTEGRATION, "python-modules": ["airflow_kafka_events.operators"]},
         ],
+        # needs the messaging extra (apache-airflow-providers-common-messaging); skipped without it
+        "queues": ["airflow_kafka_events.triggers.message_queue.KafkaEventsMessageQueueProvider"],
         "task-decorators": [
             {
                 "name": "stream_consumer",

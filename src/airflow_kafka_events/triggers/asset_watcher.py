@@ -100,6 +100,7 @@ Feedback loops
 
 from __future__ import annotations
 
+import inspect
 import json
 import logging
 import time
@@ -122,7 +123,7 @@ from airflow_kafka_events.assets.admission import (
 )
 from airflow_kafka_events.assets.authz import Allowlist
 from airflow_kafka_events.assets.idempotency import SeenKeys
-from airflow_kafka_events.assets.validation import DEFAULT_MAX_EXTRA_BYTES, sanitize_asset_uri
+from airflow_kafka_events.assets.validation import DEFAULT_MAX_EXTRA_BYTES, check_asset, sanitize_asset_uri
 from airflow_kafka_events.assets.watcher_payload import (
     causation_from_watcher_extra,
     envelope_payload,
@@ -134,6 +135,7 @@ from airflow_kafka_events.envelopes import AssetEventEnvelope
 from airflow_kafka_events.errors import (
     ConfigurationError,
     EnvelopeDecodeError,
+    InvalidAssetError,
     ValidationError,
 )
 from airflow_kafka_events.triggers.asset_stream import (
@@ -158,6 +160,7 @@ __all__ = [
     "causation_from_watcher_extra",
     "envelope_payload",
     "kafka_watched_asset",
+    "kafka_watcher_trigger",
     "watcher_causation",
     "watcher_payload",
 ]
@@ -503,6 +506,66 @@ class KafkaAssetEventTrigger(WatcherDeadLetters, KafkaSharedStreamTrigger):
 
 
 # --------------------------------------------------------------------------- DAG-side helper
+_ASSET_ARGUMENTS = frozenset({"asset_uri", "asset_name"})
+
+
+def _trigger_options() -> frozenset[str]:
+    """The keyword arguments of :class:`KafkaAssetEventTrigger` besides its topics and asset."""
+    names = inspect.signature(KafkaAssetEventTrigger.__init__).parameters
+    return frozenset(names) - {"self", "topics"} - _ASSET_ARGUMENTS
+
+
+def _check_trigger_kwargs(trigger_kwargs: Mapping[str, Any]) -> None:
+    """Refuse (:class:`ValidationError`) what :class:`KafkaAssetEventTrigger` cannot take."""
+    given_asset = sorted(_ASSET_ARGUMENTS & set(trigger_kwargs))
+    if given_asset:
+        raise ValidationError(
+            f"{', '.join(given_asset)} cannot be given: the watcher's asset is uri= (and name=), "
+            "as in kafka_watched_asset"
+        )
+    accepted = _trigger_options()
+    unknown = sorted(set(trigger_kwargs) - accepted)
+    if unknown:
+        raise ValidationError(
+            f"unknown watcher argument(s) {', '.join(unknown)}; KafkaAssetEventTrigger takes uri, name, "
+            f"topics and {', '.join(sorted(accepted))}"
+        )
+
+
+def _normalized_asset(uri: Any, name: Any) -> Asset:
+    """The plain ``Asset`` (no watcher) ``uri`` / ``name`` make, or :class:`InvalidAssetError`."""
+    from airflow.sdk import Asset
+
+    check_asset(uri, name)
+    try:
+        return Asset(name=name, uri=uri) if name is not None else Asset(uri=uri)
+    except (TypeError, ValueError) as exc:  # a provider's URI normalizer refused it
+        raise InvalidAssetError(f"asset uri {uri!r} is not one Airflow accepts: {exc}") from exc
+
+
+def _asset_and_trigger(
+    uri: Any, name: Any, topics: Sequence[str], trigger_kwargs: Mapping[str, Any]
+) -> tuple[Asset, KafkaAssetEventTrigger]:
+    _check_trigger_kwargs(trigger_kwargs)
+    plain = _normalized_asset(uri, name)
+    trigger = KafkaAssetEventTrigger(
+        topics=topics, asset_uri=plain.uri, asset_name=plain.name, **trigger_kwargs
+    )
+    return plain, trigger
+
+
+def kafka_watcher_trigger(
+    uri: str, *, topics: Sequence[str], name: str | None = None, **trigger_kwargs: Any
+) -> KafkaAssetEventTrigger:
+    """The :class:`KafkaAssetEventTrigger` watching the asset ``uri`` / ``name``.
+
+    The asset's URI is normalized as ``Asset`` does and its name defaults to ``uri``; the trigger
+    matches events on both.  ``trigger_kwargs`` are the trigger's other arguments.  Every wrong
+    argument is a :class:`ValidationError` (:class:`InvalidAssetError` for the asset).
+    """
+    return _asset_and_trigger(uri, name, topics, trigger_kwargs)[1]
+
+
 def kafka_watched_asset(
     uri: str,
     *,
@@ -515,16 +578,13 @@ def kafka_watched_asset(
 ) -> Asset:
     """An ``Asset`` whose ``AssetWatcher`` is a :class:`KafkaAssetEventTrigger` for it.
 
-    ``uri`` / ``name`` / ``group`` / ``extra`` are the ``Asset``'s; the trigger gets the asset's
-    normalized URI and name, ``topics`` and ``trigger_kwargs``.  ``watcher_name`` defaults to
-    ``"kafka:<asset name>"``.
+    ``uri`` / ``name`` / ``group`` / ``extra`` are the ``Asset``'s; the trigger is
+    :func:`kafka_watcher_trigger` of ``uri``, ``name``, ``topics`` and ``trigger_kwargs``.
+    ``watcher_name`` defaults to ``"kafka:<asset name>"``.
     """
     from airflow.sdk import Asset, AssetWatcher
 
-    plain = Asset(name=name, uri=uri) if name is not None else Asset(uri=uri)
-    trigger = KafkaAssetEventTrigger(
-        topics=topics, asset_uri=plain.uri, asset_name=plain.name, **trigger_kwargs
-    )
+    plain, trigger = _asset_and_trigger(uri, name, topics, trigger_kwargs)
     kwargs: dict[str, Any] = {}
     if group is not None:
         kwargs["group"] = group

@@ -12,6 +12,9 @@
 (e) two assets on one topic across a triggerer crash and restart: no event lost, none twice
     (each watcher resumes at the position it stored in its asset's state store).
 
+(g) an asset whose watcher is Airflow's own ``MessageQueueTrigger(scheme="kafka-events", ...)``
+    (common.messaging): emitted events become its asset events and its consumer DAG runs on them.
+
 Every watched asset of ``dags/e2e_assets_watcher.py`` uses one connection with one ``group.id``.
 """
 
@@ -42,6 +45,7 @@ POISON_URI = "e2e://watcher/poison"
 LOOP_URI = "e2e://watcher/loop"
 RESTART_A_URI = "e2e://watcher/restart-a"
 RESTART_B_URI = "e2e://watcher/restart-b"
+MESSAGE_QUEUE_URI = "e2e://watcher/message-queue"
 LOOP_MAX_DEPTH = 2  # as in the DAG file
 DAG_IDS = (
     "e2e_watcher_failing_job",
@@ -51,6 +55,7 @@ DAG_IDS = (
     "e2e_watcher_loop",
     "e2e_watcher_restart_a",
     "e2e_watcher_restart_b",
+    "e2e_watcher_message_queue",
 )
 EVENT_TIMEOUT = 240.0
 
@@ -292,7 +297,7 @@ def test_poison_is_dead_lettered_and_the_next_event_still_arrives(stack, kafka_b
         "the poison record's dead letter",
     )
     (letter, msg), *repeats = letters
-    assert repeats == []  # six watchers share the consumer: the poison is dead-lettered once
+    assert repeats == []  # seven watchers share the consumer: the poison is dead-lettered once
     assert letter.reason == "undecodable"
     assert letter.error_type.startswith("airflow_kafka_events.errors.")
     assert msg.value() == poison and msg.key() == POISON_URI.encode()
@@ -424,3 +429,42 @@ def test_the_health_page_shows_each_watcher_its_triggerer_and_lag(stack, kafka_b
     assert drained["lag"] == 0 and drained["end"] == drained["position"], drained
     anonymous = stack.client.get("/kafka-events/api/health", timeout=60)
     assert anonymous.status_code in (401, 403)
+
+
+# --------------------------------------------------------------------------- (g)
+def test_message_queue_trigger_watcher_runs_its_consumer_dag(stack, kafka_bootstrap, topics):
+    """``MessageQueueTrigger(scheme="kafka-events")`` from the DAG file became this package's watcher."""
+
+    def watcher_rows() -> list[dict[str, Any]]:
+        return stack.query(
+            "SELECT w.name, t.classpath FROM asset_watcher w JOIN trigger t ON t.id = w.trigger_id "
+            "JOIN asset a ON a.id = w.asset_id WHERE a.uri = ?",
+            (MESSAGE_QUEUE_URI,),
+        )
+
+    rows = stack.wait_for(watcher_rows, 120, "the MessageQueueTrigger watcher's row", ("dag-processor",))
+    assert rows == [
+        {
+            "name": "e2e_message_queue_watcher",
+            "classpath": "airflow_kafka_events.triggers.asset_watcher.KafkaAssetEventTrigger",
+        }
+    ]
+    sent = _emit(kafka_bootstrap, topics["events"], MESSAGE_QUEUE_URI, extra={"via": "MessageQueueTrigger"})
+    _wait_for_events(stack, MESSAGE_QUEUE_URI, [sent.event_id])
+    (event,) = _events_with(stack, MESSAGE_QUEUE_URI, sent.event_id)
+    assert event["extra"]["from_trigger"] is True
+    assert event["payload"]["asset"] == {"name": MESSAGE_QUEUE_URI, "uri": MESSAGE_QUEUE_URI}
+    assert event["payload"]["extra"] == {"via": "MessageQueueTrigger"}
+    assert event["payload"]["kafka"]["topic"] == topics["events"]
+
+    def consumer_run() -> str | None:
+        rows = stack.query(
+            "SELECT dr.run_id FROM dag_run dr JOIN dagrun_asset_event dae ON dae.dag_run_id = dr.id "
+            "WHERE dr.dag_id = 'e2e_watcher_message_queue' AND dae.event_id = ?",
+            (event["id"],),
+        )
+        return rows[0]["run_id"] if rows else None
+
+    run_id = stack.wait_for(consumer_run, EVENT_TIMEOUT, "the consumer run on the event", ("scheduler",))
+    assert stack.wait_for_dag_run("e2e_watcher_message_queue", run_id, timeout=240) == "success"
+    assert sent.event_id in stack.xcom("e2e_watcher_message_queue", run_id, "consume")

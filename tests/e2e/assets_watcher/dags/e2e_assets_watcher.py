@@ -8,6 +8,8 @@ consumer group and dead-letter topic), the ``kafka_watcher`` connection of the t
   the watcher payloads of its triggering events;
 * ``e2e_watcher_dedupe`` / ``e2e_watcher_poison`` / ``e2e_watcher_restart_a`` /
   ``e2e_watcher_restart_b`` are plain consumers of assets the tests publish to directly;
+* ``e2e_watcher_message_queue`` is scheduled on an asset whose watcher is Airflow's own
+  ``MessageQueueTrigger(scheme="kafka-events", ...)`` (common.messaging), not ``kafka_watched_asset``;
 * ``e2e_watcher_loop`` is a feedback loop: it is scheduled on ``e2e://watcher/loop``, fails, and
   its failure callback emits to ``e2e://watcher/loop`` again; its watcher accepts at most two
   ancestors, so the loop runs three times per seed event.
@@ -19,7 +21,8 @@ import os
 from typing import Any
 
 import pendulum
-from airflow.sdk import DAG, task
+from airflow.providers.common.messaging.triggers.msg_queue import MessageQueueTrigger
+from airflow.sdk import DAG, Asset, AssetWatcher, task
 
 from airflow_kafka_events.triggers.asset_watcher import (
     kafka_watched_asset,
@@ -46,6 +49,21 @@ POISON = watched("e2e://watcher/poison")
 LOOP = watched("e2e://watcher/loop", max_causation_depth=LOOP_MAX_DEPTH)
 RESTART_A = watched("e2e://watcher/restart-a")
 RESTART_B = watched("e2e://watcher/restart-b")
+MESSAGE_QUEUE = Asset(
+    "e2e://watcher/message-queue",
+    watchers=[
+        AssetWatcher(
+            name="e2e_message_queue_watcher",
+            trigger=MessageQueueTrigger(
+                scheme="kafka-events",
+                uri="e2e://watcher/message-queue",
+                topics=[TOPIC],
+                kafka_config_id="kafka_watcher",
+                dlq_topic=DLQ_TOPIC,
+            ),
+        )
+    ],
+)
 
 
 def _payloads(context: Any) -> list[dict[str, Any]]:
@@ -106,6 +124,7 @@ for _dag_id, _asset in (
     ("e2e_watcher_poison", POISON),
     ("e2e_watcher_restart_a", RESTART_A),
     ("e2e_watcher_restart_b", RESTART_B),
+    ("e2e_watcher_message_queue", MESSAGE_QUEUE),
 ):
     with DAG(dag_id=_dag_id, schedule=[_asset], start_date=START, catchup=False):
 
