@@ -123,6 +123,7 @@ def test_a_stream_asks_airflow_only_after_an_unclean_stop(monkeypatch, stopped, 
 
     monkeypatch.setattr(asset_stream, "fired_keys", fired_keys)
     monkeypatch.setattr(asset_stream, "shared_reader", _NoReader)
+    monkeypatch.setattr(asset_stream, "read_mark", lambda *args: None)  # no clean-stop mark in Kafka
     kafka = '{"conn_type": "kafka", "extra": {"bootstrap.servers": "127.0.0.1:1"}}'  # never reached
     monkeypatch.setenv("AIRFLOW_CONN_KAFKA_WATCHER", kafka)
     monkeypatch.setattr(asset_stream, "sync_to_async", lambda fn: _run(fn))
