@@ -5,6 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import http.server
+import json
+import logging
+import threading
 import time
 from typing import Any
 
@@ -206,3 +210,59 @@ def test_the_asset_is_found_by_uri_and_name_by_either_alone():
         UnknownAssetError, match=r"no active asset\(s\) with URI 'ops://investigate/' and name 'x'"
     ):
         watcher_recheck._asset_id(client, "x", "ops://investigate/")
+
+
+class _QueuedRunAirflow(http.server.BaseHTTPRequestHandler):
+    """The api-server's three answers a recheck needs; the asset-events list fails first with the 500
+    Airflow 3.3 gives while an event's DAG run is still queued (its response model wants the run's
+    start_date, which is None until the scheduler starts it)."""
+
+    failures_left = 1
+    event = _watcher_event("e9", "order-9", at="2026-12-01T10:00:00Z")
+
+    def _answer(self, status: int, body: Any) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_POST(self) -> None:  # the token
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        self._answer(201, {"access_token": "token"})
+
+    def do_GET(self) -> None:
+        path = self.path.split("?", 1)[0]
+        if path == "/api/v2/assets":
+            self._answer(200, {"assets": [{"id": 3, "name": "a", "uri": "s3://a/"}], "total_entries": 1})
+        elif path == "/api/v2/assets/events" and type(self).failures_left > 0:
+            type(self).failures_left -= 1
+            detail = "1 validation error for AssetEventResponse created_dagruns.0.start_date: None"
+            self._answer(500, {"detail": detail})
+        elif path == "/api/v2/assets/events":
+            self._answer(200, {"asset_events": [self.event], "total_entries": 1})
+        else:
+            self._answer(404, {"detail": "not found"})
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+def test_the_500_airflow_answers_while_a_dag_run_is_queued_is_retried_and_logged(caplog):
+    """A real HTTP server stands in for Airflow: a real api-server answers this 500 only while an
+    event's DAG run is queued, a timing a test cannot hold."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _QueuedRunAirflow)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        base_url = f"http://127.0.0.1:{server.server_address[1]}"
+        with caplog.at_level(logging.WARNING, logger=watcher_recheck.__name__):
+            keys = watcher_recheck._fetch(base_url, "admin", "pw", "a", "s3://a/", ["events"])
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert set(keys) == {"order-9"}
+    assert _QueuedRunAirflow.failures_left == 0
+    line = next(r.getMessage() for r in caplog.records if "Watcher recheck" in r.getMessage())
+    assert "answered 500" in line and "retrying in" in line and "DAG run is still queued" in line
