@@ -209,16 +209,13 @@ def _record(fed: FedRecord) -> KafkaRecord:
 
 @dataclass(frozen=True)
 class _StopMarks:
-    """Where a watcher's clean-stop mark is written and read (the connection read when it opened)."""
+    """Where a watcher's clean-stop mark is written and read: made when it opens (the connection is
+    read through the supervisor, and the producer connects ahead of the stop)."""
 
     settings: KafkaSettings
+    producer: EnvelopeProducer
     topic: str
     key: bytes
-
-    def producer(self) -> EnvelopeProducer:
-        """This process's producer of the marks (made on the first stop; needs no supervisor)."""
-        config = self.settings.producer_config()
-        return get_producer(config, role=STOPS_ROLE, message_timeout=MARK_WRITE_TIMEOUT)
 
 
 # --------------------------------------------------------------------------- the producer
@@ -297,6 +294,9 @@ class KafkaAssetEventStreamProducer(SharedStreamProducer):
         settings = KafkaEventsHook(kafka_config_id=self.kafka_config_id).get_settings()
         stops = _StopMarks(
             settings=settings,
+            producer=get_producer(
+                settings.producer_config(), role=STOPS_ROLE, message_timeout=MARK_WRITE_TIMEOUT
+            ),
             topic=stops_topic(),
             key=mark_key(self.kafka_config_id, self._select_uri, self.asset_name),
         )
@@ -617,7 +617,7 @@ class KafkaAssetEventStreamProducer(SharedStreamProducer):
         in_doubt = self._in_doubt()
         try:
             mark = encode_mark(self._state(tracker.durable()), in_doubt)
-            await write_mark(stops.producer(), stops.topic, stops.key, mark)
+            await write_mark(stops.producer, stops.topic, stops.key, mark)
         except Exception as exc:
             log.warning(
                 "%s cannot write its clean-stop mark to %s (%s): its next start treats this stop as a crash",

@@ -62,8 +62,10 @@ STOPS_OPTION = "watcher_stops_topic"
 DEFAULT_STOPS_TOPIC = WATCHER_STOPS_TOPIC
 #: Key of the mark's count of records fired and not confirmed by Airflow at the stop.
 IN_DOUBT = "in_doubt"
-#: Seconds a closing watcher waits for the broker's acknowledgement of its mark.
-MARK_WRITE_TIMEOUT = 2.0
+#: Seconds a closing watcher waits for the broker's acknowledgement of its mark (its producer connected
+#: when the watcher opened; Airflow's runner closes the watchers one after the other and is sent
+#: SIGKILL 20 s after the stop began).
+MARK_WRITE_TIMEOUT = 3.0
 #: Seconds a starting watcher may spend reading its mark (then it starts as after a crash).
 MARK_READ_TIMEOUT = 15.0
 
