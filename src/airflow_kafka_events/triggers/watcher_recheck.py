@@ -165,23 +165,33 @@ def _fetch(
 ) -> dict[str, float]:
     from airflow_kafka_events.bridge.airflow_api import AirflowApiClient
 
+    deadline = time.monotonic() + RECHECK_TIMEOUT
     with AirflowApiClient(base_url, login, password) as client:
-        asset_id = _retrying(lambda: _asset_id(client, name, uri), f"looking up the asset at {base_url}")
+        asset_id = _retrying(
+            lambda: _asset_id(client, name, uri), f"looking up the asset at {base_url}", deadline
+        )
         events = _retrying(
             lambda: client.recent_events(asset_id, limit=RECHECK_LIMIT),
             f"reading the asset's recent events at {base_url}",
+            deadline,
         )
         return keys_of_events(events, topics)
 
 
-def _retrying(call: Callable[[], T], what: str) -> T:
+def _retrying(call: Callable[[], T], what: str, deadline: float) -> T:
     """``call()`` through the bridge's retry policy for transient API failures (the package's retry
-    loop), each retry logged with Airflow's answer."""
+    loop), each retry logged with Airflow's answer; no retry waits past ``deadline`` (monotonic): the
+    thread must end about when the watcher stops waiting for it (a triggerer's exit waits for it)."""
     from airflow_kafka_events.bridge.airflow_api import TransientApiError
     from airflow_kafka_events.bridge.config import RetryPolicy
     from airflow_kafka_events.retry import retry_call
 
     policy = RetryPolicy(max_attempts=RECHECK_ATTEMPTS, max_backoff=RECHECK_MAX_BACKOFF)
+
+    def wait(delay: float) -> None:
+        if time.monotonic() + delay > deadline:
+            raise TimeoutError(f"{what}: no time left for another attempt within {RECHECK_TIMEOUT:g}s")
+        time.sleep(delay)
 
     def on_retry(failures: int, exc: BaseException, delay: float) -> None:
         known = " (Airflow 3.3 answers 500 while an event's DAG run is still queued)"
@@ -204,6 +214,7 @@ def _retrying(call: Callable[[], T], what: str) -> T:
             f"{what}: giving up after {failures} attempts: {exc}", status=getattr(exc, "status", None)
         ),
         on_retry=on_retry,
+        sleep=wait,
     )
 
 

@@ -249,20 +249,34 @@ class _QueuedRunAirflow(http.server.BaseHTTPRequestHandler):
         pass
 
 
-def test_the_500_airflow_answers_while_a_dag_run_is_queued_is_retried_and_logged(caplog):
-    """A real HTTP server stands in for Airflow: a real api-server answers this 500 only while an
-    event's DAG run is queued, a timing a test cannot hold."""
+@contextlib.contextmanager
+def _airflow(failures: int) -> Any:
+    """The base URL of a real HTTP server answering as :class:`_QueuedRunAirflow` (``failures`` 500s)."""
+    _QueuedRunAirflow.failures_left = failures
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _QueuedRunAirflow)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        base_url = f"http://127.0.0.1:{server.server_address[1]}"
-        with caplog.at_level(logging.WARNING, logger=watcher_recheck.__name__):
-            keys = watcher_recheck._fetch(base_url, "admin", "pw", "a", "s3://a/", ["events"])
+        yield f"http://127.0.0.1:{server.server_address[1]}"
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_the_500_airflow_answers_while_a_dag_run_is_queued_is_retried_and_logged(caplog):
+    """A real HTTP server stands in for Airflow: a real api-server answers this 500 only while an
+    event's DAG run is queued, a timing a test cannot hold."""
+    with _airflow(failures=1) as base_url, caplog.at_level(logging.WARNING, logger=watcher_recheck.__name__):
+        keys = watcher_recheck._fetch(base_url, "admin", "pw", "a", "s3://a/", ["events"])
     assert set(keys) == {"order-9"}
     assert _QueuedRunAirflow.failures_left == 0
     line = next(r.getMessage() for r in caplog.records if "Watcher recheck" in r.getMessage())
     assert "answered 500" in line and "retrying in" in line and "DAG run is still queued" in line
+
+
+def test_the_retries_end_by_the_recheck_timeout(monkeypatch):
+    """The lookup runs on a thread that a triggerer's exit waits for: it must not outlive the recheck."""
+    monkeypatch.setattr(watcher_recheck, "RECHECK_TIMEOUT", 1.2)
+    with _airflow(failures=100) as base_url, pytest.raises(TimeoutError, match="no time left"):
+        watcher_recheck._fetch(base_url, "admin", "pw", "a", "s3://a/", ["events"])
+    assert _QueuedRunAirflow.failures_left > 90  # it gave up instead of trying on
