@@ -357,6 +357,12 @@ class KafkaAssetEventStreamProducer(SharedStreamProducer):
         repeats this watcher drops (:mod:`~airflow_kafka_events.triggers.watcher_recheck`)."""
         conn_id = recheck_conn_id()
         if conn_id is None:
+            if not self._resumption.clean:
+                log.info(
+                    "%s resumes after an unclean stop: records its previous run fired after its last store "
+                    "may fire again ([kafka_events] watcher_airflow_api_conn_id is not set)",
+                    self.label,
+                )
             return
         try:
             keys = await fired_keys(conn_id, name=self.asset_name, uri=self._select_uri, topics=self.topics)

@@ -19,6 +19,7 @@ from airflow_kafka_events.kafka.positions import PositionTracker
 from airflow_kafka_events.triggers import asset_stream, watcher_recheck
 from airflow_kafka_events.triggers.asset_stream import KafkaAssetEventStreamProducer
 from airflow_kafka_events.triggers.watcher_recheck import api_base_url, keys_of_events, recheck_conn_id
+from airflow_kafka_events.triggers.watcher_stops import resumption
 
 pytestmark = pytest.mark.unit
 
@@ -280,3 +281,18 @@ def test_the_retries_end_by_the_recheck_timeout(monkeypatch):
     with _airflow(failures=100) as base_url, pytest.raises(TimeoutError, match="no time left"):
         watcher_recheck._fetch(base_url, "admin", "pw", "a", "s3://a/", ["events"])
     assert _QueuedRunAirflow.failures_left > 90  # it gave up instead of trying on
+
+
+def test_without_the_option_an_unclean_resume_is_still_logged_and_a_clean_one_is_not(monkeypatch, caplog):
+    monkeypatch.delenv("AIRFLOW__KAFKA_EVENTS__WATCHER_AIRFLOW_API_CONN_ID", raising=False)
+    monkeypatch.setattr(watcher_recheck, "airflow_option", lambda *args, **kwargs: None)
+    stream = _stream(Store())
+    stream._resumption = resumption({"run": "a", "positions": {}}, None)  # no mark: a crash
+    with caplog.at_level(logging.INFO, logger=asset_stream.__name__):
+        asyncio.run(stream._recheck_airflow())
+    assert "resumes after an unclean stop" in caplog.text and "watcher_airflow_api_conn_id" in caplog.text
+    caplog.clear()
+    stream._resumption = resumption({"run": "a", "positions": {}}, {"run": "a", "in_doubt": 2})
+    with caplog.at_level(logging.INFO, logger=asset_stream.__name__):
+        asyncio.run(stream._recheck_airflow())
+    assert "unclean" not in caplog.text
