@@ -1,9 +1,10 @@
 """The topics a configuration names, and making the cluster hold them (`topics ensure`).
 
-Which topics: the trigger events topic (streams), the asset events topic, the dead-letter topic and the
-iteration results topic, named by ``[kafka_events] trigger_events_topic`` / ``asset_events_topic`` /
-``dlq_topic`` / ``results_topic`` (environment ``AIRFLOW__KAFKA_EVENTS__*`` or airflow.cfg, read
-without importing Airflow) or their defaults.  Their settings (partitions, replication, retention,
+Which topics: the trigger events topic (streams), the asset events topic, the dead-letter topic, the
+iteration results topic and the watchers' clean-stop marks (compacted), named by ``[kafka_events]
+trigger_events_topic`` / ``asset_events_topic`` / ``dlq_topic`` / ``results_topic`` /
+``watcher_stops_topic`` (environment ``AIRFLOW__KAFKA_EVENTS__*`` or airflow.cfg, read without
+importing Airflow) or their defaults.  Their settings (partitions, replication, retention,
 size limit) come from flags, else ``[kafka_events] topic_partitions`` / ``topic_replication_factor`` /
 ``topic_retention_ms`` / ``topic_max_message_bytes``, else the defaults of :class:`TopicSpec`.
 
@@ -26,12 +27,17 @@ from airflow_kafka_events.errors import ConfigurationError, TopicError
 log = logging.getLogger(__name__)
 
 SECTION = "kafka_events"
+#: Default topic of the asset watchers' clean-stop marks (:mod:`airflow_kafka_events.triggers.watcher_stops`).
+WATCHER_STOPS_TOPIC = "airflow.kafka-events.watcher-stops"
+#: Roles whose topic is compacted (the latest record of each key is what counts).
+COMPACTED_ROLES = frozenset({"watcher-stops"})
 #: (role, option naming the topic, default name); the results topic defaults to the trigger events one.
 TOPIC_OPTIONS: tuple[tuple[str, str, str | None], ...] = (
     ("trigger-events", "trigger_events_topic", "airflow.trigger-events"),
     ("asset-events", "asset_events_topic", "airflow.asset-events"),
     ("dead-letters", "dlq_topic", "airflow.kafka-events.dlq"),
     ("results", "results_topic", None),
+    ("watcher-stops", "watcher_stops_topic", WATCHER_STOPS_TOPIC),
 )
 #: The configs compared on existing topics (others are the broker's business).
 COMPARED_CONFIGS = ("retention.ms", "max.message.bytes", "min.insync.replicas", "cleanup.policy")
@@ -137,6 +143,7 @@ def _specs(wanted: Sequence[WantedTopic], settings: TopicSettings) -> list[Any]:
             replication_factor=settings.replication_factor,
             retention_ms=settings.retention_ms,
             max_message_bytes=settings.max_message_bytes,
+            cleanup_policy="compact" if COMPACTED_ROLES.intersection(topic.roles) else None,
         )
         for topic in wanted
     ]

@@ -11,12 +11,13 @@ from airflow_kafka_events.topic_plan import TopicSettings, configured_topics
 pytestmark = pytest.mark.unit
 
 
-def test_defaults_name_the_four_topics_once_each_role():
+def test_defaults_name_the_topics_once_each_role():
     topics = configured_topics({"AIRFLOW_HOME": "/nonexistent"})
     assert [(t.name, t.roles) for t in topics] == [
         ("airflow.trigger-events", ("trigger-events", "results")),  # results default to the stream topic
         ("airflow.asset-events", ("asset-events",)),
         ("airflow.kafka-events.dlq", ("dead-letters",)),
+        ("airflow.kafka-events.watcher-stops", ("watcher-stops",)),
     ]
 
 
@@ -26,7 +27,13 @@ def test_environment_wins_over_airflow_cfg(tmp_path):
     )
     env = {"AIRFLOW_HOME": str(tmp_path), "AIRFLOW__KAFKA_EVENTS__ASSET_EVENTS_TOPIC": "from.env"}
     names = [t.name for t in configured_topics(env)]
-    assert names == ["airflow.trigger-events", "from.env", "airflow.kafka-events.dlq", "results.cfg"]
+    assert names == [
+        "airflow.trigger-events",
+        "from.env",
+        "airflow.kafka-events.dlq",
+        "results.cfg",
+        "airflow.kafka-events.watcher-stops",
+    ]
     assert TopicSettings.from_sources(environ=env).partitions == 6
     assert TopicSettings.from_sources(partitions=2, environ=env).partitions == 2  # the flag first
     env["AIRFLOW__KAFKA_EVENTS__TOPIC_RETENTION_MS"] = "1000"

@@ -110,6 +110,10 @@ class PositionTracker:
     def pending_count(self) -> int:
         return sum(len(lane.pending) for lane in self._lanes.values())
 
+    def pending_tags(self) -> list[Any]:
+        """The tags of the records handed on and not finished."""
+        return [tag for lane in self._lanes.values() for tag in lane.pending.values()]
+
     def next_offset(self, tp: Partition) -> int:
         return self._lane(tp).read_to
 

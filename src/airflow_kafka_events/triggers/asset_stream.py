@@ -35,6 +35,11 @@ positions a second; :data:`DEFER_FACTOR` times that while :data:`DEFER_BACKLOG` 
 of the process's watchers await Airflow's confirmation) plus one confirmation round; nothing is
 lost.  A position that moved only past other assets' records is stored every
 :data:`SKIP_FLUSH_INTERVAL` seconds.
+
+A graceful stop (SIGTERM) is no crash: Airflow's runner no longer answers asset-state-store writes
+while it closes the streams, so a closing stream writes its last state to Kafka instead, and the
+next start resumes from it (:mod:`airflow_kafka_events.triggers.watcher_stops`); only the records
+Airflow had not confirmed at the stop are read again.
 """
 
 from __future__ import annotations
@@ -61,6 +66,8 @@ from airflow_kafka_events.kafka.positions import (
     positions_from_json,
     positions_to_json,
 )
+from airflow_kafka_events.kafka.producer import EnvelopeProducer, get_producer
+from airflow_kafka_events.kafka.settings import KafkaSettings
 from airflow_kafka_events.kafka.shared_reader import (
     FEED_CAPACITY,
     READ_BATCH,
@@ -70,6 +77,16 @@ from airflow_kafka_events.kafka.shared_reader import (
 from airflow_kafka_events.triggers.watcher_keys import DURABLE_KEYS, DurableKeys, durable_key
 from airflow_kafka_events.triggers.watcher_reader import shared_reader
 from airflow_kafka_events.triggers.watcher_recheck import fired_keys, recheck_conn_id
+from airflow_kafka_events.triggers.watcher_stops import (
+    MARK_WRITE_TIMEOUT,
+    decode_mark,
+    encode_mark,
+    mark_key,
+    read_mark,
+    resumption,
+    stops_topic,
+    write_mark,
+)
 
 log = logging.getLogger(__name__)
 
@@ -115,6 +132,8 @@ PENDING_SHARE = 0.875
 #: The window when Airflow's setting cannot be read.
 MAX_PENDING = 896
 _STORE_WARN_INTERVAL = 60.0
+#: Producer role of the clean-stop marks (a producer of its own, with the marks' delivery timeout).
+STOPS_ROLE = "watcher-stops"
 
 
 class KafkaRecord(NamedTuple):
@@ -188,6 +207,17 @@ def _record(fed: FedRecord) -> KafkaRecord:
     )
 
 
+@dataclass(frozen=True)
+class _StopMarks:
+    """Where a watcher's clean-stop mark is written and read: made when it opens (the connection is
+    read through the supervisor, and the producer connects ahead of the stop)."""
+
+    settings: KafkaSettings
+    producer: EnvelopeProducer
+    topic: str
+    key: bytes
+
+
 # --------------------------------------------------------------------------- the producer
 class KafkaAssetEventStreamProducer(SharedStreamProducer):
     """Broker side of one watcher's shared stream (ack mode): read, skip, hand on, store.
@@ -236,7 +266,8 @@ class KafkaAssetEventStreamProducer(SharedStreamProducer):
         self._feed: Feed | None = None
         self._tracker: PositionTracker | None = None
         self._keys = DurableKeys(None, ttl=dedupe_ttl)
-        self._stopped_cleanly = False  # the stored state says its last run stopped cleanly
+        self._resumption = resumption(None, None)  # how its previous run ended (read when it opens)
+        self._stops: _StopMarks | None = None  # where its clean-stop mark goes (set when it opens)
         self._run = uuid.uuid4().hex  # this run's mark on what it stores
         self._room = asyncio.Event()
         self._flush_lock = asyncio.Lock()
@@ -255,15 +286,24 @@ class KafkaAssetEventStreamProducer(SharedStreamProducer):
         asset = self.asset_uri if self.asset_uri is not None else f"name={self.asset_name}"
         return f"watcher of {asset} on {self.topics}"
 
-    def consumer_config(self) -> dict[str, Any]:
-        """librdkafka configuration of the reader, from the connection (sync: reads it)."""
+    def _clients(self) -> tuple[dict[str, Any], _StopMarks]:
+        """The reader's configuration and the clean-stop marks' clients, from the connection (sync:
+        reads it, while the supervisor still answers; a closing watcher cannot ask it)."""
         from airflow_kafka_events.hooks import KafkaEventsHook
 
         settings = KafkaEventsHook(kafka_config_id=self.kafka_config_id).get_settings()
+        stops = _StopMarks(
+            settings=settings,
+            producer=get_producer(
+                settings.producer_config(), role=STOPS_ROLE, message_timeout=MARK_WRITE_TIMEOUT
+            ),
+            topic=stops_topic(),
+            key=mark_key(self.kafka_config_id, self._select_uri, self.asset_name),
+        )
         try:
-            return settings.consumer_config(self.group_id)
+            return settings.consumer_config(self.group_id), stops
         except ConfigurationError:  # no group.id anywhere: fine, the reader joins no group
-            return settings.consumer_config("airflow-kafka-events.assigned-reader")
+            return settings.consumer_config("airflow-kafka-events.assigned-reader"), stops
 
     def store(self) -> PositionStore:
         if self._store is None:
@@ -282,15 +322,47 @@ class KafkaAssetEventStreamProducer(SharedStreamProducer):
             return {}
         if not isinstance(stored, Mapping):
             raise ValidationError(f"{self.label}: stored state {self._state_key!r} is not a mapping")
-        self._keys = DurableKeys(stored.get("seen"), ttl=self.dedupe_ttl)
-        self._stopped_cleanly = stored.get("stopped") is True
-        return positions_from_json(stored.get("positions"))
+        self._resumption = found = resumption(stored, await self._read_mark())
+        state = found.state or {}
+        self._keys = DurableKeys(state.get("seen"), ttl=self.dedupe_ttl)
+        if found.from_mark:
+            log.info(
+                "%s resumes after a clean stop (its mark in %s): %d record(s) it fired then awaited "
+                "Airflow's confirmation and are read again",
+                self.label,
+                self._stops.topic if self._stops is not None else "Kafka",
+                found.in_doubt,
+            )
+        return positions_from_json(state.get("positions"))
+
+    async def _read_mark(self) -> dict[str, Any] | None:
+        """This watcher's clean-stop mark in Kafka, ``None`` when it has none or it cannot be read."""
+        stops = self._stops
+        if stops is None:
+            return None
+        try:
+            raw = await asyncio.to_thread(read_mark, stops.settings, stops.topic, stops.key)
+            return decode_mark(raw) if raw is not None else None
+        except Exception as exc:
+            log.warning(
+                "%s cannot read its clean-stop mark from %s: %s; it starts as after a crash",
+                self.label,
+                stops.topic,
+                exc,
+            )
+            return None
 
     async def _recheck_airflow(self) -> None:
         """After an unclean stop, the keys of the asset's recent watcher events in Airflow join the
         repeats this watcher drops (:mod:`~airflow_kafka_events.triggers.watcher_recheck`)."""
         conn_id = recheck_conn_id()
         if conn_id is None:
+            if not self._resumption.clean:
+                log.info(
+                    "%s resumes after an unclean stop: records its previous run fired after its last store "
+                    "may fire again ([kafka_events] watcher_airflow_api_conn_id is not set)",
+                    self.label,
+                )
             return
         try:
             keys = await fired_keys(conn_id, name=self.asset_name, uri=self._select_uri, topics=self.topics)
@@ -325,12 +397,12 @@ class KafkaAssetEventStreamProducer(SharedStreamProducer):
         global _open_streams
         _open_streams += 1
         self._counted = True
-        config = await sync_to_async(self.consumer_config)()
+        config, self._stops = await sync_to_async(self._clients)()
         shared = shared_reader(config, self.topics, self.poll_timeout)
         try:
             partitions = await shared.partitions()
             stored = await self._load_state()
-            if stored and not self._stopped_cleanly:
+            if stored and self._resumption.recheck:
                 await self._recheck_airflow()
             missing = [tp for tp in partitions if tp not in stored]
             starts = {tp: stored[tp] for tp in partitions if tp in stored}
@@ -485,15 +557,10 @@ class KafkaAssetEventStreamProducer(SharedStreamProducer):
             positions = tracker.durable()
             if not force and not self._keys.dirty and not tracker.changed_since_stored():
                 return
-            value = {
-                "version": 1,
-                "positions": positions_to_json(positions),
-                "seen": self._keys.to_json(),
-                "run": self._run,
-                # a clean stop: nothing it handed on awaits Airflow (the shared stream drops what is
-                # unconfirmed at a stop, to be read again: only a recheck tells what Airflow has of it)
-                "stopped": stopping and tracker.pending_count() == 0,
-            }
+            value = self._state(positions)
+            # a clean stop: nothing it handed on awaits Airflow (the shared stream drops what is
+            # unconfirmed at a stop, to be read again: only a recheck tells what Airflow has of it)
+            value["stopped"] = stopping and tracker.pending_count() == 0
             # cleared before the store: a record finishing while it is under way makes it urgent again
             urgent, self._urgent, self._keys.dirty = self._urgent, False, False
             try:
@@ -504,6 +571,16 @@ class KafkaAssetEventStreamProducer(SharedStreamProducer):
                 return
             self._last_flush = time.monotonic()
             tracker.mark_stored(positions)
+
+    def _state(self, positions: Mapping[Partition, int]) -> dict[str, Any]:
+        """What is stored: the positions, the durable keys, the run that stored them."""
+        return {
+            "version": 1,
+            "positions": positions_to_json(positions),
+            "seen": self._keys.to_json(),
+            "run": self._run,
+            "stopped": False,
+        }
 
     def store_interval(self) -> float:
         """Seconds between two stores once an own record finished: ``flush_interval``, stretched so
@@ -532,10 +609,47 @@ class KafkaAssetEventStreamProducer(SharedStreamProducer):
             return
         await self.flush(force=True, stopping=True)
 
+    def _in_doubt(self) -> int:
+        """Records it fired (turned into a ``TriggerEvent``) that Airflow has not confirmed."""
+        tracker = self._tracker
+        tags = tracker.pending_tags() if tracker is not None else []
+        return sum(1 for tag in tags if isinstance(tag, _Ticket) and tag.accepted_key is not None)
+
+    async def _write_mark(self) -> bool:
+        """Its last state as a clean-stop mark in Kafka (see :mod:`.watcher_stops`)."""
+        tracker, stops = self._tracker, self._stops
+        if tracker is None or stops is None:
+            return False
+        in_doubt = self._in_doubt()
+        try:
+            mark = encode_mark(self._state(tracker.durable()), in_doubt)
+            await write_mark(stops.producer, stops.topic, stops.key, mark)
+        except Exception as exc:
+            log.warning(
+                "%s cannot write its clean-stop mark to %s (%s): its next start treats this stop as a crash",
+                self.label,
+                stops.topic,
+                exc,
+            )
+            return False
+        log.info(
+            "%s stops cleanly: its position is in %s; %d record(s) it fired await Airflow's confirmation",
+            self.label,
+            stops.topic,
+            in_doubt,
+        )
+        return True
+
     async def aclose(self) -> None:
         try:
-            # bounded: at a triggerer's shutdown the supervisor may no longer answer
-            await asyncio.wait_for(self._final_flush(), timeout=FINAL_FLUSH_TIMEOUT)
+            if await self._write_mark():
+                # its last word is in Kafka; a store still under way is of an older position
+                task = self._flush_task
+                if task is not None and not task.done():
+                    task.cancel()
+            else:
+                # bounded: at a triggerer's shutdown the supervisor may no longer answer
+                await asyncio.wait_for(self._final_flush(), timeout=FINAL_FLUSH_TIMEOUT)
         except Exception as exc:
             self._warn_store(exc)
         finally:

@@ -80,7 +80,9 @@ Deduplication window
     so a repeat published after a restart is dropped too.  After a triggerer crash (``kill
     -9``), the records whose asset events were confirmed after the last store of the position
     (stored at most once a second while it moves) become asset events once more: duplicates
-    are bounded to about a second of events, nothing is lost.  Consumer DAGs should still be
+    are bounded to about a second of events, nothing is lost.  A graceful stop (SIGTERM) records
+    the final position in Kafka (:mod:`~airflow_kafka_events.triggers.watcher_stops`): only the
+    records Airflow had not confirmed at the stop are read again.  Consumer DAGs should still be
     safe to re-run.
 
 Undecodable records

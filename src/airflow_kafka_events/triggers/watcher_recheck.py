@@ -21,9 +21,9 @@ import asyncio
 import logging
 import time
 import weakref
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 from airflow_kafka_events.airflow_config import airflow_option
@@ -36,7 +36,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+T = TypeVar("T")
+
 __all__ = [
+    "RECHECK_ATTEMPTS",
     "RECHECK_CONCURRENCY",
     "RECHECK_LIMIT",
     "RECHECK_OPTION",
@@ -53,6 +56,12 @@ RECHECK_OPTION = "watcher_airflow_api_conn_id"
 RECHECK_LIMIT = 1000
 #: Seconds the fetch may take at a watcher's start before it gives up (and reads on, bounded).
 RECHECK_TIMEOUT = 60.0
+#: Attempts of the lookup while Airflow answers a transient failure (5xx, 429, connection errors):
+#: Airflow 3.3 answers ``GET /api/v2/assets/events`` with 500 while one of the events' DAG runs is
+#: still queued (its ``start_date`` is None where the response model wants a date; 3.4 fixes the
+#: model), which passes once the run starts.  Backoff 0.5, 1, 2, 4, 8 s: within RECHECK_TIMEOUT.
+RECHECK_ATTEMPTS = 6
+RECHECK_MAX_BACKOFF = 8.0
 
 
 def recheck_conn_id(environ: Mapping[str, str] | None = None) -> str | None:
@@ -156,9 +165,57 @@ def _fetch(
 ) -> dict[str, float]:
     from airflow_kafka_events.bridge.airflow_api import AirflowApiClient
 
+    deadline = time.monotonic() + RECHECK_TIMEOUT
     with AirflowApiClient(base_url, login, password) as client:
-        asset_id = _asset_id(client, name, uri)
-        return keys_of_events(client.recent_events(asset_id, limit=RECHECK_LIMIT), topics)
+        asset_id = _retrying(
+            lambda: _asset_id(client, name, uri), f"looking up the asset at {base_url}", deadline
+        )
+        events = _retrying(
+            lambda: client.recent_events(asset_id, limit=RECHECK_LIMIT),
+            f"reading the asset's recent events at {base_url}",
+            deadline,
+        )
+        return keys_of_events(events, topics)
+
+
+def _retrying(call: Callable[[], T], what: str, deadline: float) -> T:
+    """``call()`` through the bridge's retry policy for transient API failures (the package's retry
+    loop), each retry logged with Airflow's answer; no retry waits past ``deadline`` (monotonic): the
+    thread must end about when the watcher stops waiting for it (a triggerer's exit waits for it)."""
+    from airflow_kafka_events.bridge.airflow_api import TransientApiError
+    from airflow_kafka_events.bridge.config import RetryPolicy
+    from airflow_kafka_events.retry import retry_call
+
+    policy = RetryPolicy(max_attempts=RECHECK_ATTEMPTS, max_backoff=RECHECK_MAX_BACKOFF)
+
+    def wait(delay: float) -> None:
+        if time.monotonic() + delay > deadline:
+            raise TimeoutError(f"{what}: no time left for another attempt within {RECHECK_TIMEOUT:g}s")
+        time.sleep(delay)
+
+    def on_retry(failures: int, exc: BaseException, delay: float) -> None:
+        known = " (Airflow 3.3 answers 500 while an event's DAG run is still queued)"
+        log.warning(
+            "Watcher recheck: %s failed (attempt %d of %d): %s; a transient answer%s, retrying in %.1fs",
+            what,
+            failures,
+            policy.max_attempts,
+            exc,
+            known if getattr(exc, "status", None) == 500 else "",
+            delay,
+        )
+
+    return retry_call(
+        call,
+        retry_on=lambda exc: isinstance(exc, TransientApiError),
+        attempts=policy.max_attempts,
+        delay=lambda failures, exc: policy.delay(failures, getattr(exc, "retry_after", None)),
+        exhausted=lambda failures, exc: TransientApiError(
+            f"{what}: giving up after {failures} attempts: {exc}", status=getattr(exc, "status", None)
+        ),
+        on_retry=on_retry,
+        sleep=wait,
+    )
 
 
 def _asset_id(client: AirflowApiClient, name: str | None, uri: str | None) -> int:

@@ -29,7 +29,7 @@ SRC_DIR = Path(__file__).resolve().parents[3] / "src"
 @pytest.fixture
 def names(kafka_admin) -> Iterator[dict[str, str]]:
     run = uuid.uuid4().hex[:8]
-    topics = {role: f"ensure-{role}-{run}" for role in ("trigger", "asset", "dlq", "results")}
+    topics = {role: f"ensure-{role}-{run}" for role in ("trigger", "asset", "dlq", "results", "stops")}
     yield topics
     delete_topics(kafka_admin, topics.values())
 
@@ -47,9 +47,13 @@ def _ensure(bootstrap: str, home: Path, env: dict[str, str], *flags: str) -> lis
     return json.loads(result.stdout)
 
 
-def _retention(admin, topic: str) -> str:
+def _config(admin, topic: str, name: str) -> str:
     futures = admin.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, topic)])
-    return next(iter(futures.values())).result(timeout=30)["retention.ms"].value
+    return next(iter(futures.values())).result(timeout=30)[name].value
+
+
+def _retention(admin, topic: str) -> str:
+    return _config(admin, topic, "retention.ms")
 
 
 def test_topics_ensure_creates_what_the_configuration_names_once_and_changes_only_on_request(
@@ -62,6 +66,7 @@ def test_topics_ensure_creates_what_the_configuration_names_once_and_changes_onl
     env = {
         "AIRFLOW__KAFKA_EVENTS__TRIGGER_EVENTS_TOPIC": names["trigger"],
         "AIRFLOW__KAFKA_EVENTS__ASSET_EVENTS_TOPIC": names["asset"],
+        "AIRFLOW__KAFKA_EVENTS__WATCHER_STOPS_TOPIC": names["stops"],
     }
     first = _ensure(kafka_bootstrap, tmp_path, env, "--retention-ms", "86400000")
     assert [(r["topic"], r["action"]) for r in first] == [
@@ -69,8 +74,11 @@ def test_topics_ensure_creates_what_the_configuration_names_once_and_changes_onl
         (names["asset"], "created"),
         (names["dlq"], "created"),
         (names["results"], "created"),
+        (names["stops"], "created"),
     ]
     assert first[2]["roles"] == ["dead-letters"] and first[0]["roles"] == ["trigger-events"]
+    assert _config(kafka_admin, names["stops"], "cleanup.policy") == "compact"  # the clean-stop marks
+    assert _config(kafka_admin, names["dlq"], "cleanup.policy") == "delete"
     topics = kafka_admin.list_topics(timeout=30).topics
     assert all(len(topics[name].partitions) == 2 for name in names.values())  # from airflow.cfg
     assert {_retention(kafka_admin, name) for name in names.values()} == {"86400000"}

@@ -5,6 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import http.server
+import json
+import logging
+import threading
 import time
 from typing import Any
 
@@ -15,6 +19,7 @@ from airflow_kafka_events.kafka.positions import PositionTracker
 from airflow_kafka_events.triggers import asset_stream, watcher_recheck
 from airflow_kafka_events.triggers.asset_stream import KafkaAssetEventStreamProducer
 from airflow_kafka_events.triggers.watcher_recheck import api_base_url, keys_of_events, recheck_conn_id
+from airflow_kafka_events.triggers.watcher_stops import resumption
 
 pytestmark = pytest.mark.unit
 
@@ -123,6 +128,7 @@ def test_a_stream_asks_airflow_only_after_an_unclean_stop(monkeypatch, stopped, 
 
     monkeypatch.setattr(asset_stream, "fired_keys", fired_keys)
     monkeypatch.setattr(asset_stream, "shared_reader", _NoReader)
+    monkeypatch.setattr(asset_stream, "read_mark", lambda *args: None)  # no clean-stop mark in Kafka
     kafka = '{"conn_type": "kafka", "extra": {"bootstrap.servers": "127.0.0.1:1"}}'  # never reached
     monkeypatch.setenv("AIRFLOW_CONN_KAFKA_WATCHER", kafka)
     monkeypatch.setattr(asset_stream, "sync_to_async", lambda fn: _run(fn))
@@ -205,3 +211,88 @@ def test_the_asset_is_found_by_uri_and_name_by_either_alone():
         UnknownAssetError, match=r"no active asset\(s\) with URI 'ops://investigate/' and name 'x'"
     ):
         watcher_recheck._asset_id(client, "x", "ops://investigate/")
+
+
+class _QueuedRunAirflow(http.server.BaseHTTPRequestHandler):
+    """The api-server's three answers a recheck needs; the asset-events list fails first with the 500
+    Airflow 3.3 gives while an event's DAG run is still queued (its response model wants the run's
+    start_date, which is None until the scheduler starts it)."""
+
+    failures_left = 1
+    event = _watcher_event("e9", "order-9", at="2026-12-01T10:00:00Z")
+
+    def _answer(self, status: int, body: Any) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_POST(self) -> None:  # the token
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        self._answer(201, {"access_token": "token"})
+
+    def do_GET(self) -> None:
+        path = self.path.split("?", 1)[0]
+        if path == "/api/v2/assets":
+            self._answer(200, {"assets": [{"id": 3, "name": "a", "uri": "s3://a/"}], "total_entries": 1})
+        elif path == "/api/v2/assets/events" and type(self).failures_left > 0:
+            type(self).failures_left -= 1
+            detail = "1 validation error for AssetEventResponse created_dagruns.0.start_date: None"
+            self._answer(500, {"detail": detail})
+        elif path == "/api/v2/assets/events":
+            self._answer(200, {"asset_events": [self.event], "total_entries": 1})
+        else:
+            self._answer(404, {"detail": "not found"})
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def _airflow(failures: int) -> Any:
+    """The base URL of a real HTTP server answering as :class:`_QueuedRunAirflow` (``failures`` 500s)."""
+    _QueuedRunAirflow.failures_left = failures
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _QueuedRunAirflow)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_the_500_airflow_answers_while_a_dag_run_is_queued_is_retried_and_logged(caplog):
+    """A real HTTP server stands in for Airflow: a real api-server answers this 500 only while an
+    event's DAG run is queued, a timing a test cannot hold."""
+    with _airflow(failures=1) as base_url, caplog.at_level(logging.WARNING, logger=watcher_recheck.__name__):
+        keys = watcher_recheck._fetch(base_url, "admin", "pw", "a", "s3://a/", ["events"])
+    assert set(keys) == {"order-9"}
+    assert _QueuedRunAirflow.failures_left == 0
+    line = next(r.getMessage() for r in caplog.records if "Watcher recheck" in r.getMessage())
+    assert "answered 500" in line and "retrying in" in line and "DAG run is still queued" in line
+
+
+def test_the_retries_end_by_the_recheck_timeout(monkeypatch):
+    """The lookup runs on a thread that a triggerer's exit waits for: it must not outlive the recheck."""
+    monkeypatch.setattr(watcher_recheck, "RECHECK_TIMEOUT", 1.2)
+    with _airflow(failures=100) as base_url, pytest.raises(TimeoutError, match="no time left"):
+        watcher_recheck._fetch(base_url, "admin", "pw", "a", "s3://a/", ["events"])
+    assert _QueuedRunAirflow.failures_left > 90  # it gave up instead of trying on
+
+
+def test_without_the_option_an_unclean_resume_is_still_logged_and_a_clean_one_is_not(monkeypatch, caplog):
+    monkeypatch.delenv("AIRFLOW__KAFKA_EVENTS__WATCHER_AIRFLOW_API_CONN_ID", raising=False)
+    monkeypatch.setattr(watcher_recheck, "airflow_option", lambda *args, **kwargs: None)
+    stream = _stream(Store())
+    stream._resumption = resumption({"run": "a", "positions": {}}, None)  # no mark: a crash
+    with caplog.at_level(logging.INFO, logger=asset_stream.__name__):
+        asyncio.run(stream._recheck_airflow())
+    assert "resumes after an unclean stop" in caplog.text and "watcher_airflow_api_conn_id" in caplog.text
+    caplog.clear()
+    stream._resumption = resumption({"run": "a", "positions": {}}, {"run": "a", "in_doubt": 2})
+    with caplog.at_level(logging.INFO, logger=asset_stream.__name__):
+        asyncio.run(stream._recheck_airflow())
+    assert "unclean" not in caplog.text
