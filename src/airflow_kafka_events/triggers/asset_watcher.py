@@ -111,6 +111,7 @@ from airflow.triggers.base import TriggerEvent
 from airflow.triggers.shared_stream import reject_shared_stream_event
 
 from airflow_kafka_events import metrics
+from airflow_kafka_events.airflow_versions import watcher_queue
 from airflow_kafka_events.assets.admission import (
     DEFAULT_MAX_RECORD_BYTES,
     AdmissionConfig,
@@ -227,6 +228,10 @@ class KafkaAssetEventTrigger(WatcherDeadLetters, KafkaSharedStreamTrigger):
         dead-lettered ``too-large`` (default 256 KiB).
     :param max_extra_bytes: events whose ``extra`` is larger than this as compact JSON are
         dead-lettered ``too-large`` (default 64 KiB, the emit side's bound).
+    :param queue: the trigger queue of the watcher (Airflow 3.4 on): only triggerers started with
+        ``--queues`` naming it run the watcher (``[triggerer] queues_enabled = True``); ``None``
+        (default): triggerers started without ``--queues``.  On Airflow 3.3, which has no watcher
+        queues, a queue raises :class:`~airflow_kafka_events.errors.UnsupportedByAirflowError`.
     """
 
     def __init__(
@@ -248,6 +253,7 @@ class KafkaAssetEventTrigger(WatcherDeadLetters, KafkaSharedStreamTrigger):
         dedupe_ttl: float | None = 24 * 3600.0,
         max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
         max_extra_bytes: int = DEFAULT_MAX_EXTRA_BYTES,
+        queue: str | None = None,
     ) -> None:
         if isinstance(topics, str) or not topics or not all(isinstance(t, str) and t for t in topics):
             raise ValidationError(f"topics must be a non-empty list of topic names, got {topics!r}")
@@ -257,6 +263,8 @@ class KafkaAssetEventTrigger(WatcherDeadLetters, KafkaSharedStreamTrigger):
             poll_timeout=poll_timeout,
             dlq_topic=dlq_topic,
         )
+        # read by Airflow 3.4's DAG processor when it registers the watcher's trigger
+        self.queue = watcher_queue(queue)
         _check_arguments(
             asset_uri=asset_uri,
             asset_name=asset_name,
@@ -340,6 +348,9 @@ class KafkaAssetEventTrigger(WatcherDeadLetters, KafkaSharedStreamTrigger):
                 "dedupe_ttl": self.dedupe_ttl,
                 "max_record_bytes": self.max_record_bytes,
                 "max_extra_bytes": self.max_extra_bytes,
+                # only when set, so a watcher without one keeps the trigger hash it always had;
+                # with one, a changed queue is a new trigger that Airflow registers on that queue
+                **({"queue": self.queue} if self.queue is not None else {}),
             },
         )
 
@@ -517,7 +528,8 @@ def kafka_watched_asset(
 
     ``uri`` / ``name`` / ``group`` / ``extra`` are the ``Asset``'s; the trigger gets the asset's
     normalized URI and name, ``topics`` and ``trigger_kwargs``.  ``watcher_name`` defaults to
-    ``"kafka:<asset name>"``.
+    ``"kafka:<asset name>"``.  ``queue=`` (in ``trigger_kwargs``) places the watcher on that
+    trigger queue (Airflow 3.4 on; see :class:`KafkaAssetEventTrigger`).
     """
     from airflow.sdk import Asset, AssetWatcher
 
