@@ -30,11 +30,12 @@ What Airflow records
     :func:`envelope_payload`: the envelope's ``event_id``, ``asset``, ``partition_key``,
     ``partition_date``, ``extra``, ``idempotency_key``, ``source``, ``emitted_at``,
     ``causation``, whether it was ``signed``, the ``kafka`` coordinates, and the provenance
-    under ``"airflow_kafka_events"``.  Airflow 3.3 gives watcher events **no partition key**:
-    this path serves non-partitioned consumer DAGs (``partition_key`` stays readable in the
-    payload).  Several events that arrive before the consumer DAG's run is created coalesce
-    into one run that sees all of them in ``triggering_asset_events`` (one event does not mean
-    one run: apache/airflow#54659, #56050).
+    under ``"airflow_kafka_events"``.  Airflow 3.3 and 3.4 give watcher events **no partition
+    key**: this path serves non-partitioned consumer DAGs (``partition_key`` stays readable in
+    the payload).  On Airflow 3.3 (and 3.4 with ``[scheduler] batch_asset_events = True``)
+    several events that arrive before the consumer DAG's run is created coalesce into one run
+    that sees all of them in ``triggering_asset_events`` (apache/airflow#54659, #56050); 3.4's
+    default gives each event a run of its own (docs/airflow-versions.md).
 
 How it consumes
     Each watcher has a stream of its own
