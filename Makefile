@@ -2,7 +2,7 @@
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup demo test test-unit test-integration test-e2e lint bench kafka-start kafka-stop
+.PHONY: setup demo test test-unit test-integration test-e2e test-compat lint bench kafka-start kafka-stop
 
 setup:
 	./scripts/bootstrap.sh
@@ -23,6 +23,24 @@ test-integration: setup
 
 test-e2e: setup
 	$(BIN)/pytest -m e2e
+
+# The second supported Airflow (docs/airflow-versions.md): a venv of its own, pinned by its constraints
+# (constraints.txt with Airflow's own packages swapped), running the unit and integration suites (but the
+# `cluster` tests: Kafka clusters, no Airflow in them) and the `compat` e2e tests (one real-Airflow test
+# per feature).  `make test-compat COMPAT_AIRFLOW=3.4`
+COMPAT_AIRFLOW ?= 3.4
+COMPAT_VENV := .venv-airflow$(COMPAT_AIRFLOW)
+COMPAT_CONSTRAINTS := constraints-airflow$(COMPAT_AIRFLOW).txt
+PYTHON ?= python3
+
+$(COMPAT_VENV)/.installed: pyproject.toml $(COMPAT_CONSTRAINTS)
+	[ -x $(COMPAT_VENV)/bin/python ] || $(PYTHON) -m venv $(COMPAT_VENV)
+	$(COMPAT_VENV)/bin/python -m pip install -q --upgrade pip
+	$(COMPAT_VENV)/bin/python -m pip install -q --pre -c $(COMPAT_CONSTRAINTS) -e ".[test]"
+	touch $@
+
+test-compat: setup $(COMPAT_VENV)/.installed
+	$(COMPAT_VENV)/bin/pytest -m "(unit or integration or compat) and not cluster" --durations=15
 
 lint: setup
 	$(BIN)/ruff check src tests examples benchmarks

@@ -41,6 +41,10 @@ class ConfigurationError(AirflowKafkaEventsError, ValueError):
     """Settings that are missing, contradictory, or weaken a guarantee the package relies on."""
 
 
+class UnsupportedByAirflowError(ConfigurationError):
+    """An argument the installed Airflow version cannot honour (it would silently ignore it)."""
+
+
 # --------------------------------------------------------------------------- serialization
 class EnvelopeSerializationError(AirflowKafkaEventsError, _ConfluentSerializationError):
     """Bytes could not be produced from, or decoded into, an envelope."""

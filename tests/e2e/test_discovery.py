@@ -27,6 +27,7 @@ def _json_output(stack: AirflowStack, *args: str) -> Any:
         ) from exc
 
 
+@pytest.mark.compat  # make test-compat: the second supported Airflow
 def test_providers_list_includes_package(migrated_airflow_home: AirflowStack) -> None:
     providers = _json_output(migrated_airflow_home, "providers", "list")
     by_name = {p["package_name"]: p for p in providers}

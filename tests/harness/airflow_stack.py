@@ -403,17 +403,19 @@ class AirflowStack(ComponentLogs, RunsAndMetadata):
         self.extra_env[f"AIRFLOW_CONN_{conn_id.upper()}"] = json.dumps(api)
         self.extra_env["AIRFLOW__KAFKA_EVENTS__WATCHER_AIRFLOW_API_CONN_ID"] = conn_id
 
-    def add_triggerer(self, name: str, env: Mapping[str, str] | None = None) -> None:
+    def add_triggerer(
+        self, name: str, env: Mapping[str, str] | None = None, args: Sequence[str] = ()
+    ) -> None:
         """Declare one more triggerer (``name``, e.g. ``triggerer-2``) with its own log-server port.
 
         Start it with :meth:`restart_component`; ``env`` (e.g. ``AIRFLOW__TRIGGERER__CAPACITY``)
-        is added to its environment only.
+        is added to its environment only, ``args`` (e.g. ``--queues``) to its command line.
         """
         if name in self.components:
             raise AirflowStackError(f"component {name} exists already")
         self.components[name] = _Component(
             name,
-            ["triggerer"],
+            ["triggerer", *args],
             self.log_dir / f"{name}.log",
             env={"AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(free_port()), **(env or {})},
         )

@@ -37,9 +37,7 @@ import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, TypedDict
-
-from typing_extensions import Unpack  # typing.Unpack from Python 3.11 on
+from typing import Any, TypedDict, Unpack
 
 from airflow_kafka_events.assets.external import (
     EMIT_ROLE,

@@ -20,15 +20,9 @@ deadline alert).  ``producer`` is the notifier's class path.  The last receipt i
 from __future__ import annotations
 
 import asyncio
-import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
-
-if sys.version_info >= (3, 11):
-    pass
-else:  # pragma: no cover
-    pass
 
 from airflow.sdk.bases.notifier import BaseNotifier
 

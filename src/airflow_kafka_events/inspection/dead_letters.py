@@ -31,10 +31,9 @@ import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, TypedDict
+from typing import Any, TypedDict, Unpack
 
 from confluent_kafka import Message
-from typing_extensions import Unpack  # typing.Unpack from Python 3.11 on
 
 from airflow_kafka_events.codec import ASSET_EVENT_CODEC, TRIGGER_EVENT_CODEC
 from airflow_kafka_events.dlq import (

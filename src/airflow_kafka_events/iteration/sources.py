@@ -44,9 +44,7 @@ import time
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Protocol, TypedDict
-
-from typing_extensions import Unpack  # typing.Unpack from Python 3.11 on
+from typing import TYPE_CHECKING, Any, Protocol, TypedDict, Unpack
 
 from airflow_kafka_events.checkpoint import Checkpoint
 from airflow_kafka_events.errors import (

@@ -47,10 +47,9 @@ import os
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any, TypedDict
+from typing import Any, TypedDict, Unpack
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
-from typing_extensions import Unpack  # typing.Unpack from Python 3.11 on
 
 from airflow_kafka_events import metrics
 from airflow_kafka_events.errors import (

@@ -33,10 +33,9 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from typing import Any, TypedDict, TypeVar
+from typing import Any, TypedDict, TypeVar, Unpack
 
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
-from typing_extensions import Unpack  # typing.Unpack from Python 3.11 on
 
 from airflow_kafka_events.codec import TRIGGER_EVENT_CODEC, EnvelopeCodec
 from airflow_kafka_events.envelopes import StreamFailure, TriggerEventEnvelope

@@ -32,6 +32,7 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, selectinload
 
+from airflow_kafka_events.airflow_versions import earlier_tries
 from airflow_kafka_events.assets.external import PROVENANCE_EXTRA_KEY
 from airflow_kafka_events.checkpoint import Checkpoint
 from airflow_kafka_events.errors import ValidationError
@@ -99,7 +100,9 @@ def task_instance_run(
 ) -> TaskInstanceRun | None:
     """The latest run of one task instance (indexed queries), or ``None`` when Airflow has no such one."""
     from airflow.models.taskinstance import TaskInstance as TI
-    from airflow.models.taskinstancehistory import TaskInstanceHistory as History
+
+    earlier = earlier_tries()
+    History = earlier.model
 
     def key(model: Any) -> list[Any]:
         return [
@@ -112,16 +115,25 @@ def task_instance_run(
     current = session.execute(select(TI.state, TI.start_date, TI.end_date).where(*key(TI))).one_or_none()
     if current is None:
         return None
-    count = int(session.scalar(select(func.count()).select_from(History).where(*key(History))) or 0)
+    count = int(
+        session.scalar(
+            select(func.count())
+            .select_from(History)
+            .where(*key(History), *earlier.criteria)
+            .execution_options(**earlier.options)
+        )
+        or 0
+    )
     state = _state(current.state)
     if current.start_date is not None:
         ended = None if state in _UNFINISHED else current.end_date
         return TaskInstanceRun(started=current.start_date, ended=ended, tries=count + 1, state=state)
     newest = session.execute(
         select(History.start_date, History.end_date)
-        .where(*key(History), History.start_date.is_not(None))
+        .where(*key(History), *earlier.criteria, History.start_date.is_not(None))
         .order_by(History.try_number.desc())
         .limit(1)
+        .execution_options(**earlier.options)
     ).one_or_none()
     if newest is None:
         return TaskInstanceRun(started=None, ended=None, tries=count + 1, state=state)

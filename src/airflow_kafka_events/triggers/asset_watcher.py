@@ -30,11 +30,12 @@ What Airflow records
     :func:`envelope_payload`: the envelope's ``event_id``, ``asset``, ``partition_key``,
     ``partition_date``, ``extra``, ``idempotency_key``, ``source``, ``emitted_at``,
     ``causation``, whether it was ``signed``, the ``kafka`` coordinates, and the provenance
-    under ``"airflow_kafka_events"``.  Airflow 3.3 gives watcher events **no partition key**:
-    this path serves non-partitioned consumer DAGs (``partition_key`` stays readable in the
-    payload).  Several events that arrive before the consumer DAG's run is created coalesce
-    into one run that sees all of them in ``triggering_asset_events`` (one event does not mean
-    one run: apache/airflow#54659, #56050).
+    under ``"airflow_kafka_events"``.  Airflow 3.3 and 3.4 give watcher events **no partition
+    key**: this path serves non-partitioned consumer DAGs (``partition_key`` stays readable in
+    the payload).  On Airflow 3.3 (and 3.4 with ``[scheduler] batch_asset_events = True``)
+    several events that arrive before the consumer DAG's run is created coalesce into one run
+    that sees all of them in ``triggering_asset_events`` (apache/airflow#54659, #56050); 3.4's
+    default gives each event a run of its own (docs/airflow-versions.md).
 
 How it consumes
     Each watcher has a stream of its own
@@ -114,6 +115,7 @@ from airflow.triggers.base import TriggerEvent
 from airflow.triggers.shared_stream import reject_shared_stream_event
 
 from airflow_kafka_events import metrics
+from airflow_kafka_events.airflow_versions import watcher_queue
 from airflow_kafka_events.assets.admission import (
     DEFAULT_MAX_RECORD_BYTES,
     AdmissionConfig,
@@ -232,6 +234,10 @@ class KafkaAssetEventTrigger(WatcherDeadLetters, KafkaSharedStreamTrigger):
         dead-lettered ``too-large`` (default 256 KiB).
     :param max_extra_bytes: events whose ``extra`` is larger than this as compact JSON are
         dead-lettered ``too-large`` (default 64 KiB, the emit side's bound).
+    :param queue: the trigger queue of the watcher (Airflow 3.4 on): only triggerers started with
+        ``--queues`` naming it run the watcher (``[triggerer] queues_enabled = True``); ``None``
+        (default): triggerers started without ``--queues``.  On Airflow 3.3, which has no watcher
+        queues, a queue raises :class:`~airflow_kafka_events.errors.UnsupportedByAirflowError`.
     """
 
     def __init__(
@@ -253,6 +259,7 @@ class KafkaAssetEventTrigger(WatcherDeadLetters, KafkaSharedStreamTrigger):
         dedupe_ttl: float | None = 24 * 3600.0,
         max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
         max_extra_bytes: int = DEFAULT_MAX_EXTRA_BYTES,
+        queue: str | None = None,
     ) -> None:
         if isinstance(topics, str) or not topics or not all(isinstance(t, str) and t for t in topics):
             raise ValidationError(f"topics must be a non-empty list of topic names, got {topics!r}")
@@ -262,6 +269,8 @@ class KafkaAssetEventTrigger(WatcherDeadLetters, KafkaSharedStreamTrigger):
             poll_timeout=poll_timeout,
             dlq_topic=dlq_topic,
         )
+        # read by Airflow 3.4's DAG processor when it registers the watcher's trigger
+        self.queue = watcher_queue(queue)
         _check_arguments(
             asset_uri=asset_uri,
             asset_name=asset_name,
@@ -345,6 +354,9 @@ class KafkaAssetEventTrigger(WatcherDeadLetters, KafkaSharedStreamTrigger):
                 "dedupe_ttl": self.dedupe_ttl,
                 "max_record_bytes": self.max_record_bytes,
                 "max_extra_bytes": self.max_extra_bytes,
+                # only when set, so a watcher without one keeps the trigger hash it always had;
+                # with one, a changed queue is a new trigger that Airflow registers on that queue
+                **({"queue": self.queue} if self.queue is not None else {}),
             },
         )
 
@@ -582,7 +594,8 @@ def kafka_watched_asset(
 
     ``uri`` / ``name`` / ``group`` / ``extra`` are the ``Asset``'s; the trigger is
     :func:`kafka_watcher_trigger` of ``uri``, ``name``, ``topics`` and ``trigger_kwargs``.
-    ``watcher_name`` defaults to ``"kafka:<asset name>"``.
+    ``watcher_name`` defaults to ``"kafka:<asset name>"``.  ``queue=`` (in ``trigger_kwargs``)
+    places the watcher on that trigger queue (Airflow 3.4 on; see :class:`KafkaAssetEventTrigger`).
     """
     from airflow.sdk import Asset, AssetWatcher
 

@@ -142,7 +142,7 @@ def parse_not_before(value: Any) -> datetime | None:
         moment = value
     elif isinstance(value, str):
         text = value.strip()
-        if text.endswith(("Z", "z")):  # fromisoformat() of Python 3.10 does not read "Z"
+        if text.endswith("z"):  # fromisoformat() reads "Z", not RFC 3339's lowercase "z"
             text = text[:-1] + "+00:00"
         try:
             moment = datetime.fromisoformat(text)

@@ -61,10 +61,8 @@ import asyncio
 import inspect
 import json
 from collections.abc import AsyncIterator, Mapping, Sequence
-from typing import Any
+from typing import Any, Unpack
 from urllib.parse import urljoin, urlsplit
-
-from typing_extensions import Unpack  # typing.Unpack from Python 3.11 on
 
 from airflow_kafka_events.errors import ConfigurationError
 from airflow_kafka_events.retry import exponential_backoff, retry_call_async

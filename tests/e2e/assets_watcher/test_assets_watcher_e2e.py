@@ -206,6 +206,7 @@ def _dag_runs(stack: AirflowStack, dag_id: str) -> list[dict[str, Any]]:
 
 
 # --------------------------------------------------------------------------- (a)
+@pytest.mark.compat  # make test-compat: the second supported Airflow
 def test_failure_callback_event_runs_the_investigation_dag_once(stack, kafka_bootstrap, topics):
     run_id = stack.trigger_dag("e2e_watcher_failing_job")
     assert stack.wait_for_dag_run("e2e_watcher_failing_job", run_id, timeout=240) == "failed"

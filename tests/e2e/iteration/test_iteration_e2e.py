@@ -53,6 +53,7 @@ def _run(stack: AirflowStack, dag_id: str, directory: Path, timeout: float = 420
     return run_id
 
 
+@pytest.mark.compat  # make test-compat: the second supported Airflow
 def test_iterate_in_one_task_instance_and_batch_in_three(stack: AirflowStack, tmp_path: Path):
     dag_id = "e2e_iterate_list"
     directory = _run_dir(tmp_path)

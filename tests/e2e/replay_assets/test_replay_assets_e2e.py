@@ -54,6 +54,7 @@ def airflow_events(stack: AirflowStack, asset_id: int) -> list[dict[str, Any]]:
     return body["asset_events"]
 
 
+@pytest.mark.compat  # make test-compat: the second supported Airflow
 def test_replay_assets_posts_only_the_events_airflow_does_not_have(
     airflow_stack: AirflowStack, kafka_bootstrap: str, new_topic
 ):

@@ -53,6 +53,7 @@ def _run(stack: AirflowStack, dag_id: str, directory: Path, timeout: float = 240
 
 
 # --------------------------------------------------------------------------- (a)
+@pytest.mark.compat  # make test-compat: the second supported Airflow
 def test_consumer_handles_pages_while_the_producer_that_deferred_once_is_still_writing(
     stack: AirflowStack, run_dir: Path, statsd: StatsdServer
 ):

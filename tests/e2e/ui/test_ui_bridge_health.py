@@ -89,6 +89,7 @@ def bridge(
         process.stop()
 
 
+@pytest.mark.compat  # make test-compat: the second supported Airflow
 def test_health_shows_a_running_bridge_its_lag_and_last_post_then_that_it_stopped(
     ui_stack: AirflowStack, ui_topics, ui_bridge_group: str, kafka_bootstrap: str, bridge: BridgeProcess
 ):

@@ -44,8 +44,8 @@ def _ti(session, task_id: str = TASK, map_index: int = -1, **values: object):
     from airflow.models.taskinstance import TaskInstance as TI
     from sqlalchemy import insert, select
 
-    row = {"id": uuid.uuid4(), "dag_id": DAG, "run_id": RUN, "task_id": task_id, "map_index": map_index}
-    session.execute(insert(TI.__table__).values(pool="default_pool", try_number=1, **row, **values))
+    row = {"id": uuid.uuid4(), "dag_id": DAG, "run_id": RUN, "task_id": task_id, TI.map_index: map_index}
+    session.execute(insert(TI).values({"pool": "default_pool", "try_number": 1, **row, **values}))
     session.commit()
     return session.scalars(select(TI).where(TI.id == row["id"])).one()
 
@@ -56,12 +56,19 @@ def _run(session, task_id: str = TASK, map_index: int = -1):
     return task_instance_run(session, DAG, RUN, task_id, map_index)
 
 
-def _retry(session, ti, start: datetime, end: datetime | None, state: str) -> None:
-    """The next try of ``ti`` (its history row written by Airflow), started at ``start``."""
-    ti.prepare_db_for_next_try(session)
-    ti.try_number += 1
-    ti.start_date, ti.end_date, ti.state = start, end, state
+def _retry(session, ti, start: datetime, end: datetime | None, state: str):
+    """The next try of ``ti`` as Airflow writes it, started at ``start``: the live task instance.
+
+    Airflow 3.3 copies the try into a history row and the caller counts the next try on the same
+    row; Airflow 3.4 archives the row and returns its successor (its try already counted).
+    """
+    successor = ti.prepare_db_for_next_try(session)
+    if successor is None:
+        ti.try_number += 1
+        successor = ti
+    successor.start_date, successor.end_date, successor.state = start, end, state
     session.commit()
+    return successor
 
 
 def test_a_retried_mapped_task_instance_runs_from_its_latest_try_s_start(session):
@@ -92,7 +99,8 @@ def test_a_task_instance_cleared_and_run_again_days_later_gets_that_run_s_window
     from airflow.models.taskinstance import clear_task_instances
 
     ti = _ti(session, state="success", start_date=T0, end_date=T0 + timedelta(minutes=2))
-    clear_task_instances([ti], session)  # what the UI's / API's clear does: a history row, state none
+    # what the UI's / API's clear does: the try kept as history, the live row in state none
+    ti = (clear_task_instances([ti], session) or [ti])[0]  # Airflow 3.4 returns the successor rows
     session.commit()
     pending = _run(session)  # not started again yet: the try that ran is the latest
     assert (pending.started, pending.ended, pending.tries, pending.state) == (
@@ -103,7 +111,6 @@ def test_a_task_instance_cleared_and_run_again_days_later_gets_that_run_s_window
     )
 
     later = T0 + timedelta(days=3)
-    ti.try_number += 1
     ti.start_date, ti.end_date, ti.state = later, None, "running"
     session.commit()
     rerun = _run(session)  # days later: from the re-run's start, not from the first try's
@@ -112,7 +119,7 @@ def test_a_task_instance_cleared_and_run_again_days_later_gets_that_run_s_window
 
 def test_a_try_not_started_falls_back_to_the_newest_history_row(session):
     ti = _ti(session, state="failed", start_date=T0, end_date=T0 + timedelta(minutes=1))
-    _retry(session, ti, T0 + timedelta(minutes=10), T0 + timedelta(minutes=11), "failed")
+    ti = _retry(session, ti, T0 + timedelta(minutes=10), T0 + timedelta(minutes=11), "failed")
     _retry(session, ti, None, None, "queued")  # the third try is queued, not started
 
     run = _run(session)
