@@ -33,10 +33,14 @@ COMPAT_VENV := .venv-airflow$(COMPAT_AIRFLOW)
 COMPAT_CONSTRAINTS := constraints-airflow$(COMPAT_AIRFLOW).txt
 PYTHON ?= python3
 
-$(COMPAT_VENV)/.installed: pyproject.toml $(COMPAT_CONSTRAINTS)
+# constraints.txt with the packages $(COMPAT_CONSTRAINTS) pins replaced by its pins
+$(COMPAT_VENV)/.installed: pyproject.toml constraints.txt $(COMPAT_CONSTRAINTS)
 	[ -x $(COMPAT_VENV)/bin/python ] || $(PYTHON) -m venv $(COMPAT_VENV)
 	$(COMPAT_VENV)/bin/python -m pip install -q --upgrade pip
-	$(COMPAT_VENV)/bin/python -m pip install -q --pre -c $(COMPAT_CONSTRAINTS) -e ".[test]"
+	sed -n 's/^\([A-Za-z0-9_.-]*\)==.*/^\1==/p' $(COMPAT_CONSTRAINTS) > $(COMPAT_VENV)/replaced.txt
+	{ grep -v -f $(COMPAT_VENV)/replaced.txt constraints.txt; grep -v '^#' $(COMPAT_CONSTRAINTS); } \
+		> $(COMPAT_VENV)/constraints.txt
+	$(COMPAT_VENV)/bin/python -m pip install -q --pre -c $(COMPAT_VENV)/constraints.txt -e ".[test]"
 	touch $@
 
 test-compat: setup $(COMPAT_VENV)/.installed
