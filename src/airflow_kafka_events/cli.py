@@ -363,6 +363,14 @@ def _main(argv: Sequence[str] | None) -> int:
     except KeyboardInterrupt:
         print("airflow-kafka-events: interrupted", file=sys.stderr)
         return 130
+    except Exception:
+        # printed here, inside the escaping streams (a traceback may quote a record's data)
+        import traceback
+
+        from airflow_kafka_events.inspection.redact import redact_text
+
+        print(redact_text(traceback.format_exc()), file=sys.stderr, end="")
+        return EXIT_ERROR
 
 
 if __name__ == "__main__":

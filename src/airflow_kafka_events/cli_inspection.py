@@ -154,6 +154,9 @@ def progress_bar(args: argparse.Namespace, description: str) -> Iterator[Callabl
         TimeElapsedColumn(),
         console=Console(file=terminal_stream(sys.stderr)),
         transient=True,
+        # what is printed meanwhile goes through the escaping streams, not the bar's raw console
+        redirect_stdout=False,
+        redirect_stderr=False,
     ) as bar:
         task = bar.add_task(description, total=None)
 

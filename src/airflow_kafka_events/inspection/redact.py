@@ -51,9 +51,13 @@ MASK = "***"
 PREVIEW_LIMIT = 2048
 #: Longest text parsed as a JSON document or Python literal (longer text: the text rules only).
 _PARSE_LIMIT = 200_000
+#: Nesting a structure is redacted to; what lies deeper is masked whole (a record nested thousands
+#: deep would otherwise exhaust the recursion limit and break the page listing it).
+MAX_DEPTH = 64
 
 _SECRET_WORDS = (
-    r"pass(?:word|wd|phrase)|secret|token|signature|authori[sz]ation|credential|private|cookie|session"
+    r"pass(?:word|wd|phrase)|pass\b|pwd|secret|token|signature|authori[sz]ation|auth\b|jwt|credential|private"
+    r"|cookie|session"
     r"|bearer|auth[-_. ]?header|(?:api|access|service)[-_. ]?key|apikey|dsn|connection[-_. ]?string"
     r"|webhook[-_. ]?url"
     r"|keyfile|service[-_. ]?account|prox(?:y|ies)"
@@ -72,9 +76,13 @@ _TEXT_KEY = (
     r"(?<![\w.\\-])(?P<q>\\*+[\"'])?(?P<name>(?=[\w.-]*?(?:" + _SECRET_WORDS + r"))[\w.-]++)(?(q)(?P=q))"
     r"(?P<sep>\s*+[=:]\s*+)"
 )
-# ... and its value: quoted (up to the same quote), an auth scheme and its credentials, or a bare word
+# ... and its value: quoted (up to the same quote, within 4,096 characters; the two alternatives inside
+# the quotes never match the same text, so an unclosed quote after a run of backslashes costs one pass,
+# not exponential time), a quote left open (the rest of its line), an auth scheme and its credentials,
+# or a bare word
 _TEXT_VALUE = (
-    r"(?P<value>(?P<vq>\\*+[\"'])(?:\\.|.)*?(?P=vq)"
+    r"(?P<value>(?P<vq>\\*+[\"'])(?:[^\\]|\\.){0,4096}?(?P=vq)"
+    r"|\\*+[\"'][^\r\n]*+"
     r"|(?:bearer|basic|digest|token)\s++[^\s,;&\"'<>{}\[\]]++"
     r"|[^\s,;&\"'<>{}\[\]]++)"
 )
@@ -83,9 +91,17 @@ _HEADER_LINE = re.compile(
     r"(?P<name>\b(?:set-)?cookie|\b(?:proxy-)?authorization)(?P<sep>[ \t]*+:[ \t]*+)(?P<value>[^\r\n]++)",
     re.IGNORECASE,
 )
+# the password runs to the authority's last "@" (a password may hold "@")
 _URL_USERINFO = re.compile(
     r"(?<![a-z0-9+.-])(?P<scheme>[a-z][a-z0-9+.-]*+://)(?P<user>[^\s:/@\"'<>]*+)"
-    r"(?::(?P<password>[^\s/@\"'<>]*+))?@",
+    r"(?::(?P<password>[^\s/\"'<>]*))?@",
+    re.IGNORECASE,
+)
+# secrets recognisable without a key: a JWT, a bearer credential, a PEM private key block
+_BARE_SECRETS = re.compile(
+    r"\beyJ[\w-]{4,}+\.[\w-]{4,}+\.[\w-]*+"
+    r"|(?<=\bbearer )[^\s,;\"'<>]++"
+    r"|-----BEGIN[A-Z ]{0,40}PRIVATE KEY-----[\s\S]{0,16384}?(?:-----END[A-Z ]{0,40}PRIVATE KEY-----|\Z)",
     re.IGNORECASE,
 )
 
@@ -137,21 +153,37 @@ def redact_text(text: str) -> str:
         return json.dumps(redact(parsed), sort_keys=True, default=str)
     text = _HEADER_LINE.sub(lambda m: f"{m.group('name')}{m.group('sep')}{MASK}", text)
     text = _IN_TEXT.sub(_masked_pair, text)
-    return _URL_USERINFO.sub(_masked_url, text)
+    text = _URL_USERINFO.sub(_masked_url, text)
+    return _BARE_SECRETS.sub(MASK, text)
 
 
-def redact(obj: Any) -> Any:
+def _is_secret_pair(obj: Any) -> bool:
+    """``[name, value]`` with a secret-looking name (a header of a header list)."""
+    if not isinstance(obj, (list, tuple)) or len(obj) != 2:
+        return False
+    return isinstance(obj[0], str) and is_secret_name(obj[0])
+
+
+def redact(obj: Any, depth: int = 0) -> Any:
     """A copy of ``obj`` with secret-looking keys' values masked (recursively; ``None`` stays ``None``),
-    strings through :func:`redact_text`; bytes become their size."""
+    strings through :func:`redact_text`; bytes become their size.  A ``[name, value]`` pair whose name
+    is secret-looking (a header list) has its value masked; a structure deeper than :data:`MAX_DEPTH`
+    is masked whole."""
+    if depth > MAX_DEPTH and isinstance(obj, (Mapping, list, tuple, set, frozenset)):
+        return MASK
     if isinstance(obj, Mapping):
         return {
             key: (
-                MASK if value is not None and isinstance(key, str) and is_secret_name(key) else redact(value)
+                MASK
+                if value is not None and isinstance(key, str) and is_secret_name(key)
+                else redact(value, depth + 1)
             )
             for key, value in obj.items()
         }
+    if _is_secret_pair(obj):
+        return [obj[0], MASK if obj[1] is not None else None]
     if isinstance(obj, (list, tuple, set, frozenset)):
-        return [redact(item) for item in obj]
+        return [redact(item, depth + 1) for item in obj]
     if isinstance(obj, (bytes, bytearray, memoryview)):
         return f"<{len(obj)} bytes>"
     if isinstance(obj, str):

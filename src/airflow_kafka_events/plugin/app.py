@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import gc
 import threading
+from collections.abc import Awaitable, Callable
 
 from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.exception_handlers import http_exception_handler
@@ -35,6 +36,18 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     return render_html(request, "refused.html", context, status=exc.status_code)
 
 
+#: Every answer of the view may be framed by pages of this site only (Airflow's UI frames it): another
+#: page of the same site (another port, a sibling host) framing the replay confirmation could make
+#: the user's click post it with this site's Origin and a valid token (clickjacking).
+FRAME_HEADERS = {"Content-Security-Policy": "frame-ancestors 'self'", "X-Frame-Options": "SAMEORIGIN"}
+
+
+async def _frame_only_here(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
+    response = await call_next(request)
+    response.headers.update(FRAME_HEADERS)
+    return response
+
+
 def create_app() -> FastAPI:
     """A new instance of the view's app."""
     app = FastAPI(
@@ -45,6 +58,7 @@ def create_app() -> FastAPI:
         dependencies=[VIEW, Depends(freeze_startup_heap)],
     )
     app.add_exception_handler(HTTPException, _http_error)
+    app.middleware("http")(_frame_only_here)
 
     @app.get("/", include_in_schema=False)
     def index(request: Request) -> RedirectResponse:

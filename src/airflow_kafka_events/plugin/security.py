@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import re
 import time
 from collections.abc import Collection
 from typing import Annotated, Any
@@ -91,6 +92,10 @@ def _user_id(user: Any) -> str:
     return f"{getter() if callable(getter) else '?'}\0{user_name(user)}"
 
 
+#: ``<issued unix time>.<HMAC-SHA256 hex>``, ASCII only
+_TOKEN_FORM = re.compile(r"[0-9]{1,12}\.[0-9a-f]{64}")
+
+
 def _secret_key() -> bytes:
     from airflow.configuration import conf
 
@@ -116,9 +121,9 @@ def csrf_token(user: Any, now: float | None = None) -> str:
 
 def valid_csrf_token(token: str, user: Any, now: float | None = None) -> bool:
     """Whether ``token`` was issued to ``user`` by an api-server with this secret key, and is fresh."""
+    if not _TOKEN_FORM.fullmatch(token):
+        return False  # not a token this module issued (and nothing int() or compare_digest may choke on)
     issued_text, _, mac = token.partition(".")
-    if not issued_text.isdigit() or not mac:
-        return False
     issued, current = int(issued_text), time.time() if now is None else now
     if not current - CSRF_TTL_SECONDS <= issued <= current + _CLOCK_SKEW_SECONDS:
         return False

@@ -93,6 +93,15 @@ def test_time_flags_take_iso_8601_or_a_duration_ago():
         ("{'credentials': {'user': 'u', 'pw': 'pw-under-secret-key'}}", "pw-under-secret-key"),
         ("Authorization: Bearer abc.def", "abc.def"),
         ("x-api-key=key-123&rows=2", "key-123"),
+        ("pwd=pw-short auth=auth-short", "pw-short"),
+        ("pwd=pw-short auth=auth-short", "auth-short"),
+        ('{"pass": "pw-pass", "jwt": "x"}', "pw-pass"),
+        ("retried with Bearer abc123secret after 401", "abc123secret"),
+        ("token in log eyJhbGciOiJIUzI1.eyJzdWIiOiIxMjM0.c2lnbmF0dXJl end", "eyJzdWIiOiIxMjM0"),
+        ("key file -----BEGIN PRIVATE KEY-----\nMIIEv-pem-body\n-----END PRIVATE KEY----- read", "pem-body"),
+        ("https://u:p@ss-word@db.example/db", "ss-word"),
+        ('[["authorization", "Basic dXNlcjpwdw=="], ["x-trace", "1"]]', "dXNlcjpwdw=="),
+        ('error "token": "unclosed-secret and the rest', "unclosed-secret"),
     ],
 )
 def test_redact_text_masks_keys_in_json_and_repr_text_headers_and_url_credentials(text, secret):
@@ -123,3 +132,25 @@ def test_every_name_airflow_s_masker_hides_by_default_is_a_secret_name_here():
     from airflow._shared.secrets_masker.secrets_masker import DEFAULT_SENSITIVE_FIELDS
 
     assert [name for name in sorted(DEFAULT_SENSITIVE_FIELDS) if not is_secret_name(name)] == []
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("prefix", ['token:"', 'password=\\"', "{'secret': '"])
+def test_an_unclosed_quote_after_a_run_of_backslashes_is_masked_in_one_pass(prefix):
+    # a quoted value that never closes after n backslashes took exponential time (n=60: days) and held
+    # the GIL, stalling the whole api-server; the alternatives inside the quotes now never overlap
+    shown = redact_text(prefix + "\\" * 10_000)
+    assert MASK in shown
+
+
+def test_a_structure_nested_deeper_than_the_limit_is_masked_not_a_recursion_error():
+    from airflow_kafka_events.inspection.redact import MAX_DEPTH
+
+    deep: object = {"password": "pw-bottom"}
+    for _ in range(5_000):
+        deep = {"a": deep}
+    shown = preview(deep)
+    assert "pw-bottom" not in shown and MASK in shown
+    text = '{"a":' * 600 + '{"password": "pw-text-bottom"}' + "}" * 600
+    assert "pw-text-bottom" not in redact_text(text)
+    assert redact([[[["x"]]]]) == [[[["x"]]]] and MAX_DEPTH >= 4

@@ -101,3 +101,18 @@ def test_mask_hides_a_secret_that_an_answer_wrote_escaped(form):
     }[form]
     expected = {"html": "***", "json": '{"sasl.password": "***"}', "json-in-html": "&#34;***&#34;"}[form]
     assert mask(f"before {written} after", [secret]) == f"before {expected} after"
+
+
+def test_every_answer_may_be_framed_by_this_site_only():
+    # clickjacking: another page of the same site framing the replay confirmation
+    from fastapi.testclient import TestClient
+
+    from airflow_kafka_events.plugin.app import FRAME_HEADERS, create_app
+
+    with TestClient(create_app(), raise_server_exceptions=False) as client:
+        for path in ("/streams", "/dead-letters/0/1/replay", "/no-such-page"):
+            answer = client.get(path)
+            assert answer.status_code >= 400, path  # not signed in
+            assert answer.headers["content-security-policy"] == "frame-ancestors 'self'", path
+            assert answer.headers["x-frame-options"] == "SAMEORIGIN", path
+    assert FRAME_HEADERS["X-Frame-Options"] == "SAMEORIGIN"

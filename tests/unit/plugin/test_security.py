@@ -50,6 +50,9 @@ def test_a_token_is_good_for_its_user_within_its_time_window_only():
     assert not valid_csrf_token(f"{int(issued) + 1}.{mac}", admin, now=NOW)  # the time is signed
     for forged in ("", "x", f"{issued}.", f".{mac}", f"{issued}.{'0' * 64}", "null"):
         assert not valid_csrf_token(forged, admin, now=NOW)
+    # forms int() or compare_digest choke on: refused (403), never an error (500)
+    for odd in (f"\u00b2{issued[1:]}.{mac}", f"{'9' * 5000}.{mac}", f"{issued}.{mac[:-1]}\u00e9"):
+        assert not valid_csrf_token(odd, admin, now=NOW)
 
 
 def test_a_token_depends_on_the_api_server_s_secret_key(monkeypatch):
