@@ -15,7 +15,9 @@
      as the ``op`` user ``bridge``): ``ingest_batches`` publishes batches 41 and 42 and fails on
      43; ``process_batch_partitioned`` gets one run per published batch, with its partition key;
    * an asset watcher in the triggerer: ``nightly_load`` fails, its DAG failure callback emits an
-     event for ``ops://investigate``, and ``investigate_failure`` runs on it.
+     event for ``ops://investigate``, and ``investigate_failure`` runs on it;
+   * Airflow's own ``MessageQueueTrigger(scheme="kafka-events")`` as a watcher: an event for
+     ``ops://reports`` emitted from outside Airflow runs ``refresh_reports``.
 
 At the end it prints the address of each page of the Kafka Events view in the Airflow UI
 (``examples/demo_ui.py``); ``make demo KEEP=1`` (``--keep-running``) leaves Airflow and the broker
@@ -54,7 +56,13 @@ from airflow_kafka_events.triggers.streaming import DEFAULT_TOPIC
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import demo_ui  # examples/demo_ui.py: the Kafka Events view, --keep-running
-from demo_watcher import FAILING_DAG, INVESTIGATE_DAG, watcher_demo  # examples/demo_watcher.py
+from demo_watcher import (  # examples/demo_watcher.py
+    FAILING_DAG,
+    INVESTIGATE_DAG,
+    REFRESH_DAG,
+    message_queue_demo,
+    watcher_demo,
+)
 
 if TYPE_CHECKING:
     from harness.airflow_stack import AirflowStack
@@ -69,7 +77,7 @@ DLQ_TOPIC = "airflow.kafka-events.dlq"
 INGEST_DAG = "ingest_batches"
 PROCESS_DAG = "process_batch_partitioned"
 ORDERS_BATCHES = "orders_batches"
-ASSET_DAGS = (INGEST_DAG, PROCESS_DAG, FAILING_DAG, INVESTIGATE_DAG)
+ASSET_DAGS = (INGEST_DAG, PROCESS_DAG, FAILING_DAG, INVESTIGATE_DAG, REFRESH_DAG)
 
 REPO = Path(__file__).resolve().parents[1]
 DEMO_DIR = REPO / ".demo"
@@ -245,7 +253,7 @@ def airflow_demo(
     t0 = time.monotonic()
     stack.start(dag_ids=["demo_streaming", "demo_iteration", *ASSET_DAGS])
     # asset-scheduled DAGs: unpaused now, so the watcher's trigger is running by part 3
-    for dag_id in (PROCESS_DAG, INVESTIGATE_DAG):
+    for dag_id in (PROCESS_DAG, INVESTIGATE_DAG, REFRESH_DAG):
         stack.unpause(dag_id)
     say(
         f"[airflow] {', '.join(stack.components)} healthy in {time.monotonic() - t0:.1f}s "
@@ -351,9 +359,17 @@ def asset_events_demo(stack: AirflowStack, bootstrap: str, home: Path, bridge_gr
         if watched
         else "[demo]   part 3, use case 2 FAILED"
     )
-    if not (ok and watched):
+    t0 = time.monotonic()
+    queued = message_queue_demo(stack, bootstrap, ASSET_EVENTS_TOPIC)
+    say(
+        f"[demo]   part 3, use case 3 OK in {time.monotonic() - t0:.1f}s: an external event ran the DAG "
+        "that Airflow's MessageQueueTrigger schedules"
+        if queued
+        else "[demo]   part 3, use case 3 FAILED"
+    )
+    if not (ok and watched and queued):
         say(stack.diagnostics())
-    return ok and watched
+    return ok and watched and queued
 
 
 def partition_bridge_demo(stack: AirflowStack, bridge: BridgeProcess) -> bool:

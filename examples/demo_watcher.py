@@ -1,11 +1,13 @@
-"""The demo's watcher step: a failed DAG run's callback emits an asset event, the Kafka watcher
-turns it into an AssetEvent, and the investigation DAG runs (part of ``examples/demo.py``)."""
+"""The demo's watcher steps (part of ``examples/demo.py``): a failed DAG run's callback emits an asset
+event, the Kafka watcher turns it into an AssetEvent, and the investigation DAG runs; an event emitted
+from outside Airflow runs a DAG whose watcher is Airflow's own ``MessageQueueTrigger``."""
 
 from __future__ import annotations
 
 import json
 import re
 import time
+import uuid
 from typing import TYPE_CHECKING, Any
 
 from airflow_kafka_events.triggers.asset_watcher import watcher_payload
@@ -16,6 +18,8 @@ if TYPE_CHECKING:
 FAILING_DAG = "nightly_load"
 INVESTIGATE_DAG = "investigate_failure"
 INVESTIGATE_ASSET = "ops://investigate"
+REFRESH_DAG = "refresh_reports"  # examples/dags/refresh_on_event.py
+REPORTS_ASSET = "ops://reports"
 
 
 def say(msg: str) -> None:
@@ -192,3 +196,33 @@ def _kill_the_triggerer(stack: AirflowStack, run_id: str) -> bool:
     say(f"[assets] kill -9 of the triggerer, restarted in {time.monotonic() - t0:.1f}s: {said}")
     say(f"[assets] the failure of run {run_id} is still {len(events)} asset event")
     return known is not None and int(known.group(1)) > 0 and len(events) == 1
+
+
+def message_queue_demo(stack: AirflowStack, bootstrap: str, topic: str) -> bool:
+    """Use case 3: ``MessageQueueTrigger(scheme="kafka-events")`` watches ``ops://reports``; an event
+    emitted from outside Airflow (``assets.external.emit``) runs ``refresh_reports``."""
+    from airflow_kafka_events.assets import external
+
+    t0 = time.monotonic()
+    extra = {"report_day": f"demo-{uuid.uuid4().hex[:8]}"}
+    receipt = external.emit(
+        REPORTS_ASSET, topic=topic, bootstrap_servers=bootstrap, producer="demo", extra=extra
+    )
+    say(
+        f"[assets] emitted {receipt.event_id} for {REPORTS_ASSET} from outside Airflow to "
+        f"{receipt.topic}[{receipt.partition}]@{receipt.offset}"
+    )
+
+    def refreshed() -> dict[str, Any] | None:
+        rows = stack.query("SELECT run_id, state FROM dag_run WHERE dag_id = ? ORDER BY id", (REFRESH_DAG,))
+        for row in rows:
+            if row["state"] == "success" and extra in stack.xcom(REFRESH_DAG, row["run_id"], "refresh"):
+                return row
+        return None
+
+    run = stack.wait_for(refreshed, 180, f"the {REFRESH_DAG} run on the event", ("scheduler", "triggerer"))
+    say(
+        f"[assets] {REFRESH_DAG} run {run['run_id']}: {run['state']} {time.monotonic() - t0:.1f}s after the "
+        f"emit; its watcher is MessageQueueTrigger(scheme='kafka-events'), it refreshed {extra}"
+    )
+    return True
