@@ -26,8 +26,8 @@ test-e2e: setup
 
 # The second supported Airflow (docs/airflow-versions.md): a venv of its own, pinned by its constraints
 # (constraints.txt with Airflow's own packages swapped), running the unit and integration suites (but the
-# `cluster` tests: Kafka clusters, no Airflow in them) and the `compat` e2e tests (one real-Airflow test
-# per feature).  `make test-compat COMPAT_AIRFLOW=3.4`
+# `cluster` and `faults` tests: Kafka clusters, broker outages and oversized records, the broker's
+# behaviour, which make test covers) and the `compat` e2e tests (one real-Airflow test per feature).  `make test-compat COMPAT_AIRFLOW=3.4`
 COMPAT_AIRFLOW ?= 3.4
 COMPAT_VENV := .venv-airflow$(COMPAT_AIRFLOW)
 COMPAT_CONSTRAINTS := constraints-airflow$(COMPAT_AIRFLOW).txt
@@ -44,7 +44,7 @@ $(COMPAT_VENV)/.installed: pyproject.toml constraints.txt $(COMPAT_CONSTRAINTS)
 	touch $@
 
 test-compat: setup $(COMPAT_VENV)/.installed
-	$(COMPAT_VENV)/bin/pytest -m "(unit or integration or compat) and not cluster" --durations=15
+	$(COMPAT_VENV)/bin/pytest -m "(unit or integration or compat) and not cluster and not faults" --durations=15
 
 lint: setup
 	$(BIN)/ruff check src tests examples benchmarks
