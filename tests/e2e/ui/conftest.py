@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 
 from harness.airflow_stack import AirflowStack
+from harness.kafka_records import record_at
 
 DAGS = Path(__file__).parent / "ui_dags"
 DAG_ID = "e2e_ui_streams"
@@ -117,36 +118,28 @@ def ui_stack(
 
 
 def _dead_letters(kafka_bootstrap: str, topics: UiTopics, receipts: list, secrets: UiSecrets) -> list:
-    from confluent_kafka import Consumer, TopicPartition
-
     from airflow_kafka_events.dlq import DeadLetter, DeadLetterReason, DeadLetterWriter
     from airflow_kafka_events.kafka.producer import get_producer
     from airflow_kafka_events.kafka.settings import KafkaSettings
 
     settings = KafkaSettings({"bootstrap.servers": kafka_bootstrap})
-    consumer = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": f"ui-seed-{uuid.uuid4().hex}"})
     writer = DeadLetterWriter(get_producer(settings.producer_config()), topics.dlq)
     out = []
-    try:
-        for receipt in receipts:
-            consumer.assign([TopicPartition(receipt.topic, receipt.partition, receipt.offset)])
-            msg = consumer.poll(15.0)
-            assert msg is not None and msg.error() is None and msg.offset() == receipt.offset, msg
-            letter = DeadLetter(
-                reason=DeadLetterReason.NOT_ALLOWED,
-                error_type="SourceNotAllowedError",
-                error_message="source external:e2e-ui is not in the allowlist",
-                source_topic=receipt.topic,
-                source_partition=receipt.partition,
-                source_offset=receipt.offset,
-                consumer=CONSUMER,
-                event_id=receipt.event_id,
-            )
-            headers = [*(msg.headers() or []), ("authorization", f"Bearer {secrets.extra_secret}".encode())]
-            delivered = writer.write(letter, value=msg.value(), key=msg.key(), headers=headers)
-            out.append((delivered.partition, delivered.offset))
-    finally:
-        consumer.close()
+    for receipt in receipts:
+        msg = record_at(kafka_bootstrap, receipt)
+        letter = DeadLetter(
+            reason=DeadLetterReason.NOT_ALLOWED,
+            error_type="SourceNotAllowedError",
+            error_message="source external:e2e-ui is not in the allowlist",
+            source_topic=receipt.topic,
+            source_partition=receipt.partition,
+            source_offset=receipt.offset,
+            consumer=CONSUMER,
+            event_id=receipt.event_id,
+        )
+        headers = [*(msg.headers() or []), ("authorization", f"Bearer {secrets.extra_secret}".encode())]
+        delivered = writer.write(letter, value=msg.value(), key=msg.key(), headers=headers)
+        out.append((delivered.partition, delivered.offset))
     return out
 
 

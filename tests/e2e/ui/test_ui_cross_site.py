@@ -30,6 +30,7 @@ import httpx
 import pytest
 
 from harness.airflow_stack import AirflowStack
+from harness.kafka_records import record_at
 
 pytestmark = pytest.mark.e2e
 
@@ -66,8 +67,6 @@ def attack_site(tmp_path_factory) -> Iterator[tuple[Path, int]]:
 
 def _dead_letter(kafka_bootstrap: str, ui_topics) -> tuple[int, int]:
     """An asset event and its dead letter, written for these tests (no DAG run needed)."""
-    from confluent_kafka import Consumer, TopicPartition
-
     from airflow_kafka_events.assets.external import emit
     from airflow_kafka_events.dlq import DeadLetter, DeadLetterReason, DeadLetterWriter
     from airflow_kafka_events.kafka.producer import get_producer
@@ -77,13 +76,7 @@ def _dead_letter(kafka_bootstrap: str, ui_topics) -> tuple[int, int]:
         f"kafka-events://e2e-csrf/{uuid.uuid4().hex[:6]}", extra={"rows": 1}, producer="e2e-csrf",
         topic=ui_topics.asset_events, bootstrap_servers=kafka_bootstrap,
     )  # fmt: skip
-    consumer = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": f"csrf-{uuid.uuid4().hex}"})
-    try:
-        consumer.assign([TopicPartition(receipt.topic, receipt.partition, receipt.offset)])
-        msg = consumer.poll(15.0)
-        assert msg is not None and msg.error() is None and msg.offset() == receipt.offset, msg
-    finally:
-        consumer.close()
+    msg = record_at(kafka_bootstrap, receipt)
     letter = DeadLetter(
         reason=DeadLetterReason.NOT_ALLOWED, error_type="SourceNotAllowedError", error_message="not allowed",
         source_topic=receipt.topic, source_partition=receipt.partition, source_offset=receipt.offset,

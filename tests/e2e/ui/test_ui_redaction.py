@@ -18,6 +18,7 @@ from urllib.parse import quote
 import pytest
 
 from harness.airflow_stack import AirflowStack
+from harness.kafka_records import record_at
 from integration.cli.test_inspection_cli import cli
 
 pytestmark = pytest.mark.e2e
@@ -35,7 +36,6 @@ class Leaks:
 
 @pytest.fixture(scope="module")
 def leaks(ui_stack: AirflowStack, kafka_bootstrap: str, ui_topics) -> Leaks:
-    from confluent_kafka import Consumer, TopicPartition
 
     from airflow_kafka_events.assets.external import emit
     from airflow_kafka_events.codec import TRIGGER_EVENT_CODEC
@@ -59,13 +59,7 @@ def leaks(ui_stack: AirflowStack, kafka_bootstrap: str, ui_topics) -> Leaks:
         bootstrap_servers=kafka_bootstrap,
     )  # fmt: skip
     settings = KafkaSettings({"bootstrap.servers": kafka_bootstrap})
-    consumer = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": f"leaks-{uuid.uuid4().hex}"})
-    try:
-        consumer.assign([TopicPartition(receipt.topic, receipt.partition, receipt.offset)])
-        msg = consumer.poll(15.0)
-        assert msg is not None and msg.error() is None and msg.offset() == receipt.offset, msg
-    finally:
-        consumer.close()
+    msg = record_at(kafka_bootstrap, receipt)
     letter = DeadLetter(
         reason=DeadLetterReason.NOT_ALLOWED,
         error_type="ValueError",

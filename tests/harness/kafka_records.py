@@ -1,0 +1,20 @@
+"""Reading back one record a test wrote (the emit receipt's coordinates) from a real broker."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+
+def record_at(bootstrap: str, receipt: Any, timeout: float = 15.0) -> Any:
+    """The ``confluent_kafka.Message`` at ``receipt``'s topic, partition and offset."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"read-back-{uuid.uuid4().hex}"})
+    try:
+        consumer.assign([TopicPartition(receipt.topic, receipt.partition, receipt.offset)])
+        msg = consumer.poll(timeout)
+    finally:
+        consumer.close()
+    assert msg is not None and msg.error() is None and msg.offset() == receipt.offset, msg
+    return msg
