@@ -21,7 +21,7 @@
 
 At the end it prints the address of each page of the Kafka Events view in the Airflow UI
 (``examples/demo_ui.py``); ``make demo KEEP=1`` (``--keep-running``) leaves Airflow and the broker
-running for a look until Ctrl-C; ``--screenshots DIR`` saves a picture of each page (the README's).
+running for a look until Ctrl-C; ``--screenshots DIR`` saves a picture of each page (the documentation's).
 ``make demo TOPOLOGY=production`` (``--topology production``) runs Airflow as the e2e tests do:
 PostgreSQL, the CeleryExecutor on Redis with two workers, two triggerers (docs/production-topology.md).
 

@@ -4,7 +4,7 @@
 producer the bridge does not allow, so the view has a dead letter to show; :func:`ui_demo` asks
 every page of the view on the demo's Airflow (as the ``admin`` user, through the api-server, as
 the UI's frame does) and prints, per page, its address in the Airflow UI and what it shows;
-:func:`save_screenshots` (``examples/demo.py --screenshots DIR``) saves the README's pictures of
+:func:`save_screenshots` (``examples/demo.py --screenshots DIR``) saves the documentation's pictures of
 the pages from the demo's data with headless Chromium; :func:`stay_open` keeps everything running
 until Ctrl-C (``make demo KEEP=1``, ``examples/demo.py --keep-running``), after which the caller
 stops Airflow and the broker as usual.

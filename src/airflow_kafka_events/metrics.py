@@ -32,21 +32,44 @@ log = logging.getLogger(__name__)
 ENV_SINK = "AIRFLOW_KAFKA_EVENTS_METRICS"
 
 # ----------------------------------------------------------------------------- names
+# Each name's ``#:`` line is its entry in the documentation's metrics reference (type; tags; what).
+#: timer (ms); role, topic; emit → Kafka acknowledgement (acks=all) of an asset event
 EMIT_LATENCY = "kafka_events.emit.latency"
+#: counter; role, topic; records acknowledged by Kafka
 DELIVERED = "kafka_events.producer.delivered"
+#: timer (ms), ``.<role>``; role, topic; send → acknowledgement; role ``emit``, ``stream``,
+#: ``dead_letter``, ``iteration_results``, ``default``, ``other``
 DELIVERY_TIME = "kafka_events.producer.delivery_time"
-DELIVERY_FAILED = "kafka_events.producer.delivery_failed"  # + .<cause>
-DLQ_RECORDS = "kafka_events.dlq.records"  # + .<reason>
+#: counter, ``.<cause>``; role, topic; failed deliveries: ``not_sent``, ``outcome_unknown``,
+#: ``too_large``, ``authentication``, ``tls``, ``other``
+DELIVERY_FAILED = "kafka_events.producer.delivery_failed"
+#: counter, ``.<reason>``; consumer (``watcher``/``bridge``), source_topic; dead letters by reason
+#: (``undecodable``, ``signature_invalid``, ``unknown_asset``, …)
+DLQ_RECORDS = "kafka_events.dlq.records"
+#: counter; topic; pages a streaming trigger wrote (acknowledged)
 PAGES_WRITTEN = "kafka_events.stream.pages_written"
-STREAMS_ENDED = "kafka_events.stream.ended"  # + .complete / .failed
+#: counter, ``.complete`` / ``.failed``; no tags; stream attempts that ended (``failed``: ``pages()`` raised)
+STREAMS_ENDED = "kafka_events.stream.ended"
+#: counter; topic; pages a stream consumer (operator, ``@task.stream_consumer``, a resumed streaming
+#: task) handed to its handler
 PAGES_HANDLED = "kafka_events.stream.pages_handled"
+#: timer (ms); topic; how long a consumer's handler took for one batch
 BATCH_TIME = "kafka_events.stream.batch_time"
+#: gauge; topic; seconds between a batch's last page being written and being handled
 CONSUMER_LAG = "kafka_events.stream.consumer_lag"
+#: counter; topic; envelopes a watcher turned into Airflow asset events
 WATCHER_EVENTS_FIRED = "kafka_events.watcher.events_fired"
+#: gauge; topic, partition; records behind the partition's end (at most once a second per partition)
 WATCHER_LAG = "kafka_events.watcher.lag"
+#: counter, ``.<ErrorType>``; no tags; failures inside a watcher's admission (dead-lettered
+#: ``internal-error``)
 WATCHER_ERRORS = "kafka_events.watcher.errors"
-BRIDGE_RECORDS = "kafka_events.bridge.records"  # + .<outcome>
+#: counter, ``.<outcome>``; topic; ``posted``, ``already_present``, ``duplicate``, ``dead_lettered``,
+#: ``skipped``
+BRIDGE_RECORDS = "kafka_events.bridge.records"
+#: gauge; topic, partition; records behind the partition's end
 BRIDGE_LAG = "kafka_events.bridge.lag"
+#: counter, ``.<ErrorType>``; no tags; the fatal error a bridge stopped with
 BRIDGE_ERRORS = "kafka_events.bridge.errors"
 
 #: Producer roles that get a name of their own; any other role is reported as ``other``.

@@ -114,6 +114,23 @@ def get_provider_info() -> dict[str, Any]:
                         "example": None,
                         "default": "airflow.trigger-events",
                     },
+                    "watcher_stops_topic": {
+                        "description": (
+                            "Compacted topic of the asset watchers' clean-stop marks (made by `topics "
+                            "ensure`).\n"
+                        ),
+                        "version_added": "0.1.0",
+                        "type": "string",
+                        "example": None,
+                        "default": "airflow.kafka-events.watcher-stops",
+                    },
+                    "asset_event_max_extra_bytes": {
+                        "description": "Bound on an emitted asset event's extra, as compact UTF-8 JSON.\n",
+                        "version_added": "0.1.0",
+                        "type": "integer",
+                        "example": None,
+                        "default": "65536",
+                    },
                     "topic_partitions": {
                         "description": "Partitions of the topics `topics ensure` creates.\n",
                         "version_added": "0.1.0",
@@ -141,6 +158,69 @@ def get_provider_info() -> dict[str, Any]:
                         "type": "integer",
                         "example": None,
                         "default": None,
+                    },
+                    "ui_kafka_config_id": {
+                        "description": "The Airflow Kafka connection the Kafka Events view reads with.\n",
+                        "version_added": "0.1.0",
+                        "type": "string",
+                        "example": None,
+                        "default": "kafka_default",
+                    },
+                    "ui_window_minutes": {
+                        "description": (
+                            "How far back a page of the view scans by default (at most 31 days).\n"
+                        ),
+                        "version_added": "0.1.0",
+                        "type": "integer",
+                        "example": None,
+                        "default": "1440",
+                    },
+                    "ui_max_records": {
+                        "description": (
+                            "The newest records per partition a page of the view reads by default "
+                            "(at most 20000).\n"
+                        ),
+                        "version_added": "0.1.0",
+                        "type": "integer",
+                        "example": None,
+                        "default": "1000",
+                    },
+                    "ui_stuck_after_seconds": {
+                        "description": "A running stream silent this long is listed as stuck on Health.\n",
+                        "version_added": "0.1.0",
+                        "type": "integer",
+                        "example": None,
+                        "default": "600",
+                    },
+                    "ui_bridge_group_ids": {
+                        "description": "The partition bridges' consumer groups Health shows (commas).\n",
+                        "version_added": "0.1.0",
+                        "type": "string",
+                        "example": None,
+                        "default": "airflow-kafka-events.bridge",
+                    },
+                    "ui_freeze_heap": {
+                        "description": (
+                            "At the view's first request, collect garbage once and gc.freeze() the "
+                            "api-server's heap, so later full collections walk only what was made since "
+                            "(milliseconds, not 0.4-1.6 s in some request); objects already alive then "
+                            "that later die in a reference cycle are not reclaimed. false leaves the "
+                            "api-server's collector alone.\n"
+                        ),
+                        "version_added": "0.1.0",
+                        "type": "boolean",
+                        "example": None,
+                        "default": "true",
+                    },
+                    "replay_extra_target_topics": {
+                        "description": (
+                            "Topics (commas) a dead-letter replay from the view may publish to besides "
+                            "the dead letter's source topic. Empty: the source topic only.\n"
+                        ),
+                        "version_added": "0.1.0",
+                        "type": "string",
+                        "example": None,
+                        "default": "",
                     },
                 },
             }

@@ -47,6 +47,7 @@ EXPECTED_TOPICS = {
     "airflow.trigger-events": 3,
     "airflow.asset-events": 3,
     "airflow.kafka-events.dlq": 1,
+    "airflow.kafka-events.watcher-stops": 3,
 }
 
 COMMON_ENV = {

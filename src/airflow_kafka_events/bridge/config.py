@@ -62,12 +62,19 @@ __all__ = [
 ]
 
 ENV_PREFIX = "AIRFLOW_KAFKA_EVENTS_BRIDGE_"
+#: The Airflow api-server's base URL, as ``--api-url``.
 ENV_API_URL = ENV_PREFIX + "API_URL"
+#: The Airflow user the bridge signs in as, as ``--username``.
 ENV_USERNAME = ENV_PREFIX + "USERNAME"
+#: That user's password (never a flag); ``_PASSWORD_FILE`` is read first.
 ENV_PASSWORD = ENV_PREFIX + "PASSWORD"
+#: A file holding that user's password, as ``--password-file``.
 ENV_PASSWORD_FILE = ENV_PREFIX + "PASSWORD_FILE"
+#: The asset events topic the bridge consumes, as ``--topic``.
 ENV_TOPIC = ENV_PREFIX + "TOPIC"
+#: The bridge's consumer group, as ``--group``.
 ENV_GROUP = ENV_PREFIX + "GROUP"
+#: The dead-letter topic, as ``--dlq-topic``.
 ENV_DLQ_TOPIC = ENV_PREFIX + "DLQ_TOPIC"
 #: Comma-separated asset patterns (as ``--asset``).
 ENV_ASSETS = ENV_PREFIX + "ASSETS"
@@ -75,8 +82,9 @@ ENV_ASSETS = ENV_PREFIX + "ASSETS"
 ENV_ALLOW = ENV_PREFIX + "ALLOW"
 #: Files of signing keys, separated by ``os.pathsep`` (as ``--signing-key-file``).
 ENV_SIGNING_KEY_FILES = ENV_PREFIX + "SIGNING_KEY_FILES"
-#: Size limits of the admission pipeline (bytes), as ``BridgeConfig.max_record_bytes`` / ``max_extra_bytes``.
+#: Size limit of a record (value, key and headers, bytes), as ``BridgeConfig.max_record_bytes``.
 ENV_MAX_RECORD_BYTES = ENV_PREFIX + "MAX_RECORD_BYTES"
+#: Size limit of an envelope's ``extra`` (compact JSON, bytes), as ``BridgeConfig.max_extra_bytes``.
 ENV_MAX_EXTRA_BYTES = ENV_PREFIX + "MAX_EXTRA_BYTES"
 #: Fault injection for tests: ``exit-after-post`` or ``exit-after-post:<partition key>``.
 ENV_FAULT = ENV_PREFIX + "FAULT"

@@ -25,7 +25,9 @@ from typing import Any
 
 from airflow_kafka_events.errors import ConfigurationError
 
+#: ``bootstrap.servers`` outside Airflow, as ``--bootstrap-servers``.
 ENV_BOOTSTRAP = "KAFKA_BOOTSTRAP_SERVERS"
+#: A librdkafka ``.properties`` file outside Airflow, as ``--properties``.
 ENV_PROPERTIES_FILE = "AIRFLOW_KAFKA_EVENTS_PROPERTIES"
 
 #: Keys that only make sense for one role; stripped from the others so that librdkafka

@@ -22,7 +22,9 @@ DEFAULT_KAFKA_VERSION = "4.4.0"
 DEFAULT_PORT = 39092
 DEFAULT_CONTROLLER_PORT = 39093
 
+#: Cache directory of the embedded broker's jars (default ``~/.cache/airflow-kafka-events``).
 ENV_CACHE = "AIRFLOW_KAFKA_EVENTS_CACHE"
+#: State directory of the embedded broker (ports, cluster id, pid, logs), as ``--state-dir``.
 ENV_STATE = "AIRFLOW_KAFKA_EVENTS_STATE"
 #: Extra JVM options appended after the defaults (so they win), e.g. ``-XX:TieredStopAtLevel=4``.
 ENV_JVM_OPTS = "AIRFLOW_KAFKA_EVENTS_KAFKA_JVM_OPTS"

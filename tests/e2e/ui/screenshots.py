@@ -1,4 +1,4 @@
-"""Screenshots of the Kafka Events view's pages for the README, from a running Airflow (e.g. the demo's).
+"""Screenshots of the Kafka Events view's pages for the docs, from a running Airflow (e.g. the demo's).
 
     .venv/bin/python examples/demo.py --screenshots docs   # the demo, then the screenshots
     # or, with a demo left running (make demo KEEP=1; it prints the Airflow address):

@@ -6,7 +6,7 @@ empty fields --, the asset events and the health page, opens a dead letter
 (its secrets masked), replays it after confirming, and opens the stream of a task instance from
 its tab.  The viewer sees the same dead letter with the replay button disabled, and a POST sent
 from the page anyway is refused (403).  Assertions are on the DOM; screenshots are saved in the
-artifacts directory (the README's images come from the demo's data instead:
+artifacts directory (the documentation's images come from the demo's data instead:
 ``examples/demo.py --screenshots docs``).
 """
 
