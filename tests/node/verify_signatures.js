@@ -1,7 +1,7 @@
 #!/usr/bin/env node
 // Verifies asset event signature test vectors without any of the Python package's code:
 // avsc decodes the envelope bytes with the .avsc schema, node's crypto computes HMAC-SHA256 over
-// the version 2 signed bytes rebuilt from the decoded record as the README / authz.py specify.
+// the version 2 signed bytes rebuilt from the decoded record as docs/asset-watcher.md / authz.py specify.
 //
 //   node tests/node/verify_signatures.js [--schema PATH] VECTOR.json|DIR ...
 //

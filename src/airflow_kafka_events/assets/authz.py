@@ -57,8 +57,8 @@ envelope bytes, signature) are in ``tests/vectors/signatures``.
 re-serialization of the parsed ``extra`` that other languages cannot reproduce for some numbers.
 :func:`sign_envelope` makes version 2 only; :func:`verify_envelope` still accepts version 1
 (logging one warning per process) unless ``accept_v1=False``, for the deprecation window the
-README states.  The two cannot be confused: a version 1 signature is 32 bytes, a version 2 one
-35, and the recipes differ.
+documentation states (docs/asset-watcher.md).  The two cannot be confused: a version 1 signature
+is 32 bytes, a version 2 one 35, and the recipes differ.
 
 :func:`verify_envelope` recomputes the digest with each accepted key (key rotation: the current
 key first, then previous ones) and compares in constant time.  Keys are ``bytes`` or ``str``
