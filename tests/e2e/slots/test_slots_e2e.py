@@ -1,6 +1,8 @@
 """Consumers that do not hold a worker slot while they wait, through a real Airflow.
 
-A stack of its own with ``[core] parallelism = 2`` (the shared one has 4): 4 producer/consumer
+A stack of its own on the e2e topology (``e2e_topology``; in CI PostgreSQL, two triggerers and two
+Celery workers of concurrency 1) with ``[core] parallelism = 2`` (the shared one has 4), so that
+exactly two worker slots exist: 4 producer/consumer
 pairs whose consumers are queued first (higher ``priority_weight``) take both slots. In-worker
 consumers would keep the producers from ever starting (all four failed with
 ``StreamNotStartedError``); deferrable ones give their slots back while idle: every pair
@@ -9,7 +11,8 @@ consumer that fails its first try on page 30 resumes at its checkpoint.
 
 With the defaults (no ``deferrable`` argument, ``default_deferrable`` off) the same case
 succeeds too: ``StreamConsumerOperator``, ``@task.stream_consumer`` and ``@task.iterable``
-consumers give their slots back by a reschedule (see ``slots_dags/e2e_slots_defaults.py``).
+consumers give their slots back by a reschedule (see ``slots_dags/e2e_slots_defaults.py``); never
+more than two tasks run at once, and on the production topology they ran on both Celery workers.
 
 On the same stack: an ``@task.iterable`` task over a stream whose producer pauses defers
 while idle and goes on after the pause (order kept, each item once, its retry resumed at the
@@ -27,7 +30,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.airflow_stack import AirflowStack
+from harness.airflow_stack import CELERY_WORKERS, AirflowStack
 
 pytestmark = pytest.mark.e2e
 
@@ -38,10 +41,11 @@ START_CLOCK_DAG = "e2e_slots_start_clock"
 DEFAULTS_DAG = "e2e_slots_defaults"
 PAIRS = 4
 PAGES = 60
+SLOTS = 2
 
 
 @pytest.fixture(scope="module")
-def slots_stack(tmp_path_factory, kafka_bootstrap, trigger_events_topic):
+def slots_stack(tmp_path_factory, kafka_bootstrap, trigger_events_topic, e2e_topology):
     dags = tmp_path_factory.mktemp("slots-dags")
     for dag_file in DAGS.glob("*.py"):
         shutil.copy2(dag_file, dags / dag_file.name)
@@ -50,8 +54,15 @@ def slots_stack(tmp_path_factory, kafka_bootstrap, trigger_events_topic):
             {"conn_type": "kafka", "extra": {"bootstrap.servers": kafka_bootstrap}}
         ),
     }
+    # 2 slots: [core] parallelism = 2 and, on the production topology, one task process per Celery
+    # worker (2 workers x concurrency 1)
     stack = AirflowStack(
-        home=tmp_path_factory.mktemp("slots-home"), dags_folder=dags, extra_env=env, parallelism=2
+        home=tmp_path_factory.mktemp("slots-home"),
+        dags_folder=dags,
+        extra_env=env,
+        parallelism=SLOTS,
+        topology=e2e_topology,
+        worker_concurrency=SLOTS // len(CELERY_WORKERS),
     )
     try:
         stack.start(timeout=400.0, dag_ids=[DAG_ID, ITERATE_DAG, START_CLOCK_DAG, DEFAULTS_DAG])
@@ -118,6 +129,14 @@ def test_with_the_defaults_consumers_queued_first_reschedule_and_every_pair_comp
     log = stack.state_change_log(DEFAULTS_DAG, run_id=run_id)
     running = [row["task_id"] for row in log if row["event"] == "running"]
     assert all(task.startswith("consume_") for task in running[:2]), running
+    # only two slots existed: never more than two task processes ran at once
+    assert _most_running_at_once(log) <= SLOTS, log
+    if stack.topology == "production":
+        # every task ran on a Celery worker; both workers' single slots were used
+        hosts = {
+            t["task_id"]: str(t["hostname"]).split("@")[0] for t in stack.task_instances(DEFAULTS_DAG, run_id)
+        }
+        assert set(hosts.values()) == {hostname for hostname, _ in CELERY_WORKERS.values()}, hosts
     # no triggerer was used by a consumer: they gave their slots back by rescheduling
     consumers = {f"consume_{i}" for i in range(PAIRS)}
     assert not {row["task_id"] for row in log if row["event"] == "deferred"} & consumers, log
@@ -136,6 +155,23 @@ def test_with_the_defaults_consumers_queued_first_reschedule_and_every_pair_comp
         assert stack.xcom(DEFAULTS_DAG, run_id, task_id)["finished"], task_id
     print(f"\n{DEFAULTS_DAG}: {PAIRS} pairs on 2 slots with the defaults in {elapsed:.1f}s; {reschedules}")
     print(f"seconds from up_for_reschedule to running again: {_slot_back_gaps(log, 'up_for_reschedule')}")
+
+
+def _most_running_at_once(log: list[dict]) -> int:
+    """The most task instances in ``running`` at one time, from the state-change log (oldest first):
+    a task runs from its ``running`` row to its next row of a state it leaves its worker in."""
+    most, now = 0, set()
+    for row in log:
+        key = (row["task_id"], row.get("map_index"))
+        if row["event"] == "running":
+            now.add(key)
+            most = max(most, len(now))
+        elif row["event"] in _LEFT_ITS_WORKER:
+            now.discard(key)
+    return most
+
+
+_LEFT_ITS_WORKER = {"success", "failed", "up_for_retry", "up_for_reschedule", "deferred", "skipped"}
 
 
 def _slot_back_gaps(log: list[dict], event: str) -> list[float]:
