@@ -2,16 +2,19 @@
 
 The Airflow side of the production topology is exercised by every e2e test on the shared stack; these
 check what those tests rely on without starting Airflow: the configuration each topology gives its
-components, that two stacks never share a database or a broker, a real ``redis-server`` started and
-stopped, and that a StatsD line is attributed to the process (and parents) that sent it.
+components, that two stacks never share a database or a broker, the order in which a stack stops its
+components, a real ``redis-server`` started and stopped, and that a StatsD line is attributed to the
+process (and parents) that sent it.
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -70,6 +73,34 @@ def test_unknown_topologies_and_sqlite_in_production_are_refused(tmp_path: Path)
         AirflowStack(tmp_path, tmp_path, topology="cluster")
     with pytest.raises(ValueError, match="PostgreSQL"):
         AirflowStack(tmp_path, tmp_path, topology="production", database="sqlite")
+
+
+def test_stop_terminates_the_components_of_a_round_side_by_side_and_the_api_server_last(
+    tmp_path: Path,
+) -> None:
+    """Each stand-in component notes when it got SIGTERM and takes 1.5 s to exit."""
+    stack = AirflowStack(tmp_path / "home", tmp_path / "dags", topology="production")
+    stack.log_dir.mkdir(parents=True)
+    noted = tmp_path / "sigterm.txt"
+    for name, comp in stack.components.items():
+        comp.log_fh = comp.log_path.open("ab")
+        on_term = f"echo {name} $(date +%s.%N) >> {noted}; sleep 1.5; exit 0"
+        comp.proc = subprocess.Popen(
+            ["bash", "-c", f"trap '{on_term}' TERM; sleep 60 & wait"], start_new_session=True
+        )
+    time.sleep(0.5)  # every trap is set before the first signal
+    assert all(comp.running for comp in stack.components.values())
+    stack.stop()
+    assert not any(comp.running for comp in stack.components.values())
+    term = {name: float(at) for name, at in (line.split() for line in noted.read_text().splitlines())}
+    assert set(term) == set(stack.components)
+    rounds = [[*CELERY_WORKERS, "triggerer-2"], ["scheduler", "triggerer", "dag-processor"], ["api-server"]]
+    for earlier, later in itertools.pairwise(rounds):
+        # a round starts once the previous one exited (each takes 1.5 s after its signal) ...
+        assert min(term[n] for n in later) >= max(term[n] for n in earlier) + 1.4, term
+    for names in rounds:
+        # ... and signals its components together, not one after another's exit
+        assert max(term[n] for n in names) - min(term[n] for n in names) < 1.2, term
 
 
 def test_a_local_redis_answers_on_its_own_port_and_is_gone_after_stop() -> None:
