@@ -17,6 +17,7 @@ BENCHMARKS = {
     "watcher-throughput": "benchmarks.watcher_throughput",
     "stream-slots": "benchmarks.stream_slots",
     "ui-pages": "benchmarks.ui_pages",
+    "consumer-wait": "benchmarks.consumer_wait_latency",
 }
 
 

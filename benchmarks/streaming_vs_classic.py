@@ -73,9 +73,10 @@ class Environment:
 
 @contextlib.contextmanager
 def airflow_environment(
-    dag_ids: Sequence[str], *, prefix: str, keep_home: bool = False
+    dag_ids: Sequence[str], *, prefix: str, keep_home: bool = False, topology: str = "embedded"
 ) -> Iterator[Environment]:
-    """Start the broker (unless ``KAFKA_BOOTSTRAP_SERVERS``) and the Airflow stack; stop both after.
+    """Start the broker (unless ``KAFKA_BOOTSTRAP_SERVERS``) and the Airflow stack (of ``topology``,
+    see tests/harness/airflow_stack.py); stop both after.
 
     Both are stopped through their own APIs, by the pids they started.  The Airflow home (logs,
     metadata DB) is a temporary directory, removed afterwards unless ``keep_home`` or the body
@@ -103,7 +104,10 @@ def airflow_environment(
         del admin
         conn = {"conn_type": "kafka", "extra": {"bootstrap.servers": bootstrap}}
         stack = AirflowStack(
-            scratch / "airflow", DAGS_FOLDER, {"AIRFLOW_CONN_KAFKA_DEFAULT": json.dumps(conn)}
+            scratch / "airflow",
+            DAGS_FOLDER,
+            {"AIRFLOW_CONN_KAFKA_DEFAULT": json.dumps(conn)},
+            topology=topology,
         )
         stack.start(dag_ids=list(dag_ids))
         started_in = time.monotonic() - t0
