@@ -24,6 +24,12 @@ class AirflowStackError(RuntimeError):
     """A component failed to start, died, or a wait ran past its deadline."""
 
 
+def json_column(value: Any) -> Any:
+    """A JSON column of a :meth:`RunsAndMetadata.query` row as Python: SQLite gives its text,
+    PostgreSQL (the production topology) the decoded value."""
+    return json.loads(value) if isinstance(value, (str, bytes)) else value
+
+
 def _q(value: str) -> str:
     """Quote one path segment of a REST URL."""
     return quote(value, safe="")

@@ -8,7 +8,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pytest
@@ -16,6 +15,7 @@ import pytest
 from airflow_kafka_events.airflow_versions import watcher_queues_supported
 from airflow_kafka_events.assets import external
 from airflow_kafka_events.kafka.topics import TopicSpec, ensure_topics
+from harness.airflow_runs import json_column
 from harness.airflow_stack import AirflowStack
 
 pytestmark = [
@@ -70,7 +70,7 @@ def _runs_and_events(stack: AirflowStack, dag_id: str) -> dict[int, list[str]]:
     runs: dict[int, list[str]] = {}
     for row in rows:
         events = runs.setdefault(row["run"], [])
-        extra = json.loads(row["extra"]) if isinstance(row["extra"], str) else row["extra"]
+        extra = json_column(row["extra"])
         if extra:
             events.append(extra["payload"]["event_id"])
     return runs

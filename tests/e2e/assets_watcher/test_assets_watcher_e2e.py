@@ -35,6 +35,7 @@ from airflow_kafka_events.dlq import DeadLetter
 from airflow_kafka_events.kafka.producer import get_producer
 from airflow_kafka_events.kafka.settings import KafkaSettings
 from airflow_kafka_events.triggers.asset_stream import state_key
+from harness.airflow_runs import json_column
 from harness.airflow_stack import AirflowStack
 
 pytestmark = pytest.mark.e2e
@@ -110,7 +111,7 @@ def _asset_events(stack: AirflowStack, uri: str) -> list[dict[str, Any]]:
         (uri,),
     )
     for row in rows:
-        row["extra"] = json.loads(row["extra"]) if isinstance(row["extra"], str) else row["extra"]
+        row["extra"] = json_column(row["extra"])
         row["payload"] = (row["extra"] or {}).get("payload") or {}
     return rows
 

@@ -17,7 +17,6 @@ partition keys (the asset and the DAGs are shared by the session).
 
 from __future__ import annotations
 
-import json
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -30,6 +29,7 @@ from confluent_kafka import Consumer, TopicPartition
 from airflow_kafka_events.assets.external import emit
 from airflow_kafka_events.bridge.service import FAULT_EXIT_CODE
 from airflow_kafka_events.dlq import DeadLetter
+from harness.airflow_runs import json_column
 from harness.airflow_stack import AirflowStack
 from harness.bridge_process import BridgeProcess
 
@@ -94,7 +94,7 @@ def asset_events(stack: AirflowStack, keys: set[str]) -> list[dict[str, Any]]:
     events = []
     for row in rows:
         if row["partition_key"] in keys:
-            row["extra"] = json.loads(row["extra"]) if isinstance(row["extra"], str) else row["extra"]
+            row["extra"] = json_column(row["extra"])
             events.append(row)
     return events
 
