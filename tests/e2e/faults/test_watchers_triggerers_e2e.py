@@ -1,7 +1,8 @@
 """Asset watchers on several triggerers of a real Airflow: nothing lost, nothing twice.
 
-A stack of its own (api-server, scheduler, dag-processor and 2, then 3 triggerers whose
-``[triggerer] capacity`` forces Airflow to spread the six watchers over all of them), one
+A stack of its own on the e2e topology (``e2e_topology``: PostgreSQL and two Celery workers in CI)
+with 2, then 3 triggerers whose ``[triggerer] capacity`` forces Airflow to spread the six watchers
+over all of them (the production topology's ``triggerer-2`` is the second one), one
 3-partition topic, one Kafka connection with one ``group.id`` -- before the watchers read with
 assigned partitions, this setup lost 60 of 120 events silently.
 
@@ -38,6 +39,7 @@ from airflow_kafka_events.envelopes import AssetRef, EventSource, SourceKind
 from airflow_kafka_events.kafka.producer import get_producer
 from airflow_kafka_events.kafka.settings import KafkaSettings
 from airflow_kafka_events.kafka.topics import TopicSpec, ensure_topics
+from harness.airflow_runs import json_column
 from harness.airflow_stack import AirflowStack
 
 pytestmark = [pytest.mark.e2e, pytest.mark.faults]
@@ -47,7 +49,7 @@ DAG_FILE = Path(__file__).parent / "watcher_dags" / "e2e_watchers_multi.py"
 
 
 @pytest.fixture(scope="module")
-def multi(tmp_path_factory, kafka_bootstrap, kafka_admin):
+def multi(tmp_path_factory, kafka_bootstrap, kafka_admin, e2e_topology):
     run = uuid.uuid4().hex[:8]
     topic = f"e2e.watchers.multi.{run}"
     stops = f"e2e.watchers.stops.{run}"
@@ -71,13 +73,18 @@ def multi(tmp_path_factory, kafka_bootstrap, kafka_admin):
             }
         ),
     }
-    stack = AirflowStack(home=tmp_path_factory.mktemp("multi-home"), dags_folder=dags, extra_env=env)
+    stack = AirflowStack(
+        home=tmp_path_factory.mktemp("multi-home"), dags_folder=dags, extra_env=env, topology=e2e_topology
+    )
     stack.enable_watcher_recheck()  # after an unclean stop, watchers ask the api-server what exists
-    stack.components["triggerer"].env["AIRFLOW__TRIGGERER__CAPACITY"] = "3"
-    stack.add_triggerer("triggerer-2", {"AIRFLOW__TRIGGERER__CAPACITY": "3"})
+    if "triggerer-2" not in stack.components:  # the embedded topology has one triggerer
+        stack.add_triggerer("triggerer-2")
+    for name in ("triggerer", "triggerer-2"):
+        stack.components[name].env["AIRFLOW__TRIGGERER__CAPACITY"] = "3"
     try:
         stack.start(timeout=400.0, dag_ids=["e2e_watchers_multi"])
-        stack.restart_component("triggerer-2")
+        if not stack.components["triggerer-2"].running:
+            stack.restart_component("triggerer-2")
         yield stack, topic
     finally:
         stack.stop()
@@ -103,11 +110,12 @@ def _publish(bootstrap: str, topic: str, per_asset: int, *, pause: float = 0.0) 
 
 def _event_ids(stack: AirflowStack) -> Counter[str]:
     rows = stack.query(
-        "SELECT ae.extra FROM asset_event ae JOIN asset a ON a.id = ae.asset_id WHERE a.uri LIKE 'e2e://multi/%'"
+        "SELECT ae.extra FROM asset_event ae JOIN asset a ON a.id = ae.asset_id WHERE a.uri LIKE ?",
+        ("e2e://multi/%",),
     )
     found: Counter[str] = Counter()
     for row in rows:
-        extra = json.loads(row["extra"]) if isinstance(row["extra"], str) else row["extra"]
+        extra = json_column(row["extra"])
         found[((extra or {}).get("payload") or {}).get("event_id")] += 1
     return found
 
