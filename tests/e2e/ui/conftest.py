@@ -1,6 +1,7 @@
 """One Airflow deployment for the Kafka Events view tests (API and browser), seeded with data.
 
-* ``ui_stack`` -- api-server, scheduler, triggerer, dag-processor with the users ``admin`` (admin),
+* ``ui_stack`` -- a deployment of its own on the e2e topology (``e2e_topology``: PostgreSQL, two
+  Celery workers and two triggerers in CI) with the users ``admin`` (admin),
   ``viewer`` (viewer) and ``bridge`` (op, the partition bridge's); its Kafka connection carries a
   password and a secret in its extras, a second connection a signing key: none of them may reach a
   page.  Asset events and dead letters go to topics of their own (``[kafka_events]
@@ -86,7 +87,12 @@ def ui_topics(kafka_admin, trigger_events_topic) -> UiTopics:
 
 @pytest.fixture(scope="package")
 def ui_stack(
-    tmp_path_factory, kafka_bootstrap: str, ui_topics: UiTopics, ui_secrets: UiSecrets, ui_bridge_group: str
+    tmp_path_factory,
+    kafka_bootstrap: str,
+    ui_topics: UiTopics,
+    ui_secrets: UiSecrets,
+    ui_bridge_group: str,
+    e2e_topology: str,
 ) -> Iterator[AirflowStack]:
     dags = tmp_path_factory.mktemp("ui-dags")
     for path in DAGS.glob("*.py"):
@@ -108,7 +114,11 @@ def ui_stack(
         "AIRFLOW__KAFKA_EVENTS__UI_BRIDGE_GROUP_IDS": ui_bridge_group,
     }
     stack = AirflowStack(
-        home=tmp_path_factory.mktemp("ui-home"), dags_folder=dags, extra_env=env, users=USERS
+        home=tmp_path_factory.mktemp("ui-home"),
+        dags_folder=dags,
+        extra_env=env,
+        users=USERS,
+        topology=e2e_topology,
     )
     try:
         stack.start(timeout=400.0, dag_ids=[DAG_ID])

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from airflow_kafka_events.assets.external import emit
+from harness.airflow_runs import json_column
 from harness.airflow_stack import AirflowStack
 from harness.bridge_process import BridgeProcess
 
@@ -103,7 +104,7 @@ def test_health_shows_a_running_bridge_its_lag_and_last_post_then_that_it_stoppe
             "SELECT ae.id, ae.extra FROM asset_event ae JOIN asset a ON a.id = ae.asset_id WHERE a.name = ?",
             (ASSET_NAME,),
         )
-        return {json.loads(r["extra"])["airflow_kafka_events"]["event_id"]: r["id"] for r in rows}
+        return {json_column(r["extra"])["airflow_kafka_events"]["event_id"]: r["id"] for r in rows}
 
     def drained() -> dict[str, Any] | None:
         assert bridge.proc.poll() is None, f"the bridge exited:\n{bridge.log()[-3000:]}"
