@@ -1,7 +1,8 @@
 """The demo's flows on a SASL_SSL + TLS Kafka, reached only through Airflow connections.
 
 One single-node broker started with ``kafka start --security sasl_ssl`` (SCRAM-SHA-512 over TLS,
-a CA of its own) and one Airflow stack of its own (``secured_dags/``) whose ``kafka_default`` and
+a CA of its own) and one Airflow stack of its own (``secured_dags/``) on the e2e topology
+(``e2e_topology``: PostgreSQL, two Celery workers and two triggerers in CI) whose ``kafka_default`` and
 ``kafka_watcher`` connections are the ``AIRFLOW_CONN_KAFKA_DEFAULT`` that ``kafka status
 --show-password`` prints.  Every path of the provider goes through them:
 
@@ -38,6 +39,7 @@ from airflow_kafka_events.kafka.settings import KafkaSettings
 from airflow_kafka_events.kafka.topics import TopicSpec, ensure_topics
 from airflow_kafka_events.local_broker import LocalKafkaCluster
 from airflow_kafka_events.triggers.asset_watcher import watcher_payload
+from harness.airflow_runs import json_column
 from harness.airflow_stack import AirflowStack
 from harness.bridge_process import BridgeProcess
 
@@ -103,7 +105,7 @@ def _printed_connection(stdout: str) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
+def secured(tmp_path_factory: pytest.TempPathFactory, e2e_topology: str) -> Iterator[Secured]:
     began = time.monotonic()
     state_dir = tmp_path_factory.mktemp("secured-kafka")
     home = tmp_path_factory.mktemp("secured-home")
@@ -112,7 +114,7 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
     for path in DAGS.glob("*.py"):
         shutil.copy2(path, dags / path.name)
     broker = _start_broker(state_dir)  # the broker starts while Airflow migrates its DB
-    stack = AirflowStack(home=home, dags_folder=dags)
+    stack = AirflowStack(home=home, dags_folder=dags, topology=e2e_topology)
     env: Secured | None = None
     try:
         stack.migrate()
@@ -203,7 +205,7 @@ def _watched_events(stack: AirflowStack) -> list[dict[str, Any]]:
         "SELECT ae.id, ae.extra FROM asset_event ae JOIN asset a ON a.id = ae.asset_id WHERE a.name = ?",
         (WATCHED_URI,),
     )
-    return [{"id": r["id"], "payload": watcher_payload(json.loads(r["extra"])) or {}} for r in rows]
+    return [{"id": r["id"], "payload": watcher_payload(json_column(r["extra"])) or {}} for r in rows]
 
 
 def test_the_cli_event_becomes_an_asset_event_through_the_watcher(secured: Secured) -> None:
@@ -300,7 +302,7 @@ def test_the_bridge_posts_partitioned_events_from_the_sdk_and_a_task(secured: Se
         "WHERE a.name = ?",
         (BATCHES_NAME,),
     )
-    posted = {e["partition_key"]: json.loads(e["extra"])["airflow_kafka_events"]["event_id"] for e in events}
+    posted = {e["partition_key"]: json_column(e["extra"])["airflow_kafka_events"]["event_id"] for e in events}
     assert posted == {"batch-sdk": sdk_event_id, "batch-task": task_event_id}
     seen = stack.xcom(PARTITIONED, done["batch-sdk"]["run_id"], "process")
     assert seen["partition_key"] == "batch-sdk" and seen["extras"][0]["via"] == "sdk"
