@@ -14,6 +14,11 @@
   dag-processor (and Celery workers), healthy. One per session; stopped at session end.
 * ``stack`` -- ``airflow_stack`` with the default trigger events topic created;
 * ``run_dir`` -- a directory a DAG run's task processes write their files into.
+
+Order: the e2e tests that do not use the shared stack (the suites with a stack of their own:
+``slots``, ``faults``, ``ui``, ``secured``) run before those that do, so that two stacks never run
+side by side on the machine, and the shared stack is stopped right after the last test that uses
+it instead of idling through the rest of the session.
 """
 
 from __future__ import annotations
@@ -36,6 +41,45 @@ from harness.statsd_server import StatsdServer  # noqa: E402
 
 E2E_DIR = Path(__file__).resolve().parent
 TOPOLOGY_ENV = "AIRFLOW_KAFKA_EVENTS_E2E_TOPOLOGY"
+#: the fixtures of the shared stack (``migrated_airflow_home`` is its metadata DB, PostgreSQL included)
+SHARED_STACK_FIXTURES = ("airflow_stack", "migrated_airflow_home")
+_LAST_SHARED = pytest.StashKey[str]()
+
+
+def _uses_shared_stack(item: pytest.Item) -> bool:
+    return any(name in getattr(item, "fixturenames", ()) for name in SHARED_STACK_FIXTURES)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The e2e tests that do not use the shared stack first (in their order), then those that do;
+    other tests keep their places."""
+    places = [i for i, item in enumerate(items) if item.get_closest_marker("e2e")]
+    e2e = [items[i] for i in places]
+    ordered = [it for it in e2e if not _uses_shared_stack(it)] + [it for it in e2e if _uses_shared_stack(it)]
+    for place, item in zip(places, ordered, strict=True):
+        items[place] = item
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Remember the last selected test that uses the shared stack (after ``-m`` / ``-k`` deselection)."""
+    shared = [item for item in session.items if _uses_shared_stack(item)]
+    if shared:
+        session.config.stash[_LAST_SHARED] = shared[-1].nodeid
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """After the last test that uses the shared stack, stop it (its fixtures' teardown at the end of
+    the session finds it stopped)."""
+    result = yield
+    if item.nodeid == item.config.stash.get(_LAST_SHARED, None):
+        funcargs = getattr(item, "funcargs", None) or {}
+        for name in SHARED_STACK_FIXTURES:
+            stack = funcargs.get(name)
+            if isinstance(stack, AirflowStack):
+                stack.stop()
+                break
+    return result
 
 
 def _copy_dag_dir(source: Path, target: Path, origin: dict[Path, Path]) -> None:
