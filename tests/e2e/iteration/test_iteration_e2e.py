@@ -1,4 +1,4 @@
-"""``@task.iterable`` through a real Airflow (scheduler, LocalExecutor workers, triggerer) and Kafka.
+"""``@task.iterable`` through a real Airflow (scheduler, workers, triggerer) and Kafka.
 
 Two DAG runs (see ``dags/e2e_iterate.py``):
 
