@@ -18,7 +18,7 @@
 Order: the e2e tests that do not use the shared stack (the suites with a stack of their own:
 ``slots``, ``faults``, ``ui``, ``secured``) run before those that do, so that two stacks never run
 side by side on the machine, and the shared stack is stopped right after the last test that uses
-it instead of idling through the rest of the session.
+it instead of idling through the rest of the test run.
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
     """After the last test that uses the shared stack, stop it (its fixtures' teardown at the end of
-    the session finds it stopped)."""
+    the test run finds it stopped)."""
     result = yield
     if item.nodeid == item.config.stash.get(_LAST_SHARED, None):
         funcargs = getattr(item, "funcargs", None) or {}
