@@ -1,8 +1,8 @@
-"""B11: the latency a consumer's way of waiting adds to a page that comes while it waits.
+"""B14: the latency a consumer's way of waiting adds to a page that comes while it waits.
 
 One broker and one Airflow deployment (``--topology``: ``production``, PostgreSQL + CeleryExecutor
 on Redis with two workers and two triggerers, as CI's e2e tests; or ``embedded``, SQLite +
-LocalExecutor) run ``b11_consumer_wait`` (``benchmarks/dags/b11_consumer_wait.py``): three
+LocalExecutor) run ``b14_consumer_wait`` (``benchmarks/dags/b14_consumer_wait.py``): three
 consumers of one stream side by side, the same operator with its defaults except how it waits:
 **rescheduled** (the default: no ``deferrable`` argument, Airflow's ``default_deferrable`` off),
 **deferred** (``deferrable=True``) and **in-worker** (``reschedule=False``).  Two cases, alternating,
@@ -37,7 +37,7 @@ from benchmarks.asset_event_e2e_latency import write_results
 from benchmarks.first_page_latency import emitted_times, percentile
 from benchmarks.streaming_vs_classic import airflow_environment, loadavg, say
 
-DAG_ID = "b11_consumer_wait"
+DAG_ID = "b14_consumer_wait"
 PRODUCER = "produce"
 MODES = {"rescheduled": "consume_reschedule", "deferred": "consume_defer", "in-worker": "consume_in_worker"}
 CASES = ("late-producer", "idle-resume")
@@ -198,11 +198,11 @@ def main(argv: list[str]) -> int:
     say(f"[machine] {os.cpu_count()} CPUs, load average {load_start}; topology {args.topology}")
     results: list[dict[str, Any]] = []
     with airflow_environment(
-        [DAG_ID], prefix="bench-b11-", keep_home=args.keep_home, topology=args.topology
+        [DAG_ID], prefix="bench-b14-", keep_home=args.keep_home, topology=args.topology
     ) as env:
         for i in range(args.runs):
             for case in CASES:
-                results.append(measure_run(env, case, args, env.home / f"b11-{case}-{i + 1}"))
+                results.append(measure_run(env, case, args, env.home / f"b14-{case}-{i + 1}"))
     load_end = loadavg()
     summary = summarize(results)
     say("")
@@ -215,7 +215,7 @@ def main(argv: list[str]) -> int:
     say(f"[machine] load average at the end {load_end}")
     if args.out:
         document = {
-            "benchmark": "B11 consumer waiting modes: page written -> handled",
+            "benchmark": "B14 consumer waiting modes: page written -> handled",
             "topology": args.topology,
             "args": {k: v for k, v in vars(args).items() if k != "out"},
             "runs": results,

@@ -1,4 +1,4 @@
-"""Benchmark B11 DAG: what a consumer's way of waiting costs a page that comes while it waits.
+"""Benchmark B14 DAG: what a consumer's way of waiting costs a page that comes while it waits.
 
 ``produce`` defers once to ``CountingPagesTrigger`` (``pages`` pages, ``delay`` seconds apart,
 from the DAG run's conf); it runs only after ``hold`` has slept ``late`` seconds (the producer
@@ -24,7 +24,7 @@ from airflow.sdk import DAG, BaseOperator, task
 from airflow_kafka_events.operators import StreamConsumerOperator, StreamingOperatorMixin, StreamRef
 from airflow_kafka_events.triggers.testing import CountingPagesTrigger
 
-DAG_ID = "b11_consumer_wait"
+DAG_ID = "b14_consumer_wait"
 
 #: task id -> the waiting arguments of its StreamConsumerOperator (everything else: defaults)
 CONSUMERS: dict[str, dict[str, Any]] = {
