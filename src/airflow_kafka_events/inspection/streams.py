@@ -1,8 +1,10 @@
 """Trigger event streams as an operator sees them: which ones, how far, in what state.
 
-* :func:`list_streams`: every stream with envelopes in a window of the trigger events topic, one
-  :class:`StreamSummary` each (its highest attempt, pages, state, the producer's error, pages/s);
-* :func:`show_stream`: one stream -- at a listing's location hint, else by the per-key lookup of
+* :func:`list_streams`: every stream of the stream index (:mod:`airflow_kafka_events.stream_index`),
+  filtered: one :class:`~airflow_kafka_events.stream_index.listing.IndexedStream` each (its highest
+  attempt, pages, state, the producer's error, pages/s, its consumers), read from the compacted
+  index topic, not from the streams' envelopes;
+* :func:`show_stream`: one stream -- at a location hint (the index's), else by the per-key lookup of
   :mod:`airflow_kafka_events.kafka.progress` (backwards from its latest envelope), bounded by the
   time it was written (:class:`WrittenSpan`) when that is known -- and its latest attempt's
   envelopes;
@@ -19,7 +21,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -28,7 +30,7 @@ from confluent_kafka import Message
 from airflow_kafka_events.envelopes import TriggerEventEnvelope
 from airflow_kafka_events.errors import ValidationError
 from airflow_kafka_events.inspection.errors import InspectionError, InvalidWindowError, StreamNotFoundError
-from airflow_kafka_events.inspection.reader import DEFAULT_TIMEOUT, Progress, TopicReader, scan
+from airflow_kafka_events.inspection.reader import DEFAULT_TIMEOUT, TopicReader
 from airflow_kafka_events.inspection.stream_state import (
     PageInfo,
     StreamState,
@@ -46,6 +48,9 @@ from airflow_kafka_events.inspection.window import (
 )
 from airflow_kafka_events.kafka.partitioner import partition_for_key
 from airflow_kafka_events.kafka.progress import StreamLocation, lookup_stream, metadata_first_offset
+from airflow_kafka_events.stream_index.listing import IndexedStream, StreamFilter, indexed_streams
+from airflow_kafka_events.stream_index.reader import IndexCache, SkippedRecord, read_index
+from airflow_kafka_events.stream_index.record import ConsumerRecord
 from airflow_kafka_events.streams import parse_stream_id
 
 __all__ = [
@@ -62,16 +67,34 @@ __all__ = [
 
 @dataclass(frozen=True)
 class StreamListing:
-    streams: list[StreamSummary]
-    window: ScannedWindow
-    #: Records in the window that are no trigger event envelope (skipped).
-    undecodable: int = 0
+    """The streams of the stream index that match a filter (all of them: no window, no truncation)."""
+
+    streams: list[IndexedStream]
+    #: the index topic read
+    index_topic: str
+    #: streams in the index (before the filter)
+    indexed: int
+    #: index records that could not be read (skipped)
+    skipped: list[SkippedRecord] = field(default_factory=list)
+    #: consumers of each stream in the index, by stream id (those of listed streams and others)
+    consumers: dict[str, list[ConsumerRecord]] = field(default_factory=dict)
+    #: every stream of the index (before the filter), by stream id
+    by_id: dict[str, IndexedStream] = field(default_factory=dict)
+
+    def describe(self) -> str:
+        text = f"{self.indexed} stream(s) in the stream index (topic {self.index_topic!r})"
+        if self.skipped:
+            text += f"; {len(self.skipped)} index record(s) that cannot be read were skipped"
+        return text
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "streams": [s.to_dict() for s in self.streams],
-            "window": self.window.to_dict(),
-            "undecodable": self.undecodable,
+            "streams": [{**s.to_dict(), "consumers": s.consumer_rows()} for s in self.streams],
+            "index": {
+                "topic": self.index_topic,
+                "streams": self.indexed,
+                "skipped": [r.to_dict() for r in self.skipped],
+            },
         }
 
 
@@ -157,36 +180,36 @@ class StreamDetail:
 
 def list_streams(
     config: Mapping[str, Any],
-    topic: str,
+    index_topic: str,
     *,
-    window: ScanWindow,
-    dag_id: str | None = None,
-    run_id: str | None = None,
-    task_id: str | None = None,
+    filters: StreamFilter | None = None,
     timeout: float = DEFAULT_TIMEOUT,
-    progress: Progress | None = None,
+    cache: IndexCache | None = None,
 ) -> StreamListing:
-    """Every stream with an envelope in ``window`` of ``topic`` (newest activity first), filtered."""
-    streams: dict[str, StreamState] = {}
-    skipped = 0
+    """Every stream of the stream index that matches ``filters``, newest activity first.
 
-    def handle(msg: Message) -> None:
-        nonlocal skipped
-        envelope = decode_envelope(msg)
-        if envelope is None:
-            skipped += 1
-            return
-        key = envelope.trigger_run_id
-        stream = streams.get(key)
-        if stream is None:
-            stream = streams[key] = StreamState(key, topic, int(msg.partition() or 0))
-        stream.add(envelope, int(msg.offset() or 0))
-
-    scanned = scan(config, topic, window, handle, timeout=timeout, progress=progress, name="stream listing")
-    summaries = [s.summary() for s in streams.values()]
-    found = [s for s in summaries if s.matches(dag_id, run_id, task_id)]
-    found.sort(key=lambda s: (s.last_at is not None, s.last_at), reverse=True)
-    return StreamListing(found, scanned, skipped)
+    Reads the index topic (each key's latest record; with ``cache``, only what is new since its last
+    read), never the streams' topic: O(streams), whatever the streams wrote.  Raises
+    :class:`~airflow_kafka_events.inspection.errors.StreamIndexNotFoundError` when the index topic
+    does not exist.
+    """
+    snapshot = (
+        read_index(config, index_topic, timeout=timeout)
+        if cache is None
+        else cache.read(config, index_topic, timeout=timeout)
+    )
+    consumers = snapshot.consumers()
+    every = indexed_streams(snapshot.streams().values(), consumers)
+    wanted = filters if filters is not None else StreamFilter()
+    found = [s for s in every if wanted.matches(s)]
+    return StreamListing(
+        found,
+        index_topic,
+        len(every),
+        list(snapshot.skipped.values()),
+        consumers,
+        {s.trigger_run_id: s for s in every},
+    )
 
 
 @dataclass(frozen=True)
