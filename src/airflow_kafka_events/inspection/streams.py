@@ -23,7 +23,7 @@ import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import Message
 
@@ -48,10 +48,12 @@ from airflow_kafka_events.inspection.window import (
 )
 from airflow_kafka_events.kafka.partitioner import partition_for_key
 from airflow_kafka_events.kafka.progress import StreamLocation, lookup_stream, metadata_first_offset
-from airflow_kafka_events.stream_index.listing import IndexedStream, StreamFilter, indexed_streams
-from airflow_kafka_events.stream_index.reader import IndexCache, SkippedRecord, read_index
-from airflow_kafka_events.stream_index.record import ConsumerRecord
 from airflow_kafka_events.streams import parse_stream_id
+
+if TYPE_CHECKING:  # the stream index reads through this package (its errors, its reader): no cycle
+    from airflow_kafka_events.stream_index.listing import IndexedStream, StreamFilter
+    from airflow_kafka_events.stream_index.reader import IndexCache, SkippedRecord
+    from airflow_kafka_events.stream_index.record import ConsumerRecord
 
 __all__ = [
     "PageInfo",
@@ -193,6 +195,9 @@ def list_streams(
     :class:`~airflow_kafka_events.inspection.errors.StreamIndexNotFoundError` when the index topic
     does not exist.
     """
+    from airflow_kafka_events.stream_index.listing import StreamFilter, indexed_streams
+    from airflow_kafka_events.stream_index.reader import read_index
+
     snapshot = (
         read_index(config, index_topic, timeout=timeout)
         if cache is None
