@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaError, KafkaException
 
 from airflow_kafka_events.errors import ValidationError
 from airflow_kafka_events.inspection.errors import (
@@ -41,6 +41,9 @@ from airflow_kafka_events.stream_index.record import (
 )
 
 __all__ = ["IndexCache", "IndexSnapshot", "SkippedRecord", "apply_records", "read_index"]
+
+#: librdkafka's errors of brokers that do not answer.
+_NO_ANSWER = frozenset({KafkaError._TIMED_OUT, KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN})
 
 
 @dataclass(frozen=True)
@@ -118,18 +121,26 @@ def _read(
             "(streams are listed from their index records: those written from then on)"
         )
 
+    def no_answer(detail: str) -> BrokerTimeoutError:
+        return BrokerTimeoutError(
+            f"no answer from the Kafka brokers at {settings.bootstrap_servers} within {timeout:g}s while "
+            f"reading the stream index topic {topic!r} ({detail}); fix: check that the brokers run and "
+            "that bootstrap.servers names them (or allow more time)",
+            kafka_error=KafkaError(KafkaError._TIMED_OUT),
+        )
+
     try:
         return read_compacted(
             settings, topic, timeout=timeout, purpose="stream-index", missing=missing, after=after
         )
     except TimeoutError as exc:
-        raise BrokerTimeoutError(
-            f"reading the stream index topic {topic!r} at {settings.bootstrap_servers} "
-            f"took over {timeout:g} s"
-        ) from exc
+        raise no_answer(str(exc)) from exc
     except KafkaException as exc:
         if isinstance(exc, InspectionError):
             raise
+        error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+        if error is not None and error.code() in _NO_ANSWER:
+            raise no_answer(error.str()) from exc
         raise InspectionError.from_exception(f"reading the stream index topic {topic!r} failed", exc) from exc
 
 
