@@ -129,16 +129,16 @@ def _ls(args: argparse.Namespace) -> int:
     def command() -> int:
         filters = StreamFilter(args.dag_id, args.run_id, args.task_id, args.map_index, args.state)
         listing = list_streams(kafka_config(args), _index_topic(args), filters=filters, timeout=args.timeout)
-        shown = listing.streams[args.offset : args.offset + args.limit] if args.limit else listing.streams
+        shown = listing.rows(args.offset, args.limit or None)
         if args.json:
-            emit_json({**listing.to_dict(), "matched": len(listing.streams), "offset": args.offset})
+            emit_json({**listing.to_dict(args.offset, args.limit or None), "offset": args.offset})
             return 0
         print(_SUMMARY_HEADER)
         for stream in shown:
             print(_summary_line(stream.summary))
         for skipped in listing.skipped:
             print(f"skipped index record {skipped.key!r}: {skipped.reason}")
-        print(f"\n{len(listing.streams)} stream(s) match, {len(shown)} shown; {listing.describe()}")
+        print(f"\n{len(listing.matched)} stream(s) match, {len(shown)} shown; {listing.describe()}")
         return 0
 
     return run_command(args, command)

@@ -53,7 +53,7 @@ from airflow_kafka_events.streams import parse_stream_id
 if TYPE_CHECKING:  # the stream index reads through this package (its errors, its reader): no cycle
     from airflow_kafka_events.stream_index.listing import IndexedStream, StreamFilter
     from airflow_kafka_events.stream_index.reader import IndexCache, SkippedRecord
-    from airflow_kafka_events.stream_index.record import ConsumerRecord
+    from airflow_kafka_events.stream_index.record import ConsumerRecord, StreamRecord
 
 __all__ = [
     "PageInfo",
@@ -69,9 +69,13 @@ __all__ = [
 
 @dataclass(frozen=True)
 class StreamListing:
-    """The streams of the stream index that match a filter (all of them: no window, no truncation)."""
+    """The streams of the stream index that match a filter (all of them: no window, no truncation).
 
-    streams: list[IndexedStream]
+    ``matched`` holds their index records, newest activity first; :meth:`rows` builds the rows of a
+    page of them (a listing of 10,000 streams builds the 100 it shows).
+    """
+
+    matched: list[StreamRecord]
     #: the index topic read
     index_topic: str
     #: streams in the index (before the filter)
@@ -80,8 +84,26 @@ class StreamListing:
     skipped: list[SkippedRecord] = field(default_factory=list)
     #: consumers of each stream in the index, by stream id (those of listed streams and others)
     consumers: dict[str, list[ConsumerRecord]] = field(default_factory=dict)
-    #: every stream of the index (before the filter), by stream id
-    by_id: dict[str, IndexedStream] = field(default_factory=dict)
+    #: every stream record of the index (before the filter), by stream id
+    records: dict[str, StreamRecord] = field(default_factory=dict)
+
+    def rows(self, offset: int = 0, limit: int | None = None) -> list[IndexedStream]:
+        from airflow_kafka_events.stream_index.listing import indexed_stream
+
+        end = None if limit is None else offset + limit
+        return [indexed_stream(r, self.consumers) for r in self.matched[offset:end]]
+
+    @property
+    def streams(self) -> list[IndexedStream]:
+        """Every matched stream's row."""
+        return self.rows()
+
+    def stream(self, stream_id: str) -> IndexedStream | None:
+        """The row of any stream of the index (matched or not), ``None`` when it is not there."""
+        from airflow_kafka_events.stream_index.listing import indexed_stream
+
+        record = self.records.get(stream_id)
+        return None if record is None else indexed_stream(record, self.consumers)
 
     def describe(self) -> str:
         text = f"{self.indexed} stream(s) in the stream index (topic {self.index_topic!r})"
@@ -89,14 +111,18 @@ class StreamListing:
             text += f"; {len(self.skipped)} index record(s) that cannot be read were skipped"
         return text
 
-    def to_dict(self) -> dict[str, Any]:
+    def index_dict(self) -> dict[str, Any]:
         return {
-            "streams": [{**s.to_dict(), "consumers": s.consumer_rows()} for s in self.streams],
-            "index": {
-                "topic": self.index_topic,
-                "streams": self.indexed,
-                "skipped": [r.to_dict() for r in self.skipped],
-            },
+            "topic": self.index_topic,
+            "streams": self.indexed,
+            "skipped": [r.to_dict() for r in self.skipped],
+        }
+
+    def to_dict(self, offset: int = 0, limit: int | None = None) -> dict[str, Any]:
+        return {
+            "streams": [{**s.to_dict(), "consumers": s.consumer_rows()} for s in self.rows(offset, limit)],
+            "matched": len(self.matched),
+            "index": self.index_dict(),
         }
 
 
@@ -195,7 +221,7 @@ def list_streams(
     :class:`~airflow_kafka_events.inspection.errors.StreamIndexNotFoundError` when the index topic
     does not exist.
     """
-    from airflow_kafka_events.stream_index.listing import StreamFilter, indexed_streams
+    from airflow_kafka_events.stream_index.listing import StreamFilter, last_activity
     from airflow_kafka_events.stream_index.reader import read_index
 
     snapshot = (
@@ -203,17 +229,11 @@ def list_streams(
         if cache is None
         else cache.read(config, index_topic, timeout=timeout)
     )
-    consumers = snapshot.consumers()
-    every = indexed_streams(snapshot.streams().values(), consumers)
+    records = snapshot.streams()
     wanted = filters if filters is not None else StreamFilter()
-    found = [s for s in every if wanted.matches(s)]
+    matched = sorted((r for r in records.values() if wanted.matches(r)), key=last_activity, reverse=True)
     return StreamListing(
-        found,
-        index_topic,
-        len(every),
-        list(snapshot.skipped.values()),
-        consumers,
-        {s.trigger_run_id: s for s in every},
+        matched, index_topic, len(records), list(snapshot.skipped.values()), snapshot.consumers(), records
     )
 
 

@@ -19,7 +19,7 @@ from airflow_kafka_events.errors import ValidationError
 from airflow_kafka_events.inspection.redact import redact_text
 from airflow_kafka_events.inspection.stream_state import StreamSummary, iso
 from airflow_kafka_events.stream_index.record import MAX_SAMPLES, ConsumerRecord, StreamRecord
-from airflow_kafka_events.streams import parse_stream_id, stream_id
+from airflow_kafka_events.streams import stream_id
 
 __all__ = [
     "STATES",
@@ -27,8 +27,11 @@ __all__ = [
     "StreamFilter",
     "consumer_row",
     "consumers_of_task",
+    "indexed_stream",
     "indexed_streams",
     "lag_series",
+    "last_activity",
+    "state_of",
 ]
 
 #: The states a listing shows and filters on (the index's ``finished`` is shown ``complete``).
@@ -49,16 +52,23 @@ def _rate(record: StreamRecord) -> float | None:
     return round((p1 - p0) / (t1 - t0), 3) if t1 > t0 and p1 > p0 else None
 
 
+def _parts(record: StreamRecord) -> dict[str, Any]:
+    """The stream's DAG, run, task and map index (see :attr:`StreamRecord.key_parts`)."""
+    return dict(zip(("dag_id", "run_id", "task_id", "map_index"), record.key_parts, strict=True))
+
+
+def last_activity(record: StreamRecord) -> float:
+    """When the stream last wrote (its latest page, else its latest record): the listing's order."""
+    return record.last_page_at if record.last_page_at is not None else record.updated_at
+
+
+def state_of(record: StreamRecord) -> str:
+    """The listing's state of the record's status (``finished`` is shown ``complete``)."""
+    return _STATE_OF_STATUS[record.status]
+
+
 def _summary(record: StreamRecord) -> StreamSummary:
-    try:
-        parts: dict[str, Any] = parse_stream_id(record.stream_id)._asdict()
-    except ValidationError:
-        parts = {
-            "dag_id": record.dag_id,
-            "run_id": record.run_id,
-            "task_id": record.task_id,
-            "map_index": record.map_index,
-        }
+    parts = _parts(record)
     return StreamSummary(
         record.stream_id,
         **parts,
@@ -66,10 +76,10 @@ def _summary(record: StreamRecord) -> StreamSummary:
         generation=record.generation,
         pages=record.pages,
         last_sequence=record.last_sequence,
-        state=_STATE_OF_STATUS[record.status],
+        state=state_of(record),
         error=None if record.error is None else redact_text(record.error),
         first_at=_moment(record.started_at),
-        last_at=_moment(record.last_page_at if record.last_page_at is not None else record.updated_at),
+        last_at=_moment(last_activity(record)),
         pages_per_second=_rate(record),
         topic=record.topic,
         partition=record.partition,
@@ -169,20 +179,17 @@ class IndexedStream:
         }
 
 
+def indexed_stream(record: StreamRecord, consumers: dict[str, list[ConsumerRecord]]) -> IndexedStream:
+    """One stream of the index with its consumers (sorted by task)."""
+    mine = sorted(consumers.get(record.stream_id, ()), key=lambda c: c.consumer_id)
+    return IndexedStream(record, _summary(record), tuple(mine))
+
+
 def indexed_streams(
     streams: Iterable[StreamRecord], consumers: dict[str, list[ConsumerRecord]]
 ) -> list[IndexedStream]:
     """Every stream with its consumers (sorted by task), newest activity first."""
-    rows = [
-        IndexedStream(
-            record,
-            _summary(record),
-            tuple(sorted(consumers.get(record.stream_id, ()), key=lambda c: c.consumer_id)),
-        )
-        for record in streams
-    ]
-    rows.sort(key=lambda s: s.summary.last_at or datetime.min.replace(tzinfo=timezone.utc), reverse=True)
-    return rows
+    return [indexed_stream(r, consumers) for r in sorted(streams, key=last_activity, reverse=True)]
 
 
 @dataclass(frozen=True)
@@ -199,12 +206,14 @@ class StreamFilter:
         if self.state is not None and self.state not in STATES:
             raise ValidationError(f"a stream state filter is one of {', '.join(STATES)}, got {self.state!r}")
 
-    def matches(self, stream: IndexedStream) -> bool:
-        s = stream.summary
-        return s.matches(self.dag_id, self.run_id, self.task_id) and all(
-            wanted is None or wanted == have
-            for wanted, have in ((self.map_index, s.map_index), (self.state, s.state))
-        )
+    def matches(self, record: StreamRecord) -> bool:
+        """Whether the stream of ``record`` is one the filter selects (no summary is built)."""
+        if self.state is not None and self.state != state_of(record):
+            return False
+        wanted = (self.dag_id, self.run_id, self.task_id, self.map_index)
+        if all(w is None for w in wanted):
+            return True
+        return all(w is None or w == h for w, h in zip(wanted, record.key_parts, strict=True))
 
     def own_stream_id(self) -> str | None:
         """The stream id of the task instance the filter names (``None`` unless it names one)."""

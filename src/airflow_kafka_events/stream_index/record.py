@@ -20,6 +20,7 @@ series (``pages_over_time``, ``positions_over_time``) hold at most :data:`MAX_SA
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from collections.abc import Mapping, Sequence
@@ -27,6 +28,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from airflow_kafka_events.errors import ValidationError
+from airflow_kafka_events.streams import parse_stream_id
 
 __all__ = [
     "KIND_CONSUMER",
@@ -157,6 +159,16 @@ class StreamRecord:
     #: ``(time, pages)`` samples, the newest :data:`MAX_SAMPLES`
     pages_over_time: tuple[Sample, ...] = field(default_factory=tuple)
     version: int = SCHEMA_VERSION
+
+    @functools.cached_property
+    def key_parts(self) -> tuple[str | None, str | None, str | None, int | None]:
+        """``(dag_id, run_id, task_id, map_index)`` of the stream: from its id (a task's stream id),
+        else the producer's fields.  Computed once per record (a listing filters on it)."""
+        try:
+            key = parse_stream_id(self.stream_id)
+        except ValidationError:
+            return self.dag_id, self.run_id, self.task_id, self.map_index
+        return key.dag_id, key.run_id, key.task_id, key.map_index
 
     def with_pages(self, at: float, pages: int, **changes: Any) -> StreamRecord:
         """This record at ``at`` with ``pages`` written (a sample added) and ``changes``."""

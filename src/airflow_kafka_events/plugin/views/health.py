@@ -173,7 +173,7 @@ def health_page(page: PageDep, session: SessionDep) -> Response:
         "streams_error": streams_error,
         "window": None,
         "window_text": streams_error if listing is None else listing.describe(),
-        "index": None if listing is None else listing.to_dict()["index"],
+        "index": None if listing is None else listing.index_dict(),
     }
     context = {
         "watchers": watcher_rows,

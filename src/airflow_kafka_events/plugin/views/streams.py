@@ -136,8 +136,8 @@ def streams_page(
         listing = _listing(page, filters)
     except AirflowKafkaEventsError as exc:
         return page.failed("streams", exc)
-    matched = listing.streams
-    streams = matched[offset : offset + page.limit]  # newest activity first
+    matched = listing.matched
+    streams = listing.rows(offset, page.limit)  # newest activity first
     consumers = {s.trigger_run_id: s.consumer_rows() for s in streams}
     task_tab = bool(dag_id and run_id and task_id)
     own_stream = None
@@ -145,14 +145,13 @@ def streams_page(
     if task_tab:  # the task-instance tab: the stream it writes (if any), those it reads
         assert dag_id is not None and run_id is not None and task_id is not None
         own_id = filters.own_stream_id()
-        own_stream = None if own_id is None else listing.by_id.get(own_id)
+        own_stream = None if own_id is None else listing.stream(own_id)
         for record in consumers_of_task(listing.consumers, dag_id, run_id, task_id, index):
-            read = listing.by_id.get(record.stream_id)
-            read_by_task.append(consumer_row(record, None if read is None else read.record))
+            read_by_task.append(consumer_row(record, listing.records.get(record.stream_id)))
     known = {
-        row["trigger_run_id"]: listing.by_id[row["trigger_run_id"]].summary
+        row["trigger_run_id"]: read.summary
         for row in read_by_task
-        if row["trigger_run_id"] in listing.by_id
+        if (read := listing.stream(row["trigger_run_id"])) is not None
     }
     if task_tab and not read_by_task:  # consumers that wrote no index record: their checkpoints
         stored = consumer_checkpoints(session, dag_id=dag_id, run_id=run_id, task_id=task_id, map_index=index)
@@ -168,7 +167,7 @@ def streams_page(
         "matched": len(matched),
         "offset": offset,
         "limit": page.limit,
-        "index": listing.to_dict()["index"],
+        "index": listing.index_dict(),
     }
     context = {
         "matched": len(matched),
