@@ -93,6 +93,21 @@ class _Sender:
             exc,
         )
 
+    def check_topic(self, timeout: float = INDEX_WRITE_TIMEOUT) -> bool:
+        """Whether the index topic exists (blocking: one metadata request); a missing one stops the
+        writer at once (one warning) instead of after its first record's delivery timeout."""
+        has = getattr(self.producer, "has_topic", None)
+        if has is None or has(self.topic, timeout) is not False:
+            return True  # unknown: the writes say
+        self.stopped = "missing"
+        self.log.warning(
+            "%s: the stream index topic %r does not exist; the index is not written (fix: create it with "
+            "`airflow-kafka-events topics ensure`, [kafka_events] stream_index_topic)",
+            self.what,
+            self.topic,
+        )
+        return False
+
     def send(self, key: bytes, value: bytes) -> None:
         if self.stopped is not None:
             return
@@ -139,6 +154,10 @@ class StreamIndexWriter:
     @property
     def clock(self) -> Callable[[], float]:
         return self.sender.clock
+
+    def check_topic(self) -> bool:
+        """Whether the index topic exists (blocking; see :meth:`_Sender.check_topic`)."""
+        return self.sender.check_topic()
 
     def _write(self, record: StreamRecord) -> None:
         self.record = record

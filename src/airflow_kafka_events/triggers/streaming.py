@@ -407,6 +407,7 @@ class StreamingTrigger(BaseTrigger):
                 progress.generation,
                 progress,
             )
+            await asyncio.to_thread(index.check_topic)
             index.finished(progress.sequence_index, progress.offset, progress.first_offset, None)
             await index.flush()
             self.log.info(
@@ -482,6 +483,7 @@ class StreamingTrigger(BaseTrigger):
             generation,
             progress,
         )
+        await asyncio.to_thread(index.check_topic)
         index.start()
         error = await self._write_pages(writer, plan.cursor, index)
         descriptor = await writer.finish(error)

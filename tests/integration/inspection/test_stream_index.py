@@ -212,11 +212,17 @@ def test_a_missing_index_topic_is_a_typed_error_naming_topics_ensure(kafka_boots
         list_streams({"bootstrap.servers": kafka_bootstrap}, f"no-index-{uuid.uuid4().hex}", timeout=10)
 
 
-def test_a_missing_index_topic_never_holds_up_or_fails_a_stream(kafka_bootstrap, new_topic, monkeypatch):
-    monkeypatch.setenv("AIRFLOW__KAFKA_EVENTS__STREAM_INDEX_TOPIC", f"no-index-{uuid.uuid4().hex}")
+def test_a_missing_index_topic_never_holds_up_or_fails_a_stream(
+    kafka_bootstrap, new_topic, monkeypatch, capsys
+):
+    missing = f"no-index-{uuid.uuid4().hex}"
+    monkeypatch.setenv("AIRFLOW__KAFKA_EVENTS__STREAM_INDEX_TOPIC", missing)
     events = new_topic(partitions=1)
     sid = stream_id("index_dag", new_run_id(), "no_index")
     started = time.monotonic()
     (event,) = asyncio.run(collect(PagedTrigger(total=3, trigger_run_id=sid, topic=events)))
     assert event.payload["count"] == 3 and event.payload["error"] is None
     assert time.monotonic() - started < 30
+    # found missing before the first record (one metadata request), not after its delivery timeout
+    warned = [line for line in capsys.readouterr().out.splitlines() if missing in line]  # the trigger's log
+    assert len(warned) == 1 and "does not exist" in warned[0] and "topics ensure" in warned[0], warned

@@ -85,7 +85,9 @@ def test_filters_select_by_dag_run_task_map_index_and_state():
     )
 
     def ids(**f):
-        return sorted((r.summary.task_id, r.summary.map_index) for r in rows if StreamFilter(**f).matches(r.record))
+        return sorted(
+            (r.summary.task_id, r.summary.map_index) for r in rows if StreamFilter(**f).matches(r.record)
+        )
 
     assert ids(task_id="a") == [("a", -1), ("a", 2)]
     assert ids(task_id="a", map_index=2) == [("a", 2)]

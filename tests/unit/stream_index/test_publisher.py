@@ -142,3 +142,18 @@ def test_a_consumer_writes_its_first_position_when_due_and_its_last_at_close():
     assert producer.sent[-1][2]["attempt"] == 1 and producer.sent[-1][2]["positions_over_time"] == [
         [clock.now, 1]
     ]
+
+
+def test_a_writer_that_finds_the_index_topic_missing_sends_nothing(caplog):
+    class NoTopic(RecordingProducer):
+        def has_topic(self, topic, timeout):
+            return False
+
+    producer, clock = NoTopic(), Clock()
+    writer = _writer(producer, clock)
+    assert writer.check_topic() is False
+    writer.start()
+    writer.page(0, 1)
+    writer.finished(1, 2, 1, None)
+    assert producer.sent == []
+    assert len([r for r in caplog.records if "topics ensure" in r.getMessage()]) == 1
