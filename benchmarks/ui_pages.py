@@ -1,13 +1,21 @@
 """B10: the Kafka Events view's pages, answered by a real api-server, with 100,000 envelopes per topic.
 
+The streams' pages (the Streams list, its JSON, the task-instance tabs, Health) read the stream
+index (``[kafka_events] stream_index_topic``, compacted): ``--streams`` streams of the trigger events
+topic each have the index records their trigger writes (start, halfway, end; spread over the last
+24 hours) and one consumer's (its ``consume`` task), so the list holds every stream of the last 24
+hours whatever the topic holds.  ``--envelopes 1000000 --streams 10000`` is the issue's scale
+(``--other-envelopes`` fills the asset-event and dead-letter topics with fewer).
+
 One broker (``KAFKA_BOOTSTRAP_SERVERS`` or the local one) and one Airflow deployment
 (``tests/harness/airflow_stack.py``) whose view reads three 3-partition topics of its own.  First a
 real DAG run of ``b10_stream`` writes the old stream (its ``produce`` task defers to a streaming
 trigger of 100 pages, then reads them back), then each topic is filled with ``--envelopes``
 records after it before the pages are asked:
 
-* trigger events: ``--envelopes / 100`` streams of 100 pages each (~200-byte payloads, keyed by
-  stream id as the streaming trigger writes them, the last one of each an end marker);
+* trigger events: ``--streams`` streams (default ``--envelopes / 100``) of ``--envelopes /
+  --streams`` pages each (~200-byte payloads, keyed by stream id as the streaming trigger writes
+  them, the last one of each an end marker), and their stream index records;
 * asset events: asset event envelopes of 50 assets (``external.build_envelope``, keyed by asset);
 * dead letters: a dead letter of an asset event per record (the original value and headers plus
   the ``x-*`` headers of ``dlq.dead_letter_headers``), reasons alternating.
@@ -60,6 +68,13 @@ from airflow_kafka_events.kafka import KafkaSettings, TopicSpec, ensure_topics
 from airflow_kafka_events.kafka.producer import close_all_producers, get_producer
 from airflow_kafka_events.kafka.progress import lookup_stream
 from airflow_kafka_events.local_broker import LocalKafkaBroker
+from airflow_kafka_events.stream_index.record import (
+    ConsumerRecord,
+    StreamRecord,
+    consumer_key,
+    encode_record,
+    stream_key,
+)
 from airflow_kafka_events.streams import stream_id
 
 REPO = Path(__file__).resolve().parents[1]
@@ -113,14 +128,15 @@ def _pump(producer: Any, topic: str, records: Iterator[tuple[bytes | str, bytes,
     return count
 
 
-def _streams(count: int) -> Iterator[tuple[bytes | str, bytes, list]]:
-    for n in range(count // PAGES_PER_STREAM):
+def _streams(count: int, streams: int) -> Iterator[tuple[bytes | str, bytes, list]]:
+    pages = count // streams
+    for n in range(streams):
         run_id = f"bench__{n:05d}"
         sid = stream_id(DAG_ID, run_id, "produce")
         producer = ProducerIdentity(DAG_ID, run_id, "produce", -1, 1)
-        for i in range(PAGES_PER_STREAM):
+        for i in range(pages):
             payload = {"page": i, "items": [{"id": i * 10 + j, "name": f"item-{j}"} for j in range(5)]}
-            last = i == PAGES_PER_STREAM - 1
+            last = i == pages - 1
             envelope = TriggerEventEnvelope(
                 sid, i, is_last=last, payload=None if last else payload, producer=producer
             )
@@ -138,13 +154,65 @@ def _asset_envelopes(count: int, topic: str) -> Iterator[tuple[AssetRef, bytes, 
         yield asset, ASSET_EVENT_CODEC.encode(envelope, topic=topic), headers
 
 
-def fill(bootstrap: str, topics: dict[str, str], count: int) -> dict[str, float]:
+def _index(streams: int, pages: int, topic: str) -> Iterator[tuple[bytes, bytes, list]]:
+    """The index records of each stream (start, halfway, end) and of its consumer, over the last 24 h."""
+    now = time.time()
+    step = 23.5 * 3600 / max(1, streams)
+    for n in range(streams):
+        run_id = f"bench__{n:05d}"
+        sid = stream_id(DAG_ID, run_id, "produce")
+        start = now - 23.5 * 3600 + n * step
+        record = StreamRecord(
+            stream_id=sid,
+            topic=topic,
+            partition=n % 3,
+            attempt=0,
+            status="running",
+            pages=0,
+            updated_at=start,
+            started_at=start,
+            generation=0,
+            dag_id=DAG_ID,
+            run_id=run_id,
+            task_id="produce",
+            map_index=-1,
+            try_number=1,
+            pages_over_time=((start, 0),),
+        )
+        yield stream_key(sid), encode_record(record), []
+        for at, written, status in ((start + 30, pages // 2, "running"), (start + 60, pages - 1, "finished")):
+            record = record.with_pages(at, written, status=status, last_page_at=at, last_sequence=written)
+            yield stream_key(sid), encode_record(record), []
+        reader = stream_id(DAG_ID, run_id, "consume")
+        consumer = ConsumerRecord(
+            stream_id=sid,
+            consumer_id=reader,
+            updated_at=start + 61,
+            dag_id=DAG_ID,
+            run_id=run_id,
+            task_id="consume",
+            map_index=-1,
+            generation=0,
+            attempt=0,
+            next_sequence_index=pages,
+            finished=True,
+            positions_over_time=((start + 31, pages // 3), (start + 61, pages)),
+        )
+        yield consumer_key(sid, reader), encode_record(consumer), []
+
+
+def fill(bootstrap: str, topics: dict[str, str], count: int, streams: int, others: int) -> dict[str, float]:
     settings = KafkaSettings({"bootstrap.servers": bootstrap})
     producer = get_producer(settings.producer_config())
     seconds = {}
     started = time.monotonic()
-    _pump(producer, topics["trigger"], _streams(count))
+    _pump(producer, topics["trigger"], _streams(count, streams))
     seconds["trigger"] = time.monotonic() - started
+
+    started = time.monotonic()
+    _pump(producer, topics["index"], _index(streams, count // streams, topics["trigger"]))
+    seconds["index"] = time.monotonic() - started
+    count = others
 
     started = time.monotonic()
     assets = ((record_key(a), v, h) for a, v, h in _asset_envelopes(count, topics["asset"]))
@@ -227,15 +295,19 @@ def listing_hint(bootstrap: str, topic: str, old: str) -> str:
     return f"partition={location.partition}&offset={latest.offset}"
 
 
-def _pages(count: int, minutes: int, old: str, hint: str) -> dict[str, str]:
-    new = stream_id(DAG_ID, f"bench__{count // PAGES_PER_STREAM - 1:05d}", "produce")
+def _pages(streams: int, minutes: int, old: str, hint: str) -> dict[str, str]:
+    new = stream_id(DAG_ID, f"bench__{streams - 1:05d}", "produce")
+    tab = f"/kafka-events/streams?dag_id={DAG_ID}&run_id=bench__00002&map_index=%7BMAP_INDEX%7D&task_id="
     return {
         "streams": "/kafka-events/streams",
         "streams (JSON)": "/kafka-events/api/streams",
+        "streams, 1000 rows": "/kafka-events/streams?limit=1000",
         "streams of a DAG run": f"/kafka-events/streams?dag_id={DAG_ID}&run_id=bench__00002",
+        "task-instance tab (producer)": f"{tab}produce",
+        "task-instance tab (consumer)": f"{tab}consume",
         "stream (old, as the list links it)": f"/kafka-events/streams/{quote(old, safe='/')}"
         f"?minutes={minutes}&{hint}",
-        "stream (old, no hint: its task instance's run)": f"/kafka-events/streams/{quote(old, safe='/')}",
+        "stream (old, typed URL: the index's location)": f"/kafka-events/streams/{quote(old, safe='/')}",
         "stream (newest)": f"/kafka-events/streams/{quote(new, safe='/')}",
         "asset events": "/kafka-events/asset-events",
         "dead letters": "/kafka-events/dead-letters",
@@ -266,9 +338,16 @@ def environment(max_records: int) -> Iterator[tuple[Any, str, dict[str, str]]]:
             "trigger": f"bench.b10.trigger.{run}",
             "asset": f"bench.b10.asset.{run}",
             "dlq": f"bench.b10.dlq.{run}",
+            "index": f"bench.b10.stream-index.{run}",
         }
         admin = AdminClient(KafkaSettings({"bootstrap.servers": bootstrap}).admin_config())
-        ensure_topics(admin, [TopicSpec(name, partitions=3) for name in topics.values()])
+        ensure_topics(
+            admin,
+            [
+                TopicSpec(name, partitions=3, cleanup_policy="compact" if role == "index" else None)
+                for role, name in topics.items()
+            ],
+        )
         del admin
         env = {
             "AIRFLOW_CONN_KAFKA_DEFAULT": json.dumps(
@@ -277,6 +356,7 @@ def environment(max_records: int) -> Iterator[tuple[Any, str, dict[str, str]]]:
             "AIRFLOW__KAFKA_EVENTS__TRIGGER_EVENTS_TOPIC": topics["trigger"],
             "AIRFLOW__KAFKA_EVENTS__ASSET_EVENTS_TOPIC": topics["asset"],
             "AIRFLOW__KAFKA_EVENTS__DLQ_TOPIC": topics["dlq"],
+            "AIRFLOW__KAFKA_EVENTS__STREAM_INDEX_TOPIC": topics["index"],
             "AIRFLOW__KAFKA_EVENTS__UI_MAX_RECORDS": str(max_records),
         }
         dags = scratch / "dags"
@@ -299,32 +379,46 @@ def environment(max_records: int) -> Iterator[tuple[Any, str, dict[str, str]]]:
 
 def main(argv: Sequence[str] = ()) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks ui-pages", description=__doc__.split("\n")[0])
-    parser.add_argument("--envelopes", type=int, default=100_000, help="records per topic")
+    parser.add_argument("--envelopes", type=int, default=100_000, help="records of the trigger events topic")
+    parser.add_argument("--streams", type=int, default=None, help="streams among them (--envelopes / 100)")
+    parser.add_argument(
+        "--other-envelopes", type=int, default=None, help="records of the other topics (--envelopes)"
+    )
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--max-records", type=int, default=1000, help="[kafka_events] ui_max_records")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(list(argv))
+    streams = args.streams or max(1, args.envelopes // PAGES_PER_STREAM)
+    others = args.envelopes if args.other_envelopes is None else args.other_envelopes
     with environment(args.max_records) as (stack, bootstrap, topics):
         old = old_stream(stack)
         say(f"[stream]  the old stream {old} was written by a real DAG run; the fill follows it")
         filled_at = time.monotonic()
-        filled = fill(bootstrap, topics, args.envelopes)
+        filled = fill(bootstrap, topics, args.envelopes, streams, others)
         say(
-            f"[fill]    {args.envelopes:,} records per topic: "
+            f"[fill]    {args.envelopes:,} envelopes of {streams:,} streams, their index records, "
+            f"{others:,} asset events and dead letters: "
             + ", ".join(f"{k} {v:.1f} s" for k, v in filled.items())
         )
         minutes = math.ceil((time.monotonic() - filled_at) / 60) + 5  # a link of the list: first_at + margin
         hint = listing_hint(bootstrap, topics["trigger"], old)
         say(f"[hint]    the old stream's link carries ?{hint} (as a listing holding it links it)")
-        figures = measure(stack, _pages(args.envelopes, minutes, old, hint), args.rounds)
+        auth = {"Authorization": f"Bearer {stack.token('admin')}"}
+        started = time.perf_counter()
+        listed = stack.client.get("/kafka-events/api/streams", headers=auth, timeout=300).json()
+        cold_ms = (time.perf_counter() - started) * 1000
+        say(f"[index]   first read (the whole index, cold): {cold_ms:.0f} ms; {listed['window_text']}")
+        if listed["matched"] < streams:
+            raise RuntimeError(
+                f"the Streams list holds {listed['matched']} streams, not every one of {streams}"
+            )
+        figures = measure(stack, _pages(streams, minutes, old, hint), args.rounds)
         found = stack.client.get(
-            f"/kafka-events/api/streams/{quote(old, safe='/')}",
-            headers={"Authorization": f"Bearer {stack.token('admin')}"},
-            timeout=120,
-        ).json()
-        say(f"[no hint] found by {found['found_by']!r}: {found['window_text']}")
-        if found["found_by"] != "span":
-            raise RuntimeError("the un-hinted stream page did not read its task instance's time")
+            f"/kafka-events/api/streams/{quote(old, safe='/')}", headers=auth, timeout=120
+        )
+        say(f"[typed]   the old stream found by {found.json()['found_by']!r}: {found.json()['window_text']}")
+        if found.json()["found_by"] != "hint":
+            raise RuntimeError("the typed stream URL did not read the stream where the index says it is")
     width = max(map(len, figures))
     say(f"\n{'page':<{width}}  {'p50 ms':>7} {'p95 ms':>7} {'max ms':>7}  scanned")
     for name, row in figures.items():
@@ -340,7 +434,11 @@ def main(argv: Sequence[str] = ()) -> int:
     result = {
         "benchmark": "B10 ui-pages",
         "at": datetime.now(timezone.utc).isoformat(),
-        "envelopes_per_topic": args.envelopes,
+        "envelopes": args.envelopes,
+        "streams": streams,
+        "other_envelopes": others,
+        "index_first_read_ms": round(cold_ms, 1),
+        "streams_listed": listed["matched"],
         "max_records": args.max_records,
         "rounds": args.rounds,
         "fill_seconds": filled,

@@ -220,7 +220,7 @@ def airflow_demo(
     skipped = sum(_start_at_end(bootstrap, group, ASSET_EVENTS_TOPIC) for group in groups.values())
     say(
         f"[kafka]  `airflow-kafka-events topics ensure`: {DEFAULT_TOPIC}, {ASSET_EVENTS_TOPIC}, "
-        f"{DLQ_TOPIC} ready; "
+        f"{DLQ_TOPIC}, the stream index ready; "
         f"new consumer groups start after {skipped // len(groups)} earlier records"
     )
     home = DEMO_DIR / "airflow"
@@ -471,11 +471,10 @@ def operator_cli_demo(bootstrap: str) -> bool:
     """Part 5: what an operator sees from a shell: `streams ls --json` and `dlq ls --json`."""
     command = [str(Path(sys.executable).parent / "airflow-kafka-events")]
     kafka = ["--bootstrap-servers", bootstrap, "--since", "1h", "--json"]
-    # part 4's 5,000 results share the topic, keyed by their own stream: when both streams hash to one
-    # partition, the newest 1,000 records of it (the default) are all results
-    window = ["--max-records", "10000"]
+    # streams ls reads the stream index (the streaming triggers' and readers' state records): every
+    # stream, whatever the topic holds besides (part 4's 5,000 results share it)
     streams = subprocess.run(
-        [*command, "streams", "ls", "--topic", DEFAULT_TOPIC, "--dag-id", "demo_streaming", *kafka, *window],
+        [*command, "streams", "ls", "--dag-id", "demo_streaming", "--bootstrap-servers", bootstrap, "--json"],
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     letters = subprocess.run(
@@ -493,7 +492,10 @@ def operator_cli_demo(bootstrap: str) -> bool:
         f"complete with {PAGES} pages; `dlq ls --json`: {len(dead['records'])} dead letter(s) {reasons} "
         f"({dead['window']['records_scanned']} records scanned)"
     )
-    ok = bool(done) and "window" in found and all("source_topic" in r for r in dead["records"])
+    read = [c for s in done for c in s["consumers"] if c["finished"] and c["lag_pages"] == 0]
+    indexed = found["index"]["streams"]
+    say(f"[cli]    the stream index: {indexed} stream(s); {len(read)} finished reader(s) of the demo's")
+    ok = bool(done) and bool(read) and all("source_topic" in r for r in dead["records"])
     say("[demo]   part 5 OK: the operator CLI lists the demo's stream" if ok else "[demo]   part 5 FAILED")
     return ok
 

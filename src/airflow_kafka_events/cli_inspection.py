@@ -102,6 +102,7 @@ _OPTIONS = {
     "trigger-events": ("trigger_events_topic", "airflow.trigger-events"),
     "asset-events": ("asset_events_topic", "airflow.asset-events"),
     "dead-letters": ("dlq_topic", "airflow.kafka-events.dlq"),
+    "stream-index": ("stream_index_topic", "airflow.kafka-events.stream-index"),
 }
 
 

@@ -1,15 +1,16 @@
 """``airflow-kafka-events streams ls|show|tail``: trigger event streams in Kafka.
 
-Reads the trigger events topic (``--topic``, else ``[kafka_events] trigger_events_topic``) through
-:mod:`airflow_kafka_events.inspection`: a bounded window for ``ls``, the per-key progress lookup for
-``show`` (bounded by ``--since``, and by ``--written-since`` / ``--written-until`` when the time the
-stream was written is known) and ``tail``.  Imports no Airflow module.
+``ls`` reads the stream index (``--index-topic``, else ``[kafka_events] stream_index_topic``): every
+stream, filtered, no window.  ``show`` and ``tail`` read the trigger events topic (``--topic``, else
+``[kafka_events] trigger_events_topic``) through :mod:`airflow_kafka_events.inspection`: ``show`` at
+the location the index has for the stream, else by the per-key progress lookup (bounded by
+``--since``, and by ``--written-since`` / ``--written-until`` when the time the stream was written
+is known).  Imports no Airflow module.
 """
 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
 from typing import Any
 
 from airflow_kafka_events.cli_inspection import (
@@ -22,11 +23,11 @@ from airflow_kafka_events.cli_inspection import (
     run_command,
     window_of,
 )
-from airflow_kafka_events.cli_listing import add_ls_command
 
 __all__ = ["add_streams_group"]
 
 ROLE = "trigger-events"
+INDEX_ROLE = "stream-index"
 
 
 def _when(value: Any) -> str:
@@ -63,11 +64,14 @@ def _show(args: argparse.Namespace) -> int:
         if args.written_until is not None and args.written_since is None:
             raise InvalidWindowError("--written-until needs --written-since (when the stream was written)")
         written = None if args.written_since is None else WrittenSpan(args.written_since, args.written_until)
+        partition, last_offset = (None, None) if written is not None else _show_location(args)
         detail = show_stream(
             kafka_config(args),
             role_topic(args, ROLE),
             args.stream_id,
             window=window_of(args),
+            partition=partition,
+            last_offset=last_offset,
             written=written,
             timeout=args.timeout,
         )
@@ -112,11 +116,49 @@ def _tail(args: argparse.Namespace) -> int:
     return run_command(args, command)
 
 
-def _stream_lister() -> Callable[..., Any]:
-    """``list_streams``, imported when ``ls`` runs."""
-    from airflow_kafka_events.inspection import list_streams
+def _index_topic(args: argparse.Namespace) -> str:
+    if getattr(args, "index_topic", None):
+        return str(args.index_topic)
+    return role_topic(argparse.Namespace(), INDEX_ROLE)
 
-    return list_streams
+
+def _ls(args: argparse.Namespace) -> int:
+    from airflow_kafka_events.inspection import list_streams
+    from airflow_kafka_events.stream_index.listing import StreamFilter
+
+    def command() -> int:
+        filters = StreamFilter(args.dag_id, args.run_id, args.task_id, args.map_index, args.state)
+        listing = list_streams(kafka_config(args), _index_topic(args), filters=filters, timeout=args.timeout)
+        shown = listing.rows(args.offset, args.limit or None)
+        if args.json:
+            emit_json({**listing.to_dict(args.offset, args.limit or None), "offset": args.offset})
+            return 0
+        print(_SUMMARY_HEADER)
+        for stream in shown:
+            print(_summary_line(stream.summary))
+        for skipped in listing.skipped:
+            print(f"skipped index record {skipped.key!r}: {skipped.reason}")
+        print(f"\n{len(listing.matched)} stream(s) match, {len(shown)} shown; {listing.describe()}")
+        return 0
+
+    return run_command(args, command)
+
+
+def _show_location(args: argparse.Namespace) -> tuple[int | None, int | None]:
+    """The stream's partition and latest offset as the stream index has them (``(None, None)``: not
+    there, or the index cannot be read -- the per-key lookup finds it then)."""
+    from airflow_kafka_events.errors import AirflowKafkaEventsError
+    from airflow_kafka_events.stream_index.reader import read_index
+    from airflow_kafka_events.stream_index.record import StreamRecord, stream_key
+
+    try:
+        snapshot = read_index(kafka_config(args), _index_topic(args), timeout=args.timeout)
+    except AirflowKafkaEventsError:
+        return None, None
+    record = snapshot.records.get(stream_key(args.stream_id))
+    if not isinstance(record, StreamRecord) or record.last_offset is None:
+        return None, None
+    return record.partition, record.last_offset
 
 
 def add_streams_group(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -126,17 +168,30 @@ def add_streams_group(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
         description="Trigger event streams in the trigger events topic (read-only).",
     )
     commands = group.add_subparsers(title="commands", dest="streams_command", metavar="COMMAND")
-    add_ls_command(
-        commands,
-        ROLE,
-        _stream_lister,
-        what="streams",
-        lines=lambda listing: [_SUMMARY_HEADER, *map(_summary_line, listing.streams)],
-        count=lambda listing: f"{len(listing.streams)} stream(s)",
-        help="streams with envelopes in a bounded window: state, attempt, pages, pages/s, error",
-        description="One line per stream (its highest attempt) found in the window, newest activity first.",
-        filters=[("--dag-id", None), ("--run-id", None), ("--task-id", None)],
+    ls = commands.add_parser(
+        "ls",
+        help="every stream of the stream index: state, attempt, pages, pages/s, error",
+        description="One line per stream of the stream index (its latest attempt), newest activity first. "
+        "Reads the compacted index topic ([kafka_events] stream_index_topic), not the streams: no window, "
+        "nothing left out; index records that cannot be read are skipped and named.",
     )
+    add_common_args(ls, topic_role=None)
+    ls.add_argument(
+        "--index-topic",
+        default=None,
+        help="the stream index topic (default: [kafka_events] stream_index_topic, else "
+        "airflow.kafka-events.stream-index)",
+    )
+    wanted = ls.add_argument_group("filters")
+    wanted.add_argument("--dag-id", default=None)
+    wanted.add_argument("--run-id", default=None)
+    wanted.add_argument("--task-id", default=None)
+    wanted.add_argument("--map-index", type=int, default=None)
+    wanted.add_argument("--state", choices=("running", "complete", "failed"), default=None)
+    paging = ls.add_argument_group("paging")
+    paging.add_argument("--limit", type=int, default=0, help="print at most N streams (0: all)")
+    paging.add_argument("--offset", type=int, default=0, help="skip the first N streams")
+    ls.set_defaults(handler=_ls, group_parser=ls)
 
     show = commands.add_parser(
         "show",
@@ -151,6 +206,12 @@ def add_streams_group(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
         "stream_id", metavar="STREAM_ID", help="the stream id (trigger_run_id), see `streams ls`"
     )
     add_common_args(show, topic_role=ROLE)
+    show.add_argument(
+        "--index-topic",
+        default=None,
+        help="the stream index topic, where the stream's location is looked up first (default: "
+        "[kafka_events] stream_index_topic)",
+    )
     add_window_args(
         show,
         since_help="the per-key lookup reads no record older than TIME",

@@ -87,7 +87,8 @@ def add_kafka_connection_args(parser: Any) -> None:
 def add_topics_group(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     group = subparsers.add_parser(
         "topics",
-        help="create the topics the configuration names (trigger events, asset events, DLQ, results)",
+        help="create the topics the configuration names (trigger events, asset events, DLQ, results, "
+        "watcher stops, stream index)",
         description="Manage the Kafka topics this package uses.",
     )
     commands = group.add_subparsers(title="commands", dest="topics_command", metavar="COMMAND")
@@ -96,8 +97,10 @@ def add_topics_group(subparsers: argparse._SubParsersAction[argparse.ArgumentPar
         help="create missing topics, report (and with --apply-configs fix) the settings of existing ones",
         description=(
             "Create every topic the configuration names ([kafka_events] trigger_events_topic, "
-            "asset_events_topic, dlq_topic, results_topic from AIRFLOW__KAFKA_EVENTS__* or airflow.cfg, "
-            "else their defaults) that does not exist, and print what differs on the others. Idempotent. "
+            "asset_events_topic, dlq_topic, results_topic, watcher_stops_topic and stream_index_topic "
+            "(both compacted; the stream index's keys expire after stream_index_retention_ms) from "
+            "AIRFLOW__KAFKA_EVENTS__* or airflow.cfg, else their defaults) that does not exist, and print "
+            "what differs on the others. Idempotent. "
             "Configs (retention, size limit, min ISR) change only with --apply-configs; partitions are "
             "never added (the topics are keyed) and the replication factor is never changed."
         ),

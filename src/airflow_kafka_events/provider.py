@@ -131,6 +131,44 @@ def get_provider_info() -> dict[str, Any]:
                         "example": None,
                         "default": "65536",
                     },
+                    "stream_index_topic": {
+                        "description": (
+                            "Compacted topic of the stream index: a state record per stream and per "
+                            "consumer, read by the Streams page, the task-instance tabs, Health and "
+                            "`streams ls` (made by `topics ensure`; docs/stream-index.md).\n"
+                        ),
+                        "version_added": "0.1.0",
+                        "type": "string",
+                        "example": None,
+                        "default": "airflow.kafka-events.stream-index",
+                    },
+                    "stream_index_every_pages": {
+                        "description": "A streaming trigger writes its index record every N pages.\n",
+                        "version_added": "0.1.0",
+                        "type": "integer",
+                        "example": None,
+                        "default": "100",
+                    },
+                    "stream_index_every_seconds": {
+                        "description": (
+                            "... or every S seconds (at its next page), whichever comes first; a consumer "
+                            "writes its position on the same cadence.\n"
+                        ),
+                        "version_added": "0.1.0",
+                        "type": "float",
+                        "example": None,
+                        "default": "10",
+                    },
+                    "stream_index_retention_ms": {
+                        "description": (
+                            "retention.ms of the stream index topic (`topics ensure`): a stream leaves the "
+                            "index this long after its last record.\n"
+                        ),
+                        "version_added": "0.1.0",
+                        "type": "integer",
+                        "example": None,
+                        "default": "604800000",
+                    },
                     "topic_partitions": {
                         "description": "Partitions of the topics `topics ensure` creates.\n",
                         "version_added": "0.1.0",

@@ -40,6 +40,7 @@ from airflow_kafka_events.streams import generation_of
 
 if TYPE_CHECKING:
     from airflow_kafka_events.kafka.stream_reader import StreamBatch
+    from airflow_kafka_events.stream_index.publisher import ConsumerIndexWriter
 
 __all__ = [
     "CHECKPOINT_KEY_PREFIX",
@@ -301,6 +302,7 @@ def drive_stream(
     logger: logging.Logger | Any = None,
     summary: StreamSummary | None = None,
     is_idle: Callable[[StreamNotStartedError | StreamGapError], bool] | None = None,
+    index: ConsumerIndexWriter | None = None,
 ) -> tuple[StreamSummary, Any]:
     """Read ``reader`` to the stream's end, handing pages over in order; ``(summary, last result)``.
 
@@ -316,6 +318,9 @@ def drive_stream(
     deferred while idle).  ``is_idle``: when the reader raises ``StreamNotStartedError`` or
     ``StreamGapError`` and ``is_idle(error)`` is true, the run stops there (everything
     handled so far is checkpointed) and returns with ``summary.idle`` set.
+
+    ``index``: the consumer's stream index writer; it is told each acknowledged checkpoint (it
+    writes when due) and closed (its latest position written) when the run stops, however it stops.
     """
     if (handle_batch is None) == (handle_event is None):
         raise ValueError("pass exactly one of handle_batch and handle_event")
@@ -323,6 +328,27 @@ def drive_stream(
     if summary is None:
         summary = StreamSummary.starting_at(trigger_run_id, topic, start)
     summary.idle = False
+    try:
+        return _drive(
+            reader, summary, handle_batch, handle_event, save, out, trigger_run_id, topic, is_idle, index
+        )
+    finally:
+        if index is not None:
+            index.close()
+
+
+def _drive(
+    reader: _Reader,
+    summary: StreamSummary,
+    handle_batch: Callable[[list[StreamEvent]], Any] | None,
+    handle_event: Callable[[StreamEvent], Any] | None,
+    save: Callable[[Checkpoint], None] | None,
+    out: Any,
+    trigger_run_id: str,
+    topic: str,
+    is_idle: Callable[[StreamNotStartedError | StreamGapError], bool] | None,
+    index: ConsumerIndexWriter | None,
+) -> tuple[StreamSummary, Any]:
     last: Any = None
     while not summary.finished:
         try:
@@ -347,4 +373,12 @@ def drive_stream(
             _report_batch(topic, batch, len(events), time.monotonic() - started)
         _acknowledge(reader, batch, save, out, trigger_run_id)
         summary.finished = batch.finished
+        if index is not None:
+            position = batch.checkpoint
+            index.position(
+                attempt=position.attempt,
+                next_sequence_index=position.next_sequence_index,
+                offset=position.offset,
+                finished=position.finished,
+            )
     return summary, last

@@ -1,12 +1,14 @@
 """The topics a configuration names, and making the cluster hold them (`topics ensure`).
 
 Which topics: the trigger events topic (streams), the asset events topic, the dead-letter topic, the
-iteration results topic and the watchers' clean-stop marks (compacted), named by ``[kafka_events]
+iteration results topic, the watchers' clean-stop marks (compacted) and the stream index (compacted,
+and its keys deleted ``stream_index_retention_ms`` after their last record), named by ``[kafka_events]
 trigger_events_topic`` / ``asset_events_topic`` / ``dlq_topic`` / ``results_topic`` /
-``watcher_stops_topic`` (environment ``AIRFLOW__KAFKA_EVENTS__*`` or airflow.cfg, read without
-importing Airflow) or their defaults.  Their settings (partitions, replication, retention,
-size limit) come from flags, else ``[kafka_events] topic_partitions`` / ``topic_replication_factor`` /
-``topic_retention_ms`` / ``topic_max_message_bytes``, else the defaults of :class:`TopicSpec`.
+``watcher_stops_topic`` / ``stream_index_topic`` (environment ``AIRFLOW__KAFKA_EVENTS__*`` or
+airflow.cfg, read without importing Airflow) or their defaults.  Their settings (partitions,
+replication, retention, size limit) come from flags, else ``[kafka_events] topic_partitions`` /
+``topic_replication_factor`` / ``topic_retention_ms`` / ``topic_max_message_bytes``, else the
+defaults of :class:`TopicSpec`.
 
 Existing topics are compared with what is wanted.  Configs (retention, size limit, min ISR) change
 only when asked; partitions are never added (every topic here is keyed: more partitions move keys to
@@ -29,8 +31,16 @@ log = logging.getLogger(__name__)
 SECTION = "kafka_events"
 #: Default topic of the asset watchers' clean-stop marks (:mod:`airflow_kafka_events.triggers.watcher_stops`).
 WATCHER_STOPS_TOPIC = "airflow.kafka-events.watcher-stops"
+#: Default topic of the stream index (:mod:`airflow_kafka_events.stream_index`).
+STREAM_INDEX_TOPIC = "airflow.kafka-events.stream-index"
+#: ``[kafka_events]`` option: how long (ms) a stream stays in the index after its last record.
+STREAM_INDEX_RETENTION_OPTION = "stream_index_retention_ms"
+#: Default of :data:`STREAM_INDEX_RETENTION_OPTION`: 7 days.
+DEFAULT_STREAM_INDEX_RETENTION_MS = 7 * 24 * 3600 * 1000
 #: Roles whose topic is compacted (the latest record of each key is what counts).
-COMPACTED_ROLES = frozenset({"watcher-stops"})
+COMPACTED_ROLES = frozenset({"watcher-stops", "stream-index"})
+#: Compacted roles whose keys are also deleted after a retention (``cleanup.policy=compact,delete``).
+EXPIRING_ROLES = frozenset({"stream-index"})
 #: (role, option naming the topic, default name); the results topic defaults to the trigger events one.
 TOPIC_OPTIONS: tuple[tuple[str, str, str | None], ...] = (
     ("trigger-events", "trigger_events_topic", "airflow.trigger-events"),
@@ -38,6 +48,7 @@ TOPIC_OPTIONS: tuple[tuple[str, str, str | None], ...] = (
     ("dead-letters", "dlq_topic", "airflow.kafka-events.dlq"),
     ("results", "results_topic", None),
     ("watcher-stops", "watcher_stops_topic", WATCHER_STOPS_TOPIC),
+    ("stream-index", "stream_index_topic", STREAM_INDEX_TOPIC),
 )
 #: The configs compared on existing topics (others are the broker's business).
 COMPARED_CONFIGS = ("retention.ms", "max.message.bytes", "min.insync.replicas", "cleanup.policy")
@@ -51,6 +62,8 @@ class TopicSettings:
     replication_factor: int | None = None
     retention_ms: int | None = None
     max_message_bytes: int | None = None
+    #: ``retention.ms`` of the stream index topic (its keys expire this long after their last record)
+    index_retention_ms: int = DEFAULT_STREAM_INDEX_RETENTION_MS
 
     @classmethod
     def from_sources(
@@ -80,6 +93,7 @@ class TopicSettings:
             replication_factor=pick(replication_factor, "topic_replication_factor"),
             retention_ms=pick(retention_ms, "topic_retention_ms"),
             max_message_bytes=pick(max_message_bytes, "topic_max_message_bytes"),
+            index_retention_ms=pick(None, STREAM_INDEX_RETENTION_OPTION) or DEFAULT_STREAM_INDEX_RETENTION_MS,
         )
 
 
@@ -133,6 +147,12 @@ class TopicReport:
         )
 
 
+def _cleanup_policy(roles: Sequence[str]) -> str | None:
+    if EXPIRING_ROLES.intersection(roles):
+        return "compact,delete"
+    return "compact" if COMPACTED_ROLES.intersection(roles) else None
+
+
 def _specs(wanted: Sequence[WantedTopic], settings: TopicSettings) -> list[Any]:
     from airflow_kafka_events.kafka.topics import TopicSpec
 
@@ -141,9 +161,11 @@ def _specs(wanted: Sequence[WantedTopic], settings: TopicSettings) -> list[Any]:
             topic.name,
             partitions=settings.partitions,
             replication_factor=settings.replication_factor,
-            retention_ms=settings.retention_ms,
+            retention_ms=settings.index_retention_ms
+            if EXPIRING_ROLES.intersection(topic.roles)
+            else settings.retention_ms,
             max_message_bytes=settings.max_message_bytes,
-            cleanup_policy="compact" if COMPACTED_ROLES.intersection(topic.roles) else None,
+            cleanup_policy=_cleanup_policy(topic.roles),
         )
         for topic in wanted
     ]

@@ -48,6 +48,7 @@ EXPECTED_TOPICS = {
     "airflow.asset-events": 3,
     "airflow.kafka-events.dlq": 1,
     "airflow.kafka-events.watcher-stops": 3,
+    "airflow.kafka-events.stream-index": 3,
 }
 
 COMMON_ENV = {
@@ -432,6 +433,8 @@ def test_kafka_init_creates_every_project_topic(services: dict[str, dict[str, An
         assert topic and partitions, line
         created[topic.group(1)] = int(partitions.group(1))
     assert created == EXPECTED_TOPICS
+    (index,) = [line for line in script.splitlines() if "--topic airflow.kafka-events.stream-index" in line]
+    assert "--config cleanup.policy=compact,delete" in index and "--config retention.ms=604800000" in index
 
 
 @pytest.mark.unit

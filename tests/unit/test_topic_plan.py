@@ -18,7 +18,22 @@ def test_defaults_name_the_topics_once_each_role():
         ("airflow.asset-events", ("asset-events",)),
         ("airflow.kafka-events.dlq", ("dead-letters",)),
         ("airflow.kafka-events.watcher-stops", ("watcher-stops",)),
+        ("airflow.kafka-events.stream-index", ("stream-index",)),
     ]
+
+
+def test_the_stream_index_topic_is_compacted_and_its_keys_expire():
+    from airflow_kafka_events.topic_plan import DEFAULT_STREAM_INDEX_RETENTION_MS, WantedTopic, _specs
+
+    env = {"AIRFLOW_HOME": "/nonexistent"}
+    wanted = [WantedTopic("idx", ("stream-index",)), WantedTopic("stops", ("watcher-stops",))]
+    index, stops = _specs(wanted, TopicSettings.from_sources(retention_ms=1000, environ=env))
+    assert index.topic_config()["cleanup.policy"] == "compact,delete"
+    assert index.topic_config()["retention.ms"] == str(DEFAULT_STREAM_INDEX_RETENTION_MS)
+    assert stops.topic_config() == {"cleanup.policy": "compact", "retention.ms": "1000"}
+    env["AIRFLOW__KAFKA_EVENTS__STREAM_INDEX_RETENTION_MS"] = "60000"
+    (index,) = _specs(wanted[:1], TopicSettings.from_sources(environ=env))
+    assert index.topic_config()["retention.ms"] == "60000"
 
 
 def test_environment_wins_over_airflow_cfg(tmp_path):
@@ -33,6 +48,7 @@ def test_environment_wins_over_airflow_cfg(tmp_path):
         "airflow.kafka-events.dlq",
         "results.cfg",
         "airflow.kafka-events.watcher-stops",
+        "airflow.kafka-events.stream-index",
     ]
     assert TopicSettings.from_sources(environ=env).partitions == 6
     assert TopicSettings.from_sources(partitions=2, environ=env).partitions == 2  # the flag first

@@ -2,7 +2,9 @@
 
 Used by the operator CLI (``airflow-kafka-events streams|dlq|replay-assets``) and the Airflow UI
 view.  Every function takes a plain librdkafka client config and topic names, reads a bounded
-window only (:class:`ScanWindow`; the answer states the :class:`ScannedWindow` it read), and
+window only (:class:`ScanWindow`; the answer states the :class:`ScannedWindow` it read) -- except
+:func:`list_streams`, which reads the stream index (a compacted topic of one record per stream) --
+and
 raises typed errors naming the topic, the brokers and the fix (:mod:`.errors`).  Previews and
 headers are redacted (:func:`redact`).
 
@@ -35,6 +37,7 @@ from airflow_kafka_events.inspection.errors import (
     NotADeadLetterError,
     RecordNotFoundError,
     ReplayError,
+    StreamIndexNotFoundError,
     StreamNotFoundError,
     TopicNotFoundError,
 )
@@ -70,6 +73,7 @@ __all__ = [
     "ScanWindow",
     "ScannedWindow",
     "StreamDetail",
+    "StreamIndexNotFoundError",
     "StreamListing",
     "StreamNotFoundError",
     "StreamSummary",

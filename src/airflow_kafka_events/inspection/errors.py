@@ -18,6 +18,7 @@ __all__ = [
     "RecordNotFoundError",
     "ReplayError",
     "ReplayTargetRefusedError",
+    "StreamIndexNotFoundError",
     "StreamNotFoundError",
     "TopicNotFoundError",
 ]
@@ -29,6 +30,10 @@ class InspectionError(KafkaOperationError):
 
 class TopicNotFoundError(InspectionError):
     """The topic does not exist (or this client may not see it)."""
+
+
+class StreamIndexNotFoundError(TopicNotFoundError):
+    """The stream index topic does not exist: ``airflow-kafka-events topics ensure`` creates it."""
 
 
 class BrokerTimeoutError(InspectionError, TimeoutError):

@@ -1,8 +1,10 @@
 """Trigger event streams as an operator sees them: which ones, how far, in what state.
 
-* :func:`list_streams`: every stream with envelopes in a window of the trigger events topic, one
-  :class:`StreamSummary` each (its highest attempt, pages, state, the producer's error, pages/s);
-* :func:`show_stream`: one stream -- at a listing's location hint, else by the per-key lookup of
+* :func:`list_streams`: every stream of the stream index (:mod:`airflow_kafka_events.stream_index`),
+  filtered: one :class:`~airflow_kafka_events.stream_index.listing.IndexedStream` each (its highest
+  attempt, pages, state, the producer's error, pages/s, its consumers), read from the compacted
+  index topic, not from the streams' envelopes;
+* :func:`show_stream`: one stream -- at a location hint (the index's), else by the per-key lookup of
   :mod:`airflow_kafka_events.kafka.progress` (backwards from its latest envelope), bounded by the
   time it was written (:class:`WrittenSpan`) when that is known -- and its latest attempt's
   envelopes;
@@ -19,16 +21,16 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import Message
 
 from airflow_kafka_events.envelopes import TriggerEventEnvelope
 from airflow_kafka_events.errors import ValidationError
 from airflow_kafka_events.inspection.errors import InspectionError, InvalidWindowError, StreamNotFoundError
-from airflow_kafka_events.inspection.reader import DEFAULT_TIMEOUT, Progress, TopicReader, scan
+from airflow_kafka_events.inspection.reader import DEFAULT_TIMEOUT, TopicReader
 from airflow_kafka_events.inspection.stream_state import (
     PageInfo,
     StreamState,
@@ -48,6 +50,11 @@ from airflow_kafka_events.kafka.partitioner import partition_for_key
 from airflow_kafka_events.kafka.progress import StreamLocation, lookup_stream, metadata_first_offset
 from airflow_kafka_events.streams import parse_stream_id
 
+if TYPE_CHECKING:  # the stream index reads through this package (its errors, its reader): no cycle
+    from airflow_kafka_events.stream_index.listing import IndexedStream, StreamFilter
+    from airflow_kafka_events.stream_index.reader import IndexCache, SkippedRecord
+    from airflow_kafka_events.stream_index.record import ConsumerRecord, StreamRecord
+
 __all__ = [
     "PageInfo",
     "StreamDetail",
@@ -62,16 +69,60 @@ __all__ = [
 
 @dataclass(frozen=True)
 class StreamListing:
-    streams: list[StreamSummary]
-    window: ScannedWindow
-    #: Records in the window that are no trigger event envelope (skipped).
-    undecodable: int = 0
+    """The streams of the stream index that match a filter (all of them: no window, no truncation).
 
-    def to_dict(self) -> dict[str, Any]:
+    ``matched`` holds their index records, newest activity first; :meth:`rows` builds the rows of a
+    page of them (a listing of 10,000 streams builds the 100 it shows).
+    """
+
+    matched: list[StreamRecord]
+    #: the index topic read
+    index_topic: str
+    #: streams in the index (before the filter)
+    indexed: int
+    #: index records that could not be read (skipped)
+    skipped: list[SkippedRecord] = field(default_factory=list)
+    #: consumers of each stream in the index, by stream id (those of listed streams and others)
+    consumers: dict[str, list[ConsumerRecord]] = field(default_factory=dict)
+    #: every stream record of the index (before the filter), by stream id
+    records: dict[str, StreamRecord] = field(default_factory=dict)
+
+    def rows(self, offset: int = 0, limit: int | None = None) -> list[IndexedStream]:
+        from airflow_kafka_events.stream_index.listing import indexed_stream
+
+        end = None if limit is None else offset + limit
+        return [indexed_stream(r, self.consumers) for r in self.matched[offset:end]]
+
+    @property
+    def streams(self) -> list[IndexedStream]:
+        """Every matched stream's row."""
+        return self.rows()
+
+    def stream(self, stream_id: str) -> IndexedStream | None:
+        """The row of any stream of the index (matched or not), ``None`` when it is not there."""
+        from airflow_kafka_events.stream_index.listing import indexed_stream
+
+        record = self.records.get(stream_id)
+        return None if record is None else indexed_stream(record, self.consumers)
+
+    def describe(self) -> str:
+        text = f"{self.indexed} stream(s) in the stream index (topic {self.index_topic!r})"
+        if self.skipped:
+            text += f"; {len(self.skipped)} index record(s) that cannot be read were skipped"
+        return text
+
+    def index_dict(self) -> dict[str, Any]:
         return {
-            "streams": [s.to_dict() for s in self.streams],
-            "window": self.window.to_dict(),
-            "undecodable": self.undecodable,
+            "topic": self.index_topic,
+            "streams": self.indexed,
+            "skipped": [r.to_dict() for r in self.skipped],
+        }
+
+    def to_dict(self, offset: int = 0, limit: int | None = None) -> dict[str, Any]:
+        return {
+            "streams": [{**s.to_dict(), "consumers": s.consumer_rows()} for s in self.rows(offset, limit)],
+            "matched": len(self.matched),
+            "index": self.index_dict(),
         }
 
 
@@ -157,36 +208,33 @@ class StreamDetail:
 
 def list_streams(
     config: Mapping[str, Any],
-    topic: str,
+    index_topic: str,
     *,
-    window: ScanWindow,
-    dag_id: str | None = None,
-    run_id: str | None = None,
-    task_id: str | None = None,
+    filters: StreamFilter | None = None,
     timeout: float = DEFAULT_TIMEOUT,
-    progress: Progress | None = None,
+    cache: IndexCache | None = None,
 ) -> StreamListing:
-    """Every stream with an envelope in ``window`` of ``topic`` (newest activity first), filtered."""
-    streams: dict[str, StreamState] = {}
-    skipped = 0
+    """Every stream of the stream index that matches ``filters``, newest activity first.
 
-    def handle(msg: Message) -> None:
-        nonlocal skipped
-        envelope = decode_envelope(msg)
-        if envelope is None:
-            skipped += 1
-            return
-        key = envelope.trigger_run_id
-        stream = streams.get(key)
-        if stream is None:
-            stream = streams[key] = StreamState(key, topic, int(msg.partition() or 0))
-        stream.add(envelope, int(msg.offset() or 0))
+    Reads the index topic (each key's latest record; with ``cache``, only what is new since its last
+    read), never the streams' topic: O(streams), whatever the streams wrote.  Raises
+    :class:`~airflow_kafka_events.inspection.errors.StreamIndexNotFoundError` when the index topic
+    does not exist.
+    """
+    from airflow_kafka_events.stream_index.listing import StreamFilter, last_activity
+    from airflow_kafka_events.stream_index.reader import read_index
 
-    scanned = scan(config, topic, window, handle, timeout=timeout, progress=progress, name="stream listing")
-    summaries = [s.summary() for s in streams.values()]
-    found = [s for s in summaries if s.matches(dag_id, run_id, task_id)]
-    found.sort(key=lambda s: (s.last_at is not None, s.last_at), reverse=True)
-    return StreamListing(found, scanned, skipped)
+    snapshot = (
+        read_index(config, index_topic, timeout=timeout)
+        if cache is None
+        else cache.read(config, index_topic, timeout=timeout)
+    )
+    records = snapshot.streams()
+    wanted = filters if filters is not None else StreamFilter()
+    matched = sorted((r for r in records.values() if wanted.matches(r)), key=last_activity, reverse=True)
+    return StreamListing(
+        matched, index_topic, len(records), list(snapshot.skipped.values()), snapshot.consumers(), records
+    )
 
 
 @dataclass(frozen=True)

@@ -417,6 +417,19 @@ class EnvelopeProducer:
             raise too_large_for_producer(topic, size, self.max_message_bytes) from exc
         raise KafkaOperationError.from_exception(f"cannot produce to {topic!r}", exc) from exc
 
+    def has_topic(self, topic: str, timeout: float = 5.0) -> bool | None:
+        """Whether the cluster has ``topic`` (``None``: the brokers did not say within ``timeout``).
+
+        Asks for every topic's metadata: asking for one by name could make a broker that
+        auto-creates topics create it.
+        """
+        try:
+            meta = self._producer.list_topics(timeout=timeout)
+        except KafkaException:
+            return None
+        found = meta.topics.get(topic)
+        return found is not None and found.error is None
+
     def outstanding_for(self, topic: str, key: bytes | str | None) -> int:
         """Messages to ``topic`` with ``key`` that have no delivery report yet (queued or in flight)."""
         raw_key = key.encode("utf-8") if isinstance(key, str) else key

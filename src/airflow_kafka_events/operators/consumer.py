@@ -56,6 +56,7 @@ from airflow_kafka_events.stream_consumption import (
     StreamSummary,
     drive_stream,
 )
+from airflow_kafka_events.stream_index.publisher import consumer_writer
 from airflow_kafka_events.streams import not_before_of, stream_id
 from airflow_kafka_events.triggers.stream_wait import StreamWaitTrigger, wait_event_error
 from airflow_kafka_events.triggers.streaming import DEFAULT_TOPIC
@@ -489,6 +490,7 @@ class StreamConsumerOperator(BaseOperator):
                     logger=self.log,
                     summary=summary,
                     is_idle=None if self.wait_mode == IN_WORKER else self._idle_test(start_deadline),
+                    index=consumer_writer(settings, trigger_run_id, context, logger=self.log),
                 )
                 position = reader.checkpoint()
         except StreamNotStartedError as exc:

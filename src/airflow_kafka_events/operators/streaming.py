@@ -340,6 +340,18 @@ class StreamingOperatorMixin:
     def _log(self) -> Any:
         return getattr(self, "log", log)
 
+    def _index_writer(self, context: Context, trigger_run_id: str, kafka_config_id: str) -> Any:
+        """This task's stream index writer as a consumer of ``trigger_run_id`` (``None``: none)."""
+        from airflow_kafka_events.hooks import KafkaEventsHook
+        from airflow_kafka_events.stream_index.publisher import consumer_writer
+
+        try:
+            settings = KafkaEventsHook(kafka_config_id=kafka_config_id).get_settings()
+        except Exception as exc:  # the reader says what is wrong with the connection
+            self._log().debug("no stream index writer: %s", exc)
+            return None
+        return consumer_writer(settings, trigger_run_id, context, logger=self._log())
+
     def open_stream_reader(
         self,
         topic: str,
@@ -406,9 +418,18 @@ class StreamingOperatorMixin:
             descriptor.partition,
             "handle_trigger_events" if batches else handler_method,
         )
+        index = self._index_writer(context, descriptor.trigger_run_id, kafka_config_id)
         if start.finished:
             summary = StreamSummary.starting_at(descriptor.trigger_run_id, descriptor.topic, start)
             logger.info("stream %s: every page was handled already", descriptor.trigger_run_id)
+            if index is not None:
+                index.position(
+                    attempt=start.attempt,
+                    next_sequence_index=start.next_sequence_index,
+                    offset=start.offset,
+                    finished=True,
+                )
+                index.close()
             return summary.to_dict() if batches else None
 
         reader = self.open_stream_reader(
@@ -428,6 +449,7 @@ class StreamingOperatorMixin:
                 save=None if checkpoints is None else checkpoints.save,
                 start=start,
                 logger=logger,
+                index=index,
             )
         summary.log_handled(logger)
         return summary.to_dict() if batches else last

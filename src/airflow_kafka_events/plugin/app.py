@@ -20,6 +20,7 @@ from airflow_kafka_events.plugin.rendering import render_html
 from airflow_kafka_events.plugin.security import VIEW
 from airflow_kafka_events.plugin.settings import ViewSettings
 from airflow_kafka_events.plugin.views import asset_events, dead_letters, health, streams
+from airflow_kafka_events.stream_index.reader import IndexCache
 
 __all__ = ["URL_PREFIX", "create_app", "get_app"]
 
@@ -57,6 +58,7 @@ def create_app() -> FastAPI:
         openapi_url=None,
         dependencies=[VIEW, Depends(freeze_startup_heap)],
     )
+    app.state.stream_index = IndexCache()
     app.add_exception_handler(HTTPException, _http_error)
     app.middleware("http")(_frame_only_here)
 

@@ -4,20 +4,21 @@ Read per request from Airflow's configuration (``AIRFLOW__KAFKA_EVENTS__*`` or a
 at import.  The topic names are those ``airflow-kafka-events topics ensure`` creates
 (:data:`~airflow_kafka_events.topic_plan.TOPIC_OPTIONS`).
 
-===========================  ===================================  =================================
-option                       default                              meaning
-===========================  ===================================  =================================
-``ui_kafka_config_id``       ``kafka_default``                    the Airflow Kafka connection read
-``trigger_events_topic``     ``airflow.trigger-events``           streams
-``asset_events_topic``       ``airflow.asset-events``             asset events
-``dlq_topic``                ``airflow.kafka-events.dlq``         dead letters
-``ui_window_minutes``        ``1440``                             how far back a page scans
-``ui_max_records``           ``1000``                             records per partition, at most
-``ui_stuck_after_seconds``   ``600``                              a running stream silent this long
-``ui_bridge_group_ids``      ``airflow-kafka-events.bridge``      bridges' consumer groups (commas)
-``ui_freeze_heap``           ``true``                             gc.freeze the api-server's heap
-                                                                  at the view's first request
-===========================  ===================================  =================================
+===========================  ====================================  =================================
+option                       default                               meaning
+===========================  ====================================  =================================
+``ui_kafka_config_id``       ``kafka_default``                     the Airflow Kafka connection read
+``trigger_events_topic``     ``airflow.trigger-events``            streams
+``asset_events_topic``       ``airflow.asset-events``              asset events
+``dlq_topic``                ``airflow.kafka-events.dlq``          dead letters
+``stream_index_topic``       ``airflow.kafka-events.stream-index`` the stream index (Streams, Health)
+``ui_window_minutes``        ``1440``                              how far back a scanning page reads
+``ui_max_records``           ``1000``                              records per partition, at most
+``ui_stuck_after_seconds``   ``600``                               a running stream silent this long
+``ui_bridge_group_ids``      ``airflow-kafka-events.bridge``       bridges' consumer groups (commas)
+``ui_freeze_heap``           ``true``                              gc.freeze the api-server's heap
+                                                                   at the view's first request
+===========================  ====================================  =================================
 
 ``replay_extra_target_topics`` (default: none) lists the topics (commas) a replay from the view may
 publish to besides the dead letter's source topic: an administrator's setting (the deployment's
@@ -32,7 +33,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from airflow_kafka_events.errors import ConfigurationError
-from airflow_kafka_events.topic_plan import SECTION, TOPIC_OPTIONS
+from airflow_kafka_events.topic_plan import SECTION, STREAM_INDEX_TOPIC, TOPIC_OPTIONS
 
 __all__ = ["DEFAULT_BRIDGE_GROUP", "MAX_RECORDS_CAP", "MAX_WINDOW_MINUTES", "ViewSettings", "WindowRequest"]
 
@@ -95,6 +96,7 @@ class ViewSettings:
     bridge_group_ids: tuple[str, ...]
     freeze_heap: bool = True
     replay_extra_target_topics: frozenset[str] = frozenset()
+    stream_index_topic: str = STREAM_INDEX_TOPIC
 
     @classmethod
     def from_options(cls, options: Mapping[str, str | None]) -> ViewSettings:
@@ -129,6 +131,7 @@ class ViewSettings:
             replay_extra_target_topics=frozenset(
                 t.strip() for t in opt("replay_extra_target_topics", "").split(",") if t.strip()
             ),
+            stream_index_topic=opt("stream_index_topic", STREAM_INDEX_TOPIC),
         )
 
     @classmethod
@@ -147,5 +150,6 @@ class ViewSettings:
             "ui_bridge_group_ids",
             "ui_freeze_heap",
             "replay_extra_target_topics",
+            "stream_index_topic",
         )
         return cls.from_options({name: conf.get(SECTION, name, fallback=None) for name in names})

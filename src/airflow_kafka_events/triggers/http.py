@@ -66,6 +66,7 @@ from urllib.parse import urljoin, urlsplit
 
 from airflow_kafka_events.errors import ConfigurationError
 from airflow_kafka_events.retry import exponential_backoff, retry_call_async
+from airflow_kafka_events.stream_index.publisher import StreamIndexWriter
 from airflow_kafka_events.triggers.errors import (
     HttpPaginationError,
     HttpRetriesExhaustedError,
@@ -277,11 +278,11 @@ class HttpPaginationTrigger(StreamingTrigger):
         return values
 
     # ------------------------------------------------------------------ stream position
-    async def _write_pages(self, writer: Any, cursor: str | None) -> Any:
+    async def _write_pages(self, writer: Any, cursor: str | None, index: StreamIndexWriter) -> Any:
         # The stream's next sequence index: ``pages()`` numbers pages (logs, ``max_pages``)
         # from where a restarted trigger continues.
         self._first_index = int(getattr(writer, "next_seq", 0) or 0)
-        return await super()._write_pages(writer, cursor)
+        return await super()._write_pages(writer, cursor, index)
 
     # ------------------------------------------------------------------ connection
     async def open_session(self) -> HttpSession:

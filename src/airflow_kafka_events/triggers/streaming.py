@@ -48,6 +48,13 @@ Broker outages
     of it carry the idempotent producer's sequence number (the broker stores one copy), and a
     page whose outcome is unknown fails the run; the next run resumes from what Kafka holds.
 
+Stream index
+    The trigger also writes its stream's state record to the stream index (a compacted topic,
+    :mod:`airflow_kafka_events.stream_index`): at the attempt's start, every
+    ``[kafka_events] stream_index_every_pages`` pages or ``stream_index_every_seconds`` seconds, and
+    at its end.  The index is for people (listings); a record that cannot be written is logged and
+    never holds up or fails the stream.
+
 Readers follow the highest ``attempt`` of a key and should ignore a repeated
 ``(attempt, sequence_index)`` (Airflow may briefly run one trigger in two triggerers).
 Keep the partition count of a stream topic fixed: a key's partition depends on it.
@@ -60,7 +67,7 @@ import asyncio
 import logging
 import math
 from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -75,8 +82,11 @@ from airflow_kafka_events.errors import (
     ValidationError,
 )
 from airflow_kafka_events.kafka.producer import EnvelopeProducer
-from airflow_kafka_events.kafka.progress import lookup_stream
+from airflow_kafka_events.kafka.progress import StreamProgress, lookup_stream
 from airflow_kafka_events.kafka.settings import KafkaSettings
+from airflow_kafka_events.stream_index.options import Cadence, index_topic
+from airflow_kafka_events.stream_index.publisher import INDEX_ROLE, INDEX_WRITE_TIMEOUT, StreamIndexWriter
+from airflow_kafka_events.stream_index.record import StreamRecord
 from airflow_kafka_events.streams import StreamDescriptor, plan_resume, stream_id
 from airflow_kafka_events.triggers.attempt_writer import AttemptWriter, close_iterator, parse_not_before
 from airflow_kafka_events.triggers.outage import (
@@ -312,19 +322,60 @@ class StreamingTrigger(BaseTrigger):
         """``outage_timeout``, else ``[kafka_events] stream_outage_timeout``, else 300 s."""
         return resolve_outage_timeout(self.outage_timeout)
 
-    def _open_kafka(self) -> tuple[KafkaSettings, EnvelopeProducer]:
+    def _open_kafka(self) -> tuple[KafkaSettings, EnvelopeProducer, EnvelopeProducer]:
         # Blocking (connection lookup, client creation): called in a worker thread.
         from airflow_kafka_events.hooks import KafkaEventsHook
 
         hook = KafkaEventsHook(kafka_config_id=self.kafka_config_id)
         producer = hook.get_producer(role=STREAM_ROLE, message_timeout=self.resolve_outage_timeout())
-        return hook.get_settings(), producer
+        index_producer = hook.get_producer(role=INDEX_ROLE, message_timeout=INDEX_WRITE_TIMEOUT)
+        return hook.get_settings(), producer, index_producer
+
+    def _index_writer(
+        self,
+        producer: EnvelopeProducer,
+        trigger_run_id: str,
+        identity: ProducerIdentity,
+        partition: int,
+        attempt: int,
+        generation: int | None,
+        progress: StreamProgress | None,
+    ) -> StreamIndexWriter:
+        """The writer of this attempt's stream index record (continuing what ``progress`` wrote of it)."""
+        continuing = progress is not None and progress.attempt == attempt
+        record = StreamRecord(
+            stream_id=trigger_run_id,
+            topic=self.topic,
+            partition=partition,
+            attempt=attempt,
+            status="running",
+            pages=0,
+            updated_at=0.0,
+            generation=generation,
+            dag_id=identity.dag_id,
+            run_id=identity.run_id,
+            task_id=identity.task_id,
+            map_index=identity.map_index,
+            try_number=identity.try_number,
+        )
+        if continuing and progress is not None:
+            written = progress.sequence_index + (0 if progress.is_last else 1)
+            record = replace(
+                record,
+                pages=written,
+                last_sequence=progress.sequence_index,
+                first_offset=progress.first_offset,
+                last_offset=progress.offset,
+            )
+        return StreamIndexWriter(
+            producer, index_topic(), record, cadence=Cadence.from_config(), logger=self.log
+        )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         """Write the stream to Kafka (resuming it if it has progress); yield one event."""
         trigger_run_id = self.resolve_trigger_run_id()
         identity = self.resolve_producer_identity()
-        settings, producer = await asyncio.to_thread(self._open_kafka)
+        settings, producer, index_producer = await asyncio.to_thread(self._open_kafka)
         await wait_for_earlier_sends(producer, self.topic, trigger_run_id, self.log)
         location, progress = await asyncio.to_thread(
             lookup_stream,
@@ -347,6 +398,18 @@ class StreamingTrigger(BaseTrigger):
             )
         plan = plan_resume(progress, self.generation)
         if plan.already_complete and progress is not None:
+            index = self._index_writer(
+                index_producer,
+                trigger_run_id,
+                identity,
+                progress.partition,
+                progress.attempt,
+                progress.generation,
+                progress,
+            )
+            await asyncio.to_thread(index.check_topic)
+            index.finished(progress.sequence_index, progress.offset, progress.first_offset, None)
+            await index.flush()
             self.log.info(
                 "stream %s attempt %d is already complete in %s[%d]; reporting it again",
                 trigger_run_id,
@@ -411,8 +474,26 @@ class StreamingTrigger(BaseTrigger):
             generation=generation,
             log=self.log,
         )
-        error = await self._write_pages(writer, plan.cursor)
+        index = self._index_writer(
+            index_producer,
+            trigger_run_id,
+            identity,
+            location.partition,
+            plan.attempt,
+            generation,
+            progress,
+        )
+        await asyncio.to_thread(index.check_topic)
+        index.start()
+        error = await self._write_pages(writer, plan.cursor, index)
         descriptor = await writer.finish(error)
+        index.finished(
+            descriptor.count,
+            descriptor.last_offset,
+            descriptor.first_offset,
+            None if error is None else f"{error.type}: {error.message}",
+        )
+        await index.flush()
         metrics.incr(f"{metrics.STREAMS_ENDED}.{'complete' if error is None else 'failed'}")
         self.log.info(
             "stream %s attempt %d ended: %d pages (%d written by this run), offsets %s..%d%s",
@@ -426,7 +507,9 @@ class StreamingTrigger(BaseTrigger):
         )
         yield self.final_event(descriptor)
 
-    async def _write_pages(self, writer: AttemptWriter, cursor: str | None) -> StreamFailure | None:
+    async def _write_pages(
+        self, writer: AttemptWriter, cursor: str | None, index: StreamIndexWriter
+    ) -> StreamFailure | None:
         """Fetch and deliver pages one by one; the error that ended the stream, if any."""
         try:
             iterator = self.pages(cursor)
@@ -455,7 +538,8 @@ class StreamingTrigger(BaseTrigger):
                         exc,
                     )
                     return self.stream_error_for(exc)
-                await writer.send(value, page.cursor)
+                offset = await writer.send(value, page.cursor)
+                index.page(writer.next_seq - 1, offset)
                 metrics.incr(metrics.PAGES_WRITTEN, tags={"topic": writer.topic})
         finally:
             self._pages_iterator = None

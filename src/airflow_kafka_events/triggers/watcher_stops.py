@@ -145,42 +145,12 @@ def read_mark(
     Reads only the partition the key is in, from its start to its end as it is now.  Raises
     :class:`TopicError` when the topic does not exist, :class:`TimeoutError` past ``timeout``.
     """
-    from confluent_kafka import KafkaError, KafkaException, TopicPartition
+    from airflow_kafka_events.kafka.compacted import read_compacted_key
 
-    from airflow_kafka_events.kafka.bounded_reads import bounded_read_config
-    from airflow_kafka_events.kafka.clients import new_consumer
-    from airflow_kafka_events.kafka.partitioner import partition_for_key
+    def missing() -> TopicError:
+        return TopicError(
+            f"the clean-stop topic {topic!r} does not exist ([kafka_events] {STOPS_OPTION}): "
+            "create it with `airflow-kafka-events topics ensure`"
+        )
 
-    deadline = time.monotonic() + timeout
-    consumer, _ = new_consumer(bounded_read_config(settings, "watcher-stops"), name="watcher-stops")
-    try:
-        found = consumer.list_topics(topic, timeout=timeout).topics.get(topic)
-        if found is None or found.error is not None or not found.partitions:
-            raise TopicError(
-                f"the clean-stop topic {topic!r} does not exist ([kafka_events] {STOPS_OPTION}): "
-                "create it with `airflow-kafka-events topics ensure`"
-            )
-        tp = TopicPartition(topic, partition_for_key(key, len(found.partitions)))
-        low, high = consumer.get_watermark_offsets(tp, timeout=max(0.1, deadline - time.monotonic()))
-        if high <= low:
-            return None
-        consumer.assign([TopicPartition(topic, tp.partition, low)])
-        latest: bytes | None = None
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise TimeoutError(f"reading {topic}[{tp.partition}] took over {timeout:g} s")
-            msg = consumer.poll(min(1.0, left))
-            if msg is None:
-                continue
-            error = msg.error()
-            if error is not None:
-                if error.code() == KafkaError._PARTITION_EOF:
-                    return latest
-                raise KafkaException(error)
-            if msg.key() == key:
-                latest = msg.value()  # a tombstone (None) forgets the mark
-            if (msg.offset() or 0) >= high - 1:
-                return latest
-    finally:
-        consumer.close()
+    return read_compacted_key(settings, topic, key, timeout=timeout, purpose="watcher-stops", missing=missing)

@@ -51,6 +51,7 @@ class UiTopics:
     asset_events: str
     dlq: str
     trigger_events: str
+    stream_index: str
 
 
 @dataclass
@@ -78,9 +79,16 @@ def ui_topics(kafka_admin, trigger_events_topic) -> UiTopics:
     from airflow_kafka_events.kafka.topics import TopicSpec, ensure_topics
 
     suffix = uuid.uuid4().hex[:8]
-    topics = UiTopics(f"ui-asset-events-{suffix}", f"ui-dlq-{suffix}", trigger_events_topic)
+    topics = UiTopics(
+        f"ui-asset-events-{suffix}", f"ui-dlq-{suffix}", trigger_events_topic, f"ui-stream-index-{suffix}"
+    )
     ensure_topics(
-        kafka_admin, [TopicSpec(topics.asset_events, partitions=2), TopicSpec(topics.dlq, partitions=2)]
+        kafka_admin,
+        [
+            TopicSpec(topics.asset_events, partitions=2),
+            TopicSpec(topics.dlq, partitions=2),
+            TopicSpec(topics.stream_index, partitions=3, cleanup_policy="compact"),
+        ],
     )
     return topics
 
@@ -110,6 +118,7 @@ def ui_stack(
         ),
         "AIRFLOW__KAFKA_EVENTS__ASSET_EVENTS_TOPIC": ui_topics.asset_events,
         "AIRFLOW__KAFKA_EVENTS__DLQ_TOPIC": ui_topics.dlq,
+        "AIRFLOW__KAFKA_EVENTS__STREAM_INDEX_TOPIC": ui_topics.stream_index,
         "AIRFLOW__KAFKA_EVENTS__UI_WINDOW_MINUTES": "120",
         "AIRFLOW__KAFKA_EVENTS__UI_BRIDGE_GROUP_IDS": ui_bridge_group,
     }

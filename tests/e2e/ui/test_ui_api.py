@@ -99,7 +99,7 @@ def test_a_page_opened_without_a_session_links_to_the_login(ui_stack: AirflowSta
     assert 'href="/auth/login' in response.text
 
 
-def test_streams_show_the_stream_and_its_consumer(ui_stack: AirflowStack, ui_data):
+def test_streams_show_the_stream_and_its_consumer(ui_stack: AirflowStack, ui_data, ui_topics):
     answer = _get(ui_stack, "/api/streams", "viewer", params={"dag_id": "e2e_ui_streams"}).json()
     (stream,) = [s for s in answer["streams"] if s["trigger_run_id"] == ui_data.stream_id]
     assert stream["state"] == "complete" and stream["pages"] == 12, stream
@@ -110,14 +110,18 @@ def test_streams_show_the_stream_and_its_consumer(ui_stack: AirflowStack, ui_dat
     consumer = consumers["consume"]
     assert consumer["lag_pages"] == 0, consumer
     assert consumer["pages_handled"] == 12 and consumer["finished"] is True
-    assert answer["window"]["topic"] and "scanned" in answer["window_text"]
+    assert consumer["lag_over_time"] and consumer["lag_over_time"][-1]["lag"] == 0, consumer
+    # listed from the stream index: no scan window
+    assert answer["index"]["topic"] == ui_topics.stream_index and answer["index"]["skipped"] == []
+    assert answer["window"] is None and "stream index" in answer["window_text"]
+    assert stream["status"] == "finished" and stream["pages_over_time"][-1]["pages"] == 12, stream
 
     detail = _get(ui_stack, f"/api/streams/{quote(ui_data.stream_id, safe='/')}", "viewer").json()
     assert detail["summary"]["pages"] == 12 and len(detail["pages"]) >= 12
     assert sorted(c["task_id"] for c in detail["consumers"]) == ["consume", "produce"]
 
 
-def test_a_stream_page_without_the_listing_hint_reads_the_time_its_task_instance_ran(
+def test_a_stream_page_reads_its_pages_where_the_index_says_and_else_by_lookup(
     ui_stack: AirflowStack, ui_data, ui_topics, kafka_bootstrap
 ):
     from datetime import datetime
@@ -130,27 +134,19 @@ def test_a_stream_page_without_the_listing_hint_reads_the_time_its_task_instance
 
     path = f"/streams/{quote(ui_data.stream_id, safe='/')}"  # a typed URL: no ?partition=&offset=
     detail = _get(ui_stack, f"/api{path}", "viewer").json()
-    assert detail["found_by"] == "span", detail
+    assert detail["found_by"] == "hint", detail  # the index's location: its pages read around it
     ti = detail["task_instance"]
     assert (ti["state"], ti["tries"]) == ("success", 1), ti
-    window = detail["window"]
-    since, until = (datetime.fromisoformat(window[k]) for k in ("since", "until"))
-    assert since < datetime.fromisoformat(ti["started"]) < datetime.fromisoformat(ti["ended"]) < until
     summary = detail["summary"]
     assert (summary["attempt"], summary["state"], summary["pages"]) == (0, "complete", 12), summary
     assert [p["sequence_index"] for p in detail["pages"]] == list(range(13))
-    # the key's partition only: the lookup bounded to the run's offsets, the attempt read forward
-    (part,) = window["partitions"]
-    assert detail["span_start"] <= part["start_offset"] == detail["pages"][0]["offset"]
-    assert part["end_offset"] == detail["pages"][-1]["offset"] + 1 <= detail["span_end"]
-    assert part["records_scanned"] <= window["max_records"] and part["kept"] == "oldest"
-    assert not part["truncated"] and detail["written"]["since"] == window["since"]
+    (part,) = detail["window"]["partitions"]
+    assert part["end_offset"] == detail["pages"][-1]["offset"] + 1 and not part["truncated"]
+    assert part["end_offset"] == detail["index"]["last_offset"] + 1, detail["index"]
+    assert detail["index"]["status"] == "finished" and detail["index"]["pages"] == 12
     page = _get(ui_stack, path, "viewer")
-    assert page.status_code == 200 and 'data-found-by="span"' in page.text
-    assert "in the time its task instance's latest try ran (1 try, now success" in page.text
-    # ?minutes= is not ignored: it bounds how far back the lookup reads, and the later start wins
-    wide = _get(ui_stack, f"/api{path}", "viewer", params={"minutes": 24 * 60}).json()
-    assert wide["found_by"] == "span" and wide["window"]["since"] == window["since"], wide
+    assert page.status_code == 200 and 'data-found-by="hint"' in page.text
+    assert datetime.fromisoformat(detail["index"]["started_at"]) <= datetime.fromisoformat(ti["ended"])
 
     # a stream whose task instance Airflow does not know (its run deleted): the per-key lookup, said so
     orphan = stream_id("e2e_ui_streams", f"deleted__{uuid.uuid4().hex[:8]}", "produce")
@@ -168,7 +164,7 @@ def test_a_stream_page_without_the_listing_hint_reads_the_time_its_task_instance
 
 
 def test_the_task_instance_tab_names_the_stream_it_writes_or_reads_with_its_lag(
-    ui_stack: AirflowStack, ui_data
+    ui_stack: AirflowStack, ui_data, ui_topics
 ):
     # the UI leaves {MAP_INDEX} as it is for a task that is not mapped
     params = {
@@ -180,9 +176,11 @@ def test_the_task_instance_tab_names_the_stream_it_writes_or_reads_with_its_lag(
     page = _get(ui_stack, "/streams", "viewer", params=params)
     assert page.status_code == 200, page.text[:500]
     assert f">{ui_data.stream_id}</a>" in page.text and 'id="own-stream"' in page.text
-    assert "This task instance writes the stream" in page.text and "&amp;partition=" in page.text
+    assert "This task instance writes the stream" in page.text
+    assert f'/streams/{quote(ui_data.stream_id, safe="/")}" id="own-stream"' in page.text  # no location
     produce = _get(ui_stack, "/api/streams", "viewer", params=params).json()
     assert produce["task_instance_stream"] == ui_data.stream_id
+    assert produce["index"]["topic"] == ui_topics.stream_index  # found in the index, by its stream id
 
     # the consumer writes no stream: the tab names the one it reads, with the stream page's lag
     consume = {**params, "task_id": "consume"}
@@ -192,6 +190,7 @@ def test_the_task_instance_tab_names_the_stream_it_writes_or_reads_with_its_lag(
     detail = _get(ui_stack, f"/api/streams/{quote(ui_data.stream_id, safe='/')}", "viewer").json()
     (shown,) = [c for c in detail["consumers"] if c["task_id"] == "consume"]
     assert read["trigger_run_id"] == ui_data.stream_id and read["lag_pages"] == shown["lag_pages"] == 0
+    assert read["consumer_id"].startswith("e2e_ui_streams/consume/-1/"), read  # its own index record
     tab = _get(ui_stack, "/streams", "viewer", params=consume).text
     assert 'id="own-stream"' not in tab and "/consume/-1/" not in tab, tab  # no link to a stream not there
     assert 'id="no-own-stream"' in tab and 'lag <b class="lag">0</b>' in tab, tab

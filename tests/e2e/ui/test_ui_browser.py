@@ -18,6 +18,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 import pytest
+from selenium.webdriver.support.ui import Select
 
 from harness.airflow_stack import AirflowStack
 
@@ -67,13 +68,15 @@ def test_admin_sees_streams_and_replays_a_dead_letter(open_browser, ui_stack: Ai
     assert row.get_attribute("data-state") == "complete"
     assert row.find_element("css selector", "td.pages").text == "12"
     assert "lag 0" in row.text and "consume" in row.text
-    assert "scanned" in browser.element("p.window").text
+    assert "stream index" in browser.element("p.index").text
+    assert not browser.driver.find_elements(
+        "css selector", "input[name='minutes'], input[name='max_records']"
+    )
     browser.screenshot("streams")
-    # "Scan" sends the form's empty DAG / run / task fields: no filter, the stream is still listed
-    browser.element("form.filters input[name='minutes']").clear()
-    browser.element("form.filters input[name='minutes']").send_keys("60")
+    # "Filter" sends the form's empty DAG / run / task fields: no filter; the state filter keeps it
+    Select(browser.element("form.filters select[name='state']")).select_by_value("complete")
     browser.element("form.filters button[type='submit']").click()
-    browser.wait(lambda d: "minutes=60" in d.execute_script("return location.href"), "the scanned page")
+    browser.wait(lambda d: "state=complete" in d.execute_script("return location.href"), "the filtered page")
     browser.element(f"tr.stream[data-stream='{ui_data.stream_id}']")
 
     browser.element(f"tr.stream[data-stream='{ui_data.stream_id}'] a").click()

@@ -11,6 +11,7 @@ admin and as viewer) and the CLI's ``dlq ls``, ``dlq show``, ``streams ls`` and 
 
 from __future__ import annotations
 
+import time
 import uuid
 from dataclasses import dataclass
 from urllib.parse import quote
@@ -43,6 +44,7 @@ def leaks(ui_stack: AirflowStack, kafka_bootstrap: str, ui_topics) -> Leaks:
     from airflow_kafka_events.envelopes import StreamFailure, TriggerEventEnvelope
     from airflow_kafka_events.kafka.producer import EnvelopeProducer, get_producer
     from airflow_kafka_events.kafka.settings import KafkaSettings
+    from airflow_kafka_events.stream_index.record import StreamRecord, encode_record, stream_key
     from airflow_kafka_events.streams import stream_id
 
     kinds = ("extra-password", "error-json", "error-repr", "cookie", "url-password", "passphrase")
@@ -92,6 +94,17 @@ def leaks(ui_stack: AirflowStack, kafka_bootstrap: str, ui_topics) -> Leaks:
             ),
         ):
             producer.send_and_wait(ui_topics.trigger_events, TRIGGER_EVENT_CODEC.encode(envelope), key=run)
+        indexed = StreamRecord(
+            stream_id=run,
+            topic=ui_topics.trigger_events,
+            partition=0,
+            attempt=0,
+            status="failed",
+            pages=1,
+            updated_at=time.time(),
+            error=f"RuntimeError: {letter.error_message}",
+        )  # what its trigger writes to the stream index (the error's text as the page shows it)
+        producer.send_and_wait(ui_topics.stream_index, encode_record(indexed), key=stream_key(run))
     finally:
         producer.close(5.0)
     return Leaks(secrets, asset_uri, (delivered.partition, delivered.offset), run)
@@ -139,7 +152,7 @@ def test_no_record_secret_reaches_the_cli(kafka_bootstrap: str, ui_topics, leaks
     commands = [
         ("dlq", "ls", *dlq, "--consumer", "e2e-leaks"),
         ("dlq", "show", str(partition), str(offset), *dlq[:4]),
-        ("streams", "ls", *streams, "--since", "2h", "--dag-id", "e2e_ui_leaks"),
+        ("streams", "ls", *streams[:2], "--index-topic", ui_topics.stream_index, "--dag-id", "e2e_ui_leaks"),
         ("streams", "show", leaks.stream_id, *streams),
     ]
     for command in commands:

@@ -13,12 +13,14 @@ from __future__ import annotations
 import os
 import pty
 import subprocess
+import time
 
 import pytest
 
 from airflow_kafka_events.codec import TRIGGER_EVENT_CODEC
 from airflow_kafka_events.dlq import DeadLetter, DeadLetterWriter
 from airflow_kafka_events.envelopes import StreamFailure, TriggerEventEnvelope
+from airflow_kafka_events.stream_index.record import StreamRecord, encode_record, stream_key
 from airflow_kafka_events.streams import stream_id
 from integration.cli.test_inspection_cli import ENTRY_POINT, cli
 
@@ -109,5 +111,20 @@ def test_streams_with_escape_sequences_print_as_text(kafka_bootstrap, producer, 
     ):
         producer.send_and_wait(topic, TRIGGER_EVENT_CODEC.encode(envelope), key=run)
     kafka = ("--bootstrap-servers", kafka_bootstrap, "--topic", topic)
-    _no_escape(cli("streams", "ls", *kafka))
+    index = new_topic(partitions=1, prefix="stream-index", config={"cleanup.policy": "compact"})
+    record = StreamRecord(
+        stream_id=run,
+        topic=topic,
+        partition=0,
+        attempt=0,
+        status="failed",
+        pages=1,
+        updated_at=time.time(),
+        last_offset=1,
+        error=f"RuntimeError{ERASE}: boom{FORGED}",
+    )
+    producer.send_and_wait(index, encode_record(record), key=stream_key(run))
+    listed = cli("streams", "ls", "--bootstrap-servers", kafka_bootstrap, "--index-topic", index)
+    assert listed.returncode == 0 and "boom" in listed.stdout, listed.stderr
+    _no_escape(listed)
     _no_escape(cli("streams", "show", run, *kafka))

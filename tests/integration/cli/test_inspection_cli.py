@@ -22,7 +22,7 @@ from airflow_kafka_events.codec import ASSET_EVENT_CODEC, TRIGGER_EVENT_CODEC
 from airflow_kafka_events.envelopes import TriggerEventEnvelope
 from airflow_kafka_events.inspection.reader import TopicReader, message_headers
 from airflow_kafka_events.streams import stream_id
-from integration.inspection.records import asset_event, write_dead_letter, write_stream
+from integration.inspection.records import asset_event, write_dead_letter, write_index, write_stream
 
 pytestmark = pytest.mark.integration
 
@@ -63,12 +63,21 @@ def producer(producer_config):
 
 def test_streams_ls_show_tail_print_json_and_import_no_airflow(kafka_bootstrap, producer, new_topic):
     topic = new_topic(partitions=3)
+    index = new_topic(partitions=3, prefix="stream-index", config={"cleanup.policy": "compact"})
     done, failed = stream_id("cli_dag", RUN, "done"), stream_id("cli_dag", RUN, "failed")
-    write_stream(producer, topic, done, 4)
-    write_stream(producer, topic, failed, 2, end="failed")
+    write_index(producer, index, done, write_stream(producer, topic, done, 4))
+    write_index(
+        producer,
+        index,
+        failed,
+        write_stream(producer, topic, failed, 2, end="failed"),
+        status="failed",
+        error="RuntimeError: the API answered 500",
+    )
     kafka = ("--bootstrap-servers", kafka_bootstrap, "--topic", topic)
+    listed = ("--bootstrap-servers", kafka_bootstrap, "--index-topic", index)
 
-    result = cli("streams", "ls", *kafka, "--json", importtime=True)
+    result = cli("streams", "ls", *listed, "--json", importtime=True)
     listing = ok_json(result)
     imported = [line.rsplit("|", 1)[-1].strip() for line in result.stderr.splitlines() if "|" in line]
     assert "airflow_kafka_events.inspection" in imported
@@ -77,19 +86,18 @@ def test_streams_ls_show_tail_print_json_and_import_no_airflow(kafka_bootstrap, 
         done: "complete",
         failed: "failed",
     }
-    assert set(listing["window"]) >= {"topic", "since", "until", "max_records", "truncated", "partitions"}
-    assert listing["window"]["records_scanned"] == 5 + 3
+    assert listing["index"] == {"topic": index, "streams": 2, "skipped": []}
+    assert listing["matched"] == 2
 
-    bounded = ok_json(cli("streams", "ls", *kafka, "--json", "--max-records", "1", "--task-id", "done"))
-    assert bounded["window"]["truncated"] and [s["trigger_run_id"] for s in bounded["streams"]] in (
-        [done],
-        [],
-    )
+    only = ok_json(cli("streams", "ls", *listed, "--json", "--task-id", "done"))
+    assert [s["trigger_run_id"] for s in only["streams"]] == [done]
+    assert ok_json(cli("streams", "ls", *listed, "--json", "--state", "failed"))["streams"][0]["pages"] == 2
 
-    text = cli("streams", "ls", *kafka, "--since", "1h")
+    text = cli("streams", "ls", *listed)
     assert (
         text.returncode == 0 and done in text.stdout and "RuntimeError: the API answered 500" in text.stdout
     )
+    assert "2 stream(s) match" in text.stdout
 
     shown = ok_json(cli("streams", "show", done, *kafka, "--json"))
     assert shown["summary"]["pages"] == 4 and [p["sequence_index"] for p in shown["pages"]] == [0, 1, 2, 3, 4]
@@ -180,8 +188,15 @@ def test_errors_exit_non_zero_with_the_cause_and_fix(kafka_bootstrap):
     assert "no-such-dlq-topic" in missing.stderr and "topics ensure" in missing.stderr
     assert json.loads(missing.stdout)["error"]["type"] == "TopicNotFoundError"
 
-    usage = cli("streams", "ls", "--bootstrap-servers", kafka_bootstrap, "--since", "yesterday-ish")
+    usage = cli(
+        "streams", "show", "d/t/-1/r", "--bootstrap-servers", kafka_bootstrap, "--since", "yesterday-ish"
+    )
     assert usage.returncode == 2 and "ISO-8601" in usage.stderr
+    no_index = cli(
+        "streams", "ls", "--bootstrap-servers", kafka_bootstrap, "--index-topic", "no-such-index", "--json"
+    )
+    assert no_index.returncode == 1 and "topics ensure" in no_index.stderr
+    assert json.loads(no_index.stdout)["error"]["type"] == "StreamIndexNotFoundError"
 
     started = time.monotonic()
     unreachable = cli("streams", "ls", "--bootstrap-servers", "127.0.0.1:1", "--timeout", "3", timeout=30)

@@ -93,3 +93,36 @@ def wait_past(stamp_ms: int) -> datetime:
         assert time.monotonic() < deadline, "the clock did not move"
         time.sleep(0.002)
     return datetime.fromtimestamp((stamp_ms + 1) / 1000, tz=timezone.utc)
+
+
+def write_index(
+    producer: EnvelopeProducer,
+    index_topic: str,
+    run: str,
+    receipts: list[DeliveryReceipt],
+    *,
+    status: str = "finished",
+    error: str | None = None,
+) -> None:
+    """The stream index record a streaming trigger writes at the end of ``run``'s envelopes ``receipts``
+    (written by :func:`write_stream`; the last one its terminal marker when finished or failed)."""
+    from airflow_kafka_events.stream_index.record import StreamRecord, encode_record, stream_key
+
+    pages = len(receipts) - (0 if status == "running" else 1)
+    now = datetime.now(timezone.utc).timestamp()
+    record = StreamRecord(
+        stream_id=run,
+        topic=receipts[-1].topic,
+        partition=receipts[-1].partition,
+        attempt=0,
+        status=status,
+        pages=pages,
+        updated_at=now,
+        started_at=now - 1,
+        last_page_at=now,
+        last_sequence=len(receipts) - 1,
+        first_offset=receipts[0].offset,
+        last_offset=receipts[-1].offset,
+        error=error,
+    )
+    producer.send_and_wait(index_topic, encode_record(record), key=stream_key(run))

@@ -29,7 +29,9 @@ SRC_DIR = Path(__file__).resolve().parents[3] / "src"
 @pytest.fixture
 def names(kafka_admin) -> Iterator[dict[str, str]]:
     run = uuid.uuid4().hex[:8]
-    topics = {role: f"ensure-{role}-{run}" for role in ("trigger", "asset", "dlq", "results", "stops")}
+    topics = {
+        role: f"ensure-{role}-{run}" for role in ("trigger", "asset", "dlq", "results", "stops", "index")
+    }
     yield topics
     delete_topics(kafka_admin, topics.values())
 
@@ -67,7 +69,9 @@ def test_topics_ensure_creates_what_the_configuration_names_once_and_changes_onl
         "AIRFLOW__KAFKA_EVENTS__TRIGGER_EVENTS_TOPIC": names["trigger"],
         "AIRFLOW__KAFKA_EVENTS__ASSET_EVENTS_TOPIC": names["asset"],
         "AIRFLOW__KAFKA_EVENTS__WATCHER_STOPS_TOPIC": names["stops"],
+        "AIRFLOW__KAFKA_EVENTS__STREAM_INDEX_TOPIC": names["index"],
     }
+    retained = [name for role, name in names.items() if role != "index"]  # --retention-ms: not the index's
     first = _ensure(kafka_bootstrap, tmp_path, env, "--retention-ms", "86400000")
     assert [(r["topic"], r["action"]) for r in first] == [
         (names["trigger"], "created"),
@@ -75,13 +79,17 @@ def test_topics_ensure_creates_what_the_configuration_names_once_and_changes_onl
         (names["dlq"], "created"),
         (names["results"], "created"),
         (names["stops"], "created"),
+        (names["index"], "created"),
     ]
     assert first[2]["roles"] == ["dead-letters"] and first[0]["roles"] == ["trigger-events"]
     assert _config(kafka_admin, names["stops"], "cleanup.policy") == "compact"  # the clean-stop marks
     assert _config(kafka_admin, names["dlq"], "cleanup.policy") == "delete"
+    # the stream index: compacted, a stream leaving it 7 days after its last record
+    assert _config(kafka_admin, names["index"], "cleanup.policy") == "compact,delete"
+    assert _retention(kafka_admin, names["index"]) == str(7 * 24 * 3600 * 1000)
     topics = kafka_admin.list_topics(timeout=30).topics
     assert all(len(topics[name].partitions) == 2 for name in names.values())  # from airflow.cfg
-    assert {_retention(kafka_admin, name) for name in names.values()} == {"86400000"}
+    assert {_retention(kafka_admin, name) for name in retained} == {"86400000"}
 
     again = _ensure(kafka_bootstrap, tmp_path, env, "--retention-ms", "86400000")
     assert {r["action"] for r in again} == {"ok"} and all(not r["differences"] for r in again)
@@ -98,9 +106,9 @@ def test_topics_ensure_creates_what_the_configuration_names_once_and_changes_onl
     applied = _ensure(
         kafka_bootstrap, tmp_path, env, "--partitions", "4", "--retention-ms", "3600000", "--apply-configs"
     )
-    assert {r["action"] for r in applied} == {"updated"}
-    assert all(r["applied"] == ["retention.ms=3600000"] for r in applied)
-    assert {_retention(kafka_admin, name) for name in names.values()} == {"3600000"}
+    assert {r["action"] for r in applied[:-1]} == {"updated"} and applied[-1]["action"] == "differs"
+    assert all(r["applied"] == ["retention.ms=3600000"] for r in applied[:-1]) and not applied[-1]["applied"]
+    assert {_retention(kafka_admin, name) for name in retained} == {"3600000"}
     topics = kafka_admin.list_topics(timeout=30).topics
     assert all(len(topics[name].partitions) == 2 for name in names.values())
 

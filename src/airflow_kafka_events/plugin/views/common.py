@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Annotated, Any
+from typing import Annotated, Any, cast
 
 from fastapi import Depends, Query, Request
 from fastapi.responses import Response
@@ -30,6 +30,7 @@ from airflow_kafka_events.plugin.settings import (
     ViewSettings,
     WindowRequest,
 )
+from airflow_kafka_events.stream_index.reader import IndexCache
 
 __all__ = ["LIST_PREVIEW", "Page", "PageDep", "error_status"]
 
@@ -97,6 +98,14 @@ class Page:
                 ) from exc
             self._secrets = secrets_of(self._config, extra)
         return self._config
+
+    def stream_index(self) -> IndexCache:
+        """The app's stream index cache (one per app: a page reads only the index records new since)."""
+        state = self.request.app.state
+        cache = getattr(state, "stream_index", None)
+        if cache is None:
+            cache = state.stream_index = IndexCache()
+        return cast(IndexCache, cache)
 
     def base(self, tab: str) -> dict[str, Any]:
         return {

@@ -7,9 +7,9 @@
   (*not running* when none: stopped, or never started); the last post is the newest Airflow
   asset event carrying a bridge's provenance;
 * a stream is stuck when it is still running and wrote nothing for
-  ``[kafka_events] ui_stuck_after_seconds`` (in the scanned window).
+  ``[kafka_events] ui_stuck_after_seconds`` (as the stream index has it).
 
-Only offsets are read for the lags (no records); the stuck streams come from the bounded window.
+Only offsets are read for the lags (no records); the stuck streams come from the stream index.
 The Kafka reads of a page run at once (each waits on its own broker round trips), beside the
 metadata-DB queries.
 """
@@ -30,6 +30,7 @@ from airflow_kafka_events.inspection.streams import StreamListing, list_streams
 from airflow_kafka_events.plugin.airflow_state import WatcherState, last_bridge_post, watchers
 from airflow_kafka_events.plugin.kafka_access import committed_offsets, end_offsets, group_members
 from airflow_kafka_events.plugin.views.common import Page, PageDep
+from airflow_kafka_events.stream_index.listing import StreamFilter
 
 __all__ = ["router"]
 
@@ -124,9 +125,12 @@ def _bridge_row(page: Page, group_id: str, group: _Group, ends: _Ends) -> dict[s
 
 
 def _stream_listing(page: Page) -> tuple[StreamListing | None, str | None]:
-    # the watchers and bridges are shown even when the streams topic cannot be read (e.g. not created)
+    # the watchers and bridges are shown even when the index cannot be read (e.g. not created)
     try:
-        return list_streams(page.config(), page.settings.trigger_events_topic, window=page.window()), None
+        filters = StreamFilter(state="running")
+        return list_streams(
+            page.config(), page.settings.stream_index_topic, filters=filters, cache=page.stream_index()
+        ), None
     except AirflowKafkaEventsError as exc:
         return None, _error(exc)
 
@@ -149,9 +153,9 @@ def health_page(page: PageDep, session: SessionDep) -> Response:
         listing, streams_error = streams_future.result()
     threshold = datetime.now(timezone.utc) - timedelta(seconds=settings.stuck_after_seconds)
     stuck = [
-        s
+        s.summary
         for s in (listing.streams if listing is not None else [])
-        if s.state == "running" and s.last_at is not None and s.last_at < threshold
+        if s.summary.state == "running" and s.summary.last_at is not None and s.summary.last_at < threshold
     ]
     payload = {
         "watchers": watcher_rows,
@@ -167,8 +171,9 @@ def health_page(page: PageDep, session: SessionDep) -> Response:
         "stuck_after_seconds": settings.stuck_after_seconds,
         "stuck_streams": [s.to_dict() for s in stuck],
         "streams_error": streams_error,
-        "window": None if listing is None else listing.window.to_dict(),
-        "window_text": streams_error if listing is None else listing.window.describe(),
+        "window": None,
+        "window_text": streams_error if listing is None else listing.describe(),
+        "index": None if listing is None else listing.index_dict(),
     }
     context = {
         "watchers": watcher_rows,
@@ -176,6 +181,6 @@ def health_page(page: PageDep, session: SessionDep) -> Response:
         "last_post": last_post,
         "stuck": stuck,
         "streams_error": streams_error,
-        "scanned": None if listing is None else listing.window,
+        "listing": listing,
     }
     return page.answer("health", "health.html", context, payload)

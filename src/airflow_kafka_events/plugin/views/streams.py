@@ -31,8 +31,14 @@ from fastapi.responses import Response
 from sqlalchemy import select
 
 from airflow_kafka_events.errors import AirflowKafkaEventsError, ValidationError
-from airflow_kafka_events.inspection.errors import StreamNotFoundError
-from airflow_kafka_events.inspection.streams import StreamSummary, WrittenSpan, list_streams, show_stream
+from airflow_kafka_events.inspection.errors import StreamIndexNotFoundError, StreamNotFoundError
+from airflow_kafka_events.inspection.streams import (
+    StreamListing,
+    StreamSummary,
+    WrittenSpan,
+    list_streams,
+    show_stream,
+)
 from airflow_kafka_events.inspection.window import ScanWindow
 from airflow_kafka_events.plugin.airflow_state import (
     ConsumerCheckpoint,
@@ -40,6 +46,14 @@ from airflow_kafka_events.plugin.airflow_state import (
     task_instance_run,
 )
 from airflow_kafka_events.plugin.views.common import Page, PageDep
+from airflow_kafka_events.stream_index.listing import (
+    STATES,
+    StreamFilter,
+    consumer_row,
+    consumers_of_task,
+    indexed_streams,
+)
+from airflow_kafka_events.stream_index.record import StreamRecord, stream_key
 from airflow_kafka_events.streams import DEFAULT_NOT_BEFORE_MARGIN, parse_stream_id
 
 __all__ = ["router"]
@@ -61,6 +75,7 @@ SPAN_AFTER = timedelta(minutes=5)
 def _consumer_rows(
     checkpoints: list[ConsumerCheckpoint], summaries: dict[str, StreamSummary]
 ) -> list[dict[str, Any]]:
+    """Consumers known only from the task state store (none in the index): their checkpoints."""
     rows = []
     for cp in checkpoints:
         summary = summaries.get(cp.trigger_run_id)
@@ -86,13 +101,6 @@ def _consumer_rows(
     return rows
 
 
-def _by_stream(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
-    out: dict[str, list[dict[str, Any]]] = {}
-    for row in rows:
-        out.setdefault(row["trigger_run_id"], []).append(row)
-    return out
-
-
 def _map_index(value: str | None) -> int | None:
     """A map index from the query; the UI leaves ``{MAP_INDEX}`` unreplaced for an unmapped task."""
     try:
@@ -100,6 +108,12 @@ def _map_index(value: str | None) -> int | None:
     except ValueError:
         return None
     return number if number is None or number >= -1 else None
+
+
+def _listing(page: Page, filters: StreamFilter) -> StreamListing:
+    return list_streams(
+        page.config(), page.settings.stream_index_topic, filters=filters, cache=page.stream_index()
+    )
 
 
 @router.get("/streams")
@@ -111,50 +125,68 @@ def streams_page(
     run_id: Annotated[str | None, Query()] = None,
     task_id: Annotated[str | None, Query()] = None,
     map_index: Annotated[str | None, Query(description="a task instance's map index")] = None,
+    state: Annotated[str | None, Query(description="running, complete or failed")] = None,
+    offset: Annotated[int, Query(ge=0, description="rows of the listing to skip (paging)")] = 0,
 ) -> Response:
     index = _map_index(map_index)
     # the page's filter form sends an empty field as "": no filter, not "the DAG named ''"
-    dag_id, run_id, task_id = dag_id or None, run_id or None, task_id or None
-    settings = page.settings
-    try:  # all of the window, filtered below: the task-instance tab needs the streams it reads too
-        listing = list_streams(page.config(), settings.trigger_events_topic, window=page.window())
+    dag_id, run_id, task_id, state = dag_id or None, run_id or None, task_id or None, state or None
+    try:
+        filters = StreamFilter(dag_id, run_id, task_id, index, state)
+        listing = _listing(page, filters)
     except AirflowKafkaEventsError as exc:
         return page.failed("streams", exc)
-    known = {s.trigger_run_id: s for s in listing.streams}
-    matched = [
-        s for s in listing.streams if s.matches(dag_id, run_id, task_id) and index in (None, s.map_index)
-    ]
-    streams = matched[: page.limit]  # newest activity first
-    summaries = {s.trigger_run_id: s for s in streams}
-    consumers = _by_stream(_consumer_rows(consumer_checkpoints(session, summaries), summaries))
+    matched = listing.matched
+    streams = listing.rows(offset, page.limit)  # newest activity first
+    consumers = {s.trigger_run_id: s.consumer_rows() for s in streams}
     task_tab = bool(dag_id and run_id and task_id)
     own_stream = None
     read_by_task: list[dict[str, Any]] = []
-    if task_tab:  # the task-instance tab: the stream it writes (if any in the window), those it reads
-        own_index = -1 if index is None else index
-        own_stream = next((s for s in matched if s.map_index == own_index), None)
+    if task_tab:  # the task-instance tab: the stream it writes (if any), those it reads
+        assert dag_id is not None and run_id is not None and task_id is not None
+        own_id = filters.own_stream_id()
+        own_stream = None if own_id is None else listing.stream(own_id)
+        for record in consumers_of_task(listing.consumers, dag_id, run_id, task_id, index):
+            read_by_task.append(consumer_row(record, listing.records.get(record.stream_id)))
+    known = {
+        row["trigger_run_id"]: read.summary
+        for row in read_by_task
+        if (read := listing.stream(row["trigger_run_id"])) is not None
+    }
+    if task_tab and not read_by_task:  # consumers that wrote no index record: their checkpoints
         stored = consumer_checkpoints(session, dag_id=dag_id, run_id=run_id, task_id=task_id, map_index=index)
         read_by_task = _consumer_rows(stored, known)
+    summaries = [s.summary for s in streams]
     payload = {
-        "streams": [{**s.to_dict(), "consumers": consumers.get(s.trigger_run_id, [])} for s in streams],
+        "streams": [{**s.to_dict(), "consumers": consumers[s.trigger_run_id]} for s in streams],
         "task_instance_stream": None if own_stream is None else own_stream.trigger_run_id,
         "read_by_task_instance": read_by_task,
-        "window": listing.window.to_dict(),
-        "window_text": listing.window.describe(),
-        "undecodable": listing.undecodable,
+        "window": None,
+        "window_text": listing.describe(),
+        "undecodable": len(listing.skipped),
         "matched": len(matched),
+        "offset": offset,
+        "limit": page.limit,
+        "index": listing.index_dict(),
     }
     context = {
         "matched": len(matched),
-        "streams": streams,
+        "streams": summaries,
         "known": known,
         "consumers": consumers,
         "task_tab": task_tab,
-        "own_stream": own_stream,
+        "own_stream": None if own_stream is None else own_stream.summary,
         "read_by_task": read_by_task,
-        "filters": {"dag_id": dag_id, "run_id": run_id, "task_id": task_id, "map_index": index},
-        "scanned": listing.window,
-        "undecodable": listing.undecodable,
+        "filters": {
+            "dag_id": dag_id,
+            "run_id": run_id,
+            "task_id": task_id,
+            "map_index": index,
+            "state": state,
+        },
+        "listing": listing,
+        "offset": offset,
+        "states": STATES,
     }
     return page.answer("streams", "streams.html", context, payload)
 
@@ -230,6 +262,18 @@ def stream_page(
     ] = None,
 ) -> Response:
     try:
+        snapshot = page.stream_index().read(page.config(), page.settings.stream_index_topic)
+    except StreamIndexNotFoundError:
+        snapshot = None  # the stream is still found by its lookups, below
+    except AirflowKafkaEventsError as exc:
+        return page.failed("streams", exc)
+    record = None if snapshot is None else snapshot.records.get(stream_key(trigger_run_id))
+    indexed = None
+    if isinstance(record, StreamRecord):
+        indexed = indexed_streams([record], snapshot.consumers() if snapshot is not None else {})[0]
+        if partition is None and offset is None and record.last_offset is not None:
+            partition, offset = record.partition, record.last_offset  # where the index says it is
+    try:
         window = _stream_window(page, session, trigger_run_id)
         written, task_instance, never_ran = _written_span(session, trigger_run_id)
         hinted = partition is not None and offset is not None
@@ -246,18 +290,23 @@ def stream_page(
         )
     except AirflowKafkaEventsError as exc:
         return page.failed("streams", exc)
-    summaries = {trigger_run_id: detail.summary}
-    consumers = _consumer_rows(consumer_checkpoints(session, [trigger_run_id]), summaries)
+    if indexed is not None and indexed.consumers:
+        consumers = indexed.consumer_rows()
+    else:  # consumers that wrote no index record: their checkpoints
+        summaries = {trigger_run_id: detail.summary}
+        consumers = _consumer_rows(consumer_checkpoints(session, [trigger_run_id]), summaries)
     payload = {
         **detail.to_dict(),
         "consumers": consumers,
         "task_instance": task_instance,
         "window_text": detail.describe(),
+        "index": None if indexed is None else indexed.to_dict(),
     }
     context = {
         "detail": detail,
         "consumers": consumers,
         "scanned": detail.window,
         "task_instance": task_instance,
+        "indexed": indexed,
     }
     return page.answer("streams", "stream.html", context, payload)
