@@ -76,6 +76,7 @@ def test_dead_letters_with_escape_sequences_print_as_text(kafka_bootstrap, produ
         os.write(leader, b"n\n")
         env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "KAFKA_BOOTSTRAP"))}
         env["AIRFLOW_HOME"] = "/nonexistent-airflow-home"
+        env["AIRFLOW__KAFKA_EVENTS__REPLAY_EXTRA_TARGET_TOPICS"] = source
         confirm = subprocess.run(
             [str(ENTRY_POINT), "dlq", "replay", "0", str(written.offset), *kafka],
             stdin=follower,
