@@ -47,6 +47,7 @@ def test_every_route_requires_a_viewer_and_replay_an_asset_write():
     replay = [r for r in app.routes if isinstance(r, APIRoute) and r.path.endswith("/replay")]
     assert {(m, r.path) for r in replay for m in r.methods} == {
         ("GET", "/dead-letters/{partition}/{offset}/replay"),
+        ("GET", "/api/dead-letters/{partition}/{offset}/replay"),
         ("POST", "/dead-letters/{partition}/{offset}/replay"),
         ("POST", "/api/dead-letters/{partition}/{offset}/replay"),
     }
