@@ -20,7 +20,8 @@ request authenticated by the *cookie* must name this site in its ``Origin`` (a m
 ``Origin: null``, which sandboxed frames send, are refused) and carry the CSRF token of its
 signed-in user (:func:`csrf_token`: an HMAC with ``[api] secret_key`` over the user and the time it
 was issued, valid :data:`CSRF_TTL_SECONDS`), which only a page of this view can read (the
-confirmation form holds it).  A request with an ``Authorization: Bearer`` header is authenticated by
+confirmation form holds it); it is also bound to the sign-in (:func:`session_of`), so it dies
+with a sign-out.  A request with an ``Authorization: Bearer`` header is authenticated by
 that header, never by the cookie (Airflow's ``get_user``), and no other site can make a browser
 send one: it needs no token.
 """
@@ -29,6 +30,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import json
 import re
 import time
 from typing import Annotated, Any
@@ -57,6 +59,7 @@ __all__ = [
     "origin_of",
     "own_origins",
     "refuse_cross_site",
+    "session_of",
     "user_name",
     "valid_csrf_token",
 ]
@@ -70,7 +73,7 @@ CSRF_FIELD = "csrf_token"
 CSRF_TTL_SECONDS = 4 * 3600
 #: A token issued this far in the future is still accepted (api-servers' clocks differ a little).
 _CLOCK_SKEW_SECONDS = 60
-_CSRF_PURPOSE = b"airflow-kafka-events csrf v1"
+_CSRF_PURPOSE = "airflow-kafka-events csrf v2"
 
 
 def can_replay(user: Any) -> bool:
@@ -85,9 +88,32 @@ def user_name(user: Any) -> str:
     return str(getter() if callable(getter) else getattr(user, "username", "?"))
 
 
-def _user_id(user: Any) -> str:
+def _user_id(user: Any) -> tuple[str, str]:
     getter = getattr(user, "get_id", None)
-    return f"{getter() if callable(getter) else '?'}\0{user_name(user)}"
+    return str(getter() if callable(getter) else "?"), user_name(user)
+
+
+def session_of(request: Request) -> str:
+    """The id (``jti``) of the sign-in that authenticates ``request`` ("" without one): its
+    ``Authorization: Bearer`` token, else the browser's ``_token`` cookie (Airflow's ``get_user``
+    takes them in that order).
+
+    Read without checking the signature: it only selects which CSRF tokens are valid, and the
+    request it is read from is authenticated by that same token.  Signing out revokes it and
+    signing in again makes another, so a CSRF token dies with its sign-in.
+    """
+    import jwt
+    from airflow.api_fastapi.auth.managers.base_auth_manager import COOKIE_NAME_JWT_TOKEN
+
+    scheme, _, credentials = request.headers.get("authorization", "").partition(" ")
+    token = credentials.strip() if scheme.lower() == "bearer" else request.cookies.get(COOKIE_NAME_JWT_TOKEN)
+    if not token:
+        return ""
+    try:
+        claims = jwt.decode(token, options={"verify_signature": False})
+    except jwt.PyJWTError:
+        return ""
+    return str(claims.get("jti") or "") if isinstance(claims, dict) else ""
 
 
 #: ``<issued unix time>.<HMAC-SHA256 hex>``, ASCII only
@@ -106,26 +132,29 @@ def _secret_key() -> bytes:
     return str(key).encode("utf-8")
 
 
-def _mac(user: Any, issued: int) -> str:
-    message = b"\0".join((_CSRF_PURPOSE, _user_id(user).encode("utf-8"), str(issued).encode("ascii")))
+def _mac(user: Any, session: str, issued: int) -> str:
+    # a JSON array: no user id, name or session can be made to read as another's
+    message = json.dumps([_CSRF_PURPOSE, *_user_id(user), session, issued]).encode("utf-8")
     return hmac.new(_secret_key(), message, hashlib.sha256).hexdigest()
 
 
-def csrf_token(user: Any, now: float | None = None) -> str:
-    """A CSRF token of ``user``: ``<issued unix time>.<HMAC-SHA256 hex>``."""
+def csrf_token(user: Any, session: str, now: float | None = None) -> str:
+    """A CSRF token of ``user`` in the sign-in ``session`` (:func:`session_of`):
+    ``<issued unix time>.<HMAC-SHA256 hex>``."""
     issued = int(time.time() if now is None else now)
-    return f"{issued}.{_mac(user, issued)}"
+    return f"{issued}.{_mac(user, session, issued)}"
 
 
-def valid_csrf_token(token: str, user: Any, now: float | None = None) -> bool:
-    """Whether ``token`` was issued to ``user`` by an api-server with this secret key, and is fresh."""
+def valid_csrf_token(token: str, user: Any, session: str, now: float | None = None) -> bool:
+    """Whether ``token`` was issued to ``user`` in the sign-in ``session`` by an api-server with this
+    secret key, and is fresh."""
     if not _TOKEN_FORM.fullmatch(token):
         return False  # not a token this module issued (and nothing int() or compare_digest may choke on)
     issued_text, _, mac = token.partition(".")
     issued, current = int(issued_text), time.time() if now is None else now
     if not current - CSRF_TTL_SECONDS <= issued <= current + _CLOCK_SKEW_SECONDS:
         return False
-    return hmac.compare_digest(mac, _mac(user, issued))
+    return hmac.compare_digest(mac, _mac(user, session, issued))
 
 
 #: The port a scheme means when an origin names none.
@@ -191,8 +220,8 @@ def refuse_cross_site(
     why = _origin_refusal(request.headers.get("origin"), request)
     if why is not None:
         raise _refused(why)
-    if not csrf_token or not valid_csrf_token(csrf_token, user):
+    if not csrf_token or not valid_csrf_token(csrf_token, user, session_of(request)):
         raise _refused(
-            "the CSRF token is missing, expired or not this user's: open the confirmation page again "
-            "and confirm there"
+            "the CSRF token is missing, expired or not this user's sign-in: open the confirmation page "
+            "again and confirm there"
         )

@@ -16,6 +16,7 @@ from airflow_kafka_events.plugin.security import (
     origin_of,
     own_origins,
     refuse_cross_site,
+    session_of,
     valid_csrf_token,
 )
 
@@ -41,29 +42,73 @@ def secret_key(monkeypatch):
     monkeypatch.setenv("AIRFLOW__API__SECRET_KEY", "unit-test-secret-key")
 
 
-def test_a_token_is_good_for_its_user_within_its_time_window_only():
+SESSION = "jti-of-the-sign-in"
+
+
+def test_a_token_is_good_for_its_user_and_sign_in_within_its_time_window_only():
     admin, viewer = User("admin", "admin"), User("viewer", "viewer")
-    token = csrf_token(admin, now=NOW)
-    assert valid_csrf_token(token, admin, now=NOW)
-    assert valid_csrf_token(token, admin, now=NOW + CSRF_TTL_SECONDS)
-    assert not valid_csrf_token(token, admin, now=NOW + CSRF_TTL_SECONDS + 1)
-    assert not valid_csrf_token(token, admin, now=NOW - 3600)  # issued in the future
-    assert not valid_csrf_token(token, viewer, now=NOW)
-    assert not valid_csrf_token(token, User("admin", "other"), now=NOW)
+    token = csrf_token(admin, SESSION, now=NOW)
+    assert valid_csrf_token(token, admin, SESSION, now=NOW)
+    assert valid_csrf_token(token, admin, SESSION, now=NOW + CSRF_TTL_SECONDS)
+    assert not valid_csrf_token(token, admin, SESSION, now=NOW + CSRF_TTL_SECONDS + 1)
+    assert not valid_csrf_token(token, admin, SESSION, now=NOW - 3600)  # issued in the future
+    assert not valid_csrf_token(token, viewer, SESSION, now=NOW)  # user A's token for user B
+    assert not valid_csrf_token(token, User("admin", "other"), SESSION, now=NOW)
+    assert not valid_csrf_token(token, admin, "jti-after-signing-in-again", now=NOW)  # after a sign-out
+    assert not valid_csrf_token(token, admin, "", now=NOW)
+    # the fields cannot be shifted into one another (id "a", name "b\0c" vs id "a\0b", name "c")
+    shifted = csrf_token(User("a", "b\0c"), SESSION, now=NOW)
+    assert not valid_csrf_token(shifted, User("a\0b", "c"), SESSION, now=NOW)
     issued, mac = token.split(".")
-    assert not valid_csrf_token(f"{int(issued) + 1}.{mac}", admin, now=NOW)  # the time is signed
-    for forged in ("", "x", f"{issued}.", f".{mac}", f"{issued}.{'0' * 64}", "null"):
-        assert not valid_csrf_token(forged, admin, now=NOW)
+    assert not valid_csrf_token(f"{int(issued) + 1}.{mac}", admin, SESSION, now=NOW)  # the time is signed
+    for forged in (
+        "",
+        "x",
+        f"{issued}.",
+        f".{mac}",
+        f"{issued}.{'0' * 64}",
+        "null",
+        f"{issued}.{mac.upper()}",
+    ):
+        assert not valid_csrf_token(forged, admin, SESSION, now=NOW)
     # forms int() or compare_digest choke on: refused (403), never an error (500)
     for odd in (f"\u00b2{issued[1:]}.{mac}", f"{'9' * 5000}.{mac}", f"{issued}.{mac[:-1]}\u00e9"):
-        assert not valid_csrf_token(odd, admin, now=NOW)
+        assert not valid_csrf_token(odd, admin, SESSION, now=NOW)
+
+
+def test_the_mac_is_compared_in_constant_time(monkeypatch):
+    import hmac as hmac_module
+
+    from airflow_kafka_events.plugin import security
+
+    compared: list[tuple[str, str]] = []
+    real = hmac_module.compare_digest
+    monkeypatch.setattr(security.hmac, "compare_digest", lambda a, b: compared.append((a, b)) or real(a, b))
+    admin = User("admin", "admin")
+    token = csrf_token(admin, SESSION, now=NOW)
+    assert valid_csrf_token(token, admin, SESSION, now=NOW)
+    assert compared and compared[-1][0] == token.split(".")[1]
 
 
 def test_a_token_depends_on_the_api_server_s_secret_key(monkeypatch):
     admin = User("admin", "admin")
-    token = csrf_token(admin, now=NOW)
+    token = csrf_token(admin, SESSION, now=NOW)
     monkeypatch.setenv("AIRFLOW__API__SECRET_KEY", "another-key")
-    assert not valid_csrf_token(token, admin, now=NOW)
+    assert not valid_csrf_token(token, admin, SESSION, now=NOW)
+
+
+def test_the_sign_in_is_the_jti_of_the_bearer_token_else_of_the_token_cookie():
+    import jwt
+
+    cookie = jwt.encode({"sub": "1", "jti": "abc123"}, "k" * 32, algorithm="HS256")
+    request = _request("localhost:8080", None, cookie=cookie)
+    assert session_of(request) == "abc123"
+    assert session_of(_request("localhost:8080", None)) == ""
+    assert session_of(_request("localhost:8080", None, cookie="not-a-jwt")) == ""
+    other = jwt.encode({"sub": "1", "jti": "bearer-jti"}, "k" * 32, algorithm="HS256")
+    both = _request("localhost:8080", None, cookie=cookie)
+    both.scope["headers"].append((b"authorization", f"Bearer {other}".encode()))
+    assert session_of(both) == "bearer-jti"  # the credential get_user takes first
 
 
 def test_every_state_changing_route_refuses_cross_site_requests():
@@ -82,8 +127,10 @@ def test_every_state_changing_route_refuses_cross_site_requests():
         assert any(d.dependency is refuse_cross_site for d in route.dependencies), route.path
 
 
-def _request(host: str, origin: str | None, *, scheme: str = "http") -> Request:
+def _request(host: str, origin: str | None, *, scheme: str = "http", cookie: str | None = None) -> Request:
     headers = [(b"host", host.encode())]
+    if cookie is not None:
+        headers.append((b"cookie", f"_token={cookie}".encode()))
     if origin is not None:
         headers.append((b"origin", origin.encode("latin-1")))
     return Request(
@@ -106,7 +153,7 @@ def _refusal(
     """The 403's detail of a cookie-authenticated POST (``None``: accepted)."""
     admin = User("admin", "admin")
     if token == "fresh":
-        token = csrf_token(admin)
+        token = csrf_token(admin, "")
     try:
         refuse_cross_site(_request(host, origin, scheme=scheme), admin, None, token)
     except HTTPException as exc:
@@ -181,11 +228,12 @@ def test_behind_a_tls_proxy_the_base_url_is_this_api_server_s_origin(monkeypatch
 
 def test_the_token_is_checked_after_the_origin(monkeypatch):
     monkeypatch.delenv("AIRFLOW__API__BASE_URL", raising=False)
-    other_user = csrf_token(User("viewer", "viewer"))
-    expired = csrf_token(User("admin", "admin"), now=time.time() - CSRF_TTL_SECONDS - 5)
-    for token in (None, "", other_user, expired, "1.2"):
+    other_user = csrf_token(User("viewer", "viewer"), "")
+    expired = csrf_token(User("admin", "admin"), "", now=time.time() - CSRF_TTL_SECONDS - 5)
+    other_sign_in = csrf_token(User("admin", "admin"), "jti-of-a-sign-in-since-signed-out")
+    for token in (None, "", other_user, expired, other_sign_in, "1.2"):
         detail = _refusal("localhost:8080", "http://localhost:8080", token=token)
-        assert detail is not None and "CSRF token is missing, expired or not this user's" in detail
+        assert detail is not None and "CSRF token is missing, expired or not this user's sign-in" in detail
 
 
 def test_a_bearer_request_needs_neither_origin_nor_token():

@@ -48,6 +48,7 @@ from airflow_kafka_events.plugin.security import (
     REPLAY,
     csrf_token,
     refuse_cross_site,
+    session_of,
 )
 from airflow_kafka_events.plugin.views.common import LIST_PREVIEW, Page, PageDep
 
@@ -153,7 +154,7 @@ def confirm_replay_page(page: PageDep, session: SessionDep, partition: int, offs
     form = {
         "confirm": coords(record),
         "fingerprint": record.fingerprint,
-        CSRF_FIELD: csrf_token(page.user),
+        CSRF_FIELD: csrf_token(page.user, session_of(page.request)),
     }
     context = {
         "record": record,
