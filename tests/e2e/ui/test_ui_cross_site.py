@@ -353,7 +353,8 @@ def test_the_confirmation_s_data_as_json_and_a_forged_source_topic_refused(
     assert confirmation["targets"] == [target["source_topic"]]  # the asset events topic, nothing else
     assert confirmation["form"]["confirm"] == target["fields"]["confirm"]
     assert confirmation["form"]["fingerprint"] == target["fields"]["fingerprint"]
-    assert re.fullmatch(r"[0-9]+\.[0-9a-f]{64}", confirmation["form"]["csrf_token"])
+    assert confirmation["csrf"]["field"] == "csrf_token"
+    assert re.fullmatch(r"[0-9]+\.[0-9a-f]{64}", confirmation["csrf"]["value"])
     viewer = {"Authorization": f"Bearer {ui_stack.token('viewer')}"}
     assert ui_stack.client.get(api_path, headers=viewer, timeout=60).status_code == 403
 

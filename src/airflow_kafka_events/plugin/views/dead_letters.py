@@ -151,23 +151,21 @@ def confirm_replay_page(page: PageDep, session: SessionDep, partition: int, offs
         refused = None
     except ReplayTargetRefusedError as exc:
         refused = redact_text(str(exc))
-    form = {
-        "confirm": coords(record),
-        "fingerprint": record.fingerprint,
-        CSRF_FIELD: csrf_token(page.user, session_of(page.request)),
-    }
+    token = csrf_token(page.user, session_of(page.request))
     context = {
         "record": record,
         "coords": coords(record),
         "csrf_field": CSRF_FIELD,
-        "csrf_token": form[CSRF_FIELD],
+        "csrf_token": token,
         "targets": targets.choices(record.source_topic),
         "refused": refused,
     }
     payload = {
         "record": _record_dict(record),
-        "form": form,
-        "targets": targets.choices(record.source_topic),
+        "form": {"confirm": coords(record), "fingerprint": record.fingerprint},
+        # not under a key named like a token: Airflow's masker would hide its value
+        "csrf": {"field": CSRF_FIELD, "value": token},
+        "targets": context["targets"],
         "refused": refused,
     }
     return page.answer("dead-letters", "replay_confirm.html", context, payload)
