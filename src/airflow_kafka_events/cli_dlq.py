@@ -3,7 +3,12 @@
 Reads the dead-letter topic (``--topic``, else ``[kafka_events] dlq_topic``) through
 :mod:`airflow_kafka_events.inspection`.  ``replay`` publishes the original record (key, value,
 original headers: its idempotency key unchanged) to its source topic or ``--to``, after a
-confirmation (``--yes`` skips it), and prints the receipt.  Imports no Airflow module.
+confirmation (``--yes`` skips it), and prints the receipt.  Where it may publish is decided by the
+configuration, as in the view (:mod:`airflow_kafka_events.inspection.replay_targets`): the CLI knows
+the sources ``[kafka_events] dlq_topic`` / ``asset_events_topic`` name and the topics
+``replay_extra_target_topics`` lists (environment or airflow.cfg); an asset watcher's topics, which
+only Airflow's metadata database holds, are replayed to from the view, or listed in that option.
+Imports no Airflow module.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from typing import Any, TextIO
 
 from airflow_kafka_events.cli_inspection import (
     add_common_args,
+    configured_topic,
     emit_json,
     kafka_config,
     role_topic,
@@ -67,7 +73,21 @@ def _show(args: argparse.Namespace) -> int:
     return run_command(args, command)
 
 
-def _confirm(args: argparse.Namespace, record: Any) -> bool:
+def _targets(topic: str) -> Any:
+    """Where replays of ``topic``'s dead letters may go, by the configuration this CLI reads."""
+    from airflow_kafka_events.airflow_config import airflow_option
+    from airflow_kafka_events.inspection.replay_targets import EXTRA_TARGETS_OPTION, ReplayTargets, topic_list
+    from airflow_kafka_events.topic_plan import SECTION
+
+    return ReplayTargets.of(
+        topic,
+        configured_dlq_topic=configured_topic(ROLE),
+        asset_events_topic=configured_topic("asset-events"),
+        extra=topic_list(airflow_option(SECTION, EXTRA_TARGETS_OPTION)),
+    )
+
+
+def _confirm(args: argparse.Namespace, record: Any, target: str) -> bool:
     if args.yes:
         return True
     if not sys.stdin.isatty():
@@ -75,7 +95,6 @@ def _confirm(args: argparse.Namespace, record: Any) -> bool:
             "dlq replay asks for confirmation on a terminal: pass --yes to replay without it"
         )
     _print_record(record, sys.stderr)  # stdout stays the receipt's (--json)
-    target = args.to or record.source_topic
     sys.stderr.write(f"Replay {record.topic}[{record.partition}]@{record.offset} to topic {target!r}? [y/N] ")
     sys.stderr.flush()
     return sys.stdin.readline().strip().lower() in {"y", "yes"}
@@ -95,18 +114,19 @@ def _replay(args: argparse.Namespace) -> int:
 
     def command() -> int:
         config, topic = kafka_config(args), role_topic(args, ROLE)
-        loaded = None
-        if not args.yes:
-            loaded = load_dead_letter(config, topic, args.partition, args.offset, timeout=args.timeout)
-            if not _confirm(args, loaded.record):
-                print("not replayed", file=sys.stderr)
-                return 1
+        targets = _targets(topic)
+        loaded = load_dead_letter(config, topic, args.partition, args.offset, timeout=args.timeout)
+        target = targets.target_for(loaded.record.source_topic, args.to)  # refused before asking
+        if not _confirm(args, loaded.record, target):
+            print("not replayed", file=sys.stderr)
+            return 1
         receipt = replay_dead_letter(
             config,
             topic,
             args.partition,
             args.offset,
-            target_topic=args.to,
+            targets=targets,
+            target_topic=target,
             actor=_actor(args),
             timeout=args.timeout,
             loaded=loaded,
@@ -184,7 +204,11 @@ def add_dlq_group(subparsers: argparse._SubParsersAction[argparse.ArgumentParser
     )
     _coordinates(replay)
     replay.add_argument(
-        "--to", default=None, metavar="TOPIC", help="publish to TOPIC instead of the source topic"
+        "--to",
+        default=None,
+        metavar="TOPIC",
+        help="publish to TOPIC instead of the source topic (one [kafka_events] replay_extra_target_topics "
+        "lists)",
     )
     replay.add_argument("-y", "--yes", action="store_true", help="do not ask for confirmation")
     replay.add_argument(

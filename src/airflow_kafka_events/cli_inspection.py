@@ -106,15 +106,20 @@ _OPTIONS = {
 }
 
 
-def role_topic(args: argparse.Namespace, role: str) -> str:
-    """``--topic``, else the configured topic of ``role``, else its default name."""
+def configured_topic(role: str) -> str:
+    """The configured topic of ``role`` (``[kafka_events]``), else its default name."""
     from airflow_kafka_events.airflow_config import airflow_option
     from airflow_kafka_events.topic_plan import SECTION
 
+    option, default = _OPTIONS[role]
+    return (airflow_option(SECTION, option) or "").strip() or default
+
+
+def role_topic(args: argparse.Namespace, role: str) -> str:
+    """``--topic``, else the configured topic of ``role``, else its default name."""
     if getattr(args, "topic", None):
         return str(args.topic)
-    option, default = _OPTIONS[role]
-    return (airflow_option(SECTION, option) or default).strip()
+    return configured_topic(role)
 
 
 def kafka_config(args: argparse.Namespace) -> dict[str, Any]:

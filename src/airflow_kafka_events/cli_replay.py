@@ -65,7 +65,7 @@ class _Event:
             "partition": self.record.partition,
             "offset": self.record.offset,
             "event_id": None if envelope is None else envelope.event_id,
-            "asset_uri": None if envelope is None else envelope.asset.uri,
+            "asset_uri": None if envelope is None else _redacted(envelope.asset.uri),  # URL userinfo
             "partition_key": None if envelope is None else envelope.partition_key,
             "idempotency_key": None if envelope is None else envelope.idempotency_key,
             "outcome": self.outcome,

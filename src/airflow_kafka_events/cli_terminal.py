@@ -3,8 +3,10 @@
 Records carry whatever their producers wrote: an ``ESC ]0;...BEL`` would set the terminal's title,
 ``ESC [2K ESC [1G`` erase the line a confirmation was printed on and write another, ``ESC c`` or
 ``ESC [2J`` clear the screen.  :func:`escape_controls` shows every C0 and C1 control character
-(except newline and tab, the CLI's own layout), DEL and the Unicode bidirectional overrides as
-text (``\\x1b``, ``\\x9b``, ``\\u202e``); :func:`escaped_output` makes everything the CLI prints
+(except newline and tab, the CLI's own layout), DEL, the Unicode bidirectional marks and overrides,
+the line and paragraph separators and lone surrogates as text (``\\x1b``, ``\\x9b``, ``\\u202e``,
+``\\udc9b``: a stream with ``surrogateescape``, Python's under the C locale, would write that one
+as the raw byte 0x9b, an 8-bit terminal's CSI); :func:`escaped_output` makes everything the CLI prints
 to stdout and stderr go through it, so no command (``dlq ls|show|replay``, ``streams``,
 ``replay-assets``, an error message quoting a record) can send one.  The progress bar draws on the
 terminal itself (:func:`terminal_stream`): its text is the CLI's own.
@@ -22,7 +24,9 @@ from typing import Any, TextIO
 
 __all__ = ["EscapingStream", "escape_controls", "escaped_output", "terminal_stream"]
 
-_CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+_CONTROLS = re.compile(
+    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]"
+)
 
 
 def _escaped(match: re.Match[str]) -> str:

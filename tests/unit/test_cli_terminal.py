@@ -20,6 +20,9 @@ pytestmark = pytest.mark.unit
         ("a\rb\x00\x7f", "a\\x0db\\x00\\x7f"),
         ("\x9b2J", "\\x9b2J"),
         ("abc\u202edef", "abc\\u202edef"),
+        ("\u2067rtl\u2069 \u061c \u200f", "\\u2067rtl\\u2069 \\u061c \\u200f"),
+        ("one\u2028two\u2029", "one\\u2028two\\u2029"),
+        ("lone \udc9b2J \udc1b[2J \ud800", "lone \\udc9b2J \\udc1b[2J \\ud800"),
         ("line one\n\tline two", "line one\n\tline two"),
         ("naïve ✓", "naïve ✓"),
     ],
@@ -52,3 +55,37 @@ def test_an_unexpected_error_s_traceback_is_escaped_and_redacted(monkeypatch, ca
     err = capsys.readouterr().err
     assert "RuntimeError" in err and "\x1b" not in err and "\x07" not in err
     assert "\\x1b]0;owned" in err and "pw-in-traceback" not in err
+
+
+def test_a_lone_surrogate_never_reaches_a_c_locale_stream_as_a_raw_byte():
+    """Python's stdout under the C locale encodes with ``surrogateescape``: U+DC9B would be written as
+    the byte 0x9b (an 8-bit terminal's CSI), U+DC1B would raise mid-output."""
+    raw = io.BytesIO()
+    wrapper = io.TextIOWrapper(raw, encoding="utf-8", errors="surrogateescape")
+    EscapingStream(wrapper).write("a\udc9b2J b\udc1b[2J\n")
+    wrapper.flush()
+    assert raw.getvalue() == b"a\\udc9b2J b\\udc1b[2J\n"
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["dlq", "show", "0", "\x1b]0;owned\x07"],
+        ["streams", "ls", "--since", "\x1b]0;owned\x07"],
+        ["dlq", "show", "\x1b[2J", "1"],
+        ["no-such-command\x9b2J"],
+    ],
+)
+def test_usage_errors_quoting_the_command_line_are_escaped(argv, capsys):
+    """argparse and the commands' own checks quote what they were given (pasted from a page, maybe)."""
+    from airflow_kafka_events import cli
+
+    try:
+        code = cli.main(argv)
+    except SystemExit as exc:  # argparse's usage errors
+        code = exc.code
+    assert code != 0
+    out = capsys.readouterr()
+    text = out.out + out.err
+    assert "\x1b" not in text and "\x9b" not in text and "\x07" not in text, text
+    assert "\\x1b" in text or "\\x9b" in text, text

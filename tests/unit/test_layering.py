@@ -43,6 +43,7 @@ AIRFLOW_FREE = [
     "airflow_kafka_events.inspection.asset_events",
     "airflow_kafka_events.inspection.redact",
     "airflow_kafka_events.inspection.errors",
+    "airflow_kafka_events.inspection.replay_targets",
     "airflow_kafka_events.inspection.listing",
     "airflow_kafka_events.topic_plan",
     "airflow_kafka_events.airflow_config",

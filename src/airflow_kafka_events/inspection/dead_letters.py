@@ -8,16 +8,17 @@
 * :func:`get_dead_letter`: one of them, by its coordinates (:func:`load_dead_letter`: that record
   and what a replay of it publishes, read once, so a caller that shows it first replays that read);
 * :func:`replay_dead_letter`: publishes the ORIGINAL record again -- its key, its value and its
-  original headers (the ``x-*`` headers of :mod:`airflow_kafka_events.dlq` removed) -- to its
-  source topic or another one, and waits for the broker's acknowledgement.  The value is the
-  original's byte for byte, so the envelope's ``event_id`` and idempotency key are unchanged and
-  a consumer that already handled it (the watcher's and the bridge's idempotency checks) does not
-  handle it twice.  A *reference* dead letter holds only a prefix of the value: the original is
-  read back at its source coordinates (while that topic keeps it) and must have the size and the
-  prefix the dead letter records, else :class:`ReplayError` and nothing is published.  A replay
-  given the :attr:`DeadLetterRecord.fingerprint` an operator confirmed publishes nothing if the
-  record at those coordinates is another one now.  Every replay writes one line to the logger
-  ``airflow_kafka_events.audit``.
+  original headers (the ``x-*`` headers of :mod:`airflow_kafka_events.dlq` removed) -- to its source
+  topic or another one the configuration allows
+  (:mod:`airflow_kafka_events.inspection.replay_targets`), and waits for the broker's
+  acknowledgement.  The value is the original's byte for byte, so the envelope's ``event_id`` and
+  idempotency key are unchanged and a consumer that already handled it (the watcher's and the
+  bridge's idempotency checks) does not handle it twice.  A *reference* dead letter holds only a
+  prefix of the value: the original is read back at its source coordinates (while that topic keeps
+  it) and must have the size and the prefix the dead letter records, else :class:`ReplayError` and
+  nothing is published.  A replay given the :attr:`DeadLetterRecord.fingerprint` an operator
+  confirmed publishes nothing if the record at those coordinates is another one now.  Every replay
+  writes one line to the logger ``airflow_kafka_events.audit``.
 
 Headers and payload previews shown are redacted (:mod:`airflow_kafka_events.inspection.redact`)
 and bounded.  This module imports no Airflow module.
@@ -69,6 +70,7 @@ from airflow_kafka_events.inspection.redact import (
     preview,
     redact_text,
 )
+from airflow_kafka_events.inspection.replay_targets import ReplayTargets
 from airflow_kafka_events.inspection.window import ScannedWindow, ScanWindow, from_ms
 from airflow_kafka_events.kafka.producer import get_producer
 from airflow_kafka_events.kafka.settings import KafkaSettings
@@ -512,6 +514,7 @@ def replay_dead_letter(
     partition: int,
     offset: int,
     *,
+    targets: ReplayTargets,
     target_topic: str | None = None,
     actor: str,
     timeout: float = DEFAULT_TIMEOUT,
@@ -519,6 +522,12 @@ def replay_dead_letter(
     fingerprint: str | None = None,
 ) -> ReplayReceipt:
     """Publish the original of the dead letter at ``topic[partition]@offset`` again (see the module doc).
+
+    ``targets``: where replays of ``topic``'s dead letters may go, by configuration
+    (:meth:`ReplayTargets.target_for`: the source topic the configuration names, or an extra target;
+    ``target_topic`` asks for one of them); anything else is refused with
+    :class:`~airflow_kafka_events.inspection.errors.ReplayTargetRefusedError` before anything is read
+    from the source topic or published.
 
     ``loaded``: that dead letter as :func:`load_dead_letter` already read it (the one a caller showed
     and had confirmed), published without reading it again; one read at other coordinates or from
@@ -535,6 +544,10 @@ def replay_dead_letter(
     """
     if not isinstance(actor, str) or not actor.strip():
         raise ValidationError("a replay needs an actor (who asked for it) for the audit line")
+    if targets.dlq_topic != topic:
+        raise ValidationError(
+            f"the replay targets passed are those of dead-letter topic {targets.dlq_topic!r}, not {topic!r}"
+        )
     if loaded is None:
         loaded = load_dead_letter(config, topic, partition, offset, timeout=timeout)
     elif loaded.coordinates != (wanted := (_cluster(config), topic, partition, offset)):
@@ -549,8 +562,8 @@ def replay_dead_letter(
             "(the topic was re-created?); nothing replayed (fix: open it again and confirm what it is now)"
         )
     msg, letter = loaded.message, loaded.letter
+    target = targets.target_for(letter.source_topic, target_topic)
     key, value, headers = _original(config, msg, letter, timeout)
-    target = target_topic or letter.source_topic
     _check_target(config, target, timeout)
     producer = get_producer(
         KafkaSettings(config).producer_config(), role=REPLAY_ROLE, message_timeout=timeout

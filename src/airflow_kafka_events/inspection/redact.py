@@ -12,9 +12,11 @@ the view then runs Airflow's masker over each whole answer.  Which does what:
   structure.  It knows nothing of keys inside text, ``cookie`` headers or URL credentials.
 * This module masks, for the view and the CLI alike:
 
-  - values of secret-looking keys at any depth of a structure (:func:`redact`); a key is
-    secret-looking when its name contains ``password``, ``passwd``, ``passphrase``, ``secret``,
-    ``token``, ``signature``, ``authorization``, ``credential``, ``private``, ``cookie``,
+  - values of secret-looking keys at any depth of a structure (:func:`redact`), keys of any type (a
+    Python literal's bytes or tuple keys are read as text), and the value of a ``{"name": "Cookie",
+    "value": ...}`` entry (a header list as JSON); a key is secret-looking when its name
+    (NFKC-normalized: full-width letters count) contains ``password``, ``passwd``, ``passphrase``,
+    ``secret``, ``token``, ``signature``, ``authorization``, ``credential``, ``private``, ``cookie``,
     ``session``, ``bearer``, ``auth header``, ``api key`` / ``access key`` / ``service key``, ``dsn``,
     ``connection string``, ``webhook url``, ``keyfile``, ``service account`` or ``proxy`` (any case,
     any separator: a superset of Airflow's default sensitive fields), or is ``key`` / ends with
@@ -22,13 +24,21 @@ the view then runs Airflow's masker over each whole answer.  Which does what:
     (``partition_key``, ``idempotency_key``);
   - the same keys inside text (:func:`redact_text`): JSON (``"password": "x"``, also JSON escaped
     inside JSON), Python repr (``{'password': 'x'}``), ``password=x`` / ``token: x`` fragments and
-    ``Cookie:`` / ``Authorization:`` header lines (the rest of the line); a string that *is* a JSON
-    document or a Python literal is parsed and redacted as a structure (a secret key's whole value,
-    object or list included);
+    ``Cookie:`` / ``Authorization:`` header lines (the rest of the line), form fields
+    (``user[password]=x``), quoted pairs in a tuple or list (a Python repr of a header list,
+    ``[('cookie', b'...')]``); a string that *is* a JSON document or a Python literal is parsed and
+    redacted as a structure (a secret key's whole value, object or list included);
+  - credentials recognisable without a key: a JWT, what follows ``Bearer `` and a base64 word after
+    ``Basic ``, a PEM private key block;
   - URL credentials: ``scheme://user:pw@host`` becomes ``scheme://user:***@host``, and a user alone
     (``https://token@host``) ``***@``;
   - header values whose header name is secret-looking (``cookie``, ``set-cookie``, ``authorization``,
     ``x-api-key`` ...), by the callers through :func:`is_secret_name`.
+
+  Not recognised (no rule can tell them from text): a secret in prose (``the password is x``), key
+  names spelled with look-alike letters of another script, percent- or entity-encoded key names
+  (``pass%77ord=``), and a value encoded beyond recognition (base64 of a JSON document).  Every
+  pattern is one pass over the text, whatever it holds.
 
 :func:`preview` turns a value into bounded text for a page or a terminal.  Escaping what a terminal
 would interpret is the CLI's (:mod:`airflow_kafka_events.cli_terminal`); HTML escaping the templates'.
@@ -41,6 +51,7 @@ from __future__ import annotations
 import ast
 import json
 import re
+import unicodedata
 from collections.abc import Mapping
 from typing import Any
 
@@ -74,7 +85,7 @@ _NOT_SECRET = frozenset(
 # A secret-looking key in text: bare, or quoted ("..." / '...', also JSON-escaped \"...\") ...
 _TEXT_KEY = (
     r"(?<![\w.\\-])(?P<q>\\*+[\"'])?(?P<name>(?=[\w.-]*?(?:" + _SECRET_WORDS + r"))[\w.-]++)(?(q)(?P=q))"
-    r"(?P<sep>\s*+[=:]\s*+)"
+    r"(?P<sep>\]?+\s*+[=:]\s*+)"
 )
 # ... and its value: quoted (up to the same quote, within 4,096 characters; the two alternatives inside
 # the quotes never match the same text, so an unclosed quote after a run of backslashes costs one pass,
@@ -91,6 +102,13 @@ _HEADER_LINE = re.compile(
     r"(?P<name>\b(?:set-)?cookie|\b(?:proxy-)?authorization)(?P<sep>[ \t]*+:[ \t]*+)(?P<value>[^\r\n]++)",
     re.IGNORECASE,
 )
+# ... or a quoted secret-looking name and its quoted value in a tuple or list: Python's repr of a header
+# list, ``[('cookie', b'session=...')]``
+_PAIR_IN_TEXT = re.compile(
+    r"(?P<open>[(\[]\s*+(?P<q>[\"'])(?P<name>(?=[\w.-]*?(?:" + _SECRET_WORDS + r"))[\w.-]++)(?P=q)"
+    r"\s*+,\s*+b?)(?P<vq>[\"'])(?:[^\\]|\\.){0,4096}?(?P=vq)",
+    re.IGNORECASE | re.DOTALL,
+)
 # the password runs to the authority's last "@" (a password may hold "@")
 _URL_USERINFO = re.compile(
     r"(?<![a-z0-9+.-])(?P<scheme>[a-z][a-z0-9+.-]*+://)(?P<user>[^\s:/@\"'<>]*+)"
@@ -101,14 +119,19 @@ _URL_USERINFO = re.compile(
 _BARE_SECRETS = re.compile(
     r"\beyJ[\w-]{4,}+\.[\w-]{4,}+\.[\w-]*+"
     r"|(?<=\bbearer )[^\s,;\"'<>]++"
-    r"|-----BEGIN[A-Z ]{0,40}PRIVATE KEY-----[\s\S]{0,16384}?(?:-----END[A-Z ]{0,40}PRIVATE KEY-----|\Z)",
+    r"|(?<=\bbasic )(?=[A-Za-z0-9+/]*+[0-9+/=])[A-Za-z0-9+/]{8,}+={0,2}+(?![\w+/=])"
+    # a key block to its END line, else the 16 KB after its BEGIN line: masked either way, and a run of
+    # BEGIN lines with no END is one pass (each failed search for END would rescan 16 KB)
+    r"|-----BEGIN[A-Z ]{0,40}PRIVATE KEY-----"
+    r"(?:[\s\S]{0,16384}?-----END[A-Z ]{0,40}PRIVATE KEY-----|[\s\S]{0,16384}+)",
     re.IGNORECASE,
 )
 
 
 def is_secret_name(name: str) -> bool:
-    """Whether a key or header named ``name`` holds a secret (see the module doc)."""
-    lowered = name.strip().lower()
+    """Whether a key or header named ``name`` holds a secret (see the module doc); compatibility forms
+    (full-width letters, ligatures) count as the letters they stand for."""
+    lowered = unicodedata.normalize("NFKC", name).strip().lower()
     if lowered in _NOT_SECRET:
         return False
     return bool(_SECRET_PARTS.search(lowered) or _KEY_NAME.search(lowered))
@@ -122,6 +145,12 @@ def _masked_pair(match: re.Match[str]) -> str:
     return f"{key}{quote}{MASK}{quote}"
 
 
+def _masked_tuple(match: re.Match[str]) -> str:
+    if match.group("name").lower() in _NOT_SECRET:
+        return match.group(0)
+    return f"{match.group('open')}{match.group('vq')}{MASK}{match.group('vq')}"
+
+
 def _masked_url(match: re.Match[str]) -> str:
     if match.group("password") is not None:
         return f"{match.group('scheme')}{match.group('user')}:{MASK}@"
@@ -131,14 +160,14 @@ def _masked_url(match: re.Match[str]) -> str:
 def _parsed(text: str) -> Any:
     """``text`` as a JSON document or a Python literal (a dict or a list), else ``None``."""
     stripped = text.strip()
-    if not stripped or stripped[0] not in "{[" or len(stripped) > _PARSE_LIMIT:
+    if not stripped or stripped[0] not in "{[(" or len(stripped) > _PARSE_LIMIT:
         return None
     for parse in (json.loads, ast.literal_eval):
         try:
             value = parse(stripped)
         except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
             continue
-        if isinstance(value, (dict, list)):
+        if isinstance(value, (dict, list, tuple)):
             return value
     return None
 
@@ -153,6 +182,7 @@ def redact_text(text: str) -> str:
         return json.dumps(redact(parsed), sort_keys=True, default=str)
     text = _HEADER_LINE.sub(lambda m: f"{m.group('name')}{m.group('sep')}{MASK}", text)
     text = _IN_TEXT.sub(_masked_pair, text)
+    text = _PAIR_IN_TEXT.sub(_masked_tuple, text)
     text = _URL_USERINFO.sub(_masked_url, text)
     return _BARE_SECRETS.sub(MASK, text)
 
@@ -164,22 +194,45 @@ def _is_secret_pair(obj: Any) -> bool:
     return isinstance(obj[0], str) and is_secret_name(obj[0])
 
 
+def _key_text(key: Any) -> str:
+    """A mapping's key as text (a Python literal may have bytes, numbers or tuples as keys)."""
+    if isinstance(key, str):
+        return key
+    if isinstance(key, (bytes, bytearray)):
+        return bytes(key).decode("utf-8", "replace")
+    return repr(key)
+
+
+#: Fields of a ``{"name": ..., "value": ...}`` entry (a header list as JSON): a secret-looking name
+#: masks the value fields.
+_NAME_FIELDS = ("name", "key", "header")
+_VALUE_FIELDS = frozenset({"value", "values"})
+
+
+def _named_secret(obj: Mapping[Any, Any]) -> bool:
+    return any(isinstance(obj.get(f), str) and is_secret_name(obj[f]) for f in _NAME_FIELDS)
+
+
 def redact(obj: Any, depth: int = 0) -> Any:
     """A copy of ``obj`` with secret-looking keys' values masked (recursively; ``None`` stays ``None``),
-    strings through :func:`redact_text`; bytes become their size.  A ``[name, value]`` pair whose name
-    is secret-looking (a header list) has its value masked; a structure deeper than :data:`MAX_DEPTH`
+    strings through :func:`redact_text`; bytes become their size; keys become text.  A ``[name, value]``
+    pair or a ``{"name"|"key"|"header": name, "value"|"values": ...}`` entry whose name is
+    secret-looking (a header list) has its value masked; a structure deeper than :data:`MAX_DEPTH`
     is masked whole."""
     if depth > MAX_DEPTH and isinstance(obj, (Mapping, list, tuple, set, frozenset)):
         return MASK
     if isinstance(obj, Mapping):
-        return {
-            key: (
-                MASK
-                if value is not None and isinstance(key, str) and is_secret_name(key)
-                else redact(value, depth + 1)
-            )
-            for key, value in obj.items()
-        }
+        named_secret = _named_secret(obj)
+        out: dict[str, Any] = {}
+        for key, value in obj.items():
+            name = _key_text(key)
+            if named_secret and name in _NAME_FIELDS and isinstance(value, str) and is_secret_name(value):
+                out[name] = value  # the header's name ("cookie"), shown; its value below is masked
+            elif value is not None and (is_secret_name(name) or (named_secret and name in _VALUE_FIELDS)):
+                out[name] = MASK
+            else:
+                out[name] = redact(value, depth + 1)
+        return out
     if _is_secret_pair(obj):
         return [obj[0], MASK if obj[1] is not None else None]
     if isinstance(obj, (list, tuple, set, frozenset)):

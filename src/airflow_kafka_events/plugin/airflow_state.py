@@ -12,6 +12,8 @@ Every query is bounded (a ``LIMIT``, or keys the page already holds):
   that holds them (host, heartbeat) and their stored position, kept in the watched asset's *asset
   state store* under ``airflow_kafka_events.watcher[<connection id>]``
   (:func:`~airflow_kafka_events.triggers.asset_stream` ``STATE_KEY``);
+  :func:`watched_sources` -- the same watchers as sources of dead letters (their topics and
+  dead-letter topic: where a replay of their dead letters may go);
 * :func:`airflow_events_for` -- the Airflow asset events made from envelopes (found by
   ``event_id`` / ``idempotency_key`` in their provenance, as the partition bridge or a watcher
   stored it) and the DAG runs they created; :func:`last_bridge_post` -- the newest of them posted
@@ -36,6 +38,7 @@ from airflow_kafka_events.airflow_versions import earlier_tries
 from airflow_kafka_events.assets.external import PROVENANCE_EXTRA_KEY
 from airflow_kafka_events.checkpoint import Checkpoint
 from airflow_kafka_events.errors import ValidationError
+from airflow_kafka_events.inspection.replay_targets import WatchedSource
 from airflow_kafka_events.kafka.positions import positions_from_json
 from airflow_kafka_events.stream_consumption import CHECKPOINT_KEY_PREFIX
 
@@ -48,6 +51,7 @@ __all__ = [
     "consumer_checkpoints",
     "last_bridge_post",
     "task_instance_run",
+    "watched_sources",
     "watchers",
 ]
 
@@ -315,6 +319,26 @@ def watchers(session: Session) -> list[WatcherState]:
             )
         )
     _stored_positions(session, out)
+    return out
+
+
+def watched_sources(session: Session) -> list[WatchedSource]:
+    """This package's asset watchers as sources of dead letters: name, topics, dead-letter topic."""
+    from airflow.models.asset import AssetWatcherModel
+    from airflow.models.trigger import Trigger
+
+    rows = session.execute(
+        select(AssetWatcherModel.name, Trigger)
+        .join(Trigger, Trigger.id == AssetWatcherModel.trigger_id)
+        .where(Trigger.classpath == WATCHER_CLASSPATH)
+        .limit(ROW_LIMIT)
+    ).all()
+    out: list[WatchedSource] = []
+    for name, trigger in rows:
+        kwargs, _ = _watcher_kwargs(trigger)  # unreadable arguments: no topics, so no source
+        dlq_topic = kwargs.get("dlq_topic")
+        topics = tuple(str(t) for t in kwargs.get("topics") or ())
+        out.append(WatchedSource(str(name), topics, str(dlq_topic) if dlq_topic else None))
     return out
 
 

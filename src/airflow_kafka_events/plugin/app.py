@@ -37,15 +37,28 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     return render_html(request, "refused.html", context, status=exc.status_code)
 
 
-#: Every answer of the view may be framed by pages of this site only (Airflow's UI frames it): another
-#: page of the same site (another port, a sibling host) framing the replay confirmation could make
-#: the user's click post it with this site's Origin and a valid token (clickjacking).
-FRAME_HEADERS = {"Content-Security-Policy": "frame-ancestors 'self'", "X-Frame-Options": "SAMEORIGIN"}
+#: Headers of every answer of the view:
+#:
+#: * framed by pages of this site only (Airflow's UI frames it): another page of the same site
+#:   (another port, a sibling host) framing the replay confirmation could make the user's click post
+#:   it with this site's Origin and a valid token (clickjacking);
+#: * ``nosniff``: a JSON answer holding a record's markup is never read as HTML or script;
+#: * not stored by caches (pages hold record data and the confirmation a CSRF token), and no
+#:   ``Referer`` to other sites (a URL's query names topics and filters).
+SECURITY_HEADERS = {
+    "Content-Security-Policy": "frame-ancestors 'self'",
+    "X-Frame-Options": "SAMEORIGIN",
+    "X-Content-Type-Options": "nosniff",
+    "Cache-Control": "no-store",
+    "Referrer-Policy": "same-origin",
+}
 
 
-async def _frame_only_here(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
+async def _security_headers(
+    request: Request, call_next: Callable[[Request], Awaitable[Response]]
+) -> Response:
     response = await call_next(request)
-    response.headers.update(FRAME_HEADERS)
+    response.headers.update(SECURITY_HEADERS)
     return response
 
 
@@ -60,7 +73,7 @@ def create_app() -> FastAPI:
     )
     app.state.stream_index = IndexCache()
     app.add_exception_handler(HTTPException, _http_error)
-    app.middleware("http")(_frame_only_here)
+    app.middleware("http")(_security_headers)
 
     @app.get("/", include_in_schema=False)
     def index(request: Request) -> RedirectResponse:

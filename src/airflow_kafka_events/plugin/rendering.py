@@ -156,8 +156,13 @@ def render_html(
     return HTMLResponse(mask(html, secrets), status_code=status)
 
 
+#: Characters a JSON answer writes as ``\\uXXXX`` (the same JSON): no markup from a record survives in
+#: it, whatever reads it as HTML (a browser sniffing, a proxy's error page, a log viewer).
+_JSON_MARKUP = str.maketrans({"<": "\\u003c", ">": "\\u003e", "&": "\\u0026"})
+
+
 def render_json(payload: Any, *, secrets: Iterable[str] = (), status: int = 200) -> Response:
     from airflow._shared.secrets_masker import redact as core_redact
 
-    text = json.dumps(core_redact(payload), default=str, sort_keys=True)
-    return Response(mask(text, secrets), status_code=status, media_type=JSONResponse.media_type)
+    text = mask(json.dumps(core_redact(payload), default=str, sort_keys=True), secrets)
+    return Response(text.translate(_JSON_MARKUP), status_code=status, media_type=JSONResponse.media_type)

@@ -20,19 +20,19 @@ request authenticated by the *cookie* must name this site in its ``Origin`` (a m
 ``Origin: null``, which sandboxed frames send, are refused) and carry the CSRF token of its
 signed-in user (:func:`csrf_token`: an HMAC with ``[api] secret_key`` over the user and the time it
 was issued, valid :data:`CSRF_TTL_SECONDS`), which only a page of this view can read (the
-confirmation form holds it).  A request with an ``Authorization: Bearer`` header is authenticated by
+confirmation form holds it); it is also bound to the sign-in (:func:`session_of`), so it dies
+with a sign-out.  A request with an ``Authorization: Bearer`` header is authenticated by
 that header, never by the cookie (Airflow's ``get_user``), and no other site can make a browser
-send one: it needs no token.  :func:`check_replay_target` keeps a replay to the dead letter's
-source topic, or a topic ``[kafka_events] replay_extra_target_topics`` lists.
+send one: it needs no token.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import json
 import re
 import time
-from collections.abc import Collection
 from typing import Annotated, Any
 from urllib.parse import urlsplit
 
@@ -47,7 +47,6 @@ from fastapi import Depends, Form, HTTPException, Request, status
 from fastapi.security import HTTPAuthorizationCredentials
 
 from airflow_kafka_events.errors import ConfigurationError
-from airflow_kafka_events.inspection.errors import ReplayTargetRefusedError
 
 __all__ = [
     "CSRF_FIELD",
@@ -56,9 +55,11 @@ __all__ = [
     "VIEW",
     "GetUserDep",
     "can_replay",
-    "check_replay_target",
     "csrf_token",
+    "origin_of",
+    "own_origins",
     "refuse_cross_site",
+    "session_of",
     "user_name",
     "valid_csrf_token",
 ]
@@ -72,7 +73,7 @@ CSRF_FIELD = "csrf_token"
 CSRF_TTL_SECONDS = 4 * 3600
 #: A token issued this far in the future is still accepted (api-servers' clocks differ a little).
 _CLOCK_SKEW_SECONDS = 60
-_CSRF_PURPOSE = b"airflow-kafka-events csrf v1"
+_CSRF_PURPOSE = "airflow-kafka-events csrf v2"
 
 
 def can_replay(user: Any) -> bool:
@@ -87,9 +88,32 @@ def user_name(user: Any) -> str:
     return str(getter() if callable(getter) else getattr(user, "username", "?"))
 
 
-def _user_id(user: Any) -> str:
+def _user_id(user: Any) -> tuple[str, str]:
     getter = getattr(user, "get_id", None)
-    return f"{getter() if callable(getter) else '?'}\0{user_name(user)}"
+    return str(getter() if callable(getter) else "?"), user_name(user)
+
+
+def session_of(request: Request) -> str:
+    """The id (``jti``) of the sign-in that authenticates ``request`` ("" without one): its
+    ``Authorization: Bearer`` token, else the browser's ``_token`` cookie (Airflow's ``get_user``
+    takes them in that order).
+
+    Read without checking the signature: it only selects which CSRF tokens are valid, and the
+    request it is read from is authenticated by that same token.  Signing out revokes it and
+    signing in again makes another, so a CSRF token dies with its sign-in.
+    """
+    import jwt
+    from airflow.api_fastapi.auth.managers.base_auth_manager import COOKIE_NAME_JWT_TOKEN
+
+    scheme, _, credentials = request.headers.get("authorization", "").partition(" ")
+    token = credentials.strip() if scheme.lower() == "bearer" else request.cookies.get(COOKIE_NAME_JWT_TOKEN)
+    if not token:
+        return ""
+    try:
+        claims = jwt.decode(token, options={"verify_signature": False})
+    except jwt.PyJWTError:
+        return ""
+    return str(claims.get("jti") or "") if isinstance(claims, dict) else ""
 
 
 #: ``<issued unix time>.<HMAC-SHA256 hex>``, ASCII only
@@ -108,37 +132,76 @@ def _secret_key() -> bytes:
     return str(key).encode("utf-8")
 
 
-def _mac(user: Any, issued: int) -> str:
-    message = b"\0".join((_CSRF_PURPOSE, _user_id(user).encode("utf-8"), str(issued).encode("ascii")))
+def _mac(user: Any, session: str, issued: int) -> str:
+    # a JSON array: no user id, name or session can be made to read as another's
+    message = json.dumps([_CSRF_PURPOSE, *_user_id(user), session, issued]).encode("utf-8")
     return hmac.new(_secret_key(), message, hashlib.sha256).hexdigest()
 
 
-def csrf_token(user: Any, now: float | None = None) -> str:
-    """A CSRF token of ``user``: ``<issued unix time>.<HMAC-SHA256 hex>``."""
+def csrf_token(user: Any, session: str, now: float | None = None) -> str:
+    """A CSRF token of ``user`` in the sign-in ``session`` (:func:`session_of`):
+    ``<issued unix time>.<HMAC-SHA256 hex>``."""
     issued = int(time.time() if now is None else now)
-    return f"{issued}.{_mac(user, issued)}"
+    return f"{issued}.{_mac(user, session, issued)}"
 
 
-def valid_csrf_token(token: str, user: Any, now: float | None = None) -> bool:
-    """Whether ``token`` was issued to ``user`` by an api-server with this secret key, and is fresh."""
+def valid_csrf_token(token: str, user: Any, session: str, now: float | None = None) -> bool:
+    """Whether ``token`` was issued to ``user`` in the sign-in ``session`` by an api-server with this
+    secret key, and is fresh."""
     if not _TOKEN_FORM.fullmatch(token):
         return False  # not a token this module issued (and nothing int() or compare_digest may choke on)
     issued_text, _, mac = token.partition(".")
     issued, current = int(issued_text), time.time() if now is None else now
     if not current - CSRF_TTL_SECONDS <= issued <= current + _CLOCK_SKEW_SECONDS:
         return False
-    return hmac.compare_digest(mac, _mac(user, issued))
+    return hmac.compare_digest(mac, _mac(user, session, issued))
 
 
-def _own_hosts(request: Request) -> set[str]:
-    """``host[:port]`` of this site: the request's own, and ``[api] base_url``'s."""
+#: The port a scheme means when an origin names none.
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def origin_of(url: str, *, bare: bool = False) -> tuple[str, str, int] | None:
+    """``(scheme, host, port)`` of a URL, the port made explicit; ``None`` for anything that is not an
+    http(s) URL (``null``, another scheme, userinfo, a bad port).  ``bare``: an ``Origin`` header's
+    value, which is ``scheme://host[:port]`` and nothing else (a path, query or fragment: ``None``)."""
+    try:
+        parts = urlsplit(url if bare else url.strip())
+        port = parts.port
+    except ValueError:
+        return None
+    scheme = parts.scheme.lower()
+    if scheme not in _DEFAULT_PORTS or not parts.hostname or "@" in parts.netloc:
+        return None
+    if bare and (parts.path or parts.query or parts.fragment or url != url.strip()):
+        return None
+    return scheme, parts.hostname.lower(), port if port is not None else _DEFAULT_PORTS[scheme]
+
+
+def own_origins(request_url: str, base_url: str | None) -> set[tuple[str, str, int]]:
+    """The origins of this api-server: its ``[api] base_url``'s when set (what browsers are told to
+    open), and the request's own (its scheme and ``Host``)."""
+    origins = {origin_of(url) for url in (request_url, base_url or "") if url}
+    return {origin for origin in origins if origin is not None}
+
+
+def _origin_refusal(origin: str | None, request: Request) -> str | None:
+    """Why a cookie-authenticated request with this ``Origin`` is refused, or ``None``: same origin."""
     from airflow.configuration import conf
 
-    hosts = {request.url.netloc}
-    base_url = conf.get("api", "base_url", fallback="") or ""
-    if base_url:
-        hosts.add(urlsplit(base_url).netloc)
-    return hosts
+    if not origin or origin == "null":
+        return (
+            "a request signed in by the browser's cookie must come from a page of this site (its Origin "
+            f"header is {'missing' if not origin else 'null'}: another site, or a sandboxed frame, sent it)"
+        )
+    ours = own_origins(str(request.url), conf.get("api", "base_url", fallback="") or "")
+    if origin_of(origin, bare=True) not in ours:
+        return (
+            f"cross-origin request refused: Origin {origin!r} is not this api-server's "
+            f"({', '.join(sorted(f'{s}://{h}:{p}' for s, h, p in ours))}; scheme, host and port must match, "
+            "fix: open Airflow at its [api] base_url)"
+        )
+    return None
 
 
 def _refused(why: str) -> HTTPException:
@@ -154,29 +217,11 @@ def refuse_cross_site(
     """Refuse a state-changing request another site may have made (see the module doc): 403."""
     if bearer is not None and bearer.scheme.lower() == "bearer":
         return  # authenticated by the header (Airflow's get_user), which no other site can set
-    origin = request.headers.get("origin")
-    if not origin or origin == "null":
+    why = _origin_refusal(request.headers.get("origin"), request)
+    if why is not None:
+        raise _refused(why)
+    if not csrf_token or not valid_csrf_token(csrf_token, user, session_of(request)):
         raise _refused(
-            "a request signed in by the browser's cookie must come from a page of this site (its Origin "
-            f"header is {'missing' if not origin else 'null'}: another site, or a sandboxed frame, sent it)"
+            "the CSRF token is missing, expired or not this user's sign-in: open the confirmation page "
+            "again and confirm there"
         )
-    if urlsplit(origin).netloc not in _own_hosts(request):
-        raise _refused(f"cross-origin request refused (Origin {origin})")
-    if not csrf_token or not valid_csrf_token(csrf_token, user):
-        raise _refused(
-            "the CSRF token is missing, expired or not this user's: open the confirmation page again "
-            "and confirm there"
-        )
-
-
-def check_replay_target(source_topic: str, target: str, extra_targets: Collection[str]) -> None:
-    """Refuse (:class:`ReplayTargetRefusedError`) a replay to another topic than the dead letter's
-    source topic or one of ``extra_targets`` (``[kafka_events] replay_extra_target_topics``)."""
-    if target == source_topic or target in extra_targets:
-        return
-    allowed = ", ".join(repr(t) for t in (source_topic, *sorted(extra_targets)))
-    raise ReplayTargetRefusedError(
-        f"a replay from the view may publish to the dead letter's source topic or a topic "
-        f"[kafka_events] replay_extra_target_topics lists ({allowed}), not {target!r}; nothing was "
-        "published (fix: an administrator adds the topic to that option)"
-    )

@@ -20,9 +20,10 @@ option                       default                               meaning
                                                                    at the view's first request
 ===========================  ====================================  =================================
 
-``replay_extra_target_topics`` (default: none) lists the topics (commas) a replay from the view may
-publish to besides the dead letter's source topic: an administrator's setting (the deployment's
-configuration), not a user's.
+``replay_extra_target_topics`` (default: none) lists the topics (commas) a replay may publish to
+besides a dead letter's source topic the configuration knows
+(:mod:`~airflow_kafka_events.inspection.replay_targets`): an administrator's setting (the
+deployment's configuration), not a user's.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from airflow_kafka_events.errors import ConfigurationError
+from airflow_kafka_events.inspection.replay_targets import EXTRA_TARGETS_OPTION, topic_list
 from airflow_kafka_events.topic_plan import SECTION, STREAM_INDEX_TOPIC, TOPIC_OPTIONS
 
 __all__ = ["DEFAULT_BRIDGE_GROUP", "MAX_RECORDS_CAP", "MAX_WINDOW_MINUTES", "ViewSettings", "WindowRequest"]
@@ -128,9 +130,7 @@ class ViewSettings:
             ),
             bridge_group_ids=groups,
             freeze_heap=_bool(opt("ui_freeze_heap", "true"), "ui_freeze_heap"),
-            replay_extra_target_topics=frozenset(
-                t.strip() for t in opt("replay_extra_target_topics", "").split(",") if t.strip()
-            ),
+            replay_extra_target_topics=topic_list(options.get(EXTRA_TARGETS_OPTION)),
             stream_index_topic=opt("stream_index_topic", STREAM_INDEX_TOPIC),
         )
 
@@ -149,7 +149,7 @@ class ViewSettings:
             "ui_stuck_after_seconds",
             "ui_bridge_group_ids",
             "ui_freeze_heap",
-            "replay_extra_target_topics",
+            EXTRA_TARGETS_OPTION,
             "stream_index_topic",
         )
         return cls.from_options({name: conf.get(SECTION, name, fallback=None) for name in names})

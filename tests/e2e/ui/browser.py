@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from selenium import webdriver
-from selenium.common.exceptions import TimeoutException, WebDriverException
+from selenium.common.exceptions import StaleElementReferenceException, TimeoutException, WebDriverException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webelement import WebElement
@@ -64,7 +64,11 @@ class Browser:
     # ------------------------------------------------------------------ waiting
     def wait(self, condition: Callable[[Any], T], what: str, timeout: float = 30.0) -> T:
         try:
-            return WebDriverWait(self.driver, timeout, poll_frequency=0.2).until(condition)
+            # an element of the page being left, found just before the next one loads, is looked for again
+            waiting = WebDriverWait(
+                self.driver, timeout, poll_frequency=0.2, ignored_exceptions=(StaleElementReferenceException,)
+            )
+            return waiting.until(condition)
         except TimeoutException:
             self.screenshot(f"timeout-{what}", source=True)
             raise AssertionError(f"[{self.name}] timed out after {timeout:.0f}s waiting for {what}") from None

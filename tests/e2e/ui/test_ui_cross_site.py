@@ -8,14 +8,17 @@ confirmation form's fields: a plain auto-submitting form, a sandboxed iframe pos
 ``kafka_events.replay`` entry in Airflow's audit log and the same end offsets of the source topic.
 The same browser then replays the dead letter through the confirmation page: that works.  The
 ``_token`` cookie's attributes are read from the browser (docs/security.md states them).  Without a
-browser: a cookie-authenticated POST with ``Origin: null``, without Origin, without the CSRF token
-or with another user's is refused; a replay to a topic the configuration does not name is refused
-(400) and publishes nothing.
+browser: a cookie-authenticated POST with ``Origin: null``, without Origin, from another scheme,
+port or site, without the CSRF token (also in a text/plain or JSON body, or in the query), with
+another user's or another sign-in's is refused; a replay to a topic the configuration does not name
+is refused (400) and publishes nothing, as is one of a dead letter whose source topic the
+configuration does not name (its header forged by whoever wrote it).
 """
 
 from __future__ import annotations
 
 import html
+import json
 import os
 import re
 import threading
@@ -65,8 +68,9 @@ def attack_site(tmp_path_factory) -> Iterator[tuple[Path, int]]:
         server.server_close()
 
 
-def _dead_letter(kafka_bootstrap: str, ui_topics) -> tuple[int, int]:
-    """An asset event and its dead letter, written for these tests (no DAG run needed)."""
+def _dead_letter(kafka_bootstrap: str, ui_topics, *, source_topic: str | None = None) -> tuple[int, int]:
+    """An asset event and its dead letter, written for these tests (no DAG run needed); its
+    x-source-topic header says ``source_topic`` if given (a forged one), else the event's topic."""
     from airflow_kafka_events.assets.external import emit
     from airflow_kafka_events.dlq import DeadLetter, DeadLetterReason, DeadLetterWriter
     from airflow_kafka_events.kafka.producer import get_producer
@@ -79,8 +83,8 @@ def _dead_letter(kafka_bootstrap: str, ui_topics) -> tuple[int, int]:
     msg = record_at(kafka_bootstrap, receipt)
     letter = DeadLetter(
         reason=DeadLetterReason.NOT_ALLOWED, error_type="SourceNotAllowedError", error_message="not allowed",
-        source_topic=receipt.topic, source_partition=receipt.partition, source_offset=receipt.offset,
-        consumer="e2e-csrf", event_id=receipt.event_id,
+        source_topic=source_topic or receipt.topic, source_partition=receipt.partition,
+        source_offset=receipt.offset, consumer="e2e-csrf", event_id=receipt.event_id,
     )  # fmt: skip
     producer = get_producer(KafkaSettings({"bootstrap.servers": kafka_bootstrap}).producer_config())
     delivered = DeadLetterWriter(producer, ui_topics.dlq).write(
@@ -242,34 +246,81 @@ def test_the_confirmation_page_still_replays_in_the_browser(
     assert sum(_end_offsets(kafka_bootstrap, target["source_topic"])) == sum(before[1]) + 1
 
 
-def _token_of(ui_stack: AirflowStack, user: str, path: str) -> str:
-    page = ui_stack.client.get(path, headers={"Authorization": f"Bearer {ui_stack.token(user)}"}, timeout=60)
+def _token_of(ui_stack: AirflowStack, user: str, path: str, *, jwt: str | None = None) -> str:
+    """The CSRF token the confirmation page gives ``user`` in the sign-in ``jwt`` (default: the stack's)."""
+    bearer = {"Authorization": f"Bearer {jwt or ui_stack.token(user)}"}
+    page = ui_stack.client.get(path, headers=bearer, timeout=60)
     found = re.search(r'name="csrf_token" value="([^"]+)"', page.text)
     assert page.status_code == 200 and found, page.text[:500]
     return found.group(1)
 
 
+def _sign_in(ui_stack: AirflowStack, user: str) -> str:
+    """A new sign-in of ``user`` (another JWT, another jti), as a browser gets at the login page."""
+    answer = ui_stack.client.post(
+        "/auth/token", json={"username": user, "password": ui_stack.passwords[user]}, timeout=30
+    )
+    assert answer.status_code == 201, answer.text
+    return str(answer.json()["access_token"])
+
+
 def test_cookie_posts_need_this_site_s_origin_and_the_user_s_token(ui_stack: AirflowStack, target):
-    cookie = {"_token": ui_stack.token("admin")}
+    jwt = ui_stack.token("admin")
+    cookie = {"_token": jwt}
     own = {"Origin": ui_stack.base_url}
     token = _token_of(ui_stack, "admin", target["path"])
     others = _token_of(ui_stack, "bridge", target["path"])  # an op: may replay, but it is not admin's
+    scheme, _, host_port = ui_stack.base_url.partition("://")
+    host, _, port = host_port.partition(":")
+    form = "&".join(f"{k}={v}" for k, v in {**target["fields"], "csrf_token": token}.items())
     before = len(ui_stack.query(REPLAYS))
-    cases = {
-        "Origin null": ({"Origin": "null"}, token),
-        "no Origin": ({}, token),
-        "another site": ({"Origin": "http://localhost:1"}, token),
-        "no token": (own, None),
-        "another user's token": (own, others),
-        "a forged token": (own, token.split(".")[0] + "." + "0" * 64),
+    cases: dict[str, dict[str, Any]] = {
+        "Origin null": {"headers": {"Origin": "null"}, "data": token},
+        "no Origin": {"headers": {}, "data": token},
+        "another site": {"headers": {"Origin": "http://localhost:1"}, "data": token},
+        "https for http": {"headers": {"Origin": f"https://{host}:{port}"}, "data": token},
+        "another port": {"headers": {"Origin": f"{scheme}://{host}:{int(port) + 1}"}, "data": token},
+        "a path in Origin": {"headers": {"Origin": f"{ui_stack.base_url}/x"}, "data": token},
+        "no token": {"headers": own, "data": None},
+        "another user's token": {"headers": own, "data": others},
+        "a forged token": {"headers": own, "data": token.split(".")[0] + "." + "0" * 64},
+        # a form a cross-site page may send without a preflight, the token in a text/plain body
+        "text/plain body": {"headers": {**own, "Content-Type": "text/plain"}, "content": form},
+        "JSON body": {
+            "headers": {**own, "Content-Type": "application/json"},
+            "content": json.dumps({**target["fields"], "csrf_token": token}),
+        },
+        "token in the query": {"headers": own, "data": None, "query": {"csrf_token": token}},
     }
-    for what, (headers, csrf) in cases.items():
-        data = {**target["fields"], **({"csrf_token": csrf} if csrf else {})}
-        client = httpx.Client(base_url=ui_stack.base_url, cookies=cookie, timeout=60)
-        with client:
-            answer = client.post(target["path"], data=data, headers=headers)
+    for what, case in cases.items():
+        kwargs: dict[str, Any] = {"headers": case["headers"], "params": case.get("query")}
+        if "content" in case:
+            kwargs["content"] = case["content"]
+        else:
+            csrf = case["data"]
+            kwargs["data"] = {**target["fields"], **({"csrf_token": csrf} if csrf else {})}
+        with httpx.Client(base_url=ui_stack.base_url, cookies=cookie, timeout=60) as client:
+            answer = client.post(target["path"], **kwargs)
         assert answer.status_code == 403 and "nothing was done" in answer.text, (what, answer.text[:300])
     assert len(ui_stack.query(REPLAYS)) == before
+
+
+def test_a_csrf_token_dies_with_its_sign_in(ui_stack: AirflowStack, kafka_bootstrap, target):
+    """A token read in one sign-in is refused with the cookie of the next (after a sign-out), and the
+    next sign-in's own token is accepted (the positive control of the same request)."""
+    first, second = _sign_in(ui_stack, "admin"), _sign_in(ui_stack, "admin")
+    old = _token_of(ui_stack, "admin", target["path"], jwt=first)
+    new = _token_of(ui_stack, "admin", target["path"], jwt=second)
+    own = {"Origin": ui_stack.base_url}
+    before = (len(ui_stack.query(REPLAYS)), _end_offsets(kafka_bootstrap, target["source_topic"]))
+    with httpx.Client(base_url=ui_stack.base_url, cookies={"_token": second}, timeout=60) as client:
+        stale = client.post(target["path"], data={**target["fields"], "csrf_token": old}, headers=own)
+        assert stale.status_code == 403 and "sign-in" in stale.text, stale.text[:300]
+        assert len(ui_stack.query(REPLAYS)) == before[0]
+        fresh = client.post(target["path"], data={**target["fields"], "csrf_token": new}, headers=own)
+    assert fresh.status_code == 200 and "published again" in fresh.text, fresh.text[:300]
+    assert len(ui_stack.query(REPLAYS)) == before[0] + 1
+    assert sum(_end_offsets(kafka_bootstrap, target["source_topic"])) == sum(before[1]) + 1
 
 
 def test_a_replay_to_a_topic_the_configuration_does_not_name_publishes_nothing(
@@ -285,5 +336,46 @@ def test_a_replay_to_a_topic_the_configuration_does_not_name_publishes_nothing(
     assert answer.status_code == 400, answer.text
     assert answer.json()["error"] == "ReplayTargetRefusedError"
     assert "replay_extra_target_topics" in answer.json()["message"]
+    assert len(ui_stack.query(REPLAYS)) == before[0]
+    assert _end_offsets(kafka_bootstrap, ui_topics.trigger_events) == before[1]
+
+
+def test_the_confirmation_s_data_as_json_and_a_forged_source_topic_refused(
+    ui_stack: AirflowStack, kafka_bootstrap, ui_topics, target
+):
+    """The JSON twin of the confirmation gives what a replay posts back; a dead letter whose header
+    names a topic the configuration does not (here the trigger events topic) is shown as refused, and
+    a POST of it is refused (400) naming the setting: nothing published, no audit entry."""
+    admin = {"Authorization": f"Bearer {ui_stack.token('admin')}"}
+    api_path = f"{PREFIX}/api{target['path'].removeprefix(PREFIX)}"
+    confirmation = ui_stack.client.get(api_path, headers=admin, timeout=60).json()
+    assert confirmation["refused"] is None, confirmation
+    assert confirmation["targets"] == [target["source_topic"]]  # the asset events topic, nothing else
+    assert confirmation["form"]["confirm"] == target["fields"]["confirm"]
+    assert confirmation["form"]["fingerprint"] == target["fields"]["fingerprint"]
+    assert confirmation["csrf"]["field"] == "csrf_token"
+    assert re.fullmatch(r"[0-9]+\.[0-9a-f]{64}", confirmation["csrf"]["value"])
+    viewer = {"Authorization": f"Bearer {ui_stack.token('viewer')}"}
+    assert ui_stack.client.get(api_path, headers=viewer, timeout=60).status_code == 403
+
+    partition, offset = _dead_letter(kafka_bootstrap, ui_topics, source_topic=ui_topics.trigger_events)
+    forged = f"{PREFIX}/api/dead-letters/{partition}/{offset}/replay"
+    shown = ui_stack.client.get(forged, headers=admin, timeout=60).json()
+    assert shown["targets"] == [] and "replay_extra_target_topics" in shown["refused"], shown
+    page = ui_stack.client.get(forged.replace("/api/", "/"), headers=admin, timeout=60)
+    assert 'id="replay-refused"' in page.text and 'id="confirm-form"' not in page.text
+    record = ui_stack.client.get(forged.removesuffix("/replay"), headers=admin, timeout=60).json()
+    before = (len(ui_stack.query(REPLAYS)), _end_offsets(kafka_bootstrap, ui_topics.trigger_events))
+    answer = ui_stack.client.post(
+        forged,
+        headers=admin,
+        data={"confirm": f"{ui_topics.dlq}:{partition}:{offset}", "fingerprint": record["fingerprint"]},
+        timeout=60,
+    )
+    assert answer.status_code == 400 and answer.json()["error"] == "ReplayTargetRefusedError", answer.text
+    message = answer.json()["message"]
+    assert (
+        repr(ui_topics.trigger_events) in message and "[kafka_events] replay_extra_target_topics" in message
+    )
     assert len(ui_stack.query(REPLAYS)) == before[0]
     assert _end_offsets(kafka_bootstrap, ui_topics.trigger_events) == before[1]

@@ -78,6 +78,7 @@ def test_dead_letters_with_escape_sequences_print_as_text(kafka_bootstrap, produ
         os.write(leader, b"n\n")
         env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "KAFKA_BOOTSTRAP"))}
         env["AIRFLOW_HOME"] = "/nonexistent-airflow-home"
+        env["AIRFLOW__KAFKA_EVENTS__REPLAY_EXTRA_TARGET_TOPICS"] = source
         confirm = subprocess.run(
             [str(ENTRY_POINT), "dlq", "replay", "0", str(written.offset), *kafka],
             stdin=follower,
@@ -128,3 +129,38 @@ def test_streams_with_escape_sequences_print_as_text(kafka_bootstrap, producer, 
     assert listed.returncode == 0 and "boom" in listed.stdout, listed.stderr
     _no_escape(listed)
     _no_escape(cli("streams", "show", run, *kafka))
+
+
+def test_replay_assets_prints_escape_sequences_and_url_credentials_of_events_as_text(
+    kafka_bootstrap, new_topic, tmp_path
+):
+    """An asset event's URI may hold credentials and its partition key control sequences; an
+    undecodable record's bytes are quoted in its refusal: ``replay-assets`` shows neither raw."""
+    from airflow_kafka_events.assets.external import build_envelope
+    from airflow_kafka_events.envelopes import AssetRef, EventSource, SourceKind
+    from integration.bridge.fake_airflow import FakeAirflow
+    from integration.bridge.test_bridge_kafka import PASSWORD, send, send_raw
+
+    topic = new_topic(partitions=1)
+    secret = "uri-pw-S3CRET"
+    event = build_envelope(
+        asset=AssetRef(name=f"escapes{CLEAR}", uri=f"postgresql://u:{secret}@db/x"),
+        source=EventSource(SourceKind.EXTERNAL, producer=f"p{TITLE}"),
+        partition_key=f"day{ERASE}",
+    )
+    send(kafka_bootstrap, topic, event)
+    send_raw(kafka_bootstrap, topic, f"{{not json {RESET} password={secret}".encode())
+    password_file = tmp_path / "password"
+    password_file.write_text(PASSWORD)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
+    env["AIRFLOW_HOME"] = "/nonexistent-airflow-home"
+    with FakeAirflow(users={"bridge": PASSWORD}) as fake:
+        result = subprocess.run(
+            [str(ENTRY_POINT), "replay-assets", "--from", "1h", "--topic", topic,
+             "--bootstrap-servers", kafka_bootstrap, "--airflow-url", fake.base_url, "--username", "bridge",
+             "--password-file", str(password_file), "--allow-any-source", "--dry-run"],
+            env=env, capture_output=True, text=True, timeout=180,
+        )  # fmt: skip
+    _no_escape(result)
+    assert secret not in result.stdout + result.stderr, result.stdout + result.stderr
+    assert "postgresql://u:***@db/x" in result.stdout, result.stdout

@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -31,10 +32,18 @@ RUN = "scheduled__2026-12-01T00:00:00+00:00"
 
 
 def cli(
-    *argv: str, timeout: float = 120, stdin: str | None = None, importtime: bool = False
+    *argv: str,
+    timeout: float = 120,
+    stdin: str | None = None,
+    importtime: bool = False,
+    env: Mapping[str, str] | None = None,
 ) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "KAFKA_BOOTSTRAP"))}
-    env["AIRFLOW_HOME"] = "/nonexistent-airflow-home"  # no airflow.cfg: defaults and flags only
+    """The CLI run with no Airflow settings in its environment but ``env``'s."""
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "KAFKA_BOOTSTRAP"))},
+        "AIRFLOW_HOME": "/nonexistent-airflow-home",  # no airflow.cfg: defaults, flags and env only
+        **(env or {}),
+    }
     command = [sys.executable, "-X", "importtime", str(ENTRY_POINT)] if importtime else [str(ENTRY_POINT)]
     return subprocess.run(
         [*command, *argv], env=env, capture_output=True, text=True, timeout=timeout, input=stdin
@@ -160,11 +169,27 @@ def test_dlq_ls_show_and_replay_with_confirmation_and_receipt(
     shown = ok_json(cli("dlq", "show", "0", str(written.offset), *kafka, "--json"))
     assert shown["reason"] == "not-allowed" and ["trace-id", "t1"] in shown["headers"]
 
-    refused = cli("dlq", "replay", "0", str(written.offset), *kafka, stdin="")
+    # the source topic is one the configuration names (the asset events topic of this dead-letter topic)
+    configured = {
+        "AIRFLOW__KAFKA_EVENTS__DLQ_TOPIC": dlq,
+        "AIRFLOW__KAFKA_EVENTS__ASSET_EVENTS_TOPIC": source,
+    }
+    refused = cli("dlq", "replay", "0", str(written.offset), *kafka, stdin="", env=configured)
     assert refused.returncode == 1 and "--yes" in refused.stderr  # no terminal to confirm on
 
     receipt = ok_json(
-        cli("dlq", "replay", "0", str(written.offset), *kafka, "--yes", "--json", "--actor", "ops-1")
+        cli(
+            "dlq",
+            "replay",
+            "0",
+            str(written.offset),
+            *kafka,
+            "--yes",
+            "--json",
+            "--actor",
+            "ops-1",
+            env=configured,
+        )
     )
     assert receipt["target_topic"] == source and receipt["idempotency_key"] == "cli-key-1"
     assert receipt["actor"] == "ops-1" and receipt["event_id"] == event.event_id
@@ -176,7 +201,7 @@ def test_dlq_ls_show_and_replay_with_confirmation_and_receipt(
         and message_headers(replayed) == [("trace-id", b"t1")]
     )
 
-    text = cli("dlq", "replay", "0", str(written.offset), *kafka, "--yes")
+    text = cli("dlq", "replay", "0", str(written.offset), *kafka, "--yes", env=configured)
     assert text.returncode == 0 and text.stdout.startswith(f"replayed {dlq}[0]@{written.offset}")
 
 

@@ -41,7 +41,10 @@ def test_dlq_replay_to_a_missing_topic_is_refused_naming_it_and_the_fix(
     missing = f"no-such-replay-target-{uuid.uuid4().hex[:8]}"
     kafka = ("--bootstrap-servers", kafka_bootstrap, "--topic", dlq)
 
-    result = cli("dlq", "replay", "0", str(written.offset), *kafka, "--to", missing, "--yes", "--json")
+    allowed = {"AIRFLOW__KAFKA_EVENTS__REPLAY_EXTRA_TARGET_TOPICS": f"{source},{missing}"}
+    result = cli(
+        "dlq", "replay", "0", str(written.offset), *kafka, "--to", missing, "--yes", "--json", env=allowed
+    )
 
     assert result.returncode == 1, result.stderr
     error = json.loads(result.stdout)["error"]
@@ -103,3 +106,38 @@ def test_dlq_ls_of_a_topic_without_dead_letters_says_it_is_not_a_dead_letter_top
     assert ok_json(cli("dlq", "ls", "--bootstrap-servers", kafka_bootstrap, "--topic", assets, "--json"))[
         "records"
     ]
+
+
+def test_dlq_replay_of_a_dead_letter_naming_an_unconfigured_source_topic_is_refused(
+    kafka_bootstrap, producer, new_topic
+):
+    """The x-source-topic header is written by whoever writes to the dead-letter topic: the CLI replays
+    only to a source the configuration names, as the view does."""
+    from confluent_kafka import TopicPartition
+
+    dlq, victim = new_topic(partitions=1), new_topic(partitions=1)
+    written = write_dead_letter(producer, dlq, value=b"forged", key=b"k", source=(victim, 0, 0))
+    kafka = ("--bootstrap-servers", kafka_bootstrap, "--topic", dlq)
+
+    def end() -> int:
+        from confluent_kafka import Consumer
+
+        consumer = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": "unused"})
+        try:
+            return consumer.get_watermark_offsets(TopicPartition(victim, 0), timeout=30)[1]
+        finally:
+            consumer.close()
+
+    before = end()
+    for extra in ((), ("--to", victim)):
+        result = cli("dlq", "replay", "0", str(written.offset), *kafka, *extra, "--yes", "--json")
+        assert result.returncode == 1, result.stderr
+        error = json.loads(result.stdout)["error"]
+        assert error["type"] == "ReplayTargetRefusedError", error
+        assert repr(victim) in error["message"], error
+        assert "[kafka_events] replay_extra_target_topics" in error["message"], error
+    assert end() == before  # nothing published
+
+    allowed = {"AIRFLOW__KAFKA_EVENTS__REPLAY_EXTRA_TARGET_TOPICS": victim}
+    receipt = ok_json(cli("dlq", "replay", "0", str(written.offset), *kafka, "--yes", "--json", env=allowed))
+    assert receipt["target_topic"] == victim and end() == before + 1

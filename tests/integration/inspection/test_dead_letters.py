@@ -22,12 +22,19 @@ from airflow_kafka_events.inspection import (
     replay_dead_letter,
 )
 from airflow_kafka_events.inspection.dead_letters import load_dead_letter
+from airflow_kafka_events.inspection.errors import ReplayTargetRefusedError
 from airflow_kafka_events.inspection.reader import TopicReader, message_headers
+from airflow_kafka_events.inspection.replay_targets import ReplayTargets
 from integration.inspection.records import asset_event, write_dead_letter
 
 pytestmark = pytest.mark.integration
 
 ORIGINAL_HEADERS = [("trace-id", b"trace-1"), ("x-api-token", b"tok-SECRET-1"), ("empty", None)]
+
+
+def _targets(dlq: str, *sources: str, extra: tuple[str, ...] | list[str] = ()) -> ReplayTargets:
+    """Replay targets of ``dlq`` whose configuration names ``sources`` as its sources."""
+    return ReplayTargets(dlq, {source: "the test's configuration" for source in sources}, frozenset(extra))
 
 
 def _read(config, topic: str, partition: int, offset: int):
@@ -130,7 +137,9 @@ def test_replay_republishes_key_value_original_headers_and_idempotency_key(
     )
 
     with caplog.at_level(logging.INFO, logger=AUDIT_LOGGER):
-        receipt = replay_dead_letter(config, dlq, written.partition, written.offset, actor="alice")
+        receipt = replay_dead_letter(
+            config, dlq, written.partition, written.offset, actor="alice", targets=_targets(dlq, source)
+        )
     assert receipt.target_topic == source and receipt.idempotency_key == "order-42"
     assert receipt.event_id == event.event_id and not receipt.from_reference
     replayed = _read(config, source, receipt.target_partition, receipt.target_offset)
@@ -140,7 +149,15 @@ def test_replay_republishes_key_value_original_headers_and_idempotency_key(
     (line,) = [r.getMessage() for r in caplog.records if r.name == AUDIT_LOGGER]
     assert "actor=alice" in line and f"dlq={dlq}[0]@{written.offset}" in line and f"target={source}[" in line
 
-    other = replay_dead_letter(config, dlq, 0, written.offset, target_topic=elsewhere, actor="bob")
+    other = replay_dead_letter(
+        config,
+        dlq,
+        0,
+        written.offset,
+        target_topic=elsewhere,
+        actor="bob",
+        targets=_targets(dlq, source, extra=[elsewhere]),
+    )
     assert other.target_topic == elsewhere
     assert _read(config, elsewhere, other.target_partition, other.target_offset).value() == value
 
@@ -163,7 +180,7 @@ def test_a_reference_dead_letter_replays_the_whole_original_from_its_source(conf
     letter = get_dead_letter(config, dlq, 0, written.offset)
     assert letter.is_reference and letter.size < 8_000
 
-    receipt = replay_dead_letter(config, dlq, 0, written.offset, actor="alice")
+    receipt = replay_dead_letter(config, dlq, 0, written.offset, actor="alice", targets=_targets(dlq, source))
     assert receipt.from_reference and receipt.idempotency_key == "big-1"
     replayed = _read(config, source, receipt.target_partition, receipt.target_offset)
     assert replayed.value() == value and replayed.key() == b"big"
@@ -173,7 +190,7 @@ def test_a_reference_dead_letter_replays_the_whole_original_from_its_source(conf
         producer, dlq, value=value, key=b"big", source=(source, 0, 10_000), max_message_bytes=8_000
     )
     with pytest.raises(ReplayError, match="reference dead letter"):
-        replay_dead_letter(config, dlq, 0, gone.offset, actor="alice")
+        replay_dead_letter(config, dlq, 0, gone.offset, actor="alice", targets=_targets(dlq, source))
 
 
 def test_a_replay_of_a_loaded_dead_letter_reads_it_once_and_refuses_other_coordinates(
@@ -194,7 +211,9 @@ def test_a_replay_of_a_loaded_dead_letter_reads_it_once_and_refuses_other_coordi
 
     loaded = load_dead_letter(config, dlq, 0, first.offset)
     assert loaded.record.offset == first.offset and loaded.record.source_offset == 3
-    receipt = replay_dead_letter(config, dlq, 0, first.offset, actor="alice", loaded=loaded)
+    receipt = replay_dead_letter(
+        config, dlq, 0, first.offset, actor="alice", loaded=loaded, targets=_targets(dlq, source)
+    )
     assert reads == [(dlq, 0, first.offset)]  # shown and replayed from one read
     assert receipt.idempotency_key == "once-1" and receipt.dlq_offset == first.offset
     assert _read(config, source, receipt.target_partition, receipt.target_offset).value() == value
@@ -204,12 +223,14 @@ def test_a_replay_of_a_loaded_dead_letter_reads_it_once_and_refuses_other_coordi
         ValidationError,
         match=rf"read at {dlq}\[0\]@{first.offset} on .*, not {dlq}\[0\]@{second.offset} on ",
     ):
-        replay_dead_letter(config, dlq, 0, second.offset, actor="alice", loaded=loaded)
+        replay_dead_letter(
+            config, dlq, 0, second.offset, actor="alice", loaded=loaded, targets=_targets(dlq, source)
+        )
     assert reads == []
     with TopicReader(config, source, timeout=30) as reader:
         assert reader.watermarks(0) == (0, receipt.target_offset + 1)  # nothing published
 
-    unloaded = replay_dead_letter(config, dlq, 0, second.offset, actor="bob")
+    unloaded = replay_dead_letter(config, dlq, 0, second.offset, actor="bob", targets=_targets(dlq, source))
     assert reads == [(dlq, 0, second.offset)] and unloaded.dlq_offset == second.offset
 
 
@@ -236,14 +257,16 @@ def test_a_reference_dead_letter_whose_source_now_holds_another_record_is_not_re
         )
         before = _end(config, source)
         with pytest.raises(ReplayError, match=rf"record now at {source}\[0\]@{where.offset} .*{why}"):
-            replay_dead_letter(config, dlq, 0, written.offset, actor="alice")
+            replay_dead_letter(config, dlq, 0, written.offset, actor="alice", targets=_targets(dlq, source))
         assert _end(config, source) == before  # nothing published
 
     # only the size and the 4 KB prefix are kept: a change past the prefix is the original's size
     written = write_dead_letter(
         producer, dlq, value=value, source=(source, 0, same_size.offset), max_message_bytes=8_000
     )
-    assert replay_dead_letter(config, dlq, 0, written.offset, actor="alice").from_reference
+    assert replay_dead_letter(
+        config, dlq, 0, written.offset, actor="alice", targets=_targets(dlq, source)
+    ).from_reference
 
 
 def test_a_replay_refuses_a_record_other_than_the_confirmed_one_or_from_another_cluster(
@@ -260,17 +283,85 @@ def test_a_replay_refuses_a_record_other_than_the_confirmed_one_or_from_another_
 
     before = _end(config, source)
     with pytest.raises(ReplayError, match=rf"{dlq}\[0\]@{first.offset} .* is not the one confirmed"):
-        replay_dead_letter(config, dlq, 0, first.offset, actor="alice", fingerprint=other.fingerprint)
+        replay_dead_letter(
+            config,
+            dlq,
+            0,
+            first.offset,
+            actor="alice",
+            fingerprint=other.fingerprint,
+            targets=_targets(dlq, source),
+        )
     with pytest.raises(ReplayError, match="is not the one confirmed"):
         replay_dead_letter(
-            config, dlq, 0, first.offset, actor="alice", loaded=loaded, fingerprint=other.fingerprint
+            config,
+            dlq,
+            0,
+            first.offset,
+            actor="alice",
+            loaded=loaded,
+            fingerprint=other.fingerprint,
+            targets=_targets(dlq, source),
         )
     elsewhere = {**config, "bootstrap.servers": f"{config['bootstrap.servers']},127.0.0.1:1"}
     with pytest.raises(ValidationError, match=r"on 127\.0\.0\.1:1|,127\.0\.0\.1:1"):
-        replay_dead_letter(elsewhere, dlq, 0, first.offset, actor="alice", loaded=loaded)
+        replay_dead_letter(
+            elsewhere, dlq, 0, first.offset, actor="alice", loaded=loaded, targets=_targets(dlq, source)
+        )
     assert _end(config, source) == before  # nothing published
 
     receipt = replay_dead_letter(
-        config, dlq, 0, first.offset, actor="alice", loaded=loaded, fingerprint=loaded.fingerprint
+        config,
+        dlq,
+        0,
+        first.offset,
+        actor="alice",
+        loaded=loaded,
+        fingerprint=loaded.fingerprint,
+        targets=_targets(dlq, source),
     )
     assert _read(config, source, 0, receipt.target_offset).value() == b"first"
+
+
+def test_a_dead_letter_naming_a_source_topic_the_configuration_does_not_name_is_not_replayed(
+    config, producer, new_topic, monkeypatch
+):
+    """Whoever may write to the dead-letter topic writes its x-source-topic header: a forged one
+    neither publishes to the topic it names nor reads a record from it (a reference's original)."""
+    dlq, source, victim, outbox = (new_topic(partitions=1) for _ in range(4))
+    secret = producer.send_and_wait(victim, b"a record of the victim topic " * 400, key=b"s")
+    targets = _targets(dlq, source, extra=[outbox])
+    forged = write_dead_letter(producer, dlq, value=b"forged", source=(victim, 0, 0))
+    forged_reference = write_dead_letter(
+        producer,
+        dlq,
+        value=b"a record of the victim topic " * 400,
+        source=(victim, 0, secret.offset),
+        max_message_bytes=8_000,
+    )
+    reads: list[str] = []
+    read_one = TopicReader.read_one
+
+    def counted(self, partition, offset):
+        reads.append(self.topic)
+        return read_one(self, partition, offset)
+
+    monkeypatch.setattr(TopicReader, "read_one", counted)
+    ends = {topic: _end(config, topic) for topic in (victim, source, outbox)}
+    for written, asked in ((forged, None), (forged, source), (forged, outbox), (forged_reference, outbox)):
+        with pytest.raises(ReplayTargetRefusedError) as refused:
+            replay_dead_letter(
+                config, dlq, 0, written.offset, actor="mallory", targets=targets, target_topic=asked
+            )
+        message = str(refused.value)
+        assert repr(victim) in message and "[kafka_events] replay_extra_target_topics" in message
+        assert "nothing was published" in message
+    assert victim not in reads  # a forged reference's "original" was never read
+    assert {topic: _end(config, topic) for topic in ends} == ends  # nothing published anywhere
+
+    # an administrator who lists the topic allows it
+    allowed = _targets(dlq, source, extra=[victim])
+    receipt = replay_dead_letter(config, dlq, 0, forged.offset, actor="admin", targets=allowed)
+    assert receipt.target_topic == victim
+    with pytest.raises(ValidationError, match="targets passed are those of dead-letter topic"):
+        replay_dead_letter(config, dlq, 0, forged.offset, actor="admin", targets=_targets(source, victim))

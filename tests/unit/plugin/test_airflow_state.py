@@ -164,3 +164,41 @@ def test_the_stream_page_s_window_is_the_latest_try_s_and_none_for_a_task_that_n
         f"no stream; its stream {stream_id(DAG, RUN, 'skipped_one')!r} has no envelope"
     )
     assert _written_span(session, stream_id(DAG, RUN, "unknown")) == (None, None, None)
+
+
+def test_watchers_are_sources_of_their_own_dead_letter_topic_in_the_replay_targets(session):
+    """The rows Airflow writes for asset watchers (a trigger with its kwargs, the watcher row): only
+    this package's watchers count, and each names its topics as sources of its ``dlq_topic``."""
+    from airflow.models.asset import AssetModel, AssetWatcherModel
+    from airflow.models.trigger import Trigger
+
+    from airflow_kafka_events.inspection.errors import ReplayTargetRefusedError
+    from airflow_kafka_events.inspection.replay_targets import ReplayTargets
+    from airflow_kafka_events.plugin.airflow_state import WATCHER_CLASSPATH, watched_sources
+
+    asset = AssetModel(name="orders", uri="kafka-events://orders", group="asset", extra={})
+    session.add(asset)
+    session.flush()
+    ours = Trigger(
+        classpath=WATCHER_CLASSPATH, kwargs={"topics": ["orders", "orders.eu"], "dlq_topic": "o.dlq"}
+    )
+    no_dlq = Trigger(classpath=WATCHER_CLASSPATH, kwargs={"topics": ["logs"], "dlq_topic": None})
+    other = Trigger(classpath="some.other.Trigger", kwargs={"topics": ["payments"], "dlq_topic": "o.dlq"})
+    session.add_all([ours, no_dlq, other])
+    session.flush()
+    for name, trigger in (("orders_watch", ours), ("logs_watch", no_dlq), ("other_watch", other)):
+        session.add(AssetWatcherModel(name=name, asset_id=asset.id, trigger_id=trigger.id))
+    session.commit()
+
+    sources = sorted(watched_sources(session), key=lambda w: w.name)
+    assert [(w.name, tuple(w.topics), w.dlq_topic) for w in sources] == [
+        ("logs_watch", ("logs",), None),
+        ("orders_watch", ("orders", "orders.eu"), "o.dlq"),
+    ]
+    targets = ReplayTargets.of(
+        "o.dlq", configured_dlq_topic="airflow.kafka-events.dlq", asset_events_topic="a", watchers=sources
+    )
+    assert targets.target_for("orders.eu") == "orders.eu"
+    for unknown in ("payments", "logs", "a"):
+        with pytest.raises(ReplayTargetRefusedError):
+            targets.target_for(unknown)

@@ -47,6 +47,7 @@ def test_every_route_requires_a_viewer_and_replay_an_asset_write():
     replay = [r for r in app.routes if isinstance(r, APIRoute) and r.path.endswith("/replay")]
     assert {(m, r.path) for r in replay for m in r.methods} == {
         ("GET", "/dead-letters/{partition}/{offset}/replay"),
+        ("GET", "/api/dead-letters/{partition}/{offset}/replay"),
         ("POST", "/dead-letters/{partition}/{offset}/replay"),
         ("POST", "/api/dead-letters/{partition}/{offset}/replay"),
     }
@@ -103,16 +104,55 @@ def test_mask_hides_a_secret_that_an_answer_wrote_escaped(form):
     assert mask(f"before {written} after", [secret]) == f"before {expected} after"
 
 
-def test_every_answer_may_be_framed_by_this_site_only():
-    # clickjacking: another page of the same site framing the replay confirmation
+def test_every_answer_may_be_framed_by_this_site_only_is_never_sniffed_nor_stored():
+    # clickjacking: another page of the same site framing the replay confirmation; a JSON answer
+    # holding a record's markup read as HTML; a confirmation (its CSRF token) kept by a cache
     from fastapi.testclient import TestClient
 
-    from airflow_kafka_events.plugin.app import FRAME_HEADERS, create_app
+    from airflow_kafka_events.plugin.app import SECURITY_HEADERS, create_app
 
     with TestClient(create_app(), raise_server_exceptions=False) as client:
-        for path in ("/streams", "/dead-letters/0/1/replay", "/no-such-page"):
-            answer = client.get(path)
+        for method, path in (
+            ("GET", "/streams"),
+            ("GET", "/dead-letters/0/1/replay"),
+            ("GET", "/api/dead-letters/0/1/replay"),
+            ("POST", "/api/dead-letters/0/1/replay"),
+            ("GET", "/no-such-page"),
+        ):
+            answer = client.request(method, path)
             assert answer.status_code >= 400, path  # not signed in
             assert answer.headers["content-security-policy"] == "frame-ancestors 'self'", path
             assert answer.headers["x-frame-options"] == "SAMEORIGIN", path
-    assert FRAME_HEADERS["X-Frame-Options"] == "SAMEORIGIN"
+            assert answer.headers["x-content-type-options"] == "nosniff", path
+            assert answer.headers["cache-control"] == "no-store", path
+    assert SECURITY_HEADERS["X-Frame-Options"] == "SAMEORIGIN"
+
+
+def test_a_method_other_than_get_and_post_changes_nothing():
+    """No route answers PUT, PATCH or DELETE, and a method override in the query or a header is no
+    method: the replay's path answers them 405 before any dependency runs."""
+    from fastapi.testclient import TestClient
+
+    from airflow_kafka_events.plugin.app import create_app
+
+    with TestClient(create_app(), raise_server_exceptions=False) as client:
+        for method in ("PUT", "PATCH", "DELETE"):
+            answer = client.request(method, "/dead-letters/0/1/replay")
+            assert answer.status_code == 405, method
+        overridden = client.request(
+            "PUT", "/dead-letters/0/1/replay?_method=POST", headers={"X-HTTP-Method-Override": "POST"}
+        )
+        assert overridden.status_code == 405
+
+
+def test_a_json_answer_holds_no_markup_character_and_reads_back_the_same():
+    import json
+
+    from airflow_kafka_events.plugin.rendering import render_json
+
+    record = {"error": "</script><script>alert(1)</script>", "note": "a & b > c", "literal": "\\u003c"}
+    answer = render_json(record)
+    body = answer.body.decode()
+    assert not {"<", ">", "&"} & set(body), body
+    assert json.loads(body) == record
+    assert answer.media_type == "application/json"

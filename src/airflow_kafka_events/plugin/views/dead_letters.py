@@ -11,8 +11,12 @@ publishes nothing.  Both need an asset
 write (:data:`~airflow_kafka_events.plugin.security.REPLAY`); a viewer sees the button disabled
 and is refused (403) if they post anyway.  The POST is refused (403) to another site's page
 (:func:`~airflow_kafka_events.plugin.security.refuse_cross_site`: a browser's POST carries the
-confirmation form's CSRF token), and a replay goes to the dead letter's source topic or a topic
-``[kafka_events] replay_extra_target_topics`` lists, else 400 and nothing is published.  Each
+confirmation form's CSRF token), and a replay goes where the configuration allows
+(:mod:`~airflow_kafka_events.inspection.replay_targets`: the dead letter's source topic when the
+configuration names it a source of the dead-letter topic -- the asset events topic, a watcher's
+topics -- or a topic ``[kafka_events] replay_extra_target_topics`` lists), else 400 and nothing
+is published.  ``GET /api/.../replay`` answers the confirmation's data as JSON (the record, the
+fields to post back, the CSRF token, the topics it may go to).  Each
 replay writes one audit line (logger ``airflow_kafka_events.audit``, by the inspection layer) and
 one entry in Airflow's audit log (event ``kafka_events.replay``, owner the user).
 """
@@ -35,12 +39,16 @@ from airflow_kafka_events.inspection.dead_letters import (
     load_dead_letter,
     replay_dead_letter,
 )
+from airflow_kafka_events.inspection.errors import ReplayTargetRefusedError
+from airflow_kafka_events.inspection.redact import redact_text
+from airflow_kafka_events.inspection.replay_targets import ReplayTargets
+from airflow_kafka_events.plugin.airflow_state import watched_sources
 from airflow_kafka_events.plugin.security import (
     CSRF_FIELD,
     REPLAY,
-    check_replay_target,
     csrf_token,
     refuse_cross_site,
+    session_of,
 )
 from airflow_kafka_events.plugin.views.common import LIST_PREVIEW, Page, PageDep
 
@@ -106,33 +114,61 @@ def _load(page: Page, partition: int, offset: int) -> LoadedDeadLetter:
     return load_dead_letter(page.config(), page.settings.dlq_topic, partition, offset)
 
 
-def _record_page(
-    page: Page, partition: int, offset: int, template: str, extra: dict[str, Any] | None = None
-) -> Response:
-    """The page of one dead letter (``template``: its details, or the replay's confirmation)."""
+@router.get("/dead-letters/{partition}/{offset}")
+@router.get("/api/dead-letters/{partition}/{offset}")
+def dead_letter_page(page: PageDep, partition: int, offset: int) -> Response:
     try:
         record = _load(page, partition, offset).record
     except AirflowKafkaEventsError as exc:
         return page.failed("dead-letters", exc)
-    context = {"record": record, "coords": coords(record), **(extra or {})}
-    return page.answer("dead-letters", template, context, _record_dict(record))
+    context = {"record": record, "coords": coords(record)}
+    return page.answer("dead-letters", "dead_letter.html", context, _record_dict(record))
 
 
-@router.get("/dead-letters/{partition}/{offset}")
-@router.get("/api/dead-letters/{partition}/{offset}")
-def dead_letter_page(page: PageDep, partition: int, offset: int) -> Response:
-    return _record_page(page, partition, offset, "dead_letter.html")
+def replay_targets(page: Page, session: Any) -> ReplayTargets:
+    """Where replays of the view's dead letters may go (the configuration and Airflow's watchers)."""
+    settings = page.settings
+    return ReplayTargets.of(
+        settings.dlq_topic,
+        configured_dlq_topic=settings.dlq_topic,
+        asset_events_topic=settings.asset_events_topic,
+        extra=settings.replay_extra_target_topics,
+        watchers=watched_sources(session),
+    )
 
 
 @router.get("/dead-letters/{partition}/{offset}/replay", dependencies=[REPLAY])
-def confirm_replay_page(page: PageDep, partition: int, offset: int) -> Response:
-    """The confirmation form: the record, the topics it may go to, the user's CSRF token."""
-    extra = {
+@router.get("/api/dead-letters/{partition}/{offset}/replay", dependencies=[REPLAY])
+def confirm_replay_page(page: PageDep, session: SessionDep, partition: int, offset: int) -> Response:
+    """The confirmation: the record, the topics it may go to (none: why), the user's CSRF token."""
+    try:
+        record = _load(page, partition, offset).record
+    except AirflowKafkaEventsError as exc:
+        return page.failed("dead-letters", exc)
+    targets = replay_targets(page, session)
+    try:
+        targets.target_for(record.source_topic)
+        refused = None
+    except ReplayTargetRefusedError as exc:
+        refused = redact_text(str(exc))
+    token = csrf_token(page.user, session_of(page.request))
+    context = {
+        "record": record,
+        "coords": coords(record),
         "csrf_field": CSRF_FIELD,
-        "csrf_token": csrf_token(page.user),
-        "extra_targets": sorted(page.settings.replay_extra_target_topics),
+        "csrf_token": token,
+        "targets": targets.choices(record.source_topic),
+        "refused": refused,
     }
-    return _record_page(page, partition, offset, "replay_confirm.html", extra)
+    payload = {
+        "record": _record_dict(record),
+        "form": {"confirm": coords(record), "fingerprint": record.fingerprint},
+        # not under a key named like a token: Airflow's masker would hide its value
+        "csrf": {"field": CSRF_FIELD, "value": token},
+        "targets": context["targets"],
+        "refused": refused,
+    }
+    return page.answer("dead-letters", "replay_confirm.html", context, payload)
 
 
 def _audit(session: Any, page: Page, record: DeadLetterRecord, receipt: Any) -> None:
@@ -175,14 +211,13 @@ def replay_page(
                 "confirmation page was shown: the topic was re-created?); nothing replayed. "
                 "Open it again and confirm what it is now.",
             )
-        target = (target_topic or "").strip() or record.source_topic
-        check_replay_target(record.source_topic, target, page.settings.replay_extra_target_topics)
         receipt = replay_dead_letter(
             page.config(),
             record.topic,
             record.partition,
             record.offset,
-            target_topic=target,
+            targets=replay_targets(page, session),
+            target_topic=target_topic,
             actor=page.username,
             loaded=loaded,
             fingerprint=fingerprint,
