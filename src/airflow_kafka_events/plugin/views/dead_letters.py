@@ -115,7 +115,10 @@ def _record_page(
     except AirflowKafkaEventsError as exc:
         return page.failed("dead-letters", exc)
     context = {"record": record, "coords": coords(record), **(extra or {})}
-    return page.answer("dead-letters", template, context, _record_dict(record))
+    payload = _record_dict(record)
+    if extra is not None:
+        payload.update(csrf=extra["csrf_token"], extra_targets=extra["extra_targets"])
+    return page.answer("dead-letters", template, context, payload)
 
 
 @router.get("/dead-letters/{partition}/{offset}")
@@ -125,8 +128,11 @@ def dead_letter_page(page: PageDep, partition: int, offset: int) -> Response:
 
 
 @router.get("/dead-letters/{partition}/{offset}/replay", dependencies=[REPLAY])
+@router.get("/api/dead-letters/{partition}/{offset}/replay", dependencies=[REPLAY])
 def confirm_replay_page(page: PageDep, partition: int, offset: int) -> Response:
-    """The confirmation form: the record, the topics it may go to, the user's CSRF token."""
+    """The confirmation: the record, the topics it may go to, the user's CSRF token (the form's
+    hidden field; in the JSON answer ``csrf``, not ``csrf_token``: Airflow's masker hides any
+    ``*token`` key -- the view's React page posts it back as the form field ``csrf_token``)."""
     extra = {
         "csrf_field": CSRF_FIELD,
         "csrf_token": csrf_token(page.user),
