@@ -153,10 +153,20 @@ def test_an_asset_link_lands_on_the_asset_page(
     )
 
 
-def test_admin_replays_a_dead_letter_after_confirming(open_browser, ui_stack: AirflowStack, ui_data):
+def test_admin_replays_a_dead_letter_after_confirming(
+    open_browser, ui_stack: AirflowStack, ui_data, ui_bridge_group
+):
     browser = open_browser("admin-replay")
     browser.login("admin", ui_stack.passwords["admin"])
-    _open_view(browser, "dead-letters")
+    _open_view(browser, "health")
+    browser.element("#watchers")
+    bridge = browser.element(f"tr.bridge[data-group='{ui_bridge_group}']")
+    # the bridge's lag per partition as a chart: one bar per partition of the asset events topic
+    chart = bridge.find_element("css selector", "[data-chart='bridge-lag']")
+    assert chart.get_attribute("data-bars") == "2"
+    browser.screenshot("health")
+    browser.element("nav.tabs a[data-tab='dead-letters']").click()
+    browser.element("nav.tabs a[data-tab='dead-letters'] .active")
     partition, offset = ui_data.dead_letters[0]
     browser.element(f"a.open[href$='/dead-letters/{partition}/{offset}']").click()
     assert browser.element("#reason").text == "not-allowed"
