@@ -33,6 +33,8 @@ export function firstSeries(obj, keys, valueKeys) {
 const W = 320;
 const H = 80;
 const PAD = 4;
+// Points are marked (with their value on hover) up to this many; beyond, the line only.
+const MAX_DOTS = 60;
 
 // A step line of points over time, its last value and its time span in the caption.
 export function LineChart({ points, label, unit, id }) {
@@ -53,7 +55,7 @@ export function LineChart({ points, label, unit, id }) {
           <title>{`${label}: ${last.v}${unit ? ` ${unit}` : ""} at ${exact(new Date(last.t).toISOString())}`}</title>
           <line x1={PAD} x2={W - PAD} y1={H - PAD} y2={H - PAD} stroke="currentColor" strokeOpacity="0.25" />
           <path d={d} fill="none" stroke="currentColor" strokeWidth="2" />
-          {points.map((p) => (
+          {points.length > MAX_DOTS ? null : points.map((p) => (
             <circle key={`${p.t}-${p.v}`} cx={x(p.t)} cy={y(p.v)} r="2.5" fill="currentColor">
               <title>{`${p.v}${unit ? ` ${unit}` : ""} at ${exact(new Date(p.t).toISOString())}`}</title>
             </circle>

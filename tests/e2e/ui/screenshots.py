@@ -9,7 +9,8 @@ Chromium as the browser tests, opens each page of the view in Airflow's UI (with
 page's Kafka scans read the last MINUTES minutes only, ``?minutes=``: the demo's broker keeps the
 records of earlier demos) and saves ``ui-<page>.png`` in light mode -- the streams, the newest
 stream, asset events, dead letters, the newest dead letter, health -- and ``ui-<page>-dark.png`` of
-the streams, the stream and the dead letter in Airflow's dark mode, in the directory given.
+the streams, the stream, dead letters and the dead letter in Airflow's dark mode, in the directory
+given.
 """
 
 from __future__ import annotations
@@ -28,8 +29,8 @@ PAGES = (
     ("dead-letters", "#dead-letters-page table, #dead-letters-page .empty"),
     ("health", "#watchers"),
 )
-#: The pages also shown in dark mode.
-DARK = ("streams", "stream", "dead-letter")
+#: The pages also shown in dark mode (with the stream and the dead letter they open).
+DARK = ("streams", "dead-letters")
 
 
 def _open(browser: Browser, page: str, loaded: str, minutes: int | None) -> None:

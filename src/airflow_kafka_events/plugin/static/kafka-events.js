@@ -608,6 +608,7 @@ function firstSeries(obj, keys, valueKeys) {
 var W = 320;
 var H = 80;
 var PAD = 4;
+var MAX_DOTS = 60;
 function LineChart({ points, label, unit, id }) {
   if (!points.length) return null;
   const t0 = points[0].t;
@@ -624,7 +625,7 @@ function LineChart({ points, label, unit, id }) {
       /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("title", { children: `${label}: ${last.v}${unit ? ` ${unit}` : ""} at ${exact(new Date(last.t).toISOString())}` }),
       /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("line", { x1: PAD, x2: W - PAD, y1: H - PAD, y2: H - PAD, stroke: "currentColor", strokeOpacity: "0.25" }),
       /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("path", { d, fill: "none", stroke: "currentColor", strokeWidth: "2" }),
-      points.map((p) => /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("circle", { cx: x(p.t), cy: y(p.v), r: "2.5", fill: "currentColor", children: /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("title", { children: `${p.v}${unit ? ` ${unit}` : ""} at ${exact(new Date(p.t).toISOString())}` }) }, `${p.t}-${p.v}`))
+      points.length > MAX_DOTS ? null : points.map((p) => /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("circle", { cx: x(p.t), cy: y(p.v), r: "2.5", fill: "currentColor", children: /* @__PURE__ */ (0, import_jsx_runtime6.jsx)("title", { children: `${p.v}${unit ? ` ${unit}` : ""} at ${exact(new Date(p.t).toISOString())}` }) }, `${p.t}-${p.v}`))
     ] }) }),
     /* @__PURE__ */ (0, import_jsx_runtime6.jsxs)(import_react8.Text, { fontSize: "xs", color: "fg.muted", children: [
       label,
@@ -867,6 +868,10 @@ function pagesOverTime(detail) {
   const times = (detail.pages ?? []).filter((p) => !p.is_last).map((p) => Date.parse(p.emitted_at)).filter(Number.isFinite).sort((a, b) => a - b);
   return times.map((t, i) => ({ t, v: i + 1 }));
 }
+function pagesLabel(detail) {
+  const given = firstSeries(detail, PAGES_SERIES, ["pages"]).length || firstSeries(detail.summary, PAGES_SERIES, ["pages"]).length;
+  return given ? "pages written" : "pages written, of those shown below";
+}
 var PAGE_COLUMNS = [
   { key: "sequence", header: "#", cell: (p) => p.is_last ? "end" : String(p.sequence_index) },
   { key: "offset", header: "Offset", cell: (p) => String(p.offset) },
@@ -942,7 +947,7 @@ function StreamPage() {
       ),
       /* @__PURE__ */ (0, import_jsx_runtime9.jsx)(import_react11.Flex, { gap: 8, wrap: "wrap", my: 3, children: /* @__PURE__ */ (0, import_jsx_runtime9.jsxs)(import_react11.Box, { children: [
         /* @__PURE__ */ (0, import_jsx_runtime9.jsx)(import_react11.Heading, { size: "sm", children: "Pages over time" }),
-        pages.length ? /* @__PURE__ */ (0, import_jsx_runtime9.jsx)(LineChart, { id: "pages-over-time", points: pages, label: "pages written" }) : /* @__PURE__ */ (0, import_jsx_runtime9.jsx)(import_react11.Text, { color: "fg.muted", children: "No page yet." })
+        pages.length ? /* @__PURE__ */ (0, import_jsx_runtime9.jsx)(LineChart, { id: "pages-over-time", points: pages, label: pagesLabel(data) }) : /* @__PURE__ */ (0, import_jsx_runtime9.jsx)(import_react11.Text, { color: "fg.muted", children: "No page yet." })
       ] }) }),
       /* @__PURE__ */ (0, import_jsx_runtime9.jsx)(Title, { children: "Consumers" }),
       /* @__PURE__ */ (0, import_jsx_runtime9.jsx)(
