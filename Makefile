@@ -2,7 +2,7 @@
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup demo test test-unit test-integration test-e2e test-compat lint docs bench kafka-start kafka-stop
+.PHONY: setup demo test test-unit test-integration test-e2e test-compat lint docs bench kafka-start kafka-stop ui
 
 setup:
 	./scripts/bootstrap.sh
@@ -45,6 +45,10 @@ $(COMPAT_VENV)/.installed: pyproject.toml constraints.txt $(COMPAT_CONSTRAINTS)
 
 test-compat: setup $(COMPAT_VENV)/.installed
 	$(COMPAT_VENV)/bin/pytest -m "(unit or integration or compat) and not cluster and not faults" --durations=15
+
+# the Kafka Events view's bundle (ui/src -> src/airflow_kafka_events/plugin/static/kafka-events.js): commit it
+ui: setup
+	cd ui && node build.mjs
 
 lint: setup
 	$(BIN)/ruff check src tests examples benchmarks scripts

@@ -91,12 +91,13 @@ def save_screenshots(stack: AirflowStack, target: Path, say: Any) -> bool:
     minutes = math.ceil((time.monotonic() - STARTED) / 60) + 1
     saved = take_screenshots(stack.base_url, target, minutes=minutes)
     say(f"[ui]     screenshots: {', '.join(str(p) for p in saved)}")
-    return len(saved) == len(PAGES) + 1
+    wanted = {f"ui-{page}.png" for _, page, _ in PAGES} | {"ui-streams-dark.png", "ui-dead-letter-dark.png"}
+    return wanted <= {p.name for p in saved}
 
 
 def ui_address(stack: AirflowStack, page: str) -> str:
     """The page's address in the Airflow UI (the navigation bar's "Kafka Events", that tab)."""
-    return f"{stack.base_url}/plugin/kafka-events/kafka-events/{page}"
+    return f"{stack.base_url}/plugin/kafka-events/{page}"
 
 
 def ui_demo(stack: AirflowStack, say: Any) -> bool:

@@ -5,7 +5,7 @@
 #   - PostgreSQL 15 and redis-server for the e2e tests' production topology (the same way),
 #   - a virtualenv in .venv with the package (editable) and its test extras, pinned by constraints,
 #   - the Apache Kafka broker jars from Maven Central (cached under ~/.cache, fetched once),
-#   - the npm packages of tests/node (npm ci, from package-lock.json) when npm is available.
+#   - the npm packages of tests/node and ui (npm ci, from package-lock.json) when npm is available.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -60,15 +60,19 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ constraints.txt -nt
   touch "$stamp"
 fi
 
-# the second-language signature checker (tests/node): avsc pinned by package-lock.json
-node_stamp=tests/node/node_modules/.installed
+# the second-language signature checker (tests/node): avsc pinned by package-lock.json; the Kafka
+# Events view's build (ui): esbuild pinned by package-lock.json (its bundle is committed; a test
+# rebuilds it and compares)
 if command -v npm >/dev/null 2>&1; then
-  if [ ! -f "$node_stamp" ] || [ tests/node/package-lock.json -nt "$node_stamp" ]; then
-    (cd tests/node && npm ci --no-audit --no-fund --loglevel=error)
-    touch "$node_stamp"
-  fi
+  for dir in tests/node ui; do
+    node_stamp=$dir/node_modules/.installed
+    if [ ! -f "$node_stamp" ] || [ $dir/package-lock.json -nt "$node_stamp" ]; then
+      (cd $dir && npm ci --no-audit --no-fund --loglevel=error)
+      touch "$node_stamp"
+    fi
+  done
 else
-  echo "bootstrap: node/npm not found; the signature vector test needs node 18+ (it fails in CI without)" >&2
+  echo "bootstrap: node/npm not found; the signature vector test and the UI bundle check need node 18+ (they fail in CI without)" >&2
 fi
 
 "$VENV/bin/airflow-kafka-events" kafka fetch

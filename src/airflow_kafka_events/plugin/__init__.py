@@ -1,11 +1,18 @@
 """The Airflow plugin (``airflow.plugins`` entry point): the Kafka Events view.
 
 * ``fastapi_apps``: the view's app (:mod:`airflow_kafka_events.plugin.app`), mounted by the
-  api-server at ``/kafka-events``; it is built the first time the api-server asks for it, so the
-  other Airflow processes that load plugins (scheduler, workers, triggerer) never import it;
-* ``external_views``: the entries of Airflow's UI that open its pages in the UI's frame -- "Kafka
-  Events" in the navigation bar, and a "Kafka streams" tab on a DAG, a DAG run and a task instance
-  (the stream of that task instance).  Airflow 3.3 has no asset destination.
+  api-server at ``/kafka-events``: its JSON API and the view's JavaScript bundle; it is built the
+  first time the api-server asks for it, so the other Airflow processes that load plugins
+  (scheduler, workers, triggerer) never import it;
+* ``react_apps``: the entries of Airflow's UI that show the view -- "Kafka Events" in the
+  navigation bar, and a "Kafka streams" tab on a DAG, a DAG run and a task instance.  Airflow's
+  UI imports the bundle into its own page (no frame): links go through its router, the page takes
+  its theme (light and dark mode).  Airflow 3.3 has no asset destination.
+
+Each entry names the bundle with a query of its own: the UI imports an entry's ``bundle_url``
+the first time it shows it and then reads the component the module left on
+``globalThis.AirflowPlugin`` -- a module already imported under the same URL would not run again
+and leave nothing there for a second entry.
 
 Nothing in the package imports the plugin.
 """
@@ -18,34 +25,41 @@ from airflow.plugins_manager import AirflowPlugin
 
 from airflow_kafka_events.__about__ import __version__
 
-__all__ = ["EXTERNAL_VIEWS", "URL_PREFIX", "KafkaEventsPlugin"]
+__all__ = ["REACT_APPS", "URL_PREFIX", "VIEW_URL_ROUTE", "KafkaEventsPlugin"]
 
 #: Where the view's app is mounted (kept equal to ``plugin.app.URL_PREFIX``, which imports FastAPI).
 URL_PREFIX = "/kafka-events"
+#: The navigation bar's page: ``/plugin/kafka-events`` in Airflow's UI (the bundle's own routes
+#: -- ``/streams``, ``/dead-letters/<partition>/<offset>`` ... -- are under it).
+VIEW_URL_ROUTE = "kafka-events"
 
-EXTERNAL_VIEWS: list[dict[str, Any]] = [
+
+def _bundle_url(entry: str) -> str:
+    return f"{URL_PREFIX}/static/kafka-events.js?v={__version__}&entry={entry}"
+
+
+REACT_APPS: list[dict[str, Any]] = [
     {
         "name": "Kafka Events",
-        "href": f"{URL_PREFIX}/streams",
+        "bundle_url": _bundle_url("nav"),
         "destination": "nav",
-        "url_route": "kafka-events",
+        "url_route": VIEW_URL_ROUTE,
     },
     {
         "name": "Kafka streams",
-        "href": f"{URL_PREFIX}/streams?dag_id={{DAG_ID}}",
+        "bundle_url": _bundle_url("dag"),
         "destination": "dag",
         "url_route": "kafka-events-dag",
     },
     {
         "name": "Kafka streams",
-        "href": f"{URL_PREFIX}/streams?dag_id={{DAG_ID}}&run_id={{RUN_ID}}",
+        "bundle_url": _bundle_url("dag_run"),
         "destination": "dag_run",
         "url_route": "kafka-events-dag-run",
     },
     {
         "name": "Kafka stream",
-        "href": f"{URL_PREFIX}/streams?dag_id={{DAG_ID}}&run_id={{RUN_ID}}&task_id={{TASK_ID}}"
-        "&map_index={MAP_INDEX}",
+        "bundle_url": _bundle_url("task_instance"),
         "destination": "task_instance",
         "url_route": "kafka-events-task-instance",
     },
@@ -57,7 +71,7 @@ class KafkaEventsPlugin(AirflowPlugin):
 
     name = "airflow_kafka_events"
     version = __version__
-    external_views = EXTERNAL_VIEWS
+    react_apps = REACT_APPS
 
     # built on first use, by the api-server only
     @property

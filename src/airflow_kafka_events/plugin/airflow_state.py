@@ -348,6 +348,7 @@ class AirflowEvent:
     """An Airflow asset event made from an envelope, and the DAG runs it created."""
 
     id: int
+    asset_id: int
     asset_name: str
     timestamp: datetime
     partition_key: str | None
@@ -386,6 +387,7 @@ def _recent_events(session: Session, since: datetime | None, limit: int) -> Sequ
 def _airflow_event(event: Any, via: str, info: Mapping[str, Any]) -> AirflowEvent:
     return AirflowEvent(
         id=event.id,
+        asset_id=event.asset_id,
         asset_name=getattr(event.asset, "name", "?"),
         timestamp=event.timestamp,
         partition_key=event.partition_key,

@@ -19,7 +19,7 @@ from fastapi.responses import RedirectResponse, Response
 from airflow_kafka_events.plugin.rendering import render_html
 from airflow_kafka_events.plugin.security import VIEW
 from airflow_kafka_events.plugin.settings import ViewSettings
-from airflow_kafka_events.plugin.views import asset_events, dead_letters, health, streams
+from airflow_kafka_events.plugin.views import asset_events, bundle, dead_letters, health, streams, user
 from airflow_kafka_events.stream_index.reader import IndexCache
 
 __all__ = ["URL_PREFIX", "create_app", "get_app"]
@@ -79,7 +79,7 @@ def create_app() -> FastAPI:
     def index(request: Request) -> RedirectResponse:
         return RedirectResponse(f"{request.scope.get('root_path', '')}/streams", status_code=307)
 
-    for module in (streams, asset_events, dead_letters, health):
+    for module in (streams, asset_events, dead_letters, health, user, bundle):
         app.include_router(module.router)
     return app
 

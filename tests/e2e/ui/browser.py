@@ -1,8 +1,8 @@
 """A headless Chromium (Debian's ``chromium`` + ``chromium-driver``) driven by selenium for the UI tests.
 
 :class:`Browser` starts one Chromium with a fresh profile, signs in through Airflow's login page,
-waits on DOM conditions with deadlines (never a fixed sleep), switches into the iframe Airflow shows
-a plugin's external view in, and saves screenshots (and the page source, when a wait fails) in the
+waits on DOM conditions with deadlines (never a fixed sleep), reads the console's errors, switches
+Airflow's colour mode, and saves screenshots (and the page source, when a wait fails) in the
 artifacts directory.
 """
 
@@ -52,6 +52,7 @@ class Browser:
         options.binary_location = CHROMIUM
         for flag in (*FLAGS, f"--user-data-dir={self._profile}"):
             options.add_argument(flag)
+        options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
         self.driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
         self.driver.set_page_load_timeout(60)
 
@@ -102,12 +103,20 @@ class Browser:
         self.wait(lambda d: "/auth/login" not in d.current_url, "the login to finish")
         self.element("a[href$='/dags']")  # the navigation bar
 
-    def into_view_frame(self, timeout: float = 30.0) -> None:
-        """Switch into the iframe of the plugin's view (once its page has its tab bar)."""
-        self.driver.switch_to.default_content()
-        frame = self.element("iframe", timeout)
-        self.driver.switch_to.frame(frame)
-        self.element("nav.tabs", timeout)
+    def console_errors(self) -> list[str]:
+        """The console's errors since the last call (each read once)."""
+        return [e["message"] for e in self.driver.get_log("browser") if e.get("level") == "SEVERE"]
+
+    def color_mode(self, mode: str) -> None:
+        """Airflow's colour mode (``light`` / ``dark``: what its user menu stores), for the next load."""
+        self.driver.execute_script("localStorage.setItem('theme', arguments[0])", mode)
+
+    def navigated_in_page(self) -> bool:
+        """Whether the page is the one :meth:`mark_page` marked (a router link does not reload it)."""
+        return bool(self.driver.execute_script("return window.__kafkaEventsTestMark === true"))
+
+    def mark_page(self) -> None:
+        self.driver.execute_script("window.__kafkaEventsTestMark = true")
 
     def screenshot(self, label: str, *, source: bool = False) -> Path:
         path = self.artifacts / f"{self.name}-{label}.png"

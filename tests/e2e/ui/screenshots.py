@@ -5,10 +5,12 @@
     .venv/bin/python tests/e2e/ui/screenshots.py http://127.0.0.1:PORT docs/ [MINUTES]
 
 Signs in as ``admin`` (password ``admin-password``, as the demo's users) with the same headless
-Chromium as the browser tests, opens each page from the UI's Kafka Events view (with MINUTES, it
-narrows the page's window to the last MINUTES minutes through its form, as a person would: the
-demo's broker keeps the records of earlier demos) and saves ``ui-<page>.png`` (the dead-letter
-page: the newest dead letter) in the directory given.
+Chromium as the browser tests, opens each page of the view in Airflow's UI (with MINUTES, the
+page's Kafka scans read the last MINUTES minutes only, ``?minutes=``: the demo's broker keeps the
+records of earlier demos) and saves ``ui-<page>.png`` in light mode -- the streams, the newest
+stream, asset events, dead letters, the newest dead letter, health -- and ``ui-<page>-dark.png`` of
+the streams, the stream, dead letters and the dead letter in Airflow's dark mode, in the directory
+given.
 """
 
 from __future__ import annotations
@@ -20,34 +22,49 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # tests/
 
 from e2e.ui.browser import Browser
 
-PAGES = ("streams", "asset-events", "dead-letters", "health")
+#: (page, what shows it is loaded)
+PAGES = (
+    ("streams", "#streams-page table, #streams-page .empty"),
+    ("asset-events", "#asset-events-page table, #asset-events-page .empty"),
+    ("dead-letters", "#dead-letters-page table, #dead-letters-page .empty"),
+    ("health", "#watchers"),
+)
+#: The pages also shown in dark mode (with the stream and the dead letter they open).
+DARK = ("streams", "dead-letters")
 
 
-def _narrow(browser: Browser, page: str, minutes: int) -> None:
-    """Scan the last ``minutes`` minutes through the page's window form (inside the view's frame)."""
-    browser.into_view_frame()
-    field = browser.element("form.filters input[name='minutes']")
-    field.clear()
-    field.send_keys(str(minutes))
-    browser.element("form.filters button[type='submit']").click()
-    browser.wait(
-        lambda d: f"minutes={minutes}" in d.execute_script("return location.href"),
-        f"the {page} page scanning {minutes} minutes",
-    )
-    browser.element(f"nav.tabs a.active[data-tab='{page}']")
-    browser.driver.switch_to.default_content()
+def _open(browser: Browser, page: str, loaded: str, minutes: int | None) -> None:
+    browser.open(f"/plugin/kafka-events/{page}{'' if minutes is None else f'?minutes={minutes}'}")
+    browser.element(loaded, timeout=60)
 
 
-def _dead_letter(browser: Browser) -> Path | None:
-    """The newest dead letter's page (opened from the listing), if the listing has one."""
-    browser.driver.switch_to.frame(browser.element("iframe"))
-    links = browser.driver.find_elements("css selector", "tr.dead-letter a.open")
+def _first(browser: Browser, css: str, loaded: str) -> bool:
+    """Open the first link ``css`` of the page (the newest row), if it has one."""
+    links = browser.driver.find_elements("css selector", css)
     if not links:
-        return None
+        return False
     links[0].click()
-    browser.element("#headers")
-    browser.driver.switch_to.default_content()
-    return browser.screenshot("dead-letter")
+    browser.element(loaded, timeout=60)
+    return True
+
+
+def _shots(browser: Browser, minutes: int | None, mode: str) -> list[Path]:
+    suffix = "" if mode == "light" else f"-{mode}"
+    saved: list[Path] = []
+    for page, loaded in PAGES:
+        if mode != "light" and page not in DARK:
+            continue
+        _open(browser, page, loaded, minutes)
+        saved.append(browser.screenshot(f"{page}{suffix}"))
+        if page == "streams" and _first(
+            browser, "tr.stream a[data-link='stream']", "#pages, #stream-page .problem"
+        ):
+            saved.append(browser.screenshot(f"stream{suffix}"))
+        if page == "dead-letters" and _first(
+            browser, "tr.dead-letter a.open", "#headers, #dead-letter-page .problem"
+        ):
+            saved.append(browser.screenshot(f"dead-letter{suffix}"))
+    return saved
 
 
 def take_screenshots(
@@ -58,23 +75,15 @@ def take_screenshots(
     user: str = "admin",
     password: str = "admin-password",
 ) -> list[Path]:
-    """``ui-<page>.png`` of every page (and ``ui-dead-letter.png``) in ``target``; their paths."""
+    """``ui-<page>.png`` (light) and ``ui-<page>-dark.png`` of the view's pages in ``target``; their paths."""
     target.mkdir(parents=True, exist_ok=True)
     browser = Browser(base_url, target, name="ui")
     saved: list[Path] = []
     try:
         browser.login(user, password)
-        for page in PAGES:
-            browser.open(f"/plugin/kafka-events/kafka-events/{page}")
-            browser.into_view_frame()
-            browser.element(f"nav.tabs a.active[data-tab='{page}']")
-            browser.driver.switch_to.default_content()
-            if minutes is not None:
-                _narrow(browser, page, minutes)
-            saved.append(browser.screenshot(page))
-            if page == "dead-letters":
-                letter = _dead_letter(browser)
-                saved += [letter] if letter is not None else []
+        for mode in ("light", "dark"):
+            browser.color_mode(mode)
+            saved += _shots(browser, minutes, mode)
     finally:
         browser.close()
     return saved

@@ -75,9 +75,16 @@ def test_the_plugin_registers_its_app_and_views(ui_stack: AirflowStack):
     plugins = ui_stack.api_json("GET", "plugins")["plugins"]
     (plugin,) = [p for p in plugins if p["name"] == "airflow_kafka_events"]
     assert [a["url_prefix"] for a in plugin["fastapi_apps"]] == [PREFIX]
-    destinations = {v["destination"]: v["href"] for v in plugin["external_views"]}
-    assert set(destinations) == {"nav", "dag", "dag_run", "task_instance"}
-    assert destinations["task_instance"].startswith(f"{PREFIX}/streams?dag_id={{DAG_ID}}")
+    assert plugin["external_views"] == []
+    bundles = {a["destination"]: a["bundle_url"] for a in plugin["react_apps"]}
+    assert set(bundles) == {"nav", "dag", "dag_run", "task_instance"}
+    # the bundle is served by the view's app, to a signed-in user only, as a JavaScript module
+    for url in bundles.values():
+        assert url.startswith(f"{PREFIX}/static/kafka-events.js?"), url
+        served = ui_stack.client.get(url, headers={"Authorization": f"Bearer {ui_stack.token('viewer')}"})
+        assert served.status_code == 200 and served.headers["content-type"].startswith("text/javascript")
+        assert "globalThis.AirflowPlugin" in served.text
+        assert ui_stack.client.get(url).status_code == 401
 
 
 @pytest.mark.parametrize(("method", "path"), _routes())

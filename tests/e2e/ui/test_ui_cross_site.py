@@ -6,7 +6,9 @@ knows everything a viewer can read (the dead letter's coordinates and fingerprin
 confirmation form's fields: a plain auto-submitting form, a sandboxed iframe posting to ``_top``
 (``Origin: null``), a popup, and ``fetch``.  Each is refused and nothing is replayed: no new
 ``kafka_events.replay`` entry in Airflow's audit log and the same end offsets of the source topic.
-The same browser then replays the dead letter through the confirmation page: that works.  The
+A page of another origin cannot read the confirmation's JSON either (the CSRF token the view's
+React page posts back).  The same browser then replays the dead letter through the confirmation page:
+that works.  The
 ``_token`` cookie's attributes are read from the browser (docs/security.md states them).  Without a
 browser: a cookie-authenticated POST with ``Origin: null``, without Origin, from another scheme,
 port or site, without the CSRF token (also in a text/plain or JSON body, or in the query), with
@@ -157,6 +159,17 @@ def _pages(root: Path, target: dict[str, Any]) -> None:
     )
 
 
+def _token_reader(root: Path, target: dict[str, Any]) -> None:
+    """A page that asks for the replay confirmation's JSON (it holds the user's CSRF token)."""
+    confirmation = target["url"].replace(f"{PREFIX}/dead-letters/", f"{PREFIX}/api/dead-letters/")
+    (root / "read-token.html").write_text(
+        "<html><body><script>"
+        f"fetch({confirmation!r}, {{credentials: 'include'}}).then(r => r.text())"
+        ".then(t => document.title = 'read ' + t.slice(0, 200), e => document.title = 'failed ' + e)"
+        "</script></body></html>"
+    )
+
+
 def _refused(browser: Browser, what: str) -> str:
     """The text of the answer the browser was shown for the attack (it must be a refusal)."""
 
@@ -224,6 +237,12 @@ def test_pages_of_another_origin_cannot_replay(
 
     driver.get(f"{site}/fetch.html")
     admin_browser.wait(lambda d: d.title.startswith(("sent", "failed")), "the fetch to be answered")
+
+    # the React page's CSRF token comes from the confirmation's JSON: another origin cannot read it
+    _token_reader(root, target)
+    driver.get(f"{site}/read-token.html")
+    admin_browser.wait(lambda d: d.title.startswith(("read", "failed")), "the token read to be answered")
+    assert driver.title.startswith("failed"), driver.title
     print(f"{host}: { ({k: v.splitlines()[-1] for k, v in seen.items()}) }")
 
     # the sandboxed frame's origin is opaque (Origin: null, cross-site: the cookie only in its first 2

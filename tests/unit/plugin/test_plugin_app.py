@@ -9,20 +9,27 @@ import pytest
 from fastapi.routing import APIRoute
 
 from airflow_kafka_events.errors import ConfigurationError
-from airflow_kafka_events.plugin import EXTERNAL_VIEWS, URL_PREFIX, KafkaEventsPlugin
+from airflow_kafka_events.plugin import REACT_APPS, URL_PREFIX, KafkaEventsPlugin
 from airflow_kafka_events.plugin.rendering import mask, secrets_of
 from airflow_kafka_events.plugin.settings import DEFAULT_BRIDGE_GROUP, ViewSettings
 
 pytestmark = pytest.mark.unit
 
 
-def test_external_views_are_valid_for_airflow_and_unique():
-    from airflow.api_fastapi.core_api.datamodels.plugins import ExternalViewResponse
+def test_react_apps_are_valid_for_airflow_each_with_a_bundle_url_of_its_own():
+    from airflow.api_fastapi.core_api.datamodels.plugins import ReactAppResponse
 
-    views = [ExternalViewResponse.model_validate(v) for v in EXTERNAL_VIEWS]
-    assert {v.destination for v in views} == {"nav", "dag", "dag_run", "task_instance"}
-    assert len({v.url_route for v in views}) == len(views)
-    assert all(v.href.startswith(f"{URL_PREFIX}/") for v in views)
+    from airflow_kafka_events.plugin.views.bundle import BUNDLE, BUNDLE_PATH
+
+    apps = [ReactAppResponse.model_validate(a) for a in REACT_APPS]
+    assert {a.destination for a in apps} == {"nav", "dag", "dag_run", "task_instance"}
+    assert len({a.url_route for a in apps}) == len(apps)
+    # one URL per entry: the UI reads globalThis.AirflowPlugin after importing it, which a module
+    # already imported under that URL would not set again
+    assert len({a.bundle_url for a in apps}) == len(apps)
+    assert all(a.bundle_url.startswith(f"{URL_PREFIX}{BUNDLE_PATH}?") for a in apps)
+    assert BUNDLE.is_file()
+    assert not KafkaEventsPlugin.external_views
 
 
 def test_importing_the_plugin_builds_no_app():

@@ -31,6 +31,7 @@ router = APIRouter()
 def _event_dict(event: AirflowEvent) -> dict[str, Any]:
     return {
         "id": event.id,
+        "asset_id": event.asset_id,
         "asset": event.asset_name,
         "timestamp": event.timestamp,
         "partition_key": event.partition_key,

@@ -82,6 +82,7 @@ def _watcher_row(state: WatcherState, ends: _Ends) -> dict[str, Any]:
         topics[topic] = _lags(ends.of(topic), dict(mine))
     return {
         "asset": state.asset_name,
+        "asset_id": state.asset_id,
         "asset_uri": state.asset_uri,
         "trigger_id": state.trigger_id,
         "kafka_config_id": state.kafka_config_id,
@@ -164,6 +165,7 @@ def health_page(page: PageDep, session: SessionDep) -> Response:
         if last_post is None
         else {
             "id": last_post.id,
+            "asset_id": last_post.asset_id,
             "asset": last_post.asset_name,
             "timestamp": last_post.timestamp,
             "event_id": last_post.event_id,
