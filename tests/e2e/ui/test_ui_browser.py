@@ -53,9 +53,16 @@ def open_browser(ui_stack: AirflowStack, artifacts_dir: Path) -> Iterator:
 
     yield make
     for browser in opened:
-        errors = browser.console_errors()
+        errors = [e for e in browser.console_errors() if not _airflow_dependencies_bug(e)]
         browser.close()
         assert not errors, f"[{browser.name}] console errors: {errors}"
+
+
+def _airflow_dependencies_bug(message: str) -> bool:
+    """Airflow 3.3.2's own asset page asks ``/ui/dependencies?node_id=asset:N``, which answers 500 on
+    PostgreSQL through psycopg 3 (its query casts a JSON path to VARCHAR: ``data #> %s::VARCHAR``);
+    the error is Airflow's, on a page of Airflow's, and says nothing of this view."""
+    return "/ui/dependencies?node_id=asset" in message and "status of 500" in message
 
 
 def _path(browser: Browser) -> str:
