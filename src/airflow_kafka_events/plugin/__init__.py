@@ -3,6 +3,9 @@
 * ``fastapi_apps``: the view's app (:mod:`airflow_kafka_events.plugin.app`), mounted by the
   api-server at ``/kafka-events``; it is built the first time the api-server asks for it, so the
   other Airflow processes that load plugins (scheduler, workers, triggerer) never import it;
+* ``listeners``: :mod:`airflow_kafka_events.plugin.persisted_events`, which records in the asset state
+  store, in the transaction persisting it, each asset event of a watcher (so that a watcher stopped
+  gracefully knows at its next start which of its last events Airflow has);
 * ``external_views``: the entries of Airflow's UI that open its pages in the UI's frame -- "Kafka
   Events" in the navigation bar, and a "Kafka streams" tab on a DAG, a DAG run and a task instance
   (the stream of that task instance).  Airflow 3.3 has no asset destination.
@@ -17,6 +20,7 @@ from typing import Any
 from airflow.plugins_manager import AirflowPlugin
 
 from airflow_kafka_events.__about__ import __version__
+from airflow_kafka_events.plugin import persisted_events
 
 __all__ = ["EXTERNAL_VIEWS", "URL_PREFIX", "KafkaEventsPlugin"]
 
@@ -58,6 +62,7 @@ class KafkaEventsPlugin(AirflowPlugin):
     name = "airflow_kafka_events"
     version = __version__
     external_views = EXTERNAL_VIEWS
+    listeners = [persisted_events]
 
     # built on first use, by the api-server only
     @property
