@@ -1,4 +1,4 @@
-"""Dead letters of asset watchers: a refused record goes to the dead-letter topic once per triggerer.
+"""Dead letters of asset watchers: a refused record goes to the dead-letter topic once.
 
 :class:`WatcherDeadLetters` is the part of
 :class:`~airflow_kafka_events.triggers.asset_watcher.KafkaAssetEventTrigger` that writes them:
@@ -6,7 +6,11 @@ it waits for the broker's acknowledgement (retrying with backoff while the dead-
 unreachable) before the record is rejected, so the position only moves past a record that is
 safe in the dead-letter topic.  :data:`DEAD_LETTERED` remembers, per process, which records were
 dead-lettered already: an undecodable record is every watcher's of its topic, and the first
-watcher that sees it writes it, the others move on.
+watcher that sees it writes it, the others move on.  Across triggerers, the watchers that meet such
+a record claim it in Kafka first (:mod:`~airflow_kafka_events.triggers.dead_letter_claims`): only the
+watcher whose claim came first writes it.  When the claim cannot be made (the watchers' topic
+missing, Kafka unreachable) the watcher writes the dead letter anyway: another triggerer may
+write one too, none is lost.
 """
 
 from __future__ import annotations
@@ -22,9 +26,13 @@ from airflow_kafka_events import metrics
 from airflow_kafka_events.assets.admission import AdmissionVerdict
 from airflow_kafka_events.dlq import DLQ_ROLE, DLQ_TIMEOUT, DeadLetter, DeadLetterWriter, log_dead_lettered
 from airflow_kafka_events.triggers.asset_stream import KafkaRecord
+from airflow_kafka_events.triggers.dead_letter_claims import CLAIM_WRITE_TIMEOUT, DeadLetterClaims
+from airflow_kafka_events.triggers.watcher_stops import mark_key, stops_topic
 
 __all__ = ["DEAD_LETTERED", "WatcherDeadLetters"]
 
+#: Producer role of the dead-letter claims.
+CLAIMS_ROLE = "dead-letter-claims"
 _DLQ_RETRY_FIRST_DELAY = 1.0
 _DLQ_RETRY_MAX_DELAY = 30.0
 
@@ -66,6 +74,8 @@ class WatcherDeadLetters(LoggingMixin):
     asset_uri: str | None
     asset_name: str | None
     _dlq_writer: DeadLetterWriter | None
+    _claims: DeadLetterClaims | None = None
+    _claims_warned: bool = False
 
     @property
     def consumer_label(self) -> str:  # pragma: no cover - the trigger defines it
@@ -83,6 +93,39 @@ class WatcherDeadLetters(LoggingMixin):
             role=DLQ_ROLE, message_timeout=DLQ_TIMEOUT
         )
         return DeadLetterWriter(producer, self.dlq_topic, timeout=DLQ_TIMEOUT)
+
+    def _make_claims(self) -> DeadLetterClaims:
+        from airflow_kafka_events.hooks import KafkaEventsHook
+
+        hook = KafkaEventsHook(kafka_config_id=self.kafka_config_id)
+        producer = hook.get_producer(role=CLAIMS_ROLE, message_timeout=CLAIM_WRITE_TIMEOUT)
+        claimer = mark_key(self.kafka_config_id, self.asset_uri, self.asset_name).decode("utf-8")
+        return DeadLetterClaims(producer, hook.get_settings(), stops_topic(), claimer)
+
+    async def _left_to_another(self, record: KafkaRecord) -> str | None:
+        """The watcher (of any triggerer) that dead-letters ``record`` when that is not this one."""
+        assert self.dlq_topic is not None
+        try:
+            if self._claims is None:
+                self._claims = await sync_to_async(self._make_claims)()
+            first = await self._claims.first_claimer(
+                self.dlq_topic, record.topic, record.partition, record.offset, record.timestamp_ms
+            )
+        except Exception as exc:
+            if not self._claims_warned:
+                self._claims_warned = True
+                self.log.warning(
+                    "Cannot claim %s[%s]@%s in %s before dead-lettering it (%s); it dead-letters the records "
+                    "every watcher of the topic refuses without a claim, so another triggerer may write "
+                    "them too",
+                    record.topic,
+                    record.partition,
+                    record.offset,
+                    self._claims.topic if self._claims is not None else "the watchers' topic",
+                    exc,
+                )
+            return None
+        return None if first == self._claims.claimer else first
 
     async def _dead_letter_writer(self) -> DeadLetterWriter:
         if self._dlq_writer is None:
@@ -107,6 +150,24 @@ class WatcherDeadLetters(LoggingMixin):
         claim = (scope, record.topic, record.partition, record.offset)
         if not DEAD_LETTERED.claim(claim):
             return False
+        if verdict.group_scope and self.dlq_topic is not None:
+            try:
+                other = await self._left_to_another(record)
+            except BaseException:
+                DEAD_LETTERED.release(claim)
+                raise
+            if other is not None:
+                # another watcher of this process may be the one that claimed it first
+                DEAD_LETTERED.release(claim)
+                self.log.info(
+                    "Leaving %s[%s]@%s (%s) to %s, whose claim to dead-letter it came first",
+                    record.topic,
+                    record.partition,
+                    record.offset,
+                    verdict.reason,
+                    other,
+                )
+                return False
         envelope = verdict.envelope
         letter = DeadLetter.of_record(
             verdict.reason, verdict.error, record, envelope, consumer=self.consumer_label

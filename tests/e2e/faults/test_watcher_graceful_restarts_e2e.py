@@ -105,7 +105,8 @@ def _publish(bootstrap: str, topic: str, per_asset: int, *, pause: float = 0.0) 
 
 def _event_ids(stack: AirflowStack) -> Counter[str]:
     rows = stack.query(
-        "SELECT ae.extra FROM asset_event ae JOIN asset a ON a.id = ae.asset_id WHERE a.uri LIKE 'e2e://multi/%'"
+        "SELECT ae.extra FROM asset_event ae JOIN asset a ON a.id = ae.asset_id WHERE a.uri LIKE ?",
+        ("e2e://multi/%",),
     )
     found: Counter[str] = Counter()
     for row in rows:
