@@ -27,7 +27,7 @@ from airflow_kafka_events.errors import ConfigurationError, TopicError
 log = logging.getLogger(__name__)
 
 SECTION = "kafka_events"
-#: Default topic of the asset watchers' clean-stop marks (:mod:`airflow_kafka_events.triggers.watcher_stops`).
+#: Default topic of the asset watchers' clean-stop marks and dead-letter claims (compacted).
 WATCHER_STOPS_TOPIC = "airflow.kafka-events.watcher-stops"
 #: Roles whose topic is compacted (the latest record of each key is what counts).
 COMPACTED_ROLES = frozenset({"watcher-stops"})

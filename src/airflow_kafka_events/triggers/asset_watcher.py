@@ -59,8 +59,8 @@ How it consumes
 
 What it does with each record
     1. bytes that are not an asset event envelope (unknown framing, unknown schema, invalid
-       fields) are dead-lettered once per triggerer (the first watcher to see the record
-       writes it, the others move on);
+       fields) are dead-lettered once (the watchers claim such a record in Kafka first, and the
+       first claimer writes it: :mod:`~airflow_kafka_events.triggers.dead_letter_claims`);
     2. envelopes for another asset are skipped (matched on ``asset_uri`` and/or
        ``asset_name``); with ``include_partitioned=False`` so are envelopes with a partition key
        (leave those to a partition-aware bridge);
@@ -90,9 +90,9 @@ Deduplication window
     Consumer DAGs should still be safe to re-run.
 
 Undecodable records
-    Every watcher reading a topic sees its undecodable records; within one triggerer only the
-    first dead-letters a record, so the dead-letter topic gets one copy per triggerer that runs
-    watchers of that topic.
+    Every watcher reading a topic sees its undecodable records; within one triggerer the first
+    to meet a record claims it in the process, across triggerers in Kafka
+    (:mod:`~airflow_kafka_events.triggers.dead_letter_claims`): the dead-letter topic gets one copy.
 
 Feedback loops
     An operational DAG that emits to the asset that triggers it (directly or through other

@@ -141,7 +141,7 @@ class WatcherDeadLetters(LoggingMixin):
         """
         assert verdict.reason is not None and verdict.error is not None
         stream_key = self.shared_stream_key()
-        # an undecodable record is every watcher's on the topic: one dead letter per triggerer
+        # an undecodable record is every watcher's on the topic: one claim per process (then in Kafka)
         scope: Hashable = (
             ("any-watcher", self.kafka_config_id, self.dlq_topic)
             if verdict.group_scope
