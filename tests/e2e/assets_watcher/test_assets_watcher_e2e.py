@@ -390,6 +390,12 @@ def test_feedback_loop_is_cut_at_the_causation_depth(stack, kafka_bootstrap, top
 def test_two_assets_on_one_topic_lose_nothing_across_a_triggerer_restart(
     stack, kafka_bootstrap, topics, airflow_extra_env
 ):
+    # the crash must hit these watchers: the topology's other triggerer stops (gracefully) meanwhile
+    with stack.sole_triggerer("triggerer"):
+        _lose_nothing_across_a_crash(stack, kafka_bootstrap, topics)
+
+
+def _lose_nothing_across_a_crash(stack: AirflowStack, kafka_bootstrap: str, topics: dict[str, str]) -> None:
     topic = topics["events"]
     warm = [
         _emit(kafka_bootstrap, topic, uri, extra={"phase": "before"})
@@ -410,19 +416,15 @@ def test_two_assets_on_one_topic_lose_nothing_across_a_triggerer_restart(
         ("triggerer",),
     )
 
-    # the crash must hit these watchers: the topology's other triggerer stops (gracefully) meanwhile
-    with stack.sole_triggerer("triggerer"):
-        stack.kill_component("triggerer")  # a crash: nothing is shut down cleanly
-        while_down = [
-            _emit(kafka_bootstrap, topic, uri, extra={"phase": "down"})
-            for uri in (RESTART_A_URI, RESTART_B_URI)
-        ]
-        started = time.monotonic()
-        stack.restart_component("triggerer", timeout=180)
-        after = [
-            _emit(kafka_bootstrap, topic, uri, extra={"phase": "after"})
-            for uri in (RESTART_A_URI, RESTART_B_URI)
-        ]
+    stack.kill_component("triggerer")  # a crash: nothing is shut down cleanly
+    while_down = [
+        _emit(kafka_bootstrap, topic, uri, extra={"phase": "down"}) for uri in (RESTART_A_URI, RESTART_B_URI)
+    ]
+    started = time.monotonic()
+    stack.restart_component("triggerer", timeout=180)
+    after = [
+        _emit(kafka_bootstrap, topic, uri, extra={"phase": "after"}) for uri in (RESTART_A_URI, RESTART_B_URI)
+    ]
 
     _wait_for_events(stack, RESTART_A_URI, [while_down[0].event_id, after[0].event_id])
     _wait_for_events(stack, RESTART_B_URI, [while_down[1].event_id, after[1].event_id])
