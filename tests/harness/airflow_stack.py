@@ -485,7 +485,9 @@ class AirflowStack(ComponentLogs, RunsAndMetadata):
             start_new_session=True,
         )
 
-    def _terminate_tree(self, comp: _Component, first_signal: int, timeout: float) -> None:
+    def _terminate_tree(
+        self, comp: _Component, first_signal: int, timeout: float, group: bool = True
+    ) -> None:
         proc = comp.proc
         if proc is None:
             return
@@ -496,8 +498,11 @@ class AirflowStack(ComponentLogs, RunsAndMetadata):
         tree = _descendants(pid) if proc.poll() is None else []
         if proc.poll() is None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(pid, first_signal)
-        for child, start_time in tree:
+                if group:
+                    os.killpg(pid, first_signal)
+                else:
+                    os.kill(pid, first_signal)
+        for child, start_time in tree if group else ():
             _signal_pid(child, start_time, first_signal)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -522,9 +527,10 @@ class AirflowStack(ComponentLogs, RunsAndMetadata):
             comp.log_fh.close()
             comp.log_fh = None
 
-    def stop_component(self, name: str, timeout: float = 30.0) -> None:
-        """Stop ``name`` gracefully: SIGTERM to its process group, SIGKILL after ``timeout`` seconds."""
-        self._terminate_tree(self.components[name], signal.SIGTERM, timeout)
+    def stop_component(self, name: str, timeout: float = 30.0, *, main_process_only: bool = False) -> None:
+        """Stop ``name`` gracefully: SIGTERM to its process group (``main_process_only``: to its main
+        process alone, as a container runtime does), SIGKILL to all after ``timeout`` seconds."""
+        self._terminate_tree(self.components[name], signal.SIGTERM, timeout, group=not main_process_only)
 
     def kill_component(self, name: str, sig: int = signal.SIGKILL) -> None:
         """Kill ``name`` and all its descendants abruptly (default SIGKILL, like a crashed host)."""

@@ -6,10 +6,12 @@ so that a stopped triggerer's watchers wait for it), one 3-partition topic, no
 ``watcher_airflow_api_conn_id`` (the default: nothing can be rechecked through the REST API).
 
 While events are published, each triggerer in turn is stopped with SIGTERM (what a rolling deploy
-does) and started again, three times.  Every event becomes exactly one asset event; every watcher of
-the stopped triggerer resumes from its clean-stop mark and learns from the listener's record which
-of the records it fired in its last round Airflow persisted ("Airflow persisted N ... dropped M");
-no watcher resumes as after an unclean stop and none asks the REST API.
+does) and started again, four times: three times the signal reaches its process group (the
+supervisor and its trigger runner at once), the fourth time only its main process, as a container
+runtime sends it (the supervisor then signals its runner).  Every event becomes exactly one asset
+event; every watcher of the stopped triggerer resumes from its clean-stop mark and learns from the
+listener's record which of the records it fired in its last round Airflow persisted ("Airflow
+persisted N ... dropped M"); no watcher resumes as after an unclean stop and none asks the REST API.
 """
 
 from __future__ import annotations
@@ -39,7 +41,8 @@ pytestmark = [pytest.mark.e2e, pytest.mark.faults]
 ASSETS = [AssetRef(name=f"e2e://multi/{i}", uri=f"e2e://multi/{i}") for i in range(6)]
 DAG_FILE = Path(__file__).parent / "watcher_dags" / "e2e_watchers_multi.py"
 TRIGGERERS = ("triggerer", "triggerer-2")
-RESTARTS = 3
+#: (triggerer, SIGTERM to its main process only) of each graceful stop
+STOPS = (("triggerer", False), ("triggerer-2", False), ("triggerer", False), ("triggerer-2", True))
 SETTLED = re.compile(
     r"resumes after a clean stop \(its mark in [^)]*\): of the (\d+) record\(s\) it fired that awaited "
     r"Airflow's confirmation, Airflow persisted (\d+) \(not fired again\) and dropped (\d+)"
@@ -133,7 +136,9 @@ def _wait_all(stack: AirflowStack, ids: list[str], what: str) -> Counter[str]:
     return stack.wait_for(arrived, 240, what, components=TRIGGERERS, interval=1.0)
 
 
-def _graceful_stop(stack: AirflowStack, bootstrap: str, topic: str, name: str) -> tuple[list[str], list]:
+def _graceful_stop(
+    stack: AirflowStack, bootstrap: str, topic: str, name: str, main_process_only: bool
+) -> tuple[list[str], list]:
     """Publish 60 events while ``name`` is stopped with SIGTERM and started again; the events sent and
     what each of its watchers settled at its resumption."""
     fired_before = stack.logs(name, current_only=True).count("Trigger fired event")
@@ -148,7 +153,8 @@ def _graceful_stop(stack: AirflowStack, bootstrap: str, topic: str, name: str) -
         interval=0.1,
     )
     started = time.monotonic()
-    stack.restart_component(name, timeout=180)  # SIGTERM to the process group, then a new process
+    stack.stop_component(name, main_process_only=main_process_only)  # SIGTERM
+    stack.restart_component(name, timeout=180)
     publisher.join(timeout=120)
     assert not publisher.is_alive() and len(sent) == 60
     _wait_all(stack, sent, f"the events published around the graceful stop of {name}")
@@ -156,7 +162,8 @@ def _graceful_stop(stack: AirflowStack, bootstrap: str, topic: str, name: str) -
     current = stack.logs(name, current_only=True)
     resumed = [tuple(int(n) for n in m) for m in SETTLED.findall(current)]
     print(
-        f"graceful stop of {name}: caught up {time.monotonic() - started:.1f}s after the SIGTERM; per "
+        f"graceful stop of {name} ({'main process' if main_process_only else 'process group'}): caught up "
+        f"{time.monotonic() - started:.1f}s after the SIGTERM; per "
         f"watcher (in doubt, persisted by Airflow, dropped by Airflow): {resumed}"
     )
     assert len(resumed) == 3, f"not every watcher of {name} settled what was in doubt:\n{current[-4000:]}"
@@ -172,8 +179,8 @@ def test_graceful_restarts_with_default_settings_fire_nothing_twice(graceful, ka
     published = _publish(kafka_bootstrap, topic, 5)
     _wait_all(stack, published, "the events published before the restarts")
     settled: list = []
-    for round_ in range(RESTARTS):
-        sent, resumed = _graceful_stop(stack, kafka_bootstrap, topic, TRIGGERERS[round_ % 2])
+    for round_, (name, main_process_only) in enumerate(STOPS):
+        sent, resumed = _graceful_stop(stack, kafka_bootstrap, topic, name, main_process_only)
         published += sent
         settled += resumed
         found = _event_ids(stack)
