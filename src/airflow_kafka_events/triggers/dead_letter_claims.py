@@ -3,7 +3,7 @@
 An undecodable record belongs to no asset, so every watcher reading its topic refuses it.  Within one
 triggerer the first of them writes the dead letter (an in-process claim,
 :data:`airflow_kafka_events.triggers.watcher_dead_letters.DEAD_LETTERED`); the watchers of another
-triggerer cannot see that claim, and each triggerer wrote one dead letter of the record.
+triggerer cannot see that claim, so each triggerer would write one dead letter of the record.
 
 So the watchers claim such a record in Kafka before writing: each appends a claim (the record's
 coordinates, the dead-letter topic, the claiming watcher) to the watchers' compacted topic
