@@ -499,13 +499,14 @@ class KafkaAssetEventTrigger(WatcherDeadLetters, KafkaSharedStreamTrigger):
         Nothing in here raises while a record is being handled (the shared stream would count a
         failing watcher's current record as handled): every failure becomes a dead letter.
         """
-        async for record in shared_stream:
-            verdict, payload = await self._handle(record)
-            if payload is not None:
-                metrics.incr(metrics.WATCHER_EVENTS_FIRED, tags={"topic": record.topic})
-                yield TriggerEvent(payload)
-            elif verdict.rejected and await self._dead_letter(record, verdict):
-                reject_shared_stream_event()
+        with self.running_here():
+            async for record in shared_stream:
+                verdict, payload = await self._handle(record)
+                if payload is not None:
+                    metrics.incr(metrics.WATCHER_EVENTS_FIRED, tags={"topic": record.topic})
+                    yield TriggerEvent(payload)
+                elif verdict.rejected and await self._dead_letter(record, verdict):
+                    reject_shared_stream_event()
 
     async def _handle(self, record: KafkaRecord) -> tuple[AdmissionVerdict, dict[str, Any] | None]:
         verdict: AdmissionVerdict | None = None

@@ -8,7 +8,9 @@ safe in the dead-letter topic.  :data:`DEAD_LETTERED` remembers, per process, wh
 dead-lettered already: an undecodable record is every watcher's of its topic, and the first
 watcher that sees it writes it, the others move on.  Across triggerers, the watchers that meet such
 a record claim it in Kafka first (:mod:`~airflow_kafka_events.triggers.dead_letter_claims`): only the
-watcher whose claim came first writes it.  When the claim cannot be made (the watchers' topic
+watcher whose claim came first writes it, or, when that watcher runs in this process too, the
+watcher that met the record (any watcher of the topic may write it; :data:`RUNNING_WATCHERS`).
+When the claim cannot be made (the watchers' topic
 missing, Kafka unreachable) the watcher writes the dead letter anyway: another triggerer may
 write one too, none is lost.
 """
@@ -16,8 +18,9 @@ write one too, none is lost.
 from __future__ import annotations
 
 import asyncio
-from collections import OrderedDict
-from collections.abc import Hashable
+import contextlib
+from collections import Counter, OrderedDict
+from collections.abc import Hashable, Iterator
 
 from airflow.utils.log.logging_mixin import LoggingMixin
 from asgiref.sync import sync_to_async
@@ -29,7 +32,7 @@ from airflow_kafka_events.triggers.asset_stream import KafkaRecord
 from airflow_kafka_events.triggers.dead_letter_claims import CLAIM_WRITE_TIMEOUT, DeadLetterClaims
 from airflow_kafka_events.triggers.watcher_stops import mark_key, stops_topic
 
-__all__ = ["DEAD_LETTERED", "WatcherDeadLetters"]
+__all__ = ["DEAD_LETTERED", "RUNNING_WATCHERS", "WatcherDeadLetters"]
 
 #: Producer role of the dead-letter claims.
 CLAIMS_ROLE = "dead-letter-claims"
@@ -65,6 +68,12 @@ class _Claims:
 DEAD_LETTERED = _Claims()
 
 
+#: The watchers (by claimer name) whose stream runs in this process: a claim won by one of them is
+#: this process's to write, whichever of its watchers holds the record (the winner may have claimed
+#: it in an earlier run that stopped before its dead letter was acknowledged).
+RUNNING_WATCHERS: Counter[str] = Counter()
+
+
 class WatcherDeadLetters(LoggingMixin):
     """Writing a watcher's refused records to ``dlq_topic`` (a mixin of the watcher trigger)."""
 
@@ -94,16 +103,33 @@ class WatcherDeadLetters(LoggingMixin):
         )
         return DeadLetterWriter(producer, self.dlq_topic, timeout=DLQ_TIMEOUT)
 
+    @property
+    def claimer(self) -> str:
+        """This watcher's name in dead-letter claims: its connection and asset (the same every run)."""
+        return mark_key(self.kafka_config_id, self.asset_uri, self.asset_name).decode("utf-8")
+
+    @contextlib.contextmanager
+    def running_here(self) -> Iterator[None]:
+        """Within the block this watcher counts as running in this process (:data:`RUNNING_WATCHERS`)."""
+        name = self.claimer
+        RUNNING_WATCHERS[name] += 1
+        try:
+            yield
+        finally:
+            RUNNING_WATCHERS[name] -= 1
+            if RUNNING_WATCHERS[name] <= 0:
+                del RUNNING_WATCHERS[name]
+
     def _make_claims(self) -> DeadLetterClaims:
         from airflow_kafka_events.hooks import KafkaEventsHook
 
         hook = KafkaEventsHook(kafka_config_id=self.kafka_config_id)
         producer = hook.get_producer(role=CLAIMS_ROLE, message_timeout=CLAIM_WRITE_TIMEOUT)
-        claimer = mark_key(self.kafka_config_id, self.asset_uri, self.asset_name).decode("utf-8")
-        return DeadLetterClaims(producer, hook.get_settings(), stops_topic(), claimer)
+        return DeadLetterClaims(producer, hook.get_settings(), stops_topic(), self.claimer)
 
     async def _left_to_another(self, record: KafkaRecord) -> str | None:
-        """The watcher (of any triggerer) that dead-letters ``record`` when that is not this one."""
+        """The watcher of another triggerer that dead-letters ``record``, ``None`` when it is this
+        process's to write (its claim came first, or that of a watcher running here)."""
         assert self.dlq_topic is not None
         try:
             if self._claims is None:
@@ -125,7 +151,7 @@ class WatcherDeadLetters(LoggingMixin):
                     exc,
                 )
             return None
-        return None if first == self._claims.claimer else first
+        return None if first == self._claims.claimer or first in RUNNING_WATCHERS else first
 
     async def _dead_letter_writer(self) -> DeadLetterWriter:
         if self._dlq_writer is None:
@@ -157,7 +183,7 @@ class WatcherDeadLetters(LoggingMixin):
                 DEAD_LETTERED.release(claim)
                 raise
             if other is not None:
-                # another watcher of this process may be the one that claimed it first
+                # should the winner stop before writing and run here next, its watcher must claim again
                 DEAD_LETTERED.release(claim)
                 self.log.info(
                     "Leaving %s[%s]@%s (%s) to %s, whose claim to dead-letter it came first",
