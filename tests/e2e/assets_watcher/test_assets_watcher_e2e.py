@@ -329,6 +329,12 @@ def test_poison_is_dead_lettered_and_the_next_event_still_arrives(stack, kafka_b
         == (stored.topic, stored.partition, stored.offset)
     ]
     (letter, msg), *repeats = letters
+    where = {
+        name: stack.logs(name).count(f"{stored.topic}[{stored.partition}]@{stored.offset}")
+        for name in ("triggerer", "triggerer-2")
+    }
+    left = {name: stack.logs(name).count("whose claim to dead-letter it came first") for name in where}
+    print(f"log lines naming the poison per triggerer: {where}; claims lost to another watcher: {left}")
     assert repeats == []
     assert letter.reason == "undecodable"
     assert letter.error_type.startswith("airflow_kafka_events.errors.")
