@@ -16,6 +16,7 @@ persisted N ... dropped M"); no watcher resumes as after an unclean stop and non
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -24,6 +25,7 @@ import threading
 import time
 import uuid
 from collections import Counter
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -136,6 +138,31 @@ def _wait_all(stack: AirflowStack, ids: list[str], what: str) -> Counter[str]:
     return stack.wait_for(arrived, 240, what, components=TRIGGERERS, interval=1.0)
 
 
+#: Lines of a triggerer's log that mark the steps of its stop (docs/watcher-restarts.md).
+STOP_STEPS = {
+    "signal": "Exiting gracefully upon receiving signal",
+    "mark": "stops cleanly: its position is in",
+    "supervisor out of its loop": "Waiting for triggers to clean up",
+    "trigger ended": "trigger completed",
+    "runner exited": "Process exited",
+    "triggerer done": "Exited trigger loop",
+}
+
+
+def _stop_timeline(log: str) -> dict[str, list[float]]:
+    """Seconds from the signal to each step of a stopped triggerer's log (every occurrence)."""
+    stamps: dict[str, list[float]] = {step: [] for step in STOP_STEPS}
+    for line in log.splitlines():
+        for step, text in STOP_STEPS.items():
+            if text in line:
+                with contextlib.suppress(ValueError):
+                    stamps[step].append(datetime.fromisoformat(line.split(" ", 1)[0].rstrip("Z")).timestamp())
+    if not stamps["signal"]:
+        return {}
+    start = stamps["signal"][-1]
+    return {step: [round(t - start, 2) for t in times if t >= start - 1] for step, times in stamps.items()}
+
+
 def _graceful_stop(
     stack: AirflowStack, bootstrap: str, topic: str, name: str, main_process_only: bool
 ) -> tuple[list[str], list]:
@@ -154,6 +181,7 @@ def _graceful_stop(
     )
     started = time.monotonic()
     stack.stop_component(name, main_process_only=main_process_only)  # SIGTERM
+    print(f"stop of {name}: {_stop_timeline(stack.logs(name, current_only=True))}")
     stack.restart_component(name, timeout=180)
     publisher.join(timeout=120)
     assert not publisher.is_alive() and len(sent) == 60
