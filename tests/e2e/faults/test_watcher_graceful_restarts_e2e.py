@@ -29,13 +29,16 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
+from confluent_kafka import Consumer, TopicPartition
 
 from airflow_kafka_events.assets.external import build_envelope
 from airflow_kafka_events.codec import ASSET_EVENT_CODEC
+from airflow_kafka_events.dlq import DeadLetter
 from airflow_kafka_events.envelopes import AssetRef, EventSource, SourceKind
 from airflow_kafka_events.kafka.producer import get_producer
 from airflow_kafka_events.kafka.settings import KafkaSettings
 from airflow_kafka_events.kafka.topics import TopicSpec, ensure_topics
+from airflow_kafka_events.triggers.asset_stream import state_key
 from harness.airflow_stack import AirflowStack
 
 pytestmark = [pytest.mark.e2e, pytest.mark.faults]
@@ -56,11 +59,20 @@ def graceful(tmp_path_factory, kafka_bootstrap, kafka_admin):
     run = uuid.uuid4().hex[:8]
     topic = f"e2e.watchers.graceful.{run}"
     stops = f"e2e.watchers.graceful-stops.{run}"
-    ensure_topics(kafka_admin, [TopicSpec(topic, partitions=3), TopicSpec(stops, cleanup_policy="compact")])
+    dlq = f"e2e.watchers.graceful-dlq.{run}"
+    ensure_topics(
+        kafka_admin,
+        [
+            TopicSpec(topic, partitions=3),
+            TopicSpec(stops, cleanup_policy="compact"),
+            TopicSpec(dlq, partitions=1),
+        ],
+    )
     dags = tmp_path_factory.mktemp("graceful-dags")
     shutil.copy2(DAG_FILE, dags / DAG_FILE.name)
     env = {
         "AIRFLOW_KAFKA_EVENTS_E2E_MULTI_TOPIC": topic,
+        "AIRFLOW_KAFKA_EVENTS_E2E_MULTI_DLQ": dlq,
         "AIRFLOW__KAFKA_EVENTS__WATCHER_STOPS_TOPIC": stops,
         "AIRFLOW_CONN_KAFKA_DEFAULT": json.dumps(
             {"conn_type": "kafka", "extra": {"bootstrap.servers": kafka_bootstrap}}
@@ -85,7 +97,7 @@ def graceful(tmp_path_factory, kafka_bootstrap, kafka_admin):
         stack.components[name].env["AIRFLOW__TRIGGERER__CAPACITY"] = "3"
     try:
         stack.start(timeout=400.0, dag_ids=["e2e_watchers_multi"])
-        yield stack, topic
+        yield stack, topic, dlq
     finally:
         stack.stop()
 
@@ -201,7 +213,7 @@ def _graceful_stop(
 
 
 def test_graceful_restarts_with_default_settings_fire_nothing_twice(graceful, kafka_bootstrap):
-    stack, topic = graceful
+    stack, topic, _dlq = graceful
     for name in TRIGGERERS:
         stack.wait_for(lambda n=name: _all_opened(stack, n), 240, f"the watchers of {name} reading")
     published = _publish(kafka_bootstrap, topic, 5)
@@ -217,3 +229,73 @@ def test_graceful_restarts_with_default_settings_fire_nothing_twice(graceful, ka
     found = _event_ids(stack)
     assert [i for i in published if found[i] != 1] == [], "an event became more or less than one asset event"
     print(f"{len(published)} events, each one asset event; in doubt at the stops: {settled}")
+
+
+def _stored_position(stack: AirflowStack, uri: str, topic: str, partition: int) -> int:
+    rows = stack.query(
+        "SELECT s.value FROM asset_state_store s JOIN asset a ON a.id = s.asset_id "
+        "WHERE a.uri = ? AND s.key = ?",
+        (uri, state_key("kafka_watcher")),
+    )
+    value = (
+        json.loads(rows[0]["value"])
+        if rows and isinstance(rows[0]["value"], str)
+        else (rows or [{}])[0].get("value")
+    )
+    return int(((value or {}).get("positions") or {}).get(topic, {}).get(str(partition), -1))
+
+
+def test_a_record_the_watchers_of_both_triggerers_refuse_is_dead_lettered_once(graceful, kafka_bootstrap):
+    """The six watchers, 3 + 3 on the two triggerers, all refuse an undecodable record: it is in the
+    dead-letter topic once (the watchers claim it in Kafka first, docs/watcher-dead-letters.md)."""
+    stack, topic, dlq = graceful
+
+    def spread() -> bool:
+        placed = Counter(row["triggerer_id"] for row in stack.query("SELECT triggerer_id FROM trigger"))
+        return None not in placed and sorted(placed.values()) == [3, 3]
+
+    stack.wait_for(spread, 180, "the six watchers 3 + 3 on the two triggerers", components=TRIGGERERS)
+    for name in TRIGGERERS:
+        stack.wait_for(lambda n=name: _all_opened(stack, n), 120, f"the watchers of {name} reading")
+    producer = get_producer(KafkaSettings({"bootstrap.servers": kafka_bootstrap}).producer_config())
+    poison = producer.send_and_wait(topic, b"\x7f not an asset event envelope", partition=0)
+    stack.wait_for(
+        lambda: all(_stored_position(stack, a.uri, topic, 0) > poison.offset for a in ASSETS),
+        180,
+        "every watcher's stored position past the poison (dead-lettered, or left to another watcher)",
+        components=TRIGGERERS,
+    )
+    consumer = Consumer(
+        {
+            "bootstrap.servers": kafka_bootstrap,
+            "group.id": f"e2e-dlq-{uuid.uuid4().hex}",
+            "enable.partition.eof": True,
+        }
+    )
+    consumer.assign([TopicPartition(dlq, 0, 0)])
+    letters = []
+    deadline = time.monotonic() + 30
+    try:
+        while time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is None:
+                continue
+            if msg.error() is not None:
+                break  # the end of the dead-letter topic
+            letters.append(DeadLetter.from_headers(msg.headers()))
+    finally:
+        consumer.close()
+    mine = [
+        d
+        for d in letters
+        if (d.source_topic, d.source_partition, d.source_offset) == (topic, 0, poison.offset)
+    ]
+    where = f"{topic}[0]@{poison.offset}"
+    met = {name: stack.logs(name, current_only=True).count(where) for name in TRIGGERERS}
+    left = {
+        name: stack.logs(name, current_only=True).count("whose claim to dead-letter it came first")
+        for name in TRIGGERERS
+    }
+    print(f"log lines naming the poison per triggerer: {met}; claims lost to another watcher: {left}")
+    assert len(mine) == 1, f"{len(mine)} dead letters of the poison"
+    assert all(met.values()), f"the watchers of both triggerers met the poison: {met}"
