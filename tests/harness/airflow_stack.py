@@ -485,9 +485,7 @@ class AirflowStack(ComponentLogs, RunsAndMetadata):
             start_new_session=True,
         )
 
-    def _terminate_tree(
-        self, comp: _Component, first_signal: int, timeout: float, group: bool = True
-    ) -> None:
+    def _terminate_tree(self, comp: _Component, first_signal: int, timeout: float) -> None:
         proc = comp.proc
         if proc is None:
             return
@@ -498,11 +496,8 @@ class AirflowStack(ComponentLogs, RunsAndMetadata):
         tree = _descendants(pid) if proc.poll() is None else []
         if proc.poll() is None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
-                if group:
-                    os.killpg(pid, first_signal)
-                else:
-                    os.kill(pid, first_signal)
-        for child, start_time in tree if group else ():
+                os.killpg(pid, first_signal)
+        for child, start_time in tree:
             _signal_pid(child, start_time, first_signal)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -527,10 +522,9 @@ class AirflowStack(ComponentLogs, RunsAndMetadata):
             comp.log_fh.close()
             comp.log_fh = None
 
-    def stop_component(self, name: str, timeout: float = 30.0, *, main_process_only: bool = False) -> None:
-        """Stop ``name`` gracefully: SIGTERM to its process group (``main_process_only``: to its main
-        process alone, as a container runtime does), SIGKILL to all after ``timeout`` seconds."""
-        self._terminate_tree(self.components[name], signal.SIGTERM, timeout, group=not main_process_only)
+    def stop_component(self, name: str, timeout: float = 30.0) -> None:
+        """Stop ``name`` gracefully: SIGTERM to its process group, SIGKILL after ``timeout`` seconds."""
+        self._terminate_tree(self.components[name], signal.SIGTERM, timeout)
 
     def kill_component(self, name: str, sig: int = signal.SIGKILL) -> None:
         """Kill ``name`` and all its descendants abruptly (default SIGKILL, like a crashed host)."""

@@ -6,12 +6,13 @@ so that a stopped triggerer's watchers wait for it), one 3-partition topic, no
 ``watcher_airflow_api_conn_id`` (the default: nothing can be rechecked through the REST API).
 
 While events are published, each triggerer in turn is stopped with SIGTERM (what a rolling deploy
-does) and started again, four times: three times the signal reaches its process group (the
-supervisor and its trigger runner at once), the fourth time only its main process, as a container
-runtime sends it (the supervisor then signals its runner).  Every event becomes exactly one asset
-event; every watcher of the stopped triggerer resumes from its clean-stop mark and learns from the
-listener's record which of the records it fired in its last round Airflow persisted ("Airflow
-persisted N ... dropped M"); no watcher resumes as after an unclean stop and none asks the REST API.
+does) and started again, three times; the signal reaches its process group (the supervisor and its
+trigger runner at once; docs/watcher-restarts.md tells what a signal to the supervisor alone did).
+Every event becomes exactly one asset event; every watcher of the stopped triggerer resumes from
+its clean-stop mark and learns from the listener's record which of the records it fired in its
+last round Airflow persisted ("Airflow persisted N ... dropped M"); no watcher resumes as after an
+unclean stop and none asks the REST API.  Then an undecodable record, refused by the watchers of
+both triggerers, is dead-lettered once.
 """
 
 from __future__ import annotations
@@ -46,8 +47,8 @@ pytestmark = [pytest.mark.e2e, pytest.mark.faults]
 ASSETS = [AssetRef(name=f"e2e://multi/{i}", uri=f"e2e://multi/{i}") for i in range(6)]
 DAG_FILE = Path(__file__).parent / "watcher_dags" / "e2e_watchers_multi.py"
 TRIGGERERS = ("triggerer", "triggerer-2")
-#: (triggerer, SIGTERM to its main process only) of each graceful stop
-STOPS = (("triggerer", False), ("triggerer-2", False), ("triggerer", False), ("triggerer-2", True))
+#: the triggerer of each graceful stop
+STOPS = ("triggerer", "triggerer-2", "triggerer")
 SETTLED = re.compile(
     r"resumes after a clean stop \(its mark in [^)]*\): of the (\d+) record\(s\) it fired that awaited "
     r"Airflow's confirmation, Airflow persisted (\d+) \(not fired again\) and dropped (\d+)"
@@ -175,9 +176,7 @@ def _stop_timeline(log: str) -> dict[str, list[float]]:
     return {step: [round(t - start, 2) for t in times if t >= start - 1] for step, times in stamps.items()}
 
 
-def _graceful_stop(
-    stack: AirflowStack, bootstrap: str, topic: str, name: str, main_process_only: bool
-) -> tuple[list[str], list]:
+def _graceful_stop(stack: AirflowStack, bootstrap: str, topic: str, name: str) -> tuple[list[str], list]:
     """Publish 60 events while ``name`` is stopped with SIGTERM and started again; the events sent and
     what each of its watchers settled at its resumption."""
     fired_before = stack.logs(name, current_only=True).count("Trigger fired event")
@@ -192,7 +191,7 @@ def _graceful_stop(
         interval=0.1,
     )
     started = time.monotonic()
-    stack.stop_component(name, main_process_only=main_process_only)  # SIGTERM
+    stack.stop_component(name)  # SIGTERM to its process group
     print(f"stop of {name}: {_stop_timeline(stack.logs(name, current_only=True))}")
     stack.restart_component(name, timeout=180)
     publisher.join(timeout=120)
@@ -202,7 +201,7 @@ def _graceful_stop(
     current = stack.logs(name, current_only=True)
     resumed = [tuple(int(n) for n in m) for m in SETTLED.findall(current)]
     print(
-        f"graceful stop of {name} ({'main process' if main_process_only else 'process group'}): caught up "
+        f"graceful stop of {name}: caught up "
         f"{time.monotonic() - started:.1f}s after the SIGTERM; per "
         f"watcher (in doubt, persisted by Airflow, dropped by Airflow): {resumed}"
     )
@@ -219,8 +218,8 @@ def test_graceful_restarts_with_default_settings_fire_nothing_twice(graceful, ka
     published = _publish(kafka_bootstrap, topic, 5)
     _wait_all(stack, published, "the events published before the restarts")
     settled: list = []
-    for round_, (name, main_process_only) in enumerate(STOPS):
-        sent, resumed = _graceful_stop(stack, kafka_bootstrap, topic, name, main_process_only)
+    for round_, name in enumerate(STOPS):
+        sent, resumed = _graceful_stop(stack, kafka_bootstrap, topic, name)
         published += sent
         settled += resumed
         found = _event_ids(stack)
