@@ -38,8 +38,9 @@ lost.  A position that moved only past other assets' records is stored every
 
 A graceful stop (SIGTERM) is no crash: Airflow's runner no longer answers asset-state-store writes
 while it closes the streams, so a closing stream writes its last state to Kafka instead, and the
-next start resumes from it (:mod:`airflow_kafka_events.triggers.watcher_stops`); only the records
-Airflow had not confirmed at the stop are read again.
+next start resumes from it (:mod:`airflow_kafka_events.triggers.watcher_stops`); of the records
+Airflow had not confirmed at the stop, it fires again only those Airflow did not persist
+(:mod:`airflow_kafka_events.triggers.watcher_confirmations`).
 """
 
 from __future__ import annotations
