@@ -183,7 +183,9 @@ def _kill_the_triggerer(stack: AirflowStack, run_id: str) -> bool:
 
     def resumed() -> str | None:
         lines = stack.logs("triggerer", current_only=True).splitlines()
-        return next((x for x in lines if "after an unclean stop" in x and INVESTIGATE_ASSET in x), None)
+        # the investigation's watcher (the triggerer runs the reports watcher too)
+        mine = f"watcher of {INVESTIGATE_ASSET}"
+        return next((x for x in lines if "after an unclean stop" in x and mine in x), None)
 
     # each watcher of the triggerer says it resumes (ops://reports' too): this asset's watcher's line
     line = stack.wait_for(resumed, 120, "the watcher's resume after the kill", ("triggerer",))

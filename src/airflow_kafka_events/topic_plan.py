@@ -29,7 +29,7 @@ from airflow_kafka_events.errors import ConfigurationError, TopicError
 log = logging.getLogger(__name__)
 
 SECTION = "kafka_events"
-#: Default topic of the asset watchers' clean-stop marks (:mod:`airflow_kafka_events.triggers.watcher_stops`).
+#: Default topic of the asset watchers' clean-stop marks and dead-letter claims (compacted).
 WATCHER_STOPS_TOPIC = "airflow.kafka-events.watcher-stops"
 #: Default topic of the stream index (:mod:`airflow_kafka_events.stream_index`).
 STREAM_INDEX_TOPIC = "airflow.kafka-events.stream-index"

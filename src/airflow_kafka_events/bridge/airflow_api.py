@@ -144,11 +144,18 @@ def classify_status(status: int) -> str:
     return "unexpected"
 
 
+#: Why Airflow 3.3 answers ``GET /api/v2/assets/events`` with 500 (its response model wants each event's
+#: DAG runs' ``start_date``, which a queued run does not have yet; Airflow 3.4 fixes the model).
+QUEUED_RUN_500 = "Airflow 3.3 answers 500 here while an event's DAG run is still queued"
+
+
 def _api_error(kind: str, where: str, response: httpx.Response, *, may_apply: bool) -> AirflowApiError:
     """The typed error of a non-2xx answer classified as ``kind`` (see :func:`classify_status`)."""
     detail = _detail(response)
     status = response.status_code
     message = f"{where} answered {status}: {detail}"
+    if status == 500 and where.startswith(f"GET /{ASSET_EVENTS_PATH}"):
+        message += f" ({QUEUED_RUN_500})"
     if kind == "unauthorized":
         return AuthenticationError(message, status=status, detail=detail)
     if kind == "forbidden":

@@ -4,6 +4,9 @@
   api-server at ``/kafka-events``: its JSON API and the view's JavaScript bundle; it is built the
   first time the api-server asks for it, so the other Airflow processes that load plugins
   (scheduler, workers, triggerer) never import it;
+* ``listeners``: :mod:`airflow_kafka_events.plugin.persisted_events`, which records in the asset state
+  store, in the transaction persisting it, each asset event of a watcher (so that a watcher stopped
+  gracefully knows at its next start which of its last events Airflow has);
 * ``react_apps``: the entries of Airflow's UI that show the view -- "Kafka Events" in the
   navigation bar, and a "Kafka streams" tab on a DAG, a DAG run and a task instance.  Airflow's
   UI imports the bundle into its own page (no frame): links go through its router, the page takes
@@ -24,6 +27,7 @@ from typing import Any
 from airflow.plugins_manager import AirflowPlugin
 
 from airflow_kafka_events.__about__ import __version__
+from airflow_kafka_events.plugin import persisted_events
 
 __all__ = ["REACT_APPS", "URL_PREFIX", "VIEW_URL_ROUTE", "KafkaEventsPlugin"]
 
@@ -72,6 +76,7 @@ class KafkaEventsPlugin(AirflowPlugin):
     name = "airflow_kafka_events"
     version = __version__
     react_apps = REACT_APPS
+    listeners = [persisted_events]
 
     # built on first use, by the api-server only
     @property

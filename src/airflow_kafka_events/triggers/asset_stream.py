@@ -38,18 +38,20 @@ lost.  A position that moved only past other assets' records is stored every
 
 A graceful stop (SIGTERM) is no crash: Airflow's runner no longer answers asset-state-store writes
 while it closes the streams, so a closing stream writes its last state to Kafka instead, and the
-next start resumes from it (:mod:`airflow_kafka_events.triggers.watcher_stops`); only the records
-Airflow had not confirmed at the stop are read again.
+next start resumes from it (:mod:`airflow_kafka_events.triggers.watcher_stops`); of the records
+Airflow had not confirmed at the stop, it fires again only those Airflow did not persist
+(:mod:`airflow_kafka_events.triggers.watcher_confirmations`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Hashable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, NamedTuple, Protocol
 
 from airflow.providers.apache.kafka.triggers.shared_stream import KafkaBrokerPayload
@@ -74,11 +76,18 @@ from airflow_kafka_events.kafka.shared_reader import (
     FedRecord,
     Feed,
 )
+from airflow_kafka_events.triggers.watcher_confirmations import (
+    persisted_key,
+    persisted_seq,
+    recorded_with_events,
+    settle,
+)
 from airflow_kafka_events.triggers.watcher_keys import DURABLE_KEYS, DurableKeys, durable_key
 from airflow_kafka_events.triggers.watcher_reader import shared_reader
 from airflow_kafka_events.triggers.watcher_recheck import fired_keys, recheck_conn_id
 from airflow_kafka_events.triggers.watcher_stops import (
     MARK_WRITE_TIMEOUT,
+    Resumption,
     decode_mark,
     encode_mark,
     mark_key,
@@ -154,6 +163,10 @@ class KafkaRecord(NamedTuple):
 
 @dataclass
 class _Ticket:
+    #: the run of the stream that handed the record on, and the record's number in that run (in the
+    #: order handed on): the event fired from it carries both (:mod:`.watcher_confirmations`)
+    run: str = ""
+    seq: int = -1
     accepted_key: str | None = None
 
 
@@ -161,6 +174,8 @@ class PositionStore(Protocol):
     async def aget(self, key: str, default: Any = None) -> Any: ...
 
     async def aset(self, key: str, value: Any) -> None: ...
+
+    async def adelete(self, key: str) -> None: ...
 
 
 def _pending_window() -> int:
@@ -191,7 +206,7 @@ def _headers(raw: Any) -> tuple[tuple[str, bytes | None], ...]:
     return tuple(out)
 
 
-def _record(fed: FedRecord) -> KafkaRecord:
+def _record(fed: FedRecord, run: str = "", seq: int = -1) -> KafkaRecord:
     message = fed.message
     timestamp_type, timestamp = message.timestamp()
     return KafkaRecord(
@@ -203,7 +218,7 @@ def _record(fed: FedRecord) -> KafkaRecord:
         headers=_headers(message.headers()),
         timestamp_ms=timestamp if timestamp_type else None,
         decoded=fed.decoded,
-        ticket=_Ticket(),
+        ticket=_Ticket(run=run, seq=seq),
     )
 
 
@@ -267,8 +282,10 @@ class KafkaAssetEventStreamProducer(SharedStreamProducer):
         self._tracker: PositionTracker | None = None
         self._keys = DurableKeys(None, ttl=dedupe_ttl)
         self._resumption = resumption(None, None)  # how its previous run ended (read when it opens)
+        self._previous_run: str | None = None  # the run whose state it resumed from
         self._stops: _StopMarks | None = None  # where its clean-stop mark goes (set when it opens)
-        self._run = uuid.uuid4().hex  # this run's mark on what it stores
+        self._run = uuid.uuid4().hex  # this run's mark on what it stores and fires
+        self._seqs = itertools.count()  # numbers of the records it hands on, in order
         self._room = asyncio.Event()
         self._flush_lock = asyncio.Lock()
         self._flush_task: asyncio.Task[None] | None = None
@@ -323,17 +340,56 @@ class KafkaAssetEventStreamProducer(SharedStreamProducer):
         if not isinstance(stored, Mapping):
             raise ValidationError(f"{self.label}: stored state {self._state_key!r} is not a mapping")
         self._resumption = found = resumption(stored, await self._read_mark())
+        self._previous_run = stored.get("run") if isinstance(stored.get("run"), str) else None
         state = found.state or {}
         self._keys = DurableKeys(state.get("seen"), ttl=self.dedupe_ttl)
         if found.from_mark:
-            log.info(
-                "%s resumes after a clean stop (its mark in %s): %d record(s) it fired then awaited "
-                "Airflow's confirmation and are read again",
-                self.label,
-                self._stops.topic if self._stops is not None else "Kafka",
-                found.in_doubt,
-            )
+            where = self._stops.topic if self._stops is not None else "Kafka"
+            if not await self._settle_in_doubt(found, where):
+                log.info(
+                    "%s resumes after a clean stop (its mark in %s): %d record(s) it fired then awaited "
+                    "Airflow's confirmation and are read again",
+                    self.label,
+                    where,
+                    found.in_doubt,
+                )
         return positions_from_json(state.get("positions"))
+
+    async def _settle_in_doubt(self, found: Resumption, where: str) -> bool:
+        """Which records in doubt at the clean stop Airflow persisted, from the listener's record
+        (:mod:`~airflow_kafka_events.triggers.watcher_confirmations`): those are dropped as repeats
+        when read again, the others fire; nothing is left to recheck.  ``False`` when the mark does
+        not list them or the record does not commit with the events (another state backend)."""
+        run = found.state.get("run") if found.state is not None else None
+        if found.in_doubt_fired is None or not isinstance(run, str) or not recorded_with_events():
+            return False
+        last = None
+        if found.in_doubt_fired:
+            last = persisted_seq(await self.store().aget(persisted_key(run), None))
+        persisted, dropped = settle(found.in_doubt_fired, last)
+        for key in persisted:
+            self._keys.add(key)
+        self._resumption = replace(found, in_doubt=0)
+        log.info(
+            "%s resumes after a clean stop (its mark in %s): of the %d record(s) it fired that awaited "
+            "Airflow's confirmation, Airflow persisted %d (not fired again) and dropped %d (fired again)",
+            self.label,
+            where,
+            found.in_doubt,
+            len(persisted),
+            len(dropped),
+        )
+        return True
+
+    async def _forget_previous_run(self) -> None:
+        """Delete the listener's record of the previous run (this run's state is stored now)."""
+        run, self._previous_run = self._previous_run, None
+        if run is None or run == self._run:
+            return
+        try:
+            await self.store().adelete(persisted_key(run))
+        except Exception as exc:
+            log.debug("%s cannot delete %s: %s", self.label, persisted_key(run), exc)
 
     async def _read_mark(self) -> dict[str, Any] | None:
         """This watcher's clean-stop mark in Kafka, ``None`` when it has none or it cannot be read."""
@@ -430,6 +486,7 @@ class KafkaAssetEventStreamProducer(SharedStreamProducer):
             "catching up with the shared reader" if feed.catching_up else "through the shared reader",
         )
         await self.flush(force=True)  # a new start (latest, a group's commit) is durable from now on
+        await self._forget_previous_run()
         return feed, tracker
 
     # ------------------------------------------------------------------ reading
@@ -465,7 +522,7 @@ class KafkaAssetEventStreamProducer(SharedStreamProducer):
                 if not self._wanted(fed.decoded):
                     tracker.read(tp, offset)
                     continue
-                record = _record(fed)
+                record = _record(fed, self._run, next(self._seqs))
                 tracker.hand_on(tp, offset, record.ticket)
                 yield record, KafkaBrokerPayload(topic=tp[0], partition=tp[1], offset=offset)
             for tp, next_offset in frontier.items():  # only after its records were handed on
@@ -609,11 +666,16 @@ class KafkaAssetEventStreamProducer(SharedStreamProducer):
             return
         await self.flush(force=True, stopping=True)
 
-    def _in_doubt(self) -> int:
-        """Records it fired (turned into a ``TriggerEvent``) that Airflow has not confirmed."""
+    def _in_doubt(self) -> list[tuple[int, str]]:
+        """``(sequence number, key)`` of the records it fired (turned into a ``TriggerEvent``) that
+        Airflow has not confirmed."""
         tracker = self._tracker
         tags = tracker.pending_tags() if tracker is not None else []
-        return sum(1 for tag in tags if isinstance(tag, _Ticket) and tag.accepted_key is not None)
+        return sorted(
+            (tag.seq, tag.accepted_key)
+            for tag in tags
+            if isinstance(tag, _Ticket) and tag.accepted_key is not None
+        )
 
     async def _write_mark(self) -> bool:
         """Its last state as a clean-stop mark in Kafka (see :mod:`.watcher_stops`)."""
@@ -636,7 +698,7 @@ class KafkaAssetEventStreamProducer(SharedStreamProducer):
             "%s stops cleanly: its position is in %s; %d record(s) it fired await Airflow's confirmation",
             self.label,
             stops.topic,
-            in_doubt,
+            len(in_doubt),
         )
         return True
 

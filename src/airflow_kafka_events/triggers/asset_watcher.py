@@ -29,13 +29,16 @@ What Airflow records
     ``AssetEvent.extra == {"from_trigger": True, "payload": <payload>}`` where the payload is
     :func:`envelope_payload`: the envelope's ``event_id``, ``asset``, ``partition_key``,
     ``partition_date``, ``extra``, ``idempotency_key``, ``source``, ``emitted_at``,
-    ``causation``, whether it was ``signed``, the ``kafka`` coordinates, and the provenance
-    under ``"airflow_kafka_events"``.  Airflow 3.3 and 3.4 give watcher events **no partition
-    key**: this path serves non-partitioned consumer DAGs (``partition_key`` stays readable in
-    the payload).  On Airflow 3.3 (and 3.4 with ``[scheduler] batch_asset_events = True``)
-    several events that arrive before the consumer DAG's run is created coalesce into one run
-    that sees all of them in ``triggering_asset_events`` (apache/airflow#54659, #56050); 3.4's
-    default gives each event a run of its own (docs/airflow-versions.md).
+    ``causation``, whether it was ``signed``, the ``kafka`` coordinates, the provenance under
+    ``"airflow_kafka_events"``, and under ``"watcher"`` the run of the watcher that fired it and the
+    record's number in that run (what tells its next start, after a graceful stop, which of its
+    last events Airflow has: :mod:`~airflow_kafka_events.triggers.watcher_confirmations`).
+    Airflow 3.3 and 3.4 give watcher events **no partition key**: this path serves non-partitioned
+    consumer DAGs (``partition_key`` stays readable in the payload).  On Airflow 3.3 (and 3.4 with
+    ``[scheduler] batch_asset_events = True``) several events that arrive before the consumer
+    DAG's run is created coalesce into one run that sees all of them in
+    ``triggering_asset_events`` (apache/airflow#54659, #56050); 3.4's default gives each event a
+    run of its own (docs/airflow-versions.md).
 
 How it consumes
     Each watcher has a stream of its own
@@ -56,8 +59,8 @@ How it consumes
 
 What it does with each record
     1. bytes that are not an asset event envelope (unknown framing, unknown schema, invalid
-       fields) are dead-lettered once per triggerer (the first watcher to see the record
-       writes it, the others move on);
+       fields) are dead-lettered once (the watchers claim such a record in Kafka first, and the
+       first claimer writes it: :mod:`~airflow_kafka_events.triggers.dead_letter_claims`);
     2. envelopes for another asset are skipped (matched on ``asset_uri`` and/or
        ``asset_name``); with ``include_partitioned=False`` so are envelopes with a partition key
        (leave those to a partition-aware bridge);
@@ -82,14 +85,14 @@ Deduplication window
     -9``), the records whose asset events were confirmed after the last store of the position
     (stored at most once a second while it moves) become asset events once more: duplicates
     are bounded to about a second of events, nothing is lost.  A graceful stop (SIGTERM) records
-    the final position in Kafka (:mod:`~airflow_kafka_events.triggers.watcher_stops`): only the
-    records Airflow had not confirmed at the stop are read again.  Consumer DAGs should still be
-    safe to re-run.
+    the final position in Kafka (:mod:`~airflow_kafka_events.triggers.watcher_stops`) and the
+    next start fires only the records in doubt that Airflow did not persist: nothing twice.
+    Consumer DAGs should still be safe to re-run.
 
 Undecodable records
-    Every watcher reading a topic sees its undecodable records; within one triggerer only the
-    first dead-letters a record, so the dead-letter topic gets one copy per triggerer that runs
-    watchers of that topic.
+    Every watcher reading a topic sees its undecodable records; within one triggerer the first
+    to meet a record claims it in the process, across triggerers in Kafka
+    (:mod:`~airflow_kafka_events.triggers.dead_letter_claims`): the dead-letter topic gets one copy.
 
 Feedback loops
     An operational DAG that emits to the asset that triggers it (directly or through other
@@ -147,6 +150,8 @@ from airflow_kafka_events.triggers.asset_stream import (
     KafkaRecord,
     durable_key,
 )
+from airflow_kafka_events.triggers.watcher_confirmations import PAYLOAD_KEY as CONFIRMATION_KEY
+from airflow_kafka_events.triggers.watcher_confirmations import fired_mark
 from airflow_kafka_events.triggers.watcher_dead_letters import WatcherDeadLetters
 
 if TYPE_CHECKING:
@@ -494,20 +499,25 @@ class KafkaAssetEventTrigger(WatcherDeadLetters, KafkaSharedStreamTrigger):
         Nothing in here raises while a record is being handled (the shared stream would count a
         failing watcher's current record as handled): every failure becomes a dead letter.
         """
-        async for record in shared_stream:
-            verdict, payload = await self._handle(record)
-            if payload is not None:
-                metrics.incr(metrics.WATCHER_EVENTS_FIRED, tags={"topic": record.topic})
-                yield TriggerEvent(payload)
-            elif verdict.rejected and await self._dead_letter(record, verdict):
-                reject_shared_stream_event()
+        with self.running_here():
+            async for record in shared_stream:
+                verdict, payload = await self._handle(record)
+                if payload is not None:
+                    metrics.incr(metrics.WATCHER_EVENTS_FIRED, tags={"topic": record.topic})
+                    yield TriggerEvent(payload)
+                elif verdict.rejected and await self._dead_letter(record, verdict):
+                    reject_shared_stream_event()
 
     async def _handle(self, record: KafkaRecord) -> tuple[AdmissionVerdict, dict[str, Any] | None]:
         verdict: AdmissionVerdict | None = None
         try:
             verdict = await self.judge(record)
             if verdict.accepted and verdict.envelope is not None:
-                return verdict, envelope_payload(verdict.envelope, record)
+                payload = envelope_payload(verdict.envelope, record)
+                ticket = record.ticket
+                if ticket is not None and ticket.run:
+                    payload[CONFIRMATION_KEY] = fired_mark(ticket.run, ticket.seq)
+                return verdict, payload
             return verdict, None
         except Exception as exc:  # a bug: keep the record for replay rather than lose it
             self.log.exception("Checking %s[%s]@%s failed", record.topic, record.partition, record.offset)

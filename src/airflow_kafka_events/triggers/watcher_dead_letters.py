@@ -1,4 +1,4 @@
-"""Dead letters of asset watchers: a refused record goes to the dead-letter topic once per triggerer.
+"""Dead letters of asset watchers: a refused record goes to the dead-letter topic once.
 
 :class:`WatcherDeadLetters` is the part of
 :class:`~airflow_kafka_events.triggers.asset_watcher.KafkaAssetEventTrigger` that writes them:
@@ -6,14 +6,21 @@ it waits for the broker's acknowledgement (retrying with backoff while the dead-
 unreachable) before the record is rejected, so the position only moves past a record that is
 safe in the dead-letter topic.  :data:`DEAD_LETTERED` remembers, per process, which records were
 dead-lettered already: an undecodable record is every watcher's of its topic, and the first
-watcher that sees it writes it, the others move on.
+watcher that sees it writes it, the others move on.  Across triggerers, the watchers that meet such
+a record claim it in Kafka first (:mod:`~airflow_kafka_events.triggers.dead_letter_claims`): only the
+watcher whose claim came first writes it, or, when that watcher runs in this process too, the
+watcher that met the record (any watcher of the topic may write it; :data:`RUNNING_WATCHERS`).
+When the claim cannot be made (the watchers' topic
+missing, Kafka unreachable) the watcher writes the dead letter anyway: another triggerer may
+write one too, none is lost.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections import OrderedDict
-from collections.abc import Hashable
+import contextlib
+from collections import Counter, OrderedDict
+from collections.abc import Hashable, Iterator
 
 from airflow.utils.log.logging_mixin import LoggingMixin
 from asgiref.sync import sync_to_async
@@ -22,9 +29,13 @@ from airflow_kafka_events import metrics
 from airflow_kafka_events.assets.admission import AdmissionVerdict
 from airflow_kafka_events.dlq import DLQ_ROLE, DLQ_TIMEOUT, DeadLetter, DeadLetterWriter, log_dead_lettered
 from airflow_kafka_events.triggers.asset_stream import KafkaRecord
+from airflow_kafka_events.triggers.dead_letter_claims import CLAIM_WRITE_TIMEOUT, DeadLetterClaims
+from airflow_kafka_events.triggers.watcher_stops import mark_key, stops_topic
 
-__all__ = ["DEAD_LETTERED", "WatcherDeadLetters"]
+__all__ = ["DEAD_LETTERED", "RUNNING_WATCHERS", "WatcherDeadLetters"]
 
+#: Producer role of the dead-letter claims.
+CLAIMS_ROLE = "dead-letter-claims"
 _DLQ_RETRY_FIRST_DELAY = 1.0
 _DLQ_RETRY_MAX_DELAY = 30.0
 
@@ -57,6 +68,12 @@ class _Claims:
 DEAD_LETTERED = _Claims()
 
 
+#: The watchers (by claimer name) whose stream runs in this process: a claim won by one of them is
+#: this process's to write, whichever of its watchers holds the record (the winner may have claimed
+#: it in an earlier run that stopped before its dead letter was acknowledged).
+RUNNING_WATCHERS: Counter[str] = Counter()
+
+
 class WatcherDeadLetters(LoggingMixin):
     """Writing a watcher's refused records to ``dlq_topic`` (a mixin of the watcher trigger)."""
 
@@ -66,6 +83,8 @@ class WatcherDeadLetters(LoggingMixin):
     asset_uri: str | None
     asset_name: str | None
     _dlq_writer: DeadLetterWriter | None
+    _claims: DeadLetterClaims | None = None
+    _claims_warned: bool = False
 
     @property
     def consumer_label(self) -> str:  # pragma: no cover - the trigger defines it
@@ -84,6 +103,56 @@ class WatcherDeadLetters(LoggingMixin):
         )
         return DeadLetterWriter(producer, self.dlq_topic, timeout=DLQ_TIMEOUT)
 
+    @property
+    def claimer(self) -> str:
+        """This watcher's name in dead-letter claims: its connection and asset (the same every run)."""
+        return mark_key(self.kafka_config_id, self.asset_uri, self.asset_name).decode("utf-8")
+
+    @contextlib.contextmanager
+    def running_here(self) -> Iterator[None]:
+        """Within the block this watcher counts as running in this process (:data:`RUNNING_WATCHERS`)."""
+        name = self.claimer
+        RUNNING_WATCHERS[name] += 1
+        try:
+            yield
+        finally:
+            RUNNING_WATCHERS[name] -= 1
+            if RUNNING_WATCHERS[name] <= 0:
+                del RUNNING_WATCHERS[name]
+
+    def _make_claims(self) -> DeadLetterClaims:
+        from airflow_kafka_events.hooks import KafkaEventsHook
+
+        hook = KafkaEventsHook(kafka_config_id=self.kafka_config_id)
+        producer = hook.get_producer(role=CLAIMS_ROLE, message_timeout=CLAIM_WRITE_TIMEOUT)
+        return DeadLetterClaims(producer, hook.get_settings(), stops_topic(), self.claimer)
+
+    async def _left_to_another(self, record: KafkaRecord) -> str | None:
+        """The watcher of another triggerer that dead-letters ``record``, ``None`` when it is this
+        process's to write (its claim came first, or that of a watcher running here)."""
+        assert self.dlq_topic is not None
+        try:
+            if self._claims is None:
+                self._claims = await sync_to_async(self._make_claims)()
+            first = await self._claims.first_claimer(
+                self.dlq_topic, record.topic, record.partition, record.offset, record.timestamp_ms
+            )
+        except Exception as exc:
+            if not self._claims_warned:
+                self._claims_warned = True
+                self.log.warning(
+                    "Cannot claim %s[%s]@%s in %s before dead-lettering it (%s); it dead-letters the records "
+                    "every watcher of the topic refuses without a claim, so another triggerer may write "
+                    "them too",
+                    record.topic,
+                    record.partition,
+                    record.offset,
+                    self._claims.topic if self._claims is not None else "the watchers' topic",
+                    exc,
+                )
+            return None
+        return None if first == self._claims.claimer or first in RUNNING_WATCHERS else first
+
     async def _dead_letter_writer(self) -> DeadLetterWriter:
         if self._dlq_writer is None:
             self._dlq_writer = await sync_to_async(self._make_dlq_writer)()
@@ -98,7 +167,7 @@ class WatcherDeadLetters(LoggingMixin):
         """
         assert verdict.reason is not None and verdict.error is not None
         stream_key = self.shared_stream_key()
-        # an undecodable record is every watcher's on the topic: one dead letter per triggerer
+        # an undecodable record is every watcher's on the topic: one claim per process (then in Kafka)
         scope: Hashable = (
             ("any-watcher", self.kafka_config_id, self.dlq_topic)
             if verdict.group_scope
@@ -107,6 +176,24 @@ class WatcherDeadLetters(LoggingMixin):
         claim = (scope, record.topic, record.partition, record.offset)
         if not DEAD_LETTERED.claim(claim):
             return False
+        if verdict.group_scope and self.dlq_topic is not None:
+            try:
+                other = await self._left_to_another(record)
+            except BaseException:
+                DEAD_LETTERED.release(claim)
+                raise
+            if other is not None:
+                # should the winner stop before writing and run here next, its watcher must claim again
+                DEAD_LETTERED.release(claim)
+                self.log.info(
+                    "Leaving %s[%s]@%s (%s) to %s, whose claim to dead-letter it came first",
+                    record.topic,
+                    record.partition,
+                    record.offset,
+                    verdict.reason,
+                    other,
+                )
+                return False
         envelope = verdict.envelope
         letter = DeadLetter.of_record(
             verdict.reason, verdict.error, record, envelope, consumer=self.consumer_label

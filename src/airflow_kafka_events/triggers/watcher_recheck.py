@@ -194,14 +194,13 @@ def _retrying(call: Callable[[], T], what: str, deadline: float) -> T:
         time.sleep(delay)
 
     def on_retry(failures: int, exc: BaseException, delay: float) -> None:
-        known = " (Airflow 3.3 answers 500 while an event's DAG run is still queued)"
+        # the error names Airflow 3.3's known 500 of the events lookup (bridge.airflow_api.QUEUED_RUN_500)
         log.warning(
-            "Watcher recheck: %s failed (attempt %d of %d): %s; a transient answer%s, retrying in %.1fs",
+            "Watcher recheck: %s failed (attempt %d of %d): %s; a transient answer, retrying in %.1fs",
             what,
             failures,
             policy.max_attempts,
             exc,
-            known if getattr(exc, "status", None) == 500 else "",
             delay,
         )
 

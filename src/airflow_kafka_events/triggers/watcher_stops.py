@@ -9,7 +9,8 @@ state there instead: one record, keyed by the watcher (:func:`mark_key`), in a c
 (``[kafka_events] watcher_stops_topic``, default :data:`DEFAULT_STOPS_TOPIC`, made by
 ``airflow-kafka-events topics ensure``).  Its value is the state the asset state store would have
 got (positions, the idempotency keys of the events Airflow confirmed, the run that wrote it) plus
-how many records the watcher fired that Airflow had not confirmed at the stop (:data:`IN_DOUBT`).
+the records the watcher fired that Airflow had not confirmed at the stop (:data:`IN_DOUBT_FIRED`:
+each one's sequence number in the run and idempotency key; :data:`IN_DOUBT`: how many).
 
 At its next start a watcher reads the asset state store and its mark; :func:`resumption` decides:
 the mark of the run that wrote the stored state is that run's last word (a clean stop); a mark of
@@ -18,8 +19,12 @@ another run is stale (a newer run stored since, and did not stop cleanly); no ma
 
 The records in doubt are read again (never lost): Airflow persisted some of them in its last
 round before the stop (its confirmation never came back) and dropped the others (fired after the
-runner's last exchange with the supervisor); only Airflow's REST API tells which, so they are
-rechecked when ``[kafka_events] watcher_airflow_api_conn_id`` is set, and may repeat otherwise.
+runner's last exchange with the supervisor).  Which ones, the package's listener recorded in the
+asset state store with the events themselves
+(:mod:`~airflow_kafka_events.triggers.watcher_confirmations`): the next start fires only those
+Airflow does not have.  Without that record (a mark of an older version, another state backend)
+they are rechecked when ``[kafka_events] watcher_airflow_api_conn_id`` is set, and may repeat
+otherwise.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -44,6 +49,7 @@ log = logging.getLogger(__name__)
 __all__ = [
     "DEFAULT_STOPS_TOPIC",
     "IN_DOUBT",
+    "IN_DOUBT_FIRED",
     "MARK_READ_TIMEOUT",
     "MARK_WRITE_TIMEOUT",
     "STOPS_OPTION",
@@ -62,6 +68,8 @@ STOPS_OPTION = "watcher_stops_topic"
 DEFAULT_STOPS_TOPIC = WATCHER_STOPS_TOPIC
 #: Key of the mark's count of records fired and not confirmed by Airflow at the stop.
 IN_DOUBT = "in_doubt"
+#: Key of the mark's ``[sequence number, idempotency key]`` of each of those records, in the order fired.
+IN_DOUBT_FIRED = "in_doubt_fired"
 #: Seconds a closing watcher waits for the broker's acknowledgement of its mark (its producer connected
 #: when the watcher opened; Airflow's runner closes the watchers one after the other and is sent
 #: SIGKILL 20 s after the stop began).
@@ -81,11 +89,13 @@ def mark_key(kafka_config_id: str, asset_uri: str | None, asset_name: str | None
     return json.dumps([kafka_config_id, asset_uri, asset_name], separators=(",", ":")).encode("utf-8")
 
 
-def encode_mark(state: Mapping[str, Any], in_doubt: int) -> bytes:
-    """The mark of a clean stop: the watcher's last ``state`` and how many fired records await Airflow."""
-    return json.dumps({**state, "stopped": True, IN_DOUBT: in_doubt, "stopped_at": time.time()}).encode(
-        "utf-8"
-    )
+def encode_mark(state: Mapping[str, Any], in_doubt: Sequence[tuple[int, str]]) -> bytes:
+    """The mark of a clean stop: the watcher's last ``state`` and the ``(sequence number, idempotency
+    key)`` of each record it fired that awaits Airflow's confirmation."""
+    fired = sorted([int(seq), str(key)] for seq, key in in_doubt)
+    return json.dumps(
+        {**state, "stopped": True, IN_DOUBT: len(fired), IN_DOUBT_FIRED: fired, "stopped_at": time.time()}
+    ).encode("utf-8")
 
 
 def decode_mark(raw: bytes) -> dict[str, Any]:
@@ -99,6 +109,22 @@ def decode_mark(raw: bytes) -> dict[str, Any]:
     in_doubt = value.get(IN_DOUBT)
     if isinstance(in_doubt, bool) or not isinstance(in_doubt, int) or in_doubt < 0:
         raise ValidationError(f"a clean-stop mark's {IN_DOUBT} must be an int >= 0, got {in_doubt!r}")
+    fired = value.get(IN_DOUBT_FIRED)
+    if fired is not None and not (
+        isinstance(fired, list)
+        and len(fired) == in_doubt
+        and all(
+            isinstance(item, list)
+            and len(item) == 2
+            and isinstance(item[0], int)
+            and not isinstance(item[0], bool)
+            and isinstance(item[1], str)
+            for item in fired
+        )
+    ):
+        raise ValidationError(
+            f"a clean-stop mark's {IN_DOUBT_FIRED} must list {in_doubt} [sequence number, key] pairs"
+        )
     return value
 
 
@@ -114,6 +140,8 @@ class Resumption:
     in_doubt: int = 0
     #: the state came from the Kafka mark (not from the asset state store)
     from_mark: bool = False
+    #: ``[sequence number, key]`` of each record in doubt (``None``: a mark that does not list them)
+    in_doubt_fired: tuple[tuple[int, str], ...] | None = None
 
     @property
     def recheck(self) -> bool:
@@ -126,7 +154,14 @@ def resumption(stored: Mapping[str, Any] | None, mark: Mapping[str, Any] | None)
     if stored is None:
         return Resumption(None, clean=True)  # a first start (or a cleared store): its mark is not about it
     if mark is not None and mark.get("run") == stored.get("run"):
-        return Resumption(mark, clean=True, in_doubt=int(mark.get(IN_DOUBT, 0)), from_mark=True)
+        fired = mark.get(IN_DOUBT_FIRED)
+        return Resumption(
+            mark,
+            clean=True,
+            in_doubt=int(mark.get(IN_DOUBT, 0)),
+            from_mark=True,
+            in_doubt_fired=tuple((int(seq), str(key)) for seq, key in fired) if fired is not None else None,
+        )
     return Resumption(stored, clean=stored.get("stopped") is True)
 
 

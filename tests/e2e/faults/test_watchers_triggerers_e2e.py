@@ -12,11 +12,9 @@ assigned partitions, this setup lost 60 of 120 events silently.
    (the watchers may ask the api-server which events exist, ``[kafka_events]
    watcher_airflow_api_conn_id``: after the unclean stop they do, and drop what their previous run
    fired after its last store);
-3. three triggerers, 2 + 2 + 2 watchers: again each event exactly once;
-4. a graceful stop (SIGTERM, what a rolling deploy does) of a triggerer with the default settings
-   (no ``watcher_airflow_api_conn_id``) while events are published, then its start: none lost, no
-   "unclean stop", no recheck -- its watchers wrote their last state as a clean-stop mark in Kafka
-   and resume from it; the only records read again are those Airflow had not confirmed at the stop.
+3. three triggerers, 2 + 2 + 2 watchers: again each event exactly once.
+
+Graceful stops (SIGTERM) with the default settings: test_watcher_graceful_restarts_e2e.py.
 """
 
 from __future__ import annotations
@@ -200,64 +198,3 @@ def test_watchers_on_several_triggerers_lose_nothing(multi, kafka_bootstrap):
     assert [i for i in third if found[i] != 1] == []
     # and the restarts themselves re-fired nothing
     assert {i: c for i, c in found.items() if i not in third and c != before.get(i)} == {}
-
-
-def _opened(stack: AirflowStack, name: str) -> int:
-    """Watchers the current process of ``name`` opened (each logs where it reads from)."""
-    return len(re.findall(r"reads \d+ partition\(s\) from", stack.logs(name, current_only=True)))
-
-
-def _all_opened(stack: AirflowStack, name: str) -> bool:
-    """The current process of ``name`` opened every watcher Airflow gave it (its capacity is full)."""
-    log = stack.logs(name, current_only=True)
-    full = re.findall(r"has reached the maximum capacity triggers assigned \((\d+)\)", log)
-    return bool(full) and _opened(stack, name) >= int(full[-1])
-
-
-def test_a_graceful_stop_with_default_settings_is_clean(multi, kafka_bootstrap):
-    """Runs on whatever triggerers the module's stack has by now (alone: 3 + 3 watchers; after the
-    test above: 2 + 2 + 2); ``triggerer-2`` is stopped with SIGTERM and started with the default
-    settings (no ``watcher_airflow_api_conn_id``: nothing can be rechecked)."""
-    stack, topic = multi
-    name = "triggerer-2"
-    stack.wait_for(lambda: _all_opened(stack, name), 180, f"the watchers of {name} reading", interval=1.0)
-    before = _event_ids(stack)
-    fired_before = stack.logs(name, current_only=True).count("Trigger fired event")
-    sent: list[str] = []
-    publisher = threading.Thread(target=lambda: sent.extend(_publish(kafka_bootstrap, topic, 10, pause=0.5)))
-    publisher.start()
-    stack.wait_for(
-        lambda: stack.logs(name, current_only=True).count("Trigger fired event") >= fired_before + 6,
-        120,
-        f"the watchers of {name} firing",
-        interval=0.2,
-    )
-    opened = _opened(stack, name)
-    stack.components[name].env["AIRFLOW__KAFKA_EVENTS__WATCHER_AIRFLOW_API_CONN_ID"] = ""  # the default: off
-    started = time.monotonic()
-    stack.restart_component(name, timeout=180)  # SIGTERM, then a new triggerer process
-    publisher.join(timeout=120)
-    assert not publisher.is_alive() and len(sent) == 60
-    found = _wait_all(stack, sent, "the events published around the graceful stop")
-    recovered = time.monotonic() - started
-    stack.wait_for(lambda: _all_opened(stack, name), 120, f"the watchers of {name} reading again")
-    current = stack.logs(name, current_only=True)
-    lost = [i for i in sent if not found[i]]
-    # repeats of any event since the stop (the records in doubt may be older than the publishing)
-    duplicated = sum(c - max(1, before.get(i, 0)) for i, c in found.items() if c > max(1, before.get(i, 0)))
-    # the stopping process's last log lines may not reach its log (Airflow's runner exits first):
-    # what the new one read from the marks is the evidence
-    resumed = [
-        int(n) for n in re.findall(r"resumes after a clean stop \(its mark in [^)]*\): (\d+) record", current)
-    ]
-    print(
-        f"graceful stop + start: {len(lost)} of {len(sent)} lost, {duplicated} duplicated, "
-        f"{sum(resumed)} read again as in doubt at the stop {resumed}, caught up in {recovered:.1f}s"
-    )
-    assert lost == []
-    assert len(resumed) == opened, (
-        f"not all {opened} watchers of {name} resumed from their mark:\n{current[-3000:]}"
-    )
-    assert "unclean stop" not in current
-    # a repeat can only be a record Airflow had not confirmed when the triggerer stopped
-    assert duplicated <= sum(resumed)

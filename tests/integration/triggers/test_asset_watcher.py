@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 import uuid
@@ -451,3 +452,110 @@ def test_a_new_watcher_starts_where_its_old_consumer_group_committed(
         return [p["event_id"] for p in watchers.fired[1]]
 
     assert asyncio.run(scenario()) == [receipts[3].event_id, receipts[4].event_id]
+
+
+def test_a_record_every_watcher_refuses_is_dead_lettered_once_over_two_triggerers(
+    kafka_bootstrap, new_topic, monkeypatch, stores
+):
+    """Two triggerers (two shared-stream managers; watchers of different connections, so that no
+    in-process claim is shared between them) each run a watcher of the topic; both refuse the
+    undecodable record, both claim it in the watchers' topic, one writes its dead letter."""
+    topic = new_topic(partitions=2, prefix="claims")
+    dlq_topic = new_topic(partitions=1, prefix="claims-dlq")
+    # two triggerers in one test process: each one's registry of the watchers running in it would
+    # hold only its own watcher; here neither counts as running beside the other
+    monkeypatch.setattr(KafkaAssetEventTrigger, "running_here", lambda self: contextlib.nullcontext())
+    stops = new_topic(partitions=3, prefix="claims-stops", config={"cleanup.policy": "compact"})
+    monkeypatch.setenv("AIRFLOW__KAFKA_EVENTS__WATCHER_STOPS_TOPIC", stops)
+    for conn_id in ("kafka_watcher_t1", "kafka_watcher_t2"):
+        _watcher_conn(monkeypatch, kafka_bootstrap, conn_id, f"claims-{uuid.uuid4().hex[:8]}")
+    producer = _producer(kafka_bootstrap)
+    poison = producer.send_and_wait(topic, b"\x7f not an envelope", key=b"it://watched/a", partition=1)
+    after = [publish(_event(asset), producer=producer, topic=topic) for asset in (ASSET_A, ASSET_B)]
+    first = KafkaAssetEventTrigger(
+        asset_uri=ASSET_A.uri, topics=[topic], kafka_config_id="kafka_watcher_t1", dlq_topic=dlq_topic
+    )
+    second = KafkaAssetEventTrigger(
+        asset_uri=ASSET_B.uri, topics=[topic], kafka_config_id="kafka_watcher_t2", dlq_topic=dlq_topic
+    )
+
+    def past_the_poison(asset: AssetRef, conn_id: str) -> bool:
+        stored = stores.values.get((asset.uri, state_key(conn_id))) or {}
+        return stored.get("positions", {}).get(topic, {}).get(str(poison.partition), 0) > poison.offset
+
+    async def scenario() -> tuple[Watchers, Watchers]:
+        one, two = Watchers(), Watchers()
+        one.start(1, first)
+        two.start(2, second)
+        try:
+            await _until(lambda: one.fired[1] and two.fired[2], 90, "both watchers firing")
+            await _until(
+                lambda: (
+                    past_the_poison(ASSET_A, "kafka_watcher_t1")
+                    and past_the_poison(ASSET_B, "kafka_watcher_t2")
+                ),
+                60,
+                "both watchers' stored positions past the poison (dead-lettered, or left to the other)",
+            )
+        finally:
+            await one.stop()
+            await two.stop()
+        return one, two
+
+    one, two = asyncio.run(scenario())
+    assert [p["event_id"] for p in one.fired[1]] == [after[0].event_id]
+    assert [p["event_id"] for p in two.fired[2]] == [after[1].event_id]
+    messages = _read_all(kafka_bootstrap, dlq_topic, expected=1)  # and 2 s more for a second one
+    letters = [DeadLetter.from_headers(msg.headers()) for msg in messages]
+    assert [(d.source_partition, d.source_offset, d.reason) for d in letters] == [
+        (poison.partition, poison.offset, "undecodable")
+    ]
+
+
+def test_a_claim_won_by_a_run_that_stopped_before_writing_is_written_by_the_next(
+    kafka_bootstrap, new_topic, monkeypatch, stores
+):
+    """The watcher of asset B claimed the undecodable record in an earlier run that stopped before
+    its dead letter was acknowledged (its position stayed before the record). Now it runs again
+    beside the watcher of asset A in one triggerer: whichever of the two meets the record first, the
+    claim is this triggerer's, and the record is dead-lettered once."""
+    from airflow_kafka_events.triggers.dead_letter_claims import DeadLetterClaims
+    from airflow_kafka_events.triggers.watcher_stops import mark_key
+
+    topic = new_topic(partitions=1, prefix="claims-again")
+    dlq_topic = new_topic(partitions=1, prefix="claims-again-dlq")
+    stops = new_topic(partitions=3, prefix="claims-again-stops", config={"cleanup.policy": "compact"})
+    monkeypatch.setenv("AIRFLOW__KAFKA_EVENTS__WATCHER_STOPS_TOPIC", stops)
+    _watcher_conn(monkeypatch, kafka_bootstrap, "kafka_watcher_again", f"again-{uuid.uuid4().hex[:8]}")
+    producer = _producer(kafka_bootstrap)
+    poison = producer.send_and_wait(topic, b"\x7f not an envelope", partition=0)
+    after = [publish(_event(asset), producer=producer, topic=topic) for asset in (ASSET_A, ASSET_B)]
+    earlier_b = mark_key("kafka_watcher_again", ASSET_B.uri, None).decode()
+    settings = KafkaSettings({"bootstrap.servers": kafka_bootstrap})
+    claims = DeadLetterClaims(get_producer(settings.producer_config()), settings, stops, earlier_b)
+    first = asyncio.run(claims.first_claimer(dlq_topic, topic, 0, poison.offset, poison.timestamp_ms))
+    assert first == earlier_b  # the earlier run of B's watcher won the claim, and stopped
+    common = {"topics": [topic], "kafka_config_id": "kafka_watcher_again", "dlq_topic": dlq_topic}
+
+    async def scenario() -> Watchers:
+        watchers = Watchers()
+        watchers.start(1, KafkaAssetEventTrigger(asset_uri=ASSET_A.uri, **common))
+        watchers.start(2, KafkaAssetEventTrigger(asset_uri=ASSET_B.uri, **common))
+        try:
+            await _until(lambda: watchers.fired[1] and watchers.fired[2], 90, "both watchers firing")
+            await _until(
+                lambda: all(
+                    stores.positions(a.uri, "kafka_watcher_again").get(0, 0) > 2 for a in (ASSET_A, ASSET_B)
+                ),
+                60,
+                "both watchers' stored positions past every record",
+            )
+        finally:
+            await watchers.stop()
+        return watchers
+
+    asyncio.run(scenario())
+    messages = _read_all(kafka_bootstrap, dlq_topic, expected=1)  # and 2 s more for a second one
+    letters = [DeadLetter.from_headers(msg.headers()) for msg in messages]
+    assert [(d.source_offset, d.reason) for d in letters] == [(poison.offset, "undecodable")]
+    assert [r.event_id for r in after]  # published behind the poison, fired by their watchers

@@ -224,6 +224,18 @@ def test_5xx_is_transient_and_ambiguous_only_for_a_post():
     assert not get.value.ambiguous
 
 
+def test_the_500_of_the_events_lookup_says_what_airflow_3_3_means_by_it():
+    """Airflow 3.3 answers GET /api/v2/assets/events with 500 while an event's DAG run is queued."""
+    body = {"detail": "Internal Server Error"}
+    client = AirflowApiClient("http://a.test", "bridge", PASSWORD, transport=_static(500, body))
+    with pytest.raises(TransientApiError, match=r"answered 500.*DAG run is still queued") as lookup:
+        client.find_recent_event(1, event_id="e", idempotency_key=None, limit=10)
+    assert lookup.value.status == 500 and not lookup.value.ambiguous
+    with pytest.raises(TransientApiError) as other:  # another call's 500 is not explained so
+        client.assets_with_uri("x")
+    assert "still queued" not in str(other.value)
+
+
 def test_connection_refused_is_transient_and_not_ambiguous():
     def handler(request: httpx.Request) -> httpx.Response:
         if request.url.path == "/auth/token":

@@ -23,7 +23,7 @@ STORED = {"version": 1, "positions": {"t": {"0": 5}}, "seen": {"k-1": 1.0}, "run
 
 def _mark(run: str = "run-a", in_doubt: int = 0, offset: int = 9) -> dict:
     state = {**STORED, "run": run, "positions": {"t": {"0": offset}}, "seen": {"k-1": 1.0, "k-2": 2.0}}
-    return decode_mark(encode_mark(state, in_doubt))
+    return decode_mark(encode_mark(state, [(10 + n, f"key-{n}") for n in range(in_doubt)]))
 
 
 def test_the_mark_of_the_run_that_stored_the_state_is_a_clean_stop_and_wins():
@@ -38,6 +38,19 @@ def test_the_mark_of_the_run_that_stored_the_state_is_a_clean_stop_and_wins():
 def test_records_in_doubt_at_a_clean_stop_are_rechecked_when_a_recheck_is_possible():
     found = resumption(STORED, _mark(in_doubt=3))
     assert found.clean and found.in_doubt == 3 and found.recheck
+
+
+def test_the_mark_lists_each_record_in_doubt_by_its_number_in_the_run_in_the_order_fired():
+    state = {**STORED, "run": "run-a"}
+    mark = decode_mark(encode_mark(state, [(12, "k-12"), (7, "k-7")]))
+    assert mark["in_doubt"] == 2 and mark["in_doubt_fired"] == [[7, "k-7"], [12, "k-12"]]
+    assert resumption(STORED, mark).in_doubt_fired == ((7, "k-7"), (12, "k-12"))
+
+
+def test_a_mark_without_the_list_is_read_as_it_was_written():
+    raw = json.dumps({**STORED, "stopped": True, "in_doubt": 2}).encode()
+    found = resumption(STORED, decode_mark(raw))
+    assert found.from_mark and found.in_doubt == 2 and found.in_doubt_fired is None and found.recheck
 
 
 def test_a_mark_of_another_run_is_stale_a_newer_run_stored_since_and_did_not_stop_cleanly():
@@ -66,6 +79,8 @@ def test_a_first_start_has_nothing_to_recheck_and_ignores_a_mark_of_a_cleared_st
         (json.dumps({"positions": {}}).encode(), "JSON object"),
         (json.dumps({"run": "r", "in_doubt": -1}).encode(), "in_doubt"),
         (json.dumps({"run": "r", "in_doubt": True}).encode(), "in_doubt"),
+        (json.dumps({"run": "r", "in_doubt": 2, "in_doubt_fired": [[1, "k"]]}).encode(), "in_doubt_fired"),
+        (json.dumps({"run": "r", "in_doubt": 1, "in_doubt_fired": [["1", "k"]]}).encode(), "in_doubt_fired"),
     ],
 )
 def test_a_malformed_mark_is_refused_naming_what_is_wrong(raw, why):

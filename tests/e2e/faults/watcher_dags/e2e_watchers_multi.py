@@ -11,8 +11,10 @@ from airflow.sdk import DAG, task
 from airflow_kafka_events.triggers.asset_watcher import kafka_watched_asset
 
 TOPIC = os.environ.get("AIRFLOW_KAFKA_EVENTS_E2E_MULTI_TOPIC", "e2e.watchers.multi")
+DLQ = os.environ.get("AIRFLOW_KAFKA_EVENTS_E2E_MULTI_DLQ") or None  # refused records are dropped without
 ASSETS = [
-    kafka_watched_asset(f"e2e://multi/{i}", topics=[TOPIC], kafka_config_id="kafka_watcher") for i in range(6)
+    kafka_watched_asset(f"e2e://multi/{i}", topics=[TOPIC], kafka_config_id="kafka_watcher", dlq_topic=DLQ)
+    for i in range(6)
 ]
 
 with DAG(

@@ -1,0 +1,300 @@
+"""Graceful restarts of triggerers running asset watchers, with the default settings: nothing twice.
+
+The production topology of a stack of its own (PostgreSQL, CeleryExecutor on Redis, two triggerers
+``triggerer`` and ``triggerer-2`` whose ``[triggerer] capacity`` of 3 keeps the six watchers 3 + 3,
+so that a stopped triggerer's watchers wait for it), one 3-partition topic, no
+``watcher_airflow_api_conn_id`` (the default: nothing can be rechecked through the REST API).
+
+While events are published, each triggerer in turn is stopped with SIGTERM (what a rolling deploy
+does) and started again, three times; the signal reaches its process group (the supervisor and its
+trigger runner at once; docs/watcher-restarts.md tells what a signal to the supervisor alone did).
+Every event becomes exactly one asset event; every watcher of the stopped triggerer resumes from
+its clean-stop mark and learns from the listener's record which of the records it fired in its
+last round Airflow persisted ("Airflow persisted N ... dropped M"); no watcher resumes as after an
+unclean stop and none asks the REST API.  Then an undecodable record, refused by the watchers of
+both triggerers, is dead-lettered once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+import threading
+import time
+import uuid
+from collections import Counter
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+
+from airflow_kafka_events.assets.external import build_envelope
+from airflow_kafka_events.codec import ASSET_EVENT_CODEC
+from airflow_kafka_events.dlq import DeadLetter
+from airflow_kafka_events.envelopes import AssetRef, EventSource, SourceKind
+from airflow_kafka_events.kafka.producer import get_producer
+from airflow_kafka_events.kafka.settings import KafkaSettings
+from airflow_kafka_events.kafka.topics import TopicSpec, ensure_topics
+from airflow_kafka_events.triggers.asset_stream import state_key
+from harness.airflow_stack import AirflowStack
+
+pytestmark = [pytest.mark.e2e, pytest.mark.faults]
+
+ASSETS = [AssetRef(name=f"e2e://multi/{i}", uri=f"e2e://multi/{i}") for i in range(6)]
+DAG_FILE = Path(__file__).parent / "watcher_dags" / "e2e_watchers_multi.py"
+TRIGGERERS = ("triggerer", "triggerer-2")
+#: the triggerer of each graceful stop
+STOPS = ("triggerer", "triggerer-2", "triggerer")
+SETTLED = re.compile(
+    r"resumes after a clean stop \(its mark in [^)]*\): of the (\d+) record\(s\) it fired that awaited "
+    r"Airflow's confirmation, Airflow persisted (\d+) \(not fired again\) and dropped (\d+)"
+)
+
+
+@pytest.fixture(scope="module")
+def graceful(tmp_path_factory, kafka_bootstrap, kafka_admin):
+    run = uuid.uuid4().hex[:8]
+    topic = f"e2e.watchers.graceful.{run}"
+    stops = f"e2e.watchers.graceful-stops.{run}"
+    dlq = f"e2e.watchers.graceful-dlq.{run}"
+    ensure_topics(
+        kafka_admin,
+        [
+            TopicSpec(topic, partitions=3),
+            TopicSpec(stops, cleanup_policy="compact"),
+            TopicSpec(dlq, partitions=1),
+        ],
+    )
+    dags = tmp_path_factory.mktemp("graceful-dags")
+    shutil.copy2(DAG_FILE, dags / DAG_FILE.name)
+    env = {
+        "AIRFLOW_KAFKA_EVENTS_E2E_MULTI_TOPIC": topic,
+        "AIRFLOW_KAFKA_EVENTS_E2E_MULTI_DLQ": dlq,
+        "AIRFLOW__KAFKA_EVENTS__WATCHER_STOPS_TOPIC": stops,
+        "AIRFLOW_CONN_KAFKA_DEFAULT": json.dumps(
+            {"conn_type": "kafka", "extra": {"bootstrap.servers": kafka_bootstrap}}
+        ),
+        "AIRFLOW_CONN_KAFKA_WATCHER": json.dumps(
+            {
+                "conn_type": "kafka",
+                "extra": {
+                    "bootstrap.servers": kafka_bootstrap,
+                    "group.id": f"e2e-graceful-{run}",
+                    "enable.auto.commit": "false",
+                },
+            }
+        ),
+    }
+    env.pop("AIRFLOW__KAFKA_EVENTS__WATCHER_AIRFLOW_API_CONN_ID", None)
+    assert not os.environ.get("AIRFLOW__KAFKA_EVENTS__WATCHER_AIRFLOW_API_CONN_ID")
+    stack = AirflowStack(
+        home=tmp_path_factory.mktemp("graceful-home"), dags_folder=dags, extra_env=env, topology="production"
+    )
+    for name in TRIGGERERS:
+        stack.components[name].env["AIRFLOW__TRIGGERER__CAPACITY"] = "3"
+    try:
+        stack.start(timeout=400.0, dag_ids=["e2e_watchers_multi"])
+        yield stack, topic, dlq
+    finally:
+        stack.stop()
+
+
+def _publish(bootstrap: str, topic: str, per_asset: int, *, pause: float = 0.0) -> list[str]:
+    producer = get_producer(KafkaSettings({"bootstrap.servers": bootstrap}).producer_config())
+    ids: list[str] = []
+    for n in range(per_asset):
+        for asset in ASSETS:
+            envelope = build_envelope(
+                asset=asset,
+                source=EventSource(SourceKind.EXTERNAL, producer="e2e"),
+                extra={"n": n, "u": uuid.uuid4().hex},
+            )
+            value = ASSET_EVENT_CODEC.encode(envelope, topic=topic)
+            producer.send_and_wait(topic, value, key=asset.uri, partition=(n + len(ids)) % 3)
+            ids.append(envelope.event_id)
+        if pause:
+            time.sleep(pause)
+    return ids
+
+
+def _event_ids(stack: AirflowStack) -> Counter[str]:
+    rows = stack.query(
+        "SELECT ae.extra FROM asset_event ae JOIN asset a ON a.id = ae.asset_id WHERE a.uri LIKE ?",
+        ("e2e://multi/%",),
+    )
+    found: Counter[str] = Counter()
+    for row in rows:
+        extra = json.loads(row["extra"]) if isinstance(row["extra"], str) else row["extra"]
+        found[((extra or {}).get("payload") or {}).get("event_id")] += 1
+    return found
+
+
+def _opened(stack: AirflowStack, name: str) -> int:
+    """Watchers the current process of ``name`` opened (each logs where it reads from)."""
+    return len(re.findall(r"reads \d+ partition\(s\) from", stack.logs(name, current_only=True)))
+
+
+def _all_opened(stack: AirflowStack, name: str) -> bool:
+    """The current process of ``name`` opened the 3 watchers its capacity allows."""
+    return _opened(stack, name) >= 3
+
+
+def _wait_all(stack: AirflowStack, ids: list[str], what: str) -> Counter[str]:
+    def arrived() -> Counter[str] | None:
+        found = _event_ids(stack)
+        return found if all(found[i] for i in ids) else None
+
+    return stack.wait_for(arrived, 240, what, components=TRIGGERERS, interval=1.0)
+
+
+#: Lines of a triggerer's log that mark the steps of its stop (docs/watcher-restarts.md).
+STOP_STEPS = {
+    "signal": "Exiting gracefully upon receiving signal",
+    "mark": "stops cleanly: its position is in",
+    "supervisor out of its loop": "Waiting for triggers to clean up",
+    "trigger ended": "trigger completed",
+    "runner exited": "Process exited",
+    "triggerer done": "Exited trigger loop",
+}
+
+
+def _stop_timeline(log: str) -> dict[str, list[float]]:
+    """Seconds from the signal to each step of a stopped triggerer's log (every occurrence)."""
+    stamps: dict[str, list[float]] = {step: [] for step in STOP_STEPS}
+    for line in log.splitlines():
+        for step, text in STOP_STEPS.items():
+            if text in line:
+                with contextlib.suppress(ValueError):
+                    stamps[step].append(datetime.fromisoformat(line.split(" ", 1)[0].rstrip("Z")).timestamp())
+    if not stamps["signal"]:
+        return {}
+    start = stamps["signal"][-1]
+    return {step: [round(t - start, 2) for t in times if t >= start - 1] for step, times in stamps.items()}
+
+
+def _graceful_stop(stack: AirflowStack, bootstrap: str, topic: str, name: str) -> tuple[list[str], list]:
+    """Publish 60 events while ``name`` is stopped with SIGTERM and started again; the events sent and
+    what each of its watchers settled at its resumption."""
+    fired_before = stack.logs(name, current_only=True).count("Trigger fired event")
+    sent: list[str] = []
+    publisher = threading.Thread(target=lambda: sent.extend(_publish(bootstrap, topic, 10, pause=0.3)))
+    publisher.start()
+    stack.wait_for(
+        lambda: stack.logs(name, current_only=True).count("Trigger fired event") >= fired_before + 6,
+        120,
+        f"the watchers of {name} firing",
+        components=TRIGGERERS,
+        interval=0.1,
+    )
+    started = time.monotonic()
+    stack.stop_component(name)  # SIGTERM to its process group
+    print(f"stop of {name}: {_stop_timeline(stack.logs(name, current_only=True))}")
+    stack.restart_component(name, timeout=180)
+    publisher.join(timeout=120)
+    assert not publisher.is_alive() and len(sent) == 60
+    _wait_all(stack, sent, f"the events published around the graceful stop of {name}")
+    stack.wait_for(lambda: _all_opened(stack, name), 120, f"the watchers of {name} reading again")
+    current = stack.logs(name, current_only=True)
+    resumed = [tuple(int(n) for n in m) for m in SETTLED.findall(current)]
+    print(
+        f"graceful stop of {name}: caught up "
+        f"{time.monotonic() - started:.1f}s after the SIGTERM; per "
+        f"watcher (in doubt, persisted by Airflow, dropped by Airflow): {resumed}"
+    )
+    assert len(resumed) == 3, f"not every watcher of {name} settled what was in doubt:\n{current[-4000:]}"
+    assert "unclean stop" not in current
+    assert "Watcher recheck" not in current and "recent events of its asset in Airflow" not in current
+    return sent, resumed
+
+
+def test_graceful_restarts_with_default_settings_fire_nothing_twice(graceful, kafka_bootstrap):
+    stack, topic, _dlq = graceful
+    for name in TRIGGERERS:
+        stack.wait_for(lambda n=name: _all_opened(stack, n), 240, f"the watchers of {name} reading")
+    published = _publish(kafka_bootstrap, topic, 5)
+    _wait_all(stack, published, "the events published before the restarts")
+    settled: list = []
+    for round_, name in enumerate(STOPS):
+        sent, resumed = _graceful_stop(stack, kafka_bootstrap, topic, name)
+        published += sent
+        settled += resumed
+        found = _event_ids(stack)
+        twice = [i for i in published if found[i] > 1]
+        assert twice == [], f"graceful stop {round_ + 1}: {len(twice)} event(s) became two asset events"
+    found = _event_ids(stack)
+    assert [i for i in published if found[i] != 1] == [], "an event became more or less than one asset event"
+    print(f"{len(published)} events, each one asset event; in doubt at the stops: {settled}")
+
+
+def _stored_position(stack: AirflowStack, uri: str, topic: str, partition: int) -> int:
+    rows = stack.query(
+        "SELECT s.value FROM asset_state_store s JOIN asset a ON a.id = s.asset_id "
+        "WHERE a.uri = ? AND s.key = ?",
+        (uri, state_key("kafka_watcher")),
+    )
+    value = (
+        json.loads(rows[0]["value"])
+        if rows and isinstance(rows[0]["value"], str)
+        else (rows or [{}])[0].get("value")
+    )
+    return int(((value or {}).get("positions") or {}).get(topic, {}).get(str(partition), -1))
+
+
+def test_a_record_the_watchers_of_both_triggerers_refuse_is_dead_lettered_once(graceful, kafka_bootstrap):
+    """The six watchers, 3 + 3 on the two triggerers, all refuse an undecodable record: it is in the
+    dead-letter topic once (the watchers claim it in Kafka first, docs/watcher-dead-letters.md)."""
+    stack, topic, dlq = graceful
+
+    def spread() -> bool:
+        placed = Counter(row["triggerer_id"] for row in stack.query("SELECT triggerer_id FROM trigger"))
+        return None not in placed and sorted(placed.values()) == [3, 3]
+
+    stack.wait_for(spread, 180, "the six watchers 3 + 3 on the two triggerers", components=TRIGGERERS)
+    for name in TRIGGERERS:
+        stack.wait_for(lambda n=name: _all_opened(stack, n), 120, f"the watchers of {name} reading")
+    producer = get_producer(KafkaSettings({"bootstrap.servers": kafka_bootstrap}).producer_config())
+    poison = producer.send_and_wait(topic, b"\x7f not an asset event envelope", partition=0)
+    stack.wait_for(
+        lambda: all(_stored_position(stack, a.uri, topic, 0) > poison.offset for a in ASSETS),
+        180,
+        "every watcher's stored position past the poison (dead-lettered, or left to another watcher)",
+        components=TRIGGERERS,
+    )
+    consumer = Consumer(
+        {
+            "bootstrap.servers": kafka_bootstrap,
+            "group.id": f"e2e-dlq-{uuid.uuid4().hex}",
+            "enable.partition.eof": True,
+        }
+    )
+    consumer.assign([TopicPartition(dlq, 0, 0)])
+    letters = []
+    deadline = time.monotonic() + 30
+    try:
+        while time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is None:
+                continue
+            if msg.error() is not None:
+                break  # the end of the dead-letter topic
+            letters.append(DeadLetter.from_headers(msg.headers()))
+    finally:
+        consumer.close()
+    mine = [
+        d
+        for d in letters
+        if (d.source_topic, d.source_partition, d.source_offset) == (topic, 0, poison.offset)
+    ]
+    where = f"{topic}[0]@{poison.offset}"
+    met = {name: stack.logs(name, current_only=True).count(where) for name in TRIGGERERS}
+    left = {
+        name: stack.logs(name, current_only=True).count("whose claim to dead-letter it came first")
+        for name in TRIGGERERS
+    }
+    print(f"log lines naming the poison per triggerer: {met}; claims lost to another watcher: {left}")
+    assert len(mine) == 1, f"{len(mine)} dead letters of the poison"
+    assert all(met.values()), f"the watchers of both triggerers met the poison: {met}"
