@@ -187,7 +187,6 @@ def _kill_the_triggerer(stack: AirflowStack, run_id: str) -> bool:
         mine = f"watcher of {INVESTIGATE_ASSET}"
         return next((x for x in lines if "after an unclean stop" in x and mine in x), None)
 
-    # each watcher of the triggerer says it resumes (ops://reports' too): this asset's watcher's line
     line = stack.wait_for(resumed, 120, "the watcher's resume after the kill", ("triggerer",))
     said = line.split("] ", 1)[-1].split(" [airflow_kafka_events", 1)[0]
     known = re.search(r"unclean stop: (\d+) recent events", line)
