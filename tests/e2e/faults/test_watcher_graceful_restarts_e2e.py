@@ -176,6 +176,13 @@ def _stop_timeline(log: str) -> dict[str, list[float]]:
     return {step: [round(t - start, 2) for t in times if t >= start - 1] for step, times in stamps.items()}
 
 
+def _runner_killed(log: str) -> bool:
+    """Whether Airflow's supervisor had to SIGKILL its trigger runner after the last signal (the
+    runner never cancelled its triggers: no watcher could stop cleanly)."""
+    after_signal = log.rsplit(STOP_STEPS["signal"], 1)[-1]
+    return "signal_sent=SIGKILL" in after_signal and STOP_STEPS["mark"] not in after_signal
+
+
 def _graceful_stop(stack: AirflowStack, bootstrap: str, topic: str, name: str) -> tuple[list[str], list]:
     """Publish 60 events while ``name`` is stopped with SIGTERM and started again; the events sent and
     what each of its watchers settled at its resumption."""
@@ -192,7 +199,15 @@ def _graceful_stop(stack: AirflowStack, bootstrap: str, topic: str, name: str) -
     )
     started = time.monotonic()
     stack.stop_component(name)  # SIGTERM to its process group
-    print(f"stop of {name}: {_stop_timeline(stack.logs(name, current_only=True))}")
+    stopped_log = stack.logs(name, current_only=True)
+    print(f"stop of {name}: {_stop_timeline(stopped_log)}")
+    if _runner_killed(stopped_log):
+        # Airflow's trigger runner did not end on the signal, so its triggers were never cancelled
+        # and Airflow's supervisor SIGKILLed it: for the watchers a crash, not a graceful stop
+        # (docs/watcher-restarts.md, "When Airflow's runner does not end on the signal")
+        stack.restart_component(name, timeout=180)
+        publisher.join(timeout=120)
+        pytest.xfail(f"Airflow's trigger runner of {name} did not end on SIGTERM and was killed")
     stack.restart_component(name, timeout=180)
     publisher.join(timeout=120)
     assert not publisher.is_alive() and len(sent) == 60
