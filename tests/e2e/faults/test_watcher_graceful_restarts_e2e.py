@@ -32,19 +32,16 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
-from airflow_kafka_events.assets.external import build_envelope
-from airflow_kafka_events.codec import ASSET_EVENT_CODEC
 from airflow_kafka_events.dlq import DeadLetter
-from airflow_kafka_events.envelopes import AssetRef, EventSource, SourceKind
 from airflow_kafka_events.kafka.producer import get_producer
 from airflow_kafka_events.kafka.settings import KafkaSettings
 from airflow_kafka_events.kafka.topics import TopicSpec, ensure_topics
 from airflow_kafka_events.triggers.asset_stream import state_key
 from harness.airflow_stack import AirflowStack
+from harness.multi_watched_assets import ASSETS, event_ids, publish
 
 pytestmark = [pytest.mark.e2e, pytest.mark.faults]
 
-ASSETS = [AssetRef(name=f"e2e://multi/{i}", uri=f"e2e://multi/{i}") for i in range(6)]
 DAG_FILE = Path(__file__).parent / "watcher_dags" / "e2e_watchers_multi.py"
 TRIGGERERS = ("triggerer", "triggerer-2")
 #: the triggerer of each graceful stop
@@ -103,36 +100,6 @@ def graceful(tmp_path_factory, kafka_bootstrap, kafka_admin):
         stack.stop()
 
 
-def _publish(bootstrap: str, topic: str, per_asset: int, *, pause: float = 0.0) -> list[str]:
-    producer = get_producer(KafkaSettings({"bootstrap.servers": bootstrap}).producer_config())
-    ids: list[str] = []
-    for n in range(per_asset):
-        for asset in ASSETS:
-            envelope = build_envelope(
-                asset=asset,
-                source=EventSource(SourceKind.EXTERNAL, producer="e2e"),
-                extra={"n": n, "u": uuid.uuid4().hex},
-            )
-            value = ASSET_EVENT_CODEC.encode(envelope, topic=topic)
-            producer.send_and_wait(topic, value, key=asset.uri, partition=(n + len(ids)) % 3)
-            ids.append(envelope.event_id)
-        if pause:
-            time.sleep(pause)
-    return ids
-
-
-def _event_ids(stack: AirflowStack) -> Counter[str]:
-    rows = stack.query(
-        "SELECT ae.extra FROM asset_event ae JOIN asset a ON a.id = ae.asset_id WHERE a.uri LIKE ?",
-        ("e2e://multi/%",),
-    )
-    found: Counter[str] = Counter()
-    for row in rows:
-        extra = json.loads(row["extra"]) if isinstance(row["extra"], str) else row["extra"]
-        found[((extra or {}).get("payload") or {}).get("event_id")] += 1
-    return found
-
-
 def _opened(stack: AirflowStack, name: str) -> int:
     """Watchers the current process of ``name`` opened (each logs where it reads from)."""
     return len(re.findall(r"reads \d+ partition\(s\) from", stack.logs(name, current_only=True)))
@@ -145,7 +112,7 @@ def _all_opened(stack: AirflowStack, name: str) -> bool:
 
 def _wait_all(stack: AirflowStack, ids: list[str], what: str) -> Counter[str]:
     def arrived() -> Counter[str] | None:
-        found = _event_ids(stack)
+        found = event_ids(stack)
         return found if all(found[i] for i in ids) else None
 
     return stack.wait_for(arrived, 240, what, components=TRIGGERERS, interval=1.0)
@@ -188,7 +155,7 @@ def _graceful_stop(stack: AirflowStack, bootstrap: str, topic: str, name: str) -
     what each of its watchers settled at its resumption."""
     fired_before = stack.logs(name, current_only=True).count("Trigger fired event")
     sent: list[str] = []
-    publisher = threading.Thread(target=lambda: sent.extend(_publish(bootstrap, topic, 10, pause=0.3)))
+    publisher = threading.Thread(target=lambda: sent.extend(publish(bootstrap, topic, 10, pause=0.3)))
     publisher.start()
     stack.wait_for(
         lambda: stack.logs(name, current_only=True).count("Trigger fired event") >= fired_before + 6,
@@ -230,17 +197,17 @@ def test_graceful_restarts_with_default_settings_fire_nothing_twice(graceful, ka
     stack, topic, _dlq = graceful
     for name in TRIGGERERS:
         stack.wait_for(lambda n=name: _all_opened(stack, n), 240, f"the watchers of {name} reading")
-    published = _publish(kafka_bootstrap, topic, 5)
+    published = publish(kafka_bootstrap, topic, 5)
     _wait_all(stack, published, "the events published before the restarts")
     settled: list = []
     for round_, name in enumerate(STOPS):
         sent, resumed = _graceful_stop(stack, kafka_bootstrap, topic, name)
         published += sent
         settled += resumed
-        found = _event_ids(stack)
+        found = event_ids(stack)
         twice = [i for i in published if found[i] > 1]
         assert twice == [], f"graceful stop {round_ + 1}: {len(twice)} event(s) became two asset events"
-    found = _event_ids(stack)
+    found = event_ids(stack)
     assert [i for i in published if found[i] != 1] == [], "an event became more or less than one asset event"
     print(f"{len(published)} events, each one asset event; in doubt at the stops: {settled}")
 

@@ -31,18 +31,12 @@ from typing import Any
 
 import pytest
 
-from airflow_kafka_events.assets.external import build_envelope
-from airflow_kafka_events.codec import ASSET_EVENT_CODEC
-from airflow_kafka_events.envelopes import AssetRef, EventSource, SourceKind
-from airflow_kafka_events.kafka.producer import get_producer
-from airflow_kafka_events.kafka.settings import KafkaSettings
 from airflow_kafka_events.kafka.topics import TopicSpec, ensure_topics
-from harness.airflow_runs import json_column
 from harness.airflow_stack import AirflowStack
+from harness.multi_watched_assets import event_ids, publish
 
 pytestmark = [pytest.mark.e2e, pytest.mark.faults]
 
-ASSETS = [AssetRef(name=f"e2e://multi/{i}", uri=f"e2e://multi/{i}") for i in range(6)]
 DAG_FILE = Path(__file__).parent / "watcher_dags" / "e2e_watchers_multi.py"
 
 
@@ -88,36 +82,6 @@ def multi(tmp_path_factory, kafka_bootstrap, kafka_admin, e2e_topology):
         stack.stop()
 
 
-def _publish(bootstrap: str, topic: str, per_asset: int, *, pause: float = 0.0) -> list[str]:
-    producer = get_producer(KafkaSettings({"bootstrap.servers": bootstrap}).producer_config())
-    ids: list[str] = []
-    for n in range(per_asset):
-        for asset in ASSETS:
-            envelope = build_envelope(
-                asset=asset,
-                source=EventSource(SourceKind.EXTERNAL, producer="e2e"),
-                extra={"n": n, "u": uuid.uuid4().hex},
-            )
-            value = ASSET_EVENT_CODEC.encode(envelope, topic=topic)
-            producer.send_and_wait(topic, value, key=asset.uri, partition=(n + len(ids)) % 3)
-            ids.append(envelope.event_id)
-        if pause:
-            time.sleep(pause)
-    return ids
-
-
-def _event_ids(stack: AirflowStack) -> Counter[str]:
-    rows = stack.query(
-        "SELECT ae.extra FROM asset_event ae JOIN asset a ON a.id = ae.asset_id WHERE a.uri LIKE ?",
-        ("e2e://multi/%",),
-    )
-    found: Counter[str] = Counter()
-    for row in rows:
-        extra = json_column(row["extra"])
-        found[((extra or {}).get("payload") or {}).get("event_id")] += 1
-    return found
-
-
 def _placement(stack: AirflowStack) -> Counter[Any]:
     rows = stack.query("SELECT triggerer_id FROM trigger")
     return Counter(row["triggerer_id"] for row in rows)
@@ -135,7 +99,7 @@ def _wait_spread(stack: AirflowStack, triggerers: int, per: int) -> None:
 
 def _wait_all(stack: AirflowStack, ids: list[str], what: str) -> Counter[str]:
     def arrived() -> Counter[str] | None:
-        found = _event_ids(stack)
+        found = event_ids(stack)
         return found if all(found[i] for i in ids) else None
 
     return stack.wait_for(
@@ -152,16 +116,16 @@ def test_watchers_on_several_triggerers_lose_nothing(multi, kafka_bootstrap):
     _wait_spread(stack, 2, 3)
 
     # 1. two triggerers
-    first = _publish(kafka_bootstrap, topic, 20)
+    first = publish(kafka_bootstrap, topic, 20)
     found = _wait_all(stack, first, "120 asset events from two triggerers")
     assert [i for i in first if found[i] != 1] == [], "an event became more or less than one asset event"
     assert len(first) == 120
 
     # 2. kill -9 one triggerer mid-stream, then restart it
     sent: list[str] = []
-    publisher = threading.Thread(target=lambda: sent.extend(_publish(kafka_bootstrap, topic, 10, pause=0.5)))
+    publisher = threading.Thread(target=lambda: sent.extend(publish(kafka_bootstrap, topic, 10, pause=0.5)))
     publisher.start()
-    stack.wait_for(lambda: len(_event_ids(stack)) >= 130, 120, "the stream under way", interval=0.2)
+    stack.wait_for(lambda: len(event_ids(stack)) >= 130, 120, "the stream under way", interval=0.2)
     stack.kill_component("triggerer-2")
     started = time.monotonic()
     stack.restart_component("triggerer-2", timeout=180)
@@ -192,8 +156,8 @@ def test_watchers_on_several_triggerers_lose_nothing(multi, kafka_bootstrap):
     for name in ("triggerer", "triggerer-2", "triggerer-3"):
         stack.restart_component(name, timeout=180)
     _wait_spread(stack, 3, 2)
-    before = _event_ids(stack)
-    third = _publish(kafka_bootstrap, topic, 10)
+    before = event_ids(stack)
+    third = publish(kafka_bootstrap, topic, 10)
     found = _wait_all(stack, third, "60 asset events from three triggerers")
     assert [i for i in third if found[i] != 1] == []
     # and the restarts themselves re-fired nothing
