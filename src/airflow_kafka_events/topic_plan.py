@@ -103,6 +103,12 @@ class WantedTopic:
     roles: tuple[str, ...]
 
 
+def configured_topic(option: str, default: str, environ: Mapping[str, str] | None = None) -> str:
+    """The topic ``[kafka_events] <option>`` names, or ``default`` when it names none."""
+    value = airflow_option(SECTION, option, None, environ=environ)
+    return value.strip() if value and value.strip() else default
+
+
 def configured_topics(environ: Mapping[str, str] | None = None) -> list[WantedTopic]:
     """The topics the configuration names, each once (with every role it serves)."""
     names: dict[str, list[str]] = {}

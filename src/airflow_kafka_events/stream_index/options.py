@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from airflow_kafka_events.airflow_config import airflow_option
 from airflow_kafka_events.errors import ConfigurationError
-from airflow_kafka_events.topic_plan import SECTION, STREAM_INDEX_TOPIC
+from airflow_kafka_events.topic_plan import SECTION, STREAM_INDEX_TOPIC, configured_topic
 
 __all__ = [
     "DEFAULT_EVERY_PAGES",
@@ -38,8 +38,7 @@ DEFAULT_EVERY_SECONDS = 10.0
 
 def index_topic(environ: Mapping[str, str] | None = None) -> str:
     """The topic ``[kafka_events] stream_index_topic`` names (default: :data:`STREAM_INDEX_TOPIC`)."""
-    value = airflow_option(SECTION, TOPIC_OPTION, None, environ=environ)
-    return value.strip() if value and value.strip() else STREAM_INDEX_TOPIC
+    return configured_topic(TOPIC_OPTION, STREAM_INDEX_TOPIC, environ)
 
 
 def _number(option: str, default: float, environ: Mapping[str, str] | None) -> float:

@@ -36,9 +36,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from airflow_kafka_events.airflow_config import airflow_option
 from airflow_kafka_events.errors import TopicError, ValidationError
-from airflow_kafka_events.topic_plan import SECTION, WATCHER_STOPS_TOPIC
+from airflow_kafka_events.topic_plan import WATCHER_STOPS_TOPIC, configured_topic
 
 if TYPE_CHECKING:
     from airflow_kafka_events.kafka.producer import EnvelopeProducer
@@ -80,8 +79,7 @@ MARK_READ_TIMEOUT = 15.0
 
 def stops_topic(environ: Mapping[str, str] | None = None) -> str:
     """The topic ``[kafka_events] watcher_stops_topic`` names (default :data:`DEFAULT_STOPS_TOPIC`)."""
-    value = airflow_option(SECTION, STOPS_OPTION, None, environ=environ)
-    return value.strip() if value and value.strip() else DEFAULT_STOPS_TOPIC
+    return configured_topic(STOPS_OPTION, DEFAULT_STOPS_TOPIC, environ)
 
 
 def mark_key(kafka_config_id: str, asset_uri: str | None, asset_name: str | None) -> bytes:
