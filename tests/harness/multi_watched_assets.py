@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from collections import Counter
@@ -16,6 +17,34 @@ from harness.airflow_runs import json_column
 from harness.airflow_stack import AirflowStack
 
 ASSETS = [AssetRef(name=f"e2e://multi/{i}", uri=f"e2e://multi/{i}") for i in range(6)]
+
+
+def stack_env(
+    bootstrap: str, *, topic: str, stops: str, group_id: str, dlq: str | None = None
+) -> dict[str, str]:
+    """The environment of a stack running the DAG: its topic (and dead-letter topic), the watchers'
+    stops topic, and the ``kafka_default`` and ``kafka_watcher`` connections (one consumer group for
+    every watcher, auto-commit off)."""
+    env = {
+        "AIRFLOW_KAFKA_EVENTS_E2E_MULTI_TOPIC": topic,
+        "AIRFLOW__KAFKA_EVENTS__WATCHER_STOPS_TOPIC": stops,
+        "AIRFLOW_CONN_KAFKA_DEFAULT": json.dumps(
+            {"conn_type": "kafka", "extra": {"bootstrap.servers": bootstrap}}
+        ),
+        "AIRFLOW_CONN_KAFKA_WATCHER": json.dumps(
+            {
+                "conn_type": "kafka",
+                "extra": {
+                    "bootstrap.servers": bootstrap,
+                    "group.id": group_id,
+                    "enable.auto.commit": "false",
+                },
+            }
+        ),
+    }
+    if dlq is not None:
+        env["AIRFLOW_KAFKA_EVENTS_E2E_MULTI_DLQ"] = dlq
+    return env
 
 
 def publish(bootstrap: str, topic: str, per_asset: int, *, pause: float = 0.0) -> list[str]:

@@ -38,7 +38,7 @@ from airflow_kafka_events.kafka.settings import KafkaSettings
 from airflow_kafka_events.kafka.topics import TopicSpec, ensure_topics
 from airflow_kafka_events.triggers.asset_stream import state_key
 from harness.airflow_stack import AirflowStack
-from harness.multi_watched_assets import ASSETS, event_ids, publish
+from harness.multi_watched_assets import ASSETS, event_ids, publish, stack_env
 
 pytestmark = [pytest.mark.e2e, pytest.mark.faults]
 
@@ -68,25 +68,7 @@ def graceful(tmp_path_factory, kafka_bootstrap, kafka_admin):
     )
     dags = tmp_path_factory.mktemp("graceful-dags")
     shutil.copy2(DAG_FILE, dags / DAG_FILE.name)
-    env = {
-        "AIRFLOW_KAFKA_EVENTS_E2E_MULTI_TOPIC": topic,
-        "AIRFLOW_KAFKA_EVENTS_E2E_MULTI_DLQ": dlq,
-        "AIRFLOW__KAFKA_EVENTS__WATCHER_STOPS_TOPIC": stops,
-        "AIRFLOW_CONN_KAFKA_DEFAULT": json.dumps(
-            {"conn_type": "kafka", "extra": {"bootstrap.servers": kafka_bootstrap}}
-        ),
-        "AIRFLOW_CONN_KAFKA_WATCHER": json.dumps(
-            {
-                "conn_type": "kafka",
-                "extra": {
-                    "bootstrap.servers": kafka_bootstrap,
-                    "group.id": f"e2e-graceful-{run}",
-                    "enable.auto.commit": "false",
-                },
-            }
-        ),
-    }
-    env.pop("AIRFLOW__KAFKA_EVENTS__WATCHER_AIRFLOW_API_CONN_ID", None)
+    env = stack_env(kafka_bootstrap, topic=topic, stops=stops, group_id=f"e2e-graceful-{run}", dlq=dlq)
     assert not os.environ.get("AIRFLOW__KAFKA_EVENTS__WATCHER_AIRFLOW_API_CONN_ID")
     stack = AirflowStack(
         home=tmp_path_factory.mktemp("graceful-home"), dags_folder=dags, extra_env=env, topology="production"

@@ -19,7 +19,6 @@ Graceful stops (SIGTERM) with the default settings: test_watcher_graceful_restar
 
 from __future__ import annotations
 
-import json
 import re
 import shutil
 import threading
@@ -33,7 +32,7 @@ import pytest
 
 from airflow_kafka_events.kafka.topics import TopicSpec, ensure_topics
 from harness.airflow_stack import AirflowStack
-from harness.multi_watched_assets import event_ids, publish
+from harness.multi_watched_assets import event_ids, publish, stack_env
 
 pytestmark = [pytest.mark.e2e, pytest.mark.faults]
 
@@ -48,23 +47,8 @@ def multi(tmp_path_factory, kafka_bootstrap, kafka_admin, e2e_topology):
     ensure_topics(kafka_admin, [TopicSpec(topic, partitions=3), TopicSpec(stops, cleanup_policy="compact")])
     dags = tmp_path_factory.mktemp("multi-dags")
     shutil.copy2(DAG_FILE, dags / DAG_FILE.name)
-    env = {
-        "AIRFLOW_KAFKA_EVENTS_E2E_MULTI_TOPIC": topic,
-        "AIRFLOW__KAFKA_EVENTS__WATCHER_STOPS_TOPIC": stops,
-        "AIRFLOW_CONN_KAFKA_DEFAULT": json.dumps(
-            {"conn_type": "kafka", "extra": {"bootstrap.servers": kafka_bootstrap}}
-        ),
-        "AIRFLOW_CONN_KAFKA_WATCHER": json.dumps(
-            {
-                "conn_type": "kafka",
-                "extra": {
-                    "bootstrap.servers": kafka_bootstrap,
-                    "group.id": f"e2e-multi-{run}",  # one group for all: what used to lose events
-                    "enable.auto.commit": "false",
-                },
-            }
-        ),
-    }
+    # one consumer group for all the watchers: what used to lose events
+    env = stack_env(kafka_bootstrap, topic=topic, stops=stops, group_id=f"e2e-multi-{run}")
     stack = AirflowStack(
         home=tmp_path_factory.mktemp("multi-home"), dags_folder=dags, extra_env=env, topology=e2e_topology
     )
