@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 import re
 import socket
 import sys
@@ -192,6 +193,8 @@ def statsd_sink_from_config(environ: Mapping[str, str] | None = None) -> StatsdS
 
 _lock = threading.Lock()
 _sink: Sink | None = None
+# Held across fork(), so that a forked child never inherits it taken by a thread it does not have.
+os.register_at_fork(before=_lock.acquire, after_in_parent=_lock.release, after_in_child=_lock.release)
 
 
 def _make_sink() -> Sink:

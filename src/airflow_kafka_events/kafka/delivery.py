@@ -13,6 +13,7 @@ for how ``produce_sent`` is derived from the statistics).  A send's outcome arri
 from __future__ import annotations
 
 import concurrent.futures
+import os
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -135,6 +136,8 @@ def _lazy_layout() -> bool:
 LAZY_FUTURES = _lazy_layout()
 #: Guards the making of a future's condition against its resolution on another thread.
 _MAKING = threading.Lock()
+# Held across fork(), so that a forked child never inherits it taken by a thread it does not have.
+os.register_at_fork(before=_MAKING.acquire, after_in_parent=_MAKING.release, after_in_child=_MAKING.release)
 
 
 class DeliveryFuture(concurrent.futures.Future[DeliveryReceipt]):

@@ -599,8 +599,8 @@ def close_all_producers(timeout: float | None = None) -> None:
     timeout among them, capped at :data:`EXIT_FLUSH_CAP`), each at most its own message timeout.
     """
     with _registry_lock:
-        mine = [p for (pid, _, _), p in _registry.items() if pid == os.getpid()]
-        _registry.clear()
+        keys = [key for key in _registry if key[0] == os.getpid()]
+        mine = [_registry.pop(key) for key in keys]
     budget = timeout
     if budget is None:
         budget = min(EXIT_FLUSH_CAP, max((p.message_timeout for p in mine), default=0.0))
@@ -612,13 +612,20 @@ def close_all_producers(timeout: float | None = None) -> None:
             log.warning("closing Kafka producer failed: %s", exc)
 
 
-def _forget_in_child() -> None:
-    # The parent's producers are unusable here; drop them without closing (closing would
-    # touch librdkafka state that belongs to the parent).
+def _after_fork_in_child() -> None:
+    # The parent's producers stay in the registry: their keys hold the parent's pid, so this
+    # process never finds them, and keeping them referenced means their librdkafka handles are
+    # never destroyed here (destroying one would wait for threads this process does not have).
     global _pid
     _pid = os.getpid()
-    _registry.clear()
+    _registry_lock.release()
 
 
-os.register_at_fork(after_in_child=_forget_in_child)
+# Held across fork(): no other thread can hold the registry's lock at that moment, so the
+# child's copy of it is free.
+os.register_at_fork(
+    before=_registry_lock.acquire,
+    after_in_parent=_registry_lock.release,
+    after_in_child=_after_fork_in_child,
+)
 atexit.register(close_all_producers)

@@ -261,8 +261,11 @@ def test_get_producer_is_one_per_process_and_config_and_thread_safe(kafka_bootst
 
 
 def _child_produce(config: dict, topic: str, parent_id: int, out) -> None:
-    producer = get_producer(config)
-    out.put((id(producer) != parent_id, producer.send_and_wait(topic, b"child", key="c").offset))
+    try:
+        producer = get_producer(config)
+        out.put((id(producer) != parent_id, producer.send_and_wait(topic, b"child", key="c").offset))
+    except BaseException as exc:  # the parent shows what went wrong instead of waiting in vain
+        out.put(exc)
 
 
 def test_forked_child_gets_its_own_producer(kafka_bootstrap, new_topic):
@@ -277,7 +280,9 @@ def test_forked_child_gets_its_own_producer(kafka_bootstrap, new_topic):
         out = ctx.Queue()
         child = ctx.Process(target=_child_produce, args=(config, topic, id(parent), out))
         child.start()
-        fresh, child_offset = out.get(timeout=60)
+        answer = out.get(timeout=60)
+        assert not isinstance(answer, BaseException), f"the child could not produce: {answer!r}"
+        fresh, child_offset = answer
         child.join(60)
         assert child.exitcode == 0
         assert fresh, "the child must not reuse the parent's librdkafka handle"
