@@ -704,7 +704,8 @@ class KafkaAssetEventStreamProducer(SharedStreamProducer):
                     task.cancel()
             else:
                 # bounded: at a triggerer's shutdown the supervisor may no longer answer
-                await asyncio.wait_for(self._final_flush(), timeout=FINAL_FLUSH_TIMEOUT)
+                async with asyncio.timeout(FINAL_FLUSH_TIMEOUT):
+                    await self._final_flush()
         except Exception as exc:
             self._warn_store(exc)
         finally:
