@@ -8,7 +8,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from airflow_kafka_events.retry_after import parse_retry_after
+from airflow_kafka_events.retry import parse_retry_after
 
 pytestmark = pytest.mark.unit
 

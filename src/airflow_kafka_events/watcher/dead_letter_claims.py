@@ -121,7 +121,7 @@ class DeadLetterClaims:
         """The claimer of the first claim of ``coordinates`` in ``partition`` up to ``own_offset``."""
         from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
-        from airflow_kafka_events.kafka.bounded_reads import bounded_read_config
+        from airflow_kafka_events.kafka.assigned_reader import bounded_read_config
         from airflow_kafka_events.kafka.clients import new_consumer
 
         deadline = time.monotonic() + CLAIM_READ_TIMEOUT

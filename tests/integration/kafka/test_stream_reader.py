@@ -24,8 +24,8 @@ from airflow_kafka_events.kafka.delivery import DeliveryReceipt
 from airflow_kafka_events.kafka.producer import EnvelopeProducer
 from airflow_kafka_events.kafka.settings import KafkaSettings
 from airflow_kafka_events.streams.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
-from airflow_kafka_events.streams.consuming.batches import StreamBatch
 from airflow_kafka_events.streams.consuming.reader import StreamReader
+from airflow_kafka_events.streams.consuming.sequence import StreamBatch
 
 pytestmark = pytest.mark.integration
 

@@ -27,7 +27,7 @@ from airflow_kafka_events.bridge.errors import (
     TransientApiError,
     UnknownAssetError,
 )
-from airflow_kafka_events.retry_after import parse_retry_after
+from airflow_kafka_events.retry import parse_retry_after
 from integration.bridge.fake_airflow import FakeAirflow, make_jwt
 
 pytestmark = pytest.mark.unit

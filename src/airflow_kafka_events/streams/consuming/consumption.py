@@ -39,7 +39,7 @@ from airflow_kafka_events.streams.checkpoint import (
 from airflow_kafka_events.streams.descriptor import generation_of
 
 if TYPE_CHECKING:
-    from airflow_kafka_events.streams.consuming.batches import StreamBatch
+    from airflow_kafka_events.streams.consuming.sequence import StreamBatch
     from airflow_kafka_events.streams.index.publisher import ConsumerIndexWriter
 
 __all__ = [

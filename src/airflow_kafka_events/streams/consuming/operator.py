@@ -36,7 +36,6 @@ from airflow_kafka_events.errors import (
 )
 from airflow_kafka_events.provider.serialization import check_trigger_kwargs
 from airflow_kafka_events.streams.checkpoint import Checkpoint, state_store_of
-from airflow_kafka_events.streams.consuming.batches import BatchPolicy
 from airflow_kafka_events.streams.consuming.consumption import (
     StreamCheckpoints,
     StreamEvent,
@@ -44,6 +43,7 @@ from airflow_kafka_events.streams.consuming.consumption import (
     drive_stream,
 )
 from airflow_kafka_events.streams.consuming.reader import StreamReader
+from airflow_kafka_events.streams.consuming.sequence import BatchPolicy
 from airflow_kafka_events.streams.consuming.slot_release import (
     DEFAULT_RESCHEDULE_INTERVAL,
     IN_WORKER,
@@ -57,10 +57,9 @@ from airflow_kafka_events.streams.consuming.slot_release import (
     wait_mode,
 )
 from airflow_kafka_events.streams.consuming.wait_trigger import StreamWaitTrigger, wait_event_error
-from airflow_kafka_events.streams.descriptor import not_before_of, stream_id
+from airflow_kafka_events.streams.descriptor import not_before_of, stream_id, task_label
 from airflow_kafka_events.streams.index.publisher import consumer_writer
 from airflow_kafka_events.streams.producing.trigger import DEFAULT_TOPIC
-from airflow_kafka_events.streams.task_label import task_label
 
 if TYPE_CHECKING:
     from airflow.sdk.definitions.context import Context

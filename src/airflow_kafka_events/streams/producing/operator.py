@@ -99,10 +99,10 @@ from airflow_kafka_events.streams.descriptor import (
     StreamDescriptor,
     generation_of,
     not_before_of,
+    task_label,
     task_stream_id,
 )
 from airflow_kafka_events.streams.producing.trigger import StreamingTrigger
-from airflow_kafka_events.streams.task_label import task_label
 
 if TYPE_CHECKING:
     from airflow.sdk.definitions.context import Context
