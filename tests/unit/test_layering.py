@@ -90,7 +90,7 @@ AIRFLOW_FREE = [
     "airflow_kafka_events.assets.watcher_payload",
     "airflow_kafka_events.bridge",
     "airflow_kafka_events.bridge.service",
-    "airflow_kafka_events.bridge.airflow_api",
+    "airflow_kafka_events.assets.airflow_api",
     "airflow_kafka_events.bridge.config",
     "airflow_kafka_events.bridge.errors",
     "airflow_kafka_events.bridge.airflow_event",

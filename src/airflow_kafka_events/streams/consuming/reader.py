@@ -73,7 +73,7 @@ from airflow_kafka_events.errors import (
     ValidationError,
 )
 from airflow_kafka_events.kafka.clients import new_consumer
-from airflow_kafka_events.kafka.consumer import ConsumedRecord, Decoder, consume_available
+from airflow_kafka_events.kafka.consumer import ConsumedRecord, RecordDecoder, consume_available
 from airflow_kafka_events.kafka.partitioner import partition_for_key
 from airflow_kafka_events.streams.checkpoint import Checkpoint
 from airflow_kafka_events.streams.consuming.commits import (
@@ -160,7 +160,7 @@ class StreamReader:
         group_id: str | None = None,
         poll_timeout: float = 0.2,
         partition: int | None = None,
-        codec: Decoder[TriggerEventEnvelope] = TRIGGER_EVENT_CODEC,
+        codec: RecordDecoder[TriggerEventEnvelope] = TRIGGER_EVENT_CODEC,
         max_buffered: int = 10_000,
         scan_partitions: bool = False,
     ) -> None:
@@ -632,7 +632,7 @@ def usable_message(msg: Message, *, where: str) -> bool:
 
 def decode_stream_record(
     msg: Message,
-    codec: Decoder[TriggerEventEnvelope],
+    codec: RecordDecoder[TriggerEventEnvelope],
     *,
     trigger_run_id: str,
     topic: str,
