@@ -101,9 +101,6 @@ from airflow_kafka_events.streams.producing.trigger import StreamingTrigger
 if TYPE_CHECKING:
     from airflow.sdk.definitions.context import Context
 
-# The consumer side (StreamEvent, ConsumptionSummary, drive_stream, page_events, is_end_marker,
-# checkpoint_key) lives in stream_consumption, the task context functions in streams and
-# checkpoint; they stay importable from here.
 __all__ = [
     "RESUME_METHOD",
     "StreamingOperatorMixin",
