@@ -25,7 +25,7 @@ from airflow_kafka_events.assets.publish import build_envelope, publish
 from airflow_kafka_events.envelopes.model import AssetRef, EventSource, SourceKind
 from airflow_kafka_events.kafka.producer import get_producer
 from airflow_kafka_events.kafka.settings import KafkaSettings
-from airflow_kafka_events.watcher.stream import KafkaAssetEventStreamProducer
+from airflow_kafka_events.watcher.stream import WatcherStream
 from airflow_kafka_events.watcher.trigger import KafkaAssetEventTrigger
 
 pytestmark = pytest.mark.integration
@@ -105,9 +105,7 @@ def test_stops_end_while_records_keep_arriving(kafka_bootstrap, new_topic, monke
     extra = {"bootstrap.servers": kafka_bootstrap, "group.id": f"stop-load-{uuid.uuid4().hex[:8]}"}
     monkeypatch.setenv("AIRFLOW_CONN_KAFKA_STOP_LOAD", json.dumps({"conn_type": "kafka", "extra": extra}))
     stores: dict[str | None, Store] = {}
-    monkeypatch.setattr(
-        KafkaAssetEventStreamProducer, "store", lambda self: stores.setdefault(self.asset_uri, Store())
-    )
+    monkeypatch.setattr(WatcherStream, "store", lambda self: stores.setdefault(self.asset_uri, Store()))
     producer = get_producer(KafkaSettings({"bootstrap.servers": kafka_bootstrap}).producer_config())
     source = EventSource(SourceKind.EXTERNAL, producer="itest")
     publishing = threading.Event()
