@@ -47,7 +47,7 @@ TRIGGERERS = ("triggerer", "triggerer-2")
 #: the triggerer of each graceful stop
 STOPS = ("triggerer", "triggerer-2", "triggerer")
 #: events of each asset published around a stop
-PER_STOP = 30
+PER_STOP = 10
 SETTLED = re.compile(
     r"resumes after a clean stop \(its mark in [^)]*\): of the (\d+) record\(s\) it fired that awaited "
     r"Airflow's confirmation, Airflow persisted (\d+) \(not fired again\) and dropped (\d+)"
@@ -136,12 +136,11 @@ def _runner_escalation(log: str) -> list[str]:
 
 
 def _graceful_stop(stack: AirflowStack, bootstrap: str, topic: str, name: str) -> tuple[list[str], list]:
-    """Publish 180 events (6 every 0.05 s: records keep arriving while Airflow cancels the watchers)
-    while ``name`` is stopped with SIGTERM and started again; the events sent and what each of its
-    watchers settled at its resumption."""
+    """Publish 60 events (6 every 0.3 s) while ``name`` is stopped with SIGTERM and started again; the
+    events sent and what each of its watchers settled at its resumption."""
     fired_before = stack.logs(name, current_only=True).count("Trigger fired event")
     sent: list[str] = []
-    publisher = threading.Thread(target=lambda: sent.extend(publish(bootstrap, topic, PER_STOP, pause=0.05)))
+    publisher = threading.Thread(target=lambda: sent.extend(publish(bootstrap, topic, PER_STOP, pause=0.3)))
     publisher.start()
     stack.wait_for(
         lambda: stack.logs(name, current_only=True).count("Trigger fired event") >= fired_before + 6,
