@@ -26,6 +26,7 @@ from __future__ import annotations
 import io
 import struct
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any, ClassVar, Generic, Literal, Protocol, TypeVar
 
@@ -35,7 +36,7 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 from airflow_kafka_events.envelopes import schemas
 from airflow_kafka_events.envelopes.json_values import json_from_text, json_to_text
 from airflow_kafka_events.envelopes.model import AssetEventEnvelope, TriggerEventEnvelope
-from airflow_kafka_events.envelopes.registry import RegistrySchemas, SubjectNameStrategy
+from airflow_kafka_events.envelopes.registry import RegistrySchemas, RegistrySettings, SubjectNameStrategy
 from airflow_kafka_events.errors import (
     ConfigurationError,
     EnvelopeDecodeError,
@@ -53,9 +54,11 @@ __all__ = [
     "SINGLE_OBJECT_MAGIC",
     "TRIGGER_EVENT_CODEC",
     "EnvelopeCodec",
+    "EnvelopeCodecs",
     "Framing",
     "asset_event_codec",
     "detect_framing",
+    "envelope_codecs",
     "frame_confluent",
     "frame_single_object",
     "parse_confluent",
@@ -528,3 +531,28 @@ def trigger_event_codec() -> EnvelopeCodec[TriggerEventEnvelope]:
 def asset_event_codec() -> EnvelopeCodec[AssetEventEnvelope]:
     """The shared registry-less codec for asset events."""
     return ASSET_EVENT_CODEC
+
+
+@dataclass(frozen=True)
+class EnvelopeCodecs:
+    """The codecs of one Kafka connection: both envelope types, with its schema registry or without."""
+
+    trigger: EnvelopeCodec[TriggerEventEnvelope]
+    asset: EnvelopeCodec[AssetEventEnvelope]
+    registry: RegistrySettings | None = None
+
+
+def envelope_codecs(registry: RegistrySettings | None) -> EnvelopeCodecs:
+    """The shared registry-less codecs without ``registry``; else two codecs writing the registry's
+    wire format through one client (both read either framing)."""
+    if registry is None:
+        return EnvelopeCodecs(TRIGGER_EVENT_CODEC, ASSET_EVENT_CODEC)
+    client = registry.new_client()
+    options: dict[str, Any] = {
+        "registry_client": client,
+        "subject_name_strategy": registry.strategy,
+        "auto_register": registry.auto_register,
+    }
+    return EnvelopeCodecs(
+        EnvelopeCodec(TriggerEventEnvelope, **options), EnvelopeCodec(AssetEventEnvelope, **options), registry
+    )

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import fastavro
@@ -26,6 +27,7 @@ from airflow_kafka_events.errors import (
     ConfigurationError,
     EnvelopeEncodeError,
     EnvelopeSerializationError,
+    SchemaRegistryUnavailableError,
     UnknownSchemaError,
 )
 
@@ -33,9 +35,11 @@ if TYPE_CHECKING:
     from airflow_kafka_events.envelopes.codec import EnvelopeCodec
 
 __all__ = [
+    "REGISTRY_PREFIX",
     "EnvelopeDeserializer",
     "EnvelopeSerializer",
     "RegistrySchemas",
+    "RegistrySettings",
     "SubjectNameStrategy",
     "record_subject_name_strategy",
     "topic_subject_name_strategy",
@@ -54,8 +58,170 @@ def record_subject_name_strategy(ctx: SerializationContext, record_name: str | N
     return record_name
 
 
+#: Prefix of the schema registry's keys among a connection's extras or a properties file's keys
+#: (never handed to librdkafka).
+REGISTRY_PREFIX = "schema.registry."
+_STRATEGIES: Mapping[str, SubjectNameStrategy] = {
+    "TopicNameStrategy": topic_subject_name_strategy,
+    "RecordNameStrategy": record_subject_name_strategy,
+}
+_TLS_KEYS = ("ssl.ca.location", "ssl.certificate.location", "ssl.key.location")
+_KNOWN_KEYS = frozenset(
+    {
+        "url",
+        "basic.auth.user.info",
+        "bearer.auth.token",
+        "subject.name.strategy",
+        "auto.register.schemas",
+        "timeout.ms",
+        *_TLS_KEYS,
+    }
+)
+
+
+def _flag(key: str, value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in {"true", "1", "yes"}:
+        return True
+    if text in {"false", "0", "no"}:
+        return False
+    raise ConfigurationError(f"{REGISTRY_PREFIX}{key} must be true or false, got {value!r}")
+
+
+def _text(value: Any) -> str | None:
+    return str(value) if value not in (None, "") else None
+
+
+@dataclass(frozen=True)
+class RegistrySettings:
+    """How to reach a Confluent-compatible schema registry and how to use it.
+
+    Read from ``schema.registry.*`` keys (:meth:`from_config`) of an Airflow Kafka connection's extras
+    or a properties file: ``url`` (required), ``basic.auth.user.info`` (``user:password``) or
+    ``bearer.auth.token``, ``ssl.ca.location`` / ``ssl.certificate.location`` / ``ssl.key.location``,
+    ``subject.name.strategy`` (``TopicNameStrategy``, the default, or ``RecordNameStrategy``),
+    ``auto.register.schemas`` (default true), ``timeout.ms``.  Credentials never appear in ``repr``.
+    """
+
+    url: str
+    basic_auth_user_info: str | None = field(default=None, repr=False)
+    bearer_auth_token: str | None = field(default=None, repr=False)
+    tls: Mapping[str, str] = field(default_factory=dict)
+    subject_name_strategy: str = "TopicNameStrategy"
+    auto_register: bool = True
+    timeout_ms: int | None = None
+
+    def __post_init__(self) -> None:
+        if not self.url.strip():
+            raise ConfigurationError(f"{REGISTRY_PREFIX}url is empty")
+        if not self.url.startswith(("http://", "https://")):
+            raise ConfigurationError(f"{REGISTRY_PREFIX}url must be an http:// or https:// URL")
+        if self.subject_name_strategy not in _STRATEGIES:
+            raise ConfigurationError(
+                f"{REGISTRY_PREFIX}subject.name.strategy {self.subject_name_strategy!r} is not one of "
+                f"{', '.join(sorted(_STRATEGIES))}"
+            )
+        if self.basic_auth_user_info and self.bearer_auth_token:
+            raise ConfigurationError(
+                f"set {REGISTRY_PREFIX}basic.auth.user.info or {REGISTRY_PREFIX}bearer.auth.token, not both"
+            )
+        if self.basic_auth_user_info is not None and ":" not in self.basic_auth_user_info:
+            raise ConfigurationError(f"{REGISTRY_PREFIX}basic.auth.user.info must be user:password")
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any]) -> RegistrySettings | None:
+        """The settings in ``config``'s ``schema.registry.*`` keys; ``None`` without a URL."""
+        keys = {k[len(REGISTRY_PREFIX) :]: v for k, v in config.items() if str(k).startswith(REGISTRY_PREFIX)}
+        if not keys:
+            return None
+        unknown = sorted(set(keys) - _KNOWN_KEYS)
+        if unknown:
+            named = ", ".join(REGISTRY_PREFIX + k for k in unknown)
+            known = ", ".join(REGISTRY_PREFIX + k for k in sorted(_KNOWN_KEYS))
+            raise ConfigurationError(f"unknown schema registry setting(s) {named}; known: {known}")
+        url = str(keys.get("url") or "").strip()
+        if not url:
+            raise ConfigurationError(
+                f"schema registry settings without {REGISTRY_PREFIX}url: set it, or remove the other "
+                f"{REGISTRY_PREFIX}* keys"
+            )
+        timeout = keys.get("timeout.ms")
+        try:
+            timeout_ms = None if timeout in (None, "") else int(str(timeout))
+        except ValueError as exc:
+            raise ConfigurationError(
+                f"{REGISTRY_PREFIX}timeout.ms must be an integer, got {timeout!r}"
+            ) from exc
+        return cls(
+            url=url,
+            basic_auth_user_info=str(keys["basic.auth.user.info"])
+            if keys.get("basic.auth.user.info")
+            else None,
+            bearer_auth_token=str(keys["bearer.auth.token"]) if keys.get("bearer.auth.token") else None,
+            tls={k: str(keys[k]) for k in _TLS_KEYS if keys.get(k)},
+            subject_name_strategy=str(keys.get("subject.name.strategy") or "TopicNameStrategy"),
+            auto_register=_flag("auto.register.schemas", keys.get("auto.register.schemas", True)),
+            timeout_ms=timeout_ms,
+        )
+
+    @property
+    def strategy(self) -> SubjectNameStrategy:
+        return _STRATEGIES[self.subject_name_strategy]
+
+    def client_config(self) -> dict[str, Any]:
+        """The ``SchemaRegistryClient`` configuration (holds the credentials: never print it)."""
+        config: dict[str, Any] = {"url": self.url, **self.tls}
+        if self.basic_auth_user_info:
+            config["basic.auth.user.info"] = self.basic_auth_user_info
+        if self.bearer_auth_token:
+            # a static token: the client's bearer mode needs these two identity fields, unused by most
+            # registries; the token goes in the Authorization header
+            config.update(
+                {
+                    "bearer.auth.credentials.source": "STATIC_TOKEN",
+                    "bearer.auth.token": self.bearer_auth_token,
+                    "bearer.auth.logical.cluster": "-",
+                    "bearer.auth.identity.pool.id": "-",
+                }
+            )
+        if self.timeout_ms is not None:
+            config["timeout"] = max(1, self.timeout_ms // 1000)
+        return config
+
+    def new_client(self) -> Any:
+        """A ``confluent_kafka.schema_registry.SchemaRegistryClient`` for these settings."""
+        from confluent_kafka.schema_registry import SchemaRegistryClient
+
+        try:
+            return SchemaRegistryClient(self.client_config())
+        except (ValueError, TypeError) as exc:
+            raise ConfigurationError(f"invalid schema registry settings for {self.url}: {exc}") from exc
+
+    def describe(self) -> dict[str, Any]:
+        """What can be shown: the URL, the kind of credentials (never their value), the rest."""
+        auth = "basic" if self.basic_auth_user_info else "bearer" if self.bearer_auth_token else "none"
+        return {
+            "url": self.url,
+            "auth": auth,
+            "tls": dict(self.tls),
+            "subject.name.strategy": self.subject_name_strategy,
+            "auto.register.schemas": self.auto_register,
+        }
+
+
 def _is_not_found(exc: BaseException) -> bool:
     return isinstance(exc, LookupError) or getattr(exc, "http_status_code", None) == 404
+
+
+def _unavailable(exc: BaseException) -> bool:
+    """The registry did not give an answer about the schema: no HTTP status (connection refused,
+    timeout, DNS), a server error, or too many requests."""
+    status = getattr(exc, "http_status_code", None)
+    if isinstance(status, int) and status > 0:
+        return status >= 500 or status == 429
+    return isinstance(exc, (OSError, TimeoutError)) or type(exc).__module__.startswith(("httpx", "httpcore"))
 
 
 class RegistrySchemas:
@@ -101,7 +267,8 @@ class RegistrySchemas:
                 schema_id = int(self.client.lookup_schema(subject, schema).schema_id)
         except Exception as exc:
             action = "register" if self.auto_register else "look up"
-            raise EnvelopeSerializationError(
+            error = SchemaRegistryUnavailableError if _unavailable(exc) else EnvelopeSerializationError
+            raise error(
                 f"could not {action} the {schema_name} schema under subject {subject!r}: {exc}"
             ) from exc
         self._subject_ids[subject] = schema_id
@@ -119,9 +286,8 @@ class RegistrySchemas:
         except Exception as exc:
             if _is_not_found(exc):
                 raise UnknownSchemaError(f"schema registry has no schema with id {schema_id}") from exc
-            raise EnvelopeSerializationError(
-                f"could not fetch schema id {schema_id} from the schema registry: {exc}"
-            ) from exc
+            error = SchemaRegistryUnavailableError if _unavailable(exc) else EnvelopeSerializationError
+            raise error(f"could not fetch schema id {schema_id} from the schema registry: {exc}") from exc
         if registered is None:
             raise UnknownSchemaError(f"schema registry has no schema with id {schema_id}")
         schema_type = getattr(registered, "schema_type", None) or "AVRO"

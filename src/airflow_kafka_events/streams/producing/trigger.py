@@ -470,6 +470,7 @@ class StreamingTrigger(BaseTrigger):
             delivery_timeout=producer.message_timeout,
             generation=generation,
             log=self.log,
+            codec=settings.codecs.trigger,
         )
         index = self._index_writer(
             index_producer,
