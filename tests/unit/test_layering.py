@@ -34,6 +34,7 @@ AIRFLOW_FREE = [
     "airflow_kafka_events.cli.terminal",
     "airflow_kafka_events.cli.bridge",
     "airflow_kafka_events.cli.listing",
+    "airflow_kafka_events.cli.schemas",
     "airflow_kafka_events.ui.inspection",
     "airflow_kafka_events.ui.inspection.window",
     "airflow_kafka_events.ui.inspection.reader",

@@ -21,6 +21,7 @@ from airflow_kafka_events.__about__ import __version__
 from airflow_kafka_events.cli.bridge import add_bridge_group
 from airflow_kafka_events.cli.dlq import add_dlq_group
 from airflow_kafka_events.cli.replay import add_replay_group
+from airflow_kafka_events.cli.schemas import add_schemas_group
 from airflow_kafka_events.cli.streams import add_streams_group
 from airflow_kafka_events.cli.terminal import escaped_output
 from airflow_kafka_events.cli.topics import add_kafka_connection_args, add_topics_group
@@ -316,6 +317,7 @@ COMMAND_GROUPS: list[Callable[[argparse._SubParsersAction[argparse.ArgumentParse
     add_streams_group,
     add_dlq_group,
     add_replay_group,
+    add_schemas_group,
 ]
 
 

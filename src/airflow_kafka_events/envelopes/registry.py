@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import fastavro
 import fastavro.schema
-from confluent_kafka.serialization import SerializationContext
+from confluent_kafka.serialization import MessageField, SerializationContext
 
 from airflow_kafka_events.envelopes import schemas
 from airflow_kafka_events.errors import (
@@ -341,3 +341,142 @@ class EnvelopeDeserializer:
         if data is None:
             return None
         return self.codec.decode(data)
+
+
+# --------------------------------------------------------------------------- the envelopes' subjects
+#: The registry's compatibility level for the envelopes' subjects: every kept schema version reads
+#: every other's bytes (a field added or removed has a default: ``tests/unit/test_schema_evolution.py``),
+#: since old and new writers and readers share topics during an upgrade.
+DEFAULT_COMPATIBILITY = "FULL_TRANSITIVE"
+COMPATIBILITY_LEVELS = (
+    "BACKWARD",
+    "BACKWARD_TRANSITIVE",
+    "FORWARD",
+    "FORWARD_TRANSITIVE",
+    "FULL",
+    "FULL_TRANSITIVE",
+    "NONE",
+)
+
+
+@dataclass(frozen=True)
+class SubjectReport:
+    """What the registry says of one envelope schema's subject."""
+
+    schema_name: str
+    subject: str
+    #: ``None``: the subject has no version yet (nothing to be compatible with)
+    compatible: bool | None = None
+    schema_id: int | None = None
+    versions: tuple[int, ...] = ()
+    compatibility: str | None = None
+    #: the id of the given schema when the subject holds it already
+    registered_id: int | None = None
+
+    def line(self) -> str:
+        parts = [f"{self.schema_name}: subject {self.subject}"]
+        if self.versions:
+            parts.append(f"versions {', '.join(map(str, self.versions))}")
+        if self.compatibility:
+            parts.append(f"compatibility {self.compatibility}")
+        if self.schema_id is not None:
+            parts.append(f"id {self.schema_id}")
+        if self.registered_id is not None:
+            parts.append(f"this schema is id {self.registered_id}")
+        elif self.compatible is None:
+            parts.append("not registered yet")
+        else:
+            parts.append("compatible" if self.compatible else "INCOMPATIBLE")
+        return "; ".join(parts)
+
+
+def envelope_subject(registry: RegistrySettings, schema_name: str, topic: str) -> str:
+    """The subject ``registry``'s strategy names for ``schema_name`` written to ``topic``."""
+    record_name = f"{schemas.NAMESPACE}.{schemas.raw_schema(schema_name)['name']}"
+    subject = registry.strategy(SerializationContext(topic, MessageField.VALUE), record_name)
+    if not subject:
+        raise ConfigurationError(f"the subject name strategy gave no subject for topic {topic!r}")
+    return subject
+
+
+_MISSING = object()
+
+
+def _registry_call(what: str, call: Callable[[], Any], *, missing: Any = _MISSING) -> Any:
+    """``call()``; a 404 gives ``missing`` (when given), other failures typed errors naming ``what``."""
+    try:
+        return call()
+    except Exception as exc:
+        if missing is not _MISSING and _is_not_found(exc):
+            return missing
+        if _unavailable(exc):
+            raise SchemaRegistryUnavailableError(
+                f"{what}: the schema registry did not answer: {exc}"
+            ) from exc
+        raise EnvelopeSerializationError(f"{what}: {exc}") from exc
+
+
+def subject_report(client: Any, schema_name: str, subject: str, schema: Any) -> SubjectReport:
+    """The subject's versions and level, and whether ``schema`` is registered there or compatible."""
+    versions = tuple(
+        _registry_call(f"listing the versions of {subject}", lambda: client.get_versions(subject), missing=())
+    )
+    if not versions:
+        return SubjectReport(schema_name, subject)
+    level = _registry_call(
+        f"reading the compatibility of {subject}", lambda: client.get_compatibility(subject)
+    )
+    latest = _registry_call(f"reading {subject}", lambda: client.get_latest_version(subject))
+    found = _registry_call(
+        f"looking {schema_name} up under {subject}",
+        lambda: client.lookup_schema(subject, schema),
+        missing=None,
+    )
+    registered_id = None if found is None else int(found.schema_id)
+    compatible = True
+    if registered_id is None:
+        compatible = bool(
+            _registry_call(
+                f"checking {schema_name} against {subject}",
+                lambda: client.test_compatibility(subject, schema),
+            )
+        )
+    return SubjectReport(
+        schema_name,
+        subject,
+        compatible=compatible,
+        schema_id=int(latest.schema_id),
+        versions=versions,
+        compatibility=str(level) if level else None,
+        registered_id=registered_id,
+    )
+
+
+def register_schema(
+    client: Any, schema_name: str, subject: str, schema: Any, compatibility: str = DEFAULT_COMPATIBILITY
+) -> SubjectReport:
+    """Set the subject's compatibility level and register ``schema`` there (the registry refuses an
+    incompatible one: :class:`~airflow_kafka_events.errors.EnvelopeSerializationError`)."""
+    if compatibility not in COMPATIBILITY_LEVELS:
+        raise ConfigurationError(
+            f"compatibility {compatibility!r} is not one of {', '.join(COMPATIBILITY_LEVELS)}"
+        )
+    _registry_call(
+        f"setting the compatibility of {subject}",
+        lambda: client.set_compatibility(subject_name=subject, level=compatibility),
+    )
+    _registry_call(
+        f"registering {schema_name} under {subject}", lambda: client.register_schema(subject, schema)
+    )
+    return subject_report(client, schema_name, subject, schema)
+
+
+def schema_from_text(text: str, origin: str) -> Any:
+    """A registry ``Schema`` of an Avro schema's JSON ``text`` (checked to parse)."""
+    from confluent_kafka.schema_registry import Schema
+
+    try:
+        fastavro.parse_schema(json.loads(text))
+    except Exception as exc:
+        raise ConfigurationError(f"{origin} is not an Avro schema: {exc}") from exc
+    return Schema(json.dumps(json.loads(text), separators=(",", ":")), schema_type="AVRO")
