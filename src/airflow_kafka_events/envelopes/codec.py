@@ -419,6 +419,12 @@ class EnvelopeCodec(Generic[E]):
             return frame_single_object(self.fingerprint, body)
         return frame_confluent(self._registry.schema_id(self._name, self.record_name, ctx, self._type), body)
 
+    def prepare(self, topic: str) -> None:
+        """Ask the registry for the schema id of ``topic`` now (blocking), not at the first record."""
+        if self._registry is not None:
+            ctx = SerializationContext(topic, MessageField.VALUE)
+            self._registry.schema_id(self._name, self.record_name, ctx, self._type)
+
     def _fits_fast_path(self) -> bool:  # not for a later schema version: fastavro only
         if self._fast is None:
             self._fast = self._type is TriggerEventEnvelope and self.fingerprint == _FAST_FINGERPRINT
