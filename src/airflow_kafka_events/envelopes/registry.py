@@ -18,8 +18,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import fastavro
-import fastavro.schema
 from confluent_kafka.serialization import MessageField, SerializationContext
 
 from airflow_kafka_events.envelopes import schemas
@@ -293,6 +291,9 @@ class RegistrySchemas:
         schema_type = getattr(registered, "schema_type", None) or "AVRO"
         if schema_type != "AVRO":
             raise UnknownSchemaError(f"schema registry id {schema_id} is a {schema_type} schema, not Avro")
+        import fastavro
+        import fastavro.schema
+
         try:
             parsed: Any = fastavro.parse_schema(json.loads(registered.schema_str))
             canonical = fastavro.schema.to_parsing_canonical_form(parsed)
@@ -473,6 +474,7 @@ def register_schema(
 
 def schema_from_text(text: str, origin: str) -> Any:
     """A registry ``Schema`` of an Avro schema's JSON ``text`` (checked to parse)."""
+    import fastavro
     from confluent_kafka.schema_registry import Schema
 
     try:

@@ -22,11 +22,13 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from airflow_kafka_events.envelopes.codec import EnvelopeCodecs, envelope_codecs
 from airflow_kafka_events.envelopes.registry import REGISTRY_PREFIX, RegistrySettings
 from airflow_kafka_events.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from airflow_kafka_events.envelopes.codec import EnvelopeCodecs
 
 #: ``bootstrap.servers`` outside Airflow, as ``--bootstrap-servers``.
 ENV_BOOTSTRAP = "KAFKA_BOOTSTRAP_SERVERS"
@@ -142,6 +144,8 @@ class KafkaSettings:
     @functools.cached_property
     def codecs(self) -> EnvelopeCodecs:
         """The envelope codecs every producer and consumer of these settings uses (one registry client)."""
+        from airflow_kafka_events.envelopes.codec import envelope_codecs  # fastavro: on first use
+
         return envelope_codecs(self.registry)
 
     def _librdkafka(self) -> dict[str, Any]:
