@@ -115,15 +115,17 @@ class DeliveryFuture:
     gives a ``concurrent.futures.Future`` for ``concurrent.futures.wait`` and the like.
 
     Thousands are outstanding while a producer is busy, so one costs little until somebody waits:
-    a lock, and the condition and callback list only when a waiter or a callback comes (a future
-    settled before anybody asked never makes them).  A finished future is read without the lock
-    (it never changes again).
+    its condition and callback list are made (under ``lock``) only when a waiter or a callback
+    comes, and a future settled before anybody asked never makes them.  ``lock`` guards its
+    state: its own by default; the futures of one producer share the producer's, so an
+    outstanding send is one object.  A finished future is read without the lock (it never
+    changes again).
     """
 
     __slots__ = ("_callbacks", "_cond", "_exception", "_lock", "_result", "_state")
 
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
+    def __init__(self, lock: threading.Lock | None = None) -> None:
+        self._lock = threading.Lock() if lock is None else lock
         self._cond: threading.Condition | None = None
         self._state = _PENDING
         self._result: DeliveryReceipt | None = None

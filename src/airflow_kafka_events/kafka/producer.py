@@ -133,7 +133,7 @@ class _Pending(DeliveryFuture):
     __slots__ = ("before", "error", "failed_at", "key", "producer", "sent_at", "size", "topic")
 
     def __init__(self, producer: RecordProducer, topic: str, size: int, key: bytes | None) -> None:
-        super().__init__()
+        super().__init__(producer._futures_lock)
         self.producer, self.topic, self.size, self.key = producer, topic, size, key
         self.sent_at, self.before = _monotonic(), producer.health.snapshot
         self.error: KafkaError | None  # and failed_at: set when it fails
@@ -192,6 +192,8 @@ class RecordProducer:
         self._awaiting = AwaitingStatistics(self._fail, limit=3 * self.health.stats_interval)
         #: messages produced whose delivery report has not come yet (set.add / discard need no lock)
         self._in_flight: set[_Pending] = set()
+        #: guards the state of its futures (held for a few instructions per report or wait)
+        self._futures_lock = threading.Lock()
         self.health.add_snapshot_listener(self._awaiting.on_snapshot)
         self.health.add_refusal_listener(self._on_refused)
         #: the brokers refused the credentials / TLS and nothing was delivered since: sends fail at once

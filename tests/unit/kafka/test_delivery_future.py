@@ -208,3 +208,28 @@ def test_settling_on_one_thread_while_another_waits_loses_no_outcome():
         assert f.settle(RECEIPT) if i % 2 else f.settle(exception=errors[i])
     waiter.join(60)
     assert results == [RECEIPT if i % 2 else errors[i] for i in range(len(futures))]
+
+
+def test_futures_sharing_a_lock_are_settled_and_waited_on_each_alone():
+    # a producer's futures share its lock: a waiter is woken by its own future only
+    lock = threading.Lock()
+    first, second = DeliveryFuture(lock), DeliveryFuture(lock)
+    other = DeliveryReceipt("t", 1, 8, None, None)
+    got: dict[str, object] = {}
+    waiters = [
+        threading.Thread(target=lambda: got.setdefault("first", first.result(timeout=30))),
+        threading.Thread(target=lambda: got.setdefault("second", second.result(timeout=30))),
+    ]
+    for waiter in waiters:
+        waiter.start()
+    for _ in range(3000):
+        if first._cond is not None and second._cond is not None:
+            break
+        threading.Event().wait(0.01)
+    assert first.settle(RECEIPT)
+    waiters[0].join(30)
+    assert got == {"first": RECEIPT} and second.outstanding()
+    assert second.settle(other)
+    waiters[1].join(30)
+    assert got == {"first": RECEIPT, "second": other}
+    assert not lock.locked()
