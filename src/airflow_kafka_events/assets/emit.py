@@ -59,7 +59,7 @@ from airflow_kafka_events.errors import (
     PartitionInheritanceError,
     ValidationError,
 )
-from airflow_kafka_events.kafka.producer import EnvelopeProducer
+from airflow_kafka_events.kafka.producer import RecordProducer
 
 log = logging.getLogger(__name__)
 
@@ -250,7 +250,7 @@ def _max_extra_bytes(value: int | None) -> int:
 
 def _producer_for(
     kafka_config_id: str, *, message_timeout: float
-) -> tuple[EnvelopeProducer, EnvelopeCodec[AssetEventEnvelope]]:
+) -> tuple[RecordProducer, EnvelopeCodec[AssetEventEnvelope]]:
     from airflow_kafka_events.provider.hook import KafkaEventsHook
 
     hook = KafkaEventsHook(kafka_config_id=kafka_config_id)

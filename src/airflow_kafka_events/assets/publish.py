@@ -44,7 +44,7 @@ from airflow_kafka_events.envelopes.codec import ASSET_EVENT_CODEC, EnvelopeCode
 from airflow_kafka_events.envelopes.model import AssetEventEnvelope, AssetRef, EventSource, SourceKind
 from airflow_kafka_events.errors import ExtraNotSerializableError, InvalidAssetError
 from airflow_kafka_events.kafka.delivery import DeliveryReceipt
-from airflow_kafka_events.kafka.producer import EnvelopeProducer, get_producer
+from airflow_kafka_events.kafka.producer import RecordProducer, get_producer
 from airflow_kafka_events.kafka.settings import KafkaSettings
 
 __all__ = [
@@ -243,7 +243,7 @@ def build_envelope(
 def publish(
     envelope: AssetEventEnvelope,
     *,
-    producer: EnvelopeProducer,
+    producer: RecordProducer,
     topic: str,
     timeout: float = 30.0,
     codec: EnvelopeCodec[AssetEventEnvelope] = ASSET_EVENT_CODEC,

@@ -4,8 +4,7 @@ An asset watcher's event becomes ``AssetEvent.extra == {"from_trigger": True, "p
 with the payload of :func:`envelope_payload`.  :func:`watcher_payload` reads it back from an
 asset event (e.g. ``context["triggering_asset_events"][asset]``), and :func:`watcher_causation`
 continues the causation chain of the current run's triggering events (pass it as
-``causation=`` when emitting).  Importable from
-:mod:`airflow_kafka_events.watcher.trigger` as before.
+``causation=`` when emitting).
 """
 
 from __future__ import annotations
@@ -19,7 +18,7 @@ from airflow_kafka_events.assets.publish import PROVENANCE_EXTRA_KEY, causation_
 from airflow_kafka_events.envelopes.model import AssetEventEnvelope
 
 if TYPE_CHECKING:
-    from airflow_kafka_events.watcher.stream import KafkaRecord
+    from airflow_kafka_events.kafka.consumer import SourceRecord
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +36,7 @@ def _iso(value: datetime | None) -> str | None:
     return value.astimezone(timezone.utc).isoformat(timespec="microseconds")
 
 
-def envelope_payload(envelope: AssetEventEnvelope, record: KafkaRecord | None = None) -> dict[str, Any]:
+def envelope_payload(envelope: AssetEventEnvelope, record: SourceRecord | None = None) -> dict[str, Any]:
     """The JSON payload a watcher gives Airflow for ``envelope`` (``AssetEvent.extra["payload"]``)."""
     payload: dict[str, Any] = {
         "event_id": envelope.event_id,

@@ -1,15 +1,16 @@
 """The warning a consumer logs when it dead-lettered a record, and where that record came from.
 
 The watcher's line begins ``Dead-lettered <source> to <dead letter>``, the bridge's
-``<source> dead-lettered to <dead letter>`` (the wordings each logged before they shared this
-function: log-based alerts match them), each followed by the reason and the error message (at
-most 500 characters).  Every name here stays importable from :mod:`airflow_kafka_events.dead_letters.letter`.
-This module imports no Airflow module.
+``<source> dead-lettered to <dead letter>`` (log-based alerts match these wordings), each
+followed by the reason and the error message (at most 500 characters).  This module imports no
+Airflow module.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Protocol
+
+from airflow_kafka_events.kafka.consumer import SourceRecord
 
 if TYPE_CHECKING:
     from airflow_kafka_events.dead_letters.letter import DeadLetter
@@ -18,7 +19,6 @@ if TYPE_CHECKING:
 __all__ = [
     "BRIDGE_LINE",
     "WATCHER_LINE",
-    "SourceRecord",
     "log_dead_lettered",
 ]
 
@@ -28,19 +28,6 @@ WATCHER_LINE = "Dead-lettered %s[%d]@%d to %s[%d]@%d: %s: %s"
 BRIDGE_LINE = "%s[%d]@%d dead-lettered to %s[%d]@%d: %s: %s"
 #: Longest error message the line repeats.
 MESSAGE_CHARS = 500
-
-
-class SourceRecord(Protocol):
-    """Where a consumed record is: what a dead letter names as its source."""
-
-    @property
-    def topic(self) -> str: ...
-    @property
-    def partition(self) -> int: ...
-    @property
-    def offset(self) -> int: ...
-    @property
-    def timestamp_ms(self) -> int | None: ...
 
 
 class _Logger(Protocol):

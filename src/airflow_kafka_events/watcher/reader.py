@@ -20,7 +20,7 @@ from airflow_kafka_events.assets.admission import _normalized_uri
 from airflow_kafka_events.envelopes.codec import ASSET_EVENT_CODEC
 from airflow_kafka_events.envelopes.model import AssetEventEnvelope
 from airflow_kafka_events.errors import SchemaRegistryUnavailableError
-from airflow_kafka_events.kafka.consumer import Decoder
+from airflow_kafka_events.kafka.consumer import RecordDecoder
 from airflow_kafka_events.kafka.shared_reader import SHARED_READERS, SharedReader
 
 __all__ = [
@@ -40,7 +40,10 @@ class _DecodeCache:
         self._items: OrderedDict[Hashable, AssetEventEnvelope | BaseException] = OrderedDict()
 
     def decode(
-        self, where: Hashable, value: bytes | None, codec: Decoder = ASSET_EVENT_CODEC
+        self,
+        where: Hashable,
+        value: bytes | None,
+        codec: RecordDecoder[AssetEventEnvelope] = ASSET_EVENT_CODEC,
     ) -> AssetEventEnvelope | BaseException:
         found = self._items.get(where)
         if found is not None:
@@ -68,7 +71,7 @@ _DECODED = _DecodeCache()
 
 
 def _decoder(
-    bootstrap_servers: str, codec: Decoder
+    bootstrap_servers: str, codec: RecordDecoder[AssetEventEnvelope]
 ) -> Callable[[Message], AssetEventEnvelope | BaseException]:
     def decode(message: Message) -> AssetEventEnvelope | BaseException:
         where = (bootstrap_servers, str(message.topic()), message.partition(), message.offset())
@@ -94,7 +97,10 @@ def _route(decoded: AssetEventEnvelope | BaseException) -> list[Hashable] | None
 
 
 def shared_reader(
-    config: Mapping[str, Any], topics: Sequence[str], poll_timeout: float, codec: Decoder = ASSET_EVENT_CODEC
+    config: Mapping[str, Any],
+    topics: Sequence[str],
+    poll_timeout: float,
+    codec: RecordDecoder[AssetEventEnvelope] = ASSET_EVENT_CODEC,
 ) -> SharedReader:
     """This process's reader of ``topics`` with these client settings (one per triggerer); its lag
     gauge is built only when the reader is new."""

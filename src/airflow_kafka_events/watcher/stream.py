@@ -1,13 +1,13 @@
 """The stream behind one asset watcher: one reader per triggerer, a durable position per watcher.
 
-Why not one consumer group shared by the watchers (the design before 0.x): Airflow places each
-watcher on a triggerer of its choice, and a group splits the partitions between the triggerers'
-consumers, so a watcher saw only its triggerer's share of the topic (measured: 60 of 120
-events lost, silently, with two triggerers).  Commits cannot repair that: the shared stream
-reports how many subscribers accepted a record, not which.
+Why not one consumer group shared by the watchers: Airflow places each watcher on a triggerer of
+its choice, and a group splits the partitions between the triggerers' consumers, so a watcher
+would see only its triggerer's share of the topic (measured: 60 of 120 events lost, silently,
+with two triggerers).  Commits cannot repair that: the shared stream reports how many
+subscribers accepted a record, not which.
 
 So each watcher (:class:`~airflow_kafka_events.watcher.trigger.KafkaAssetEventTrigger`)
-has its own shared-stream group and :class:`KafkaAssetEventStreamProducer`, and:
+has its own shared-stream group and :class:`WatcherStream`, and:
 
 * the watchers of one triggerer that read the same topics through the same client settings
   share ONE :class:`~airflow_kafka_events.kafka.shared_reader.SharedReader`: it ``assign()``s
@@ -23,9 +23,8 @@ has its own shared-stream group and :class:`KafkaAssetEventStreamProducer`, and:
 * the idempotency keys of the events it turned into asset events (the most recent
   :data:`DURABLE_KEYS`, each for ``dedupe_ttl``) are stored with the position, so a repeat
   published later is dropped after a restart too;
-* a partition without a stored position starts at the offset the watcher's consumer group
-  committed (the old design's commits, so upgrading replays nothing), else at the connection's
-  ``auto.offset.reset`` (default ``earliest``); that start is stored at once.
+* a partition without a stored position starts at the connection's ``auto.offset.reset``
+  (default ``earliest``); that start is stored at once.
 
 After ``kill -9`` of a triggerer, records whose asset events were persisted after the last
 store become asset events once more: duplicates are bounded by what a watcher confirmed in its
@@ -68,7 +67,7 @@ from airflow_kafka_events.kafka.positions import (
     positions_from_json,
     positions_to_json,
 )
-from airflow_kafka_events.kafka.producer import EnvelopeProducer, get_producer
+from airflow_kafka_events.kafka.producer import RecordProducer, get_producer
 from airflow_kafka_events.kafka.settings import KafkaSettings
 from airflow_kafka_events.kafka.shared_feed import FEED_CAPACITY, READ_BATCH, FedRecord, Feed
 from airflow_kafka_events.watcher.confirmations import (
@@ -82,7 +81,7 @@ from airflow_kafka_events.watcher.reader import shared_reader
 from airflow_kafka_events.watcher.recheck import fired_keys, recheck_conn_id
 from airflow_kafka_events.watcher.stops import (
     MARK_WRITE_TIMEOUT,
-    Resumption,
+    WatcherResumption,
     decode_mark,
     encode_mark,
     mark_key,
@@ -98,9 +97,11 @@ log = logging.getLogger(__name__)
 
 __all__ = [
     "FLUSH_INTERVAL",
+    "PROCESS_LOAD",
     "STATE_KEY",
-    "KafkaAssetEventStreamProducer",
     "KafkaRecord",
+    "WatcherLoad",
+    "WatcherStream",
     "state_key",
 ]
 
@@ -112,8 +113,6 @@ FLUSH_INTERVAL = 1.0
 #: streams open in a process each stores at most every ``FLUSH_INTERVAL * max(1, N / this)``
 #: seconds (each store is one request through the triggerer's supervisor to the metadata DB).
 STORES_PER_SECOND = 10.0
-#: Watcher streams open in this process (for the interval above).
-_open_streams = 0
 #: While this process's watchers have this many records handed on that Airflow has not confirmed
 #: yet (a burst: the triggerer's supervisor is behind, persisting them), each stores its position
 #: every ``DEFER_FACTOR`` store intervals: a store is a request that queues in that supervisor beside
@@ -121,9 +120,6 @@ _open_streams = 0
 #: cost about a fifth of its throughput).
 DEFER_BACKLOG = 50
 DEFER_FACTOR = 3.0
-#: Records this process's watcher streams handed on and Airflow has not confirmed (each stream adds
-#: its own count when it looks: a moment late at worst).
-_backlog = 0
 #: Seconds between two stores of a position that moved only past other assets' records (losing
 #: such progress in a crash only means reading records again that are skipped again).
 SKIP_FLUSH_INTERVAL = 30.0
@@ -138,6 +134,25 @@ MAX_PENDING = 896
 _STORE_WARN_INTERVAL = 60.0
 #: Producer role of the clean-stop marks (a producer of its own, with the marks' delivery timeout).
 STOPS_ROLE = "watcher-stops"
+
+
+class WatcherLoad:
+    """What every watcher stream of this process shares: how many are open, and their backlog.
+
+    One object per process (:data:`PROCESS_LOAD`), on purpose: the store interval and the backlog
+    rule above are about the triggerer's supervisor, which all the process's watchers share.
+    """
+
+    def __init__(self) -> None:
+        #: Watcher streams open in this process (for ``STORES_PER_SECOND``).
+        self.streams_open = 0
+        #: Records this process's watcher streams handed on and Airflow has not confirmed (each
+        #: stream adds its own count when it looks: a moment late at worst).
+        self.backlog = 0
+
+
+#: The process's :class:`WatcherLoad`.
+PROCESS_LOAD = WatcherLoad()
 
 
 class KafkaRecord(NamedTuple):
@@ -223,14 +238,17 @@ class _StopMarks:
     read through the supervisor, and the producer connects ahead of the stop)."""
 
     settings: KafkaSettings
-    producer: EnvelopeProducer
+    producer: RecordProducer
     topic: str
     key: bytes
 
 
 # --------------------------------------------------------------------------- the producer
-class KafkaAssetEventStreamProducer(SharedStreamProducer):
-    """Broker side of one watcher's shared stream (ack mode): read, skip, hand on, store.
+class WatcherStream(SharedStreamProducer):
+    """Reads Kafka for one watcher's shared stream (ack mode): read, skip, hand on, store.
+
+    It implements Airflow's shared-stream *producer* interface (``SharedStreamProducer``), which
+    is the side that reads the source and produces events for Airflow.
 
     :param store: where the position is kept (default: the watched asset's ``asset_state_store``
         accessor; anything with ``aget``/``aset``).
@@ -285,8 +303,8 @@ class KafkaAssetEventStreamProducer(SharedStreamProducer):
         self._flush_lock = asyncio.Lock()
         self._flush_task: asyncio.Task[None] | None = None
         self._last_flush = 0.0
-        self._counted = False  # counted in _open_streams
-        self._in_backlog = 0  # its records counted in _backlog
+        self._counted = False  # counted in PROCESS_LOAD.streams_open
+        self._in_backlog = 0  # its records counted in PROCESS_LOAD.backlog
         self._urgent = False  # an own record finished since the last store: store within flush_interval
         # per partition, how often advance() sought it back: records taken before a rewind are stale
         self._rewinds: dict[tuple[str, int], int] = {}
@@ -350,7 +368,7 @@ class KafkaAssetEventStreamProducer(SharedStreamProducer):
                 )
         return positions_from_json(state.get("positions"))
 
-    async def _settle_in_doubt(self, found: Resumption, where: str) -> bool:
+    async def _settle_in_doubt(self, found: WatcherResumption, where: str) -> bool:
         """Which records in doubt at the clean stop Airflow persisted, from the listener's record
         (:mod:`~airflow_kafka_events.watcher.confirmations`): those are dropped as repeats
         when read again, the others fire; nothing is left to recheck.  ``False`` when the mark does
@@ -445,8 +463,7 @@ class KafkaAssetEventStreamProducer(SharedStreamProducer):
         return [("name", self.asset_name)]
 
     async def _open(self) -> tuple[Feed, PositionTracker]:
-        global _open_streams
-        _open_streams += 1
+        PROCESS_LOAD.streams_open += 1
         self._counted = True
         config, self._stops = await sync_to_async(self._clients)()
         assert self._stops is not None
@@ -481,7 +498,7 @@ class KafkaAssetEventStreamProducer(SharedStreamProducer):
             len(missing),
             "catching up with the shared reader" if feed.catching_up else "through the shared reader",
         )
-        await self.flush(force=True)  # a new start (latest, a group's commit) is durable from now on
+        await self.flush(force=True)  # a new start (earliest or latest) is durable from now on
         await self._forget_previous_run()
         return feed, tracker
 
@@ -604,14 +621,13 @@ class KafkaAssetEventStreamProducer(SharedStreamProducer):
         if not self._urgent:
             return since >= SKIP_FLUSH_INTERVAL
         interval = self.store_interval()
-        if _backlog >= DEFER_BACKLOG:  # Airflow is behind: the store waits, a while
+        if PROCESS_LOAD.backlog >= DEFER_BACKLOG:  # Airflow is behind: the store waits, a while
             interval *= DEFER_FACTOR
         return since >= interval
 
     def _count_backlog(self, pending: int) -> None:
-        """This stream's part of the process's :data:`_backlog` is now ``pending``."""
-        global _backlog
-        _backlog += pending - self._in_backlog
+        """This stream's part of the process's backlog (:data:`PROCESS_LOAD`) is now ``pending``."""
+        PROCESS_LOAD.backlog += pending - self._in_backlog
         self._in_backlog = pending
 
     def _request_flush(self) -> None:
@@ -668,7 +684,7 @@ class KafkaAssetEventStreamProducer(SharedStreamProducer):
     def store_interval(self) -> float:
         """Seconds between two stores once an own record finished: ``flush_interval``, stretched so
         that all watcher streams of this process store at most :data:`STORES_PER_SECOND` times a second."""
-        return self.flush_interval * max(1.0, _open_streams / STORES_PER_SECOND)
+        return self.flush_interval * max(1.0, PROCESS_LOAD.streams_open / STORES_PER_SECOND)
 
     def _warn_store(self, exc: BaseException) -> None:
         now = time.monotonic()
@@ -741,10 +757,9 @@ class KafkaAssetEventStreamProducer(SharedStreamProducer):
         except Exception as exc:
             self._warn_store(exc)
         finally:
-            global _open_streams
             if self._counted:
                 self._counted = False
-                _open_streams -= 1
+                PROCESS_LOAD.streams_open -= 1
             self._count_backlog(0)
             feed, self._feed = self._feed, None
             if feed is not None:

@@ -42,7 +42,7 @@ What Airflow records
 
 How it consumes
     Each watcher has a stream of its own
-    (:class:`~airflow_kafka_events.watcher.stream.KafkaAssetEventStreamProducer`, through
+    (:class:`~airflow_kafka_events.watcher.stream.WatcherStream`, through
     Airflow's shared-stream ack channel) and a position of its own, kept in the watched asset's
     ``asset_state_store`` and moved past a record only after Airflow confirmed the asset events
     made from it (or the record was dead-lettered).  The watchers of one triggerer that read the
@@ -51,10 +51,8 @@ How it consumes
     consumer group, so two or more triggerers cannot split a topic between them -- fetches and
     decodes each record once and hands each watcher only its asset's records.  A watcher behind
     that reader (started late, restarted, moved from another triggerer, or too slow) reads on
-    its own from its position until it has caught up.  The connection's (or ``group_id``'s)
-    consumer group is only read: a partition without a stored position starts at the offset
-    that group committed (so upgrading from a group-based watcher replays nothing), else at the
-    connection's ``auto.offset.reset`` (default ``earliest``).  Every blocking client call runs
+    its own from its position until it has caught up.  A partition without a stored position
+    starts at the connection's ``auto.offset.reset`` (default ``earliest``).  Every blocking client call runs
     on the reader's own thread (never on the triggerer's shared ``sync_to_async`` thread).
 
 What it does with each record
@@ -134,7 +132,7 @@ from airflow_kafka_events.assets.watcher_payload import (
     envelope_payload,
 )
 from airflow_kafka_events.dead_letters.headers import DeadLetterReason
-from airflow_kafka_events.dead_letters.letter import DeadLetterWriter
+from airflow_kafka_events.dead_letters.writer import DeadLetterWriter
 from airflow_kafka_events.envelopes.model import AssetEventEnvelope
 from airflow_kafka_events.errors import (
     ConfigurationError,
@@ -146,7 +144,7 @@ from airflow_kafka_events.watcher.confirmations import PAYLOAD_KEY as CONFIRMATI
 from airflow_kafka_events.watcher.confirmations import fired_mark
 from airflow_kafka_events.watcher.dead_letters import WatcherDeadLetters
 from airflow_kafka_events.watcher.keys import durable_key
-from airflow_kafka_events.watcher.stream import KafkaAssetEventStreamProducer, KafkaRecord
+from airflow_kafka_events.watcher.stream import KafkaRecord, WatcherStream
 
 if TYPE_CHECKING:
     from airflow.sdk import Asset
@@ -205,8 +203,8 @@ class KafkaAssetEventTrigger(WatcherDeadLetters, KafkaSharedStreamTrigger):
     :param asset_name: name of the watched asset; events match when their ``asset.name`` equals
         it.  At least one of ``asset_uri`` / ``asset_name``; with both, both must match.
     :param kafka_config_id: Kafka connection of the reader (default ``kafka_watcher``).
-    :param group_id: a consumer group whose committed offsets a new watcher starts from
-        (default: the connection's ``group.id``); the watcher never joins or commits to it.
+    :param group_id: the ``group.id`` of the watcher's client (default: the connection's); the
+        watcher never joins the group, commits to it or reads its commits.
     :param poll_timeout: seconds each ``poll`` of the watcher's reader waits.
     :param dlq_topic: dead-letter topic for refused records (``None``: log and drop them).
     :param dlq_kafka_config_id: connection the dead-letter producer uses (default
@@ -380,8 +378,8 @@ class KafkaAssetEventTrigger(WatcherDeadLetters, KafkaSharedStreamTrigger):
     @classmethod
     def create_shared_stream_producer(  # type: ignore[override]  # not the provider's group consumer
         cls, kwargs: dict[str, Any]
-    ) -> KafkaAssetEventStreamProducer:
-        return KafkaAssetEventStreamProducer(
+    ) -> WatcherStream:
+        return WatcherStream(
             topics=sorted(kwargs["topics"]),
             kafka_config_id=kwargs.get("kafka_config_id") or DEFAULT_WATCHER_CONN_ID,
             asset_uri=kwargs.get("asset_uri"),
