@@ -59,6 +59,11 @@ class UnknownSchemaError(EnvelopeDecodeError):
     """The fingerprint or registry schema id names a writer schema we do not know."""
 
 
+class SchemaRegistryUnavailableError(EnvelopeSerializationError):
+    """The schema registry did not answer (unreachable, timed out, a server error): retry later; the
+    record is not at fault, so it is never dead-lettered for this."""
+
+
 # --------------------------------------------------------------------------- validation
 class ValidationError(AirflowKafkaEventsError, ValueError):
     """Input rejected before anything was sent."""

@@ -60,7 +60,7 @@ from asgiref.sync import sync_to_async
 from airflow_kafka_events.assets.admission import asset_selector
 from airflow_kafka_events.assets.validation import sanitize_asset_uri
 from airflow_kafka_events.envelopes.model import AssetEventEnvelope
-from airflow_kafka_events.errors import ConfigurationError, ValidationError
+from airflow_kafka_events.errors import ConfigurationError, SchemaRegistryUnavailableError, ValidationError
 from airflow_kafka_events.kafka.positions import (
     Partition,
     PositionTracker,
@@ -91,6 +91,8 @@ from airflow_kafka_events.watcher.stops import (
     write_mark,
 )
 
+#: Longest wait (seconds) between two tries of a record while the schema registry does not answer.
+_REGISTRY_WAIT_MAX = 30.0
 log = logging.getLogger(__name__)
 
 __all__ = [
@@ -464,7 +466,8 @@ class WatcherStream(SharedStreamProducer):
         PROCESS_LOAD.streams_open += 1
         self._counted = True
         config, self._stops = await sync_to_async(self._clients)()
-        shared = shared_reader(config, self.topics, self.poll_timeout)
+        assert self._stops is not None
+        shared = shared_reader(config, self.topics, self.poll_timeout, self._stops.settings.codecs.asset)
         try:
             partitions = await shared.partitions()
             stored = await self._load_state()
@@ -529,6 +532,7 @@ class WatcherStream(SharedStreamProducer):
                     continue  # sought back while this batch was handed on: the catch-up reads it again
                 if not tracker.knows(tp):
                     tracker.add_partitions({tp: 0})  # a partition the topic gained: all new
+                fed = await self._decided(fed)
                 if not self._wanted(fed.decoded):
                     tracker.read(tp, offset)
                     continue
@@ -542,6 +546,35 @@ class WatcherStream(SharedStreamProducer):
                     tracker.add_partitions({tp: next_offset})
                 tracker.advance_to(tp, next_offset)
             self._request_flush()
+
+    async def _decided(self, fed: FedRecord) -> FedRecord:
+        if isinstance(fed.decoded, SchemaRegistryUnavailableError):
+            return fed._replace(decoded=await self._decode_again(fed))
+        return fed
+
+    async def _decode_again(self, fed: FedRecord) -> AssetEventEnvelope | BaseException:
+        """Decode a record the schema registry could not help with, until it can (the record is not at
+        fault: never a dead letter for this); the records after it wait."""
+        assert self._stops is not None
+        codec, value = self._stops.settings.codecs.asset, fed.message.value()
+        delay = 1.0
+        while True:
+            try:
+                return await asyncio.to_thread(codec.decode, value or b"")
+            except SchemaRegistryUnavailableError as exc:
+                log.warning(
+                    "%s: %s[%s]@%s waits %.0fs for the schema registry: %s",
+                    self.label,
+                    fed.tp[0],
+                    fed.tp[1],
+                    fed.offset,
+                    delay,
+                    exc,
+                )
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, _REGISTRY_WAIT_MAX)
+            except Exception as exc:  # a verdict on the record (unknown schema id, ...)
+                return exc
 
     # ------------------------------------------------------------------ advancing
     def get_advance_lane(self, broker_payload: KafkaBrokerPayload) -> Hashable:

@@ -343,7 +343,13 @@ class StreamingOperatorMixin:
         config = settings.consumer_config(f"airflow-kafka-events-resume-{uuid.uuid4().hex}")
         tuned: dict[str, Any] = {name: getattr(self, f"stream_{name}") for name in _READER_TUNING}
         return StreamReader(
-            config, topic, trigger_run_id, checkpoint=checkpoint, partition=partition, **tuned
+            config,
+            topic,
+            trigger_run_id,
+            checkpoint=checkpoint,
+            partition=partition,
+            codec=settings.codecs.trigger,
+            **tuned,
         )
 
     def _stream_handlers(
