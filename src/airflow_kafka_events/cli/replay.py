@@ -177,23 +177,9 @@ class _Replay:
 
 
 def _bridge_config(args: argparse.Namespace, topic: str) -> Any:
-    from airflow_kafka_events.bridge.config import BridgeConfig, RetryPolicy
+    from airflow_kafka_events.bridge.config import BridgeConfig
 
-    return BridgeConfig.from_sources(
-        api_url=args.airflow_url,
-        username=args.username,
-        password_file=args.password_file,
-        topic=topic,
-        assets=args.assets,
-        allow=args.allow,
-        signing_key_files=args.signing_key_files,
-        bootstrap_servers=args.bootstrap_servers,
-        properties_file=args.properties,
-        overrides=dict(args.property) if args.property else None,
-        request_timeout=args.request_timeout,
-        retry=RetryPolicy(max_attempts=args.max_attempts),
-        recent_events_limit=args.recent_events_limit,
-    )
+    return BridgeConfig.from_args(args, topic=topic)
 
 
 def _check_authorization(args: argparse.Namespace, config: Any) -> None:
@@ -333,7 +319,7 @@ def add_replay_group(subparsers: argparse._SubParsersAction[argparse.ArgumentPar
     )  # fmt: skip
     api = replay.add_argument_group("Airflow REST API")
     api.add_argument(
-        "--airflow-url", "--api-url", dest="airflow_url", default=None, metavar="URL",
+        "--airflow-url", "--api-url", dest="api_url", default=None, metavar="URL",
         help=f"base URL of the api-server (default: ${bc.ENV_API_URL})",
     )  # fmt: skip
     api.add_argument(
