@@ -88,16 +88,12 @@ class _Replay:
 
     def retrying(self, what: str, call: Callable[[], T]) -> T:
         """``call()`` with the bridge's retry policy for transient API failures (the package's retry loop)."""
-        from airflow_kafka_events.assets.airflow_api import TransientApiError
+        from airflow_kafka_events.assets.airflow_api import retry_api_call
         from airflow_kafka_events.bridge.errors import RetriesExhaustedError
-        from airflow_kafka_events.retry import retry_call
 
-        policy = self.config.retry
-        return retry_call(
+        return retry_api_call(
             call,
-            retry_on=lambda exc: isinstance(exc, TransientApiError),
-            attempts=policy.max_attempts,
-            delay=lambda failures, exc: policy.delay(failures, getattr(exc, "retry_after", None)),
+            self.config.retry,
             exhausted=lambda failures, exc: RetriesExhaustedError(
                 f"{what}: giving up after {failures} attempts: {exc}"
             ),
