@@ -176,6 +176,12 @@ class IterableOperator(BaseOperator):
     :param show_return_value_in_logs: / :param templates_dict: / :param templates_exts: as
         for ``@task``: log the summary at the end; a templated dict passed to the callable as
         ``templates_dict``; the file extensions rendered in it.
+
+    The operator keeps the keywords in frozen, validated groups: :attr:`iteration`
+    (:class:`~airflow_kafka_events.iteration.options.IterationOptions`, what the runner takes),
+    :attr:`results` (:class:`ResultOptions`), :attr:`read` (the ``stream_*`` reading options,
+    :class:`~airflow_kafka_events.streams.consuming.reader.ReadOptions`) and :attr:`wait`
+    (:class:`~airflow_kafka_events.streams.consuming.slot_release.WaitOptions`).
     """
 
     template_fields: Sequence[str] = ("templates_dict", "op_args", "op_kwargs", "iterate_kwargs")
