@@ -451,14 +451,14 @@ class BridgeConfig:
             allow=allow,
             signing_key_files=signing_key_files,
         )
-        merged = {**_from_environ(env), **given, **options}
+        fields = _read_secrets({**_from_environ(env), **given, **options})  # the bridge's own first
         kafka = KafkaSettings.from_sources(
             bootstrap_servers=bootstrap_servers,
             properties_file=properties_file,
             overrides=overrides,
             environ=env,
         )
-        return cls(kafka=kafka, **_read_secrets(merged))
+        return cls(kafka=kafka, **fields)
 
     @classmethod
     def from_args(cls, args: argparse.Namespace, **fixed: Any) -> BridgeConfig:
