@@ -1,8 +1,11 @@
 """The Kafka Events view's FastAPI app, mounted by the plugin on the api-server at :data:`URL_PREFIX`.
 
-Every route of the app depends on :data:`~airflow_kafka_events.ui.security.VIEW` (set on the
-app, so a route added later cannot forget it); there is no OpenAPI or docs route.  A page opened
-without a valid session answers 401/403 with a short page that links to Airflow's login.
+It serves the view's JSON API (``/api/...``) and the React page's bundle; the addresses of pages
+outside ``/api`` redirect to the React view in Airflow's UI
+(:mod:`~airflow_kafka_events.ui.views.redirects`).  Every route of the app depends on
+:data:`~airflow_kafka_events.ui.security.VIEW` (set on the app, so a route added later cannot
+forget it): without a valid session it answers 401, without the permission 403 (JSON, FastAPI's
+``{"detail": ...}``); there is no OpenAPI or docs route.
 """
 
 from __future__ import annotations
@@ -12,15 +15,13 @@ import gc
 import threading
 from collections.abc import Awaitable, Callable
 
-from fastapi import Depends, FastAPI, HTTPException, Request
-from fastapi.exception_handlers import http_exception_handler
-from fastapi.responses import RedirectResponse, Response
+from fastapi import Depends, FastAPI, Request
+from fastapi.responses import Response
 
 from airflow_kafka_events.ui.inspection.index_reader import IndexCache
-from airflow_kafka_events.ui.rendering import render_html
 from airflow_kafka_events.ui.security import VIEW
 from airflow_kafka_events.ui.settings import ViewSettings
-from airflow_kafka_events.ui.views import asset_events, bundle, dead_letters, health, streams, user
+from airflow_kafka_events.ui.views import asset_events, bundle, dead_letters, health, redirects, streams, user
 
 __all__ = [
     "URL_PREFIX",
@@ -32,22 +33,12 @@ __all__ = [
 URL_PREFIX = "/kafka-events"
 
 
-async def _http_error(request: Request, exc: Exception) -> Response:
-    assert isinstance(exc, HTTPException)
-    wants_html = "text/html" in request.headers.get("accept", "") and "/api/" not in request.url.path
-    if not wants_html or exc.status_code not in (400, 401, 403):
-        return await http_exception_handler(request, exc)
-    context = {"status": exc.status_code, "detail": exc.detail}
-    return render_html(request, "refused.html", context, status=exc.status_code)
-
-
 #: Headers of every answer of the view:
 #:
-#: * framed by pages of this site only (Airflow's UI frames it): another page of the same site
-#:   (another port, a sibling host) framing the replay confirmation could make the user's click post
-#:   it with this site's Origin and a valid token (clickjacking);
+#: * framed by pages of this site only: the app serves no page (Airflow's UI imports the React
+#:   bundle into its own), and no answer of it is to be shown in another site's frame;
 #: * ``nosniff``: a JSON answer holding a record's markup is never read as HTML or script;
-#: * not stored by caches (pages hold record data and the confirmation a CSRF token), and no
+#: * not stored by caches (answers hold record data, the replay confirmation a CSRF token), and no
 #:   ``Referer`` to other sites (a URL's query names topics and filters).
 SECURITY_HEADERS = {
     "Content-Security-Policy": "frame-ancestors 'self'",
@@ -76,14 +67,8 @@ def create_app() -> FastAPI:
         dependencies=[VIEW, Depends(freeze_startup_heap)],
     )
     app.state.stream_index = IndexCache()
-    app.add_exception_handler(HTTPException, _http_error)
     app.middleware("http")(_security_headers)
-
-    @app.get("/", include_in_schema=False)
-    def index(request: Request) -> RedirectResponse:
-        return RedirectResponse(f"{request.scope.get('root_path', '')}/streams", status_code=307)
-
-    for module in (streams, asset_events, dead_letters, health, user, bundle):
+    for module in (streams, asset_events, dead_letters, health, user, bundle, redirects):
         app.include_router(module.router)
     return app
 

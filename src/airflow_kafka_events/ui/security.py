@@ -3,7 +3,7 @@
 A FastAPI app mounted by a plugin is *not* protected by Airflow: each route must ask.  These are
 Airflow's own dependencies (:mod:`airflow.api_fastapi.core_api.security`), which resolve the user
 from the ``Authorization: Bearer`` header or, for a page opened in the browser, the ``_token``
-cookie the UI's login sets (path ``/``, so the iframe of an external view sends it too):
+cookie the UI's login sets (path ``/``, so the React page's requests send it too):
 
 * :data:`VIEW` -- every route: an authenticated user allowed to see plugin views
   (``AccessView.PLUGINS``; the simple auth manager's viewer role and up);
@@ -19,8 +19,8 @@ protection to reuse.  :func:`refuse_cross_site` guards every state-changing rout
 request authenticated by the *cookie* must name this site in its ``Origin`` (a missing Origin and
 ``Origin: null``, which sandboxed frames send, are refused) and carry the CSRF token of its
 signed-in user (:func:`csrf_token`: an HMAC with ``[api] secret_key`` over the user and the time it
-was issued, valid :data:`CSRF_TTL_SECONDS`), which only a page of this view can read (the
-confirmation form holds it); it is also bound to the sign-in (:func:`session_of`), so it dies
+was issued, valid :data:`CSRF_TTL_SECONDS`), which only a page of this site can read (the
+replay's confirmation holds it); it is also bound to the sign-in (:func:`session_of`), so it dies
 with a sign-out.  A request with an ``Authorization: Bearer`` header is authenticated by
 that header, never by the cookie (Airflow's ``get_user``), and no other site can make a browser
 send one: it needs no token.
@@ -69,7 +69,7 @@ REPLAY = Depends(requires_access_asset("POST"))
 
 #: The form field of the CSRF token.
 CSRF_FIELD = "csrf_token"
-#: How long a CSRF token is good for (a confirmation page left open longer is opened again).
+#: How long a CSRF token is good for (a confirmation left open longer is opened again).
 CSRF_TTL_SECONDS = 4 * 3600
 #: A token issued this far in the future is still accepted (api-servers' clocks differ a little).
 _CLOCK_SKEW_SECONDS = 60
@@ -212,7 +212,7 @@ def refuse_cross_site(
     request: Request,
     user: GetUserDep,
     bearer: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer_scheme)],
-    csrf_token: Annotated[str | None, Form(description="the CSRF token of the confirmation form")] = None,
+    csrf_token: Annotated[str | None, Form(description="the CSRF token of the replay's confirmation")] = None,
 ) -> None:
     """Refuse a state-changing request another site may have made (see the module doc): 403."""
     if bearer is not None and bearer.scheme.lower() == "bearer":
@@ -222,6 +222,6 @@ def refuse_cross_site(
         raise _refused(why)
     if not csrf_token or not valid_csrf_token(csrf_token, user, session_of(request)):
         raise _refused(
-            "the CSRF token is missing, expired or not this user's sign-in: open the confirmation page "
-            "again and confirm there"
+            "the CSRF token is missing, expired or not this user's sign-in: open the replay's confirmation "
+            "again (Replay... on the dead letter's page) and confirm there"
         )

@@ -3,7 +3,7 @@
 A real bridge process (``airflow-kafka-events bridge``, as the ``op`` user ``bridge``) consumes the
 UI stack's asset events topic in the group the page is configured with
 (``[kafka_events] ui_bridge_group_ids``) and posts the events of ``e2e_ui_bridged_orders`` to the
-api-server.  While it runs, the page (and its JSON twin) shows the group with a running member,
+api-server.  While it runs, the page's JSON shows the group with a running member,
 the lag of every partition falling to 0 once the bridge has committed what it read, and a last
 post made after the events were emitted; once the bridge is stopped, the group has no member and
 the page says the bridge is not running, while new events show as lag.
@@ -133,12 +133,7 @@ def test_health_shows_a_running_bridge_its_lag_and_last_post_then_that_it_stoppe
     post = answer["last_bridge_post"]
     assert post["asset"] == ASSET_NAME and post["event_id"] in event_ids, post
     assert datetime.fromisoformat(post["timestamp"]) >= emitted_at, (post, emitted_at)
-
-    html = stack.client.get(
-        "/kafka-events/health", headers={"Authorization": f"Bearer {stack.token('viewer')}"}, timeout=60
-    ).text
-    assert group in html and f"asset event #{post['id']} of {ASSET_NAME}" in html
-    assert '<td class="bridge-state">running <span class="muted">(1 member)</span>' in html, html
+    assert (row["group_id"], row["members"]) == (group, 1), row
 
     # stopped: the group has no member any more, and what is emitted now stays as lag
     assert bridge.stop() == 0, bridge.log()[-3000:]
@@ -154,7 +149,3 @@ def test_health_shows_a_running_bridge_its_lag_and_last_post_then_that_it_stoppe
         stopped, 60, f"the Health page to show bridge group {group} stopped", ("api-server",)
     )
     assert row["state"] == "not running", row
-    html = stack.client.get(
-        "/kafka-events/health", headers={"Authorization": f"Bearer {stack.token('viewer')}"}, timeout=60
-    ).text
-    assert "not running" in html

@@ -3,12 +3,12 @@
 Attack pages are served by a small HTTP server of the test on another port: at ``localhost`` (another
 site than the api-server's ``127.0.0.1``) and at ``127.0.0.1`` (the same site, another origin).  Each
 knows everything a viewer can read (the dead letter's coordinates and fingerprint) and posts the
-confirmation form's fields: a plain auto-submitting form, a sandboxed iframe posting to ``_top``
-(``Origin: null``), a popup, and ``fetch``.  Each is refused and nothing is replayed: no new
-``kafka_events.replay`` entry in Airflow's audit log and the same end offsets of the source topic.
-A page of another origin cannot read the confirmation's JSON either (the CSRF token the view's
-React page posts back).  The same browser then replays the dead letter through the confirmation page:
-that works.  The
+fields the view's React page posts to ``POST /kafka-events/api/dead-letters/{p}/{o}/replay``: a plain
+auto-submitting form, a sandboxed iframe posting to ``_top`` (``Origin: null``), a popup, and
+``fetch``.  Each is refused and nothing is replayed: no new ``kafka_events.replay`` entry in Airflow's
+audit log and the same end offsets of the source topic.  A page of another origin cannot read the
+confirmation's JSON either (the CSRF token the view's React page posts back).  The same browser then
+replays the dead letter through the React page's confirmation: that works.  The
 ``_token`` cookie's attributes are read from the browser (docs/security.md states them).  Without a
 browser: a cookie-authenticated POST with ``Origin: null``, without Origin, from another scheme,
 port or site, without the CSRF token (also in a text/plain or JSON body, or in the query), with
@@ -106,8 +106,9 @@ def target(ui_stack: AirflowStack, kafka_bootstrap: str, ui_topics) -> dict[str,
         f"{PREFIX}/api/dead-letters/{partition}/{offset}", headers=headers, timeout=60
     ).json()
     return {
-        "url": f"{ui_stack.base_url}{PREFIX}/dead-letters/{partition}/{offset}/replay",
-        "path": f"{PREFIX}/dead-letters/{partition}/{offset}/replay",
+        "url": f"{ui_stack.base_url}{PREFIX}/api/dead-letters/{partition}/{offset}/replay",
+        "path": f"{PREFIX}/api/dead-letters/{partition}/{offset}/replay",
+        "page": f"/plugin/kafka-events/dead-letters/{partition}/{offset}",
         "fields": {
             "confirm": f"{record['topic']}:{partition}:{offset}",
             "fingerprint": record["fingerprint"],
@@ -163,10 +164,9 @@ def _pages(root: Path, target: dict[str, Any]) -> None:
 
 def _token_reader(root: Path, target: dict[str, Any]) -> None:
     """A page that asks for the replay confirmation's JSON (it holds the user's CSRF token)."""
-    confirmation = target["url"].replace(f"{PREFIX}/dead-letters/", f"{PREFIX}/api/dead-letters/")
     (root / "read-token.html").write_text(
         "<html><body><script>"
-        f"fetch({confirmation!r}, {{credentials: 'include'}}).then(r => r.text())"
+        f"fetch({target['url']!r}, {{credentials: 'include'}}).then(r => r.text())"
         ".then(t => document.title = 'read ' + t.slice(0, 200), e => document.title = 'failed ' + e)"
         "</script></body></html>"
     )
@@ -256,24 +256,36 @@ def test_pages_of_another_origin_cannot_replay(
     assert _end_offsets(kafka_bootstrap, target["source_topic"]) == before[1]
 
 
-def test_the_confirmation_page_still_replays_in_the_browser(
+def test_the_react_page_still_replays_in_the_browser(
     admin_browser: Browser, ui_stack: AirflowStack, kafka_bootstrap, target
 ):
     before = (len(ui_stack.query(REPLAYS)), _end_offsets(kafka_bootstrap, target["source_topic"]))
-    admin_browser.open(target["path"])
-    admin_browser.element("#confirm").click()
+    _confirmation(admin_browser, target["page"])
+    admin_browser.element("#confirm-form #confirm").click()
     assert "published again" in admin_browser.element("#replayed").text
     assert len(ui_stack.query(REPLAYS)) == before[0] + 1
     assert sum(_end_offsets(kafka_bootstrap, target["source_topic"])) == sum(before[1]) + 1
 
 
+def _confirmation(browser: Browser, page: str) -> None:
+    """Open the React page of a dead letter and its Replay confirmation (once the page knows the
+    user may replay: the button is disabled until then)."""
+    browser.open(page)
+    browser.wait(
+        lambda d: d.find_element("css selector", "#replay").is_enabled(), "the Replay button enabled"
+    )
+    browser.element("#replay").click()
+    browser.element("#confirm-form")
+
+
 def _token_of(ui_stack: AirflowStack, user: str, path: str, *, jwt: str | None = None) -> str:
-    """The CSRF token the confirmation page gives ``user`` in the sign-in ``jwt`` (default: the stack's)."""
+    """The CSRF token the confirmation gives ``user`` in the sign-in ``jwt`` (default: the stack's)."""
     bearer = {"Authorization": f"Bearer {jwt or ui_stack.token(user)}"}
-    page = ui_stack.client.get(path, headers=bearer, timeout=60)
-    found = re.search(r'name="csrf_token" value="([^"]+)"', page.text)
-    assert page.status_code == 200 and found, page.text[:500]
-    return found.group(1)
+    answer = ui_stack.client.get(path, headers=bearer, timeout=60)
+    assert answer.status_code == 200, answer.text[:500]
+    csrf = answer.json()["csrf"]
+    assert csrf["field"] == "csrf_token" and re.fullmatch(r"[0-9]+\.[0-9a-f]{64}", csrf["value"]), csrf
+    return str(csrf["value"])
 
 
 def _sign_in(ui_stack: AirflowStack, user: str) -> str:
@@ -339,7 +351,8 @@ def test_a_csrf_token_dies_with_its_sign_in(ui_stack: AirflowStack, kafka_bootst
         assert stale.status_code == 403 and "sign-in" in stale.text, stale.text[:300]
         assert len(ui_stack.query(REPLAYS)) == before[0]
         fresh = client.post(target["path"], data={**target["fields"], "csrf_token": new}, headers=own)
-    assert fresh.status_code == 200 and "published again" in fresh.text, fresh.text[:300]
+    assert fresh.status_code == 200, fresh.text[:300]
+    assert fresh.json()["replayed"] == target["fields"]["confirm"], fresh.text[:300]
     assert len(ui_stack.query(REPLAYS)) == before[0] + 1
     assert sum(_end_offsets(kafka_bootstrap, target["source_topic"])) == sum(before[1]) + 1
 
@@ -349,7 +362,7 @@ def test_a_replay_to_a_topic_the_configuration_does_not_name_publishes_nothing(
 ):
     before = (len(ui_stack.query(REPLAYS)), _end_offsets(kafka_bootstrap, ui_topics.trigger_events))
     answer = ui_stack.client.post(
-        f"{PREFIX}/api{target['path'].removeprefix(PREFIX)}",
+        target["path"],
         headers={"Authorization": f"Bearer {ui_stack.token('admin')}"},
         data={**target["fields"], "target_topic": ui_topics.trigger_events},
         timeout=60,
@@ -362,13 +375,14 @@ def test_a_replay_to_a_topic_the_configuration_does_not_name_publishes_nothing(
 
 
 def test_the_confirmation_s_data_as_json_and_a_forged_source_topic_refused(
-    ui_stack: AirflowStack, kafka_bootstrap, ui_topics, target
+    admin_browser: Browser, ui_stack: AirflowStack, kafka_bootstrap, ui_topics, target
 ):
-    """The JSON twin of the confirmation gives what a replay posts back; a dead letter whose header
-    names a topic the configuration does not (here the trigger events topic) is shown as refused, and
-    a POST of it is refused (400) naming the setting: nothing published, no audit entry."""
+    """The confirmation's JSON gives what a replay posts back; a dead letter whose header names a
+    topic the configuration does not (here the trigger events topic) is shown as refused (the React
+    page's confirmation says why, its Replay button disabled), and a POST of it is refused (400)
+    naming the setting: nothing published, no audit entry."""
     admin = {"Authorization": f"Bearer {ui_stack.token('admin')}"}
-    api_path = f"{PREFIX}/api{target['path'].removeprefix(PREFIX)}"
+    api_path = target["path"]
     confirmation = ui_stack.client.get(api_path, headers=admin, timeout=60).json()
     assert confirmation["refused"] is None, confirmation
     assert confirmation["targets"] == [target["source_topic"]]  # the asset events topic, nothing else
@@ -383,8 +397,9 @@ def test_the_confirmation_s_data_as_json_and_a_forged_source_topic_refused(
     forged = f"{PREFIX}/api/dead-letters/{partition}/{offset}/replay"
     shown = ui_stack.client.get(forged, headers=admin, timeout=60).json()
     assert shown["targets"] == [] and "replay_extra_target_topics" in shown["refused"], shown
-    page = ui_stack.client.get(forged.replace("/api/", "/"), headers=admin, timeout=60)
-    assert 'id="replay-refused"' in page.text and 'id="confirm-form"' not in page.text
+    _confirmation(admin_browser, f"/plugin/kafka-events/dead-letters/{partition}/{offset}")
+    assert "replay_extra_target_topics" in admin_browser.element("#confirm-form #replay-target-refused").text
+    assert admin_browser.element("#confirm-form #confirm").get_attribute("disabled") is not None
     record = ui_stack.client.get(forged.removesuffix("/replay"), headers=admin, timeout=60).json()
     before = (len(ui_stack.query(REPLAYS)), _end_offsets(kafka_bootstrap, ui_topics.trigger_events))
     answer = ui_stack.client.post(

@@ -47,21 +47,24 @@ def test_importing_the_plugin_builds_no_app():
 def test_every_route_requires_a_viewer_and_replay_an_asset_write():
     from airflow_kafka_events.ui.app import create_app
     from airflow_kafka_events.ui.security import REPLAY, VIEW
+    from airflow_kafka_events.ui.views import redirects
 
     app = create_app()
     assert VIEW in app.router.dependencies
     assert app.openapi_url is None and app.docs_url is None and app.redoc_url is None
-    replay = [r for r in app.routes if isinstance(r, APIRoute) and r.path.endswith("/replay")]
+    routes = [r for r in app.routes if isinstance(r, APIRoute)]
+    replay = [r for r in routes if r.path.startswith("/api/") and r.path.endswith("/replay")]
     assert {(m, r.path) for r in replay for m in r.methods} == {
-        ("GET", "/dead-letters/{partition}/{offset}/replay"),
         ("GET", "/api/dead-letters/{partition}/{offset}/replay"),
-        ("POST", "/dead-letters/{partition}/{offset}/replay"),
         ("POST", "/api/dead-letters/{partition}/{offset}/replay"),
     }
     for route in replay:
         assert REPLAY in route.dependencies, route.path
-    others = [r for r in app.routes if isinstance(r, APIRoute) and r not in replay]
+    others = [r for r in routes if r not in replay]
     assert all(m in {"GET", "HEAD"} for r in others for m in r.methods), "a writing route without REPLAY"
+    # outside /api and the bundle: redirects only (no page is rendered by the app)
+    pages = [r for r in others if not r.path.startswith(("/api/", "/static/"))]
+    assert pages and all(r.endpoint.__module__ == redirects.__name__ for r in pages), [r.path for r in pages]
 
 
 def test_settings_defaults_and_bad_values():
@@ -137,19 +140,21 @@ def test_every_answer_may_be_framed_by_this_site_only_is_never_sniffed_nor_store
 
 def test_a_method_other_than_get_and_post_changes_nothing():
     """No route answers PUT, PATCH or DELETE, and a method override in the query or a header is no
-    method: the replay's path answers them 405 before any dependency runs."""
+    method: the replay's path (and the old confirmation page's address) answers them 405 before any
+    dependency runs."""
     from fastapi.testclient import TestClient
 
     from airflow_kafka_events.ui.app import create_app
 
     with TestClient(create_app(), raise_server_exceptions=False) as client:
-        for method in ("PUT", "PATCH", "DELETE"):
-            answer = client.request(method, "/dead-letters/0/1/replay")
-            assert answer.status_code == 405, method
-        overridden = client.request(
-            "PUT", "/dead-letters/0/1/replay?_method=POST", headers={"X-HTTP-Method-Override": "POST"}
-        )
-        assert overridden.status_code == 405
+        for path in ("/api/dead-letters/0/1/replay", "/dead-letters/0/1/replay"):
+            for method in ("PUT", "PATCH", "DELETE"):
+                answer = client.request(method, path)
+                assert answer.status_code == 405, (method, path)
+            overridden = client.request(
+                "PUT", f"{path}?_method=POST", headers={"X-HTTP-Method-Override": "POST"}
+            )
+            assert overridden.status_code == 405, path
 
 
 def test_a_json_answer_holds_no_markup_character_and_reads_back_the_same():
@@ -163,3 +168,97 @@ def test_a_json_answer_holds_no_markup_character_and_reads_back_the_same():
     assert not {"<", ">", "&"} & set(body), body
     assert json.loads(body) == record
     assert answer.media_type == "application/json"
+
+
+@pytest.fixture
+def signed_in_client():
+    """The view's app as a viewer sees it (the authorization dependency answered, no heap freeze)."""
+    from fastapi.testclient import TestClient
+
+    from airflow_kafka_events.ui.app import create_app, freeze_startup_heap
+    from airflow_kafka_events.ui.security import VIEW
+
+    app = create_app()
+    app.dependency_overrides[VIEW.dependency] = lambda: None
+    app.dependency_overrides[freeze_startup_heap] = lambda: None
+    with TestClient(app, raise_server_exceptions=False) as client:
+        yield client
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ("/", "/plugin/kafka-events/streams"),
+        ("/streams", "/plugin/kafka-events/streams"),
+        ("/streams?dag_id=d&run_id=a%26b&offset=100",
+         "/plugin/kafka-events/streams?dag_id=d&run_id=a%26b&offset=100"),
+        ("/streams/d/manual__1/produce/-1?partition=2&offset=9",
+         "/plugin/kafka-events/streams/d%2Fmanual__1%2Fproduce%2F-1?partition=2&offset=9"),
+        ("/asset-events?event_id=e1", "/plugin/kafka-events/asset-events?event_id=e1"),
+        ("/dead-letters?reason=too-large", "/plugin/kafka-events/dead-letters?reason=too-large"),
+        ("/dead-letters/1/500", "/plugin/kafka-events/dead-letters/1/500"),
+        ("/dead-letters/1/500/replay", "/plugin/kafka-events/dead-letters/1/500"),
+        ("/health", "/plugin/kafka-events/health"),
+    ],
+)  # fmt: skip
+def test_an_old_page_address_leads_to_the_same_page_of_the_react_view(signed_in_client, old, new):
+    from airflow_kafka_events.ui.plugin import VIEW_URL_ROUTE
+    from airflow_kafka_events.ui.views.redirects import VIEW_ROUTE
+
+    assert VIEW_ROUTE == f"plugin/{VIEW_URL_ROUTE}"
+    answer = signed_in_client.get(old, follow_redirects=False)
+    assert (answer.status_code, answer.headers["location"]) == (307, new)
+    assert answer.headers["x-frame-options"] == "SAMEORIGIN" and answer.headers["cache-control"] == "no-store"
+
+
+@pytest.mark.parametrize(
+    "old",
+    [
+        "/streams//evil.example",
+        "/streams/%2F%2Fevil.example",
+        "/streams/http:%2F%2Fevil.example",
+        "/streams/%5C%5Cevil.example",
+        "/streams/..%2F..%2F..%2Fauth%2Flogout",
+        "/streams?next=//evil.example&u=http://evil.example",
+        "/streams?x=%0d%0aLocation:%20http://evil.example",
+    ],
+)
+def test_a_redirect_never_leaves_the_view(signed_in_client, old):
+    from urllib.parse import urlsplit
+
+    answer = signed_in_client.get(old, follow_redirects=False)
+    assert answer.status_code == 307, old
+    location = answer.headers["location"]
+    assert location.startswith("/plugin/kafka-events/streams"), location
+    parts = urlsplit(location)
+    assert (parts.scheme, parts.netloc) == ("", ""), location
+    # the stream id is one path segment: no "/" or "\\" of it separates segments
+    assert parts.path.count("/") <= 4 and "\\" not in parts.path, location
+    assert not {"\r", "\n"} & set(location), location
+    assert list(answer.headers.keys()).count("location") == 1
+
+
+def test_a_line_break_in_a_stream_id_matches_no_address(signed_in_client):
+    answer = signed_in_client.get("/streams/x%0d%0aLocation:%20http://evil.example", follow_redirects=False)
+    assert answer.status_code == 404 and "location" not in answer.headers
+
+
+def test_no_other_address_is_answered_and_the_old_replay_post_replays_nothing(signed_in_client):
+    assert signed_in_client.get("/nothing", follow_redirects=False).status_code == 404
+    assert signed_in_client.get("/streams.html", follow_redirects=False).status_code == 404
+    assert signed_in_client.get("/dead-letters/x/1", follow_redirects=False).status_code == 422
+    # the form POST of the removed confirmation page: not an address that replays (nor redirects)
+    answer = signed_in_client.post("/dead-letters/0/1/replay", data={"confirm": "t:0:1", "fingerprint": "f"})
+    assert answer.status_code == 405 and answer.headers["allow"] == "GET", answer.text
+    assert "location" not in answer.headers
+
+
+def test_an_old_page_address_without_a_session_is_refused_not_redirected():
+    from fastapi.testclient import TestClient
+
+    from airflow_kafka_events.ui.app import create_app
+
+    with TestClient(create_app(), raise_server_exceptions=False) as client:
+        answer = client.get("/streams", headers={"Accept": "text/html"}, follow_redirects=False)
+    assert answer.status_code == 401 and "location" not in answer.headers
+    assert answer.headers["content-type"].startswith("application/json"), answer.headers

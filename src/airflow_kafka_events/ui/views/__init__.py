@@ -1,1 +1,2 @@
-"""The pages of the Kafka Events view: one module per page, each a FastAPI router (HTML + JSON)."""
+"""The view's JSON API (one module per page of the React page, each a FastAPI router), its bundle,
+and the redirects of the addresses of pages the app no longer serves."""

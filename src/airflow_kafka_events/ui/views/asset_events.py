@@ -42,12 +42,15 @@ def _event_dict(event: AirflowEvent) -> dict[str, Any]:
     }
 
 
+def _dead_letter_dict(letter: Any) -> dict[str, Any] | None:
+    return None if letter is None else dict(vars(letter))
+
+
 def _as_dict(record: Any) -> dict[str, Any]:
     to_dict = getattr(record, "to_dict", None)
     return to_dict() if callable(to_dict) else dict(vars(record))
 
 
-@router.get("/asset-events")
 @router.get("/api/asset-events")
 def asset_events_page(
     page: PageRequestDep,
@@ -60,7 +63,7 @@ def asset_events_page(
     try:
         config = page.config()
     except AirflowKafkaEventsError as exc:
-        return page.failed("asset-events", exc)
+        return page.failed(exc)
     # the two topics are read at once (each scan waits on its own consumer's fetches); only the newest
     # ``limit`` envelopes are decoded, and only four headers of each dead letter are read
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="kafka-events-dlq") as pool:
@@ -84,35 +87,22 @@ def asset_events_page(
             dead, dead_scanned = dead_future.result()
         except AirflowKafkaEventsError as exc:
             dead_future.cancel()
-            return page.failed("asset-events", exc)
+            return page.failed(exc)
     records = listing.records
     made = airflow_events_for(session, [r.event_id for r in records], since=window.since)
-    known_ids = {r.event_id for r in records}
-    rows: list[dict[str, Any]] = []
-    for record in records:
-        letter = dead.get((record.topic, record.partition, record.offset))
-        rows.append({"record": record, "airflow": made.get(record.event_id, []), "dead_letter": letter})
     payload = {
         "topic": settings.asset_events_topic,
         "events": [
             {
-                **_as_dict(row["record"]),
-                "airflow_events": [_event_dict(e) for e in row["airflow"]],
-                "dead_letter": None if row["dead_letter"] is None else vars(row["dead_letter"]),
+                **_as_dict(record),
+                "airflow_events": [_event_dict(e) for e in made.get(record.event_id, [])],
+                "dead_letter": _dead_letter_dict(dead.get((record.topic, record.partition, record.offset))),
             }
-            for row in rows
+            for record in records
         ],
         "matched": listing.matched,
         "window": listing.window.to_dict(),
         "window_text": listing.window.describe(),
         "dead_letter_window_text": dead_scanned.describe(),
     }
-    context = {
-        "rows": rows,
-        "known_ids": known_ids,
-        "filters": {"asset": asset, "event_id": event_id},
-        "matched": listing.matched,
-        "scanned": listing.window,
-        "dead_scanned": dead_scanned,
-    }
-    return page.answer("asset-events", "asset_events.html", context, payload)
+    return page.answer(payload)

@@ -1,16 +1,16 @@
-"""What every page needs: the settings, the user, the Kafka config, the window, errors as pages.
+"""What every answer of the view's JSON API needs: the settings, the user, the Kafka config, the
+window, errors as answers.
 
 :class:`PageRequest` is built per request (a FastAPI dependency): the view's settings read from
 ``[kafka_events]``, the signed-in user and whether they may replay, the window asked for
 (``?minutes=`` / ``?max_records=``, capped), and -- on first use -- the librdkafka config of the
-view's connection together with the secrets to mask in the answer.  :meth:`PageRequest.answer` renders a
-template or, for the ``/api`` twin of a page, the same data as JSON.  An error of this package
-(a missing topic, brokers that do not answer, a record not found) becomes a page that names it.
+view's connection together with the secrets to mask in the answer.  :meth:`PageRequest.answer` writes
+a page's data as JSON.  An error of this package (a missing topic, brokers that do not answer, a
+record not found) becomes an answer that names it (``error``, ``message``) with its status.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Annotated, Any, cast
 
@@ -23,7 +23,7 @@ from airflow_kafka_events.ui.inspection.index_reader import IndexCache
 from airflow_kafka_events.ui.inspection.redact import redact_text
 from airflow_kafka_events.ui.inspection.window import ScanWindow
 from airflow_kafka_events.ui.kafka_access import client_config
-from airflow_kafka_events.ui.rendering import render_html, render_json, secrets_of
+from airflow_kafka_events.ui.rendering import render_json, secrets_of
 from airflow_kafka_events.ui.security import GetUserDep, can_replay, user_name
 from airflow_kafka_events.ui.settings import MAX_RECORDS_CAP, MAX_WINDOW_MINUTES, ViewSettings, WindowRequest
 
@@ -39,13 +39,6 @@ DEFAULT_LIMIT = 100
 MAX_LIMIT = 1000
 #: Characters of a preview in a listing (a record's own page shows the full bounded preview).
 LIST_PREVIEW = 300
-
-TABS = (
-    ("streams", "Streams"),
-    ("asset-events", "Asset events"),
-    ("dead-letters", "Dead letters"),
-    ("health", "Health"),
-)
 
 
 def error_status(exc: BaseException) -> int:
@@ -76,10 +69,6 @@ class PageRequest:
     def may_replay(self) -> bool:
         return can_replay(self.user)
 
-    @property
-    def wants_json(self) -> bool:
-        return "/api/" in self.request.url.path
-
     def window(self) -> ScanWindow:
         return ScanWindow(since=self.window_request.since, max_records=self.window_request.max_records)
 
@@ -107,34 +96,16 @@ class PageRequest:
             cache = state.stream_index = IndexCache()
         return cast(IndexCache, cache)
 
-    def base(self, tab: str) -> dict[str, Any]:
-        return {
-            "tabs": TABS,
-            "tab": tab,
-            "username": self.username,
-            "may_replay": self.may_replay,
-            "settings": self.settings,
-            "window_request": self.window_request,
-            "limit": self.limit,
-            "prefix": self.request.scope.get("root_path", ""),
-        }
+    def answer(self, payload: Any) -> Response:
+        """``payload`` as JSON, the secrets of the view's connection masked."""
+        return render_json(payload, secrets=self._secrets)
 
-    def answer(self, tab: str, template: str, context: Mapping[str, Any], payload: Any) -> Response:
-        """The page (``template`` with ``context``) or, under ``/api``, ``payload`` as JSON."""
-        if self.wants_json:
-            return render_json(payload, secrets=self._secrets)
-        return render_html(self.request, template, {**self.base(tab), **context}, secrets=self._secrets)
-
-    def failed(self, tab: str, exc: AirflowKafkaEventsError) -> Response:
+    def failed(self, exc: AirflowKafkaEventsError) -> Response:
         """The answer for an error of this package: its type and message, which name the fix."""
-        status = error_status(exc)
         message = redact_text(str(exc))
-        if self.wants_json:
-            return render_json(
-                {"error": type(exc).__name__, "message": message}, secrets=self._secrets, status=status
-            )
-        context = {**self.base(tab), "error_type": type(exc).__name__, "message": message}
-        return render_html(self.request, "error.html", context, secrets=self._secrets, status=status)
+        return render_json(
+            {"error": type(exc).__name__, "message": message}, secrets=self._secrets, status=error_status(exc)
+        )
 
 
 def _page(

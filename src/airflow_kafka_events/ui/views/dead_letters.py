@@ -4,21 +4,20 @@ Filtering by reason means reading the records, so the listing scans a bounded wi
 which).  A record shows its headers and a redacted, bounded payload preview.  Replaying it
 re-publishes the *original* record (key, value, original headers with its idempotency key, so
 downstream dedupe drops a record that had been handled after all) to its source topic or an allowed
-one: ``GET .../replay`` asks for confirmation, ``POST .../replay`` does it.  The confirmation
-repeats the record's coordinates and its fingerprint (timestamp and a hash of key, value and
-headers): a POST that reads another record there (the topic re-created) is refused (409) and
-publishes nothing.  Both need an asset
-write (:data:`~airflow_kafka_events.ui.security.REPLAY`); a viewer sees the button disabled
-and is refused (403) if they post anyway.  The POST is refused (403) to another site's page
-(:func:`~airflow_kafka_events.ui.security.refuse_cross_site`: a browser's POST carries the
-confirmation form's CSRF token), and a replay goes where the configuration allows
-(:mod:`~airflow_kafka_events.ui.inspection.replay_targets`: the dead letter's source topic when the
-configuration names it a source of the dead-letter topic -- the asset events topic, a watcher's
-topics -- or a topic ``[kafka_events] replay_extra_target_topics`` lists), else 400 and nothing
-is published.  ``GET /api/.../replay`` answers the confirmation's data as JSON (the record, the
-fields to post back, the CSRF token, the topics it may go to).  Each
-replay writes one audit line (logger ``airflow_kafka_events.audit``, by the inspection layer) and
-one entry in Airflow's audit log (event ``kafka_events.replay``, owner the user).
+one: ``GET /api/.../replay`` is the confirmation's data (the record, the fields to post back, the
+user's CSRF token, the topics it may go to, or why none), ``POST /api/.../replay`` does it.  The
+POST repeats the record's coordinates and its fingerprint (timestamp and a hash of key, value and
+headers): one that reads another record there (the topic re-created) is refused (409) and
+publishes nothing.  Both need an asset write (:data:`~airflow_kafka_events.ui.security.REPLAY`);
+a viewer sees the button disabled and is refused (403) if they post anyway.  The POST is refused
+(403) to another site's page (:func:`~airflow_kafka_events.ui.security.refuse_cross_site`: a
+browser's POST carries the confirmation's CSRF token and this site's ``Origin``), and a replay goes
+where the configuration allows (:mod:`~airflow_kafka_events.ui.inspection.replay_targets`: the dead
+letter's source topic when the configuration names it a source of the dead-letter topic -- the asset
+events topic, a watcher's topics -- or a topic ``[kafka_events] replay_extra_target_topics``
+lists), else 400 and nothing is published.  Each replay writes one audit line (logger
+``airflow_kafka_events.audit``, by the inspection layer) and one entry in Airflow's audit log
+(event ``kafka_events.replay``, owner the user).
 """
 
 from __future__ import annotations
@@ -67,7 +66,6 @@ def _record_dict(record: DeadLetterRecord) -> dict[str, Any]:
     return to_dict() if callable(to_dict) else dict(vars(record))
 
 
-@router.get("/dead-letters")
 @router.get("/api/dead-letters")
 def dead_letters_page(
     page: PageRequestDep,
@@ -88,7 +86,7 @@ def dead_letters_page(
             preview_limit=LIST_PREVIEW,
         )
     except AirflowKafkaEventsError as exc:
-        return page.failed("dead-letters", exc)
+        return page.failed(exc)
     payload = {
         "topic": topic,
         "records": [_record_dict(r) for r in listing.records],
@@ -96,29 +94,20 @@ def dead_letters_page(
         "window": listing.window.to_dict(),
         "window_text": listing.window.describe(),
     }
-    context = {
-        "topic": topic,
-        "records": listing.records,
-        "matched": listing.matched,
-        "filters": {"reason": reason, "source_topic": source_topic, "consumer": consumer},
-        "scanned": listing.window,
-    }
-    return page.answer("dead-letters", "dead_letters.html", context, payload)
+    return page.answer(payload)
 
 
 def _load(page: PageRequest, partition: int, offset: int) -> LoadedDeadLetter:
     return load_dead_letter(page.config(), page.settings.dlq_topic, partition, offset)
 
 
-@router.get("/dead-letters/{partition}/{offset}")
 @router.get("/api/dead-letters/{partition}/{offset}")
 def dead_letter_page(page: PageRequestDep, partition: int, offset: int) -> Response:
     try:
         record = _load(page, partition, offset).record
     except AirflowKafkaEventsError as exc:
-        return page.failed("dead-letters", exc)
-    context = {"record": record, "coords": coords(record)}
-    return page.answer("dead-letters", "dead_letter.html", context, _record_dict(record))
+        return page.failed(exc)
+    return page.answer(_record_dict(record))
 
 
 def replay_targets(page: PageRequest, session: Any) -> ReplayTargets:
@@ -133,14 +122,13 @@ def replay_targets(page: PageRequest, session: Any) -> ReplayTargets:
     )
 
 
-@router.get("/dead-letters/{partition}/{offset}/replay", dependencies=[REPLAY])
 @router.get("/api/dead-letters/{partition}/{offset}/replay", dependencies=[REPLAY])
 def confirm_replay_page(page: PageRequestDep, session: SessionDep, partition: int, offset: int) -> Response:
     """The confirmation: the record, the topics it may go to (none: why), the user's CSRF token."""
     try:
         record = _load(page, partition, offset).record
     except AirflowKafkaEventsError as exc:
-        return page.failed("dead-letters", exc)
+        return page.failed(exc)
     targets = replay_targets(page, session)
     try:
         targets.target_for(record.source_topic)
@@ -148,23 +136,15 @@ def confirm_replay_page(page: PageRequestDep, session: SessionDep, partition: in
     except ReplayTargetRefusedError as exc:
         refused = redact_text(str(exc))
     token = csrf_token(page.user, session_of(page.request))
-    context = {
-        "record": record,
-        "coords": coords(record),
-        "csrf_field": CSRF_FIELD,
-        "csrf_token": token,
-        "targets": targets.choices(record.source_topic),
-        "refused": refused,
-    }
     payload = {
         "record": _record_dict(record),
         "form": {"confirm": coords(record), "fingerprint": record.fingerprint},
         # not under a key named like a token: Airflow's masker would hide its value
         "csrf": {"field": CSRF_FIELD, "value": token},
-        "targets": context["targets"],
+        "targets": targets.choices(record.source_topic),
         "refused": refused,
     }
-    return page.answer("dead-letters", "replay_confirm.html", context, payload)
+    return page.answer(payload)
 
 
 def _audit(session: Any, page: PageRequest, record: DeadLetterRecord, receipt: Any) -> None:
@@ -178,7 +158,6 @@ def _audit(session: Any, page: PageRequest, record: DeadLetterRecord, receipt: A
     )
 
 
-@router.post("/dead-letters/{partition}/{offset}/replay", dependencies=[REPLAY, Depends(refuse_cross_site)])
 @router.post(
     "/api/dead-letters/{partition}/{offset}/replay", dependencies=[REPLAY, Depends(refuse_cross_site)]
 )
@@ -204,7 +183,7 @@ def replay_page(
             raise HTTPException(
                 status.HTTP_409_CONFLICT,
                 f"the dead letter at {coords(record)} is not the record you confirmed (it changed since the "
-                "confirmation page was shown: the topic was re-created?); nothing replayed. "
+                "confirmation was shown: the topic was re-created?); nothing replayed. "
                 "Open it again and confirm what it is now.",
             )
         receipt = replay_dead_letter(
@@ -219,9 +198,8 @@ def replay_page(
             fingerprint=fingerprint,
         )
     except AirflowKafkaEventsError as exc:
-        return page.failed("dead-letters", exc)
+        return page.failed(exc)
     _audit(session, page, record, receipt)
     to_dict = getattr(receipt, "to_dict", None)
     payload = {"replayed": coords(record), "receipt": to_dict() if callable(to_dict) else vars(receipt)}
-    context = {"record": record, "coords": coords(record), "receipt": receipt}
-    return page.answer("dead-letters", "replayed.html", context, payload)
+    return page.answer(payload)

@@ -138,7 +138,6 @@ def _stream_listing(page: PageRequest) -> tuple[StreamListing | None, str | None
         return None, _error(exc)
 
 
-@router.get("/health")
 @router.get("/api/health")
 def health_page(page: PageRequestDep, session: SessionDep) -> Response:
     settings = page.settings
@@ -179,12 +178,4 @@ def health_page(page: PageRequestDep, session: SessionDep) -> Response:
         "window_text": streams_error if listing is None else listing.describe(),
         "index": None if listing is None else listing.index_dict(),
     }
-    context = {
-        "watchers": watcher_rows,
-        "bridges": bridge_rows,
-        "last_post": last_post,
-        "stuck": stuck,
-        "streams_error": streams_error,
-        "listing": listing,
-    }
-    return page.answer("health", "health.html", context, payload)
+    return page.answer(payload)

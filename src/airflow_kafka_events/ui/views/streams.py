@@ -1,23 +1,21 @@
 """Streams: per DAG run and task, what each streaming trigger wrote and how far its consumers read.
 
-``GET /streams`` lists the streams with an envelope in the window of the trigger events topic
-(filters ``dag_id`` / ``run_id`` / ``task_id`` / ``map_index``: the DAG, DAG run and task-instance
-tabs open it filtered), each with its consumers' checkpoints from the task state store and their
-lag in pages.  The task-instance tab names the stream that task instance writes (when the window
-holds it: no link to a stream that is not there) and the streams it reads with their lag (the
-figure each stream's page shows; unknown only for a stream outside the window).
-``GET /streams/{trigger_run_id}`` is one stream: its latest attempt's envelopes and
-its consumers; the listing links it with ``?partition=&offset=`` (the stream's partition and latest
-offset it saw), so only a bounded range around that is read, however old the stream.  Without them
-(a typed URL) the per-key lookup is bounded by the time its task instance's
-latest try ran as Airflow's metadata DB has it (that try's start .. its end, widened by
-:data:`SPAN_BEFORE` / :data:`SPAN_AFTER`): it reads backwards from the end of that time to the
-stream's latest envelope, and that attempt forward from its first offset.  ``?minutes=`` bounds how
-far back the lookup reads, inside that time: the later start wins (the page states both).  A task
-instance that never started (skipped, upstream_failed, not yet run) has written no stream: the
-page says so.  Only for a task instance Airflow no longer knows (its DAG run deleted) the per-key
-lookup reads the partition backwards from its end, and the page says so.  ``/api/...`` answers the
-same as JSON.
+``GET /api/streams`` lists the streams of the stream index (filters ``dag_id`` / ``run_id`` /
+``task_id`` / ``map_index`` / ``state``: the DAG, DAG run and task-instance tabs ask for it
+filtered), each with its consumers' positions and their lag in pages.  For a task instance it names
+the stream that task instance writes (when the index holds it: no stream that is not there) and the
+streams it reads with their lag (the figure each stream's answer gives; unknown only for a stream
+the index does not hold).  ``GET /api/streams/{trigger_run_id}`` is one stream: its latest
+attempt's envelopes and its consumers; the React page passes ``?partition=&offset=`` (the stream's
+partition and latest offset the listing gave), so only a bounded range around that is read,
+however old the stream.  Without them (a typed URL) the per-key lookup is bounded by the time its
+task instance's latest try ran as Airflow's metadata DB has it (that try's start .. its end,
+widened by :data:`SPAN_BEFORE` / :data:`SPAN_AFTER`): it reads backwards from the end of that time
+to the stream's latest envelope, and that attempt forward from its first offset.  ``?minutes=``
+bounds how far back the lookup reads, inside that time: the later start wins (the answer states
+both).  A task instance that never started (skipped, upstream_failed, not yet run) has written no
+stream: the answer says so (404).  Only for a task instance Airflow no longer knows (its DAG run
+deleted) the per-key lookup reads the partition backwards from its end, and the answer says so.
 """
 
 from __future__ import annotations
@@ -36,7 +34,6 @@ from airflow_kafka_events.streams.index.record import StreamRecord, stream_key
 from airflow_kafka_events.ui.airflow_state import ConsumerCheckpoint, consumer_checkpoints, task_instance_run
 from airflow_kafka_events.ui.inspection.errors import StreamIndexNotFoundError, StreamNotFoundError
 from airflow_kafka_events.ui.inspection.index_listing import (
-    STATES,
     StreamFilter,
     consumer_row,
     consumers_of_task,
@@ -109,7 +106,6 @@ def _listing(page: PageRequest, filters: StreamFilter) -> StreamListing:
     )
 
 
-@router.get("/streams")
 @router.get("/api/streams")
 def streams_page(
     page: PageRequestDep,
@@ -128,7 +124,7 @@ def streams_page(
         filters = StreamFilter(dag_id, run_id, task_id, index, state)
         listing = _listing(page, filters)
     except AirflowKafkaEventsError as exc:
-        return page.failed("streams", exc)
+        return page.failed(exc)
     matched = listing.matched
     streams = listing.rows(offset, page.limit)  # newest activity first
     consumers = {s.trigger_run_id: s.consumer_rows() for s in streams}
@@ -149,7 +145,6 @@ def streams_page(
     if task_tab and not read_by_task:  # consumers that wrote no index record: their checkpoints
         stored = consumer_checkpoints(session, dag_id=dag_id, run_id=run_id, task_id=task_id, map_index=index)
         read_by_task = _consumer_rows(stored, known)
-    summaries = [s.summary for s in streams]
     payload = {
         "streams": [{**s.to_dict(), "consumers": consumers[s.trigger_run_id]} for s in streams],
         "task_instance_stream": None if own_stream is None else own_stream.trigger_run_id,
@@ -162,26 +157,7 @@ def streams_page(
         "limit": page.limit,
         "index": listing.index_dict(),
     }
-    context = {
-        "matched": len(matched),
-        "streams": summaries,
-        "known": known,
-        "consumers": consumers,
-        "task_tab": task_tab,
-        "own_stream": None if own_stream is None else own_stream.summary,
-        "read_by_task": read_by_task,
-        "filters": {
-            "dag_id": dag_id,
-            "run_id": run_id,
-            "task_id": task_id,
-            "map_index": index,
-            "state": state,
-        },
-        "listing": listing,
-        "offset": offset,
-        "states": STATES,
-    }
-    return page.answer("streams", "streams.html", context, payload)
+    return page.answer(payload)
 
 
 def _stream_window(page: PageRequest, session: Any, trigger_run_id: str) -> ScanWindow:
@@ -243,7 +219,6 @@ def _written_span(
     return WrittenSpan(run.started - SPAN_BEFORE, until), info, None
 
 
-@router.get("/streams/{trigger_run_id:path}")
 @router.get("/api/streams/{trigger_run_id:path}")
 def stream_page(
     page: PageRequestDep,
@@ -259,7 +234,7 @@ def stream_page(
     except StreamIndexNotFoundError:
         snapshot = None  # the stream is still found by its lookups, below
     except AirflowKafkaEventsError as exc:
-        return page.failed("streams", exc)
+        return page.failed(exc)
     record = None if snapshot is None else snapshot.records.get(stream_key(trigger_run_id))
     indexed = None
     if isinstance(record, StreamRecord):
@@ -282,7 +257,7 @@ def stream_page(
             written=written,
         )
     except AirflowKafkaEventsError as exc:
-        return page.failed("streams", exc)
+        return page.failed(exc)
     if indexed is not None and indexed.consumers:
         consumers = indexed.consumer_rows()
     else:  # consumers that wrote no index record: their checkpoints
@@ -295,11 +270,4 @@ def stream_page(
         "window_text": detail.describe(),
         "index": None if indexed is None else indexed.to_dict(),
     }
-    context = {
-        "detail": detail,
-        "consumers": consumers,
-        "scanned": detail.window,
-        "task_instance": task_instance,
-        "indexed": indexed,
-    }
-    return page.answer("streams", "stream.html", context, payload)
+    return page.answer(payload)
