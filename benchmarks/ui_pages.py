@@ -1,6 +1,6 @@
 """B10: the Kafka Events view's pages, answered by a real api-server, with 100,000 envelopes per topic.
 
-The streams' pages (the Streams list, its JSON, the task-instance tabs, Health) read the stream
+The streams' answers (the Streams list, the task-instance tabs, Health) read the stream
 index (``[kafka_events] stream_index_topic``, compacted): ``--streams`` streams of the trigger events
 topic each have the index records their trigger writes (start, halfway, end; spread over the last
 24 hours) and one consumer's (its ``consume`` task), so the list holds every stream of the last 24
@@ -27,7 +27,8 @@ after it, at the location a listing links it with -- ``?partition=&offset=`` of 
 holds the stream has them -- and the same without the hint, as a typed URL or the task-instance
 tab opens it: read forward in the time its task instance ran, from Airflow's metadata DB),
 a dead letter, its replay confirmation, a filtered dead-letter list that matches nothing (the
-whole window is read for it), and the JSON twin of the streams list.  Reported per page: p50 /
+whole window is read for it), each the JSON answer the view's React page reads (the app renders
+no HTML).  Reported per page: p50 /
 p95 / max of the wall time of the HTTP answer, and what the page says it scanned.  The goal: every
 page under 300 ms (p95) with the default window (``[kafka_events] ui_max_records``, 1000 per
 partition; ``--max-records`` sets it).
@@ -298,24 +299,24 @@ def listing_hint(bootstrap: str, topic: str, old: str) -> str:
 
 def _pages(streams: int, minutes: int, old: str, hint: str) -> dict[str, str]:
     new = stream_id(DAG_ID, f"bench__{streams - 1:05d}", "produce")
-    tab = f"/kafka-events/streams?dag_id={DAG_ID}&run_id=bench__00002&map_index=%7BMAP_INDEX%7D&task_id="
+    api = "/kafka-events/api"
+    tab = f"{api}/streams?dag_id={DAG_ID}&run_id=bench__00002&map_index=%7BMAP_INDEX%7D&task_id="
     return {
-        "streams": "/kafka-events/streams",
-        "streams (JSON)": "/kafka-events/api/streams",
-        "streams, 1000 rows": "/kafka-events/streams?limit=1000",
-        "streams of a DAG run": f"/kafka-events/streams?dag_id={DAG_ID}&run_id=bench__00002",
+        "streams": f"{api}/streams",
+        "streams, 1000 rows": f"{api}/streams?limit=1000",
+        "streams of a DAG run": f"{api}/streams?dag_id={DAG_ID}&run_id=bench__00002",
         "task-instance tab (producer)": f"{tab}produce",
         "task-instance tab (consumer)": f"{tab}consume",
-        "stream (old, as the list links it)": f"/kafka-events/streams/{quote(old, safe='/')}"
+        "stream (old, as the list links it)": f"{api}/streams/{quote(old, safe='/')}"
         f"?minutes={minutes}&{hint}",
-        "stream (old, typed URL: the index's location)": f"/kafka-events/streams/{quote(old, safe='/')}",
-        "stream (newest)": f"/kafka-events/streams/{quote(new, safe='/')}",
-        "asset events": "/kafka-events/asset-events",
-        "dead letters": "/kafka-events/dead-letters",
-        "dead letters ?reason= (no match)": "/kafka-events/dead-letters?reason=too-large",
-        "dead letter": "/kafka-events/dead-letters/1/500",
-        "replay confirmation": "/kafka-events/dead-letters/1/500/replay",
-        "health": "/kafka-events/health",
+        "stream (old, typed URL: the index's location)": f"{api}/streams/{quote(old, safe='/')}",
+        "stream (newest)": f"{api}/streams/{quote(new, safe='/')}",
+        "asset events": f"{api}/asset-events",
+        "dead letters": f"{api}/dead-letters",
+        "dead letters ?reason= (no match)": f"{api}/dead-letters?reason=too-large",
+        "dead letter": f"{api}/dead-letters/1/500",
+        "replay confirmation": f"{api}/dead-letters/1/500/replay",
+        "health": f"{api}/health",
     }
 
 

@@ -24,11 +24,12 @@ if TYPE_CHECKING:
     from harness.airflow_stack import AirflowStack
 
 #: The view's pages: (title, path of the view's app, what the demo checks is on it).
+#: (title, page, the key of its JSON answer that lists what the page shows)
 PAGES = (
-    ("Streams", "streams", 'class="stream"'),
-    ("Asset events", "asset-events", 'class="asset-event"'),
-    ("Dead letters", "dead-letters", 'class="dead-letter"'),
-    ("Health", "health", 'id="watchers"'),
+    ("Streams", "streams", "streams"),
+    ("Asset events", "asset-events", "events"),
+    ("Dead letters", "dead-letters", "records"),
+    ("Health", "health", "watchers"),
 )
 #: Users of the demo's Airflow (simple auth manager): username -> role; passwords ``<name>-password``.
 UI_USERS = {"admin": "admin", "bridge": "op", "viewer": "viewer"}
@@ -104,15 +105,15 @@ def ui_demo(stack: AirflowStack, say: Any) -> bool:
     """Ask every page as the admin; print where each is in the UI. ``False`` if one is missing."""
     ok = True
     say("[ui]     the Kafka Events view (Airflow UI > Kafka Events), signed in as admin / admin-password:")
-    for title, page, marker in PAGES:
-        response = stack.api("GET", f"/kafka-events/{page}", user="admin")
-        shown = response.status_code == 200 and marker in response.text
+    for title, page, listed in PAGES:
+        response = stack.api("GET", f"/kafka-events/api/{page}", user="admin")
+        shown = response.status_code == 200 and bool(response.json().get(listed))
         ok = ok and response.status_code == 200
         state = (
             "OK" if shown else ("empty" if response.status_code == 200 else f"HTTP {response.status_code}")
         )
         say(f"[ui]       {title:<13} {ui_address(stack, page)}  ({state})")
-    refused = stack.client.get(f"{stack.base_url}/kafka-events/streams", timeout=30).status_code
+    refused = stack.client.get(f"{stack.base_url}/kafka-events/api/streams", timeout=30).status_code
     say(f"[ui]     without signing in the view answers {refused}; viewer / viewer-password may look only")
     return ok and refused in (401, 403)
 
