@@ -46,7 +46,7 @@ $(COMPAT_VENV)/.installed: pyproject.toml constraints.txt $(COMPAT_CONSTRAINTS)
 test-compat: setup $(COMPAT_VENV)/.installed
 	$(COMPAT_VENV)/bin/pytest -m "(unit or integration or compat) and not cluster and not faults" --durations=15
 
-# the Kafka Events view's bundle (ui/src -> src/airflow_kafka_events/plugin/static/kafka-events.js): commit it
+# the Kafka Events view's bundle (ui/src -> src/airflow_kafka_events/ui/static/kafka-events.js): commit it
 ui: setup
 	cd ui && node build.mjs
 

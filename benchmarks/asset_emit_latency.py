@@ -70,7 +70,7 @@ def summary(samples_s: Sequence[float], wall_s: float) -> dict[str, Any]:
 
 
 def _external_emitter(bootstrap: str, topic: str, overrides: dict[str, Any]) -> Callable[[int], Any]:
-    from airflow_kafka_events.assets.external import emit
+    from airflow_kafka_events.assets.publish import emit
 
     def call(i: int) -> Any:
         return emit(
@@ -94,7 +94,7 @@ def _airflow_emitter(bootstrap: str, topic: str, overrides: dict[str, Any]) -> C
     from airflow.sdk import Asset
 
     from airflow_kafka_events.assets.emit import emit_asset_event
-    from airflow_kafka_events.envelopes import EventSource, SourceKind
+    from airflow_kafka_events.envelopes.model import EventSource, SourceKind
 
     asset = Asset(name="b4_orders", uri=ASSET_URI)
     source = EventSource(

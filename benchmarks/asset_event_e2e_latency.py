@@ -47,7 +47,7 @@ from typing import Any
 
 from confluent_kafka.admin import AdminClient
 
-from airflow_kafka_events.assets.external import emit
+from airflow_kafka_events.assets.publish import emit
 from airflow_kafka_events.kafka import KafkaSettings, TopicSpec, ensure_topics
 from airflow_kafka_events.kafka.producer import close_all_producers
 from airflow_kafka_events.local_broker import LocalKafkaBroker
@@ -202,7 +202,7 @@ class Bridge:
         argv = [
             sys.executable,
             "-m",
-            "airflow_kafka_events.cli",
+            "airflow_kafka_events.cli.main",
             "bridge",
             "--bootstrap-servers",
             setup.bootstrap,

@@ -30,11 +30,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from airflow_kafka_events.codec import TRIGGER_EVENT_CODEC
+from airflow_kafka_events.envelopes.codec import TRIGGER_EVENT_CODEC
 from airflow_kafka_events.kafka import KafkaSettings
 from airflow_kafka_events.kafka.consumer import EnvelopeConsumer
-from airflow_kafka_events.streams import stream_id
-from airflow_kafka_events.triggers.streaming import DEFAULT_TOPIC
+from airflow_kafka_events.streams.descriptor import stream_id
+from airflow_kafka_events.streams.producing.trigger import DEFAULT_TOPIC
 from benchmarks.asset_event_e2e_latency import write_results
 from benchmarks.streaming_vs_classic import Environment, airflow_environment, loadavg, say
 

@@ -25,7 +25,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from airflow_kafka_events.iteration.runner import Item, IterationRunner
+from airflow_kafka_events.iteration.items import Item
+from airflow_kafka_events.iteration.runner import IterationRunner
 
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 

@@ -16,8 +16,8 @@ from pathlib import Path
 
 from confluent_kafka.admin import AdminClient
 
-from airflow_kafka_events.codec import TRIGGER_EVENT_CODEC
-from airflow_kafka_events.envelopes import TriggerEventEnvelope
+from airflow_kafka_events.envelopes.codec import TRIGGER_EVENT_CODEC
+from airflow_kafka_events.envelopes.model import TriggerEventEnvelope
 from airflow_kafka_events.kafka import KafkaSettings, TopicSpec, delete_topics, ensure_topics
 from airflow_kafka_events.kafka.producer import EnvelopeProducer
 from airflow_kafka_events.local_broker import LocalKafkaBroker

@@ -186,7 +186,7 @@ def main(argv: list[str]) -> int:
     from airflow_kafka_events.kafka import KafkaSettings
     from airflow_kafka_events.kafka.topics import TopicSpec, ensure_topics
     from airflow_kafka_events.local_broker import LocalKafkaBroker
-    from airflow_kafka_events.triggers.streaming import DEFAULT_TOPIC
+    from airflow_kafka_events.streams.producing.trigger import DEFAULT_TOPIC
 
     scratch = Path(tempfile.mkdtemp(prefix="b9-"))
     broker = None

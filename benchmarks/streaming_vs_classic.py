@@ -40,7 +40,7 @@ from confluent_kafka.admin import AdminClient
 
 from airflow_kafka_events.kafka import KafkaSettings, TopicSpec, ensure_topics
 from airflow_kafka_events.local_broker import LocalKafkaBroker
-from airflow_kafka_events.triggers.streaming import DEFAULT_TOPIC
+from airflow_kafka_events.streams.producing.trigger import DEFAULT_TOPIC
 from benchmarks.asset_event_e2e_latency import write_results
 
 REPO = Path(__file__).resolve().parents[1]

@@ -54,10 +54,11 @@ from urllib.parse import quote
 
 from confluent_kafka.admin import AdminClient
 
-from airflow_kafka_events.assets.external import build_envelope, record_key
-from airflow_kafka_events.codec import ASSET_EVENT_CODEC, TRIGGER_EVENT_CODEC
-from airflow_kafka_events.dlq import DeadLetter, DeadLetterReason, dead_letter_headers
-from airflow_kafka_events.envelopes import (
+from airflow_kafka_events.assets.publish import build_envelope, record_key
+from airflow_kafka_events.dead_letters.headers import DeadLetterReason
+from airflow_kafka_events.dead_letters.letter import DeadLetter, dead_letter_headers
+from airflow_kafka_events.envelopes.codec import ASSET_EVENT_CODEC, TRIGGER_EVENT_CODEC
+from airflow_kafka_events.envelopes.model import (
     AssetRef,
     EventSource,
     ProducerIdentity,
@@ -66,16 +67,16 @@ from airflow_kafka_events.envelopes import (
 )
 from airflow_kafka_events.kafka import KafkaSettings, TopicSpec, ensure_topics
 from airflow_kafka_events.kafka.producer import close_all_producers, get_producer
-from airflow_kafka_events.kafka.progress import lookup_stream
 from airflow_kafka_events.local_broker import LocalKafkaBroker
-from airflow_kafka_events.stream_index.record import (
+from airflow_kafka_events.streams.descriptor import stream_id
+from airflow_kafka_events.streams.index.record import (
     ConsumerRecord,
     StreamRecord,
     consumer_key,
     encode_record,
     stream_key,
 )
-from airflow_kafka_events.streams import stream_id
+from airflow_kafka_events.streams.progress import lookup_stream
 
 REPO = Path(__file__).resolve().parents[1]
 GOAL_MS = 300.0
@@ -89,8 +90,8 @@ from typing import Any
 import pendulum
 from airflow.sdk import DAG, BaseOperator
 
-from airflow_kafka_events.operators import StreamingOperatorMixin
-from airflow_kafka_events.triggers.testing import CountingPagesTrigger
+from airflow_kafka_events.streams.producing.operator import StreamingOperatorMixin
+from airflow_kafka_events.streams.producing.demo_trigger import CountingPagesTrigger
 
 
 class PagingProducer(StreamingOperatorMixin, BaseOperator):

@@ -73,9 +73,9 @@ from typing import Any
 
 from confluent_kafka.admin import AdminClient
 
-from airflow_kafka_events.assets.external import build_envelope, record_key
-from airflow_kafka_events.codec import ASSET_EVENT_CODEC
-from airflow_kafka_events.envelopes import AssetRef, EventSource, SourceKind
+from airflow_kafka_events.assets.publish import build_envelope, record_key
+from airflow_kafka_events.envelopes.codec import ASSET_EVENT_CODEC
+from airflow_kafka_events.envelopes.model import AssetRef, EventSource, SourceKind
 from airflow_kafka_events.kafka import KafkaSettings, TopicSpec, ensure_topics
 from airflow_kafka_events.kafka.producer import EnvelopeProducer, close_all_producers
 from airflow_kafka_events.local_broker import LocalKafkaBroker

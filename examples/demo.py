@@ -44,15 +44,15 @@ from typing import TYPE_CHECKING, Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from airflow_kafka_events.codec import TRIGGER_EVENT_CODEC
-from airflow_kafka_events.envelopes import ProducerIdentity, StreamError, TriggerEventEnvelope
+from airflow_kafka_events.envelopes.codec import TRIGGER_EVENT_CODEC
+from airflow_kafka_events.envelopes.model import ProducerIdentity, StreamFailure, TriggerEventEnvelope
 from airflow_kafka_events.kafka.consumer import EnvelopeConsumer
 from airflow_kafka_events.kafka.producer import EnvelopeProducer, close_all_producers
 from airflow_kafka_events.kafka.settings import KafkaSettings
 from airflow_kafka_events.kafka.topics import TopicSpec, delete_topics, ensure_topics
 from airflow_kafka_events.local_broker import LocalKafkaBroker
-from airflow_kafka_events.streams import stream_id
-from airflow_kafka_events.triggers.streaming import DEFAULT_TOPIC
+from airflow_kafka_events.streams.descriptor import stream_id
+from airflow_kafka_events.streams.producing.trigger import DEFAULT_TOPIC
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import demo_ui  # examples/demo_ui.py: the Kafka Events view, --keep-running
@@ -113,7 +113,7 @@ def stream_pages(run_id: str, pages: int, fail_at: int | None) -> list[TriggerEv
                     sequence_index=i,
                     is_last=True,
                     producer=producer,
-                    error=StreamError(type="HTTPError", message=f"503 Service Unavailable on page {i}"),
+                    error=StreamFailure(type="HTTPError", message=f"503 Service Unavailable on page {i}"),
                 )
             )
             return out

@@ -43,8 +43,8 @@ def refused_event_demo(bootstrap: str, say: Any, *, topic: str, dlq_topic: str) 
 
     Waits (with a deadline) until the bridge has written the dead letter, reason ``not-allowed``.
     """
-    from airflow_kafka_events.assets.external import emit
-    from airflow_kafka_events.inspection import ScanWindow, list_dead_letters
+    from airflow_kafka_events.assets.publish import emit
+    from airflow_kafka_events.ui.inspection import ScanWindow, list_dead_letters
 
     receipt = emit(
         "s3://lake/orders/batches",  # examples/dags/process_batch_partitioned.py

@@ -10,7 +10,7 @@ import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from airflow_kafka_events.triggers.asset_watcher import watcher_payload
+from airflow_kafka_events.assets.watcher_payload import watcher_payload
 
 if TYPE_CHECKING:
     from harness.airflow_stack import AirflowStack
@@ -203,7 +203,7 @@ def _kill_the_triggerer(stack: AirflowStack, run_id: str) -> bool:
 def message_queue_demo(stack: AirflowStack, bootstrap: str, topic: str) -> bool:
     """Use case 3: ``MessageQueueTrigger(scheme="kafka-events")`` watches ``ops://reports``; an event
     emitted from outside Airflow (``assets.external.emit``) runs ``refresh_reports``."""
-    from airflow_kafka_events.assets import external
+    from airflow_kafka_events.assets import publish as external
 
     t0 = time.monotonic()
     extra = {"report_day": f"demo-{uuid.uuid4().hex[:8]}"}

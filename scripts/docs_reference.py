@@ -216,7 +216,7 @@ def metrics_page() -> str:
 # --------------------------------------------------------------------------- CLI
 def cli_commands() -> list[tuple[str, argparse.ArgumentParser]]:
     """(command path, parser) of the entry point and every command below it, in help order."""
-    from airflow_kafka_events.cli import build_parser
+    from airflow_kafka_events.cli.main import build_parser
 
     found: list[tuple[str, argparse.ArgumentParser]] = []
 

@@ -62,7 +62,7 @@ def _testcontainers_kafka() -> Iterator[str]:
 
 def _local_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     from airflow_kafka_events.errors import BrokerError
-    from airflow_kafka_events.local_broker import LocalKafkaBroker
+    from airflow_kafka_events.local_broker.broker import LocalKafkaBroker
 
     broker = LocalKafkaBroker(state_dir=tmp_path_factory.mktemp("kafka-session"), port=None)
     try:

@@ -1,4 +1,4 @@
-// Builds the Kafka Events view's bundle: src/main.jsx -> ../src/airflow_kafka_events/plugin/static/kafka-events.js
+// Builds the Kafka Events view's bundle: src/main.jsx -> ../src/airflow_kafka_events/ui/static/kafka-events.js
 //
 // React, React Router and Chakra UI are not bundled: Airflow's UI puts its own instances on
 // globalThis (React, ReactJSXRuntime, ReactRouterDOM, ChakraUI) before it imports a react_apps
@@ -12,7 +12,7 @@ import { dirname, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 
 const here = dirname(fileURLToPath(import.meta.url));
-export const OUTFILE = resolve(here, "../src/airflow_kafka_events/plugin/static/kafka-events.js");
+export const OUTFILE = resolve(here, "../src/airflow_kafka_events/ui/static/kafka-events.js");
 
 const GLOBALS = {
   react: "React",

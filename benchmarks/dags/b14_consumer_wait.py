@@ -21,8 +21,9 @@ from typing import Any
 import pendulum
 from airflow.sdk import DAG, BaseOperator, task
 
-from airflow_kafka_events.operators import StreamConsumerOperator, StreamingOperatorMixin, StreamRef
-from airflow_kafka_events.triggers.testing import CountingPagesTrigger
+from airflow_kafka_events.streams.consuming.operator import StreamConsumerOperator, StreamRef
+from airflow_kafka_events.streams.producing.demo_trigger import CountingPagesTrigger
+from airflow_kafka_events.streams.producing.operator import StreamingOperatorMixin
 
 DAG_ID = "b14_consumer_wait"
 

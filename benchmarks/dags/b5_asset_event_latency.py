@@ -18,7 +18,7 @@ import os
 import pendulum
 from airflow.sdk import DAG, Asset, PartitionedAssetTimetable, task
 
-from airflow_kafka_events.triggers.asset_watcher import kafka_watched_asset
+from airflow_kafka_events.watcher.trigger import kafka_watched_asset
 
 RUN = os.environ.get("AIRFLOW_KAFKA_EVENTS_B5_RUN")
 WATCHER_TOPIC = f"bench.b5.watcher.{RUN}"

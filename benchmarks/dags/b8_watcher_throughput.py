@@ -54,7 +54,7 @@ def ceiling_trigger_name(count: int, asset_name: str) -> str:
 if RUN and CONTROL_DIR:
     from b8_triggers import BurstTrigger
 
-    from airflow_kafka_events.triggers.asset_watcher import kafka_watched_asset
+    from airflow_kafka_events.watcher.trigger import kafka_watched_asset
 
     PHASE = current_phase()
     assets: list[Asset] = [Asset(name="b8_never", uri="bench://b8/never")]  # no event: no DAG run

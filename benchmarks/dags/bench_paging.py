@@ -18,8 +18,8 @@ from typing import Any
 import pendulum
 from airflow.sdk import DAG, BaseOperator
 
-from airflow_kafka_events.operators import StreamingOperatorMixin
-from airflow_kafka_events.triggers.testing import CountingPagesTrigger, OnePageTrigger
+from airflow_kafka_events.streams.producing.demo_trigger import CountingPagesTrigger, OnePageTrigger
+from airflow_kafka_events.streams.producing.operator import StreamingOperatorMixin
 
 DEFAULT_PAGES = 100
 DEFAULT_DELAY = 0.02

@@ -1,7 +1,7 @@
 """Every user of a Microsoft Graph tenant through Kafka, a page at a time, with ONE deferral.
 
 ``list_users`` defers once to a
-:class:`~airflow_kafka_events.triggers.http.GraphPaginationTrigger`: the triggerer follows
+:class:`~airflow_kafka_events.http.trigger.GraphPaginationTrigger`: the triggerer follows
 ``@odata.nextLink`` from page to page and writes each page's ``value`` (a list of users) to
 Kafka; Graph throttling (``429`` with ``Retry-After``) is waited out in the triggerer.  When
 the last page is in Kafka the task resumes ONCE and :meth:`handle_trigger_events` counts
@@ -26,13 +26,11 @@ from typing import Any
 import pendulum
 from airflow.sdk import DAG, BaseOperator
 
-from airflow_kafka_events.operators import (
-    StreamEvent,
-    StreamingOperatorMixin,
-    StreamRef,
-    stream_consumer_task,
-)
-from airflow_kafka_events.triggers.http import GraphPaginationTrigger
+from airflow_kafka_events.http.trigger import GraphPaginationTrigger
+from airflow_kafka_events.streams.consuming.consumption import StreamEvent
+from airflow_kafka_events.streams.consuming.decorator import stream_consumer_task
+from airflow_kafka_events.streams.consuming.operator import StreamRef
+from airflow_kafka_events.streams.producing.operator import StreamingOperatorMixin
 
 log = logging.getLogger(__name__)
 

@@ -40,11 +40,8 @@ from typing import Any
 import pendulum
 from airflow.sdk import DAG, task
 
-from airflow_kafka_events.triggers.asset_watcher import (
-    kafka_watched_asset,
-    watcher_causation,
-    watcher_payload,
-)
+from airflow_kafka_events.assets.watcher_payload import watcher_causation, watcher_payload
+from airflow_kafka_events.watcher.trigger import kafka_watched_asset
 
 TOPIC = "airflow.asset-events"
 DLQ_TOPIC = "airflow.kafka-events.dlq"

@@ -1,13 +1,13 @@
 """Page a JSON API into Kafka with ONE deferral, and handle the pages in a second task.
 
 ``fetch_pages`` starts in the triggerer (``start_from_trigger``: it never takes a worker
-slot) and runs an :class:`~airflow_kafka_events.triggers.http.HttpPaginationTrigger`: every
+slot) and runs an :class:`~airflow_kafka_events.http.trigger.HttpPaginationTrigger`: every
 page of ``GET /v1/orders`` is written to Kafka as one envelope as soon as it is fetched,
 ``429``/``5xx`` answers are retried, and a triggerer restart continues after the last page
 in Kafka.  The task ends when the last page is written, with the stream descriptor as XCom.
 
 ``handle_pages`` has no dependency on ``fetch_pages``: it reads the stream by reference
-(:class:`~airflow_kafka_events.operators.StreamRef`) while it is written, in order, in
+(:class:`~airflow_kafka_events.streams.consuming.operator.StreamRef`) while it is written, in order, in
 batches of up to 20 pages, and checkpoints its position after every batch.
 
 Setup: an HTTP connection ``paginated_api`` (host ``https://api.example.com``; put the API
@@ -25,7 +25,9 @@ from typing import Any
 import pendulum
 from airflow.sdk import DAG
 
-from airflow_kafka_events.operators import StreamingTriggerOperator, StreamRef, stream_consumer_task
+from airflow_kafka_events.streams.consuming.decorator import stream_consumer_task
+from airflow_kafka_events.streams.consuming.operator import StreamRef
+from airflow_kafka_events.streams.producing.operator import StreamingTriggerOperator
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +41,7 @@ with DAG(
 ):
     StreamingTriggerOperator(
         task_id="fetch_pages",
-        trigger_cls="airflow_kafka_events.triggers.http.HttpPaginationTrigger",
+        trigger_cls="airflow_kafka_events.http.trigger.HttpPaginationTrigger",
         trigger_kwargs={
             "http_conn_id": "paginated_api",
             "endpoint": "v1/orders",

@@ -5,7 +5,7 @@ topic: its ``AssetWatcher`` is common.messaging's ``MessageQueueTrigger`` with t
 ``kafka-events`` (needs ``airflow-kafka-events[messaging]``), which builds this package's asset
 watcher -- the same trigger ``kafka_watched_asset("ops://reports", ...)`` would.  Anything may emit
 the event: a task (``emit_asset_event``), a callback, or a system outside Airflow
-(``airflow-kafka-events emit ops://reports ...`` or ``airflow_kafka_events.assets.external.emit``).
+(``airflow-kafka-events emit ops://reports ...`` or ``airflow_kafka_events.assets.publish.emit``).
 See docs/message-queue-trigger.md.
 """
 
@@ -17,7 +17,7 @@ import pendulum
 from airflow.providers.common.messaging.triggers.msg_queue import MessageQueueTrigger
 from airflow.sdk import DAG, Asset, AssetWatcher, task
 
-from airflow_kafka_events.triggers.asset_watcher import watcher_payload
+from airflow_kafka_events.assets.watcher_payload import watcher_payload
 
 REPORTS = Asset(
     "ops://reports",

@@ -23,7 +23,12 @@ from typing import Any
 
 from airflow_kafka_events.errors import UnsupportedByAirflowError, ValidationError
 
-__all__ = ["EarlierTries", "earlier_tries", "watcher_queue", "watcher_queues_supported"]
+__all__ = [
+    "EarlierTries",
+    "earlier_tries",
+    "watcher_queue",
+    "watcher_queues_supported",
+]
 
 
 @dataclass(frozen=True)

@@ -27,16 +27,6 @@ class AirflowKafkaEventsError(Exception):
     """Root of every error this package raises on purpose."""
 
 
-def recorded_under(module: str, *classes: type[BaseException]) -> None:
-    """Record ``classes`` as ``<module>.<Class>`` (their import path before they moved; it still works).
-
-    The type name of an error is written into Kafka records (``StreamError.type``,
-    ``x-error-type``), so it stays the same when a class moves to its package's errors module.
-    """
-    for cls in classes:
-        cls.__module__ = module
-
-
 class ConfigurationError(AirflowKafkaEventsError, ValueError):
     """Settings that are missing, contradictory, or weaken a guarantee the package relies on."""
 

@@ -1,7 +1,7 @@
 """The ``Retry-After`` header: how long a server asks its client to wait before trying again.
 
 One parser for every HTTP client of the package -- the HTTP paginator
-(:mod:`airflow_kafka_events.triggers.http_requests`) and the partition bridge's REST client
+(:mod:`airflow_kafka_events.http.requests`) and the partition bridge's REST client
 (:mod:`airflow_kafka_events.bridge.airflow_api`).  RFC 9110 (section 10.2.3) allows two forms,
 ``delay-seconds`` and an ``HTTP-date``; :func:`parse_retry_after` reads both:
 

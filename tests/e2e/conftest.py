@@ -199,7 +199,7 @@ def airflow_stack(
 def trigger_events_topic(kafka_admin) -> str:
     """The default trigger events topic, created once (the test brokers do not auto-create topics)."""
     from airflow_kafka_events.kafka.topics import TopicSpec, ensure_topics
-    from airflow_kafka_events.triggers.streaming import DEFAULT_TOPIC
+    from airflow_kafka_events.streams.producing.trigger import DEFAULT_TOPIC
 
     ensure_topics(kafka_admin, [TopicSpec(DEFAULT_TOPIC, partitions=3)])
     return DEFAULT_TOPIC

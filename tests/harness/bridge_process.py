@@ -50,7 +50,7 @@ class BridgeProcess:
         argv = [
             sys.executable,
             "-m",
-            "airflow_kafka_events.cli",
+            "airflow_kafka_events.cli.main",
             "bridge",
             "--bootstrap-servers",
             bootstrap,

@@ -8,9 +8,9 @@ import time
 import uuid
 from collections import Counter
 
-from airflow_kafka_events.assets.external import build_envelope
-from airflow_kafka_events.codec import ASSET_EVENT_CODEC
-from airflow_kafka_events.envelopes import AssetRef, EventSource, SourceKind
+from airflow_kafka_events.assets.publish import build_envelope
+from airflow_kafka_events.envelopes.codec import ASSET_EVENT_CODEC
+from airflow_kafka_events.envelopes.model import AssetRef, EventSource, SourceKind
 from airflow_kafka_events.kafka.producer import get_producer
 from airflow_kafka_events.kafka.settings import KafkaSettings
 from harness.airflow_runs import json_column

@@ -22,11 +22,11 @@ from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from airflow_kafka_events.errors import BrokerError
-from airflow_kafka_events.local_broker import LocalKafkaBroker
+from airflow_kafka_events.local_broker.broker import LocalKafkaBroker
 
 pytestmark = pytest.mark.integration
 
-CLI = [sys.executable, "-m", "airflow_kafka_events.cli"]
+CLI = [sys.executable, "-m", "airflow_kafka_events.cli.main"]
 
 
 def _cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:

@@ -91,8 +91,8 @@ def test_a_streaming_trigger_and_a_watcher_report_through_airflow_stats(
 
     # a consumer of that stream: pages handled, the handler's time and its lag behind the writes
     from airflow_kafka_events.kafka.settings import KafkaSettings
-    from airflow_kafka_events.kafka.stream_reader import StreamReader
-    from airflow_kafka_events.stream_consumption import drive_stream
+    from airflow_kafka_events.streams.consuming.consumption import drive_stream
+    from airflow_kafka_events.streams.consuming.reader import StreamReader
 
     handled: list[int] = []
     config = KafkaSettings({"bootstrap.servers": kafka_bootstrap}).consumer_config(
@@ -118,11 +118,11 @@ def test_a_streaming_trigger_and_a_watcher_report_through_airflow_stats(
     dlq_topic = new_topic(partitions=1, prefix="watched-dlq")
     _watcher_conn(monkeypatch, kafka_bootstrap, "kafka_watcher_metrics", f"w-{uuid.uuid4().hex[:8]}")
     memory = MemoryStores()
-    from airflow_kafka_events.assets.external import publish
+    from airflow_kafka_events.assets.publish import publish
     from airflow_kafka_events.kafka.producer import get_producer
     from airflow_kafka_events.kafka.settings import KafkaSettings
-    from airflow_kafka_events.triggers.asset_stream import KafkaAssetEventStreamProducer
-    from airflow_kafka_events.triggers.asset_watcher import KafkaAssetEventTrigger
+    from airflow_kafka_events.watcher.stream import KafkaAssetEventStreamProducer
+    from airflow_kafka_events.watcher.trigger import KafkaAssetEventTrigger
 
     monkeypatch.setattr(KafkaAssetEventStreamProducer, "store", lambda self: memory.for_asset(self.asset_uri))
     producer = get_producer(KafkaSettings({"bootstrap.servers": kafka_bootstrap}).producer_config())
@@ -162,7 +162,7 @@ def _environ(statsd: StatsdServer) -> dict[str, str]:
 def test_the_cli_emit_sends_the_same_names_without_airflow(statsd, kafka_bootstrap, new_topic):
     topic = new_topic(partitions=1)
     result = subprocess.run(
-        [sys.executable, "-m", "airflow_kafka_events.cli", "emit", "--asset", "s3://lake/metrics",
+        [sys.executable, "-m", "airflow_kafka_events.cli.main", "emit", "--asset", "s3://lake/metrics",
          "--bootstrap-servers", kafka_bootstrap, "--topic", topic],
         env=_environ(statsd), capture_output=True, text=True, timeout=120,
     )  # fmt: skip
@@ -185,7 +185,7 @@ def test_the_bridge_command_reports_posts_lag_and_dead_letters(statsd, kafka_boo
         command = ["bridge", "--bootstrap-servers", kafka_bootstrap, "--topic", topic, "--group", group]
         command += ["--dlq-topic", dlq, "--api-url", fake.base_url, "--username", "bridge"]
         proc = subprocess.Popen(
-            [sys.executable, "-m", "airflow_kafka_events.cli", *command],
+            [sys.executable, "-m", "airflow_kafka_events.cli.main", *command],
             env=env,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

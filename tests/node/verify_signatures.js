@@ -17,7 +17,7 @@ const RECIPE_V2 = 'airflow-kafka-events/asset-event-signature/v2';
 const PREFIX_V2 = Buffer.from('v2:', 'ascii');
 const NULL_ITEM = Buffer.from([0xff, 0xff, 0xff, 0xff]);
 const DEFAULT_SCHEMA = path.join(
-  __dirname, '..', '..', 'src', 'airflow_kafka_events', 'schemas', 'asset_event_envelope', 'v1.avsc');
+  __dirname, '..', '..', 'src', 'airflow_kafka_events', 'envelopes', 'schemas', 'asset_event_envelope', 'v1.avsc');
 
 // Avro longs as BigInt: timestamps far from 1970 exceed 2^53.
 const LongType = avro.types.LongType.__with({

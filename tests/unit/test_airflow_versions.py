@@ -13,8 +13,8 @@ from airflow.triggers.base import BaseEventTrigger
 
 from airflow_kafka_events.airflow_versions import watcher_queues_supported
 from airflow_kafka_events.errors import ConfigurationError, UnsupportedByAirflowError, ValidationError
-from airflow_kafka_events.serialization_check import roundtrip_trigger_kwargs
-from airflow_kafka_events.triggers.asset_watcher import KafkaAssetEventTrigger, kafka_watched_asset
+from airflow_kafka_events.provider.serialization import roundtrip_trigger_kwargs
+from airflow_kafka_events.watcher.trigger import KafkaAssetEventTrigger, kafka_watched_asset
 
 pytestmark = pytest.mark.unit
 

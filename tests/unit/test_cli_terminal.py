@@ -6,7 +6,7 @@ import io
 
 import pytest
 
-from airflow_kafka_events.cli_terminal import EscapingStream, escape_controls, terminal_stream
+from airflow_kafka_events.cli.terminal import EscapingStream, escape_controls, terminal_stream
 
 pytestmark = pytest.mark.unit
 
@@ -43,7 +43,7 @@ def test_an_escaping_stream_sends_no_escape_byte():
 def test_an_unexpected_error_s_traceback_is_escaped_and_redacted(monkeypatch, capsys):
     # an exception of no kind the CLI expects, quoting a record's data: printed inside the escaping
     # streams (Python's own traceback printing came after they were restored) and redacted
-    from airflow_kafka_events import cli
+    from airflow_kafka_events.cli import main as cli
 
     def broken(args):
         raise RuntimeError("record said \x1b]0;owned\x07 with password=pw-in-traceback")
@@ -78,7 +78,7 @@ def test_a_lone_surrogate_never_reaches_a_c_locale_stream_as_a_raw_byte():
 )
 def test_usage_errors_quoting_the_command_line_are_escaped(argv, capsys):
     """argparse and the commands' own checks quote what they were given (pasted from a page, maybe)."""
-    from airflow_kafka_events import cli
+    from airflow_kafka_events.cli import main as cli
 
     try:
         code = cli.main(argv)

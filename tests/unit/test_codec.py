@@ -13,8 +13,8 @@ import pytest
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient, record_subject_name_strategy
 from confluent_kafka.serialization import MessageField, SerializationContext
 
-from airflow_kafka_events import schemas
-from airflow_kafka_events.codec import (
+from airflow_kafka_events.envelopes import schemas
+from airflow_kafka_events.envelopes.codec import (
     ASSET_EVENT_CODEC,
     TRIGGER_EVENT_CODEC,
     EnvelopeCodec,
@@ -28,13 +28,13 @@ from airflow_kafka_events.codec import (
     parse_single_object,
     trigger_event_codec,
 )
-from airflow_kafka_events.envelopes import (
+from airflow_kafka_events.envelopes.model import (
     AssetEventEnvelope,
     AssetRef,
     EventSource,
     ProducerIdentity,
     SourceKind,
-    StreamError,
+    StreamFailure,
     TriggerEventEnvelope,
 )
 from airflow_kafka_events.errors import (
@@ -65,7 +65,7 @@ def full_trigger() -> TriggerEventEnvelope:
         emitted_at=T0,
         producer=ProducerIdentity("dag", "run", "task", 3, 2),
         resume_cursor="cursor-9",
-        error=StreamError("RuntimeError", "upstream went away"),
+        error=StreamFailure("RuntimeError", "upstream went away"),
         metadata={"k": "v", "ü": ""},
     )
 
@@ -260,7 +260,7 @@ def test_singletons() -> None:
         TriggerEventEnvelope("r", 0, False),
         TriggerEventEnvelope("r", 1, False, payload=b"\x00\xff raw"),
         TriggerEventEnvelope("r", 1, False, payload=b""),
-        TriggerEventEnvelope("r", 2, True, payload=None, error=StreamError("E", "")),
+        TriggerEventEnvelope("r", 2, True, payload=None, error=StreamFailure("E", "")),
         TriggerEventEnvelope("r", 3, False, payload=""),
         TriggerEventEnvelope("r", 3, False, payload=0),
         TriggerEventEnvelope("r", 3, False, payload=[]),
@@ -579,7 +579,8 @@ def _run(code: str) -> str:
 
 def test_imports_no_airflow_module() -> None:
     run_without_airflow(
-        "import airflow_kafka_events.codec, airflow_kafka_events.envelopes, airflow_kafka_events.schemas"
+        "import airflow_kafka_events.envelopes.codec, airflow_kafka_events.envelopes.model, "
+        "airflow_kafka_events.envelopes.schemas"
     )
 
 
@@ -589,9 +590,9 @@ def test_schemas_are_parsed_once() -> None:
         from unittest import mock
         import fastavro
         with mock.patch.object(fastavro, "parse_schema", wraps=fastavro.parse_schema) as parse:
-            from airflow_kafka_events import schemas
-            from airflow_kafka_events.codec import EnvelopeCodec, TRIGGER_EVENT_CODEC
-            from airflow_kafka_events.envelopes import TriggerEventEnvelope
+            from airflow_kafka_events.envelopes import schemas
+            from airflow_kafka_events.envelopes.codec import EnvelopeCodec, TRIGGER_EVENT_CODEC
+            from airflow_kafka_events.envelopes.model import TriggerEventEnvelope
             assert parse.call_count == 0  # nothing parsed at import
             envelopes = [TriggerEventEnvelope("r", i, False, payload=i) for i in range(100)]
             data = [TRIGGER_EVENT_CODEC.encode(e) for e in envelopes]

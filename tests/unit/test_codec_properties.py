@@ -13,15 +13,19 @@ from confluent_kafka.schema_registry import SchemaRegistryClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from airflow_kafka_events.codec import ASSET_EVENT_CODEC, TRIGGER_EVENT_CODEC, EnvelopeCodec, frame_confluent
-from airflow_kafka_events.envelopes import (
+from airflow_kafka_events.envelopes.codec import (
+    ASSET_EVENT_CODEC,
+    TRIGGER_EVENT_CODEC,
+    EnvelopeCodec,
+    frame_confluent,
+)
+from airflow_kafka_events.envelopes.json_values import json_from_text, json_to_text
+from airflow_kafka_events.envelopes.model import (
     AssetEventEnvelope,
     AssetRef,
     ProducerIdentity,
-    StreamError,
+    StreamFailure,
     TriggerEventEnvelope,
-    json_from_text,
-    json_to_text,
 )
 from airflow_kafka_events.errors import EnvelopeDecodeError, EnvelopeEncodeError
 
@@ -369,7 +373,7 @@ trigger_envelopes = st.builds(
         st.none() | int32,
     ),
     st.none() | some_text,
-    st.none() | st.builds(StreamError, st.text(min_size=1, max_size=20), some_text),
+    st.none() | st.builds(StreamFailure, st.text(min_size=1, max_size=20), some_text),
     st.dictionaries(some_text, some_text, max_size=4),
 )
 
@@ -402,7 +406,7 @@ def test_fast_avro_reader_matches_fastavro_on_damaged_bodies(
 
 
 def test_fast_path_is_pinned_to_the_current_schema() -> None:
-    from airflow_kafka_events import codec, schemas
+    from airflow_kafka_events.envelopes import codec, schemas
 
     # A new schema version turns the fast path off (fastavro alone) until it is written for it.
     assert codec._FAST_FINGERPRINT == schemas.schema_fingerprint(schemas.TRIGGER_EVENT_ENVELOPE)

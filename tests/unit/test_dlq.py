@@ -8,13 +8,11 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
-from airflow_kafka_events.dlq import (
-    DEAD_LETTER_HEADERS,
+from airflow_kafka_events.dead_letters.headers import DEAD_LETTER_HEADERS, REFERENCE_HEADERS, DeadLetterReason
+from airflow_kafka_events.dead_letters.letter import (
     MAX_ERROR_MESSAGE_CHARS,
-    REFERENCE_HEADERS,
     REFERENCE_PREFIX_BYTES,
     DeadLetter,
-    DeadLetterReason,
     DeadLetterWriter,
     dead_letter_headers,
     error_type_name,
@@ -27,7 +25,7 @@ from airflow_kafka_events.errors import (
     KafkaOperationError,
     ValidationError,
 )
-from airflow_kafka_events.kafka.producer import DeliveryReceipt
+from airflow_kafka_events.kafka.delivery import DeliveryReceipt
 from harness.airflow_free import run_without_airflow
 
 pytestmark = pytest.mark.unit
@@ -54,7 +52,7 @@ class FakeProducer:
 def letter(**overrides) -> DeadLetter:
     fields = {
         "reason": DeadLetterReason.SIGNATURE_INVALID,
-        "error_type": "airflow_kafka_events.assets.authz.SignatureInvalidError",
+        "error_type": "airflow_kafka_events.assets.errors.SignatureInvalidError",
         "error_message": "bad signature",
         "source_topic": "events",
         "source_partition": 2,
@@ -73,7 +71,7 @@ def test_headers_carry_reason_error_and_source_coordinates():
     headers = dict(letter().headers())
     assert headers == {
         "x-reason": b"signature-invalid",
-        "x-error-type": b"airflow_kafka_events.assets.authz.SignatureInvalidError",
+        "x-error-type": b"airflow_kafka_events.assets.errors.SignatureInvalidError",
         "x-error-message": b"bad signature",
         "x-source-topic": b"events",
         "x-source-partition": b"2",
@@ -174,7 +172,7 @@ def test_writer_needs_a_topic():
 
 
 def test_dlq_imports_no_airflow():
-    run_without_airflow("import airflow_kafka_events.dlq")
+    run_without_airflow("import airflow_kafka_events.dead_letters.letter")
 
 
 # --------------------------------------------------------------------------- records too large for the DLQ
@@ -209,7 +207,7 @@ def test_reference_headers_exact_bytes():
     )
     assert reference.headers() == [
         ("x-reason", b"too-large"),
-        ("x-error-type", b"airflow_kafka_events.assets.authz.SignatureInvalidError"),
+        ("x-error-type", b"airflow_kafka_events.assets.errors.SignatureInvalidError"),
         ("x-error-message", b"bad signature"),
         ("x-source-topic", b"events"),
         ("x-source-partition", b"2"),
@@ -325,9 +323,9 @@ def test_size_errors_are_recognised_in_every_form():
 def test_the_dead_lettered_lines_keep_the_watchers_and_the_bridges_wordings(caplog):
     import logging
 
-    from airflow_kafka_events import dlq
-    from airflow_kafka_events.dead_letter_log import BRIDGE_LINE, log_dead_lettered
-    from airflow_kafka_events.kafka.producer import DeliveryReceipt
+    from airflow_kafka_events.dead_letters import letter as dlq
+    from airflow_kafka_events.dead_letters.log import BRIDGE_LINE, log_dead_lettered
+    from airflow_kafka_events.kafka.delivery import DeliveryReceipt
 
     class Source:
         topic, partition, offset, timestamp_ms = "events", 2, 7, None
@@ -339,17 +337,8 @@ def test_the_dead_lettered_lines_keep_the_watchers_and_the_bridges_wordings(capl
     logger = logging.getLogger("test.dead_lettered")
     with caplog.at_level(logging.WARNING, logger=logger.name):
         log_dead_lettered(logger, Source(), receipt, letter)
-        dlq.log_dead_lettered(logger, Source(), receipt, letter, line=BRIDGE_LINE)
+        log_dead_lettered(logger, Source(), receipt, letter, line=BRIDGE_LINE)
     watcher, bridge = (r.getMessage() for r in caplog.records)
     assert watcher.startswith("Dead-lettered events[2]@7 to events.dlq[0]@41: not-allowed: xxx")
     assert bridge.startswith("events[2]@7 dead-lettered to events.dlq[0]@41: not-allowed: xxx")
     assert watcher.endswith("x...") and len(watcher.split(": ", 2)[2]) == 500
-
-
-def test_the_names_moved_out_of_dlq_stay_importable_from_it():
-    from airflow_kafka_events import dead_letter_headers, dead_letter_log, dlq
-
-    for module in (dead_letter_headers, dead_letter_log):
-        for name in set(module.__all__) & set(dlq.__all__):
-            assert getattr(dlq, name) is getattr(module, name), name
-    assert {"DeadLetterReason", "HEADER_REASON", "SourceRecord", "log_dead_lettered"} <= set(dlq.__all__)

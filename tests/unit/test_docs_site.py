@@ -41,11 +41,11 @@ def _options_the_code_reads() -> set[str]:
     names |= set(re.findall(r"airflow_option\(\s*(?:SECTION|\"kafka_events\"),\s*\"([a-z_]+)\"", text))
     names |= set(re.findall(r"\b_config\(\"([a-z_]+)\"", text))  # assets/emit.py
     names |= set(re.findall(r"\bopt\(\"([a-z_]+)\"", text))  # plugin/settings.py
-    view = (SRC / "plugin" / "settings.py").read_text(encoding="utf-8")  # the names the view asks for
+    view = (SRC / "ui" / "settings.py").read_text(encoding="utf-8")  # the names the view asks for
     names |= set(re.findall(r"^\s+\"([a-z_]+)\",$", view, re.MULTILINE))
-    from airflow_kafka_events.topic_plan import TOPIC_OPTIONS
-    from airflow_kafka_events.triggers.watcher_recheck import RECHECK_OPTION
-    from airflow_kafka_events.triggers.watcher_stops import STOPS_OPTION
+    from airflow_kafka_events.kafka.topic_plan import TOPIC_OPTIONS
+    from airflow_kafka_events.watcher.recheck import RECHECK_OPTION
+    from airflow_kafka_events.watcher.stops import STOPS_OPTION
 
     names |= {option for _, option, _ in TOPIC_OPTIONS} | {RECHECK_OPTION, STOPS_OPTION}
     return names
@@ -81,7 +81,7 @@ def test_the_metrics_reference_lists_every_name_with_its_description(reference: 
 
 
 def test_the_cli_reference_has_every_commands_help(reference: ModuleType) -> None:
-    from airflow_kafka_events.cli import build_parser
+    from airflow_kafka_events.cli.main import build_parser
 
     page = reference.cli_page()
     commands = reference.cli_commands()
@@ -154,9 +154,9 @@ def test_the_readme_is_a_landing_page_that_links_the_site() -> None:
 
 def test_the_declared_defaults_are_the_ones_the_code_uses(reference: ModuleType) -> None:
     from airflow_kafka_events.assets.validation import DEFAULT_MAX_EXTRA_BYTES
-    from airflow_kafka_events.plugin.settings import ViewSettings
-    from airflow_kafka_events.topic_plan import TOPIC_OPTIONS, WATCHER_STOPS_TOPIC
-    from airflow_kafka_events.triggers.outage import DEFAULT_OUTAGE_TIMEOUT
+    from airflow_kafka_events.kafka.topic_plan import TOPIC_OPTIONS, WATCHER_STOPS_TOPIC
+    from airflow_kafka_events.streams.producing.outage import DEFAULT_OUTAGE_TIMEOUT
+    from airflow_kafka_events.ui.settings import ViewSettings
 
     options = {name: o["default"] for name, o in reference.config_options().items()}
     view = ViewSettings.from_options({})

@@ -8,18 +8,20 @@ from decimal import Decimal
 
 import pytest
 
-from airflow_kafka_events.envelopes import (
+from airflow_kafka_events.envelopes.json_values import (
+    json_from_text,
+    json_to_text,
+    payload_from_avro,
+    payload_to_avro,
+)
+from airflow_kafka_events.envelopes.model import (
     AssetEventEnvelope,
     AssetRef,
     EventSource,
     ProducerIdentity,
     SourceKind,
-    StreamError,
+    StreamFailure,
     TriggerEventEnvelope,
-    json_from_text,
-    json_to_text,
-    payload_from_avro,
-    payload_to_avro,
 )
 from airflow_kafka_events.errors import EnvelopeDecodeError, EnvelopeEncodeError, ValidationError
 
@@ -74,7 +76,7 @@ def test_emitted_at_is_normalised_to_utc() -> None:
         ({"producer": "me"}, "producer must be a ProducerIdentity"),
         ({"resume_cursor": 3}, "resume_cursor must be a str or None"),
         ({"error": "boom"}, "error must be a StreamError"),
-        ({"error": StreamError("E", "m"), "is_last": False}, "is_last=True"),
+        ({"error": StreamFailure("E", "m"), "is_last": False}, "is_last=True"),
         ({"metadata": {"a": 1}}, "metadata['a'] must be a str"),
         ({"metadata": {1: "a"}}, "metadata keys must be str"),
         ({"metadata": ["a"]}, "metadata must be a mapping"),
@@ -98,12 +100,13 @@ def test_producer_identity_validation(kwargs: dict) -> None:
 
 def test_stream_error_validation_and_from_exception() -> None:
     with pytest.raises(ValidationError, match=r"StreamError\.type must not be empty"):
-        StreamError("", "m")
+        StreamFailure("", "m")
     with pytest.raises(ValidationError, match=r"StreamError\.message"):
-        StreamError("E", None)  # type: ignore[arg-type]
-    assert StreamError.from_exception(ValueError("bad")) == StreamError("ValueError", "bad")
+        StreamFailure("E", None)  # type: ignore[arg-type]
+    assert StreamFailure.from_exception(ValueError("bad")) == StreamFailure("ValueError", "bad")
     assert (
-        StreamError.from_exception(ValidationError("x")).type == "airflow_kafka_events.errors.ValidationError"
+        StreamFailure.from_exception(ValidationError("x")).type
+        == "airflow_kafka_events.errors.ValidationError"
     )
 
 
@@ -129,7 +132,7 @@ def test_trigger_to_avro_and_back_all_fields() -> None:
         emitted_at=T0,
         producer=ProducerIdentity("dag", "manual__1", "task", 4, 2),
         resume_cursor="offset:99",
-        error=StreamError("TimeoutError", "no data"),
+        error=StreamFailure("TimeoutError", "no data"),
         metadata={"trace": "abc"},
     )
     record = env.to_avro()

@@ -22,17 +22,14 @@ from pathlib import Path
 
 import pytest
 
-from airflow_kafka_events import cli, local_broker
+from airflow_kafka_events import local_broker
+from airflow_kafka_events.cli import main as cli
 from airflow_kafka_events.errors import AirflowKafkaEventsError, BrokerError
-from airflow_kafka_events.local_broker import (
-    DEFAULT_KAFKA_VERSION,
-    BrokerStatus,
-    LocalKafkaBroker,
-    new_cluster_id,
-    parse_java_version,
-    render_pom,
-    render_server_properties,
-)
+from airflow_kafka_events.local_broker._common import DEFAULT_KAFKA_VERSION, BrokerStatus, new_cluster_id
+from airflow_kafka_events.local_broker.broker import LocalKafkaBroker
+from airflow_kafka_events.local_broker.jars import render_pom
+from airflow_kafka_events.local_broker.java import parse_java_version
+from airflow_kafka_events.local_broker.properties import render_server_properties
 
 pytestmark = pytest.mark.unit
 
@@ -488,7 +485,7 @@ def test_broker_errors_belong_to_the_package_hierarchy() -> None:
 
 def test_the_cli_and_the_broker_import_no_airflow_module() -> None:
     code = (
-        "import sys, airflow_kafka_events.cli, airflow_kafka_events.local_broker; "
+        "import sys, airflow_kafka_events.cli.main, airflow_kafka_events.local_broker; "
         "print(sorted(m for m in sys.modules if m == 'airflow' or m.startswith('airflow.')))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -14,12 +14,15 @@ from typing import Any
 
 import pytest
 
-from airflow_kafka_events.envelopes import TriggerEventEnvelope
-from airflow_kafka_events.inspection import dead_letters
+from airflow_kafka_events.envelopes.model import TriggerEventEnvelope
+from airflow_kafka_events.http import options as http_options
+from airflow_kafka_events.http import trigger as http
 from airflow_kafka_events.iteration import sources
-from airflow_kafka_events.kafka import producer, progress
-from airflow_kafka_events.kafka.stream_reader import StreamReader
-from airflow_kafka_events.triggers import http, http_options, streaming
+from airflow_kafka_events.kafka import producer
+from airflow_kafka_events.streams import progress
+from airflow_kafka_events.streams.consuming.reader import StreamReader
+from airflow_kafka_events.streams.producing import trigger as streaming
+from airflow_kafka_events.ui.inspection import dead_letters
 
 pytestmark = pytest.mark.unit
 
@@ -67,7 +70,7 @@ def test_graph_pagination_options_are_the_http_triggers_but_the_fixed_paging_one
 
 
 def test_the_stream_reader_tuning_table_names_reader_parameters_and_operator_attributes():
-    from airflow_kafka_events.operators import streaming as operator_streaming
+    from airflow_kafka_events.streams.producing import operator as operator_streaming
 
     table = operator_streaming._READER_TUNING
     assert set(table) <= _keyword_options(StreamReader.__init__)

@@ -83,8 +83,7 @@ def test_without_now_a_date_counts_from_the_current_time():
 
 def test_the_paginator_and_the_bridge_use_this_parser():
     from airflow_kafka_events.bridge import airflow_api
-    from airflow_kafka_events.triggers import http, http_requests
+    from airflow_kafka_events.http import trigger as http
 
-    assert http_requests.parse_retry_after is parse_retry_after
     assert http.parse_retry_after is parse_retry_after
     assert airflow_api.parse_retry_after is parse_retry_after

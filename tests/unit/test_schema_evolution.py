@@ -18,10 +18,10 @@ import fastavro
 import fastavro.schema
 import pytest
 
-from airflow_kafka_events import codec as codec_module
-from airflow_kafka_events import schemas
-from airflow_kafka_events.codec import EnvelopeCodec, frame_single_object
-from airflow_kafka_events.envelopes import AssetEventEnvelope, TriggerEventEnvelope
+from airflow_kafka_events.envelopes import codec as codec_module
+from airflow_kafka_events.envelopes import schemas
+from airflow_kafka_events.envelopes.codec import EnvelopeCodec, frame_single_object
+from airflow_kafka_events.envelopes.model import AssetEventEnvelope, TriggerEventEnvelope
 from airflow_kafka_events.errors import UnknownSchemaError
 
 pytestmark = pytest.mark.unit
@@ -232,7 +232,7 @@ def trigger_schemas_with_v2(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_codec_resolves_older_kept_version_against_current(trigger_schemas_with_v2: None) -> None:
     from datetime import datetime, timezone
 
-    from airflow_kafka_events.envelopes import ProducerIdentity
+    from airflow_kafka_events.envelopes.model import ProducerIdentity
 
     envelope = TriggerEventEnvelope(
         "run",

@@ -8,8 +8,8 @@ from types import SimpleNamespace
 import pytest
 from airflow.sdk.exceptions import AirflowRescheduleException
 
-from airflow_kafka_events import slot_release
-from airflow_kafka_events.slot_release import (
+from airflow_kafka_events.streams.consuming import slot_release
+from airflow_kafka_events.streams.consuming.slot_release import (
     DEFER,
     IN_WORKER,
     RESCHEDULE,

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_kafka_events.cli import build_parser
+from airflow_kafka_events.cli.main import build_parser
 from airflow_kafka_events.errors import ConfigurationError
-from airflow_kafka_events.topic_plan import TopicSettings, configured_topics
+from airflow_kafka_events.kafka.topic_plan import TopicSettings, configured_topics
 
 pytestmark = pytest.mark.unit
 
@@ -23,7 +23,7 @@ def test_defaults_name_the_topics_once_each_role():
 
 
 def test_the_stream_index_topic_is_compacted_and_its_keys_expire():
-    from airflow_kafka_events.topic_plan import DEFAULT_STREAM_INDEX_RETENTION_MS, WantedTopic, _specs
+    from airflow_kafka_events.kafka.topic_plan import DEFAULT_STREAM_INDEX_RETENTION_MS, WantedTopic, _specs
 
     env = {"AIRFLOW_HOME": "/nonexistent"}
     wanted = [WantedTopic("idx", ("stream-index",)), WantedTopic("stops", ("watcher-stops",))]

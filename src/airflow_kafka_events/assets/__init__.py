@@ -2,7 +2,7 @@
 
 Airflow-free (importable by external producers without Airflow):
 
-* :func:`airflow_kafka_events.assets.external.emit` — emit from any Python process (not
+* :func:`airflow_kafka_events.assets.publish.emit` — emit from any Python process (not
   re-exported here: ``airflow_kafka_events.assets.emit`` is the Airflow-aware module);
 * :class:`Receipt`, :func:`causation_depth`, :func:`provenance_extra`,
   :func:`default_idempotency_key`, :class:`SeenKeys`;
@@ -21,7 +21,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from airflow_kafka_events.assets.external import (
+from airflow_kafka_events.assets.idempotency import SeenKeys, default_idempotency_key
+from airflow_kafka_events.assets.publish import (
     PROVENANCE_EXTRA_KEY,
     Receipt,
     causation_depth,
@@ -29,21 +30,16 @@ from airflow_kafka_events.assets.external import (
     provenance_extra,
     record_key,
 )
-from airflow_kafka_events.assets.idempotency import SeenKeys, default_idempotency_key
 from airflow_kafka_events.lazy_exports import lazy_exports
 
 if TYPE_CHECKING:
-    from airflow_kafka_events.assets.admission import (
-        AdmissionConfig,
-        AdmissionPipeline,
-        AdmissionVerdict,
-        CausationTooDeepError,
-    )
+    from airflow_kafka_events.assets.admission import AdmissionConfig, AdmissionPipeline, AdmissionVerdict
     from airflow_kafka_events.assets.emit import (
         emit_asset_event,
         emit_from_dag_callback,
         emit_from_task_callback,
     )
+    from airflow_kafka_events.assets.errors import CausationTooDeepError
     from airflow_kafka_events.assets.notifier import AssetEventNotifier
 
 __all__ = [

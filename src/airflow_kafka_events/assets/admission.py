@@ -61,19 +61,24 @@ from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any, Literal, Protocol
 
-from airflow_kafka_events.assets.authz import Allowlist, AuthorizationError, verify_envelope
-from airflow_kafka_events.assets.errors import CausationTooDeepError, ConsumedRecordTooLargeError
-from airflow_kafka_events.assets.external import causation_depth
+from airflow_kafka_events.assets.authz import Allowlist, verify_envelope
+from airflow_kafka_events.assets.errors import (
+    AuthorizationError,
+    CausationTooDeepError,
+    ConsumedRecordTooLargeError,
+)
 from airflow_kafka_events.assets.idempotency import SeenKeys
+from airflow_kafka_events.assets.publish import causation_depth
 from airflow_kafka_events.assets.validation import (
     DEFAULT_MAX_EXTRA_BYTES,
     check_partition_key,
     extra_size,
     sanitize_asset_uri,
 )
-from airflow_kafka_events.codec import ASSET_EVENT_CODEC
-from airflow_kafka_events.dlq import DeadLetterReason, Header, record_size
-from airflow_kafka_events.envelopes import AssetEventEnvelope
+from airflow_kafka_events.dead_letters.headers import DeadLetterReason
+from airflow_kafka_events.dead_letters.letter import Header, record_size
+from airflow_kafka_events.envelopes.codec import ASSET_EVENT_CODEC
+from airflow_kafka_events.envelopes.model import AssetEventEnvelope
 from airflow_kafka_events.errors import (
     ConfigurationError,
     EnvelopeDecodeError,
@@ -91,9 +96,7 @@ __all__ = [
     "AdmissionConfig",
     "AdmissionPipeline",
     "AdmissionVerdict",
-    "CausationTooDeepError",
     "KeyProvider",
-    "RecordTooLargeError",
     "SeenStore",
     "Selector",
     "Stage",
@@ -124,10 +127,6 @@ class SeenStore(Protocol):
 
 class Decoder(Protocol):
     def decode(self, data: bytes) -> AssetEventEnvelope: ...
-
-
-#: The former name of :class:`~airflow_kafka_events.assets.errors.ConsumedRecordTooLargeError`.
-RecordTooLargeError = ConsumedRecordTooLargeError
 
 
 class Stage(str, Enum):

@@ -1,14 +1,14 @@
 """Who may publish an asset event for a consumer: allowlists and HMAC-SHA256 envelope signatures.
 
 Two independent checks a consumer (the asset watcher) can apply to an
-:class:`~airflow_kafka_events.envelopes.AssetEventEnvelope` before it becomes an Airflow asset
+:class:`~airflow_kafka_events.envelopes.model.AssetEventEnvelope` before it becomes an Airflow asset
 event.  Both raise an :class:`AuthorizationError` subclass whose ``reason`` is the short code a
 dead-letter record carries.
 
 **Allowlist** (:class:`Allowlist`): a list of rules; an event is allowed when its ``source``
 matches at least one rule.  A rule restricts one or more of
 
-* ``source_kinds`` -- :class:`~airflow_kafka_events.envelopes.SourceKind` values
+* ``source_kinds`` -- :class:`~airflow_kafka_events.envelopes.model.SourceKind` values
   (``task``, ``dag_callback``, ``task_callback``, ``notifier``, ``external``);
 * ``dag_ids`` -- ``fnmatch`` patterns (case-sensitive) the source's ``dag_id`` must match;
 * ``producers`` -- ``fnmatch`` patterns the source's ``producer`` name must match;
@@ -44,11 +44,11 @@ negatives, no ``+``, no leading zeros); timestamps are the Avro ``timestamp-micr
     M = number of causation ids, then the M ids in order
 
 The ``extra`` value texts are the map values *exactly as carried* in the Avro record (each is
-the strict JSON text of that key's value, see :mod:`airflow_kafka_events.envelopes`): they are
+the strict JSON text of that key's value, see :mod:`airflow_kafka_events.envelopes.model`): they are
 signed verbatim, never re-serialized, so ``1`` and ``1.0``, ``12345678901234567890`` and
 ``-0.0`` keep their meaning in every language.  The pairs are sorted by the key's UTF-8 bytes
 (unsigned bytewise order; Avro map order is not fixed).  A Python envelope holds parsed values;
-their texts are :func:`~airflow_kafka_events.envelopes.json_to_text` of each value, the very
+their texts are :func:`~airflow_kafka_events.envelopes.json_values.json_to_text` of each value, the very
 texts the codec writes (:func:`extra_texts`).  A consumer that reads the raw Avro record can pass
 its texts as ``extra_texts`` to verify what another language wrote verbatim.  Test vectors (key,
 envelope bytes, signature) are in ``tests/vectors/signatures``.
@@ -81,13 +81,12 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from airflow_kafka_events.assets.errors import (
-    AuthorizationError,
     NotAllowedError,
-    SignatureError,
     SignatureInvalidError,
     SignatureMissingError,
 )
-from airflow_kafka_events.envelopes import AssetEventEnvelope, EventSource, SourceKind, json_to_text
+from airflow_kafka_events.envelopes.json_values import json_to_text
+from airflow_kafka_events.envelopes.model import AssetEventEnvelope, EventSource, SourceKind
 from airflow_kafka_events.errors import ValidationError
 
 __all__ = [
@@ -96,11 +95,6 @@ __all__ = [
     "SIGNATURE_RECIPE_V2",
     "AllowRule",
     "Allowlist",
-    "AuthorizationError",
-    "NotAllowedError",
-    "SignatureError",
-    "SignatureInvalidError",
-    "SignatureMissingError",
     "SigningKey",
     "compute_signature",
     "extra_texts",

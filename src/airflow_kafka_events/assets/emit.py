@@ -1,8 +1,8 @@
 """Emit asset events from Airflow: running tasks, task- and DAG-level callbacks.
 
 ``emit_asset_event(asset, ...)`` publishes one
-:class:`~airflow_kafka_events.envelopes.AssetEventEnvelope` to Kafka *now* and returns a
-:class:`~airflow_kafka_events.assets.external.Receipt` once the broker acknowledged it
+:class:`~airflow_kafka_events.envelopes.model.AssetEventEnvelope` to Kafka *now* and returns a
+:class:`~airflow_kafka_events.assets.publish.Receipt` once the broker acknowledged it
 (``acks=all``).  Semantics:
 
 * immediate publication: the event is in Kafka when the call returns, whatever the task or
@@ -39,13 +39,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypedDict, Unpack
 
-from airflow_kafka_events.assets.external import (
-    EMIT_ROLE,
-    Receipt,
-    build_envelope,
-    publish,
-    resolve_asset,
-)
+from airflow_kafka_events.assets.publish import EMIT_ROLE, Receipt, build_envelope, publish, resolve_asset
 from airflow_kafka_events.assets.validation import (
     DEFAULT_MAX_CAUSATION_DEPTH,
     DEFAULT_MAX_EXTRA_BYTES,
@@ -55,7 +49,7 @@ from airflow_kafka_events.assets.validation import (
     redact_by_key,
 )
 from airflow_kafka_events.assets.watcher_payload import watcher_causation
-from airflow_kafka_events.envelopes import AssetRef, EventSource, SourceKind
+from airflow_kafka_events.envelopes.model import AssetRef, EventSource, SourceKind
 from airflow_kafka_events.errors import (
     InvalidAssetError,
     NoEmissionContextError,
@@ -254,7 +248,7 @@ def _max_extra_bytes(value: int | None) -> int:
 
 
 def _producer_for(kafka_config_id: str, *, message_timeout: float) -> EnvelopeProducer:
-    from airflow_kafka_events.hooks import KafkaEventsHook
+    from airflow_kafka_events.provider.hook import KafkaEventsHook
 
     hook = KafkaEventsHook(kafka_config_id=kafka_config_id)
     return hook.get_producer(role=EMIT_ROLE, message_timeout=message_timeout)
@@ -381,7 +375,7 @@ def emit_asset_event(
             raise NoEmissionContextError(
                 "emit_asset_event() needs a running task to take the source from; in a DAG callback use "
                 "emit_from_dag_callback(context, ...), in a task callback emit_from_task_callback(context, "
-                "...), outside Airflow airflow_kafka_events.assets.external.emit(...), or pass source="
+                "...), outside Airflow airflow_kafka_events.assets.publish.emit(...), or pass source="
             )
         source = source_from_task_context(context)
     elif not isinstance(source, EventSource):

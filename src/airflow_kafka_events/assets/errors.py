@@ -15,8 +15,8 @@ classes stay importable from :mod:`~airflow_kafka_events.assets.authz` and
 
 from __future__ import annotations
 
-from airflow_kafka_events.dlq import DeadLetterReason
-from airflow_kafka_events.errors import AirflowKafkaEventsError, ValidationError, recorded_under
+from airflow_kafka_events.dead_letters.headers import DeadLetterReason
+from airflow_kafka_events.errors import AirflowKafkaEventsError, ValidationError
 
 __all__ = [
     "AuthorizationError",
@@ -70,14 +70,3 @@ class CausationTooDeepError(AuthorizationError):
 
 class ConsumedRecordTooLargeError(ValidationError):
     """A record is larger than the consumer's ``max_record_bytes``."""
-
-
-recorded_under(
-    "airflow_kafka_events.assets.authz",
-    AuthorizationError,
-    NotAllowedError,
-    SignatureError,
-    SignatureMissingError,
-    SignatureInvalidError,
-)
-recorded_under("airflow_kafka_events.assets.admission", CausationTooDeepError, ConsumedRecordTooLargeError)

@@ -32,7 +32,7 @@ from collections.abc import Callable, Mapping
 from datetime import datetime, timezone
 from typing import Any
 
-from airflow_kafka_events.envelopes import EventSource, SourceKind
+from airflow_kafka_events.envelopes.model import EventSource, SourceKind
 
 __all__ = [
     "IDEMPOTENCY_RECIPE",

@@ -34,10 +34,13 @@ from airflow_kafka_events.assets.emit import (
     source_from_dag_context,
     source_from_task_context,
 )
-from airflow_kafka_events.assets.external import Receipt
-from airflow_kafka_events.envelopes import EventSource, SourceKind
+from airflow_kafka_events.assets.publish import Receipt
+from airflow_kafka_events.envelopes.model import EventSource, SourceKind
 
-__all__ = ["AssetEventNotifier", "notifier_source"]
+__all__ = [
+    "AssetEventNotifier",
+    "notifier_source",
+]
 
 
 def notifier_source(context: Mapping[str, Any], producer: str) -> EventSource:

@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
-from airflow_kafka_events.envelopes import json_to_text
+from airflow_kafka_events.envelopes.json_values import json_to_text
 from airflow_kafka_events.errors import (
     CausationError,
     CausationLoopError,

@@ -5,7 +5,7 @@ with the payload of :func:`envelope_payload`.  :func:`watcher_payload` reads it 
 asset event (e.g. ``context["triggering_asset_events"][asset]``), and :func:`watcher_causation`
 continues the causation chain of the current run's triggering events (pass it as
 ``causation=`` when emitting).  Importable from
-:mod:`airflow_kafka_events.triggers.asset_watcher` as before.
+:mod:`airflow_kafka_events.watcher.trigger` as before.
 """
 
 from __future__ import annotations
@@ -15,19 +15,20 @@ from collections.abc import Mapping
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
-from airflow_kafka_events.assets.external import (
-    PROVENANCE_EXTRA_KEY,
-    causation_from_extra,
-    provenance_extra,
-)
-from airflow_kafka_events.envelopes import AssetEventEnvelope
+from airflow_kafka_events.assets.publish import PROVENANCE_EXTRA_KEY, causation_from_extra, provenance_extra
+from airflow_kafka_events.envelopes.model import AssetEventEnvelope
 
 if TYPE_CHECKING:
-    from airflow_kafka_events.triggers.asset_stream import KafkaRecord
+    from airflow_kafka_events.watcher.stream import KafkaRecord
 
 log = logging.getLogger(__name__)
 
-__all__ = ["causation_from_watcher_extra", "envelope_payload", "watcher_causation", "watcher_payload"]
+__all__ = [
+    "causation_from_watcher_extra",
+    "envelope_payload",
+    "watcher_causation",
+    "watcher_payload",
+]
 
 
 def _iso(value: datetime | None) -> str | None:

@@ -8,27 +8,23 @@ module (the bridge is a plain process beside Airflow, talking to its REST API).
 
 from __future__ import annotations
 
-from airflow_kafka_events.bridge.airflow_api import (
-    AirflowApiClient,
+from airflow_kafka_events.assets.errors import CausationTooDeepError
+from airflow_kafka_events.bridge.airflow_api import AirflowApiClient, AssetIdCache
+from airflow_kafka_events.bridge.airflow_event import event_extra
+from airflow_kafka_events.bridge.config import BridgeConfig, RetryPolicy
+from airflow_kafka_events.bridge.errors import (
     AirflowApiError,
-    AssetIdCache,
     AuthenticationError,
     BridgeError,
+    DeadLetterError,
     ForbiddenError,
     NotFoundError,
     RejectedError,
+    RetriesExhaustedError,
     TransientApiError,
     UnknownAssetError,
 )
-from airflow_kafka_events.bridge.config import BridgeConfig, RetryPolicy
-from airflow_kafka_events.bridge.service import (
-    BridgeService,
-    CausationTooDeepError,
-    DeadLetterError,
-    Outcome,
-    RetriesExhaustedError,
-    event_extra,
-)
+from airflow_kafka_events.bridge.service import BridgeService, Outcome
 
 __all__ = [
     "AirflowApiClient",

@@ -38,12 +38,11 @@ from typing import Any
 import httpx
 
 from airflow_kafka_events.__about__ import __version__
-from airflow_kafka_events.assets.external import PROVENANCE_EXTRA_KEY
+from airflow_kafka_events.assets.publish import PROVENANCE_EXTRA_KEY
 from airflow_kafka_events.bridge.config import API_PAGE_LIMIT
 from airflow_kafka_events.bridge.errors import (
     AirflowApiError,
     AuthenticationError,
-    BridgeError,
     ForbiddenError,
     NotFoundError,
     RejectedError,
@@ -56,18 +55,9 @@ log = logging.getLogger(__name__)
 
 __all__ = [
     "AirflowApiClient",
-    "AirflowApiError",
     "AssetIdCache",
-    "AuthenticationError",
-    "BridgeError",
-    "ForbiddenError",
-    "NotFoundError",
-    "RejectedError",
-    "TransientApiError",
-    "UnknownAssetError",
     "classify_status",
     "jwt_claims",
-    "parse_retry_after",
     "renewal_due",
 ]
 

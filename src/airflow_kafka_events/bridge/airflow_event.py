@@ -11,11 +11,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from airflow_kafka_events.assets.external import PROVENANCE_EXTRA_KEY, provenance_extra
-from airflow_kafka_events.envelopes import AssetEventEnvelope
+from airflow_kafka_events.assets.publish import PROVENANCE_EXTRA_KEY, provenance_extra
+from airflow_kafka_events.envelopes.model import AssetEventEnvelope
 from airflow_kafka_events.kafka.consumer import ConsumedRecord
 
-__all__ = ["event_extra"]
+__all__ = [
+    "event_extra",
+]
 
 
 def event_extra(envelope: AssetEventEnvelope, record: ConsumedRecord[Any] | None = None) -> dict[str, Any]:

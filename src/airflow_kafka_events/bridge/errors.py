@@ -14,7 +14,7 @@ module imports no Airflow module.
 
 from __future__ import annotations
 
-from airflow_kafka_events.errors import AirflowKafkaEventsError, recorded_under
+from airflow_kafka_events.errors import AirflowKafkaEventsError
 
 __all__ = [
     "AirflowApiError",
@@ -86,17 +86,3 @@ class RetriesExhaustedError(BridgeError):
 
 class DeadLetterError(BridgeError):
     """A record could not be written to the dead-letter topic; nothing was committed."""
-
-
-recorded_under(
-    "airflow_kafka_events.bridge.airflow_api",
-    BridgeError,
-    AirflowApiError,
-    TransientApiError,
-    RejectedError,
-    NotFoundError,
-    AuthenticationError,
-    ForbiddenError,
-    UnknownAssetError,
-)
-recorded_under("airflow_kafka_events.bridge.service", RetriesExhaustedError, DeadLetterError)

@@ -3,7 +3,7 @@
 Airflow 3.3 gives the events of an ``AssetWatcher`` no partition key, so DAGs scheduled with
 ``PartitionedAssetTimetable`` never run from a watcher.  The public REST API does accept one
 (``POST /api/v2/assets/events``), so the bridge consumes
-:class:`~airflow_kafka_events.envelopes.AssetEventEnvelope` records and posts each of them there.
+:class:`~airflow_kafka_events.envelopes.model.AssetEventEnvelope` records and posts each of them there.
 
 For each record, in partition order:
 
@@ -40,13 +40,14 @@ the token once; a 403 or refused credentials stop the bridge (configuration erro
 SIGTERM / SIGINT: the event in flight is finished and committed, then the consumer leaves the
 group; records fetched but not handled are not committed and are delivered again.
 
-Dead-letter records are written with :class:`~airflow_kafka_events.dlq.DeadLetterWriter` (the
-original value, key and headers plus the ``x-reason`` / ``x-error-*`` / ``x-source-*`` headers of
-:mod:`airflow_kafka_events.dlq`; a record the dead-letter topic cannot carry becomes a reference,
-never a crash loop).  Besides the :class:`~airflow_kafka_events.dlq.DeadLetterReason`
-codes the bridge writes ``unknown-asset`` (no active Airflow asset with that name and URI) and
-``rejected-by-airflow`` (any other 4xx answer; the status and Airflow's detail are in
-``x-error-message``).
+Dead-letter records are written with
+:class:`~airflow_kafka_events.dead_letters.letter.DeadLetterWriter` (the original value, key and
+headers plus the ``x-reason`` / ``x-error-*`` / ``x-source-*`` headers of
+:mod:`airflow_kafka_events.dead_letters.letter`; a record the dead-letter topic cannot carry becomes
+a reference, never a crash loop).  Besides the
+:class:`~airflow_kafka_events.dead_letters.headers.DeadLetterReason` codes the bridge writes
+``unknown-asset`` (no active Airflow asset with that name and URI) and ``rejected-by-airflow`` (any
+other 4xx answer; the status and Airflow's detail are in ``x-error-message``).
 
 This module imports no Airflow module.
 """
@@ -68,7 +69,7 @@ from typing import Any, TypeVar
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from airflow_kafka_events import metrics
-from airflow_kafka_events.assets.admission import AdmissionPipeline, AdmissionVerdict, CausationTooDeepError
+from airflow_kafka_events.assets.admission import AdmissionPipeline, AdmissionVerdict
 from airflow_kafka_events.assets.idempotency import SeenKeys
 from airflow_kafka_events.bridge.airflow_api import AirflowApiClient, AssetIdCache
 from airflow_kafka_events.bridge.airflow_event import event_extra
@@ -82,9 +83,9 @@ from airflow_kafka_events.bridge.errors import (
     TransientApiError,
     UnknownAssetError,
 )
-from airflow_kafka_events.dead_letter_log import BRIDGE_LINE
-from airflow_kafka_events.dlq import DLQ_ROLE, DLQ_TIMEOUT, DeadLetter, DeadLetterWriter, log_dead_lettered
-from airflow_kafka_events.envelopes import AssetEventEnvelope
+from airflow_kafka_events.dead_letters.letter import DLQ_ROLE, DLQ_TIMEOUT, DeadLetter, DeadLetterWriter
+from airflow_kafka_events.dead_letters.log import BRIDGE_LINE, log_dead_lettered
+from airflow_kafka_events.envelopes.model import AssetEventEnvelope
 from airflow_kafka_events.errors import ConfigurationError, EnvelopeDecodeError, KafkaOperationError
 from airflow_kafka_events.kafka.client_log import refusal_error
 from airflow_kafka_events.kafka.consumer import RAW_BYTES, ConsumedRecord, EnvelopeConsumer
@@ -98,11 +99,7 @@ __all__ = [
     "REASON_REJECTED_BY_AIRFLOW",
     "REASON_UNKNOWN_ASSET",
     "BridgeService",
-    "CausationTooDeepError",
-    "DeadLetterError",
     "Outcome",
-    "RetriesExhaustedError",
-    "event_extra",
 ]
 
 T = TypeVar("T")

@@ -31,20 +31,18 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from airflow_kafka_events.iteration.runner import (
-    CompletedItems,
-    Item,
-    ItemInfo,
+from airflow_kafka_events.iteration.checkpoints import CompletedItems
+from airflow_kafka_events.iteration.errors import (
     ItemTimeoutError,
     IterationFailedError,
-    IterationRunner,
-    IterationSummary,
     NonRetryableItemError,
     SkipItem,
     SourceRestartedError,
     TooManyAbandonedThreadsError,
-    shard_of,
 )
+from airflow_kafka_events.iteration.items import Item, ItemInfo, shard_of
+from airflow_kafka_events.iteration.outcome import IterationSummary
+from airflow_kafka_events.iteration.runner import IterationRunner
 from airflow_kafka_events.lazy_exports import lazy_exports
 
 if TYPE_CHECKING:

@@ -19,9 +19,14 @@ from airflow.sdk.exceptions import AirflowSkipException, TaskDeferred
 
 from airflow_kafka_events.iteration.errors import NonRetryableItemError, SkipItem
 from airflow_kafka_events.iteration.sources import StreamItems
-from airflow_kafka_events.operators.consumer import StreamRef
+from airflow_kafka_events.streams.consuming.operator import StreamRef
 
-__all__ = ["Binder", "is_stream", "item_outcome", "validate_iterate_kwargs"]
+__all__ = [
+    "Binder",
+    "is_stream",
+    "item_outcome",
+    "validate_iterate_kwargs",
+]
 
 _ITERABLE_HINT = (
     "a list or tuple, an upstream task's output (XComArg), a StreamRef, or from_stream(...) / results_of(...)"

@@ -40,9 +40,14 @@ from airflow.sdk.definitions._internal.contextmanager import DagContext, TaskGro
 from airflow.sdk.definitions.xcom_arg import XComArg
 
 from airflow_kafka_events.errors import ConfigurationError
-from airflow_kafka_events.iteration.operator import IterableOperator, validate_iterate_kwargs
+from airflow_kafka_events.iteration.calling import validate_iterate_kwargs
+from airflow_kafka_events.iteration.operator import IterableOperator
 
-__all__ = ["IterableBatch", "IterableTaskDecorator", "iterable_task"]
+__all__ = [
+    "IterableBatch",
+    "IterableTaskDecorator",
+    "iterable_task",
+]
 
 
 class _IterableDecoratedOperator(IterableOperator):

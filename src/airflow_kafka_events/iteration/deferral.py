@@ -6,7 +6,7 @@ handles items in the worker while pages come.  With ``deferrable=True`` (default
 ``stream_idle_interval`` seconds and nothing is in flight (no item running, waiting for a
 retry or abandoned in a thread, every result delivered, no item failed for good), the
 runner stops with its checkpoint saved and its results stream left open, and the task
-defers to a :class:`~airflow_kafka_events.triggers.stream_wait.StreamWaitTrigger` that
+defers to a :class:`~airflow_kafka_events.streams.consuming.wait_trigger.StreamWaitTrigger` that
 waits for the next ``stream_max_events`` pages past the last page handled (or the stream's
 end, a new attempt, ``stream_resume_wait`` seconds after the first new page, or the start
 / gap timeouts, which end as the same typed errors as in the worker).  On resume the task
@@ -16,7 +16,7 @@ so items keep their order and none runs twice; a retry still re-reads the attemp
 what the checkpoint has as done.
 
 Without deferral (and ``reschedule=True``, the default) the task gives its slot back the
-same way but by a reschedule (see :mod:`airflow_kafka_events.slot_release`): the same try
+same way but by a reschedule (see :mod:`airflow_kafka_events.streams.consuming.slot_release`): the same try
 runs again ``stream_reschedule_interval`` seconds later and goes on from the same position.
 
 :class:`Resumption` is what travels through the deferral (JSON in the task instance's
@@ -30,12 +30,16 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from airflow_kafka_events.checkpoint import Checkpoint
 from airflow_kafka_events.iteration.sources import StreamIdle, StreamItemSource
-from airflow_kafka_events.operators.consumer import StreamRef
-from airflow_kafka_events.triggers.stream_wait import StreamWaitTrigger
+from airflow_kafka_events.streams.checkpoint import Checkpoint
+from airflow_kafka_events.streams.consuming.operator import StreamRef
+from airflow_kafka_events.streams.consuming.wait_trigger import StreamWaitTrigger
 
-__all__ = ["Resumption", "WaitOptions", "wait_trigger"]
+__all__ = [
+    "Resumption",
+    "WaitOptions",
+    "wait_trigger",
+]
 
 
 @dataclass(frozen=True)

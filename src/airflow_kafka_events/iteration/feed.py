@@ -26,7 +26,12 @@ from airflow_kafka_events.iteration.checkpoints import CompletedItems
 from airflow_kafka_events.iteration.items import Item, Work
 from airflow_kafka_events.iteration.outcome import IterationSummary
 
-__all__ = ["SOURCE_IDLE", "ItemFeed", "ItemSource", "SourceIdle"]
+__all__ = [
+    "SOURCE_IDLE",
+    "ItemFeed",
+    "ItemSource",
+    "SourceIdle",
+]
 
 
 class SourceIdle:

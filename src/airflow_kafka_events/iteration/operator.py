@@ -43,7 +43,6 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator
 from airflow.sdk.bases.decorator import get_unique_task_id, is_async_callable
 
-from airflow_kafka_events.checkpoint import state_store_of
 from airflow_kafka_events.errors import ConfigurationError
 from airflow_kafka_events.iteration.calling import Binder, item_outcome, validate_iterate_kwargs
 from airflow_kafka_events.iteration.checkpoints import DEFAULT_CHECKPOINT_KEY
@@ -55,8 +54,9 @@ from airflow_kafka_events.iteration.sources import (
     StreamItemSource,
     locate_stream_start,
 )
-from airflow_kafka_events.operators.consumer import StreamRef, default_deferrable
-from airflow_kafka_events.slot_release import (
+from airflow_kafka_events.streams.checkpoint import state_store_of
+from airflow_kafka_events.streams.consuming.operator import StreamRef, default_deferrable
+from airflow_kafka_events.streams.consuming.slot_release import (
     DEFAULT_RESCHEDULE_INTERVAL,
     IN_WORKER,
     RESCHEDULE,
@@ -67,16 +67,19 @@ from airflow_kafka_events.slot_release import (
     reschedule_consumer,
     wait_mode,
 )
-from airflow_kafka_events.streams import generation_of, not_before_of, task_stream_id
-from airflow_kafka_events.triggers.stream_wait import wait_event_error
-from airflow_kafka_events.triggers.streaming import DEFAULT_TOPIC
+from airflow_kafka_events.streams.consuming.wait_trigger import wait_event_error
+from airflow_kafka_events.streams.descriptor import generation_of, not_before_of, task_stream_id
+from airflow_kafka_events.streams.producing.trigger import DEFAULT_TOPIC
 
 if TYPE_CHECKING:
     from airflow.sdk.definitions.context import Context
 
     from airflow_kafka_events.iteration.results import ResultsStreamWriter
 
-__all__ = ["ITEM_CONTEXT_KEY", "IterableOperator", "validate_iterate_kwargs"]
+__all__ = [
+    "ITEM_CONTEXT_KEY",
+    "IterableOperator",
+]
 
 #: Context key of the :class:`ItemInfo` in each item's context copy.
 ITEM_CONTEXT_KEY = "iteration_item"
@@ -277,7 +280,7 @@ class IterableOperator(BaseOperator):
             if stream_idle_interval is None
             else stream_idle_interval,
         )
-        #: how this run waits (:func:`~airflow_kafka_events.slot_release.wait_mode`)
+        #: how this run waits (:func:`~airflow_kafka_events.streams.consuming.slot_release.wait_mode`)
         self.wait_mode = IN_WORKER
         self.stream_resume_wait = _positive(
             "stream_resume_wait",
@@ -370,7 +373,7 @@ class IterableOperator(BaseOperator):
         return sync_handler
 
     def _kafka_settings(self, kafka_config_id: str | None) -> Any:
-        from airflow_kafka_events.hooks import KafkaEventsHook
+        from airflow_kafka_events.provider.hook import KafkaEventsHook
 
         return KafkaEventsHook(kafka_config_id=kafka_config_id or "kafka_default").get_settings()
 
@@ -397,7 +400,7 @@ class IterableOperator(BaseOperator):
         if found is None:
             return ListItems(self.iterate_kwargs)
         name, spec = found
-        from airflow_kafka_events.kafka.stream_reader import StreamReader
+        from airflow_kafka_events.streams.consuming.reader import StreamReader
 
         ref = spec.stream
         trigger_run_id = ref.resolve(context)
@@ -446,13 +449,13 @@ class IterableOperator(BaseOperator):
         return source
 
     def _open_sink(self, context: Context, generation: int) -> ResultsStreamWriter:
-        from airflow_kafka_events.envelopes import ProducerIdentity
-        from airflow_kafka_events.hooks import KafkaEventsHook
+        from airflow_kafka_events.envelopes.model import ProducerIdentity
         from airflow_kafka_events.iteration.results import (
             RESULTS_DELIVERY_TIMEOUT,
             RESULTS_ROLE,
             ResultsStreamWriter,
         )
+        from airflow_kafka_events.provider.hook import KafkaEventsHook
 
         ti = context["ti"]
         hook = KafkaEventsHook(kafka_config_id=self.kafka_config_id or "kafka_default")

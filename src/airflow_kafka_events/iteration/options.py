@@ -9,7 +9,10 @@ from typing import Any
 
 from airflow_kafka_events.errors import ConfigurationError
 
-__all__ = ["count_option", "number_option"]
+__all__ = [
+    "count_option",
+    "number_option",
+]
 
 
 def number_option(name: str, value: Any, *, allow_zero: bool = False, optional: bool = False) -> float | None:

@@ -30,7 +30,13 @@ from airflow_kafka_events.iteration.errors import (
 )
 from airflow_kafka_events.iteration.items import Item
 
-__all__ = ["IterationSummary", "ResultHandoff", "ResultSink", "SinkOpening", "conclude"]
+__all__ = [
+    "IterationSummary",
+    "ResultHandoff",
+    "ResultSink",
+    "SinkOpening",
+    "conclude",
+]
 
 
 # ====================================================================== results sink

@@ -16,7 +16,10 @@ from typing import Any
 
 from airflow_kafka_events.iteration.outcome import IterationSummary
 
-__all__ = ["RunLog", "environ_changes"]
+__all__ = [
+    "RunLog",
+    "environ_changes",
+]
 
 
 def environ_changes(before: Mapping[str, str]) -> list[str]:

@@ -2,7 +2,7 @@
 
 Each ``@task.iterable`` task instance writes the results of its items to the stream
 ``stream_id(dag_id, run_id, task_id, map_index)`` -- the same naming as a streaming
-producer -- one :class:`~airflow_kafka_events.envelopes.TriggerEventEnvelope` per succeeded
+producer -- one :class:`~airflow_kafka_events.envelopes.model.TriggerEventEnvelope` per succeeded
 item, payload ``{"ordinal": <int>, "id": <item id>, "result": <JSON value>}``, in completion
 order.  Any reader of trigger event streams reads it: a further stage iterates it lazily
 (``results_of(task_id)`` / ``StreamRef(task_id)``), while it is being written.
@@ -40,8 +40,8 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
-from airflow_kafka_events.codec import TRIGGER_EVENT_CODEC
-from airflow_kafka_events.envelopes import ProducerIdentity, StreamError, TriggerEventEnvelope
+from airflow_kafka_events.envelopes.codec import TRIGGER_EVENT_CODEC
+from airflow_kafka_events.envelopes.model import ProducerIdentity, StreamFailure, TriggerEventEnvelope
 from airflow_kafka_events.errors import (
     EnvelopeDecodeError,
     EnvelopeEncodeError,
@@ -53,16 +53,20 @@ from airflow_kafka_events.iteration.items import Item
 from airflow_kafka_events.iteration.outcome import SinkOpening
 from airflow_kafka_events.kafka.clients import new_consumer
 from airflow_kafka_events.kafka.producer import EnvelopeProducer
-from airflow_kafka_events.kafka.progress import (
+from airflow_kafka_events.kafka.settings import KafkaSettings
+from airflow_kafka_events.streams.progress import (
     FIRST_OFFSET_METADATA_KEY,
     GENERATION_METADATA_KEY,
     StreamLocation,
     StreamProgress,
     lookup_stream,
 )
-from airflow_kafka_events.kafka.settings import KafkaSettings
 
-__all__ = ["ResultsStreamWriter", "read_partition_range", "result_payload"]
+__all__ = [
+    "ResultsStreamWriter",
+    "read_partition_range",
+    "result_payload",
+]
 
 log = logging.getLogger(__name__)
 
@@ -169,7 +173,7 @@ class _RangeScan:
 class ResultsStreamWriter:
     """Writes an iteration's results stream; a :class:`~airflow_kafka_events.iteration.outcome.ResultSink`.
 
-    ``lookup`` and ``scan`` (defaults: :func:`~airflow_kafka_events.kafka.progress.lookup_stream`
+    ``lookup`` and ``scan`` (defaults: :func:`~airflow_kafka_events.streams.progress.lookup_stream`
     and :func:`read_partition_range`) are replaceable for tests.
     """
 
@@ -320,7 +324,7 @@ class ResultsStreamWriter:
         return metadata
 
     def _envelope(
-        self, sequence_index: int, payload: Any, *, is_last: bool = False, error: StreamError | None = None
+        self, sequence_index: int, payload: Any, *, is_last: bool = False, error: StreamFailure | None = None
     ) -> bytes:
         return TRIGGER_EVENT_CODEC.encode(
             TriggerEventEnvelope(
@@ -397,13 +401,13 @@ class ResultsStreamWriter:
         if not self.opened or self.closed or self.complete:
             self.closed = True
             return self.describe()
-        stream_error: StreamError | None = None
+        stream_error: StreamFailure | None = None
         if isinstance(error, BaseException):
-            stream_error = StreamError.from_exception(error)
+            stream_error = StreamFailure.from_exception(error)
         elif error is not None:
-            stream_error = StreamError(type="IterationFailedError", message=str(error))
+            stream_error = StreamFailure(type="IterationFailedError", message=str(error))
         if stream_error is not None and len(stream_error.message) > 2000:
-            stream_error = StreamError(type=stream_error.type, message=stream_error.message[:2000] + "...")
+            stream_error = StreamFailure(type=stream_error.type, message=stream_error.message[:2000] + "...")
         value = self._envelope(self._next_seq, None, is_last=True, error=stream_error)
         receipt = self.producer.send_and_wait(
             self.topic, value, key=self.key, partition=self.partition, timeout=self.delivery_timeout

@@ -33,7 +33,11 @@ from typing import Any, Generic, TypeVar
 
 from airflow_kafka_events.iteration.errors import ItemTimeoutError
 
-__all__ = ["RetryQueue", "await_with_timeout", "retry_delay"]
+__all__ = [
+    "RetryQueue",
+    "await_with_timeout",
+    "retry_delay",
+]
 
 W = TypeVar("W")
 

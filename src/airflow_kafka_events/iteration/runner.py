@@ -72,7 +72,6 @@ from typing import Any
 
 from airflow_kafka_events.errors import ConfigurationError
 from airflow_kafka_events.iteration.checkpoints import (
-    CHECKPOINT_FORMAT,
     DEFAULT_CHECKPOINT_KEY,
     CheckpointKeeper,
     CompletedItems,
@@ -82,22 +81,16 @@ from airflow_kafka_events.iteration.checkpoints import (
 )
 from airflow_kafka_events.iteration.errors import (
     ItemTimeoutError,
-    IterationError,
-    IterationFailedError,
     NonRetryableItemError,
-    ResultDeliveryError,
     SkipItem,
-    SourceRestartedError,
-    TooManyAbandonedThreadsError,
 )
 from airflow_kafka_events.iteration.feed import ItemFeed, ItemSource, SourceIdle
-from airflow_kafka_events.iteration.items import Item, ItemInfo, Work, local_index, shard_of
+from airflow_kafka_events.iteration.items import Item, Work, local_index, shard_of
 from airflow_kafka_events.iteration.options import count_option, number_option
 from airflow_kafka_events.iteration.outcome import (
     IterationSummary,
     ResultHandoff,
     ResultSink,
-    SinkOpening,
     conclude,
 )
 from airflow_kafka_events.iteration.reporting import RunLog
@@ -105,27 +98,7 @@ from airflow_kafka_events.iteration.retries import RetryQueue, await_with_timeou
 from airflow_kafka_events.iteration.threads import ItemThreadPool
 
 __all__ = [
-    "CHECKPOINT_FORMAT",
-    "DEFAULT_CHECKPOINT_KEY",
-    "CompletedItems",
-    "Item",
-    "ItemInfo",
-    "ItemTimeoutError",
-    "IterationCheckpoint",
-    "IterationError",
-    "IterationFailedError",
     "IterationRunner",
-    "IterationSummary",
-    "NonRetryableItemError",
-    "ResultDeliveryError",
-    "ResultSink",
-    "SinkOpening",
-    "SkipItem",
-    "SourceRestartedError",
-    "TooManyAbandonedThreadsError",
-    "local_index",
-    "retry_delay",
-    "shard_of",
 ]
 
 log = logging.getLogger(__name__)

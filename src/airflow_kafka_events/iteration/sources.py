@@ -4,7 +4,7 @@
   upstream task's XCom (an ``XComArg``, resolved when the task runs).  Several such
   arguments combine like Airflow's ``expand()``: their cartesian product, the last one
   varying fastest (:class:`ListItems`).
-* A stream (:class:`StreamItems`, or a bare :class:`~airflow_kafka_events.operators.consumer.
+* A stream (:class:`StreamItems`, or a bare :class:`~airflow_kafka_events.streams.consuming.operator.
   StreamRef`): the pages another task of the same DAG run writes to Kafka, read WHILE that
   task is still paging (no DAG edge needed).  Each page payload is an item, or with
   ``items_path`` (a dotted path into the payload, e.g. ``"results"`` or ``"data.items"``)
@@ -46,7 +46,6 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol, TypedDict, Unpack
 
-from airflow_kafka_events.checkpoint import Checkpoint
 from airflow_kafka_events.errors import (
     ConfigurationError,
     StreamGapError,
@@ -58,13 +57,14 @@ from airflow_kafka_events.iteration.errors import SourceRestartedError
 from airflow_kafka_events.iteration.feed import SOURCE_IDLE, SourceIdle
 from airflow_kafka_events.iteration.items import Item
 from airflow_kafka_events.iteration.threads import settle
-from airflow_kafka_events.operators.consumer import StreamRef
-from airflow_kafka_events.stream_consumption import is_end_marker
-from airflow_kafka_events.triggers.streaming import DEFAULT_TOPIC
+from airflow_kafka_events.streams.checkpoint import Checkpoint
+from airflow_kafka_events.streams.consuming.consumption import is_end_marker
+from airflow_kafka_events.streams.consuming.operator import StreamRef
+from airflow_kafka_events.streams.producing.trigger import DEFAULT_TOPIC
 
 if TYPE_CHECKING:
     from airflow_kafka_events.kafka.settings import KafkaSettings
-    from airflow_kafka_events.kafka.stream_reader import StreamBatch
+    from airflow_kafka_events.streams.consuming.batches import StreamBatch
 
 __all__ = [
     "RESULT_PATH",
@@ -299,7 +299,7 @@ def locate_stream_start(
     timeout: float = 30.0,
 ) -> tuple[Checkpoint, int, bool]:
     """:func:`stream_starting_point` and whether the lookup found nothing written (``True``)."""
-    from airflow_kafka_events.kafka.progress import lookup_stream
+    from airflow_kafka_events.streams.progress import lookup_stream
 
     not_before_ms = None if not_before is None else max(0, int(not_before.timestamp() * 1000))
     try:

@@ -19,7 +19,10 @@ from typing import Any
 
 from airflow_kafka_events.iteration.errors import ItemTimeoutError, TooManyAbandonedThreadsError
 
-__all__ = ["ItemThreadPool", "settle"]
+__all__ = [
+    "ItemThreadPool",
+    "settle",
+]
 
 
 class _Job:

@@ -31,7 +31,11 @@ from airflow_kafka_events.kafka.positions import Partition
 
 log = logging.getLogger(__name__)
 
-__all__ = ["FATAL_CONSUMER_ERRORS", "AssignedReader", "StartPolicy"]
+__all__ = [
+    "FATAL_CONSUMER_ERRORS",
+    "AssignedReader",
+    "StartPolicy",
+]
 
 #: Client errors that will not heal by themselves: the reader raises instead of retrying.
 FATAL_CONSUMER_ERRORS = frozenset(

@@ -13,7 +13,9 @@ from typing import Any
 
 from airflow_kafka_events.kafka.settings import KafkaSettings
 
-__all__ = ["bounded_read_config"]
+__all__ = [
+    "bounded_read_config",
+]
 
 
 def bounded_read_config(settings: KafkaSettings, purpose: str, **extra: Any) -> dict[str, Any]:

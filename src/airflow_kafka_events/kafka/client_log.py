@@ -311,10 +311,6 @@ class ObservedClientError:
     at: float
 
 
-#: The record's former name (still imported by the producer and delivery modules).
-SeenError = ObservedClientError
-
-
 class ClientHealth:
     """Callbacks and state of one librdkafka client (thread-safe).
 

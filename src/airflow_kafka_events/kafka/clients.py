@@ -22,7 +22,10 @@ from confluent_kafka.admin import AdminClient
 from airflow_kafka_events.errors import KafkaOperationError
 from airflow_kafka_events.kafka.client_log import ClientHealth
 
-__all__ = ["new_admin", "new_consumer"]
+__all__ = [
+    "new_admin",
+    "new_consumer",
+]
 
 #: Seconds between librdkafka statistics reports of a consumer (only broker up/down is read).
 CONSUMER_STATS_INTERVAL = 30.0

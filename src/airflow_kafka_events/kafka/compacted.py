@@ -3,8 +3,8 @@
 A compacted topic keeps (at least) the latest record of each key; its readers here read a
 partition from a start offset to its high watermark as it is when the read begins, and keep the
 latest value per key (a tombstone, ``None``, forgets the key).  Used for the watchers' clean-stop
-marks (:mod:`airflow_kafka_events.triggers.watcher_stops`: one key, in the partition it hashes to)
-and the stream index (:mod:`airflow_kafka_events.stream_index`: every key, every partition, or only
+marks (:mod:`airflow_kafka_events.watcher.stops`: one key, in the partition it hashes to)
+and the stream index (:mod:`airflow_kafka_events.streams.index`: every key, every partition, or only
 the records after an earlier read's positions).
 
 Both are blocking (call them on a thread from async code) and bounded by one deadline.  A topic
@@ -20,7 +20,11 @@ from typing import Any
 
 from airflow_kafka_events.kafka.settings import KafkaSettings
 
-__all__ = ["CompactedRead", "read_compacted", "read_compacted_key"]
+__all__ = [
+    "CompactedRead",
+    "read_compacted",
+    "read_compacted_key",
+]
 
 #: Records asked of librdkafka per ``consume()`` call.
 CONSUME_BATCH = 5000

@@ -31,7 +31,7 @@ from airflow_kafka_events.kafka.client_log import (
     BrokerSnapshot,
     Cause,
     ClientHealth,
-    SeenError,
+    ObservedClientError,
     cause_of,
     refusal_error,
 )
@@ -323,7 +323,7 @@ def _too_large_for_topic(health: ClientHealth, topic: str, size: int, err: Kafka
 
 def delivery_failure(
     health: ClientHealth,
-    refused: SeenError | None,
+    refused: ObservedClientError | None,
     topic: str,
     err: KafkaError,
     *,

@@ -19,7 +19,12 @@ from typing import Any
 
 from airflow_kafka_events.errors import ValidationError
 
-__all__ = ["Partition", "PositionTracker", "positions_from_json", "positions_to_json"]
+__all__ = [
+    "Partition",
+    "PositionTracker",
+    "positions_from_json",
+    "positions_to_json",
+]
 
 #: ``(topic, partition)``
 Partition = tuple[str, int]

@@ -59,12 +59,7 @@ from airflow_kafka_events.errors import (
     KafkaOperationError,
     NotSentError,
 )
-from airflow_kafka_events.kafka.client_log import (
-    Cause,
-    ClientHealth,
-    SeenError,
-    refusal_error,
-)
+from airflow_kafka_events.kafka.client_log import Cause, ClientHealth, ObservedClientError, refusal_error
 from airflow_kafka_events.kafka.delivery import (
     FUTURE_PENDING,
     LAZY_FUTURES,
@@ -74,7 +69,6 @@ from airflow_kafka_events.kafka.delivery import (
     DeliveryFuture,
     DeliveryReceipt,
     caller_gave_up,
-    classify_failure,
     delivery_failure,
     receipt_for,
     too_large_for_producer,
@@ -86,19 +80,15 @@ __all__ = [
     "DEFAULT_MESSAGE_TIMEOUT",
     "DEFAULT_ROLE",
     "EXIT_FLUSH_CAP",
-    "REFUSAL_MEMORY",
     "SEND_TIMEOUT",
     "STATS_INTERVAL",
     "TIMEOUT_SCAN",
-    "DeliveryReceipt",
     "EnvelopeProducer",
     "Headers",
     "SendOptions",
-    "classify_failure",
     "close_all_producers",
     "get_producer",
     "role_config",
-    "wire_size",
 ]
 
 log = logging.getLogger(__name__)
@@ -210,7 +200,7 @@ class EnvelopeProducer:
         self.health.add_snapshot_listener(self._awaiting.on_snapshot)
         self.health.add_refusal_listener(self._on_refused)
         #: the brokers refused the credentials / TLS and nothing was delivered since: sends fail at once
-        self._refused: SeenError | None = None
+        self._refused: ObservedClientError | None = None
         self._purge_due = threading.Event()
         try:
             self._producer = Producer(self.health.wire(self.config))
@@ -286,7 +276,7 @@ class EnvelopeProducer:
         if seen is not None and time.monotonic() - seen.at < REFUSAL_MEMORY:
             raise refusal_error(self.health, seen, producing=True)
 
-    def _on_refused(self, seen: SeenError) -> None:
+    def _on_refused(self, seen: ObservedClientError) -> None:
         self._refused = seen
         self._purge_due.set()
 

@@ -12,7 +12,7 @@ security, client id ...).  Role-specific dictionaries are derived from it:
 Outside Airflow the settings come from flags, the environment
 (``KAFKA_BOOTSTRAP_SERVERS``, ``AIRFLOW_KAFKA_EVENTS_PROPERTIES``) or a librdkafka
 ``.properties`` file; inside Airflow they come from an Airflow Kafka connection through
-:mod:`airflow_kafka_events.hooks`. Nothing is read at import time.
+:mod:`airflow_kafka_events.provider.hook`. Nothing is read at import time.
 """
 
 from __future__ import annotations

@@ -28,7 +28,12 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["FEED_CAPACITY", "READ_BATCH", "FedRecord", "Feed"]
+__all__ = [
+    "FEED_CAPACITY",
+    "READ_BATCH",
+    "FedRecord",
+    "Feed",
+]
 
 #: Records a reader takes from its client in one call.
 READ_BATCH = 500

@@ -48,11 +48,7 @@ from airflow_kafka_events.kafka.shared_feed import FEED_CAPACITY, READ_BATCH, Fe
 log = logging.getLogger(__name__)
 
 __all__ = [
-    "FEED_CAPACITY",
-    "READ_BATCH",
     "SHARED_READERS",
-    "FedRecord",
-    "Feed",
     "SharedReader",
     "SharedReaders",
 ]

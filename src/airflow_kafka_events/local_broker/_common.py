@@ -112,7 +112,12 @@ def new_cluster_id() -> str:
 
 
 def package_file(name: str) -> str:
-    return resources.files("airflow_kafka_events").joinpath("broker_files").joinpath(name).read_text("utf-8")
+    return (
+        resources.files("airflow_kafka_events.local_broker")
+        .joinpath("files")
+        .joinpath(name)
+        .read_text("utf-8")
+    )
 
 
 def heap_bytes(heap: str) -> int:

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from airflow_kafka_events.airflow_versions import watcher_queues_supported
-from airflow_kafka_events.assets import external
+from airflow_kafka_events.assets import publish as external
 from airflow_kafka_events.kafka.topics import TopicSpec, ensure_topics
 from harness.airflow_runs import json_column
 from harness.airflow_stack import AirflowStack

@@ -29,12 +29,12 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer
 
-from airflow_kafka_events.assets import external
-from airflow_kafka_events.assets.external import Receipt
-from airflow_kafka_events.dlq import DeadLetter
+from airflow_kafka_events.assets import publish as external
+from airflow_kafka_events.assets.publish import Receipt
+from airflow_kafka_events.dead_letters.letter import DeadLetter
 from airflow_kafka_events.kafka.producer import get_producer
 from airflow_kafka_events.kafka.settings import KafkaSettings
-from airflow_kafka_events.triggers.asset_stream import state_key
+from airflow_kafka_events.watcher.stream import state_key
 from harness.airflow_runs import json_column
 from harness.airflow_stack import AirflowStack
 
@@ -78,10 +78,10 @@ def topics(kafka_admin, airflow_extra_env: dict[str, str]) -> dict[str, str]:
     from confluent_kafka import KafkaError, KafkaException
     from confluent_kafka.admin import NewTopic
 
+    from airflow_kafka_events.kafka.topic_plan import WATCHER_STOPS_TOPIC
     from airflow_kafka_events.kafka.topics import TopicSpec, ensure_topics
-    from airflow_kafka_events.triggers.watcher_stops import DEFAULT_STOPS_TOPIC
 
-    ensure_topics(kafka_admin, [TopicSpec(DEFAULT_STOPS_TOPIC, cleanup_policy="compact")])
+    ensure_topics(kafka_admin, [TopicSpec(WATCHER_STOPS_TOPIC, cleanup_policy="compact")])
 
     run = airflow_extra_env.get("AIRFLOW_KAFKA_EVENTS_E2E_WATCHER_RUN")
     assert run, "tests/e2e/conftest.py airflow_extra_env must set AIRFLOW_KAFKA_EVENTS_E2E_WATCHER_RUN"
@@ -491,7 +491,7 @@ def test_message_queue_trigger_watcher_runs_its_consumer_dag(stack, kafka_bootst
     assert rows == [
         {
             "name": "e2e_message_queue_watcher",
-            "classpath": "airflow_kafka_events.triggers.asset_watcher.KafkaAssetEventTrigger",
+            "classpath": "airflow_kafka_events.watcher.trigger.KafkaAssetEventTrigger",
         }
     ]
     sent = _emit(kafka_bootstrap, topics["events"], MESSAGE_QUEUE_URI, extra={"via": "MessageQueueTrigger"})

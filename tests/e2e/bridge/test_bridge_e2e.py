@@ -1,6 +1,6 @@
 """The partition bridge with a real Airflow: partitioned DAG runs from Kafka asset events.
 
-The bridge runs as a subprocess (``python -m airflow_kafka_events.cli bridge``) against the
+The bridge runs as a subprocess (``python -m airflow_kafka_events.cli.main bridge``) against the
 session stack's api-server, as the simple-auth-manager user ``bridge`` (role ``op``), reading its
 password from the stack's passwords file.  Each test uses its own topics, consumer group and
 partition keys (the asset and the DAGs are shared by the session).
@@ -26,9 +26,9 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
-from airflow_kafka_events.assets.external import emit
+from airflow_kafka_events.assets.publish import emit
 from airflow_kafka_events.bridge.service import FAULT_EXIT_CODE
-from airflow_kafka_events.dlq import DeadLetter
+from airflow_kafka_events.dead_letters.letter import DeadLetter
 from harness.airflow_runs import json_column
 from harness.airflow_stack import AirflowStack
 from harness.bridge_process import BridgeProcess

@@ -32,11 +32,11 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
-from airflow_kafka_events.dlq import DeadLetter
+from airflow_kafka_events.dead_letters.letter import DeadLetter
 from airflow_kafka_events.kafka.producer import get_producer
 from airflow_kafka_events.kafka.settings import KafkaSettings
 from airflow_kafka_events.kafka.topics import TopicSpec, ensure_topics
-from airflow_kafka_events.triggers.asset_stream import state_key
+from airflow_kafka_events.watcher.stream import state_key
 from harness.airflow_stack import AirflowStack
 from harness.multi_watched_assets import ASSETS, event_ids, publish, stack_env
 

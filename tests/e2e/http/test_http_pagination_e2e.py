@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 
 from airflow_kafka_events.kafka.topics import TopicSpec, ensure_topics
-from airflow_kafka_events.streams import stream_id
+from airflow_kafka_events.streams.descriptor import stream_id
 from harness.airflow_stack import AirflowStack
 from integration.triggers.http_server import PagedApi, page_items
 from integration.triggers.sample_triggers import read_topic
@@ -182,7 +182,7 @@ FETCH_ONLY_CONN_ID = "e2e_paged_api_fetch_only"
 def test_fetch_only_http_stream_is_handled_by_a_consumer_while_the_api_is_paged(
     airflow_stack: AirflowStack, kafka_admin, kafka_bootstrap: str, tmp_path: Path
 ):
-    from airflow_kafka_events.triggers.streaming import DEFAULT_TOPIC
+    from airflow_kafka_events.streams.producing.trigger import DEFAULT_TOPIC
 
     stack = airflow_stack
     _ensure_topic(kafka_admin, DEFAULT_TOPIC)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_kafka_events.streams import stream_id
+from airflow_kafka_events.streams.descriptor import stream_id
 from harness.airflow_stack import AirflowStack
 
 pytestmark = pytest.mark.e2e

@@ -19,11 +19,11 @@ from typing import Any
 
 import pytest
 
-from airflow_kafka_events.assets.external import emit
+from airflow_kafka_events.assets.publish import emit
 from airflow_kafka_events.bridge.airflow_api import AirflowApiClient
-from airflow_kafka_events.bridge.service import event_extra
-from airflow_kafka_events.codec import ASSET_EVENT_CODEC
-from airflow_kafka_events.inspection.reader import TopicReader
+from airflow_kafka_events.bridge.airflow_event import event_extra
+from airflow_kafka_events.envelopes.codec import ASSET_EVENT_CODEC
+from airflow_kafka_events.ui.inspection.reader import TopicReader
 from harness.airflow_stack import AirflowStack
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]

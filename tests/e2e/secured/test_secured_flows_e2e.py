@@ -34,18 +34,18 @@ from typing import Any
 import pytest
 from confluent_kafka.admin import AdminClient
 
-from airflow_kafka_events.assets import external
+from airflow_kafka_events.assets import publish as external
+from airflow_kafka_events.assets.watcher_payload import watcher_payload
 from airflow_kafka_events.kafka.settings import KafkaSettings
 from airflow_kafka_events.kafka.topics import TopicSpec, ensure_topics
-from airflow_kafka_events.local_broker import LocalKafkaCluster
-from airflow_kafka_events.triggers.asset_watcher import watcher_payload
+from airflow_kafka_events.local_broker.cluster import LocalKafkaCluster
 from harness.airflow_runs import json_column
 from harness.airflow_stack import AirflowStack
 from harness.bridge_process import BridgeProcess
 
 pytestmark = [pytest.mark.e2e, pytest.mark.cluster, pytest.mark.timeout(600)]
 
-CLI = [sys.executable, "-m", "airflow_kafka_events.cli"]
+CLI = [sys.executable, "-m", "airflow_kafka_events.cli.main"]
 DAGS = Path(__file__).parent / "secured_dags"
 PAGES = 40  # as in secured_dags/e2e_secured.py
 ITEMS = 60

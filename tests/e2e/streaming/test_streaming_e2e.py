@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from airflow_kafka_events.streams import stream_id
-from airflow_kafka_events.triggers.streaming import DEFAULT_TOPIC
+from airflow_kafka_events.streams.descriptor import stream_id
+from airflow_kafka_events.streams.producing.trigger import DEFAULT_TOPIC
 from harness.airflow_stack import CELERY_WORKERS, AirflowStack
 from harness.statsd_server import StatsdServer
 

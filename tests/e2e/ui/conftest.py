@@ -137,7 +137,8 @@ def ui_stack(
 
 
 def _dead_letters(kafka_bootstrap: str, topics: UiTopics, receipts: list, secrets: UiSecrets) -> list:
-    from airflow_kafka_events.dlq import DeadLetter, DeadLetterReason, DeadLetterWriter
+    from airflow_kafka_events.dead_letters.headers import DeadLetterReason
+    from airflow_kafka_events.dead_letters.letter import DeadLetter, DeadLetterWriter
     from airflow_kafka_events.kafka.producer import get_producer
     from airflow_kafka_events.kafka.settings import KafkaSettings
 
@@ -166,8 +167,8 @@ def _dead_letters(kafka_bootstrap: str, topics: UiTopics, receipts: list, secret
 def ui_data(
     ui_stack: AirflowStack, kafka_bootstrap: str, ui_topics: UiTopics, ui_secrets: UiSecrets
 ) -> UiData:
-    from airflow_kafka_events.assets.external import emit
-    from airflow_kafka_events.streams import stream_id
+    from airflow_kafka_events.assets.publish import emit
+    from airflow_kafka_events.streams.descriptor import stream_id
 
     run_id = ui_stack.trigger_dag(DAG_ID)
     asset_uri = f"kafka-events://e2e-ui/{uuid.uuid4().hex[:6]}"

@@ -42,7 +42,7 @@ def _shown_text(html: str, run_id: str) -> str:
 
 
 def _routes() -> list[tuple[str, str]]:
-    from airflow_kafka_events.plugin.app import create_app
+    from airflow_kafka_events.ui.app import create_app
 
     routes = []
     for route in create_app().routes:
@@ -133,11 +133,11 @@ def test_a_stream_page_reads_its_pages_where_the_index_says_and_else_by_lookup(
 ):
     from datetime import datetime
 
-    from airflow_kafka_events.codec import TRIGGER_EVENT_CODEC
-    from airflow_kafka_events.envelopes import TriggerEventEnvelope
+    from airflow_kafka_events.envelopes.codec import TRIGGER_EVENT_CODEC
+    from airflow_kafka_events.envelopes.model import TriggerEventEnvelope
     from airflow_kafka_events.kafka.producer import EnvelopeProducer
     from airflow_kafka_events.kafka.settings import KafkaSettings
-    from airflow_kafka_events.streams import stream_id
+    from airflow_kafka_events.streams.descriptor import stream_id
 
     path = f"/streams/{quote(ui_data.stream_id, safe='/')}"  # a typed URL: no ?partition=&offset=
     detail = _get(ui_stack, f"/api{path}", "viewer").json()

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from airflow_kafka_events.assets.external import emit
+from airflow_kafka_events.assets.publish import emit
 from harness.airflow_runs import json_column
 from harness.airflow_stack import AirflowStack
 from harness.bridge_process import BridgeProcess

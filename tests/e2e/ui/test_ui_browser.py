@@ -132,7 +132,7 @@ def test_an_asset_link_lands_on_the_asset_page(
     open_browser, ui_stack: AirflowStack, ui_data, kafka_bootstrap, ui_topics
 ):
     """An envelope Airflow made an asset event of (as a bridge does): its row links the asset."""
-    from airflow_kafka_events.assets.external import emit
+    from airflow_kafka_events.assets.publish import emit
 
     ui_stack.wait_dag_parsed(BRIDGED_DAG, timeout=180)  # the asset is known once its DAG is parsed
     receipt = emit(

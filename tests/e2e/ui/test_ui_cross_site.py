@@ -73,8 +73,9 @@ def attack_site(tmp_path_factory) -> Iterator[tuple[Path, int]]:
 def _dead_letter(kafka_bootstrap: str, ui_topics, *, source_topic: str | None = None) -> tuple[int, int]:
     """An asset event and its dead letter, written for these tests (no DAG run needed); its
     x-source-topic header says ``source_topic`` if given (a forged one), else the event's topic."""
-    from airflow_kafka_events.assets.external import emit
-    from airflow_kafka_events.dlq import DeadLetter, DeadLetterReason, DeadLetterWriter
+    from airflow_kafka_events.assets.publish import emit
+    from airflow_kafka_events.dead_letters.headers import DeadLetterReason
+    from airflow_kafka_events.dead_letters.letter import DeadLetter, DeadLetterWriter
     from airflow_kafka_events.kafka.producer import get_producer
     from airflow_kafka_events.kafka.settings import KafkaSettings
 

@@ -38,14 +38,15 @@ class Leaks:
 @pytest.fixture(scope="module")
 def leaks(ui_stack: AirflowStack, kafka_bootstrap: str, ui_topics) -> Leaks:
 
-    from airflow_kafka_events.assets.external import emit
-    from airflow_kafka_events.codec import TRIGGER_EVENT_CODEC
-    from airflow_kafka_events.dlq import DeadLetter, DeadLetterReason, DeadLetterWriter
-    from airflow_kafka_events.envelopes import StreamFailure, TriggerEventEnvelope
+    from airflow_kafka_events.assets.publish import emit
+    from airflow_kafka_events.dead_letters.headers import DeadLetterReason
+    from airflow_kafka_events.dead_letters.letter import DeadLetter, DeadLetterWriter
+    from airflow_kafka_events.envelopes.codec import TRIGGER_EVENT_CODEC
+    from airflow_kafka_events.envelopes.model import StreamFailure, TriggerEventEnvelope
     from airflow_kafka_events.kafka.producer import EnvelopeProducer, get_producer
     from airflow_kafka_events.kafka.settings import KafkaSettings
-    from airflow_kafka_events.stream_index.record import StreamRecord, encode_record, stream_key
-    from airflow_kafka_events.streams import stream_id
+    from airflow_kafka_events.streams.descriptor import stream_id
+    from airflow_kafka_events.streams.index.record import StreamRecord, encode_record, stream_key
 
     kinds = ("extra-password", "error-json", "error-repr", "cookie", "url-password", "passphrase")
     secrets = {kind: f"{kind}-{uuid.uuid4().hex}" for kind in kinds}

@@ -12,10 +12,10 @@ from datetime import datetime, timezone
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
-from airflow_kafka_events.assets import external
-from airflow_kafka_events.assets.external import Receipt, build_envelope, publish
-from airflow_kafka_events.codec import ASSET_EVENT_CODEC
-from airflow_kafka_events.envelopes import AssetEventEnvelope, AssetRef, EventSource, SourceKind
+from airflow_kafka_events.assets import publish as external
+from airflow_kafka_events.assets.publish import Receipt, build_envelope, publish
+from airflow_kafka_events.envelopes.codec import ASSET_EVENT_CODEC
+from airflow_kafka_events.envelopes.model import AssetEventEnvelope, AssetRef, EventSource, SourceKind
 from airflow_kafka_events.kafka.producer import get_producer
 from airflow_kafka_events.kafka.settings import KafkaSettings
 from harness.airflow_free import run_without_airflow
@@ -111,7 +111,7 @@ def test_one_assets_events_stay_in_order_on_one_partition(kafka_bootstrap, new_t
 def test_external_emit_in_a_subprocess_imports_no_airflow(kafka_bootstrap, new_topic):
     topic = new_topic(partitions=1)
     stdout = run_without_airflow(
-        "from airflow_kafka_events.assets.external import emit\n"
+        "from airflow_kafka_events.assets.publish import emit\n"
         f"r = emit('s3://lake/ext', partition_key='p1', extra={{'n': 1}}, producer='ext-proc', "
         f"bootstrap_servers={kafka_bootstrap!r}, topic={topic!r})\n"
         "print(r.to_json())\n",
@@ -140,7 +140,7 @@ def test_cli_emit_prints_a_receipt_and_the_record_arrives(kafka_bootstrap, new_t
         [
             sys.executable,
             "-m",
-            "airflow_kafka_events.cli",
+            "airflow_kafka_events.cli.main",
             "emit",
             "--asset",
             "s3://lake/cli/",
@@ -201,7 +201,7 @@ def test_emit_asset_event_in_a_task_context_reaches_kafka(kafka_bootstrap, new_t
     from airflow.sdk import Asset
     from airflow.sdk.execution_time.context import set_current_context
 
-    from airflow_kafka_events import emit_asset_event
+    from airflow_kafka_events.assets.emit import emit_asset_event
 
     topic = new_topic(partitions=3)
     context = task_context(task_id="ingest", try_number=2, partition_key="2026-01-31")
@@ -226,7 +226,8 @@ def test_emit_asset_event_in_a_task_context_reaches_kafka(kafka_bootstrap, new_t
 
 
 def test_dag_callback_event_reaches_kafka_without_a_task_source(kafka_bootstrap, new_topic, kafka_connection):
-    from airflow_kafka_events.assets import AssetEventNotifier, emit_from_dag_callback
+    from airflow_kafka_events.assets.emit import emit_from_dag_callback
+    from airflow_kafka_events.assets.notifier import AssetEventNotifier
 
     topic = new_topic(partitions=1)
     context = dag_callback_context(task_id="last_task", try_number=3)

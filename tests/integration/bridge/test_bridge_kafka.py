@@ -23,12 +23,13 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
-from airflow_kafka_events.assets.external import build_envelope, publish
+from airflow_kafka_events.assets.publish import build_envelope, publish
 from airflow_kafka_events.bridge.config import BridgeConfig, RetryPolicy
-from airflow_kafka_events.bridge.service import FAULT_EXIT_CODE, BridgeService, RetriesExhaustedError
-from airflow_kafka_events.codec import ASSET_EVENT_CODEC
-from airflow_kafka_events.dlq import DeadLetter
-from airflow_kafka_events.envelopes import AssetEventEnvelope, AssetRef, EventSource, SourceKind
+from airflow_kafka_events.bridge.errors import RetriesExhaustedError
+from airflow_kafka_events.bridge.service import FAULT_EXIT_CODE, BridgeService
+from airflow_kafka_events.dead_letters.letter import DeadLetter
+from airflow_kafka_events.envelopes.codec import ASSET_EVENT_CODEC
+from airflow_kafka_events.envelopes.model import AssetEventEnvelope, AssetRef, EventSource, SourceKind
 from airflow_kafka_events.kafka.producer import get_producer
 from airflow_kafka_events.kafka.settings import KafkaSettings
 from integration.bridge.fake_airflow import FakeAirflow
@@ -364,7 +365,7 @@ def _bridge_process(
         [
             sys.executable,
             "-m",
-            "airflow_kafka_events.cli",
+            "airflow_kafka_events.cli.main",
             "bridge",
             "--bootstrap-servers",
             bootstrap,

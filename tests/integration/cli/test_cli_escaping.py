@@ -17,11 +17,11 @@ import time
 
 import pytest
 
-from airflow_kafka_events.codec import TRIGGER_EVENT_CODEC
-from airflow_kafka_events.dlq import DeadLetter, DeadLetterWriter
-from airflow_kafka_events.envelopes import StreamFailure, TriggerEventEnvelope
-from airflow_kafka_events.stream_index.record import StreamRecord, encode_record, stream_key
-from airflow_kafka_events.streams import stream_id
+from airflow_kafka_events.dead_letters.letter import DeadLetter, DeadLetterWriter
+from airflow_kafka_events.envelopes.codec import TRIGGER_EVENT_CODEC
+from airflow_kafka_events.envelopes.model import StreamFailure, TriggerEventEnvelope
+from airflow_kafka_events.streams.descriptor import stream_id
+from airflow_kafka_events.streams.index.record import StreamRecord, encode_record, stream_key
 from integration.cli.test_inspection_cli import ENTRY_POINT, cli
 
 pytestmark = pytest.mark.integration
@@ -136,8 +136,8 @@ def test_replay_assets_prints_escape_sequences_and_url_credentials_of_events_as_
 ):
     """An asset event's URI may hold credentials and its partition key control sequences; an
     undecodable record's bytes are quoted in its refusal: ``replay-assets`` shows neither raw."""
-    from airflow_kafka_events.assets.external import build_envelope
-    from airflow_kafka_events.envelopes import AssetRef, EventSource, SourceKind
+    from airflow_kafka_events.assets.publish import build_envelope
+    from airflow_kafka_events.envelopes.model import AssetRef, EventSource, SourceKind
     from integration.bridge.fake_airflow import FakeAirflow
     from integration.bridge.test_bridge_kafka import PASSWORD, send, send_raw
 

@@ -19,7 +19,7 @@ from confluent_kafka.admin import AdminClient
 
 from airflow_kafka_events.kafka.settings import load_properties
 from airflow_kafka_events.kafka.topics import TopicSpec, ensure_topics
-from airflow_kafka_events.local_broker import LocalKafkaCluster
+from airflow_kafka_events.local_broker.cluster import LocalKafkaCluster
 
 pytestmark = [pytest.mark.integration, pytest.mark.cluster]
 

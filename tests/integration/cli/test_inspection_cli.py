@@ -19,10 +19,10 @@ from typing import Any
 
 import pytest
 
-from airflow_kafka_events.codec import ASSET_EVENT_CODEC, TRIGGER_EVENT_CODEC
-from airflow_kafka_events.envelopes import TriggerEventEnvelope
-from airflow_kafka_events.inspection.reader import TopicReader, message_headers
-from airflow_kafka_events.streams import stream_id
+from airflow_kafka_events.envelopes.codec import ASSET_EVENT_CODEC, TRIGGER_EVENT_CODEC
+from airflow_kafka_events.envelopes.model import TriggerEventEnvelope
+from airflow_kafka_events.streams.descriptor import stream_id
+from airflow_kafka_events.ui.inspection.reader import TopicReader, message_headers
 from integration.inspection.records import asset_event, write_dead_letter, write_index, write_stream
 
 pytestmark = pytest.mark.integration
@@ -89,7 +89,7 @@ def test_streams_ls_show_tail_print_json_and_import_no_airflow(kafka_bootstrap, 
     result = cli("streams", "ls", *listed, "--json", importtime=True)
     listing = ok_json(result)
     imported = [line.rsplit("|", 1)[-1].strip() for line in result.stderr.splitlines() if "|" in line]
-    assert "airflow_kafka_events.inspection" in imported
+    assert "airflow_kafka_events.ui.inspection" in imported
     assert not [m for m in imported if m == "airflow" or m.startswith("airflow.")]
     assert {s["trigger_run_id"]: s["state"] for s in listing["streams"]} == {
         done: "complete",

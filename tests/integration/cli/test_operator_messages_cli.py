@@ -13,8 +13,8 @@ import uuid
 
 import pytest
 
-from airflow_kafka_events.codec import ASSET_EVENT_CODEC
-from airflow_kafka_events.streams import stream_id
+from airflow_kafka_events.envelopes.codec import ASSET_EVENT_CODEC
+from airflow_kafka_events.streams.descriptor import stream_id
 from integration.cli.test_inspection_cli import RUN, cli, ok_json
 from integration.inspection.records import asset_event, write_dead_letter, write_stream
 

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from airflow_kafka_events.assets.external import build_envelope
-from airflow_kafka_events.envelopes import EventSource, SourceKind
+from airflow_kafka_events.assets.publish import build_envelope
+from airflow_kafka_events.envelopes.model import EventSource, SourceKind
 from integration.bridge.fake_airflow import FakeAirflow
 from integration.bridge.test_bridge_kafka import ASSET, PASSWORD, envelope, send
 

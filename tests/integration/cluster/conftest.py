@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_kafka_events.local_broker import LocalKafkaCluster
+from airflow_kafka_events.local_broker.cluster import LocalKafkaCluster
 
 START_TIMEOUT = 240.0
 

@@ -18,12 +18,12 @@ from confluent_kafka import KafkaError, Producer
 from confluent_kafka.admin import AdminClient, ConfigResource
 
 from airflow_kafka_events.kafka.topics import TopicSpec, ensure_topics
-from airflow_kafka_events.local_broker import LocalKafkaCluster
+from airflow_kafka_events.local_broker.cluster import LocalKafkaCluster
 from integration.cluster.support import Tail, isr_complete, partitions, read_all, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.cluster]
 
-CLI = [sys.executable, "-m", "airflow_kafka_events.cli"]
+CLI = [sys.executable, "-m", "airflow_kafka_events.cli.main"]
 RECORDS = 100
 ISR_DEADLINE = 90.0
 

@@ -33,19 +33,19 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from airflow_kafka_events.assets.external import build_envelope, emit, publish
-from airflow_kafka_events.codec import ASSET_EVENT_CODEC
-from airflow_kafka_events.envelopes import AssetRef, EventSource, SourceKind
+from airflow_kafka_events.assets.publish import build_envelope, emit, publish
+from airflow_kafka_events.envelopes.codec import ASSET_EVENT_CODEC
+from airflow_kafka_events.envelopes.model import AssetRef, EventSource, SourceKind
 from airflow_kafka_events.errors import DeliveryOutcomeUnknownError, NotSentError
 from airflow_kafka_events.kafka.partitioner import partition_for_key
 from airflow_kafka_events.kafka.producer import get_producer
 from airflow_kafka_events.kafka.settings import KafkaSettings
-from airflow_kafka_events.kafka.stream_reader import StreamReader
 from airflow_kafka_events.kafka.topics import TopicSpec, ensure_topics
-from airflow_kafka_events.local_broker import LocalKafkaCluster
-from airflow_kafka_events.triggers import Page, StreamingTrigger
-from airflow_kafka_events.triggers.asset_stream import KafkaAssetEventStreamProducer
-from airflow_kafka_events.triggers.asset_watcher import KafkaAssetEventTrigger
+from airflow_kafka_events.local_broker.cluster import LocalKafkaCluster
+from airflow_kafka_events.streams.consuming.reader import StreamReader
+from airflow_kafka_events.streams.producing.trigger import Page, StreamingTrigger
+from airflow_kafka_events.watcher.stream import KafkaAssetEventStreamProducer
+from airflow_kafka_events.watcher.trigger import KafkaAssetEventTrigger
 from integration.bridge.fake_airflow import FakeAirflow
 from integration.bridge.test_bridge_kafka import PASSWORD, committed, make_config, running
 from integration.cluster.support import isr_complete, partitions, wait_until

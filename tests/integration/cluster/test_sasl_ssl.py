@@ -23,12 +23,13 @@ from confluent_kafka.admin import AdminClient
 
 from airflow_kafka_events.kafka.settings import load_properties
 from airflow_kafka_events.kafka.topics import TopicSpec, ensure_topics
-from airflow_kafka_events.local_broker import LocalKafkaCluster, write_ca
+from airflow_kafka_events.local_broker.cluster import LocalKafkaCluster
+from airflow_kafka_events.local_broker.security import write_ca
 from integration.cluster.support import read_all
 
 pytestmark = [pytest.mark.integration, pytest.mark.cluster]
 
-CLI = [sys.executable, "-m", "airflow_kafka_events.cli"]
+CLI = [sys.executable, "-m", "airflow_kafka_events.cli.main"]
 FAIL_WITHIN = 15.0
 
 
@@ -221,7 +222,7 @@ def _end_offset(extras: dict[str, Any], topic: str) -> int:
 
 
 def _emit_with(extras: dict[str, Any], topic: str) -> tuple[BaseException, float]:
-    from airflow_kafka_events.assets import external
+    from airflow_kafka_events.assets import publish as external
     from airflow_kafka_events.kafka.settings import KafkaSettings
 
     began = time.monotonic()

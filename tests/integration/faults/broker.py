@@ -16,7 +16,7 @@ from confluent_kafka import Consumer, KafkaError, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from airflow_kafka_events.kafka.topics import TopicSpec, ensure_topics
-from airflow_kafka_events.local_broker import LocalKafkaBroker
+from airflow_kafka_events.local_broker.broker import LocalKafkaBroker
 
 START_TIMEOUT = 240.0
 

@@ -18,10 +18,10 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 from airflow_kafka_events.assets.admission import DEFAULT_MAX_RECORD_BYTES
-from airflow_kafka_events.assets.external import build_envelope, publish
-from airflow_kafka_events.codec import ASSET_EVENT_CODEC
-from airflow_kafka_events.dlq import REFERENCE_PREFIX_BYTES, DeadLetter, DeadLetterWriter
-from airflow_kafka_events.envelopes import AssetEventEnvelope, AssetRef, EventSource, SourceKind
+from airflow_kafka_events.assets.publish import build_envelope, publish
+from airflow_kafka_events.dead_letters.letter import REFERENCE_PREFIX_BYTES, DeadLetter, DeadLetterWriter
+from airflow_kafka_events.envelopes.codec import ASSET_EVENT_CODEC
+from airflow_kafka_events.envelopes.model import AssetEventEnvelope, AssetRef, EventSource, SourceKind
 from airflow_kafka_events.kafka.producer import get_producer
 from airflow_kafka_events.kafka.settings import KafkaSettings
 from airflow_kafka_events.kafka.topics import TopicSpec, ensure_topics, topic_max_message_bytes

@@ -14,10 +14,10 @@ import uuid
 
 import pytest
 
-from airflow_kafka_events.assets.external import publish
-from airflow_kafka_events.dlq import REFERENCE_PREFIX_BYTES, DeadLetter
-from airflow_kafka_events.triggers.asset_stream import KafkaAssetEventStreamProducer
-from airflow_kafka_events.triggers.asset_watcher import KafkaAssetEventTrigger
+from airflow_kafka_events.assets.publish import publish
+from airflow_kafka_events.dead_letters.letter import REFERENCE_PREFIX_BYTES, DeadLetter
+from airflow_kafka_events.watcher.stream import KafkaAssetEventStreamProducer
+from airflow_kafka_events.watcher.trigger import KafkaAssetEventTrigger
 from integration.faults.test_oversized_records import (
     ASSET,
     CASES,

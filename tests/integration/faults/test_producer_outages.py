@@ -24,13 +24,13 @@ from typing import Any
 
 import pytest
 
-from airflow_kafka_events.assets.external import emit
-from airflow_kafka_events.codec import ASSET_EVENT_CODEC
+from airflow_kafka_events.assets.publish import emit
+from airflow_kafka_events.envelopes.codec import ASSET_EVENT_CODEC
 from airflow_kafka_events.errors import NotSentError
 from airflow_kafka_events.kafka.client_log import LIBRDKAFKA_LOGGER
 from airflow_kafka_events.kafka.producer import get_producer
 from airflow_kafka_events.kafka.settings import KafkaSettings
-from airflow_kafka_events.triggers import Page, StreamingTrigger
+from airflow_kafka_events.streams.producing.trigger import Page, StreamingTrigger
 from integration.faults.broker import FaultBroker, read_values, wait_until
 from integration.triggers.sample_triggers import collect, read_topic
 
@@ -120,7 +120,7 @@ def test_cli_emit_with_the_broker_stopped_exits_within_its_timeout(broker):
     command = [
         sys.executable,
         "-m",
-        "airflow_kafka_events.cli",
+        "airflow_kafka_events.cli.main",
         "emit",
         "--asset",
         "s3://faults/cli",
@@ -137,7 +137,9 @@ def test_cli_emit_with_the_broker_stopped_exits_within_its_timeout(broker):
     # not the CLI's waiting; under CI load it alone can take seconds), measured side by side.
     started = time.monotonic()
     subprocess.run(
-        [sys.executable, "-c", "import airflow_kafka_events.cli, confluent_kafka"], check=True, timeout=120
+        [sys.executable, "-c", "import airflow_kafka_events.cli.main, confluent_kafka"],
+        check=True,
+        timeout=120,
     )
     startup = time.monotonic() - started
     with broker.stopped():

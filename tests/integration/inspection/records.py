@@ -7,17 +7,19 @@ from collections.abc import Sequence
 from datetime import datetime, timezone
 from typing import Any
 
-from airflow_kafka_events.codec import TRIGGER_EVENT_CODEC
-from airflow_kafka_events.dlq import DeadLetter, DeadLetterReason, DeadLetterWriter
-from airflow_kafka_events.envelopes import (
+from airflow_kafka_events.dead_letters.headers import DeadLetterReason
+from airflow_kafka_events.dead_letters.letter import DeadLetter, DeadLetterWriter
+from airflow_kafka_events.envelopes.codec import TRIGGER_EVENT_CODEC
+from airflow_kafka_events.envelopes.model import (
     AssetEventEnvelope,
     AssetRef,
     EventSource,
     SourceKind,
-    StreamError,
+    StreamFailure,
     TriggerEventEnvelope,
 )
-from airflow_kafka_events.kafka.producer import DeliveryReceipt, EnvelopeProducer
+from airflow_kafka_events.kafka.delivery import DeliveryReceipt
+from airflow_kafka_events.kafka.producer import EnvelopeProducer
 
 
 def write_stream(
@@ -43,7 +45,9 @@ def write_stream(
         for seq in range(pages)
     ]
     if end is not None:
-        error = StreamError(type="RuntimeError", message="the API answered 500") if end == "failed" else None
+        error = (
+            StreamFailure(type="RuntimeError", message="the API answered 500") if end == "failed" else None
+        )
         envelopes.append(
             TriggerEventEnvelope(
                 trigger_run_id=run,
@@ -106,7 +110,7 @@ def write_index(
 ) -> None:
     """The stream index record a streaming trigger writes at the end of ``run``'s envelopes ``receipts``
     (written by :func:`write_stream`; the last one its terminal marker when finished or failed)."""
-    from airflow_kafka_events.stream_index.record import StreamRecord, encode_record, stream_key
+    from airflow_kafka_events.streams.index.record import StreamRecord, encode_record, stream_key
 
     pages = len(receipts) - (0 if status == "running" else 1)
     now = datetime.now(timezone.utc).timestamp()

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_kafka_events.codec import ASSET_EVENT_CODEC
+from airflow_kafka_events.envelopes.codec import ASSET_EVENT_CODEC
 from airflow_kafka_events.errors import ValidationError
-from airflow_kafka_events.inspection import ScanWindow, list_asset_events
+from airflow_kafka_events.ui.inspection.asset_events import list_asset_events
+from airflow_kafka_events.ui.inspection.window import ScanWindow
 from integration.inspection.records import asset_event
 
 pytestmark = pytest.mark.integration

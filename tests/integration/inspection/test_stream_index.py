@@ -1,6 +1,6 @@
 """The stream index on a real broker: written by real trigger runs and stream readers, listed whole.
 
-Producers are :class:`~airflow_kafka_events.triggers.streaming.StreamingTrigger` runs driven as the
+Producers are :class:`~airflow_kafka_events.streams.producing.trigger.StreamingTrigger` runs driven as the
 triggerer drives them; the consumer is a streaming operator's ``resume_stream`` (a real
 ``StreamReader``); the index topic is compacted, as ``topics ensure`` makes it.
 """
@@ -15,20 +15,20 @@ import uuid
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
-from airflow_kafka_events.inspection import list_streams
-from airflow_kafka_events.inspection.errors import StreamIndexNotFoundError
 from airflow_kafka_events.kafka.producer import EnvelopeProducer
 from airflow_kafka_events.kafka.settings import KafkaSettings
-from airflow_kafka_events.stream_index.listing import StreamFilter
-from airflow_kafka_events.stream_index.reader import IndexCache, read_index
-from airflow_kafka_events.stream_index.record import (
+from airflow_kafka_events.streams.descriptor import stream_id
+from airflow_kafka_events.streams.index.record import (
     ConsumerRecord,
     StreamRecord,
     consumer_key,
     encode_record,
     stream_key,
 )
-from airflow_kafka_events.streams import stream_id
+from airflow_kafka_events.ui.inspection.errors import StreamIndexNotFoundError
+from airflow_kafka_events.ui.inspection.index_listing import StreamFilter
+from airflow_kafka_events.ui.inspection.index_reader import IndexCache, read_index
+from airflow_kafka_events.ui.inspection.streams import list_streams
 from integration.operators.test_stream_operators import (
     DictStore,
     PagesOperator,

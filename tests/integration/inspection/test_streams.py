@@ -9,23 +9,20 @@ from types import SimpleNamespace
 
 import pytest
 
-from airflow_kafka_events.codec import TRIGGER_EVENT_CODEC
-from airflow_kafka_events.envelopes import TriggerEventEnvelope
-from airflow_kafka_events.inspection import (
+from airflow_kafka_events.envelopes.codec import TRIGGER_EVENT_CODEC
+from airflow_kafka_events.envelopes.model import TriggerEventEnvelope
+from airflow_kafka_events.streams import progress as progress_module
+from airflow_kafka_events.streams.descriptor import stream_id
+from airflow_kafka_events.ui.inspection import streams as streams_module
+from airflow_kafka_events.ui.inspection.errors import (
     BrokerTimeoutError,
     InspectionError,
     InvalidWindowError,
-    ScanWindow,
     StreamNotFoundError,
     TopicNotFoundError,
-    list_streams,
-    show_stream,
-    tail_stream,
 )
-from airflow_kafka_events.inspection import streams as streams_module
-from airflow_kafka_events.inspection.streams import WrittenSpan
-from airflow_kafka_events.kafka import progress as progress_module
-from airflow_kafka_events.streams import stream_id
+from airflow_kafka_events.ui.inspection.streams import WrittenSpan, list_streams, show_stream, tail_stream
+from airflow_kafka_events.ui.inspection.window import ScanWindow
 from integration.inspection.records import wait_past, write_stream
 
 pytestmark = pytest.mark.integration

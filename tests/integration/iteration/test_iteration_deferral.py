@@ -21,12 +21,13 @@ import pytest
 from airflow.sdk.exceptions import TaskDeferred
 
 from airflow_kafka_events.errors import StreamNotStartedError
-from airflow_kafka_events.iteration import IterableOperator, IterationFailedError
 from airflow_kafka_events.iteration.checkpoints import DEFAULT_CHECKPOINT_KEY, IterationCheckpoint
+from airflow_kafka_events.iteration.errors import IterationFailedError
+from airflow_kafka_events.iteration.operator import IterableOperator
 from airflow_kafka_events.iteration.sources import from_stream
-from airflow_kafka_events.kafka.stream_reader import StreamReader
-from airflow_kafka_events.streams import stream_id
-from airflow_kafka_events.triggers.stream_wait import StreamWaitTrigger
+from airflow_kafka_events.streams.consuming.reader import StreamReader
+from airflow_kafka_events.streams.consuming.wait_trigger import StreamWaitTrigger
+from airflow_kafka_events.streams.descriptor import stream_id
 from integration.iteration.test_iteration_kafka import DAG_ID, PageWriter, settings_of
 from unit.operators.fakes import DictStore, context
 

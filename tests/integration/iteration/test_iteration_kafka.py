@@ -16,15 +16,21 @@ from typing import Any
 
 import pytest
 
-from airflow_kafka_events.codec import TRIGGER_EVENT_CODEC
-from airflow_kafka_events.envelopes import TriggerEventEnvelope
-from airflow_kafka_events.iteration import IterableOperator, IterationRunner, results_of
-from airflow_kafka_events.iteration.sources import StreamItemSource, from_stream, stream_starting_point
+from airflow_kafka_events.envelopes.codec import TRIGGER_EVENT_CODEC
+from airflow_kafka_events.envelopes.model import TriggerEventEnvelope
+from airflow_kafka_events.iteration.operator import IterableOperator
+from airflow_kafka_events.iteration.runner import IterationRunner
+from airflow_kafka_events.iteration.sources import (
+    StreamItemSource,
+    from_stream,
+    results_of,
+    stream_starting_point,
+)
 from airflow_kafka_events.kafka.producer import get_producer
 from airflow_kafka_events.kafka.settings import KafkaSettings
-from airflow_kafka_events.kafka.stream_reader import StreamReader
-from airflow_kafka_events.operators import StreamRef
-from airflow_kafka_events.streams import stream_id
+from airflow_kafka_events.streams.consuming.operator import StreamRef
+from airflow_kafka_events.streams.consuming.reader import StreamReader
+from airflow_kafka_events.streams.descriptor import stream_id
 from unit.operators.fakes import DictStore, context
 
 pytestmark = pytest.mark.integration
@@ -313,7 +319,7 @@ def test_each_item_publishes_its_partitioned_asset_event(kafka_bootstrap, new_to
     from airflow.sdk import Asset
     from confluent_kafka import Consumer, TopicPartition
 
-    from airflow_kafka_events.codec import ASSET_EVENT_CODEC
+    from airflow_kafka_events.envelopes.codec import ASSET_EVENT_CODEC
 
     events_topic = new_topic(partitions=1)
     monkeypatch.setenv("AIRFLOW__KAFKA_EVENTS__ASSET_EVENTS_TOPIC", events_topic)

@@ -7,14 +7,14 @@ from datetime import datetime, timezone
 
 import pytest
 
-from airflow_kafka_events.codec import ASSET_EVENT_CODEC, TRIGGER_EVENT_CODEC
-from airflow_kafka_events.envelopes import (
+from airflow_kafka_events.envelopes.codec import ASSET_EVENT_CODEC, TRIGGER_EVENT_CODEC
+from airflow_kafka_events.envelopes.model import (
     AssetEventEnvelope,
     AssetRef,
     EventSource,
     ProducerIdentity,
     SourceKind,
-    StreamError,
+    StreamFailure,
     TriggerEventEnvelope,
 )
 from airflow_kafka_events.errors import UnknownFramingError
@@ -97,7 +97,7 @@ def test_asset_envelope_and_failed_stream_round_trip(settings, new_topic):
         sequence_index=3,
         is_last=True,
         attempt=1,
-        error=StreamError(type="HTTPError", message="503 from upstream"),
+        error=StreamFailure(type="HTTPError", message="503 from upstream"),
     )
     producer = EnvelopeProducer(settings.producer_config())
     try:

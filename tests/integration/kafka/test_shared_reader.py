@@ -19,7 +19,8 @@ import pytest
 
 from airflow_kafka_events.kafka.producer import get_producer
 from airflow_kafka_events.kafka.settings import KafkaSettings
-from airflow_kafka_events.kafka.shared_reader import READ_BATCH, Feed, SharedReaders
+from airflow_kafka_events.kafka.shared_feed import READ_BATCH, Feed
+from airflow_kafka_events.kafka.shared_reader import SharedReaders
 
 pytestmark = pytest.mark.integration
 

@@ -12,18 +12,20 @@ from typing import Any
 import pytest
 from confluent_kafka import TopicPartition
 
-from airflow_kafka_events.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
-from airflow_kafka_events.codec import TRIGGER_EVENT_CODEC
-from airflow_kafka_events.envelopes import StreamError, TriggerEventEnvelope
+from airflow_kafka_events.envelopes.codec import TRIGGER_EVENT_CODEC
+from airflow_kafka_events.envelopes.model import StreamFailure, TriggerEventEnvelope
 from airflow_kafka_events.errors import (
     StreamFailedError,
     StreamGapError,
     StreamNotStartedError,
     UnknownFramingError,
 )
-from airflow_kafka_events.kafka.producer import DeliveryReceipt, EnvelopeProducer
+from airflow_kafka_events.kafka.delivery import DeliveryReceipt
+from airflow_kafka_events.kafka.producer import EnvelopeProducer
 from airflow_kafka_events.kafka.settings import KafkaSettings
-from airflow_kafka_events.kafka.stream_reader import StreamBatch, StreamReader
+from airflow_kafka_events.streams.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
+from airflow_kafka_events.streams.consuming.batches import StreamBatch
+from airflow_kafka_events.streams.consuming.reader import StreamReader
 
 pytestmark = pytest.mark.integration
 
@@ -37,7 +39,7 @@ def page(
         attempt=attempt,
         is_last=last or error is not None,
         payload={"run": run, "page": seq, "attempt": attempt},
-        error=None if error is None else StreamError(type="HTTPError", message=error),
+        error=None if error is None else StreamFailure(type="HTTPError", message=error),
         resume_cursor=f"cursor-{seq + 1}",
     )
 

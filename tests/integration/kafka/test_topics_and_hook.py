@@ -40,7 +40,7 @@ def test_ensure_topics_creates_once_with_config_and_delete_removes(kafka_admin):
 
 
 def test_hook_builds_clients_from_an_airflow_connection_env_var(kafka_bootstrap, new_topic, monkeypatch):
-    from airflow_kafka_events.hooks import KafkaEventsHook
+    from airflow_kafka_events.provider.hook import KafkaEventsHook
 
     topic = new_topic(partitions=3)
     monkeypatch.setenv(

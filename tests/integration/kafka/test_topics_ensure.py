@@ -40,7 +40,7 @@ def _ensure(bootstrap: str, home: Path, env: dict[str, str], *flags: str) -> lis
     environ = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
     environ.update({"PYTHONPATH": str(SRC_DIR), "AIRFLOW_HOME": str(home), **env})
     code = (
-        "import sys\nfrom airflow_kafka_events.cli import main\nrc = main(sys.argv[1:])\n"
+        "import sys\nfrom airflow_kafka_events.cli.main import main\nrc = main(sys.argv[1:])\n"
         "assert not [m for m in sys.modules if m == 'airflow' or m.startswith('airflow.')]\nsys.exit(rc)\n"
     )
     command = [sys.executable, "-c", code, "topics", "ensure", "--bootstrap-servers", bootstrap, "--json"]
@@ -118,7 +118,7 @@ def test_text_output_names_created_topics(kafka_bootstrap, kafka_admin, tmp_path
     try:
         environ = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
         environ.update({"PYTHONPATH": str(SRC_DIR), "AIRFLOW_HOME": str(tmp_path)})
-        command = [sys.executable, "-m", "airflow_kafka_events.cli", "topics", "ensure"]
+        command = [sys.executable, "-m", "airflow_kafka_events.cli.main", "topics", "ensure"]
         command += ["--bootstrap-servers", kafka_bootstrap, "--topic", topic, "--partitions", "1"]
         result = subprocess.run(command, env=environ, capture_output=True, text=True, timeout=120)
         assert result.returncode == 0, result.stderr

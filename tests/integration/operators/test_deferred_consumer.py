@@ -19,13 +19,13 @@ from typing import Any
 import pytest
 from airflow.sdk.exceptions import TaskDeferred
 
-from airflow_kafka_events.checkpoint import load_checkpoint
 from airflow_kafka_events.errors import StreamGapError, StreamNotStartedError
-from airflow_kafka_events.operators import StreamConsumerOperator, StreamRef
-from airflow_kafka_events.operators.streaming import checkpoint_key
-from airflow_kafka_events.streams import stream_id
-from airflow_kafka_events.triggers.stream_wait import StreamWaitTrigger
-from airflow_kafka_events.triggers.testing import CountingPagesTrigger
+from airflow_kafka_events.streams.checkpoint import load_checkpoint
+from airflow_kafka_events.streams.consuming.consumption import checkpoint_key
+from airflow_kafka_events.streams.consuming.operator import StreamConsumerOperator, StreamRef
+from airflow_kafka_events.streams.consuming.wait_trigger import StreamWaitTrigger
+from airflow_kafka_events.streams.descriptor import stream_id
+from airflow_kafka_events.streams.producing.demo_trigger import CountingPagesTrigger
 from integration.operators.test_stream_operators import DAG_ID, DictStore, make_context, new_run_id
 
 pytestmark = pytest.mark.integration
@@ -89,7 +89,7 @@ def run_to_end(
         assert isinstance(deferred.trigger, StreamWaitTrigger)
         assert deferred.timeout is None  # the trigger runs the start and gap timeouts itself
         classpath, kwargs = deferred.trigger.serialize()
-        assert classpath == "airflow_kafka_events.triggers.stream_wait.StreamWaitTrigger"
+        assert classpath == "airflow_kafka_events.streams.consuming.wait_trigger.StreamWaitTrigger"
         event = asyncio.run(_first_event(StreamWaitTrigger(**json.loads(json.dumps(kwargs)))))
         events.append(event.payload)
         method = getattr(op, deferred.method_name)

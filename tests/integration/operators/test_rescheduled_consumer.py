@@ -18,10 +18,10 @@ import pytest
 from airflow.sdk.exceptions import AirflowRescheduleException
 
 from airflow_kafka_events.errors import StreamNotStartedError
-from airflow_kafka_events.operators import StreamRef
-from airflow_kafka_events.slot_release import RescheduleNote, note_key
-from airflow_kafka_events.streams import stream_id
-from airflow_kafka_events.triggers.testing import CountingPagesTrigger
+from airflow_kafka_events.streams.consuming.operator import StreamRef
+from airflow_kafka_events.streams.consuming.slot_release import RescheduleNote, note_key
+from airflow_kafka_events.streams.descriptor import stream_id
+from airflow_kafka_events.streams.producing.demo_trigger import CountingPagesTrigger
 from integration.operators.test_deferred_consumer import Consumer, start_producer
 from integration.operators.test_stream_operators import DAG_ID, DictStore, make_context, new_run_id
 

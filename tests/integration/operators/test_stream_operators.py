@@ -25,18 +25,14 @@ from airflow.sdk.exceptions import TaskDeferred
 from airflow.triggers.base import TaskSuccessEvent, TriggerEvent
 from confluent_kafka import Consumer, TopicPartition
 
-from airflow_kafka_events.checkpoint import load_checkpoint
 from airflow_kafka_events.errors import StreamFailedError, StreamNotStartedError
-from airflow_kafka_events.operators import (
-    StreamConsumerOperator,
-    StreamingOperatorMixin,
-    StreamingTriggerOperator,
-    StreamRef,
-    stream_consumer_task,
-)
-from airflow_kafka_events.operators.streaming import checkpoint_key
-from airflow_kafka_events.streams import StreamDescriptor, stream_id
-from airflow_kafka_events.triggers.testing import CountingPagesTrigger
+from airflow_kafka_events.streams.checkpoint import load_checkpoint
+from airflow_kafka_events.streams.consuming.consumption import checkpoint_key
+from airflow_kafka_events.streams.consuming.decorator import stream_consumer_task
+from airflow_kafka_events.streams.consuming.operator import StreamConsumerOperator, StreamRef
+from airflow_kafka_events.streams.descriptor import StreamDescriptor, stream_id
+from airflow_kafka_events.streams.producing.demo_trigger import CountingPagesTrigger
+from airflow_kafka_events.streams.producing.operator import StreamingOperatorMixin, StreamingTriggerOperator
 from integration.triggers.sample_triggers import read_topic, wait_for
 
 pytestmark = pytest.mark.integration
@@ -406,7 +402,7 @@ def test_a_fetch_only_task_ends_in_the_trigger_and_a_decorated_consumer_reads_it
     run_id = new_run_id()
     fetch = StreamingTriggerOperator(
         task_id="produce",
-        trigger_cls="airflow_kafka_events.triggers.testing.CountingPagesTrigger",
+        trigger_cls="airflow_kafka_events.streams.producing.demo_trigger.CountingPagesTrigger",
         trigger_kwargs={"pages": 8, "topic": topic},
     )
     args = fetch.start_trigger_args

@@ -30,9 +30,9 @@ from airflow.triggers.base import (
 )
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-from airflow_kafka_events.codec import TRIGGER_EVENT_CODEC
-from airflow_kafka_events.envelopes import TriggerEventEnvelope
-from airflow_kafka_events.triggers import Page, StreamingTrigger
+from airflow_kafka_events.envelopes.codec import TRIGGER_EVENT_CODEC
+from airflow_kafka_events.envelopes.model import TriggerEventEnvelope
+from airflow_kafka_events.streams.producing.trigger import Page, StreamingTrigger
 
 MODULE = __name__
 

@@ -24,17 +24,18 @@ from airflow.triggers.shared_stream import SharedStreamManager
 from confluent_kafka import Consumer, TopicPartition
 
 from airflow_kafka_events.assets.authz import sign_envelope, verify_envelope
-from airflow_kafka_events.assets.external import build_envelope, publish
-from airflow_kafka_events.codec import ASSET_EVENT_CODEC
-from airflow_kafka_events.dlq import DeadLetter, DeadLetterReason, DeadLetterWriter
-from airflow_kafka_events.envelopes import AssetEventEnvelope, AssetRef, EventSource, SourceKind
+from airflow_kafka_events.assets.publish import build_envelope, publish
+from airflow_kafka_events.dead_letters.headers import DeadLetterReason
+from airflow_kafka_events.dead_letters.letter import DeadLetter, DeadLetterWriter
+from airflow_kafka_events.envelopes.codec import ASSET_EVENT_CODEC
+from airflow_kafka_events.envelopes.model import AssetEventEnvelope, AssetRef, EventSource, SourceKind
 from airflow_kafka_events.errors import EnvelopeDecodeError
 from airflow_kafka_events.kafka.producer import get_producer
 from airflow_kafka_events.kafka.settings import KafkaSettings
 from airflow_kafka_events.kafka.shared_reader import SHARED_READERS
-from airflow_kafka_events.triggers import watcher_dead_letters
-from airflow_kafka_events.triggers.asset_stream import KafkaAssetEventStreamProducer, state_key
-from airflow_kafka_events.triggers.asset_watcher import KafkaAssetEventTrigger
+from airflow_kafka_events.watcher import dead_letters as watcher_dead_letters
+from airflow_kafka_events.watcher.stream import KafkaAssetEventStreamProducer, state_key
+from airflow_kafka_events.watcher.trigger import KafkaAssetEventTrigger
 
 pytestmark = pytest.mark.integration
 
@@ -519,8 +520,8 @@ def test_a_claim_won_by_a_run_that_stopped_before_writing_is_written_by_the_next
     its dead letter was acknowledged (its position stayed before the record). Now it runs again
     beside the watcher of asset A in one triggerer: whichever of the two meets the record first, the
     claim is this triggerer's, and the record is dead-lettered once."""
-    from airflow_kafka_events.triggers.dead_letter_claims import DeadLetterClaims
-    from airflow_kafka_events.triggers.watcher_stops import mark_key
+    from airflow_kafka_events.watcher.dead_letter_claims import DeadLetterClaims
+    from airflow_kafka_events.watcher.stops import mark_key
 
     topic = new_topic(partitions=1, prefix="claims-again")
     dlq_topic = new_topic(partitions=1, prefix="claims-again-dlq")

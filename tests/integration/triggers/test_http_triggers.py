@@ -27,24 +27,19 @@ from airflow.sdk.module_loading import import_string
 from airflow.triggers.base import TriggerEvent
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from airflow_kafka_events.codec import TRIGGER_EVENT_CODEC
-from airflow_kafka_events.envelopes import TriggerEventEnvelope
+from airflow_kafka_events.envelopes.codec import TRIGGER_EVENT_CODEC
+from airflow_kafka_events.envelopes.model import TriggerEventEnvelope
 from airflow_kafka_events.errors import ConfigurationError
-from airflow_kafka_events.kafka.progress import FIRST_OFFSET_METADATA_KEY
-from airflow_kafka_events.serialization_check import roundtrip_trigger_kwargs
-from airflow_kafka_events.streams import StreamDescriptor
-from airflow_kafka_events.triggers.http import (
-    END_CURSOR,
-    GraphPaginationTrigger,
-    HttpPaginationTrigger,
-    parse_link_header,
-    parse_retry_after,
-    redact_url,
-)
+from airflow_kafka_events.http.requests import parse_link_header, redact_url
+from airflow_kafka_events.http.trigger import END_CURSOR, GraphPaginationTrigger, HttpPaginationTrigger
+from airflow_kafka_events.provider.serialization import roundtrip_trigger_kwargs
+from airflow_kafka_events.retry_after import parse_retry_after
+from airflow_kafka_events.streams.descriptor import StreamDescriptor
+from airflow_kafka_events.streams.progress import FIRST_OFFSET_METADATA_KEY
 from integration.triggers.http_server import PagedApi, page_items
 from integration.triggers.sample_triggers import Stored, collect, read_topic, wait_for
 
-MODULE = "airflow_kafka_events.triggers.http"
+MODULE = "airflow_kafka_events.http.trigger"
 CONN_ID = "paged_api"
 PASSWORD = "pw-never-in-kafka-3141"
 API_KEY = "key-never-in-kafka-2718"
@@ -148,7 +143,7 @@ def test_graph_trigger_serialize_maps_one_to_one_onto_init():
 @pytest.mark.unit
 @pytest.mark.parametrize("trigger_class", ["HttpPaginationTrigger", "GraphPaginationTrigger"])
 def test_a_misspelt_option_is_refused_naming_the_closest_one(trigger_class):
-    import airflow_kafka_events.triggers.http as http
+    import airflow_kafka_events.http.trigger as http
 
     cls = getattr(http, trigger_class)
     with pytest.raises(

@@ -18,13 +18,13 @@ import pytest
 from airflow.triggers.base import TaskFailedEvent, TaskSuccessEvent, TriggerEvent
 from confluent_kafka import KafkaError, Producer
 
-from airflow_kafka_events.codec import TRIGGER_EVENT_CODEC
-from airflow_kafka_events.envelopes import ProducerIdentity, TriggerEventEnvelope
+from airflow_kafka_events.envelopes.codec import TRIGGER_EVENT_CODEC
+from airflow_kafka_events.envelopes.model import ProducerIdentity, TriggerEventEnvelope
 from airflow_kafka_events.errors import StreamProgressError
 from airflow_kafka_events.kafka.partitioner import partition_for_key
-from airflow_kafka_events.kafka.progress import find_stream_progress, lookup_stream
 from airflow_kafka_events.kafka.settings import KafkaSettings
-from airflow_kafka_events.streams import StreamDescriptor
+from airflow_kafka_events.streams.descriptor import StreamDescriptor
+from airflow_kafka_events.streams.progress import find_stream_progress, lookup_stream
 from integration.triggers import sample_triggers as samples
 from integration.triggers.sample_triggers import PagedTrigger, collect, read_topic, wait_for
 
@@ -468,7 +468,7 @@ def _now_ms_after_everything_produced() -> int:
 @pytest.fixture
 def reads(monkeypatch) -> list[tuple[int, int]]:
     """The offset ranges ``[start, end)`` the progress lookups read, in order."""
-    from airflow_kafka_events.kafka import progress as progress_module
+    from airflow_kafka_events.streams import progress as progress_module
 
     ranges: list[tuple[int, int]] = []
     original = progress_module._PartitionScanner.read_range

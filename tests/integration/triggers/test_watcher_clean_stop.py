@@ -24,14 +24,14 @@ from typing import Any
 import pytest
 from airflow.triggers.shared_stream import SharedStreamManager
 
-from airflow_kafka_events.assets.external import build_envelope, publish
-from airflow_kafka_events.envelopes import AssetRef, EventSource, SourceKind
+from airflow_kafka_events.assets.publish import build_envelope, publish
+from airflow_kafka_events.envelopes.model import AssetRef, EventSource, SourceKind
 from airflow_kafka_events.kafka.producer import get_producer
 from airflow_kafka_events.kafka.settings import KafkaSettings
-from airflow_kafka_events.triggers import asset_stream
-from airflow_kafka_events.triggers.asset_stream import KafkaAssetEventStreamProducer
-from airflow_kafka_events.triggers.asset_watcher import KafkaAssetEventTrigger
-from airflow_kafka_events.triggers.watcher_confirmations import persisted_key
+from airflow_kafka_events.watcher import stream as asset_stream
+from airflow_kafka_events.watcher.confirmations import persisted_key
+from airflow_kafka_events.watcher.stream import KafkaAssetEventStreamProducer
+from airflow_kafka_events.watcher.trigger import KafkaAssetEventTrigger
 
 pytestmark = pytest.mark.integration
 

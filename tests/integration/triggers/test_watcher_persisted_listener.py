@@ -34,14 +34,14 @@ SCRIPT = textwrap.dedent(
     from airflow.triggers.base import TriggerEvent
     from airflow.utils.session import create_session
 
-    from airflow_kafka_events.triggers.watcher_confirmations import fired_mark, persisted_key
+    from airflow_kafka_events.watcher.confirmations import fired_mark, persisted_key
 
     with create_session() as session:
         asset = AssetModel(name="it://persisted/a", uri="it://persisted/a")
         session.add(asset)
         session.flush()
         session.add(AssetActive.for_asset(asset))
-        trigger = Trigger(classpath="airflow_kafka_events.triggers.asset_watcher.KafkaAssetEventTrigger",
+        trigger = Trigger(classpath="airflow_kafka_events.watcher.trigger.KafkaAssetEventTrigger",
                           kwargs={})
         session.add(trigger)
         session.flush()

@@ -12,9 +12,12 @@ import pytest
 from airflow.providers.standard.triggers.temporal import DateTimeTrigger, TimeDeltaTrigger
 from airflow.triggers.base import TaskFailedEvent, TaskSuccessEvent, TriggerEvent
 
-from airflow_kafka_events.streams import StreamDescriptor
-from airflow_kafka_events.triggers import StreamingWrapperTrigger
-from airflow_kafka_events.triggers.wrapper import TASK_FAILED_ERROR_TYPE, TIMEOUT_ERROR_TYPE
+from airflow_kafka_events.streams.descriptor import StreamDescriptor
+from airflow_kafka_events.streams.producing.wrapper import (
+    TASK_FAILED_ERROR_TYPE,
+    TIMEOUT_ERROR_TYPE,
+    StreamingWrapperTrigger,
+)
 from integration.triggers import sample_triggers as samples
 from integration.triggers.sample_triggers import collect, read_topic
 

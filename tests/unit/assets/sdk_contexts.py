@@ -14,7 +14,7 @@ import uuid
 from datetime import datetime, timezone
 from typing import Any
 
-from airflow_kafka_events.kafka.producer import DeliveryReceipt
+from airflow_kafka_events.kafka.delivery import DeliveryReceipt
 
 NOW = datetime(2026, 10, 20, 8, 30, tzinfo=timezone.utc)
 
@@ -127,6 +127,6 @@ class RecordingProducer:
         return future
 
     def envelopes(self) -> list[Any]:
-        from airflow_kafka_events.codec import ASSET_EVENT_CODEC
+        from airflow_kafka_events.envelopes.codec import ASSET_EVENT_CODEC
 
         return [ASSET_EVENT_CODEC.decode(s["value"]) for s in self.sent]

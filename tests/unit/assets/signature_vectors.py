@@ -28,18 +28,15 @@ from airflow_kafka_events.assets.authz import (
     signing_payload,
     signing_payload_v1,
 )
-from airflow_kafka_events.codec import (
-    ASSET_EVENT_CODEC,
-    SINGLE_OBJECT_HEADER_SIZE,
-    frame_confluent,
-)
-from airflow_kafka_events.envelopes import AssetEventEnvelope, AssetRef, EventSource, SourceKind
+from airflow_kafka_events.envelopes.codec import ASSET_EVENT_CODEC, SINGLE_OBJECT_HEADER_SIZE, frame_confluent
+from airflow_kafka_events.envelopes.model import AssetEventEnvelope, AssetRef, EventSource, SourceKind
 
 VECTOR_DIR = Path(__file__).resolve().parents[2] / "vectors" / "signatures"
 SCHEMA_PATH = (
     Path(__file__).resolve().parents[3]
     / "src"
     / "airflow_kafka_events"
+    / "envelopes"
     / "schemas"
     / "asset_event_envelope"
     / "v1.avsc"

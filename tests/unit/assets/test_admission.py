@@ -14,19 +14,18 @@ from airflow_kafka_events.assets.admission import (
     AdmissionConfig,
     AdmissionPipeline,
     AdmissionVerdict,
-    CausationTooDeepError,
-    RecordTooLargeError,
     Stage,
     asset_selector,
     seen_key,
 )
 from airflow_kafka_events.assets.authz import Allowlist, sign_envelope
-from airflow_kafka_events.assets.external import build_envelope
+from airflow_kafka_events.assets.errors import CausationTooDeepError, ConsumedRecordTooLargeError
 from airflow_kafka_events.assets.idempotency import SeenKeys
+from airflow_kafka_events.assets.publish import build_envelope
 from airflow_kafka_events.bridge.config import BridgeConfig
-from airflow_kafka_events.codec import ASSET_EVENT_CODEC, TRIGGER_EVENT_CODEC
-from airflow_kafka_events.dlq import DeadLetterReason
-from airflow_kafka_events.envelopes import (
+from airflow_kafka_events.dead_letters.headers import DeadLetterReason
+from airflow_kafka_events.envelopes.codec import ASSET_EVENT_CODEC, TRIGGER_EVENT_CODEC
+from airflow_kafka_events.envelopes.model import (
     AssetEventEnvelope,
     AssetRef,
     EventSource,
@@ -275,7 +274,7 @@ def test_keys_that_cannot_be_loaded_refuse_signed_events_with_their_own_reason()
 def test_size_limits_name_the_limit_and_the_fix():
     pipeline = AdmissionPipeline(AdmissionConfig(max_record_bytes=1000, max_extra_bytes=100))
     big = pipeline.admit(b"x" * 990, key=b"k" * 11)
-    assert isinstance(big.error, RecordTooLargeError) and big.record_bytes == 1001
+    assert isinstance(big.error, ConsumedRecordTooLargeError) and big.record_bytes == 1001
     assert "1001 bytes" in str(big.error) and "max_record_bytes=1000" in str(big.error)
     extra = pipeline.admit(encoded(envelope(extra={"rows": "1" * 100})))
     assert isinstance(extra.error, ExtraTooLargeError) and extra.stage is Stage.EXTRA_SIZE
@@ -286,8 +285,8 @@ def test_size_limits_name_the_limit_and_the_fix():
 
 
 def test_causation_error_is_one_class_for_both_paths():
-    from airflow_kafka_events.assets import CausationTooDeepError as from_package
-    from airflow_kafka_events.bridge.service import CausationTooDeepError as from_bridge
+    from airflow_kafka_events.assets.errors import CausationTooDeepError as from_bridge
+    from airflow_kafka_events.assets.errors import CausationTooDeepError as from_package
 
     assert from_package is from_bridge is CausationTooDeepError
     verdict = AdmissionPipeline(AdmissionConfig(max_causation_depth=0)).admit(
@@ -373,8 +372,8 @@ def test_the_watcher_trigger_itself_gives_the_bridges_verdict(case, monkeypatch)
     """Not a hand-built config: the pipeline a real KafkaAssetEventTrigger builds from its kwargs."""
     import asyncio
 
-    from airflow_kafka_events.triggers.asset_stream import KafkaRecord
-    from airflow_kafka_events.triggers.asset_watcher import KafkaAssetEventTrigger
+    from airflow_kafka_events.watcher.stream import KafkaRecord
+    from airflow_kafka_events.watcher.trigger import KafkaAssetEventTrigger
 
     make, action, stage, reason = SHARED_CASES[case]
     value = make(monkeypatch)

@@ -21,9 +21,6 @@ from airflow_kafka_events.assets.authz import (
     SIGNATURE_RECIPE_V2,
     Allowlist,
     AllowRule,
-    NotAllowedError,
-    SignatureInvalidError,
-    SignatureMissingError,
     compute_signature,
     extra_texts,
     is_signature_valid,
@@ -33,8 +30,9 @@ from airflow_kafka_events.assets.authz import (
     signing_payload_v1,
     verify_envelope,
 )
-from airflow_kafka_events.codec import ASSET_EVENT_CODEC
-from airflow_kafka_events.envelopes import AssetEventEnvelope, AssetRef, EventSource, SourceKind
+from airflow_kafka_events.assets.errors import NotAllowedError, SignatureInvalidError, SignatureMissingError
+from airflow_kafka_events.envelopes.codec import ASSET_EVENT_CODEC
+from airflow_kafka_events.envelopes.model import AssetEventEnvelope, AssetRef, EventSource, SourceKind
 from airflow_kafka_events.errors import EnvelopeEncodeError, ValidationError
 from harness.airflow_free import run_without_airflow
 
@@ -311,10 +309,14 @@ def test_a_signature_over_another_languages_extra_texts_verifies_after_decoding(
 
     import fastavro
 
-    from airflow_kafka_events import schemas
     from airflow_kafka_events.assets.authz import compute_signature, signing_payload, verify_envelope
-    from airflow_kafka_events.codec import ASSET_EVENT_CODEC, SINGLE_OBJECT_HEADER_SIZE, frame_single_object
-    from airflow_kafka_events.envelopes import AssetEventEnvelope, AssetRef, EventSource, SourceKind
+    from airflow_kafka_events.envelopes import schemas
+    from airflow_kafka_events.envelopes.codec import (
+        ASSET_EVENT_CODEC,
+        SINGLE_OBJECT_HEADER_SIZE,
+        frame_single_object,
+    )
+    from airflow_kafka_events.envelopes.model import AssetEventEnvelope, AssetRef, EventSource, SourceKind
 
     key = b"k" * 32
     envelope = AssetEventEnvelope(

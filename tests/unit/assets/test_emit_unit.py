@@ -18,8 +18,8 @@ from airflow_kafka_events.assets.emit import (
     parsing_dag_file,
     to_asset_ref,
 )
-from airflow_kafka_events.assets.external import PROVENANCE_EXTRA_KEY, causation_depth
-from airflow_kafka_events.envelopes import AssetRef, EventSource, SourceKind
+from airflow_kafka_events.assets.publish import PROVENANCE_EXTRA_KEY, causation_depth
+from airflow_kafka_events.envelopes.model import AssetRef, EventSource, SourceKind
 from airflow_kafka_events.errors import (
     CausationLoopError,
     ExtraNotSerializableError,

@@ -8,9 +8,8 @@ from datetime import datetime, timezone
 
 import pytest
 
-from airflow_kafka_events import cli
-from airflow_kafka_events.assets import external
-from airflow_kafka_events.assets.external import (
+from airflow_kafka_events.assets import publish as external
+from airflow_kafka_events.assets.publish import (
     PROVENANCE_EXTRA_KEY,
     Receipt,
     build_envelope,
@@ -19,7 +18,8 @@ from airflow_kafka_events.assets.external import (
     provenance_extra,
     resolve_asset,
 )
-from airflow_kafka_events.envelopes import AssetRef, EventSource, SourceKind
+from airflow_kafka_events.cli import main as cli
+from airflow_kafka_events.envelopes.model import AssetRef, EventSource, SourceKind
 from airflow_kafka_events.errors import (
     ConfigurationError,
     ExtraTooLargeError,
@@ -160,8 +160,8 @@ def test_receipt_as_json():
 
 def test_external_modules_import_no_airflow():
     run_without_airflow(
-        "from airflow_kafka_events.assets import external, validation, idempotency, SeenKeys\n"
-        "from airflow_kafka_events.envelopes import AssetRef, EventSource, SourceKind\n"
+        "from airflow_kafka_events.assets import publish as external, validation, idempotency, SeenKeys\n"
+        "from airflow_kafka_events.envelopes.model import AssetRef, EventSource, SourceKind\n"
         "e = external.build_envelope(asset=external.resolve_asset('s3://a/b'),\n"
         "    source=EventSource(SourceKind.EXTERNAL), extra={'password': 'x'})\n"
         "assert e.extra == {'password': '***'}\n"
@@ -298,7 +298,7 @@ def test_cli_emit_validation_errors_exit_1_before_sending(producer, capsys):
 
 
 def test_provenance_is_found_in_a_watcher_made_event_payload():
-    from airflow_kafka_events.triggers.asset_watcher import envelope_payload
+    from airflow_kafka_events.assets.watcher_payload import envelope_payload
 
     parent = build_envelope(
         asset=AssetRef(name="a", uri="s3://a"), source=EventSource(SourceKind.EXTERNAL), causation=["E0"]

@@ -17,7 +17,7 @@ from airflow_kafka_events.assets.idempotency import (
     default_idempotency_key,
     source_identity,
 )
-from airflow_kafka_events.envelopes import EventSource, SourceKind
+from airflow_kafka_events.envelopes.model import EventSource, SourceKind
 from unit.assets.sdk_contexts import dag_callback_context, task_context
 
 pytestmark = pytest.mark.unit

@@ -26,14 +26,14 @@ from typing import Any, NoReturn
 import fastavro
 import pytest
 
-from airflow_kafka_events.assets.authz import (
-    SignatureInvalidError,
-    signature_version,
-    signing_payload,
-    verify_envelope,
+from airflow_kafka_events.assets.authz import signature_version, signing_payload, verify_envelope
+from airflow_kafka_events.assets.errors import SignatureInvalidError
+from airflow_kafka_events.envelopes.codec import (
+    CONFLUENT_HEADER_SIZE,
+    SINGLE_OBJECT_HEADER_SIZE,
+    EnvelopeCodec,
 )
-from airflow_kafka_events.codec import CONFLUENT_HEADER_SIZE, SINGLE_OBJECT_HEADER_SIZE, EnvelopeCodec
-from airflow_kafka_events.envelopes import AssetEventEnvelope
+from airflow_kafka_events.envelopes.model import AssetEventEnvelope
 from unit.assets.signature_vectors import (
     CONFLUENT_SCHEMA_ID,
     SCHEMA_PATH,

@@ -9,16 +9,16 @@ from confluent_kafka import KafkaError, TopicPartition
 
 from airflow_kafka_events.assets.admission import DEFAULT_MAX_RECORD_BYTES
 from airflow_kafka_events.assets.authz import Allowlist
-from airflow_kafka_events.assets.external import build_envelope
+from airflow_kafka_events.assets.publish import build_envelope
 from airflow_kafka_events.bridge.airflow_api import AirflowApiClient
 from airflow_kafka_events.bridge.config import BridgeConfig, RetryPolicy
 from airflow_kafka_events.bridge.service import BridgeService, Outcome
-from airflow_kafka_events.codec import ASSET_EVENT_CODEC
-from airflow_kafka_events.dlq import REFERENCE_PREFIX_BYTES, DeadLetter
-from airflow_kafka_events.envelopes import AssetEventEnvelope, AssetRef, EventSource, SourceKind
+from airflow_kafka_events.dead_letters.letter import REFERENCE_PREFIX_BYTES, DeadLetter
+from airflow_kafka_events.envelopes.codec import ASSET_EVENT_CODEC
+from airflow_kafka_events.envelopes.model import AssetEventEnvelope, AssetRef, EventSource, SourceKind
 from airflow_kafka_events.errors import ConfigurationError, DeliveryError, KafkaOperationError
 from airflow_kafka_events.kafka.consumer import ConsumedRecord
-from airflow_kafka_events.kafka.producer import DeliveryReceipt
+from airflow_kafka_events.kafka.delivery import DeliveryReceipt
 from airflow_kafka_events.kafka.settings import KafkaSettings
 from integration.bridge.fake_airflow import FakeAirflow
 

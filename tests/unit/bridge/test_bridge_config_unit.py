@@ -21,7 +21,7 @@ from airflow_kafka_events.bridge.config import (
     read_password_file,
     read_signing_keys,
 )
-from airflow_kafka_events.cli import build_parser
+from airflow_kafka_events.cli.main import build_parser
 from airflow_kafka_events.errors import ConfigurationError
 
 pytestmark = pytest.mark.unit
@@ -373,7 +373,7 @@ def test_cli_bridge_flags_are_not_abbreviated(capsys):
 def test_cli_bridge_configuration_error_exits_1_without_the_password(tmp_path: Path):
     env = {"PATH": "", "AIRFLOW_KAFKA_EVENTS_BRIDGE_PASSWORD": "do-not-print-me"}
     result = subprocess.run(
-        [sys.executable, "-m", "airflow_kafka_events.cli", "bridge", "--api-url", "http://127.0.0.1:9"],
+        [sys.executable, "-m", "airflow_kafka_events.cli.main", "bridge", "--api-url", "http://127.0.0.1:9"],
         capture_output=True,
         text=True,
         env=env,

@@ -12,20 +12,20 @@ import pytest
 from confluent_kafka import TopicPartition
 
 from airflow_kafka_events.assets.authz import Allowlist, sign_envelope
-from airflow_kafka_events.assets.external import build_envelope, causation_from_extra
-from airflow_kafka_events.bridge.airflow_api import AirflowApiClient, AuthenticationError, ForbiddenError
+from airflow_kafka_events.assets.publish import build_envelope, causation_from_extra
+from airflow_kafka_events.bridge.airflow_api import AirflowApiClient
+from airflow_kafka_events.bridge.airflow_event import event_extra
 from airflow_kafka_events.bridge.config import BridgeConfig, RetryPolicy
-from airflow_kafka_events.bridge.service import (
-    BridgeService,
+from airflow_kafka_events.bridge.errors import (
+    AuthenticationError,
     DeadLetterError,
-    Outcome,
+    ForbiddenError,
     RetriesExhaustedError,
-    _StopRequested,
-    event_extra,
 )
-from airflow_kafka_events.codec import ASSET_EVENT_CODEC
-from airflow_kafka_events.dlq import DeadLetter
-from airflow_kafka_events.envelopes import AssetEventEnvelope, AssetRef, EventSource, SourceKind
+from airflow_kafka_events.bridge.service import BridgeService, Outcome, _StopRequested
+from airflow_kafka_events.dead_letters.letter import DeadLetter
+from airflow_kafka_events.envelopes.codec import ASSET_EVENT_CODEC
+from airflow_kafka_events.envelopes.model import AssetEventEnvelope, AssetRef, EventSource, SourceKind
 from airflow_kafka_events.errors import (
     DeliveryError,
     EnvelopeDecodeError,
@@ -33,7 +33,7 @@ from airflow_kafka_events.errors import (
     ValidationError,
 )
 from airflow_kafka_events.kafka.consumer import ConsumedRecord
-from airflow_kafka_events.kafka.producer import DeliveryReceipt
+from airflow_kafka_events.kafka.delivery import DeliveryReceipt
 from airflow_kafka_events.kafka.settings import KafkaSettings
 from integration.bridge.fake_airflow import FakeAirflow
 

@@ -8,9 +8,10 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from airflow_kafka_events.cli_inspection import parse_time
-from airflow_kafka_events.inspection import InvalidWindowError, ScanWindow, preview, redact
-from airflow_kafka_events.inspection.redact import MASK, is_secret_name, redact_text
+from airflow_kafka_events.cli.inspection import parse_time
+from airflow_kafka_events.ui.inspection.errors import InvalidWindowError
+from airflow_kafka_events.ui.inspection.redact import MASK, is_secret_name, preview, redact, redact_text
+from airflow_kafka_events.ui.inspection.window import ScanWindow
 
 pytestmark = pytest.mark.unit
 
@@ -144,7 +145,7 @@ def test_an_unclosed_quote_after_a_run_of_backslashes_is_masked_in_one_pass(pref
 
 
 def test_a_structure_nested_deeper_than_the_limit_is_masked_not_a_recursion_error():
-    from airflow_kafka_events.inspection.redact import MAX_DEPTH
+    from airflow_kafka_events.ui.inspection.redact import MAX_DEPTH
 
     deep: object = {"password": "pw-bottom"}
     for _ in range(5_000):

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from airflow_kafka_events.inspection.redact import MASK, MAX_DEPTH, preview, redact, redact_text
+from airflow_kafka_events.ui.inspection.redact import MASK, MAX_DEPTH, preview, redact, redact_text
 
 pytestmark = pytest.mark.unit
 

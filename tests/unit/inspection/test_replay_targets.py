@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_kafka_events.inspection.errors import ReplayTargetRefusedError
-from airflow_kafka_events.inspection.replay_targets import ReplayTargets, WatchedSource, topic_list
-from airflow_kafka_events.plugin.settings import ViewSettings
+from airflow_kafka_events.ui.inspection.errors import ReplayTargetRefusedError
+from airflow_kafka_events.ui.inspection.replay_targets import ReplayTargets, WatchedSource, topic_list
+from airflow_kafka_events.ui.settings import ViewSettings
 
 pytestmark = pytest.mark.unit
 

@@ -19,11 +19,12 @@ from airflow.sdk.exceptions import AirflowSkipException, TaskDeferred
 from airflow.triggers.base import BaseTrigger
 
 from airflow_kafka_events.errors import ConfigurationError
-from airflow_kafka_events.iteration import IterableOperator, from_stream, iterable_task, results_of
-from airflow_kafka_events.iteration.runner import IterationFailedError
-from airflow_kafka_events.iteration.sources import StreamItems
-from airflow_kafka_events.operators import StreamRef
+from airflow_kafka_events.iteration.decorator import iterable_task
+from airflow_kafka_events.iteration.errors import IterationFailedError
+from airflow_kafka_events.iteration.operator import IterableOperator
+from airflow_kafka_events.iteration.sources import StreamItems, from_stream, results_of
 from airflow_kafka_events.provider import get_provider_info
+from airflow_kafka_events.streams.consuming.operator import StreamRef
 from unit.operators.fakes import DictStore, context
 
 pytestmark = pytest.mark.unit

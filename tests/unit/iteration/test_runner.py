@@ -17,19 +17,17 @@ from typing import Any
 import pytest
 
 from airflow_kafka_events.errors import ConfigurationError
-from airflow_kafka_events.iteration.runner import (
-    DEFAULT_CHECKPOINT_KEY,
-    Item,
-    ItemInfo,
+from airflow_kafka_events.iteration.checkpoints import DEFAULT_CHECKPOINT_KEY, IterationCheckpoint
+from airflow_kafka_events.iteration.errors import (
     ItemTimeoutError,
-    IterationCheckpoint,
     IterationFailedError,
-    IterationRunner,
     NonRetryableItemError,
     SkipItem,
     TooManyAbandonedThreadsError,
-    retry_delay,
 )
+from airflow_kafka_events.iteration.items import Item, ItemInfo
+from airflow_kafka_events.iteration.retries import retry_delay
+from airflow_kafka_events.iteration.runner import IterationRunner
 
 pytestmark = pytest.mark.unit
 

@@ -13,17 +13,15 @@ from typing import Any
 import pytest
 
 from airflow_kafka_events.errors import ValidationError
-from airflow_kafka_events.iteration.runner import (
-    CompletedItems,
-    Item,
-    IterationCheckpoint,
+from airflow_kafka_events.iteration.checkpoints import CompletedItems, IterationCheckpoint
+from airflow_kafka_events.iteration.errors import (
     IterationFailedError,
-    IterationRunner,
     NonRetryableItemError,
     ResultDeliveryError,
-    SinkOpening,
-    shard_of,
 )
+from airflow_kafka_events.iteration.items import Item, shard_of
+from airflow_kafka_events.iteration.outcome import SinkOpening
+from airflow_kafka_events.iteration.runner import IterationRunner
 from unit.iteration.test_runner import Store, WorkerDied, items
 
 pytestmark = pytest.mark.unit

@@ -11,15 +11,12 @@ from typing import Any
 
 import pytest
 
+from airflow_kafka_events.iteration.checkpoints import DEFAULT_CHECKPOINT_KEY, IterationCheckpoint
+from airflow_kafka_events.iteration.errors import IterationFailedError
 from airflow_kafka_events.iteration.feed import SOURCE_IDLE, SourceIdle
-from airflow_kafka_events.iteration.runner import (
-    DEFAULT_CHECKPOINT_KEY,
-    Item,
-    IterationCheckpoint,
-    IterationFailedError,
-    IterationRunner,
-    SinkOpening,
-)
+from airflow_kafka_events.iteration.items import Item
+from airflow_kafka_events.iteration.outcome import SinkOpening
+from airflow_kafka_events.iteration.runner import IterationRunner
 from unit.iteration.test_runner import Store
 
 pytestmark = pytest.mark.unit

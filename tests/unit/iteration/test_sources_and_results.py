@@ -9,17 +9,13 @@ from typing import Any
 
 import pytest
 
-from airflow_kafka_events.checkpoint import Checkpoint
-from airflow_kafka_events.codec import TRIGGER_EVENT_CODEC
-from airflow_kafka_events.envelopes import StreamError, TriggerEventEnvelope
+from airflow_kafka_events.envelopes.codec import TRIGGER_EVENT_CODEC
+from airflow_kafka_events.envelopes.model import StreamFailure, TriggerEventEnvelope
 from airflow_kafka_events.errors import ConfigurationError, ValidationError
+from airflow_kafka_events.iteration.errors import NonRetryableItemError, SourceRestartedError
+from airflow_kafka_events.iteration.items import Item
 from airflow_kafka_events.iteration.results import ResultsStreamWriter
-from airflow_kafka_events.iteration.runner import (
-    Item,
-    IterationRunner,
-    NonRetryableItemError,
-    SourceRestartedError,
-)
+from airflow_kafka_events.iteration.runner import IterationRunner
 from airflow_kafka_events.iteration.sources import (
     ListItems,
     StreamItems,
@@ -28,9 +24,10 @@ from airflow_kafka_events.iteration.sources import (
     page_items,
     value_at,
 )
-from airflow_kafka_events.kafka.progress import StreamLocation, StreamProgress
-from airflow_kafka_events.kafka.stream_reader import StreamBatch
-from airflow_kafka_events.operators import StreamRef
+from airflow_kafka_events.streams.checkpoint import Checkpoint
+from airflow_kafka_events.streams.consuming.batches import StreamBatch
+from airflow_kafka_events.streams.consuming.operator import StreamRef
+from airflow_kafka_events.streams.progress import StreamLocation, StreamProgress
 
 pytestmark = pytest.mark.unit
 
@@ -213,7 +210,7 @@ def progress_of(
     attempt: int = 0,
     generation: int | None = 0,
     last: bool = False,
-    error: StreamError | None = None,
+    error: StreamFailure | None = None,
 ) -> StreamProgress:
     return StreamProgress(
         trigger_run_id=RUN,
@@ -267,7 +264,7 @@ def test_without_a_checkpoint_the_whole_attempt_is_scanned():
     ("progress", "saved", "restart"),
     [
         (progress_of(5, generation=0), None, False),  # cleared since: the writer is of generation 1
-        (progress_of(5, generation=1, last=True, error=StreamError("E", "m")), None, False),  # failed end
+        (progress_of(5, generation=1, last=True, error=StreamFailure("E", "m")), None, False),  # failed end
         (progress_of(5, generation=1), None, True),  # the iteration starts over
     ],
 )
@@ -308,5 +305,5 @@ def test_the_last_try_ends_the_stream_with_the_error():
     out.open(None, restart=False)
     described = out.close(error=RuntimeError("2 items failed"))
     end = producer.sent[-1][1]
-    assert end.is_last and end.error == StreamError("RuntimeError", "2 items failed")
+    assert end.is_last and end.error == StreamFailure("RuntimeError", "2 items failed")
     assert described["failed"] and not described["complete"]

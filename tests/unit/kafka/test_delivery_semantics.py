@@ -18,13 +18,8 @@ from airflow_kafka_events.errors import (
     ValidationError,
 )
 from airflow_kafka_events.kafka.client_log import Cause
-from airflow_kafka_events.kafka.producer import (
-    EnvelopeProducer,
-    classify_failure,
-    get_producer,
-    role_config,
-    wire_size,
-)
+from airflow_kafka_events.kafka.delivery import classify_failure, wire_size
+from airflow_kafka_events.kafka.producer import EnvelopeProducer, get_producer, role_config
 from airflow_kafka_events.kafka.settings import KafkaSettings
 
 pytestmark = pytest.mark.unit
@@ -191,7 +186,7 @@ def test_close_of_a_producer_that_cannot_deliver_returns_within_its_timeout(prod
 
 # --------------------------------------------------------------------------- streaming trigger's role
 def test_the_stream_outage_timeout_comes_from_the_trigger_or_the_provider_config(monkeypatch):
-    from airflow_kafka_events.triggers.streaming import DEFAULT_OUTAGE_TIMEOUT
+    from airflow_kafka_events.streams.producing.outage import DEFAULT_OUTAGE_TIMEOUT
     from integration.triggers.sample_triggers import PagedTrigger
 
     trigger = PagedTrigger(total=1, trigger_run_id="k")
@@ -210,7 +205,7 @@ def test_a_held_page_logs_once_when_held_and_once_when_through(monkeypatch):
     import asyncio
     from types import SimpleNamespace
 
-    from airflow_kafka_events.triggers import outage
+    from airflow_kafka_events.streams.producing import outage
 
     monkeypatch.setattr(outage, "HELD_CHECK_INTERVAL", 0.01)
     health = SimpleNamespace(down=False, bootstrap_servers="k:9092", describe_unreachable=lambda: "refused")

@@ -6,7 +6,7 @@ import pytest
 from confluent_kafka import KafkaError
 
 from airflow_kafka_events.errors import KafkaOperationError
-from airflow_kafka_events.kafka.stream_commits import committed_checkpoint
+from airflow_kafka_events.streams.consuming.commits import committed_checkpoint
 
 pytestmark = pytest.mark.unit
 

@@ -17,14 +17,8 @@ from confluent_kafka import OFFSET_BEGINNING, KafkaError, TopicPartition
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from airflow_kafka_events.checkpoint import (
-    Checkpoint,
-    CheckpointStore,
-    load_checkpoint,
-    save_checkpoint,
-)
-from airflow_kafka_events.codec import TRIGGER_EVENT_CODEC
-from airflow_kafka_events.envelopes import StreamError, TriggerEventEnvelope
+from airflow_kafka_events.envelopes.codec import TRIGGER_EVENT_CODEC
+from airflow_kafka_events.envelopes.model import StreamFailure, TriggerEventEnvelope
 from airflow_kafka_events.errors import (
     ConfigurationError,
     EnvelopeDecodeError,
@@ -36,13 +30,16 @@ from airflow_kafka_events.errors import (
     UnknownFramingError,
     ValidationError,
 )
-from airflow_kafka_events.kafka import stream_reader as sr
-from airflow_kafka_events.kafka.stream_reader import (
-    BatchPolicy,
-    Offer,
-    SequenceTracker,
-    StreamReader,
+from airflow_kafka_events.streams.checkpoint import (
+    Checkpoint,
+    CheckpointStore,
+    load_checkpoint,
+    save_checkpoint,
 )
+from airflow_kafka_events.streams.consuming import reader as sr
+from airflow_kafka_events.streams.consuming.batches import BatchPolicy
+from airflow_kafka_events.streams.consuming.reader import StreamReader
+from airflow_kafka_events.streams.consuming.sequence import Offer, SequenceTracker
 
 pytestmark = pytest.mark.unit
 
@@ -58,7 +55,7 @@ def env(
         attempt=attempt,
         is_last=last or error is not None,
         payload={"page": seq, "attempt": attempt},
-        error=None if error is None else StreamError(type="HTTPError", message=error),
+        error=None if error is None else StreamFailure(type="HTTPError", message=error),
     )
 
 

@@ -7,10 +7,10 @@ from datetime import datetime
 from types import SimpleNamespace
 from typing import Any
 
-from airflow_kafka_events.checkpoint import Checkpoint
-from airflow_kafka_events.envelopes import StreamError, TriggerEventEnvelope
-from airflow_kafka_events.kafka.stream_reader import StreamBatch
-from airflow_kafka_events.streams import StreamDescriptor
+from airflow_kafka_events.envelopes.model import StreamFailure, TriggerEventEnvelope
+from airflow_kafka_events.streams.checkpoint import Checkpoint
+from airflow_kafka_events.streams.consuming.batches import StreamBatch
+from airflow_kafka_events.streams.descriptor import StreamDescriptor
 
 TOPIC = "airflow.trigger-events"
 
@@ -34,7 +34,7 @@ def stream(run: str, n: int, *, attempt: int = 0, error: str | None = None) -> l
             sequence_index=n,
             attempt=attempt,
             is_last=True,
-            error=None if error is None else StreamError(type="HTTPError", message=error),
+            error=None if error is None else StreamFailure(type="HTTPError", message=error),
         )
     )
     return envelopes

@@ -8,13 +8,20 @@ import pendulum
 import pytest
 from airflow.sdk import DAG, task
 
-from airflow_kafka_events.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from airflow_kafka_events.errors import ConfigurationError, StreamNotStartedError, TriggerSerializationError
-from airflow_kafka_events.operators import StreamConsumerOperator, StreamRef, consumer_group_id
-from airflow_kafka_events.operators.decorators import _StreamConsumerDecoratedOperator, stream_consumer_task
-from airflow_kafka_events.operators.streaming import checkpoint_key
 from airflow_kafka_events.provider import get_provider_info
-from airflow_kafka_events.streams import stream_id
+from airflow_kafka_events.streams.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
+from airflow_kafka_events.streams.consuming.consumption import checkpoint_key
+from airflow_kafka_events.streams.consuming.decorator import (
+    _StreamConsumerDecoratedOperator,
+    stream_consumer_task,
+)
+from airflow_kafka_events.streams.consuming.operator import (
+    StreamConsumerOperator,
+    StreamRef,
+    consumer_group_id,
+)
+from airflow_kafka_events.streams.descriptor import stream_id
 from unit.operators.fakes import DictStore, FakeReader, context, stream
 
 pytestmark = pytest.mark.unit
@@ -202,7 +209,7 @@ def test_the_decorator_is_registered_in_the_provider_info_and_reachable_as_task_
     entries = {e["name"]: e for e in get_provider_info()["task-decorators"]}
     assert entries["stream_consumer"] == {
         "name": "stream_consumer",
-        "class-name": "airflow_kafka_events.operators.decorators.stream_consumer_task",
+        "class-name": "airflow_kafka_events.streams.consuming.decorator.stream_consumer_task",
     }
     assert task.stream_consumer is stream_consumer_task
 
@@ -247,7 +254,7 @@ def test_the_decorator_refuses_a_handler_argument():
 def test_a_fresh_consumer_bounds_its_lookup_by_the_runs_run_after():
     from datetime import datetime, timedelta, timezone
 
-    from airflow_kafka_events.operators.streaming import DEFAULT_NOT_BEFORE_MARGIN
+    from airflow_kafka_events.streams.descriptor import DEFAULT_NOT_BEFORE_MARGIN
 
     RECORDED.clear()
     run_after = datetime(2026, 11, 29, 10, 0, tzinfo=timezone.utc)

@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 
 from airflow_kafka_events.errors import AirflowKafkaEventsError, ConfigurationError
-from airflow_kafka_events.serialization_check import check_trigger_kwargs, roundtrip_trigger_kwargs
-from airflow_kafka_events.triggers.testing import CountingPagesTrigger, GateTimeoutError
+from airflow_kafka_events.http.errors import GateTimeoutError
+from airflow_kafka_events.provider.serialization import check_trigger_kwargs, roundtrip_trigger_kwargs
+from airflow_kafka_events.streams.producing.demo_trigger import CountingPagesTrigger
 
 pytestmark = pytest.mark.unit
 
@@ -21,7 +22,7 @@ async def _pages(trigger: CountingPagesTrigger, cursor: str | None = None) -> li
 def test_serialize_maps_onto_init_and_survives_airflow_serialization():
     trigger = CountingPagesTrigger(pages=5, delay=0.0, extra={"k": "v"}, gate_path="/tmp/x", gate_page=2)
     classpath, kwargs = trigger.serialize()
-    assert classpath == "airflow_kafka_events.triggers.testing.CountingPagesTrigger"
+    assert classpath == "airflow_kafka_events.streams.producing.demo_trigger.CountingPagesTrigger"
     check_trigger_kwargs(kwargs, owner="test")
     again = CountingPagesTrigger(**roundtrip_trigger_kwargs(kwargs))
     assert again.serialize() == (classpath, kwargs)
@@ -63,7 +64,7 @@ def test_a_gate_that_never_opens_ends_the_stream_with_an_error(tmp_path: Path):
     # one hierarchy, still a TimeoutError, recorded under its former import path
     assert isinstance(info.value, AirflowKafkaEventsError) and isinstance(info.value, TimeoutError)
     assert type(info.value).__module__ + "." + type(info.value).__qualname__ == (
-        "airflow_kafka_events.triggers.testing.GateTimeoutError"
+        "airflow_kafka_events.http.errors.GateTimeoutError"
     )
 
 

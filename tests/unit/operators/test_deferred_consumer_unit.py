@@ -11,19 +11,22 @@ from typing import Any
 import pytest
 from airflow.sdk.exceptions import TaskDeferred
 
-from airflow_kafka_events.checkpoint import Checkpoint
 from airflow_kafka_events.errors import (
     KafkaOperationError,
     StreamGapError,
     StreamNotStartedError,
     ValidationError,
 )
-from airflow_kafka_events.operators import StreamConsumerOperator, StreamRef
-from airflow_kafka_events.operators import consumer as consumer_module
-from airflow_kafka_events.operators.consumer import default_deferrable
-from airflow_kafka_events.streams import stream_id
-from airflow_kafka_events.triggers import stream_wait
-from airflow_kafka_events.triggers.stream_wait import StreamWaitTrigger, producer_state_key
+from airflow_kafka_events.streams.checkpoint import Checkpoint
+from airflow_kafka_events.streams.consuming import operator as consumer_module
+from airflow_kafka_events.streams.consuming import wait_trigger as stream_wait
+from airflow_kafka_events.streams.consuming.operator import (
+    StreamConsumerOperator,
+    StreamRef,
+    default_deferrable,
+)
+from airflow_kafka_events.streams.consuming.wait_trigger import StreamWaitTrigger, producer_state_key
+from airflow_kafka_events.streams.descriptor import stream_id
 from unit.operators.fakes import DictStore, FakeReader, context, stream
 
 pytestmark = pytest.mark.unit
@@ -278,7 +281,7 @@ def first_event(trigger: StreamWaitTrigger) -> dict[str, Any]:
 def test_the_trigger_serializes_to_its_own_kwargs():
     trigger = StreamWaitTrigger(topic="t", trigger_run_id=RUN, checkpoint={"format": 1}, start_deadline=5.0)
     classpath, kwargs = trigger.serialize()
-    assert classpath == "airflow_kafka_events.triggers.stream_wait.StreamWaitTrigger"
+    assert classpath == "airflow_kafka_events.streams.consuming.wait_trigger.StreamWaitTrigger"
     assert StreamWaitTrigger(**kwargs).serialize() == (classpath, kwargs)
 
 

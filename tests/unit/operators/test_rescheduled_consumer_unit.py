@@ -7,11 +7,11 @@ from typing import Any
 import pytest
 from airflow.sdk.exceptions import AirflowRescheduleException
 
-from airflow_kafka_events import slot_release
-from airflow_kafka_events.checkpoint import Checkpoint
 from airflow_kafka_events.errors import StreamGapError, StreamNotStartedError
-from airflow_kafka_events.operators import StreamRef
-from airflow_kafka_events.slot_release import RescheduleNote, note_key
+from airflow_kafka_events.streams.checkpoint import Checkpoint
+from airflow_kafka_events.streams.consuming import slot_release
+from airflow_kafka_events.streams.consuming.operator import StreamRef
+from airflow_kafka_events.streams.consuming.slot_release import RescheduleNote, note_key
 from unit.operators.fakes import DictStore, context, stream
 from unit.operators.test_deferred_consumer_unit import HANDLED, RUN, Consumer, FakeClock, IdleReader
 from unit.operators.test_deferred_consumer_unit import clock as clock  # the fixture

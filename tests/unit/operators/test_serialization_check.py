@@ -13,8 +13,8 @@ from airflow.sdk import BaseOperator
 from airflow.triggers.base import StartTriggerArgs
 
 from airflow_kafka_events.errors import TriggerSerializationError, ValidationError
-from airflow_kafka_events.operators import StreamingOperatorMixin, StreamingTriggerOperator
-from airflow_kafka_events.serialization_check import check_trigger_kwargs, roundtrip_trigger_kwargs
+from airflow_kafka_events.provider.serialization import check_trigger_kwargs, roundtrip_trigger_kwargs
+from airflow_kafka_events.streams.producing.operator import StreamingOperatorMixin, StreamingTriggerOperator
 
 pytestmark = pytest.mark.unit
 
@@ -101,7 +101,7 @@ class StartsInTriggerer(StreamingOperatorMixin, BaseOperator):
         super().__init__(**kwargs)
         self.start_from_trigger = True
         self.start_trigger_args = StartTriggerArgs(
-            trigger_cls="airflow_kafka_events.triggers.testing.CountingPagesTrigger",
+            trigger_cls="airflow_kafka_events.streams.producing.demo_trigger.CountingPagesTrigger",
             trigger_kwargs=trigger_kwargs,
             next_method="resume_stream",
         )
@@ -133,7 +133,7 @@ def test_streaming_trigger_operator_checks_its_trigger_kwargs_even_without_start
     with pytest.raises(TriggerSerializationError, match="'on_page'"):
         StreamingTriggerOperator(
             task_id="fetch",
-            trigger_cls="airflow_kafka_events.triggers.testing.CountingPagesTrigger",
+            trigger_cls="airflow_kafka_events.streams.producing.demo_trigger.CountingPagesTrigger",
             trigger_kwargs={"pages": 1, "on_page": print},
             start_from_trigger=False,
         )
@@ -148,12 +148,12 @@ def test_a_dag_file_with_a_lambda_in_trigger_kwargs_fails_to_parse(tmp_path: Pat
             """A DAG (airflow) whose streaming task has a lambda in its trigger kwargs."""
             import pendulum
             from airflow.sdk import DAG
-            from airflow_kafka_events.operators import StreamingTriggerOperator
+            from airflow_kafka_events.streams.producing.operator import StreamingTriggerOperator
 
             with DAG("bad_stream_dag", schedule=None, start_date=pendulum.datetime(2024, 1, 1)):
                 StreamingTriggerOperator(
                     task_id="fetch",
-                    trigger_cls="airflow_kafka_events.triggers.testing.CountingPagesTrigger",
+                    trigger_cls="airflow_kafka_events.streams.producing.demo_trigger.CountingPagesTrigger",
                     trigger_kwargs={"pages": 3, "extra": {"page_filter": lambda page: True}},
                 )
             '''
@@ -165,12 +165,12 @@ def test_a_dag_file_with_a_lambda_in_trigger_kwargs_fails_to_parse(tmp_path: Pat
             """A DAG (airflow) with a serializable streaming task."""
             import pendulum
             from airflow.sdk import DAG
-            from airflow_kafka_events.operators import StreamingTriggerOperator
+            from airflow_kafka_events.streams.producing.operator import StreamingTriggerOperator
 
             with DAG("good_stream_dag", schedule=None, start_date=pendulum.datetime(2024, 1, 1)):
                 StreamingTriggerOperator(
                     task_id="fetch",
-                    trigger_cls="airflow_kafka_events.triggers.testing.CountingPagesTrigger",
+                    trigger_cls="airflow_kafka_events.streams.producing.demo_trigger.CountingPagesTrigger",
                     trigger_kwargs={"pages": 3},
                 )
             '''

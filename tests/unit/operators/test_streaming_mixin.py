@@ -10,25 +10,27 @@ import pytest
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import TaskDeferred
 
-from airflow_kafka_events.checkpoint import Checkpoint, load_checkpoint
 from airflow_kafka_events.errors import (
     ConfigurationError,
     StreamFailedError,
     TriggerSerializationError,
     ValidationError,
 )
-from airflow_kafka_events.operators import StreamEvent, StreamingOperatorMixin, StreamingTriggerOperator
-from airflow_kafka_events.operators.streaming import (
+from airflow_kafka_events.streams.checkpoint import Checkpoint, load_checkpoint
+from airflow_kafka_events.streams.consuming.consumption import StreamEvent, checkpoint_key, page_events
+from airflow_kafka_events.streams.descriptor import (
     DEFAULT_NOT_BEFORE_MARGIN,
-    RESUME_METHOD,
-    checkpoint_key,
     generation_of,
     not_before_of,
-    page_events,
+    stream_id,
 )
-from airflow_kafka_events.streams import stream_id
-from airflow_kafka_events.triggers import Page, StreamingTrigger
-from airflow_kafka_events.triggers.testing import CountingPagesTrigger
+from airflow_kafka_events.streams.producing.demo_trigger import CountingPagesTrigger
+from airflow_kafka_events.streams.producing.operator import (
+    RESUME_METHOD,
+    StreamingOperatorMixin,
+    StreamingTriggerOperator,
+)
+from airflow_kafka_events.streams.producing.trigger import Page, StreamingTrigger
 from unit.operators.fakes import DictStore, FakeReader, context, descriptor, stream
 
 pytestmark = pytest.mark.unit
@@ -138,7 +140,7 @@ def test_a_fully_handled_stream_is_not_read_again():
 
 def test_a_checkpoint_of_an_older_attempt_is_not_used_for_a_newer_one():
     store = DictStore()
-    from airflow_kafka_events.checkpoint import save_checkpoint
+    from airflow_kafka_events.streams.checkpoint import save_checkpoint
 
     save_checkpoint(store, checkpoint_key(RUN), Checkpoint(attempt=0, next_sequence_index=2), 0)
     op = LegacyOperator(task_id="produce")
@@ -342,7 +344,7 @@ def test_defer_stream_needs_a_streaming_trigger():
 def test_streaming_trigger_operator_starts_from_the_trigger_and_finishes_the_task_there():
     op = StreamingTriggerOperator(
         task_id="fetch",
-        trigger_cls="airflow_kafka_events.triggers.testing.CountingPagesTrigger",
+        trigger_cls="airflow_kafka_events.streams.producing.demo_trigger.CountingPagesTrigger",
         trigger_kwargs={"pages": 4, "topic": "t"},
     )
     assert op.start_from_trigger is True
@@ -355,7 +357,7 @@ def test_streaming_trigger_operator_starts_from_the_trigger_and_finishes_the_tas
 def test_streaming_trigger_operator_defers_from_execute_without_start_from_trigger():
     op = StreamingTriggerOperator(
         task_id="produce",
-        trigger_cls="airflow_kafka_events.triggers.testing.CountingPagesTrigger",
+        trigger_cls="airflow_kafka_events.streams.producing.demo_trigger.CountingPagesTrigger",
         trigger_kwargs={"pages": 2},
         start_from_trigger=False,
     )
@@ -369,7 +371,7 @@ def test_streaming_trigger_operator_defers_from_execute_without_start_from_trigg
 def test_a_fetch_only_task_started_from_the_trigger_has_no_generation():
     op = StreamingTriggerOperator(
         task_id="fetch",
-        trigger_cls="airflow_kafka_events.triggers.testing.CountingPagesTrigger",
+        trigger_cls="airflow_kafka_events.streams.producing.demo_trigger.CountingPagesTrigger",
         trigger_kwargs={"pages": 4},
     )
     assert op.start_trigger_args is not None
@@ -382,7 +384,7 @@ def test_a_failed_triggers_cause_reaches_the_tasks_error():
     from airflow.sdk import BaseOperator
     from airflow.sdk.exceptions import TaskDeferralError, TaskDeferralTimeout
 
-    from airflow_kafka_events.operators.streaming import StreamingOperatorMixin
+    from airflow_kafka_events.streams.producing.operator import StreamingOperatorMixin
 
     class Producer(StreamingOperatorMixin, BaseOperator):
         pass

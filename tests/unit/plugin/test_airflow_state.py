@@ -51,7 +51,7 @@ def _ti(session, task_id: str = TASK, map_index: int = -1, **values: object):
 
 
 def _run(session, task_id: str = TASK, map_index: int = -1):
-    from airflow_kafka_events.plugin.airflow_state import task_instance_run
+    from airflow_kafka_events.ui.airflow_state import task_instance_run
 
     return task_instance_run(session, DAG, RUN, task_id, map_index)
 
@@ -144,8 +144,8 @@ def test_a_task_instance_that_never_started_says_so_and_has_no_window(session, s
 
 
 def test_the_stream_page_s_window_is_the_latest_try_s_and_none_for_a_task_that_never_ran(session):
-    from airflow_kafka_events.plugin.views.streams import SPAN_AFTER, SPAN_BEFORE, _written_span
-    from airflow_kafka_events.streams import stream_id
+    from airflow_kafka_events.streams.descriptor import stream_id
+    from airflow_kafka_events.ui.views.streams import SPAN_AFTER, SPAN_BEFORE, _written_span
 
     ti = _ti(session, map_index=4, state="failed", start_date=T0, end_date=T0 + timedelta(minutes=1))
     _retry(session, ti, T0 + timedelta(days=2), T0 + timedelta(days=2, minutes=3), "success")
@@ -172,9 +172,9 @@ def test_watchers_are_sources_of_their_own_dead_letter_topic_in_the_replay_targe
     from airflow.models.asset import AssetModel, AssetWatcherModel
     from airflow.models.trigger import Trigger
 
-    from airflow_kafka_events.inspection.errors import ReplayTargetRefusedError
-    from airflow_kafka_events.inspection.replay_targets import ReplayTargets
-    from airflow_kafka_events.plugin.airflow_state import WATCHER_CLASSPATH, watched_sources
+    from airflow_kafka_events.ui.airflow_state import WATCHER_CLASSPATH, watched_sources
+    from airflow_kafka_events.ui.inspection.errors import ReplayTargetRefusedError
+    from airflow_kafka_events.ui.inspection.replay_targets import ReplayTargets
 
     asset = AssetModel(name="orders", uri="kafka-events://orders", group="asset", extra={})
     session.add(asset)

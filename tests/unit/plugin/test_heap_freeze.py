@@ -16,8 +16,8 @@ pytestmark = pytest.mark.unit
 CODE = """
 import gc
 from fastapi.testclient import TestClient
-from airflow_kafka_events.plugin.app import create_app
-from airflow_kafka_events.plugin.security import VIEW
+from airflow_kafka_events.ui.app import create_app
+from airflow_kafka_events.ui.security import VIEW
 
 class Cycle:
     def __init__(self):
@@ -47,8 +47,8 @@ print("ok")
 OFF = """
 import gc
 from fastapi.testclient import TestClient
-from airflow_kafka_events.plugin.app import create_app
-from airflow_kafka_events.plugin.security import VIEW
+from airflow_kafka_events.ui.app import create_app
+from airflow_kafka_events.ui.security import VIEW
 
 app = create_app()
 app.dependency_overrides[VIEW.dependency] = lambda: None

@@ -9,9 +9,9 @@ import pytest
 from fastapi.routing import APIRoute
 
 from airflow_kafka_events.errors import ConfigurationError
-from airflow_kafka_events.plugin import REACT_APPS, URL_PREFIX, KafkaEventsPlugin
-from airflow_kafka_events.plugin.rendering import mask, secrets_of
-from airflow_kafka_events.plugin.settings import DEFAULT_BRIDGE_GROUP, ViewSettings
+from airflow_kafka_events.ui.plugin import REACT_APPS, URL_PREFIX, KafkaEventsPlugin
+from airflow_kafka_events.ui.rendering import mask, secrets_of
+from airflow_kafka_events.ui.settings import DEFAULT_BRIDGE_GROUP, ViewSettings
 
 pytestmark = pytest.mark.unit
 
@@ -19,7 +19,7 @@ pytestmark = pytest.mark.unit
 def test_react_apps_are_valid_for_airflow_each_with_a_bundle_url_of_its_own():
     from airflow.api_fastapi.core_api.datamodels.plugins import ReactAppResponse
 
-    from airflow_kafka_events.plugin.views.bundle import BUNDLE, BUNDLE_PATH
+    from airflow_kafka_events.ui.views.bundle import BUNDLE, BUNDLE_PATH
 
     apps = [ReactAppResponse.model_validate(a) for a in REACT_APPS]
     assert {a.destination for a in apps} == {"nav", "dag", "dag_run", "task_instance"}
@@ -34,8 +34,8 @@ def test_react_apps_are_valid_for_airflow_each_with_a_bundle_url_of_its_own():
 
 def test_importing_the_plugin_builds_no_app():
     code = (
-        "import sys, airflow_kafka_events.plugin as p\n"
-        "assert 'airflow_kafka_events.plugin.app' not in sys.modules\n"
+        "import sys, airflow_kafka_events.ui.plugin as p\n"
+        "assert 'airflow_kafka_events.ui.app' not in sys.modules\n"
         "apps = p.KafkaEventsPlugin().fastapi_apps\n"
         "assert apps[0]['url_prefix'] == '/kafka-events'\n"
         "assert apps[0]['app'] is p.KafkaEventsPlugin().fastapi_apps[0]['app']\n"
@@ -45,8 +45,8 @@ def test_importing_the_plugin_builds_no_app():
 
 
 def test_every_route_requires_a_viewer_and_replay_an_asset_write():
-    from airflow_kafka_events.plugin.app import create_app
-    from airflow_kafka_events.plugin.security import REPLAY, VIEW
+    from airflow_kafka_events.ui.app import create_app
+    from airflow_kafka_events.ui.security import REPLAY, VIEW
 
     app = create_app()
     assert VIEW in app.router.dependencies
@@ -116,7 +116,7 @@ def test_every_answer_may_be_framed_by_this_site_only_is_never_sniffed_nor_store
     # holding a record's markup read as HTML; a confirmation (its CSRF token) kept by a cache
     from fastapi.testclient import TestClient
 
-    from airflow_kafka_events.plugin.app import SECURITY_HEADERS, create_app
+    from airflow_kafka_events.ui.app import SECURITY_HEADERS, create_app
 
     with TestClient(create_app(), raise_server_exceptions=False) as client:
         for method, path in (
@@ -140,7 +140,7 @@ def test_a_method_other_than_get_and_post_changes_nothing():
     method: the replay's path answers them 405 before any dependency runs."""
     from fastapi.testclient import TestClient
 
-    from airflow_kafka_events.plugin.app import create_app
+    from airflow_kafka_events.ui.app import create_app
 
     with TestClient(create_app(), raise_server_exceptions=False) as client:
         for method in ("PUT", "PATCH", "DELETE"):
@@ -155,7 +155,7 @@ def test_a_method_other_than_get_and_post_changes_nothing():
 def test_a_json_answer_holds_no_markup_character_and_reads_back_the_same():
     import json
 
-    from airflow_kafka_events.plugin.rendering import render_json
+    from airflow_kafka_events.ui.rendering import render_json
 
     record = {"error": "</script><script>alert(1)</script>", "note": "a & b > c", "literal": "\\u003c"}
     answer = render_json(record)

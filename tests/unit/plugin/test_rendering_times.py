@@ -8,10 +8,10 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from airflow_kafka_events.codec import ASSET_EVENT_CODEC, TRIGGER_EVENT_CODEC
-from airflow_kafka_events.envelopes import AssetEventEnvelope, AssetRef, TriggerEventEnvelope
-from airflow_kafka_events.inspection.dead_letters import payload_preview
-from airflow_kafka_events.plugin.rendering import TEMPLATES_DIR, environment
+from airflow_kafka_events.envelopes.codec import ASSET_EVENT_CODEC, TRIGGER_EVENT_CODEC
+from airflow_kafka_events.envelopes.model import AssetEventEnvelope, AssetRef, TriggerEventEnvelope
+from airflow_kafka_events.ui.inspection.dead_letters import payload_preview
+from airflow_kafka_events.ui.rendering import TEMPLATES_DIR, environment
 
 pytestmark = pytest.mark.unit
 

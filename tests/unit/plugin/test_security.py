@@ -10,7 +10,7 @@ from fastapi import HTTPException
 from fastapi.security import HTTPAuthorizationCredentials
 from starlette.requests import Request
 
-from airflow_kafka_events.plugin.security import (
+from airflow_kafka_events.ui.security import (
     CSRF_TTL_SECONDS,
     csrf_token,
     origin_of,
@@ -79,7 +79,7 @@ def test_a_token_is_good_for_its_user_and_sign_in_within_its_time_window_only():
 def test_the_mac_is_compared_in_constant_time(monkeypatch):
     import hmac as hmac_module
 
-    from airflow_kafka_events.plugin import security
+    from airflow_kafka_events.ui import security
 
     compared: list[tuple[str, str]] = []
     real = hmac_module.compare_digest
@@ -114,8 +114,8 @@ def test_the_sign_in_is_the_jti_of_the_bearer_token_else_of_the_token_cookie():
 def test_every_state_changing_route_refuses_cross_site_requests():
     from fastapi.routing import APIRoute
 
-    from airflow_kafka_events.plugin.app import create_app
-    from airflow_kafka_events.plugin.security import refuse_cross_site
+    from airflow_kafka_events.ui.app import create_app
+    from airflow_kafka_events.ui.security import refuse_cross_site
 
     changing = [
         route

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_kafka_events.plugin.views.bundle import BUNDLE
+from airflow_kafka_events.ui.views.bundle import BUNDLE
 
 pytestmark = pytest.mark.unit
 

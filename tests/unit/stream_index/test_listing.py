@@ -5,22 +5,22 @@ from __future__ import annotations
 import pytest
 
 from airflow_kafka_events.errors import ValidationError
-from airflow_kafka_events.stream_index.listing import (
-    StreamFilter,
-    consumer_row,
-    consumers_of_task,
-    indexed_streams,
-    lag_series,
-)
-from airflow_kafka_events.stream_index.reader import IndexSnapshot, apply_records
-from airflow_kafka_events.stream_index.record import (
+from airflow_kafka_events.streams.descriptor import stream_id
+from airflow_kafka_events.streams.index.record import (
     ConsumerRecord,
     StreamRecord,
     consumer_key,
     encode_record,
     stream_key,
 )
-from airflow_kafka_events.streams import stream_id
+from airflow_kafka_events.ui.inspection.index_listing import (
+    StreamFilter,
+    consumer_row,
+    consumers_of_task,
+    indexed_streams,
+    lag_series,
+)
+from airflow_kafka_events.ui.inspection.index_reader import IndexSnapshot, apply_records
 
 pytestmark = pytest.mark.unit
 

@@ -9,9 +9,9 @@ import pytest
 from confluent_kafka import KafkaError
 
 from airflow_kafka_events.errors import NotSentError
-from airflow_kafka_events.stream_index.options import Cadence
-from airflow_kafka_events.stream_index.publisher import ConsumerIndexWriter, StreamIndexWriter
-from airflow_kafka_events.stream_index.record import ConsumerRecord, StreamRecord, stream_key
+from airflow_kafka_events.streams.index.options import Cadence
+from airflow_kafka_events.streams.index.publisher import ConsumerIndexWriter, StreamIndexWriter
+from airflow_kafka_events.streams.index.record import ConsumerRecord, StreamRecord, stream_key
 
 pytestmark = pytest.mark.unit
 

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from airflow_kafka_events.errors import ValidationError
-from airflow_kafka_events.stream_index.record import (
+from airflow_kafka_events.streams.index.record import (
     MAX_SAMPLES,
     ConsumerRecord,
     StreamRecord,

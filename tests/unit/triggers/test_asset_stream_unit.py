@@ -10,9 +10,9 @@ import pytest
 from airflow.triggers.shared_stream import AdvanceItem, AdvanceOutcome
 
 from airflow_kafka_events.kafka.positions import PositionTracker
-from airflow_kafka_events.kafka.shared_reader import FedRecord
-from airflow_kafka_events.triggers import asset_stream
-from airflow_kafka_events.triggers.asset_stream import KafkaAssetEventStreamProducer
+from airflow_kafka_events.kafka.shared_feed import FedRecord
+from airflow_kafka_events.watcher import stream as asset_stream
+from airflow_kafka_events.watcher.stream import KafkaAssetEventStreamProducer
 
 pytestmark = pytest.mark.unit
 

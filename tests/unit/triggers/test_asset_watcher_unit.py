@@ -22,10 +22,16 @@ from airflow.triggers.base import BaseEventTrigger
 from airflow.triggers.shared_stream import AdvanceItem, SharedStreamManager, SharedStreamProducer
 
 from airflow_kafka_events.assets.authz import sign_envelope
-from airflow_kafka_events.assets.external import PROVENANCE_EXTRA_KEY
-from airflow_kafka_events.codec import ASSET_EVENT_CODEC, TRIGGER_EVENT_CODEC
-from airflow_kafka_events.dlq import DeadLetter, DeadLetterWriter
-from airflow_kafka_events.envelopes import (
+from airflow_kafka_events.assets.publish import PROVENANCE_EXTRA_KEY
+from airflow_kafka_events.assets.watcher_payload import (
+    causation_from_watcher_extra,
+    envelope_payload,
+    watcher_causation,
+    watcher_payload,
+)
+from airflow_kafka_events.dead_letters.letter import DeadLetter, DeadLetterWriter
+from airflow_kafka_events.envelopes.codec import ASSET_EVENT_CODEC, TRIGGER_EVENT_CODEC
+from airflow_kafka_events.envelopes.model import (
     AssetEventEnvelope,
     AssetRef,
     EventSource,
@@ -37,19 +43,12 @@ from airflow_kafka_events.errors import (
     DeliveryError,
     ValidationError,
 )
-from airflow_kafka_events.kafka.producer import DeliveryReceipt
-from airflow_kafka_events.serialization_check import roundtrip_trigger_kwargs
-from airflow_kafka_events.triggers import asset_watcher, watcher_dead_letters
-from airflow_kafka_events.triggers.asset_watcher import (
-    KafkaAssetEventStreamProducer,
-    KafkaAssetEventTrigger,
-    KafkaRecord,
-    causation_from_watcher_extra,
-    envelope_payload,
-    kafka_watched_asset,
-    watcher_causation,
-    watcher_payload,
-)
+from airflow_kafka_events.kafka.delivery import DeliveryReceipt
+from airflow_kafka_events.provider.serialization import roundtrip_trigger_kwargs
+from airflow_kafka_events.watcher import dead_letters as watcher_dead_letters
+from airflow_kafka_events.watcher import trigger as asset_watcher
+from airflow_kafka_events.watcher.stream import KafkaAssetEventStreamProducer, KafkaRecord
+from airflow_kafka_events.watcher.trigger import KafkaAssetEventTrigger, kafka_watched_asset
 
 pytestmark = pytest.mark.unit
 
@@ -172,7 +171,7 @@ FULL_KWARGS: dict[str, Any] = {
 def test_serialize_names_this_class_and_maps_one_to_one_onto_init():
     trigger = KafkaAssetEventTrigger(**FULL_KWARGS)
     classpath, kwargs = trigger.serialize()
-    assert classpath == "airflow_kafka_events.triggers.asset_watcher.KafkaAssetEventTrigger"
+    assert classpath == "airflow_kafka_events.watcher.trigger.KafkaAssetEventTrigger"
     assert classpath != KafkaSharedStreamTrigger(topics=["x"]).serialize()[0]
     assert import_string(classpath) is KafkaAssetEventTrigger
     assert set(kwargs) == set(FULL_KWARGS)
@@ -204,7 +203,7 @@ def test_shared_stream_key_is_one_stream_per_watcher():
     key = base.shared_stream_key()
     assert key == (
         "airflow_kafka_events.asset_watcher",
-        "airflow_kafka_events.triggers.asset_watcher.KafkaAssetEventTrigger",
+        "airflow_kafka_events.watcher.trigger.KafkaAssetEventTrigger",
         ("a", "b"),
         "kafka_watcher",
         None,

@@ -8,8 +8,8 @@ import importlib
 import pytest
 
 from airflow_kafka_events.errors import ConfigurationError
-from airflow_kafka_events.serialization_check import check_trigger_kwargs, roundtrip_trigger_kwargs
-from airflow_kafka_events.triggers.testing import OnePageTrigger
+from airflow_kafka_events.provider.serialization import check_trigger_kwargs, roundtrip_trigger_kwargs
+from airflow_kafka_events.streams.producing.demo_trigger import OnePageTrigger
 
 pytestmark = pytest.mark.unit
 
@@ -24,7 +24,7 @@ def _events(trigger: OnePageTrigger) -> list:
 def test_serialize_round_trips_through_airflow_serialization():
     trigger = OnePageTrigger(page=3, pages=10, delay=0.02)
     classpath, kwargs = trigger.serialize()
-    assert classpath == "airflow_kafka_events.triggers.testing.OnePageTrigger"
+    assert classpath == "airflow_kafka_events.streams.producing.demo_trigger.OnePageTrigger"
     assert kwargs == {"page": 3, "pages": 10, "delay": 0.02}
     check_trigger_kwargs(kwargs, owner="test")
     module, _, name = classpath.rpartition(".")

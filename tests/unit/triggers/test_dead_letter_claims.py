@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from airflow_kafka_events.triggers.dead_letter_claims import CLAIM_PREFIX, _claimer_of, claim_partition
+from airflow_kafka_events.watcher.dead_letter_claims import CLAIM_PREFIX, _claimer_of, claim_partition
 
 pytestmark = pytest.mark.unit
 

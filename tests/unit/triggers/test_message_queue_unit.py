@@ -17,8 +17,8 @@ from airflow.providers.common.messaging.triggers.msg_queue import MESSAGE_QUEUE_
 from airflow.serialization.encoders import encode_trigger
 
 from airflow_kafka_events.errors import AirflowKafkaEventsError, InvalidAssetError, ValidationError
-from airflow_kafka_events.triggers.asset_watcher import KafkaAssetEventTrigger, kafka_watched_asset
-from airflow_kafka_events.triggers.message_queue import SCHEME, KafkaEventsMessageQueueProvider
+from airflow_kafka_events.watcher.message_queue import SCHEME, KafkaEventsMessageQueueProvider
+from airflow_kafka_events.watcher.trigger import KafkaAssetEventTrigger, kafka_watched_asset
 
 pytestmark = pytest.mark.unit
 
@@ -120,11 +120,11 @@ def test_without_common_messaging_the_package_works_and_discovery_skips_the_queu
         for name in [m for m in sys.modules if m.startswith("airflow.providers.common.messaging")]:
             del sys.modules[name]
         sys.modules["airflow.providers.common.messaging"] = None  # not installed
-        from airflow_kafka_events.triggers.asset_watcher import kafka_watched_asset
+        from airflow_kafka_events.watcher.trigger import kafka_watched_asset
 
         kafka_watched_asset("ops://x", topics=["t"])
         try:
-            import airflow_kafka_events.triggers.message_queue
+            import airflow_kafka_events.watcher.message_queue
         except AirflowOptionalProviderFeatureException as exc:
             assert "airflow-kafka-events[messaging]" in str(exc), exc
         else:

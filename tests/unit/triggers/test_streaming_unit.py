@@ -17,8 +17,8 @@ from airflow.triggers.base import TaskFailedEvent, TaskSuccessEvent, TriggerEven
 from hypothesis import given
 from hypothesis import strategies as st
 
-from airflow_kafka_events.codec import TRIGGER_EVENT_CODEC
-from airflow_kafka_events.envelopes import ProducerIdentity, StreamError, TriggerEventEnvelope
+from airflow_kafka_events.envelopes.codec import TRIGGER_EVENT_CODEC
+from airflow_kafka_events.envelopes.model import ProducerIdentity, StreamFailure, TriggerEventEnvelope
 from airflow_kafka_events.errors import (
     ConfigurationError,
     EnvelopeEncodeError,
@@ -27,14 +27,7 @@ from airflow_kafka_events.errors import (
     ValidationError,
     WrappedTaskFailedError,
 )
-from airflow_kafka_events.kafka.progress import (
-    GENERATION_METADATA_KEY,
-    StreamLocation,
-    StreamProgress,
-    find_stream_progress,
-    lookup_stream,
-)
-from airflow_kafka_events.streams import (
+from airflow_kafka_events.streams.descriptor import (
     ResumePlan,
     StreamDescriptor,
     StreamKey,
@@ -42,9 +35,21 @@ from airflow_kafka_events.streams import (
     plan_resume,
     stream_id,
 )
-from airflow_kafka_events.triggers import Page, StreamingTrigger, StreamingWrapperTrigger
-from airflow_kafka_events.triggers.streaming import _AttemptWriter
-from airflow_kafka_events.triggers.wrapper import TASK_FAILED_ERROR_TYPE, TIMEOUT_ERROR_TYPE, json_payload
+from airflow_kafka_events.streams.producing.trigger import Page, StreamingTrigger
+from airflow_kafka_events.streams.producing.wrapper import (
+    TASK_FAILED_ERROR_TYPE,
+    TIMEOUT_ERROR_TYPE,
+    StreamingWrapperTrigger,
+    json_payload,
+)
+from airflow_kafka_events.streams.producing.writer import AttemptWriter
+from airflow_kafka_events.streams.progress import (
+    GENERATION_METADATA_KEY,
+    StreamLocation,
+    StreamProgress,
+    find_stream_progress,
+    lookup_stream,
+)
 from integration.triggers import sample_triggers as samples
 
 pytestmark = pytest.mark.unit
@@ -130,7 +135,7 @@ def _descriptor(**overrides: Any) -> StreamDescriptor:
         _descriptor(count=0, first_offset=5, last_offset=5),
         _descriptor(first_offset=None),
         _descriptor(error={"type": "builtins.ValueError", "message": "boom"}),
-        _descriptor(error=StreamError(type="Timeout", message="late")),
+        _descriptor(error=StreamFailure(type="Timeout", message="late")),
     ],
 )
 def test_descriptor_round_trips_through_json(descriptor):
@@ -150,8 +155,8 @@ def test_descriptor_round_trips_through_json(descriptor):
 
 
 def test_descriptor_error_properties():
-    failed = _descriptor(error=StreamError(type="Timeout", message="late"))
-    assert failed.failed and failed.stream_error == StreamError(type="Timeout", message="late")
+    failed = _descriptor(error=StreamFailure(type="Timeout", message="late"))
+    assert failed.failed and failed.stream_error == StreamFailure(type="Timeout", message="late")
     assert failed.to_dict()["error"] == {"type": "Timeout", "message": "late"}
     assert not _descriptor().failed and _descriptor().stream_error is None
 
@@ -204,7 +209,7 @@ def _progress(
         attempt=attempt,
         sequence_index=seq,
         is_last=is_last,
-        error=StreamError(type="E", message="m") if error else None,
+        error=StreamFailure(type="E", message="m") if error else None,
         resume_cursor=cursor,
         first_offset=90,
         generation=generation,
@@ -287,8 +292,8 @@ def test_lookup_refuses_a_bad_not_before_before_any_kafka_access(bad):
         find_stream_progress({"bootstrap.servers": "nowhere:1"}, "t", "k", not_before_ms=bad)
 
 
-def _writer(*, generation: int | None, next_seq: int, first_offset: int | None) -> _AttemptWriter:
-    return _AttemptWriter(
+def _writer(*, generation: int | None, next_seq: int, first_offset: int | None) -> AttemptWriter:
+    return AttemptWriter(
         None,  # type: ignore[arg-type]  # encode() does not produce
         topic="t",
         partition=0,
@@ -476,8 +481,8 @@ def test_stream_kwargs_are_checked(kwargs):
 
 
 def test_constructing_a_trigger_creates_no_hook_and_no_producer(monkeypatch):
-    import airflow_kafka_events.hooks as hooks
     import airflow_kafka_events.kafka.producer as producer
+    import airflow_kafka_events.provider.hook as hooks
 
     def refuse(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError("Kafka clients must not be created while a trigger is constructed")
@@ -643,9 +648,11 @@ def test_wrapper_checks_its_kwargs(kwargs):
 
 def test_wrapper_error_types():
     wrapper = StreamingWrapperTrigger(wrapped_classpath="a.B")
-    assert wrapper.stream_error_for(StreamTimeoutError("late")) == StreamError(TIMEOUT_ERROR_TYPE, "late")
-    assert wrapper.stream_error_for(WrappedTaskFailedError("no")) == StreamError(TASK_FAILED_ERROR_TYPE, "no")
-    assert wrapper.stream_error_for(ValueError("v")) == StreamError("ValueError", "v")
+    assert wrapper.stream_error_for(StreamTimeoutError("late")) == StreamFailure(TIMEOUT_ERROR_TYPE, "late")
+    assert wrapper.stream_error_for(WrappedTaskFailedError("no")) == StreamFailure(
+        TASK_FAILED_ERROR_TYPE, "no"
+    )
+    assert wrapper.stream_error_for(ValueError("v")) == StreamFailure("ValueError", "v")
 
 
 async def _pages(wrapper: StreamingWrapperTrigger) -> tuple[list[Page], BaseException | None]:
@@ -754,9 +761,9 @@ def test_wrapper_gives_the_wrapped_trigger_its_task_instance_and_forwards_on_kil
 @pytest.mark.parametrize(
     "module",
     [
-        "airflow_kafka_events.streams",
+        "airflow_kafka_events.streams.descriptor",
         "airflow_kafka_events.kafka.partitioner",
-        "airflow_kafka_events.kafka.progress",
+        "airflow_kafka_events.streams.progress",
     ],
 )
 def test_stream_modules_import_no_airflow(module):

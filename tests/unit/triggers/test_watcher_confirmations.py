@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_kafka_events.triggers.watcher_confirmations import (
+from airflow_kafka_events.watcher.confirmations import (
     METASTORE_BACKEND,
     fired_mark,
     mark_of,

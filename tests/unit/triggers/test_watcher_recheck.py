@@ -16,10 +16,11 @@ import pytest
 
 from airflow_kafka_events.errors import ConfigurationError
 from airflow_kafka_events.kafka.positions import PositionTracker
-from airflow_kafka_events.triggers import asset_stream, watcher_recheck
-from airflow_kafka_events.triggers.asset_stream import KafkaAssetEventStreamProducer
-from airflow_kafka_events.triggers.watcher_recheck import api_base_url, keys_of_events, recheck_conn_id
-from airflow_kafka_events.triggers.watcher_stops import resumption
+from airflow_kafka_events.watcher import recheck as watcher_recheck
+from airflow_kafka_events.watcher import stream as asset_stream
+from airflow_kafka_events.watcher.recheck import api_base_url, keys_of_events, recheck_conn_id
+from airflow_kafka_events.watcher.stops import resumption
+from airflow_kafka_events.watcher.stream import KafkaAssetEventStreamProducer
 
 pytestmark = pytest.mark.unit
 
@@ -183,8 +184,11 @@ def test_a_stopping_run_leaves_the_state_a_newer_run_stored():
     assert store.writes == []
 
 
+from airflow_kafka_events.watcher.keys import DURABLE_KEYS  # noqa: E402
+
+
 def test_the_recheck_limit_reaches_beyond_the_stored_keys():
-    assert watcher_recheck.RECHECK_LIMIT >= asset_stream.DURABLE_KEYS
+    assert watcher_recheck.RECHECK_LIMIT >= DURABLE_KEYS
 
 
 class _Assets:
@@ -201,7 +205,7 @@ class _Assets:
 
 
 def test_the_asset_is_found_by_uri_and_name_by_either_alone():
-    from airflow_kafka_events.bridge.airflow_api import UnknownAssetError
+    from airflow_kafka_events.bridge.errors import UnknownAssetError
 
     client: Any = _Assets((1, "investigate", "ops://investigate/"), (2, "orders", "s3://lake/orders/"))
     assert watcher_recheck._asset_id(client, "investigate", "ops://investigate/") == 1

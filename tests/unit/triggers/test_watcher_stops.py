@@ -7,14 +7,8 @@ import json
 import pytest
 
 from airflow_kafka_events.errors import ValidationError
-from airflow_kafka_events.triggers.watcher_stops import (
-    DEFAULT_STOPS_TOPIC,
-    decode_mark,
-    encode_mark,
-    mark_key,
-    resumption,
-    stops_topic,
-)
+from airflow_kafka_events.kafka.topic_plan import WATCHER_STOPS_TOPIC
+from airflow_kafka_events.watcher.stops import decode_mark, encode_mark, mark_key, resumption, stops_topic
 
 pytestmark = pytest.mark.unit
 
@@ -93,6 +87,6 @@ def test_the_mark_is_keyed_by_connection_and_asset_and_its_topic_is_configurable
     assert mark_key("kw", "ops://a", "a") != mark_key("other", "ops://a", "a")
     monkeypatch.delenv("AIRFLOW__KAFKA_EVENTS__WATCHER_STOPS_TOPIC", raising=False)
     monkeypatch.setenv("AIRFLOW_HOME", "/nonexistent-airflow-home")
-    assert stops_topic() == DEFAULT_STOPS_TOPIC
+    assert stops_topic() == WATCHER_STOPS_TOPIC
     monkeypatch.setenv("AIRFLOW__KAFKA_EVENTS__WATCHER_STOPS_TOPIC", " ops.stops ")
     assert stops_topic() == "ops.stops"

@@ -17,7 +17,8 @@ import pendulum
 from airflow.sdk import DAG, task
 
 from airflow_kafka_events.airflow_versions import watcher_queues_supported
-from airflow_kafka_events.triggers.asset_watcher import kafka_watched_asset, watcher_payload
+from airflow_kafka_events.assets.watcher_payload import watcher_payload
+from airflow_kafka_events.watcher.trigger import kafka_watched_asset
 
 RUN = os.environ.get("AIRFLOW_KAFKA_EVENTS_E2E_WATCHER_RUN", "local")
 TOPIC = f"e2e.v34.events.{RUN}"

@@ -24,11 +24,8 @@ import pendulum
 from airflow.providers.common.messaging.triggers.msg_queue import MessageQueueTrigger
 from airflow.sdk import DAG, Asset, AssetWatcher, task
 
-from airflow_kafka_events.triggers.asset_watcher import (
-    kafka_watched_asset,
-    watcher_causation,
-    watcher_payload,
-)
+from airflow_kafka_events.assets.watcher_payload import watcher_causation, watcher_payload
+from airflow_kafka_events.watcher.trigger import kafka_watched_asset
 
 RUN = os.environ.get("AIRFLOW_KAFKA_EVENTS_E2E_WATCHER_RUN", "local")
 TOPIC = f"e2e.watcher.events.{RUN}"
@@ -74,7 +71,7 @@ def _payloads(context: Any) -> list[dict[str, Any]]:
 
 # --------------------------------------------------------------------------- (a) investigate on failure
 def _request_investigation(context: Any) -> None:
-    from airflow_kafka_events.assets import emit_from_dag_callback
+    from airflow_kafka_events.assets.emit import emit_from_dag_callback
 
     run_id = context["run_id"]
     emit_from_dag_callback(
@@ -137,7 +134,7 @@ for _dag_id, _asset in (
 
 # --------------------------------------------------------------------------- (d) feedback loop
 def _loop_again(context: Any) -> None:
-    from airflow_kafka_events.assets import emit_from_dag_callback
+    from airflow_kafka_events.assets.emit import emit_from_dag_callback
 
     chain = watcher_causation(context)
     emit_from_dag_callback(

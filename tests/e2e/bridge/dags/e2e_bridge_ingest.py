@@ -17,7 +17,7 @@ from typing import Any
 import pendulum
 from airflow.sdk import Asset, dag, get_current_context, task
 
-from airflow_kafka_events import emit_asset_event
+from airflow_kafka_events.assets.emit import emit_asset_event
 
 BATCHES = Asset(name="e2e_bridge_batches", uri="x-e2e://bridge/batches")
 

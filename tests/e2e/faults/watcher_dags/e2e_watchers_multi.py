@@ -8,7 +8,7 @@ import os
 import pendulum
 from airflow.sdk import DAG, task
 
-from airflow_kafka_events.triggers.asset_watcher import kafka_watched_asset
+from airflow_kafka_events.watcher.trigger import kafka_watched_asset
 
 TOPIC = os.environ.get("AIRFLOW_KAFKA_EVENTS_E2E_MULTI_TOPIC", "e2e.watchers.multi")
 DLQ = os.environ.get("AIRFLOW_KAFKA_EVENTS_E2E_MULTI_DLQ") or None  # refused records are dropped without

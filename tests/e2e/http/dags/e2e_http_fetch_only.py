@@ -14,7 +14,9 @@ from typing import Any
 import pendulum
 from airflow.sdk import DAG
 
-from airflow_kafka_events.operators import StreamingTriggerOperator, StreamRef, stream_consumer_task
+from airflow_kafka_events.streams.consuming.decorator import stream_consumer_task
+from airflow_kafka_events.streams.consuming.operator import StreamRef
+from airflow_kafka_events.streams.producing.operator import StreamingTriggerOperator
 
 DAG_ID = "e2e_http_fetch_only"
 CONN_ID = "e2e_paged_api_fetch_only"
@@ -28,7 +30,7 @@ with DAG(
 ):
     StreamingTriggerOperator(
         task_id="fetch_pages",
-        trigger_cls="airflow_kafka_events.triggers.http.HttpPaginationTrigger",
+        trigger_cls="airflow_kafka_events.http.trigger.HttpPaginationTrigger",
         trigger_kwargs={
             "http_conn_id": CONN_ID,
             "endpoint": "api/items",

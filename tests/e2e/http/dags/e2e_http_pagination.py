@@ -13,8 +13,8 @@ from typing import Any
 import pendulum
 from airflow.sdk import DAG, BaseOperator
 
-from airflow_kafka_events.operators import StreamingOperatorMixin
-from airflow_kafka_events.triggers.http import HttpPaginationTrigger
+from airflow_kafka_events.http.trigger import HttpPaginationTrigger
+from airflow_kafka_events.streams.producing.operator import StreamingOperatorMixin
 
 DAG_ID = "e2e_http_pagination"
 TASK_ID = "fetch_pages"

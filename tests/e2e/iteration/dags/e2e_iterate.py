@@ -28,8 +28,8 @@ from typing import Any
 import pendulum
 from airflow.sdk import DAG, task
 
-from airflow_kafka_events.iteration import from_stream, results_of
-from airflow_kafka_events.operators import StreamingTriggerOperator
+from airflow_kafka_events.iteration.sources import from_stream, results_of
+from airflow_kafka_events.streams.producing.operator import StreamingTriggerOperator
 
 ITEMS = 200
 PAGES = 30
@@ -83,7 +83,7 @@ with DAG(
     double_again.iterate(doubled=results_of("record"))
     StreamingTriggerOperator(
         task_id="fetch",
-        trigger_cls="airflow_kafka_events.triggers.testing.CountingPagesTrigger",
+        trigger_cls="airflow_kafka_events.streams.producing.demo_trigger.CountingPagesTrigger",
         trigger_kwargs={"pages": PAGES, "delay": 0.05},
     )
     record_pages.iterate(page=from_stream("fetch"))
@@ -91,10 +91,10 @@ with DAG(
 
 def _wait_before_dying(ti: Any, task_state_store: Any) -> int:
     """Until results 0..DIE_AT-1 are in Kafka and the stored checkpoint is final; its watermark."""
-    from airflow_kafka_events.hooks import KafkaEventsHook
-    from airflow_kafka_events.kafka.progress import find_stream_progress
-    from airflow_kafka_events.streams import stream_id
-    from airflow_kafka_events.triggers.streaming import DEFAULT_TOPIC
+    from airflow_kafka_events.provider.hook import KafkaEventsHook
+    from airflow_kafka_events.streams.descriptor import stream_id
+    from airflow_kafka_events.streams.producing.trigger import DEFAULT_TOPIC
+    from airflow_kafka_events.streams.progress import find_stream_progress
 
     settings = KafkaEventsHook().get_settings()
     run = stream_id(ti.dag_id, ti.run_id, ti.task_id, -1)

@@ -22,11 +22,13 @@ from typing import Any
 import pendulum
 from airflow.sdk import DAG, Asset, BaseOperator, PartitionedAssetTimetable, dag, get_current_context, task
 
-from airflow_kafka_events import emit_asset_event
-from airflow_kafka_events.iteration import results_of
-from airflow_kafka_events.operators import StreamConsumerOperator, StreamingOperatorMixin, StreamRef
-from airflow_kafka_events.triggers.asset_watcher import kafka_watched_asset, watcher_payload
-from airflow_kafka_events.triggers.testing import CountingPagesTrigger
+from airflow_kafka_events.assets.emit import emit_asset_event
+from airflow_kafka_events.assets.watcher_payload import watcher_payload
+from airflow_kafka_events.iteration.sources import results_of
+from airflow_kafka_events.streams.consuming.operator import StreamConsumerOperator, StreamRef
+from airflow_kafka_events.streams.producing.demo_trigger import CountingPagesTrigger
+from airflow_kafka_events.streams.producing.operator import StreamingOperatorMixin
+from airflow_kafka_events.watcher.trigger import kafka_watched_asset
 
 RUN = os.environ.get("AIRFLOW_KAFKA_EVENTS_E2E_SECURED_RUN", "local")
 STREAM_TOPIC = f"e2e.secured.trigger-events.{RUN}"

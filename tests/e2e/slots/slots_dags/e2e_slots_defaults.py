@@ -18,9 +18,10 @@ from typing import Any
 import pendulum
 from airflow.sdk import DAG, BaseOperator, task
 
-from airflow_kafka_events.iteration import from_stream
-from airflow_kafka_events.operators import StreamConsumerOperator, StreamingOperatorMixin, StreamRef
-from airflow_kafka_events.triggers.testing import CountingPagesTrigger
+from airflow_kafka_events.iteration.sources import from_stream
+from airflow_kafka_events.streams.consuming.operator import StreamConsumerOperator, StreamRef
+from airflow_kafka_events.streams.producing.demo_trigger import CountingPagesTrigger
+from airflow_kafka_events.streams.producing.operator import StreamingOperatorMixin
 
 DAG_ID = "e2e_slots_defaults"
 PAIRS = 4

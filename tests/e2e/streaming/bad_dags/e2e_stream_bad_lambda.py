@@ -9,7 +9,7 @@ from __future__ import annotations
 import pendulum
 from airflow.sdk import DAG
 
-from airflow_kafka_events.operators import StreamingTriggerOperator
+from airflow_kafka_events.streams.producing.operator import StreamingTriggerOperator
 
 with DAG(
     dag_id="e2e_stream_bad_lambda",
@@ -20,6 +20,6 @@ with DAG(
 ):
     StreamingTriggerOperator(
         task_id="fetch",
-        trigger_cls="airflow_kafka_events.triggers.testing.CountingPagesTrigger",
+        trigger_cls="airflow_kafka_events.streams.producing.demo_trigger.CountingPagesTrigger",
         trigger_kwargs={"pages": 3, "extra": {"page_filter": lambda page: page % 2 == 0}},
     )

@@ -15,8 +15,9 @@ from typing import Any
 import pendulum
 from airflow.sdk import DAG, BaseOperator, task
 
-from airflow_kafka_events.operators import StreamingOperatorMixin, StreamingTriggerOperator, StreamRef
-from airflow_kafka_events.triggers.testing import CountingPagesTrigger
+from airflow_kafka_events.streams.consuming.operator import StreamRef
+from airflow_kafka_events.streams.producing.demo_trigger import CountingPagesTrigger
+from airflow_kafka_events.streams.producing.operator import StreamingOperatorMixin, StreamingTriggerOperator
 
 DAG_ID = "e2e_stream_legacy"
 LEGACY_PAGES = 12
@@ -46,7 +47,7 @@ with DAG(
     LegacyPager(task_id="legacy")
     StreamingTriggerOperator(
         task_id="fetch_only",
-        trigger_cls="airflow_kafka_events.triggers.testing.CountingPagesTrigger",
+        trigger_cls="airflow_kafka_events.streams.producing.demo_trigger.CountingPagesTrigger",
         trigger_kwargs={"pages": FETCH_PAGES},
     )
 

@@ -15,8 +15,8 @@ from typing import Any
 import pendulum
 from airflow.sdk import DAG, BaseOperator
 
-from airflow_kafka_events.operators import StreamingOperatorMixin
-from airflow_kafka_events.triggers.testing import CountingPagesTrigger
+from airflow_kafka_events.streams.producing.demo_trigger import CountingPagesTrigger
+from airflow_kafka_events.streams.producing.operator import StreamingOperatorMixin
 
 DAG_ID = "e2e_stream_retry"
 PAGES = 30

@@ -1,0 +1,565 @@
+"""Dead-letter records: the refused Kafka record, unchanged, plus headers that say why.
+
+A consumer that refuses a record (undecodable bytes, an unknown schema, a failed signature or
+allowlist check, a causation chain that is too deep ...) writes it to a dead-letter topic with
+:class:`DeadLetterWriter` and waits for the broker's acknowledgement before it moves past the
+record, so that nothing it refuses is lost.
+
+Record format:
+
+* **value** and **key**: the original record's, byte for byte (replay = produce them again);
+* **headers**: the original headers, except any named like the ones below (a record
+  dead-lettered twice carries only the latest reason), followed by:
+
+  ==========================  =====================================================================
+  ``x-reason``                short code: ``undecodable``, ``unknown-schema``, ``invalid-envelope``,
+                              ``too-large``, ``signature-missing``, ``signature-invalid``,
+                              ``signing-key-unavailable``, ``not-allowed``, ``causation-too-deep``,
+                              ``internal-error`` (see :class:`DeadLetterReason`)
+  ``x-error-type``            qualified name of the exception that refused it
+  ``x-error-message``         its message (at most 1000 characters)
+  ``x-source-topic``          topic, partition, offset of the original record
+  ``x-source-partition``
+  ``x-source-offset``
+  ``x-source-timestamp``      the original record's timestamp, ms since the epoch (when known)
+  ``x-consumer``              who refused it (e.g. the watcher's asset and consumer group)
+  ``x-event-id``              the envelope's event id / asset URI, when the bytes decoded
+  ``x-asset-uri``
+  ``x-dead-lettered-at``      UTC ISO-8601 instant the record was refused
+  ``x-truncated``             ``true`` on a *reference* dead letter (below), absent otherwise
+  ``x-truncated-cause``       why the whole record could not be written (the limit, or the error)
+  ``x-original-value-bytes``  size of the original value (the dead letter holds a prefix of it)
+  ``x-original-headers-dropped``  how many original headers were left out (only when > 0)
+  ==========================  =====================================================================
+
+  All header values are UTF-8 text.  :meth:`DeadLetter.from_headers` reads them back.
+
+Records the dead-letter topic cannot carry
+    A record larger than the dead-letter producer may send (librdkafka's ``message.max.bytes``,
+    default 1,000,000 bytes) or than the dead-letter topic accepts (the topic's
+    ``max.message.bytes``) is written as a **reference** instead of failing for ever: the value
+    is cut to its first :data:`REFERENCE_PREFIX_BYTES` bytes, the original headers are kept up to
+    :data:`REFERENCE_MAX_HEADER_BYTES` bytes in all, the key up to :data:`REFERENCE_MAX_KEY_BYTES`
+    bytes, and ``x-truncated: true``, ``x-truncated-cause`` and ``x-original-value-bytes`` say so;
+    the source coordinates (``x-source-*``) locate the whole record while the source topic keeps
+    it.  If even that does not fit, a bare reference (empty value, no original headers) is
+    written.  :class:`DeadLetterWriter` chooses the form by itself: a record it knows to be too
+    large for ``message.max.bytes`` goes straight to the reference form, and a
+    ``MSG_SIZE_TOO_LARGE`` / ``RECORD_LIST_TOO_LARGE`` answer (client or broker) makes it write
+    the reference at once, never retrying the record that cannot fit.
+
+A dead-letter topic can receive the same record more than once (a redelivery after a crash
+between the write and the offset commit): readers should tolerate duplicates, e.g. by
+``(x-source-topic, x-source-partition, x-source-offset)``.
+
+This module imports no Airflow module.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Generator, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any, Protocol
+
+from confluent_kafka import KafkaError
+
+from airflow_kafka_events.dead_letters.headers import (
+    DEAD_LETTER_HEADERS,
+    HEADER_ASSET_URI,
+    HEADER_CONSUMER,
+    HEADER_DEAD_LETTERED_AT,
+    HEADER_ERROR_MESSAGE,
+    HEADER_ERROR_TYPE,
+    HEADER_EVENT_ID,
+    HEADER_ORIGINAL_HEADERS_DROPPED,
+    HEADER_ORIGINAL_VALUE_BYTES,
+    HEADER_REASON,
+    HEADER_SOURCE_OFFSET,
+    HEADER_SOURCE_PARTITION,
+    HEADER_SOURCE_TIMESTAMP,
+    HEADER_SOURCE_TOPIC,
+    HEADER_TRUNCATED,
+    HEADER_TRUNCATED_CAUSE,
+    REFERENCE_HEADERS,
+    DeadLetterReason,
+)
+from airflow_kafka_events.dead_letters.log import SourceRecord
+from airflow_kafka_events.errors import ValidationError
+from airflow_kafka_events.kafka.delivery import DeliveryReceipt
+from airflow_kafka_events.kafka.topics import client_message_max_bytes
+
+if TYPE_CHECKING:
+    from airflow_kafka_events.envelopes.model import AssetEventEnvelope
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "MAX_ERROR_MESSAGE_CHARS",
+    "REFERENCE_MAX_HEADER_BYTES",
+    "REFERENCE_MAX_KEY_BYTES",
+    "REFERENCE_PREFIX_BYTES",
+    "DeadLetter",
+    "DeadLetterWriter",
+    "dead_letter_headers",
+    "error_type_name",
+    "is_size_error",
+    "record_size",
+]
+
+_WRITTEN_HEADERS = DEAD_LETTER_HEADERS | REFERENCE_HEADERS
+
+#: Longest ``x-error-message`` written; longer messages are cut and end with "...".
+MAX_ERROR_MESSAGE_CHARS = 1000
+#: Bytes of the original value a reference dead letter keeps.
+REFERENCE_PREFIX_BYTES = 4096
+#: Bytes (names and values) of original headers a reference dead letter keeps, in order.
+REFERENCE_MAX_HEADER_BYTES = 16 * 1024
+#: Longest key a reference dead letter keeps (a longer one is cut).
+REFERENCE_MAX_KEY_BYTES = 4096
+#: What librdkafka and the broker add to a record's key, value and headers (record batch and
+#: record framing), with a margin: a record within ``message.max.bytes`` minus this is sent whole.
+RECORD_OVERHEAD_BYTES = 512
+#: Errors of a write that is too large to ever succeed: client-side ``message.max.bytes``, or
+#: the topic's ``max.message.bytes`` answered by the broker.
+_SIZE_ERROR_CODES = frozenset({KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.RECORD_LIST_TOO_LARGE})
+
+Header = tuple[str, "bytes | str | None"]
+
+
+def error_type_name(exc: BaseException | type[BaseException]) -> str:
+    """``module.QualName`` of an exception (or class); builtins without the module."""
+    kind = exc if isinstance(exc, type) else type(exc)
+    if kind.__module__ == "builtins":
+        return kind.__qualname__
+    return f"{kind.__module__}.{kind.__qualname__}"
+
+
+def _utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def _text(value: bytes | str | None) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return value
+    return bytes(value).decode("utf-8", errors="replace")
+
+
+def _cut(message: str, limit: int = MAX_ERROR_MESSAGE_CHARS) -> str:
+    return message if len(message) <= limit else message[: limit - 3] + "..."
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    """Why and where from a record was refused: what the ``x-*`` headers carry."""
+
+    reason: str
+    error_type: str
+    error_message: str
+    source_topic: str
+    source_partition: int
+    source_offset: int
+    source_timestamp_ms: int | None = None
+    consumer: str | None = None
+    event_id: str | None = None
+    asset_uri: str | None = None
+    dead_lettered_at: datetime = field(default_factory=_utcnow)
+    #: A reference dead letter: the value is only a prefix of the original (see the module doc).
+    truncated: bool = False
+    truncated_cause: str | None = None
+    original_value_bytes: int | None = None
+    original_headers_dropped: int = 0
+
+    def __post_init__(self) -> None:
+        if isinstance(self.reason, DeadLetterReason):
+            object.__setattr__(self, "reason", self.reason.value)
+        for name in ("reason", "error_type", "source_topic"):
+            value = getattr(self, name)
+            if not isinstance(value, str) or not value:
+                raise ValidationError(f"DeadLetter.{name} must be a non-empty str, got {value!r}")
+        if not isinstance(self.error_message, str):
+            raise ValidationError("DeadLetter.error_message must be a str")
+        object.__setattr__(self, "error_message", _cut(self.error_message))
+        self._check_ints(("source_partition", "source_offset"), minimum=None)
+        self._check_ints(("original_value_bytes", "original_headers_dropped"), minimum=0)
+        stamp = self.dead_lettered_at
+        if not isinstance(stamp, datetime) or stamp.tzinfo is None:
+            raise ValidationError("DeadLetter.dead_lettered_at must be a timezone-aware datetime")
+        object.__setattr__(self, "dead_lettered_at", stamp.astimezone(timezone.utc))
+        if self.truncated_cause is not None:
+            object.__setattr__(self, "truncated_cause", _cut(self.truncated_cause))
+
+    def _check_ints(self, names: Sequence[str], *, minimum: int | None) -> None:
+        """Ints (``None`` allowed only where ``minimum`` is set: the optional sizes)."""
+        for name in names:
+            value = getattr(self, name)
+            if value is None and minimum is not None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, int) or value < (minimum or -(2**63)):
+                bound = "an int" if minimum is None else f"an int >= {minimum}"
+                raise ValidationError(f"DeadLetter.{name} must be {bound}, got {value!r}")
+
+    def as_reference(self, cause: str, *, original_value_bytes: int, headers_dropped: int = 0) -> DeadLetter:
+        """This letter for a reference dead letter (the value cut to a prefix, see the module doc)."""
+        return dataclasses.replace(
+            self,
+            truncated=True,
+            truncated_cause=cause,
+            original_value_bytes=original_value_bytes,
+            original_headers_dropped=headers_dropped,
+        )
+
+    @classmethod
+    def from_exception(
+        cls,
+        reason: DeadLetterReason | str,
+        exc: BaseException,
+        *,
+        topic: str,
+        partition: int,
+        offset: int,
+        timestamp_ms: int | None = None,
+        consumer: str | None = None,
+        event_id: str | None = None,
+        asset_uri: str | None = None,
+    ) -> DeadLetter:
+        return cls(
+            reason=reason.value if isinstance(reason, DeadLetterReason) else reason,
+            error_type=error_type_name(exc),
+            error_message=str(exc),
+            source_topic=topic,
+            source_partition=partition,
+            source_offset=offset,
+            source_timestamp_ms=timestamp_ms,
+            consumer=consumer,
+            event_id=event_id,
+            asset_uri=asset_uri,
+        )
+
+    @classmethod
+    def of_record(
+        cls,
+        reason: DeadLetterReason | str,
+        exc: BaseException,
+        record: SourceRecord,
+        envelope: AssetEventEnvelope | None,
+        *,
+        consumer: str,
+    ) -> DeadLetter:
+        """The dead letter of a consumed ``record`` refused for ``reason`` (``envelope``: if it decoded)."""
+        return cls.from_exception(
+            reason,
+            exc,
+            topic=record.topic,
+            partition=record.partition,
+            offset=record.offset,
+            timestamp_ms=record.timestamp_ms,
+            consumer=consumer,
+            event_id=None if envelope is None else envelope.event_id,
+            asset_uri=None if envelope is None else envelope.asset.uri,
+        )
+
+    def headers(self) -> list[tuple[str, bytes]]:
+        """The ``x-*`` headers, in a fixed order; optional ones only when set."""
+        values: list[tuple[str, str | None]] = [
+            (HEADER_REASON, self.reason),
+            (HEADER_ERROR_TYPE, self.error_type),
+            (HEADER_ERROR_MESSAGE, self.error_message),
+            (HEADER_SOURCE_TOPIC, self.source_topic),
+            (HEADER_SOURCE_PARTITION, str(self.source_partition)),
+            (HEADER_SOURCE_OFFSET, str(self.source_offset)),
+            (
+                HEADER_SOURCE_TIMESTAMP,
+                None if self.source_timestamp_ms is None else str(self.source_timestamp_ms),
+            ),
+            (HEADER_CONSUMER, self.consumer),
+            (HEADER_EVENT_ID, self.event_id),
+            (HEADER_ASSET_URI, self.asset_uri),
+            (HEADER_DEAD_LETTERED_AT, self.dead_lettered_at.isoformat(timespec="microseconds")),
+        ]
+        if self.truncated:
+            values += [
+                (HEADER_TRUNCATED, "true"),
+                (HEADER_TRUNCATED_CAUSE, self.truncated_cause),
+                (
+                    HEADER_ORIGINAL_VALUE_BYTES,
+                    None if self.original_value_bytes is None else str(self.original_value_bytes),
+                ),
+                (
+                    HEADER_ORIGINAL_HEADERS_DROPPED,
+                    str(self.original_headers_dropped) if self.original_headers_dropped else None,
+                ),
+            ]
+        return [(name, value.encode("utf-8")) for name, value in values if value is not None]
+
+    @classmethod
+    def from_headers(cls, headers: Iterable[Header] | Mapping[str, bytes | str | None] | None) -> DeadLetter:
+        """Read a dead-letter record's ``x-*`` headers back (the last value of a name wins)."""
+        items = headers.items() if isinstance(headers, Mapping) else (headers or [])
+        found: dict[str, str | None] = {}
+        for name, value in items:
+            if name in _WRITTEN_HEADERS:
+                found[name] = _text(value)
+
+        def required(name: str) -> str:
+            value = found.get(name)
+            if value is None:
+                raise ValidationError(f"the record has no {name!r} header: not a dead-letter record")
+            return value
+
+        def number(name: str) -> int:
+            value = required(name)
+            try:
+                return int(value)
+            except ValueError as exc:
+                raise ValidationError(f"header {name!r} is not an int: {value!r}") from exc
+
+        def optional_number(name: str) -> int | None:
+            return number(name) if found.get(name) is not None else None
+
+        stamp = found.get(HEADER_DEAD_LETTERED_AT)
+        return cls(
+            reason=required(HEADER_REASON),
+            error_type=required(HEADER_ERROR_TYPE),
+            error_message=found.get(HEADER_ERROR_MESSAGE) or "",
+            source_topic=required(HEADER_SOURCE_TOPIC),
+            source_partition=number(HEADER_SOURCE_PARTITION),
+            source_offset=number(HEADER_SOURCE_OFFSET),
+            source_timestamp_ms=optional_number(HEADER_SOURCE_TIMESTAMP),
+            consumer=found.get(HEADER_CONSUMER),
+            event_id=found.get(HEADER_EVENT_ID),
+            asset_uri=found.get(HEADER_ASSET_URI),
+            dead_lettered_at=datetime.fromisoformat(stamp) if stamp else _utcnow(),
+            truncated=found.get(HEADER_TRUNCATED) == "true",
+            truncated_cause=found.get(HEADER_TRUNCATED_CAUSE),
+            original_value_bytes=optional_number(HEADER_ORIGINAL_VALUE_BYTES),
+            original_headers_dropped=optional_number(HEADER_ORIGINAL_HEADERS_DROPPED) or 0,
+        )
+
+
+def dead_letter_headers(original: Sequence[Header] | None, letter: DeadLetter) -> list[Header]:
+    """The headers of the dead-letter record: ``original`` minus ``x-*`` names we write, then ours."""
+    kept: list[Header] = [(name, value) for name, value in (original or ()) if name not in _WRITTEN_HEADERS]
+    return [*kept, *letter.headers()]
+
+
+def _header_bytes(name: str, value: bytes | str | None) -> int:
+    size = len(name.encode("utf-8"))
+    if isinstance(value, str):
+        return size + len(value.encode("utf-8"))
+    return size + (len(value) if value is not None else 0)
+
+
+def record_size(
+    value: bytes | None, key: bytes | str | None = None, headers: Iterable[Header] | None = None
+) -> int:
+    """Bytes of a record's value, key and headers (names and values): what size limits count."""
+    size = len(value) if value is not None else 0
+    if key is not None:
+        size += len(key.encode("utf-8") if isinstance(key, str) else key)
+    return size + sum(_header_bytes(name, item) for name, item in (headers or ()))
+
+
+def is_size_error(exc: BaseException) -> bool:
+    """Whether ``exc`` says the record is too large to be written at all (never worth a retry).
+
+    ``MSG_SIZE_TOO_LARGE`` is librdkafka's answer for a record over the producer's
+    ``message.max.bytes`` *and* the broker's for one over the topic's ``max.message.bytes``;
+    ``RECORD_LIST_TOO_LARGE`` the broker's for a batch over it.
+    """
+    code: Any = getattr(exc, "code", None)
+    if callable(code):
+        code = code()
+    if code is None and exc.args and isinstance(exc.args[0], KafkaError):
+        code = exc.args[0].code()
+    return code in _SIZE_ERROR_CODES
+
+
+def _bounded_headers(original: Sequence[Header] | None, limit: int) -> tuple[list[Header], int]:
+    """The original headers, in order, while their bytes stay within ``limit``; and how many were left."""
+    kept: list[Header] = []
+    used = 0
+    items = [(name, value) for name, value in (original or ()) if name not in _WRITTEN_HEADERS]
+    for index, (name, value) in enumerate(items):
+        size = _header_bytes(name, value)
+        if used + size > limit:
+            return kept, len(items) - index
+        kept.append((name, value))
+        used += size
+    return kept, 0
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """One form of a dead-letter record to try: what is produced."""
+
+    value: bytes | None
+    key: bytes | None
+    headers: list[Header]
+
+
+_RAISE_LIMITS = (
+    "; to keep whole records raise max.message.bytes on the dead-letter topic and message.max.bytes "
+    "on its producer"
+)
+
+
+class _Producer(Protocol):
+    """What :class:`DeadLetterWriter` needs of a producer (an ``EnvelopeProducer`` fits)."""
+
+    def send_and_wait(
+        self,
+        topic: str,
+        value: bytes | None,
+        *,
+        key: bytes | str | None = ...,
+        headers: Any = ...,
+        partition: int | None = ...,
+        timeout: float = ...,
+    ) -> DeliveryReceipt: ...
+
+    async def send_async(
+        self,
+        topic: str,
+        value: bytes | None,
+        *,
+        key: bytes | str | None = ...,
+        headers: Any = ...,
+        partition: int | None = ...,
+        timeout: float = ...,
+    ) -> DeliveryReceipt: ...
+
+
+#: Producer role of dead-letter writes, and how long a write waits for the broker: the role's
+#: producer drops a letter it could not deliver by then, so a retried write never leaves a second
+#: copy published later (``get_producer(config, role=DLQ_ROLE, message_timeout=DLQ_TIMEOUT)``).
+DLQ_ROLE = "dead-letter"
+DLQ_TIMEOUT = 30.0
+
+
+class DeadLetterWriter:
+    """Writes refused records to ``topic`` and waits for the broker's acknowledgement.
+
+    ``producer`` should be idempotent with ``acks=all`` (an
+    :class:`~airflow_kafka_events.kafka.producer.EnvelopeProducer`).  A record too large for
+    the producer (``max_message_bytes``, default the producer's ``message.max.bytes``) or for
+    the topic is written as a reference (see the module doc) instead of failing.  Any other
+    failed delivery raises :class:`~airflow_kafka_events.errors.DeliveryError` (or another
+    :class:`~airflow_kafka_events.errors.KafkaOperationError`): the caller must then not move
+    past the record.
+    """
+
+    def __init__(
+        self,
+        producer: _Producer,
+        topic: str,
+        *,
+        timeout: float = 30.0,
+        max_message_bytes: int | None = None,
+        reference_prefix_bytes: int = REFERENCE_PREFIX_BYTES,
+    ) -> None:
+        if not isinstance(topic, str) or not topic:
+            raise ValidationError(f"dead-letter topic must be a non-empty str, got {topic!r}")
+        if max_message_bytes is None:
+            config = getattr(producer, "config", None)
+            max_message_bytes = client_message_max_bytes(config if isinstance(config, Mapping) else {})
+        for name, value in (("max_message_bytes", max_message_bytes), ("prefix", reference_prefix_bytes)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValidationError(f"{name} must be an int >= 0, got {value!r}")
+        self.producer = producer
+        self.topic = topic
+        self.timeout = timeout
+        self.max_message_bytes = max_message_bytes
+        self.reference_prefix_bytes = reference_prefix_bytes
+
+    # ------------------------------------------------------------------ forms
+    def _reference(
+        self,
+        letter: DeadLetter,
+        value: bytes | None,
+        key: bytes | None,
+        headers: Sequence[Header] | None,
+        cause: str,
+        *,
+        bare: bool = False,
+    ) -> _Plan:
+        original = list(headers or ())
+        kept, dropped = _bounded_headers(original, 0 if bare else REFERENCE_MAX_HEADER_BYTES)
+        if bare:
+            dropped = len([name for name, _ in original if name not in _WRITTEN_HEADERS])
+        prefix = None if value is None else (b"" if bare else value[: self.reference_prefix_bytes])
+        reference = letter.as_reference(
+            cause, original_value_bytes=len(value) if value is not None else 0, headers_dropped=dropped
+        )
+        cut_key = key[: 256 if bare else REFERENCE_MAX_KEY_BYTES] if key is not None else None
+        return _Plan(prefix, cut_key, [*kept, *reference.headers()])
+
+    def _plans(
+        self, letter: DeadLetter, value: bytes | None, key: bytes | None, headers: Sequence[Header] | None
+    ) -> Generator[_Plan, BaseException, None]:
+        """The forms to try, largest first; each next one is sent the size error of the previous."""
+        whole = _Plan(value, key, dead_letter_headers(headers, letter))
+        size = record_size(whole.value, whole.key, whole.headers)
+        cause = f"the record is {size} bytes, over message.max.bytes={self.max_message_bytes} minus framing"
+        if size + RECORD_OVERHEAD_BYTES <= self.max_message_bytes:
+            cause = f"writing the whole record failed: {(yield whole)}"
+        cause += _RAISE_LIMITS
+        where = f"{letter.source_topic}[{letter.source_partition}]@{letter.source_offset}"
+        log.warning("dead-lettering %s to %r as a reference: %s", where, self.topic, cause)
+        error = yield self._reference(letter, value, key, headers, cause)
+        log.warning("dead-lettering %s to %r as a bare reference: %s", where, self.topic, error)
+        bare_cause = f"{cause}; a reference with a prefix did not fit either: {error}"
+        yield self._reference(letter, value, key, headers, bare_cause, bare=True)
+
+    @staticmethod
+    def _next_plan(plans: Generator[_Plan, BaseException, None], exc: Exception) -> _Plan:
+        """The next form after ``exc``; ``exc`` itself when it is no size error or no form is left."""
+        if not is_size_error(exc):
+            raise exc
+        try:
+            return plans.send(exc)
+        except StopIteration:
+            raise exc from None
+
+    # ------------------------------------------------------------------ API
+    def write(
+        self,
+        letter: DeadLetter,
+        *,
+        value: bytes | None,
+        key: bytes | None = None,
+        headers: Sequence[Header] | None = None,
+    ) -> DeliveryReceipt:
+        """Write one dead-letter record (whole, else a reference) and block until it is acknowledged."""
+        plans = self._plans(letter, value, key, headers)
+        plan = next(plans)
+        while True:
+            try:
+                return self.producer.send_and_wait(
+                    self.topic, plan.value, key=plan.key, headers=plan.headers, timeout=self.timeout
+                )
+            except Exception as exc:  # a size error moves on to the next form; others are raised
+                plan = self._next_plan(plans, exc)
+
+    async def awrite(
+        self,
+        letter: DeadLetter,
+        *,
+        value: bytes | None,
+        key: bytes | None = None,
+        headers: Sequence[Header] | None = None,
+    ) -> DeliveryReceipt:
+        """Like :meth:`write`, awaiting the acknowledgement without blocking the event loop."""
+        plans = self._plans(letter, value, key, headers)
+        plan = next(plans)
+        while True:
+            try:
+                return await self.producer.send_async(
+                    self.topic, plan.value, key=plan.key, headers=plan.headers, timeout=self.timeout
+                )
+            except Exception as exc:  # a size error moves on to the next form; others are raised
+                plan = self._next_plan(plans, exc)

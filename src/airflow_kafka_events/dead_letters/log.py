@@ -1,0 +1,75 @@
+"""The warning a consumer logs when it dead-lettered a record, and where that record came from.
+
+The watcher's line begins ``Dead-lettered <source> to <dead letter>``, the bridge's
+``<source> dead-lettered to <dead letter>`` (the wordings each logged before they shared this
+function: log-based alerts match them), each followed by the reason and the error message (at
+most 500 characters).  Every name here stays importable from :mod:`airflow_kafka_events.dead_letters.letter`.
+This module imports no Airflow module.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from airflow_kafka_events.dead_letters.letter import DeadLetter
+    from airflow_kafka_events.kafka.delivery import DeliveryReceipt
+
+__all__ = [
+    "BRIDGE_LINE",
+    "WATCHER_LINE",
+    "SourceRecord",
+    "log_dead_lettered",
+]
+
+#: The watcher's dead-lettered line: source, dead letter, reason, error message.
+WATCHER_LINE = "Dead-lettered %s[%d]@%d to %s[%d]@%d: %s: %s"
+#: The bridge's dead-lettered line: the same fields.
+BRIDGE_LINE = "%s[%d]@%d dead-lettered to %s[%d]@%d: %s: %s"
+#: Longest error message the line repeats.
+MESSAGE_CHARS = 500
+
+
+class SourceRecord(Protocol):
+    """Where a consumed record is: what a dead letter names as its source."""
+
+    @property
+    def topic(self) -> str: ...
+    @property
+    def partition(self) -> int: ...
+    @property
+    def offset(self) -> int: ...
+    @property
+    def timestamp_ms(self) -> int | None: ...
+
+
+class _Logger(Protocol):
+    def warning(self, msg: str, /, *args: Any) -> Any: ...
+
+
+def log_dead_lettered(
+    logger: _Logger,
+    record: SourceRecord,
+    receipt: DeliveryReceipt,
+    letter: DeadLetter,
+    *,
+    line: str = WATCHER_LINE,
+) -> None:
+    """The one warning a consumer writes when ``record`` was dead-lettered (at ``receipt``).
+
+    ``line``: :data:`WATCHER_LINE` or :data:`BRIDGE_LINE`.
+    """
+    message = letter.error_message
+    if len(message) > MESSAGE_CHARS:
+        message = message[: MESSAGE_CHARS - 3] + "..."
+    logger.warning(
+        line,
+        record.topic,
+        record.partition,
+        record.offset,
+        receipt.topic,
+        receipt.partition,
+        receipt.offset,
+        letter.reason,
+        message,
+    )

@@ -1,0 +1,384 @@
+"""Consumer side of a trigger event stream: read it back in order and hand its pages over.
+
+Every reader of a stream -- the task that resumes after its streaming trigger
+(:class:`~airflow_kafka_events.streams.producing.operator.StreamingOperatorMixin`), a consumer
+beside its producer (:class:`~airflow_kafka_events.streams.consuming.operator.StreamConsumerOperator`)
+and an iteration over a stream (:mod:`airflow_kafka_events.iteration`) -- uses this module:
+
+* :class:`StreamEvent`, :func:`page_events`, :func:`is_end_marker`: the pages of a batch
+  as handed to a handler (the payload-less end marker dropped);
+* :func:`drive_stream`: the reading loop -- read a
+  :class:`~airflow_kafka_events.streams.consuming.reader.StreamReader` to the stream's end,
+  hand the pages to a batch handler (or a per-page one), checkpoint after each batch and
+  acknowledge it; :class:`StreamSummary` is what it did;
+* :class:`StreamCheckpoints`: the read checkpoint of one stream in a task's state store
+  (key :func:`checkpoint_key`, one generation), loaded and saved in one place.
+
+This module imports no Airflow module.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any, Protocol
+
+from airflow_kafka_events import metrics
+from airflow_kafka_events.envelopes.model import TriggerEventEnvelope
+from airflow_kafka_events.errors import KafkaOperationError, StreamGapError, StreamNotStartedError
+from airflow_kafka_events.streams.checkpoint import (
+    Checkpoint,
+    CheckpointStore,
+    load_checkpoint,
+    save_checkpoint,
+    state_store_of,
+)
+from airflow_kafka_events.streams.descriptor import generation_of
+
+if TYPE_CHECKING:
+    from airflow_kafka_events.streams.consuming.batches import StreamBatch
+    from airflow_kafka_events.streams.index.publisher import ConsumerIndexWriter
+
+__all__ = [
+    "CHECKPOINT_KEY_PREFIX",
+    "StreamCheckpoints",
+    "StreamEvent",
+    "StreamSummary",
+    "checkpoint_key",
+    "drive_stream",
+    "is_end_marker",
+    "page_events",
+]
+
+log = logging.getLogger(__name__)
+
+#: Task state store key prefix of a stream's read checkpoint.
+CHECKPOINT_KEY_PREFIX = "stream:"
+
+
+# ====================================================================== events
+@dataclass(frozen=True)
+class StreamEvent:
+    """One page of a stream as handed to ``handle_trigger_events``.
+
+    ``payload`` is the page payload (a JSON value or bytes), ``sequence_index`` its position
+    (0-based) in attempt ``attempt`` of stream ``trigger_run_id``.
+    """
+
+    payload: Any
+    sequence_index: int
+    attempt: int
+    trigger_run_id: str
+
+    @classmethod
+    def from_envelope(cls, envelope: TriggerEventEnvelope) -> StreamEvent:
+        return cls(
+            payload=envelope.payload,
+            sequence_index=envelope.sequence_index,
+            attempt=envelope.attempt,
+            trigger_run_id=envelope.trigger_run_id,
+        )
+
+
+def is_end_marker(envelope: TriggerEventEnvelope) -> bool:
+    """The payload-less ``is_last`` envelope that ends an attempt (it carries no page)."""
+    return envelope.is_last and envelope.payload is None
+
+
+def page_events(envelopes: Iterable[TriggerEventEnvelope]) -> list[StreamEvent]:
+    """The pages among ``envelopes`` (end markers dropped), as :class:`StreamEvent`."""
+    return [StreamEvent.from_envelope(e) for e in envelopes if not is_end_marker(e)]
+
+
+# ====================================================================== checkpoints
+def checkpoint_key(trigger_run_id: str) -> str:
+    """Task state store key of the read checkpoint of stream ``trigger_run_id``."""
+    return f"{CHECKPOINT_KEY_PREFIX}{trigger_run_id}"
+
+
+@dataclass(frozen=True)
+class StreamCheckpoints:
+    """The read checkpoint of stream ``trigger_run_id`` in a task state store, for ``generation``.
+
+    Stored under :func:`checkpoint_key` with
+    :func:`~airflow_kafka_events.streams.checkpoint.save_checkpoint`; a checkpoint of another
+    generation (the task was cleared since) is not loaded.  :meth:`of_task` builds it from
+    a task context (``None`` when the context has no task state store).
+    """
+
+    store: CheckpointStore
+    trigger_run_id: str
+    generation: int
+
+    @classmethod
+    def of_task(cls, context: Mapping[str, Any], trigger_run_id: str) -> StreamCheckpoints | None:
+        """The checkpoints of ``trigger_run_id`` in ``context["task_state_store"]``, if any."""
+        store = state_store_of(context)
+        if store is None:
+            return None
+        return cls(store, trigger_run_id, generation_of(context))
+
+    @property
+    def key(self) -> str:
+        return checkpoint_key(self.trigger_run_id)
+
+    def load(self, logger: logging.Logger | Any = None, *, attempt: int | None = None) -> Checkpoint | None:
+        """The stored checkpoint, logged when found; ``None`` when none (or not of ``attempt``)."""
+        stored = load_checkpoint(self.store, self.key, self.generation)
+        if stored is None or (attempt is not None and stored.attempt != attempt):
+            return None
+        (logger if logger is not None else log).info(
+            "stream %s: resuming after checkpoint %s", self.trigger_run_id, stored
+        )
+        return stored
+
+    def save(self, checkpoint: Checkpoint) -> None:
+        save_checkpoint(self.store, self.key, checkpoint, self.generation)
+
+
+# ====================================================================== reading loop
+def _pages_at(checkpoint: Checkpoint | None) -> int:
+    if checkpoint is None:
+        return 0
+    if checkpoint.finished:  # next_sequence_index counts the end marker
+        return max(0, checkpoint.next_sequence_index - 1)
+    return checkpoint.next_sequence_index
+
+
+@dataclass
+class StreamSummary:
+    """What a stream reading run did; ``to_dict()`` is the XCom of batch handlers.
+
+    ``pages``: pages of the followed attempt handled so far (by every try);
+    ``pages_this_try`` / ``batches_this_try``: handled by this run; ``restarted``: a newer
+    attempt superseded pages handled before; ``finished``: the stream's end was reached.
+    """
+
+    trigger_run_id: str
+    topic: str
+    attempt: int | None
+    pages: int = 0
+    pages_this_try: int = 0
+    batches_this_try: int = 0
+    restarted: bool = False
+    finished: bool = False
+    #: the run stopped because the stream was idle (see ``drive_stream(is_idle=)``); not in the XCom
+    idle: bool = False
+
+    @classmethod
+    def starting_at(cls, trigger_run_id: str, topic: str, start: Checkpoint | None) -> StreamSummary:
+        """The summary of a run that starts at checkpoint ``start`` (``None``: the beginning)."""
+        return cls(
+            trigger_run_id=trigger_run_id,
+            topic=topic,
+            attempt=None if start is None else start.attempt,
+            pages=_pages_at(start),
+            finished=bool(start is not None and start.finished),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        values = asdict(self)
+        del values["idle"]
+        return values
+
+    def carry(self) -> dict[str, Any]:
+        """What a deferred reading run passes on to its resumption (:meth:`carried`)."""
+        return {k: v for k, v in self.to_dict().items() if k not in ("trigger_run_id", "topic")}
+
+    @classmethod
+    def carried(cls, trigger_run_id: str, topic: str, values: Mapping[str, Any]) -> StreamSummary:
+        """The summary a resumed run continues (``values`` from :meth:`carry`)."""
+        known = {"pages", "pages_this_try", "batches_this_try", "restarted", "finished"}
+        counts = {k: values[k] for k in known if k in values}
+        return cls(trigger_run_id=trigger_run_id, topic=topic, attempt=values.get("attempt"), **counts)
+
+    def log_handled(self, logger: logging.Logger | Any = None) -> None:
+        """Log what this try handled."""
+        (logger if logger is not None else log).info(
+            "stream %s: %d page(s) handled by this try in %d batch(es); %d in all",
+            self.trigger_run_id,
+            self.pages_this_try,
+            self.batches_this_try,
+            self.pages,
+        )
+
+
+class _Reader(Protocol):
+    def next_batch(self) -> StreamBatch: ...
+
+    def ack(self, batch: StreamBatch) -> Checkpoint: ...
+
+    def checkpoint(self) -> Checkpoint | None: ...
+
+
+def _note_batch(batch: StreamBatch, summary: StreamSummary, out: Any) -> None:
+    """Log the batch's rejected records and a restart; follow the batch's attempt."""
+    for record in batch.rejected:
+        out.warning(
+            "stream %s: skipping an undecodable record at %s[%s] offset %s: %s",
+            summary.trigger_run_id,
+            record.topic,
+            record.partition,
+            record.offset,
+            record.error,
+        )
+    if batch.restarted:
+        out.warning(
+            "stream %s: attempt %d supersedes pages handled before; reading it from its start",
+            summary.trigger_run_id,
+            batch.attempt,
+        )
+        summary.restarted = True
+    if summary.attempt != batch.attempt:
+        summary.attempt = batch.attempt
+        summary.pages = 0
+
+
+def _page_checkpoint(event: StreamEvent, batch: StreamBatch, before: Checkpoint | None) -> Checkpoint:
+    """The position after ``event``, inside a batch read from checkpoint ``before``."""
+    partition = batch.partition
+    if partition is None and before is not None:
+        partition = before.partition
+    return Checkpoint(
+        attempt=event.attempt,
+        next_sequence_index=event.sequence_index + 1,
+        # re-reading from the last acknowledged offset is always safe
+        offset=None if before is None else before.offset,
+        partition=partition,
+    )
+
+
+def _hand_pages_one_by_one(
+    reader: _Reader,
+    batch: StreamBatch,
+    events: list[StreamEvent],
+    handle_event: Callable[[StreamEvent], Any],
+    save: Callable[[Checkpoint], None] | None,
+    summary: StreamSummary,
+) -> Any:
+    """Call ``handle_event`` per page; checkpoint after every page but the batch's last."""
+    last: Any = None
+    before = reader.checkpoint()
+    for position, event in enumerate(events):
+        last = handle_event(event)
+        summary.pages = event.sequence_index + 1
+        summary.pages_this_try += 1
+        if save is not None and position < len(events) - 1:
+            save(_page_checkpoint(event, batch, before))
+    return last
+
+
+def _report_batch(topic: str, batch: StreamBatch, pages: int, seconds: float) -> None:
+    """Metrics of a handled batch: pages, the handler's time, the lag behind the last page's write."""
+    written = batch.events[-1].emitted_at if batch.events else None
+    lag = (datetime.now(timezone.utc) - written).total_seconds() if written is not None else 0.0
+    metrics.batch_handled(topic, pages, seconds, lag)
+
+
+def _acknowledge(
+    reader: _Reader, batch: StreamBatch, save: Callable[[Checkpoint], None] | None, out: Any, name: str
+) -> None:
+    """Save the batch's checkpoint, then commit it to the reader's consumer group (if any)."""
+    if save is not None:
+        save(batch.checkpoint)
+    try:
+        reader.ack(batch)
+    except KafkaOperationError as exc:  # the task state store keeps the position anyway
+        out.warning("stream %s: committing the position to Kafka failed: %s", name, exc)
+
+
+def drive_stream(
+    reader: _Reader,
+    *,
+    trigger_run_id: str,
+    topic: str,
+    handle_batch: Callable[[list[StreamEvent]], Any] | None = None,
+    handle_event: Callable[[StreamEvent], Any] | None = None,
+    save: Callable[[Checkpoint], None] | None = None,
+    start: Checkpoint | None = None,
+    logger: logging.Logger | Any = None,
+    summary: StreamSummary | None = None,
+    is_idle: Callable[[StreamNotStartedError | StreamGapError], bool] | None = None,
+    index: ConsumerIndexWriter | None = None,
+) -> tuple[StreamSummary, Any]:
+    """Read ``reader`` to the stream's end, handing pages over in order; ``(summary, last result)``.
+
+    Exactly one of ``handle_batch`` (called once per batch with its pages) and
+    ``handle_event`` (called once per page) is given.  After each batch the batch's
+    checkpoint is passed to ``save`` and then acknowledged to the reader (which commits it
+    to its consumer group, if any); with ``handle_event`` a checkpoint is also saved after
+    every page but the batch's last.  An exception of a handler propagates at once: nothing
+    after the failing batch (or page) is handled or checkpointed.  Batches without pages
+    (only the end marker) call no handler.
+
+    ``summary`` continues the counts of an earlier run of the same try (a consumer that
+    deferred while idle).  ``is_idle``: when the reader raises ``StreamNotStartedError`` or
+    ``StreamGapError`` and ``is_idle(error)`` is true, the run stops there (everything
+    handled so far is checkpointed) and returns with ``summary.idle`` set.
+
+    ``index``: the consumer's stream index writer; it is told each acknowledged checkpoint (it
+    writes when due) and closed (its latest position written) when the run stops, however it stops.
+    """
+    if (handle_batch is None) == (handle_event is None):
+        raise ValueError("pass exactly one of handle_batch and handle_event")
+    out = logger if logger is not None else log
+    if summary is None:
+        summary = StreamSummary.starting_at(trigger_run_id, topic, start)
+    summary.idle = False
+    try:
+        return _drive(
+            reader, summary, handle_batch, handle_event, save, out, trigger_run_id, topic, is_idle, index
+        )
+    finally:
+        if index is not None:
+            index.close()
+
+
+def _drive(
+    reader: _Reader,
+    summary: StreamSummary,
+    handle_batch: Callable[[list[StreamEvent]], Any] | None,
+    handle_event: Callable[[StreamEvent], Any] | None,
+    save: Callable[[Checkpoint], None] | None,
+    out: Any,
+    trigger_run_id: str,
+    topic: str,
+    is_idle: Callable[[StreamNotStartedError | StreamGapError], bool] | None,
+    index: ConsumerIndexWriter | None,
+) -> tuple[StreamSummary, Any]:
+    last: Any = None
+    while not summary.finished:
+        try:
+            batch = reader.next_batch()
+        except (StreamNotStartedError, StreamGapError) as exc:
+            if is_idle is None or not is_idle(exc):
+                raise
+            summary.idle = True
+            return summary, last
+        _note_batch(batch, summary, out)
+        events = page_events(batch.events)
+        if events:
+            started = time.monotonic()
+            if handle_batch is not None:
+                last = handle_batch(events)
+                summary.pages = events[-1].sequence_index + 1
+                summary.pages_this_try += len(events)
+            else:
+                assert handle_event is not None
+                last = _hand_pages_one_by_one(reader, batch, events, handle_event, save, summary)
+            summary.batches_this_try += 1
+            _report_batch(topic, batch, len(events), time.monotonic() - started)
+        _acknowledge(reader, batch, save, out, trigger_run_id)
+        summary.finished = batch.finished
+        if index is not None:
+            position = batch.checkpoint
+            index.position(
+                attempt=position.attempt,
+                next_sequence_index=position.next_sequence_index,
+                offset=position.offset,
+                finished=position.finished,
+            )
+    return summary, last

@@ -1,0 +1,595 @@
+"""Reading one trigger run's event stream from Kafka: strictly in order, in batches, resumable.
+
+A *stream* is every :class:`~airflow_kafka_events.envelopes.model.TriggerEventEnvelope` whose
+record key is the stream's ``trigger_run_id``; one key lives in one partition, so the
+broker keeps the stream's records in the order they were written.  The reader turns that
+log into the sequence the producer meant:
+
+* **Epochs and order** (:mod:`~airflow_kafka_events.streams.consuming.sequence`): the reader
+  follows the highest attempt; elements come in ``sequence_index`` order, without duplicates;
+  an element that arrives before its predecessors is held until they arrive.
+* **Gaps.** When the next expected element does not come - later ones are there but it
+  is missing, or nothing arrives at all - the reader waits ``gap_timeout`` seconds within
+  one :meth:`StreamReader.next_batch` call and then raises
+  :class:`~airflow_kafka_events.errors.StreamGapError` naming the missing index.  Time
+  the caller spends between calls does not count.  ``gap_timeout`` is therefore also the
+  longest pause allowed between two elements of a running stream.
+* **Start.** Until the first element of the stream arrives, ``start_timeout`` applies
+  instead (counted from the first ``next_batch`` call);
+  :class:`~airflow_kafka_events.errors.StreamNotStartedError` names the topic and run.
+* **End.** An ``is_last`` element ends the stream: it is delivered (it may carry the last
+  page, or be a payload-less end marker - a stream without pages is that marker alone)
+  in a final batch with ``finished=True``.  An ``is_last`` element carrying an ``error`` is not delivered: the
+  elements before it are, then the next call raises
+  :class:`~airflow_kafka_events.errors.StreamFailedError` with the producer's error type
+  and message.  Before raising, the reader reads the partition up to its current end, so
+  a retry (a higher attempt) that is already written supersedes the failure.
+* **Poison.** A record with the stream's key that cannot be decoded does not stop the
+  reader: it is returned in the batch's ``rejected`` list (a
+  :class:`~airflow_kafka_events.kafka.consumer.ConsumedRecord` with ``raw`` and
+  ``error``) so the caller can dead-letter it
+  (:mod:`~airflow_kafka_events.streams.consuming.records`).  Records of other keys are skipped by
+  comparing the record key, without decoding them, whatever their content.
+
+Batching (``max_events``, ``max_wait``): a batch is due when ``max_events`` are ready or
+``max_wait`` seconds after its first element became ready (see
+:class:`~airflow_kafka_events.streams.consuming.batches.BatchPolicy`).
+
+Resuming: :meth:`StreamReader.ack` tells the reader that the caller finished handling a
+batch (and every earlier one); :meth:`StreamReader.checkpoint` is then the position after
+it, never past an element that was not acknowledged.  A reader created with that
+:class:`~airflow_kafka_events.streams.checkpoint.Checkpoint` seeks to its offset in its partition
+(no consumer group needed) and skips elements below its sequence index; when the offset is
+gone (retention) or unknown, it reads the partition from its beginning.  With ``group_id``
+the position is also committed to that dedicated group
+(:mod:`~airflow_kafka_events.streams.consuming.commits`).  Rejected records are delivered at
+least once.  The partition: an explicit one, the checkpoint's, else the key's by murmur2, or
+with ``scan_partitions`` the first where the key appears
+(:mod:`~airflow_kafka_events.streams.consuming.partition`).  Every name of the reader's parts
+(:mod:`~airflow_kafka_events.streams.consuming.sequence`,
+:mod:`~airflow_kafka_events.streams.consuming.batches`) stays importable from here.
+
+A reader is not thread-safe; use one per thread.  This module imports no Airflow module.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from confluent_kafka import OFFSET_BEGINNING, KafkaException, Message, TopicPartition
+
+from airflow_kafka_events.envelopes.codec import TRIGGER_EVENT_CODEC
+from airflow_kafka_events.envelopes.model import TriggerEventEnvelope
+from airflow_kafka_events.errors import (
+    ConfigurationError,
+    KafkaOperationError,
+    StreamFailedError,
+    StreamGapError,
+    StreamReadError,
+    ValidationError,
+)
+from airflow_kafka_events.kafka.clients import new_consumer
+from airflow_kafka_events.kafka.consumer import ConsumedRecord, Decoder, consume_available
+from airflow_kafka_events.kafka.partitioner import partition_for_key
+from airflow_kafka_events.streams.checkpoint import Checkpoint
+from airflow_kafka_events.streams.consuming.batches import BatchPolicy, StreamBatch
+from airflow_kafka_events.streams.consuming.commits import (
+    commit_checkpoint,
+    committed_checkpoint,
+    reader_config,
+)
+from airflow_kafka_events.streams.consuming.deadlines import StreamDeadlines
+from airflow_kafka_events.streams.consuming.partition import partition_count, readable_offset
+from airflow_kafka_events.streams.consuming.records import decode_stream_record, usable_message
+from airflow_kafka_events.streams.consuming.sequence import (
+    Offer,
+    SequenceTracker,
+    failure_error,
+    gap_error,
+)
+
+__all__ = [
+    "StreamReader",
+]
+
+log = logging.getLogger(__name__)
+
+
+def _check_reader_arguments(
+    topic: Any,
+    trigger_run_id: Any,
+    *,
+    timeouts: Mapping[str, float],
+    max_buffered: int,
+    partition: int | None,
+    checkpoint: Any,
+) -> None:
+    if not isinstance(topic, str) or not topic:
+        raise ConfigurationError(f"topic must be a non-empty str, got {topic!r}")
+    if not isinstance(trigger_run_id, str) or not trigger_run_id:
+        raise ConfigurationError(f"trigger_run_id must be a non-empty str, got {trigger_run_id!r}")
+    for name, value in timeouts.items():
+        if not value > 0:
+            raise ConfigurationError(f"{name} must be > 0 seconds, got {value!r}")
+    if max_buffered < 1:
+        raise ConfigurationError(f"max_buffered must be >= 1, got {max_buffered!r}")
+    if partition is not None and partition < 0:
+        raise ConfigurationError(f"partition must be >= 0, got {partition!r}")
+    if checkpoint is not None and not isinstance(checkpoint, Checkpoint):
+        raise ConfigurationError(f"checkpoint must be a Checkpoint, got {type(checkpoint).__qualname__}")
+
+
+class StreamReader:
+    """Reads one trigger run's stream from ``topic`` in order, in batches (see the module doc).
+
+    ``consumer_config`` is a librdkafka consumer configuration, e.g.
+    ``KafkaSettings.consumer_config(group_id)``; the reader turns off auto-commit and
+    offset storing and resets to the earliest offset.  With ``group_id`` the acknowledged
+    position is committed to that (dedicated) group; otherwise nothing is committed.
+    ``partition`` pins the stream's partition.  ``codec`` decodes values (default: the
+    registry-less trigger event codec).  ``max_buffered`` bounds the elements held ahead
+    of a missing one: beyond it the gap is reported at once.
+    """
+
+    #: Monotonic clock and sleep; replaceable for tests.
+    _clock = staticmethod(time.monotonic)
+    _sleep = staticmethod(time.sleep)
+
+    def __init__(
+        self,
+        consumer_config: Mapping[str, Any],
+        topic: str,
+        trigger_run_id: str,
+        *,
+        checkpoint: Checkpoint | None = None,
+        max_events: int = 100,
+        max_wait: float = 1.0,
+        gap_timeout: float = 60.0,
+        start_timeout: float = 300.0,
+        group_id: str | None = None,
+        poll_timeout: float = 0.2,
+        partition: int | None = None,
+        codec: Decoder[TriggerEventEnvelope] = TRIGGER_EVENT_CODEC,
+        max_buffered: int = 10_000,
+        scan_partitions: bool = False,
+    ) -> None:
+        _check_reader_arguments(
+            topic,
+            trigger_run_id,
+            timeouts={
+                "gap_timeout": gap_timeout,
+                "start_timeout": start_timeout,
+                "poll_timeout": poll_timeout,
+            },
+            max_buffered=max_buffered,
+            partition=partition,
+            checkpoint=checkpoint,
+        )
+        self.topic = topic
+        self.trigger_run_id = trigger_run_id
+        self.policy = BatchPolicy(max_events, max_wait)
+        self.gap_timeout = float(gap_timeout)
+        self.start_timeout = float(start_timeout)
+        self.poll_timeout = float(poll_timeout)
+        self.group_id = group_id
+        self.max_buffered = max_buffered
+        self._codec = codec
+        self._key = trigger_run_id.encode("utf-8")
+        self._token = object()
+
+        self._tracker = self._new_tracker(checkpoint)
+        self._acked: Checkpoint | None = checkpoint
+        self._acked_number = 0
+        self._batches = 0
+        self._partition: int | None = partition
+        self._scan_partitions = scan_partitions  # the producer's partitioner is not murmur2
+        if self._partition is None and checkpoint is not None:
+            self._partition = checkpoint.partition
+        # offset after the last record read from the stream's partition (None: not known)
+        self._next_offset: int | None = checkpoint.offset if checkpoint is not None else None
+        self._resume_from_group = checkpoint is None and group_id is not None
+        self._assigned = False
+        self._rejected: list[ConsumedRecord[TriggerEventEnvelope]] = []
+        self._ready_since: float | None = None
+        self._deadlines = StreamDeadlines(start_timeout, gap_timeout)
+        self._failure_error: StreamFailedError | None = None
+        self._closed = False
+
+        self._consumer: Any = None
+        if not self._tracker.finished_taken:
+            self._consumer = self._make_consumer(reader_config(consumer_config, trigger_run_id, group_id))
+
+    # ------------------------------------------------------------------ seams
+    def _make_consumer(self, config: dict[str, Any]) -> Any:
+        consumer, _ = new_consumer(config, name=f"reader of {self.trigger_run_id}")
+        return consumer
+
+    def _new_tracker(self, checkpoint: Checkpoint | None) -> SequenceTracker:
+        if checkpoint is None:
+            return SequenceTracker(self.trigger_run_id)
+        return SequenceTracker(
+            self.trigger_run_id,
+            attempt=checkpoint.attempt,
+            next_sequence_index=checkpoint.next_sequence_index,
+            finished=checkpoint.finished,
+        )
+
+    # ------------------------------------------------------------------ public state
+    @property
+    def partition(self) -> int | None:
+        """The stream's partition, once known."""
+        return self._partition
+
+    @property
+    def tracker(self) -> SequenceTracker:
+        return self._tracker
+
+    def checkpoint(self) -> Checkpoint | None:
+        """The position after the last acknowledged batch (or the starting checkpoint)."""
+        return self._acked
+
+    def _where(self) -> str:
+        where = f"stream {self.trigger_run_id!r} on topic {self.topic!r}"
+        if self._partition is not None:
+            where += f" (partition {self._partition})"
+        return where
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StreamReadError(
+                f"the reader of {self._where()} is closed",
+                topic=self.topic,
+                trigger_run_id=self.trigger_run_id,
+            )
+
+    # ------------------------------------------------------------------ reading
+    def next_batch(self) -> StreamBatch:
+        """Block until a batch is due and return it (see the module doc for the rules).
+
+        Raises :class:`StreamNotStartedError`, :class:`StreamGapError`,
+        :class:`StreamFailedError`, or :class:`KafkaOperationError` for client failures.
+        After the final batch it returns empty finished batches.
+        """
+        self._check_open()
+        if self._failure_error is not None:
+            raise self._failure_error
+        if self._tracker.finished_taken:
+            return self._batch()
+        call_start = self._clock()
+        self._deadlines.begin(call_start)
+        while True:
+            now = self._clock()
+            if not self._assigned:
+                self._await_assignment(now, call_start)
+                continue
+            batch = self._batch_if_due(now, call_start)
+            if batch is not None:
+                return batch
+
+    def _await_assignment(self, now: float, call_start: float) -> None:
+        if self._assign():
+            return
+        self._check_deadline(now, call_start)
+        self._sleep(min(self.poll_timeout, max(0.0, self._deadline(call_start) - now)))
+
+    def _batch_if_due(self, now: float, call_start: float) -> StreamBatch | None:
+        """The batch when one is due; else read what comes until it could be (``None``)."""
+        ready = self._tracker.ready_count + len(self._rejected)
+        if ready and self._ready_since is None:
+            self._ready_since = now
+        if self.policy.due(ready, self._ready_since, now, end_known=self._tracker.ended):
+            return self._batch()
+        if not ready and self._tracker.failure is not None:
+            self._catch_up()
+            if self._tracker.failure is not None and not self._rejected:
+                raise self._fail()
+            return None
+        if now >= self._deadline(call_start):
+            if ready:  # hand out what came before the gap first
+                return self._batch()
+            self._check_deadline(now, call_start)
+        wake = [self._deadline(call_start)]
+        due_at = self.policy.due_at(ready, self._ready_since)
+        if due_at is not None:
+            wake.append(due_at)
+        self._process(self._consume(max(0.0, min(self.poll_timeout, min(wake) - now))))
+        return None
+
+    def fill(self, timeout: float) -> None:
+        """Read what arrives within ``timeout`` seconds into the reader, handing nothing out.
+
+        For a caller that only waits for elements (a deferred consumer's trigger) and keeps
+        its own start and gap clocks: no start or gap deadline applies here.  It looks at
+        :attr:`tracker` afterwards (``started``, ``ready_count``, ``ended``, ``restarts``).
+        Returns early once ``max_events`` elements are ready or the stream's end (or
+        failure) is known.  Raises :class:`StreamGapError` when more than ``max_buffered``
+        elements are held ahead of a missing one, :class:`KafkaOperationError` for client
+        failures, :class:`StreamReadError` once closed.
+        """
+        self._check_open()
+        deadline = self._clock() + max(0.0, timeout)
+        while not self._tracker.finished_taken:
+            now = self._clock()
+            if now >= deadline:
+                return
+            if not self._assigned and not self._assign():
+                self._sleep(min(self.poll_timeout, deadline - now))
+                continue
+            self._process(self._consume(min(self.poll_timeout, deadline - now)))
+            if self._tracker.ended or self._tracker.ready_count >= self.policy.max_events:
+                return
+
+    def __iter__(self) -> Iterator[StreamBatch]:
+        """Batches until the final one (``finished=True``); raises the typed stream errors."""
+        while True:
+            batch = self.next_batch()
+            yield batch
+            if batch.finished:
+                return
+
+    def ack(self, batch: StreamBatch) -> Checkpoint:
+        """The caller finished handling ``batch`` (and every batch before it).
+
+        Returns the new checkpoint; with ``group_id`` it is also committed to the group
+        (a failed commit raises :class:`KafkaOperationError`, the in-memory checkpoint is
+        advanced regardless).  Acknowledging an older batch again changes nothing.
+        """
+        if not isinstance(batch, StreamBatch) or batch._reader_token is not self._token:
+            raise ValidationError("ack() takes a batch returned by this reader's next_batch()")
+        if batch.number <= self._acked_number and self._acked is not None:
+            return self._acked
+        self._acked_number = max(self._acked_number, batch.number)
+        self._acked = batch.checkpoint
+        if self.group_id and self._consumer is not None and not self._closed:
+            self._commit(batch.checkpoint)
+        return batch.checkpoint
+
+    def close(self) -> None:
+        """Release the Kafka client. Idempotent; never raises."""
+        if self._closed:
+            return
+        self._closed = True
+        consumer, self._consumer = self._consumer, None
+        if consumer is None:
+            return
+        try:
+            consumer.close()
+        except Exception as exc:  # closing must not mask the caller's own error
+            log.warning("closing the Kafka consumer of %s failed: %s", self._where(), exc)
+
+    def __enter__(self) -> StreamReader:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ deadlines
+    def _deadline(self, call_start: float) -> float:
+        return self._deadlines.deadline(call_start, started=self._tracker.started)
+
+    def _check_deadline(self, now: float, call_start: float) -> None:
+        error = self._deadlines.expired(
+            now, call_start, self._tracker, assigned=self._assigned, topic=self.topic, where=self._where()
+        )
+        if error is not None:
+            raise error
+
+    def _gap_error(self, how: str) -> StreamGapError:
+        return gap_error(self._tracker, f"{self._where()}: ", how, topic=self.topic)
+
+    def _fail(self) -> StreamFailedError:
+        self._failure_error = failure_error(self._tracker, topic=self.topic)
+        return self._failure_error
+
+    # ------------------------------------------------------------------ Kafka
+    def _assign(self) -> bool:
+        """Assign the stream's partition (or every partition); ``False`` while the topic is missing."""
+        count = partition_count(self._consumer, self.topic, max(self.poll_timeout, 1.0))
+        if count is None:
+            return False
+        if self._partition is None and not self._scan_partitions:
+            self._partition = partition_for_key(self._key, count)
+        if self._partition is not None and self._partition >= count:
+            raise ConfigurationError(
+                f"{self._where()}: partition {self._partition} does not exist (the topic has {count})"
+            )
+        candidates = [self._partition] if self._partition is not None else list(range(count))
+        if self._resume_from_group:
+            self._load_group_checkpoint(candidates)
+        assignment = [self._start_position(p) for p in candidates]
+        try:
+            self._consumer.assign(assignment)
+        except KafkaException as exc:
+            raise KafkaOperationError.from_exception(f"cannot assign {self._where()}", exc) from exc
+        log.debug(
+            "%s: reading %s",
+            self._where(),
+            ", ".join(f"partition {tp.partition} from offset {tp.offset}" for tp in assignment),
+        )
+        self._assigned = True
+        return True
+
+    def _start_position(self, partition: int) -> TopicPartition:
+        if partition == self._partition and self._next_offset is not None:
+            self._next_offset = readable_offset(
+                self._consumer,
+                self.topic,
+                partition,
+                self._next_offset,
+                timeout=max(self.poll_timeout, 5.0),
+                where=self._where(),
+            )
+        if partition != self._partition or self._next_offset is None:
+            return TopicPartition(self.topic, partition, OFFSET_BEGINNING)
+        return TopicPartition(self.topic, partition, self._next_offset)
+
+    def _load_group_checkpoint(self, partitions: list[int]) -> None:
+        self._resume_from_group = False
+        found = committed_checkpoint(
+            self._consumer,
+            self.topic,
+            partitions,
+            trigger_run_id=self.trigger_run_id,
+            group_id=self.group_id,
+            timeout=max(self.poll_timeout, 10.0),
+            where=self._where(),
+        )
+        if found is None:
+            return
+        partition, checkpoint = found
+        log.info("%s: resuming from group %r at %s", self._where(), self.group_id, checkpoint)
+        self._tracker = self._new_tracker(checkpoint)
+        self._acked = checkpoint
+        self._partition = partition
+        self._next_offset = checkpoint.offset
+        partitions[:] = [partition]
+
+    def _commit(self, checkpoint: Checkpoint) -> None:
+        commit_checkpoint(
+            self._consumer,
+            self.topic,
+            checkpoint,
+            trigger_run_id=self.trigger_run_id,
+            group_id=self.group_id,
+            where=self._where(),
+        )
+
+    def _consume(self, timeout: float) -> list[Message]:
+        try:
+            return consume_available(self._consumer, max(self.policy.max_events, 500), timeout)
+        except KafkaException as exc:
+            raise KafkaOperationError.from_exception(f"consuming {self._where()} failed", exc) from exc
+
+    def _catch_up(self) -> None:
+        """Read the stream's partition up to its current end (a retry may already be written)."""
+        if self._partition is None:
+            return
+        try:
+            _low, high = self._consumer.get_watermark_offsets(
+                TopicPartition(self.topic, self._partition), timeout=max(self.poll_timeout, 5.0), cached=False
+            )
+        except KafkaException as exc:
+            log.warning("%s: cannot read the end offset (%s); not looking for a retry", self._where(), exc)
+            return
+        deadline = self._clock() + self.gap_timeout
+        while self._tracker.failure is not None and (self._next_offset or 0) < high:
+            now = self._clock()
+            if now >= deadline:
+                return
+            self._process(self._consume(max(0.0, min(self.poll_timeout, deadline - now))))
+
+    # ------------------------------------------------------------------ records
+    def _process(self, messages: list[Message]) -> None:
+        tracker = self._tracker
+        before = tracker.progress
+        lock_on: int | None = None
+        for msg in messages:
+            found = self._read(msg)
+            if found is not None:
+                lock_on = found
+        if lock_on is not None:
+            self._lock_on(lock_on)
+        if tracker.buffered_count > self.max_buffered:
+            raise self._gap_error(f"more than {self.max_buffered} later elements arrived meanwhile")
+        if tracker.progress != before:
+            self._deadlines.last_progress = self._clock()
+            if tracker.progress[0] != before[0]:
+                log.info(
+                    "%s: attempt %d supersedes attempt %d; starting over at sequence_index 0",
+                    self._where(),
+                    tracker.attempt,
+                    before[1],
+                )
+
+    def _read(self, msg: Message) -> int | None:
+        """Take one consumed message in; the stream's partition when scan mode just found it."""
+        if not usable_message(msg, where=self._where()):
+            return None
+        partition = msg.partition()
+        offset = msg.offset()
+        if self._partition is not None and partition != self._partition:
+            return None  # scan mode: another partition, fetched before the lock-on
+        if msg.key() != self._key:
+            if self._partition is not None and offset is not None:
+                self._next_offset = offset + 1
+            return None
+        found = None
+        if self._partition is None:
+            self._partition = found = partition
+        if offset is not None:
+            self._next_offset = offset + 1
+        self._handle(msg)
+        return found
+
+    def _handle(self, msg: Message) -> None:
+        envelope = decode_stream_record(
+            msg, self._codec, trigger_run_id=self.trigger_run_id, topic=self.topic, where=self._where()
+        )
+        if isinstance(envelope, ConsumedRecord):
+            self._rejected.append(envelope)
+            return
+        outcome = self._tracker.offer(envelope, msg.offset())
+        if outcome not in (Offer.READY, Offer.BUFFERED, Offer.RESTARTED):
+            log.debug(
+                "%s: dropped attempt %d sequence_index %d at offset %s (%s)",
+                self._where(),
+                envelope.attempt,
+                envelope.sequence_index,
+                msg.offset(),
+                outcome.value,
+            )
+
+    def _lock_on(self, partition: int) -> None:
+        """Scan mode found the stream's partition: read only that one from now on."""
+        offset = self._next_offset if self._next_offset is not None else OFFSET_BEGINNING
+        log.debug("%s: found the stream; dropping the other partitions", self._where())
+        try:
+            self._consumer.assign([TopicPartition(self.topic, partition, offset)])
+        except KafkaException as exc:
+            raise KafkaOperationError.from_exception(f"cannot assign {self._where()}", exc) from exc
+
+    # ------------------------------------------------------------------ batches
+    def _resume_offset(self) -> int | None:
+        held = self._tracker.lowest_held_position()
+        if held is None:
+            return self._next_offset
+        if self._next_offset is None:
+            return held
+        return min(held, self._next_offset)
+
+    def _batch(self) -> StreamBatch:
+        taken = self._tracker.take(self.policy.max_events)
+        rejected, self._rejected = self._rejected, []
+        if self._tracker.ready_count == 0:
+            self._ready_since = None
+        self._batches += 1
+        checkpoint = Checkpoint(
+            attempt=taken.attempt,
+            next_sequence_index=taken.next_sequence_index,
+            offset=self._resume_offset(),
+            partition=self._partition,
+            finished=taken.finished,
+        )
+        offsets = [pos for pos in taken.positions if pos is not None]
+        if taken.restarted:
+            log.info(
+                "%s: restarted at attempt %d; elements of earlier attempts handed out before are superseded",
+                self._where(),
+                taken.attempt,
+            )
+        return StreamBatch(
+            events=taken.events,
+            attempt=taken.attempt,
+            restarted=taken.restarted,
+            finished=taken.finished,
+            rejected=rejected,
+            first_offset=offsets[0] if offsets else None,
+            last_offset=offsets[-1] if offsets else None,
+            partition=self._partition,
+            checkpoint=checkpoint,
+            number=self._batches,
+            _reader_token=self._token,
+        )

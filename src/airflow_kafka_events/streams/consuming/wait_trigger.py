@@ -1,0 +1,316 @@
+"""The trigger a deferred stream consumer waits in: wake up for a batch, not for a page.
+
+:class:`StreamWaitTrigger` reads the stream from the consumer's checkpoint in the triggerer
+(a :class:`~airflow_kafka_events.streams.consuming.reader.StreamReader` on its own
+:class:`~airflow_kafka_events.kafka.client_executor.ClientExecutor` thread, never on the
+triggerer's shared ``sync_to_async`` thread) and hands nothing out: it only decides when the
+task is worth resuming.  It yields ONE event:
+
+* ``{"status": "ready", ...}`` when ``max_events`` pages past the checkpoint are there, or the
+  stream's end (normal or failed) or a new attempt is known, or ``resume_wait`` seconds after
+  the first new page arrived (whichever comes first).  The task then reads again from its
+  checkpoint, in the worker, with full batches;
+* ``{"status": "not_started", ...}`` when nothing of the stream arrived by ``start_deadline``;
+* ``{"status": "gap", ...}`` when the stream started but its next page did not come by
+  ``gap_deadline`` (moved forward by every page that arrives);
+* ``{"status": "error", ...}`` when the Kafka client failed.
+
+The task turns the last three into the typed errors an in-worker read raises
+(:class:`~airflow_kafka_events.errors.StreamNotStartedError`,
+:class:`~airflow_kafka_events.errors.StreamGapError`,
+:class:`~airflow_kafka_events.errors.KafkaOperationError`), so the consumer fails the same way in
+both modes (``defer(timeout=)`` would end in ``TaskDeferralTimeout`` instead).
+
+The start clock (``start_deadline``, wall-clock epoch seconds) stands still while the producing
+task (``producer``) is known to be waiting for a slot (no state or ``scheduled``): the trigger asks
+Airflow for that task's state every ``state_poll_interval`` seconds while the stream has not
+started, and moves the deadline by the time it spent there.  So ``start_timeout`` counts the
+time its producer was queued, running, deferred or finished, never the time it could not start.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+from airflow.triggers.base import BaseTrigger, TriggerEvent
+
+from airflow_kafka_events.errors import (
+    KafkaOperationError,
+    StreamGapError,
+    StreamNotStartedError,
+    StreamReadError,
+    ValidationError,
+)
+from airflow_kafka_events.kafka.client_executor import ClientExecutor
+from airflow_kafka_events.streams.checkpoint import Checkpoint
+
+__all__ = [
+    "WAITING_PRODUCER_STATES",
+    "StreamWaitTrigger",
+    "producer_state_key",
+    "wait_event_error",
+]
+
+#: Producer task states in which it cannot have started: the start clock stands still.
+WAITING_PRODUCER_STATES = frozenset({None, "none", "scheduled"})
+
+#: Seconds of one :meth:`StreamReader.fill` slice (the longest a cancelled wait keeps its thread).
+FILL_SLICE = 1.0
+
+
+def producer_state_key(task_id: str, map_index: int) -> str:
+    """The key of a task's state in Airflow's ``task_states`` answer (``task_id[_map_index]``)."""
+    return task_id if map_index < 0 else f"{task_id}_{map_index}"
+
+
+def wait_event_error(event: Mapping[str, Any], *, topic: str, trigger_run_id: str) -> Exception | None:
+    """The typed error a resumed task raises for ``event`` of this trigger (``None``: ``ready``)."""
+    status = event.get("status")
+    message = str(event.get("message", ""))
+    if status == "not_started":
+        return StreamNotStartedError(message, topic=topic, trigger_run_id=trigger_run_id)
+    if status == "gap":
+        return StreamGapError(
+            message,
+            missing_index=int(event["missing_index"]),
+            attempt=int(event["attempt"]),
+            present=tuple(event.get("present") or ()),
+            topic=topic,
+            trigger_run_id=trigger_run_id,
+        )
+    if status == "error":
+        return KafkaOperationError(f"waiting for stream {trigger_run_id!r} failed: {message}")
+    if status != "ready":
+        return ValidationError(f"unexpected event from the stream wait trigger: {dict(event)!r}")
+    return None
+
+
+class StreamWaitTrigger(BaseTrigger):
+    """Waits in the triggerer until the stream ``trigger_run_id`` has a batch past ``checkpoint``.
+
+    :param topic: the stream's topic.
+    :param trigger_run_id: the stream's id.
+    :param kafka_config_id: the Kafka connection.
+    :param checkpoint: the consumer's position (``Checkpoint.to_json()``), ``None``: the start.
+    :param max_events: pages that make a full batch (resume at once).
+    :param resume_wait: seconds after the first new page to wait for a full batch.
+    :param start_timeout: the consumer's ``start_timeout`` (for messages).
+    :param start_deadline: epoch seconds by which the stream must have started.
+    :param gap_timeout: the consumer's ``gap_timeout`` (for messages).
+    :param gap_deadline: epoch seconds by which the next page must arrive once started
+        (``None``: ``gap_timeout`` from when the trigger starts).
+    :param producer: ``{"dag_id", "run_id", "task_id", "map_index"}`` of the producing task,
+        whose state pauses the start clock (``None``: the clock always runs).
+    :param poll_timeout: seconds of one Kafka poll.
+    :param state_poll_interval: seconds between two looks at the producer's state.
+    """
+
+    def __init__(
+        self,
+        *,
+        topic: str,
+        trigger_run_id: str,
+        kafka_config_id: str = "kafka_default",
+        checkpoint: dict[str, Any] | None = None,
+        max_events: int = 100,
+        resume_wait: float = 5.0,
+        start_timeout: float = 600.0,
+        start_deadline: float | None = None,
+        gap_timeout: float = 300.0,
+        gap_deadline: float | None = None,
+        producer: dict[str, Any] | None = None,
+        poll_timeout: float = 0.2,
+        state_poll_interval: float = 5.0,
+    ) -> None:
+        super().__init__()
+        self.topic = topic
+        self.trigger_run_id = trigger_run_id
+        self.kafka_config_id = kafka_config_id
+        self.checkpoint = checkpoint
+        self.max_events = int(max_events)
+        self.resume_wait = float(resume_wait)
+        self.start_timeout = float(start_timeout)
+        self.start_deadline = start_deadline
+        self.gap_timeout = float(gap_timeout)
+        self.gap_deadline = gap_deadline
+        self.producer = producer
+        self.poll_timeout = float(poll_timeout)
+        self.state_poll_interval = float(state_poll_interval)
+        self._states_available = producer is not None
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return (
+            f"{type(self).__module__}.{type(self).__qualname__}",
+            {
+                "topic": self.topic,
+                "trigger_run_id": self.trigger_run_id,
+                "kafka_config_id": self.kafka_config_id,
+                "checkpoint": self.checkpoint,
+                "max_events": self.max_events,
+                "resume_wait": self.resume_wait,
+                "start_timeout": self.start_timeout,
+                "start_deadline": self.start_deadline,
+                "gap_timeout": self.gap_timeout,
+                "gap_deadline": self.gap_deadline,
+                "producer": self.producer,
+                "poll_timeout": self.poll_timeout,
+                "state_poll_interval": self.state_poll_interval,
+            },
+        )
+
+    # ------------------------------------------------------------------ seams
+    def _open_reader(self) -> Any:
+        # Blocking (connection lookup, client creation): runs on the reader's own thread.
+        from airflow_kafka_events.provider.hook import KafkaEventsHook
+        from airflow_kafka_events.streams.consuming.reader import StreamReader
+
+        settings = KafkaEventsHook(kafka_config_id=self.kafka_config_id).get_settings()
+        start = None if self.checkpoint is None else Checkpoint.from_json(self.checkpoint)
+        return StreamReader(
+            settings.consumer_config(f"airflow-kafka-events-wait-{self.trigger_run_id}"),
+            self.topic,
+            self.trigger_run_id,
+            checkpoint=start,
+            max_events=self.max_events,
+            max_wait=0.0,
+            poll_timeout=self.poll_timeout,
+        )
+
+    async def producer_state(self) -> tuple[bool, str | None]:
+        """``(known, state)`` of the producing task, asked from Airflow (the triggerer's comms)."""
+        if not self._states_available or self.producer is None:
+            return False, None
+        try:
+            from airflow.sdk.execution_time import task_runner
+            from airflow.sdk.execution_time.comms import GetTaskStates
+
+            comms = getattr(task_runner, "SUPERVISOR_COMMS", None)
+            if comms is None or not hasattr(comms, "asend"):
+                raise RuntimeError("no supervisor comms in this process")
+            producer = self.producer
+            response = await comms.asend(
+                GetTaskStates(
+                    dag_id=producer["dag_id"],
+                    run_ids=[producer["run_id"]],
+                    task_ids=[producer["task_id"]],
+                    map_index=producer.get("map_index", -1),
+                )
+            )
+            states = getattr(response, "task_states", None) or {}
+        except Exception as exc:  # no comms (outside a triggerer) or an old API: the clock runs
+            self.log.info("stream %s: producer states unavailable (%s)", self.trigger_run_id, exc)
+            self._states_available = False
+            return False, None
+        key = producer_state_key(producer["task_id"], int(producer.get("map_index", -1)))
+        return True, states.get(producer["run_id"], {}).get(key)
+
+    # ------------------------------------------------------------------ run
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        executor = ClientExecutor(f"wait-{self.trigger_run_id}")
+        reader: Any = None
+        try:
+            try:
+                reader = await executor.run(self._open_reader)
+                payload = await self._wait(executor, reader)
+            except StreamGapError as exc:  # more later pages held than the reader keeps
+                payload = self._gap_payload(str(exc), exc.missing_index, exc.attempt, exc.present)
+            except (KafkaOperationError, StreamReadError) as exc:
+                payload = {"status": "error", "error_type": type(exc).__name__, "message": str(exc)}
+            yield TriggerEvent(payload)
+        finally:
+            if reader is not None:
+                # queued behind a fill still running after a cancel; the thread ends after it
+                asyncio.get_running_loop().run_in_executor(executor._pool, reader.close)
+            executor.shutdown()
+
+    async def _wait(self, executor: ClientExecutor, reader: Any) -> dict[str, Any]:
+        now = time.time()
+        start_deadline = self.start_deadline if self.start_deadline is not None else now + self.start_timeout
+        gap_deadline = self.gap_deadline if self.gap_deadline is not None else now + self.gap_timeout
+        tracker = reader.tracker
+        first_ready: float | None = None
+        progress = tracker.progress
+        next_state_look = now
+        while True:
+            await executor.run(reader.fill, FILL_SLICE)
+            now = time.time()
+            if tracker.progress != progress:
+                progress = tracker.progress
+                gap_deadline = max(gap_deadline, now + self.gap_timeout)
+            if tracker.ready_count and first_ready is None:
+                first_ready = now
+            reason = self._wake_reason(tracker, first_ready, now)
+            if reason is not None:
+                return self._ready_payload(reason, tracker, start_deadline)
+            if not tracker.started:
+                if now >= next_state_look:
+                    start_deadline = await self._pause_start_clock(start_deadline, now)
+                    next_state_look = now + self.state_poll_interval
+                if now >= start_deadline:
+                    return self._not_started_payload()
+            elif now >= gap_deadline:
+                return self._gap_payload(
+                    f"stream {self.trigger_run_id!r} on topic {self.topic!r}: sequence_index "
+                    f"{tracker.expected} of attempt {tracker.attempt} is missing "
+                    f"(waited {self.gap_timeout:g}s)",
+                    tracker.expected,
+                    tracker.attempt,
+                    tuple(tracker.buffered),
+                )
+
+    def _wake_reason(self, tracker: Any, first_ready: float | None, now: float) -> str | None:
+        if tracker.ended:
+            return "end"
+        if tracker.restarts:
+            return "new-attempt"
+        if tracker.ready_count >= self.max_events:
+            return "full-batch"
+        if first_ready is not None and now - first_ready >= self.resume_wait:
+            return "resume-wait"
+        return None
+
+    async def _pause_start_clock(self, start_deadline: float, now: float) -> float:
+        """The start deadline, moved by the time since the last look if the producer could not start."""
+        known, state = await self.producer_state()
+        last = getattr(self, "_last_state_look", None)
+        self._last_state_look = now
+        if known and state in WAITING_PRODUCER_STATES and last is not None:
+            return start_deadline + (now - last)
+        return start_deadline
+
+    def _ready_payload(self, reason: str, tracker: Any, start_deadline: float) -> dict[str, Any]:
+        self.log.info(
+            "stream %s: resuming the consumer (%s, %d page(s) ready)",
+            self.trigger_run_id,
+            reason,
+            tracker.ready_count,
+        )
+        return {
+            "status": "ready",
+            "reason": reason,
+            "ready": tracker.ready_count,
+            "start_deadline": start_deadline,
+        }
+
+    def _not_started_payload(self) -> dict[str, Any]:
+        return {
+            "status": "not_started",
+            "message": (
+                f"stream {self.trigger_run_id!r} on topic {self.topic!r} did not start within "
+                f"{self.start_timeout:g}s: no element arrived: its producer never started"
+            ),
+        }
+
+    def _gap_payload(
+        self, message: str, missing_index: int, attempt: int, present: tuple[int, ...]
+    ) -> dict[str, Any]:
+        return {
+            "status": "gap",
+            "message": message,
+            "missing_index": missing_index,
+            "attempt": attempt,
+            "present": list(present),
+        }

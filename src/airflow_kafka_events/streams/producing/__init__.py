@@ -1,0 +1,3 @@
+"""Writing a stream: the triggers, the writer, the operator."""
+
+from __future__ import annotations

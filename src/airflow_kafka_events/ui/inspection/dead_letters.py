@@ -1,0 +1,606 @@
+"""Dead letters as an operator sees them, and their replay.
+
+* :func:`list_dead_letters`: the dead letters in a window of a dead-letter topic, filtered by
+  reason, source topic or consumer (the filter runs on the scanned window, which the answer
+  states: filtering means scanning);
+* :func:`dead_letters_by_source`: where the dead letters of one source topic are, by their
+  source coordinates (headers only: what a listing of that topic shows beside each record);
+* :func:`get_dead_letter`: one of them, by its coordinates (:func:`load_dead_letter`: that record
+  and what a replay of it publishes, read once, so a caller that shows it first replays that read);
+* :func:`replay_dead_letter`: publishes the ORIGINAL record again -- its key, its value and its
+  original headers (the ``x-*`` headers of :mod:`airflow_kafka_events.dead_letters.letter`
+  removed) -- to its source topic or another one the configuration allows
+  (:mod:`airflow_kafka_events.ui.inspection.replay_targets`), and waits for the broker's
+  acknowledgement.  The value is the original's byte for byte, so the envelope's ``event_id`` and
+  idempotency key are unchanged and a consumer that already handled it (the watcher's and the
+  bridge's idempotency checks) does not handle it twice.  A *reference* dead letter holds only a
+  prefix of the value: the original is read back at its source coordinates (while that topic keeps
+  it) and must have the size and the prefix the dead letter records, else :class:`ReplayError` and
+  nothing is published.  A replay given the :attr:`DeadLetterRecord.fingerprint` an operator
+  confirmed publishes nothing if the record at those coordinates is another one now.  Every replay
+  writes one line to the logger ``airflow_kafka_events.audit``.
+
+Headers and payload previews shown are redacted (:mod:`airflow_kafka_events.ui.inspection.redact`)
+and bounded.  This module imports no Airflow module.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import heapq
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, TypedDict, Unpack
+
+from confluent_kafka import Message
+
+from airflow_kafka_events.dead_letters.headers import (
+    DEAD_LETTER_HEADERS,
+    HEADER_REASON,
+    HEADER_SOURCE_OFFSET,
+    HEADER_SOURCE_PARTITION,
+    HEADER_SOURCE_TOPIC,
+    REFERENCE_HEADERS,
+)
+from airflow_kafka_events.dead_letters.letter import DeadLetter
+from airflow_kafka_events.envelopes.codec import ASSET_EVENT_CODEC, TRIGGER_EVENT_CODEC
+from airflow_kafka_events.errors import EnvelopeDecodeError, ValidationError
+from airflow_kafka_events.kafka.producer import get_producer
+from airflow_kafka_events.kafka.settings import KafkaSettings
+from airflow_kafka_events.ui.inspection.errors import (
+    NotADeadLetterError,
+    RecordNotFoundError,
+    ReplayError,
+    TopicNotFoundError,
+)
+from airflow_kafka_events.ui.inspection.listing import Listing, record_dict
+from airflow_kafka_events.ui.inspection.reader import (
+    DEFAULT_TIMEOUT,
+    Progress,
+    TopicReader,
+    message_headers,
+    message_timestamp_ms,
+    scan,
+)
+from airflow_kafka_events.ui.inspection.redact import (
+    MASK,
+    PREVIEW_LIMIT,
+    clip,
+    is_secret_name,
+    preview,
+    redact_text,
+)
+from airflow_kafka_events.ui.inspection.replay_targets import ReplayTargets
+from airflow_kafka_events.ui.inspection.window import ScannedWindow, ScanWindow, from_ms
+
+__all__ = [
+    "AUDIT_LOGGER",
+    "REPLAY_ROLE",
+    "DeadLetterListing",
+    "DeadLetterReadOptions",
+    "DeadLetterRecord",
+    "DeadLetterSource",
+    "LoadedDeadLetter",
+    "ReplayReceipt",
+    "dead_letters_by_source",
+    "get_dead_letter",
+    "list_dead_letters",
+    "load_dead_letter",
+    "replay_dead_letter",
+]
+
+#: Logger of the replay audit lines.
+AUDIT_LOGGER = "airflow_kafka_events.audit"
+#: Producer role of replays (its own producer: a replay's timeout is the caller's).
+REPLAY_ROLE = "replay"
+_DLQ_NAMES = DEAD_LETTER_HEADERS | REFERENCE_HEADERS
+audit = logging.getLogger(AUDIT_LOGGER)
+
+
+def _text(value: bytes | None) -> str:
+    return "" if value is None else value.decode("utf-8", errors="replace")
+
+
+def redacted_headers(headers: Sequence[tuple[str, bytes | None]]) -> list[tuple[str, str]]:
+    """Headers as text, secret-looking names masked, values bounded."""
+    return [
+        (name, MASK if is_secret_name(name) else clip(redact_text(_text(value)), 1000))
+        for name, value in headers
+    ]
+
+
+def record_fingerprint(msg: Message) -> str:
+    """The record's timestamp and a SHA-256 of its key, value and headers, as ``<timestamp ms>-<hex>``.
+
+    Two reads at the same coordinates give the same fingerprint only if they read the same record
+    (a topic deleted and re-created holds other records at the same offsets).
+    """
+    digest = hashlib.sha256()
+    for part in (msg.key(), msg.value(), *(item for pair in message_headers(msg) for item in pair)):
+        data = part.encode("utf-8") if isinstance(part, str) else part
+        # a length before each part: (b"ab", b"c") and (b"a", b"bc") differ; None differs from b""
+        digest.update(b"-" if data is None else len(data).to_bytes(8, "big") + data)
+    return f"{message_timestamp_ms(msg)}-{digest.hexdigest()[:32]}"
+
+
+def payload_preview(value: bytes | None, limit: int = PREVIEW_LIMIT) -> tuple[str, str]:
+    """``(format, preview)`` of a record's value: a decoded envelope as JSON (its ``extra`` values and
+    payload as the JSON they carry, not JSON text inside JSON), else text, else a size."""
+    if value is None:
+        return "none", ""
+    for name, codec in (("asset-event", ASSET_EVENT_CODEC), ("trigger-event", TRIGGER_EVENT_CODEC)):
+        try:
+            envelope: Any = codec.decode(value)
+        except (EnvelopeDecodeError, ValidationError):
+            continue
+        record = envelope.to_avro()
+        for field_name in ("extra", "payload"):  # JSON texts on the wire: shown decoded, once
+            if field_name in record:
+                record[field_name] = getattr(envelope, field_name)
+        return name, preview(record, limit)
+    try:
+        text = value.decode("utf-8")
+    except UnicodeDecodeError:
+        return "binary", f"<{len(value)} bytes, not UTF-8>: {value[:48].hex()}" + (
+            "..." if len(value) > 48 else ""
+        )
+    return "text", preview(text, limit)
+
+
+@dataclass(frozen=True)
+class DeadLetterRecord:
+    """One dead-letter record: where it is, why it is there, and a redacted look at it."""
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp: datetime | None
+    reason: str
+    source_topic: str
+    source_partition: int
+    source_offset: int
+    consumer: str | None
+    error_type: str
+    error_message: str
+    is_reference: bool
+    size: int
+    headers: list[tuple[str, str]]
+    payload_preview: str
+    payload_format: str
+    event_id: str | None = None
+    asset_uri: str | None = None
+    dead_lettered_at: datetime | None = None
+    key: str | None = None
+    #: What a replay's confirmation repeats (:func:`record_fingerprint`): this very record, not another
+    #: one at its coordinates.
+    fingerprint: str = ""
+
+    @classmethod
+    def of(cls, msg: Message, letter: DeadLetter, preview_limit: int = PREVIEW_LIMIT) -> DeadLetterRecord:
+        headers = message_headers(msg)
+        value = msg.value()
+        kind, shown = payload_preview(value, preview_limit)
+        size = len(value or b"") + len(msg.key() or b"") + sum(len(n) + len(v or b"") for n, v in headers)
+        return cls(
+            topic=str(msg.topic()),
+            partition=int(msg.partition() or 0),
+            offset=int(msg.offset() or 0),
+            timestamp=from_ms(message_timestamp_ms(msg)),
+            reason=letter.reason,
+            source_topic=letter.source_topic,
+            source_partition=letter.source_partition,
+            source_offset=letter.source_offset,
+            consumer=None if letter.consumer is None else redact_text(letter.consumer),
+            error_type=redact_text(letter.error_type),
+            error_message=clip(redact_text(letter.error_message), 1000),
+            is_reference=letter.truncated,
+            size=size,
+            headers=redacted_headers(headers),
+            payload_preview=shown,
+            payload_format=kind,
+            event_id=letter.event_id,
+            asset_uri=None if letter.asset_uri is None else redact_text(letter.asset_uri),
+            dead_lettered_at=letter.dead_lettered_at,
+            key=None if msg.key() is None else clip(redact_text(_text(msg.key())), 200),
+            fingerprint=record_fingerprint(msg),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return record_dict(self)
+
+
+@dataclass(frozen=True)
+class DeadLetterListing(Listing[DeadLetterRecord]):
+    #: Records in the window without dead-letter headers (skipped).
+    not_dead_letters: int = 0
+    #: Matches in the window (``records`` holds the newest ``limit`` of them, when a limit was given).
+    matched: int = 0
+
+
+@dataclass(frozen=True)
+class ReplayReceipt:
+    """Where a replayed record came from and where the broker stored it."""
+
+    dlq_topic: str
+    dlq_partition: int
+    dlq_offset: int
+    source_topic: str
+    source_partition: int
+    source_offset: int
+    target_topic: str
+    target_partition: int
+    target_offset: int
+    idempotency_key: str | None
+    event_id: str | None
+    from_reference: bool
+    actor: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def _letter(msg: Message) -> DeadLetter:
+    try:
+        return DeadLetter.from_headers(message_headers(msg))
+    except ValidationError as exc:
+        raise NotADeadLetterError(
+            f"{msg.topic()}[{msg.partition()}]@{msg.offset()} is not a dead letter ({exc}); fix: name the "
+            "dead-letter topic (--topic, [kafka_events] dlq_topic) and take coordinates from `dlq ls`"
+        ) from None
+
+
+class _Newest:
+    """The newest ``limit`` (all without a limit) of the dead letters offered: a bounded heap, so
+    records (decoded value, redacted preview, headers) are built for those only."""
+
+    def __init__(self, limit: int | None) -> None:
+        self.limit = limit
+        self.matched = 0
+        self._heap: list[tuple[tuple[int, int, int], Message, DeadLetter]] = []
+
+    def offer(self, msg: Message, letter: DeadLetter) -> None:
+        self.matched += 1
+        order = (message_timestamp_ms(msg) or 0, int(msg.partition() or 0), int(msg.offset() or 0))
+        entry = (order, msg, letter)
+        if self.limit is None or len(self._heap) < self.limit:
+            heapq.heappush(self._heap, entry)
+        elif order > self._heap[0][0]:
+            heapq.heapreplace(self._heap, entry)
+
+    def records(self, preview_limit: int) -> list[DeadLetterRecord]:
+        newest = sorted(self._heap, key=lambda entry: entry[0], reverse=True)
+        return [DeadLetterRecord.of(msg, letter, preview_limit) for _, msg, letter in newest]
+
+
+def list_dead_letters(
+    config: Mapping[str, Any],
+    topic: str,
+    *,
+    window: ScanWindow,
+    reason: str | None = None,
+    source_topic: str | None = None,
+    consumer: str | None = None,
+    limit: int | None = None,
+    timeout: float = DEFAULT_TIMEOUT,
+    progress: Progress | None = None,
+    preview_limit: int = PREVIEW_LIMIT,
+) -> DeadLetterListing:
+    """The dead letters of ``window`` matching the filters, newest first (``consumer``: a substring).
+
+    With ``limit`` only the newest ``limit`` matches are built; ``matched`` counts them all.
+    :class:`NotADeadLetterError` when the window holds records and none of them is a dead letter
+    (``topic`` is not a dead-letter topic).
+    """
+    if limit is not None and limit < 1:
+        raise ValidationError(f"limit is an int >= 1 or None, got {limit!r}")
+    newest = _Newest(limit)
+    others = 0
+
+    def handle(msg: Message) -> None:
+        nonlocal others
+        try:
+            letter = DeadLetter.from_headers(message_headers(msg))
+        except ValidationError:
+            others += 1
+            return
+        if reason is not None and letter.reason != reason:
+            return
+        if source_topic is not None and letter.source_topic != source_topic:
+            return
+        if consumer is not None and consumer not in (letter.consumer or ""):
+            return
+        newest.offer(msg, letter)
+
+    scanned = scan(
+        config, topic, window, handle, timeout=timeout, progress=progress, name="dead-letter listing"
+    )
+    if others and others == scanned.records_scanned:
+        raise NotADeadLetterError(
+            f"topic {topic!r} holds no dead letters: none of the {others} record(s) read has the dead-letter "
+            f"headers ({HEADER_REASON}, {HEADER_SOURCE_TOPIC} ...), so it is not a dead-letter topic "
+            f"({scanned.describe()}); fix: name the dead-letter topic (--topic, [kafka_events] dlq_topic)"
+        )
+    return DeadLetterListing(newest.records(preview_limit), scanned, others, newest.matched)
+
+
+@dataclass(frozen=True)
+class DeadLetterSource:
+    """Where a dead letter is in the dead-letter topic, and why (keyed by its source coordinates)."""
+
+    partition: int
+    offset: int
+    reason: str
+
+
+_SOURCE_HEADERS = frozenset(
+    {HEADER_REASON, HEADER_SOURCE_TOPIC, HEADER_SOURCE_PARTITION, HEADER_SOURCE_OFFSET}
+)
+
+
+def _source(msg: Message, wanted: bytes) -> tuple[tuple[str, int, int], DeadLetterSource] | None:
+    """A dead letter's source coordinates from its headers, if its source topic is ``wanted``."""
+    found: dict[str, Any] = {}
+    raw = msg.headers() or []
+    for name, value in raw.items() if isinstance(raw, dict) else raw:
+        if name in _SOURCE_HEADERS:
+            found[name] = value.encode("utf-8") if isinstance(value, str) else value
+    reason = found.get(HEADER_REASON)
+    if found.get(HEADER_SOURCE_TOPIC) != wanted or not reason:
+        return None
+    try:
+        partition, offset = int(found[HEADER_SOURCE_PARTITION]), int(found[HEADER_SOURCE_OFFSET])
+    except (KeyError, TypeError, ValueError):
+        return None  # no dead letter of ours (DeadLetter.from_headers would refuse it too)
+    where = DeadLetterSource(
+        int(msg.partition() or 0), int(msg.offset() or 0), reason.decode("utf-8", "replace")
+    )
+    return (wanted.decode("utf-8"), partition, offset), where
+
+
+def dead_letters_by_source(
+    config: Mapping[str, Any],
+    topic: str,
+    *,
+    window: ScanWindow,
+    source_topic: str,
+    timeout: float = DEFAULT_TIMEOUT,
+) -> tuple[dict[tuple[str, int, int], DeadLetterSource], ScannedWindow]:
+    """``{(source topic, partition, offset): dead letter}`` of the dead letters of ``source_topic``.
+
+    Only four headers of each record of ``window`` are read (no value is decoded, no record
+    built): cheap enough to show beside every record of a listing of the source topic.
+    """
+    wanted = source_topic.encode("utf-8")
+    found: dict[tuple[str, int, int], DeadLetterSource] = {}
+
+    def handle(msg: Message) -> None:
+        item = _source(msg, wanted)
+        if item is not None:
+            found[item[0]] = item[1]
+
+    scanned = scan(config, topic, window, handle, timeout=timeout, name="dead letters by source")
+    return found, scanned
+
+
+class DeadLetterReadOptions(TypedDict, total=False):
+    """The keyword options of :func:`load_dead_letter`, taken by :func:`get_dead_letter` too."""
+
+    timeout: float
+    preview_limit: int
+
+
+def get_dead_letter(
+    config: Mapping[str, Any],
+    topic: str,
+    partition: int,
+    offset: int,
+    **options: Unpack[DeadLetterReadOptions],
+) -> DeadLetterRecord:
+    """The dead letter at ``topic[partition]@offset`` (:class:`NotADeadLetterError` if it is none)."""
+    return load_dead_letter(config, topic, partition, offset, **options).record
+
+
+@dataclass(frozen=True)
+class LoadedDeadLetter:
+    """A dead letter read once: what an operator is shown (``record``) and the record a replay publishes."""
+
+    record: DeadLetterRecord
+    message: Message = field(repr=False, compare=False)
+    letter: DeadLetter = field(repr=False)
+    #: The cluster it was read from (``bootstrap.servers``).
+    cluster: str = ""
+
+    @property
+    def coordinates(self) -> tuple[str, str, int, int]:
+        """``(cluster, topic, partition, offset)``: where it was read."""
+        return self.cluster, self.record.topic, self.record.partition, self.record.offset
+
+    @property
+    def fingerprint(self) -> str:
+        return self.record.fingerprint
+
+
+def load_dead_letter(
+    config: Mapping[str, Any],
+    topic: str,
+    partition: int,
+    offset: int,
+    *,
+    timeout: float = DEFAULT_TIMEOUT,
+    preview_limit: int = PREVIEW_LIMIT,
+) -> LoadedDeadLetter:
+    """The dead letter at ``topic[partition]@offset``, read once (pass it to :func:`replay_dead_letter`)."""
+    with TopicReader(config, topic, timeout=timeout, name="dead-letter reader") as reader:
+        msg = reader.read_one(partition, offset)
+    letter = _letter(msg)
+    return LoadedDeadLetter(DeadLetterRecord.of(msg, letter, preview_limit), msg, letter, _cluster(config))
+
+
+def _cluster(config: Mapping[str, Any]) -> str:
+    return str(config.get("bootstrap.servers", ""))
+
+
+def _where(coordinates: tuple[str, str, int, int]) -> str:
+    return "{1}[{2}]@{3} on {0}".format(*coordinates)
+
+
+def _original(
+    config: Mapping[str, Any], msg: Message, letter: DeadLetter, timeout: float
+) -> tuple[bytes | None, bytes | None, list[tuple[str, bytes | None]]]:
+    """Key, value and headers of the original record."""
+    if not letter.truncated:
+        headers = [(n, v) for n, v in message_headers(msg) if n not in _DLQ_NAMES]
+        return msg.key(), msg.value(), headers
+    where = f"{letter.source_topic}[{letter.source_partition}]@{letter.source_offset}"
+    try:
+        with TopicReader(config, letter.source_topic, timeout=timeout, name="replay source") as reader:
+            original = reader.read_one(letter.source_partition, letter.source_offset)
+    except RecordNotFoundError as exc:
+        raise ReplayError(
+            f"{msg.topic()}[{msg.partition()}]@{msg.offset()} is a reference dead letter (it keeps only a "
+            f"prefix of the {letter.original_value_bytes}-byte value) and the original at {where} is gone: "
+            f"{exc}; it cannot be replayed whole"
+        ) from exc
+    _check_original(msg, letter, original.value(), where)
+    return original.key(), original.value(), message_headers(original)
+
+
+def _check_original(msg: Message, letter: DeadLetter, value: bytes | None, where: str) -> None:
+    """Refuse a record at the source coordinates that is not the one dead-lettered (size, prefix)."""
+    prefix, size = msg.value() or b"", len(value or b"")
+    if letter.original_value_bytes is not None and size != letter.original_value_bytes:
+        why = f"its value is {size} bytes, the dead-lettered one was {letter.original_value_bytes}"
+    elif not (value or b"").startswith(prefix):
+        why = f"its value does not begin with the {len(prefix)}-byte prefix the dead letter keeps"
+    else:
+        return
+    raise ReplayError(
+        f"{msg.topic()}[{msg.partition()}]@{msg.offset()} is a reference dead letter and the record now "
+        f"at {where} is not its original ({why}): the topic was deleted and re-created, or compacted; "
+        "nothing replayed (fix: replay the original from a copy of that topic, if one is kept)"
+    )
+
+
+def _check_target(config: Mapping[str, Any], topic: str, timeout: float) -> None:
+    """Refuse at once a replay to a topic that does not exist (a producer would wait out its timeout)."""
+    with TopicReader(config, topic, timeout=timeout, name="replay target") as reader:
+        try:
+            reader.partitions()
+        except TopicNotFoundError as exc:
+            raise TopicNotFoundError(
+                f"cannot replay to topic {topic!r}: it does not exist at {reader.servers} (or this client "
+                "may not see it); nothing replayed; fix: create it (`airflow-kafka-events topics ensure` "
+                "creates the package's topics), or replay to an existing topic (--to, or the confirmation's "
+                "topic)",
+                kafka_error=exc.kafka_error,
+            ) from exc
+
+
+def _idempotency(value: bytes | None) -> tuple[str | None, str | None]:
+    if value is None:
+        return None, None
+    try:
+        envelope = ASSET_EVENT_CODEC.decode(value)
+    except (EnvelopeDecodeError, ValidationError):
+        return None, None
+    return envelope.idempotency_key, envelope.event_id
+
+
+def replay_dead_letter(
+    config: Mapping[str, Any],
+    topic: str,
+    partition: int,
+    offset: int,
+    *,
+    targets: ReplayTargets,
+    target_topic: str | None = None,
+    actor: str,
+    timeout: float = DEFAULT_TIMEOUT,
+    loaded: LoadedDeadLetter | None = None,
+    fingerprint: str | None = None,
+) -> ReplayReceipt:
+    """Publish the original of the dead letter at ``topic[partition]@offset`` again (see the module doc).
+
+    ``targets``: where replays of ``topic``'s dead letters may go, by configuration
+    (:meth:`ReplayTargets.target_for`: the source topic the configuration names, or an extra target;
+    ``target_topic`` asks for one of them); anything else is refused with
+    :class:`~airflow_kafka_events.ui.inspection.errors.ReplayTargetRefusedError` before anything is read
+    from the source topic or published.
+
+    ``loaded``: that dead letter as :func:`load_dead_letter` already read it (the one a caller showed
+    and had confirmed), published without reading it again; one read at other coordinates or from
+    another cluster is refused.  ``fingerprint``: the :attr:`DeadLetterRecord.fingerprint` an operator
+    confirmed; a dead letter whose fingerprint differs (another record at these coordinates) is
+    refused with :class:`ReplayError` and nothing is published.  A reference dead letter's original is
+    read at its source coordinates and must have the dead letter's size and prefix (else
+    :class:`ReplayError`).
+    A target topic that does not exist is refused at once (:class:`TopicNotFoundError`, nothing
+    published).  Waits for the broker's acknowledgement (``acks=all``); a failure is
+    :class:`~airflow_kafka_events.errors.NotSentError` (nothing was published) or
+    :class:`~airflow_kafka_events.errors.DeliveryOutcomeUnknownError` (it may have been: replaying
+    again is safe, the idempotency key is the same).
+    """
+    if not isinstance(actor, str) or not actor.strip():
+        raise ValidationError("a replay needs an actor (who asked for it) for the audit line")
+    if targets.dlq_topic != topic:
+        raise ValidationError(
+            f"the replay targets passed are those of dead-letter topic {targets.dlq_topic!r}, not {topic!r}"
+        )
+    if loaded is None:
+        loaded = load_dead_letter(config, topic, partition, offset, timeout=timeout)
+    elif loaded.coordinates != (wanted := (_cluster(config), topic, partition, offset)):
+        raise ValidationError(
+            f"the dead letter passed to replay was read at {_where(loaded.coordinates)}, not "
+            f"{_where(wanted)}; fix: pass the one load_dead_letter read at these coordinates"
+        )
+    if fingerprint is not None and fingerprint != loaded.fingerprint:
+        raise ReplayError(
+            f"the dead letter at {_where(loaded.coordinates)} is not the one confirmed (fingerprint "
+            f"{loaded.fingerprint}, confirmed {fingerprint}): another record is at these coordinates now "
+            "(the topic was re-created?); nothing replayed (fix: open it again and confirm what it is now)"
+        )
+    msg, letter = loaded.message, loaded.letter
+    target = targets.target_for(letter.source_topic, target_topic)
+    key, value, headers = _original(config, msg, letter, timeout)
+    _check_target(config, target, timeout)
+    producer = get_producer(
+        KafkaSettings(config).producer_config(), role=REPLAY_ROLE, message_timeout=timeout
+    )
+    stored = producer.send_and_wait(target, value, key=key, headers=headers, timeout=timeout)
+    idempotency_key, event_id = _idempotency(value)
+    receipt = ReplayReceipt(
+        dlq_topic=topic,
+        dlq_partition=partition,
+        dlq_offset=offset,
+        source_topic=letter.source_topic,
+        source_partition=letter.source_partition,
+        source_offset=letter.source_offset,
+        target_topic=stored.topic,
+        target_partition=stored.partition,
+        target_offset=stored.offset,
+        idempotency_key=idempotency_key,
+        event_id=event_id or letter.event_id,
+        from_reference=letter.truncated,
+        actor=actor,
+    )
+    audit.info(
+        "dead letter replayed: actor=%s dlq=%s[%d]@%d source=%s[%d]@%d target=%s[%d]@%d reason=%s "
+        "event_id=%s idempotency_key=%s reference=%s",
+        actor,
+        topic,
+        partition,
+        offset,
+        letter.source_topic,
+        letter.source_partition,
+        letter.source_offset,
+        stored.topic,
+        stored.partition,
+        stored.offset,
+        letter.reason,
+        receipt.event_id,
+        idempotency_key,
+        letter.truncated,
+    )
+    return receipt

@@ -1,0 +1,718 @@
+"""The stream behind one asset watcher: one reader per triggerer, a durable position per watcher.
+
+Why not one consumer group shared by the watchers (the design before 0.x): Airflow places each
+watcher on a triggerer of its choice, and a group splits the partitions between the triggerers'
+consumers, so a watcher saw only its triggerer's share of the topic (measured: 60 of 120
+events lost, silently, with two triggerers).  Commits cannot repair that: the shared stream
+reports how many subscribers accepted a record, not which.
+
+So each watcher (:class:`~airflow_kafka_events.watcher.trigger.KafkaAssetEventTrigger`)
+has its own shared-stream group and :class:`KafkaAssetEventStreamProducer`, and:
+
+* the watchers of one triggerer that read the same topics through the same client settings
+  share ONE :class:`~airflow_kafka_events.kafka.shared_reader.SharedReader`: it ``assign()``s
+  every partition (no group membership, nothing committed), fetches and decodes each record
+  once, on its own thread, and hands each watcher only its asset's records (and every
+  undecodable one) plus how far each partition was read for it;
+* its position lives in the watcher's asset's ``asset_state_store`` (AIP-103) under
+  :data:`STATE_KEY`: per partition, the first record whose asset event Airflow has not yet
+  confirmed (the shared stream's persistence-gated ``advance``), else the offset after the last
+  record read for it.  The watcher resumes there on any triggerer, after any restart or move;
+  behind the shared reader it reads on its own until it has caught up (see
+  :mod:`airflow_kafka_events.kafka.shared_reader`);
+* the idempotency keys of the events it turned into asset events (the most recent
+  :data:`DURABLE_KEYS`, each for ``dedupe_ttl``) are stored with the position, so a repeat
+  published later is dropped after a restart too;
+* a partition without a stored position starts at the offset the watcher's consumer group
+  committed (the old design's commits, so upgrading replays nothing), else at the connection's
+  ``auto.offset.reset`` (default ``earliest``); that start is stored at once.
+
+After ``kill -9`` of a triggerer, records whose asset events were persisted after the last
+store become asset events once more: duplicates are bounded by what a watcher confirmed in its
+last store interval (:data:`FLUSH_INTERVAL`, 1 s, up to 10 watcher streams in a triggerer;
+``N / 10`` s with N of them, so that a triggerer stores at most :data:`STORES_PER_SECOND`
+positions a second; :data:`DEFER_FACTOR` times that while :data:`DEFER_BACKLOG` or more records
+of the process's watchers await Airflow's confirmation) plus one confirmation round; nothing is
+lost.  A position that moved only past other assets' records is stored every
+:data:`SKIP_FLUSH_INTERVAL` seconds.
+
+A graceful stop (SIGTERM) is no crash: Airflow's runner no longer answers asset-state-store writes
+while it closes the streams, so a closing stream writes its last state to Kafka instead, and the
+next start resumes from it (:mod:`airflow_kafka_events.watcher.stops`); of the records
+Airflow had not confirmed at the stop, it fires again only those Airflow did not persist
+(:mod:`airflow_kafka_events.watcher.confirmations`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator, Hashable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, NamedTuple, Protocol
+
+from airflow.providers.apache.kafka.triggers.shared_stream import KafkaBrokerPayload
+from airflow.triggers.shared_stream import AdvanceItem, SharedStreamProducer
+from asgiref.sync import sync_to_async
+
+from airflow_kafka_events.assets.admission import asset_selector
+from airflow_kafka_events.assets.validation import sanitize_asset_uri
+from airflow_kafka_events.envelopes.model import AssetEventEnvelope
+from airflow_kafka_events.errors import ConfigurationError, ValidationError
+from airflow_kafka_events.kafka.positions import (
+    Partition,
+    PositionTracker,
+    positions_from_json,
+    positions_to_json,
+)
+from airflow_kafka_events.kafka.producer import EnvelopeProducer, get_producer
+from airflow_kafka_events.kafka.settings import KafkaSettings
+from airflow_kafka_events.kafka.shared_feed import FEED_CAPACITY, READ_BATCH, FedRecord, Feed
+from airflow_kafka_events.watcher.confirmations import (
+    persisted_key,
+    persisted_seq,
+    recorded_with_events,
+    settle,
+)
+from airflow_kafka_events.watcher.keys import DurableKeys, durable_key
+from airflow_kafka_events.watcher.reader import shared_reader
+from airflow_kafka_events.watcher.recheck import fired_keys, recheck_conn_id
+from airflow_kafka_events.watcher.stops import (
+    MARK_WRITE_TIMEOUT,
+    Resumption,
+    decode_mark,
+    encode_mark,
+    mark_key,
+    read_mark,
+    resumption,
+    stops_topic,
+    write_mark,
+)
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "FLUSH_INTERVAL",
+    "STATE_KEY",
+    "KafkaAssetEventStreamProducer",
+    "KafkaRecord",
+    "state_key",
+]
+
+#: ``asset_state_store`` key prefix of a watcher's position (``<prefix>[<connection id>]``).
+STATE_KEY = "airflow_kafka_events.watcher"
+#: Seconds between two stores of a changing position (the bound on duplicates after a crash).
+FLUSH_INTERVAL = 1.0
+#: Position stores per second a triggerer's watchers aim to stay under together: with N watcher
+#: streams open in a process each stores at most every ``FLUSH_INTERVAL * max(1, N / this)``
+#: seconds (each store is one request through the triggerer's supervisor to the metadata DB).
+STORES_PER_SECOND = 10.0
+#: Watcher streams open in this process (for the interval above).
+_open_streams = 0
+#: While this process's watchers have this many records handed on that Airflow has not confirmed
+#: yet (a burst: the triggerer's supervisor is behind, persisting them), each stores its position
+#: every ``DEFER_FACTOR`` store intervals: a store is a request that queues in that supervisor beside
+#: the events it waits for (measured in B8: 100 stores inside a burst of 1000 events for 100 assets
+#: cost about a fifth of its throughput).
+DEFER_BACKLOG = 50
+DEFER_FACTOR = 3.0
+#: Records this process's watcher streams handed on and Airflow has not confirmed (each stream adds
+#: its own count when it looks: a moment late at worst).
+_backlog = 0
+#: Seconds between two stores of a position that moved only past other assets' records (losing
+#: such progress in a crash only means reading records again that are skipped again).
+SKIP_FLUSH_INTERVAL = 30.0
+#: Seconds the last store of a closing stream may take.
+FINAL_FLUSH_TIMEOUT = 2.0
+#: Share of Airflow's ``[triggerer] shared_stream_subscriber_queue_size`` (default 1024) a watcher
+#: keeps in flight (handed on, not yet confirmed) before reading pauses: the shared stream fails a
+#: subscriber whose queue overflows, and throughput is about this window per confirmation round.
+PENDING_SHARE = 0.875
+#: The window when Airflow's setting cannot be read.
+MAX_PENDING = 896
+_STORE_WARN_INTERVAL = 60.0
+#: Producer role of the clean-stop marks (a producer of its own, with the marks' delivery timeout).
+STOPS_ROLE = "watcher-stops"
+
+
+class KafkaRecord(NamedTuple):
+    """One consumed record as a watcher gets it: bytes, coordinates, and the decoding."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes | None], ...] = ()
+    timestamp_ms: int | None = None
+    #: the decoded envelope, or the error decoding raised (``None``: not decoded yet)
+    decoded: AssetEventEnvelope | BaseException | None = None
+    #: filled by the watcher when it turned the record into an asset event
+    ticket: _Ticket | None = None
+
+
+@dataclass
+class _Ticket:
+    #: the run of the stream that handed the record on, and the record's number in that run (in the
+    #: order handed on): the event fired from it carries both (:mod:`.watcher_confirmations`)
+    run: str = ""
+    seq: int = -1
+    accepted_key: str | None = None
+
+
+class PositionStore(Protocol):
+    async def aget(self, key: str, default: Any = None) -> Any: ...
+
+    async def aset(self, key: str, value: Any) -> None: ...
+
+    async def adelete(self, key: str) -> None: ...
+
+
+def _pending_window() -> int:
+    """:data:`PENDING_SHARE` of Airflow's subscriber queue size (read when a stream opens)."""
+    try:
+        from airflow.configuration import conf
+
+        size = conf.getint("triggerer", "shared_stream_subscriber_queue_size", fallback=1024)
+    except Exception:  # no Airflow configuration here: the default queue
+        return MAX_PENDING
+    return max(1, int(size * PENDING_SHARE))
+
+
+def state_key(kafka_config_id: str) -> str:
+    """The ``asset_state_store`` key of a watcher reading through ``kafka_config_id``."""
+    return f"{STATE_KEY}[{kafka_config_id}]"
+
+
+def _headers(raw: Any) -> tuple[tuple[str, bytes | None], ...]:
+    if not raw:
+        return ()
+    items = raw.items() if isinstance(raw, Mapping) else raw
+    out: list[tuple[str, bytes | None]] = []
+    for name, value in items:
+        if value is not None and not isinstance(value, bytes):
+            value = value.encode("utf-8") if isinstance(value, str) else bytes(value)
+        out.append((str(name), value))
+    return tuple(out)
+
+
+def _record(fed: FedRecord, run: str = "", seq: int = -1) -> KafkaRecord:
+    message = fed.message
+    timestamp_type, timestamp = message.timestamp()
+    return KafkaRecord(
+        topic=fed.tp[0],
+        partition=fed.tp[1],
+        offset=fed.offset,
+        key=message.key(),
+        value=message.value(),
+        headers=_headers(message.headers()),
+        timestamp_ms=timestamp if timestamp_type else None,
+        decoded=fed.decoded,
+        ticket=_Ticket(run=run, seq=seq),
+    )
+
+
+@dataclass(frozen=True)
+class _StopMarks:
+    """Where a watcher's clean-stop mark is written and read: made when it opens (the connection is
+    read through the supervisor, and the producer connects ahead of the stop)."""
+
+    settings: KafkaSettings
+    producer: EnvelopeProducer
+    topic: str
+    key: bytes
+
+
+# --------------------------------------------------------------------------- the producer
+class KafkaAssetEventStreamProducer(SharedStreamProducer):
+    """Broker side of one watcher's shared stream (ack mode): read, skip, hand on, store.
+
+    :param store: where the position is kept (default: the watched asset's ``asset_state_store``
+        accessor; anything with ``aget``/``aset``).
+    """
+
+    def __init__(
+        self,
+        *,
+        topics: Sequence[str],
+        kafka_config_id: str,
+        asset_uri: str | None,
+        asset_name: str | None,
+        poll_timeout: float = 1.0,
+        group_id: str | None = None,
+        include_partitioned: bool = True,
+        dedupe_ttl: float | None = 24 * 3600.0,
+        identity: Hashable = None,
+        store: PositionStore | None = None,
+        flush_interval: float = FLUSH_INTERVAL,
+        max_pending: int | None = None,
+        feed_capacity: int = FEED_CAPACITY,
+    ) -> None:
+        if asset_uri is None and asset_name is None:
+            raise ConfigurationError("a watcher's stream needs asset_uri and/or asset_name")
+        self.topics = sorted(topics)
+        self.kafka_config_id = kafka_config_id
+        self.asset_uri = asset_uri
+        self.asset_name = asset_name
+        self.poll_timeout = poll_timeout
+        self.group_id = group_id
+        self.include_partitioned = include_partitioned
+        self.dedupe_ttl = dedupe_ttl
+        self.identity = identity
+        self.flush_interval = flush_interval
+        self.max_pending = max_pending if max_pending is not None else _pending_window()
+        self.feed_capacity = feed_capacity
+        self._store = store
+        self._select = asset_selector(
+            asset_uri=asset_uri, asset_name=asset_name, include_partitioned=include_partitioned
+        )
+        self._select_uri = sanitize_asset_uri(asset_uri) if asset_uri is not None else None
+        self._state_key = state_key(kafka_config_id)
+        self._feed: Feed | None = None
+        self._tracker: PositionTracker | None = None
+        self._keys = DurableKeys(None, ttl=dedupe_ttl)
+        self._resumption = resumption(None, None)  # how its previous run ended (read when it opens)
+        self._previous_run: str | None = None  # the run whose state it resumed from
+        self._stops: _StopMarks | None = None  # where its clean-stop mark goes (set when it opens)
+        self._run = uuid.uuid4().hex  # this run's mark on what it stores and fires
+        self._seqs = itertools.count()  # numbers of the records it hands on, in order
+        self._room = asyncio.Event()
+        self._flush_lock = asyncio.Lock()
+        self._flush_task: asyncio.Task[None] | None = None
+        self._last_flush = 0.0
+        self._counted = False  # counted in _open_streams
+        self._in_backlog = 0  # its records counted in _backlog
+        self._urgent = False  # an own record finished since the last store: store within flush_interval
+        # per partition, how often advance() sought it back: records taken before a rewind are stale
+        self._rewinds: dict[tuple[str, int], int] = {}
+        self._last_store_warning = -_STORE_WARN_INTERVAL
+
+    # ------------------------------------------------------------------ configuration
+    @property
+    def label(self) -> str:
+        asset = self.asset_uri if self.asset_uri is not None else f"name={self.asset_name}"
+        return f"watcher of {asset} on {self.topics}"
+
+    def _clients(self) -> tuple[dict[str, Any], _StopMarks]:
+        """The reader's configuration and the clean-stop marks' clients, from the connection (sync:
+        reads it, while the supervisor still answers; a closing watcher cannot ask it)."""
+        from airflow_kafka_events.provider.hook import KafkaEventsHook
+
+        settings = KafkaEventsHook(kafka_config_id=self.kafka_config_id).get_settings()
+        stops = _StopMarks(
+            settings=settings,
+            producer=get_producer(
+                settings.producer_config(), role=STOPS_ROLE, message_timeout=MARK_WRITE_TIMEOUT
+            ),
+            topic=stops_topic(),
+            key=mark_key(self.kafka_config_id, self._select_uri, self.asset_name),
+        )
+        try:
+            return settings.consumer_config(self.group_id), stops
+        except ConfigurationError:  # no group.id anywhere: fine, the reader joins no group
+            return settings.consumer_config("airflow-kafka-events.assigned-reader"), stops
+
+    def store(self) -> PositionStore:
+        if self._store is None:
+            from airflow.sdk.execution_time.context import AssetStateStoreAccessor
+
+            if self.asset_name is not None:
+                self._store = AssetStateStoreAccessor(name=self.asset_name)
+            else:
+                self._store = AssetStateStoreAccessor(uri=self.asset_uri)
+        return self._store
+
+    # ------------------------------------------------------------------ opening
+    async def _load_state(self) -> dict[Partition, int]:
+        stored = await self.store().aget(self._state_key, None)
+        if stored is None:
+            return {}
+        if not isinstance(stored, Mapping):
+            raise ValidationError(f"{self.label}: stored state {self._state_key!r} is not a mapping")
+        self._resumption = found = resumption(stored, await self._read_mark())
+        self._previous_run = stored.get("run") if isinstance(stored.get("run"), str) else None
+        state = found.state or {}
+        self._keys = DurableKeys(state.get("seen"), ttl=self.dedupe_ttl)
+        if found.from_mark:
+            where = self._stops.topic if self._stops is not None else "Kafka"
+            if not await self._settle_in_doubt(found, where):
+                log.info(
+                    "%s resumes after a clean stop (its mark in %s): %d record(s) it fired then awaited "
+                    "Airflow's confirmation and are read again",
+                    self.label,
+                    where,
+                    found.in_doubt,
+                )
+        return positions_from_json(state.get("positions"))
+
+    async def _settle_in_doubt(self, found: Resumption, where: str) -> bool:
+        """Which records in doubt at the clean stop Airflow persisted, from the listener's record
+        (:mod:`~airflow_kafka_events.watcher.confirmations`): those are dropped as repeats
+        when read again, the others fire; nothing is left to recheck.  ``False`` when the mark does
+        not list them or the record does not commit with the events (another state backend)."""
+        run = found.state.get("run") if found.state is not None else None
+        if found.in_doubt_fired is None or not isinstance(run, str) or not recorded_with_events():
+            return False
+        last = None
+        if found.in_doubt_fired:
+            last = persisted_seq(await self.store().aget(persisted_key(run), None))
+        persisted, dropped = settle(found.in_doubt_fired, last)
+        for key in persisted:
+            self._keys.add(key)
+        self._resumption = replace(found, in_doubt=0)
+        log.info(
+            "%s resumes after a clean stop (its mark in %s): of the %d record(s) it fired that awaited "
+            "Airflow's confirmation, Airflow persisted %d (not fired again) and dropped %d (fired again)",
+            self.label,
+            where,
+            found.in_doubt,
+            len(persisted),
+            len(dropped),
+        )
+        return True
+
+    async def _forget_previous_run(self) -> None:
+        """Delete the listener's record of the previous run (this run's state is stored now)."""
+        run, self._previous_run = self._previous_run, None
+        if run is None or run == self._run:
+            return
+        try:
+            await self.store().adelete(persisted_key(run))
+        except Exception as exc:
+            log.debug("%s cannot delete %s: %s", self.label, persisted_key(run), exc)
+
+    async def _read_mark(self) -> dict[str, Any] | None:
+        """This watcher's clean-stop mark in Kafka, ``None`` when it has none or it cannot be read."""
+        stops = self._stops
+        if stops is None:
+            return None
+        try:
+            raw = await asyncio.to_thread(read_mark, stops.settings, stops.topic, stops.key)
+            return decode_mark(raw) if raw is not None else None
+        except Exception as exc:
+            log.warning(
+                "%s cannot read its clean-stop mark from %s: %s; it starts as after a crash",
+                self.label,
+                stops.topic,
+                exc,
+            )
+            return None
+
+    async def _recheck_airflow(self) -> None:
+        """After an unclean stop, the keys of the asset's recent watcher events in Airflow join the
+        repeats this watcher drops (:mod:`~airflow_kafka_events.watcher.recheck`)."""
+        conn_id = recheck_conn_id()
+        if conn_id is None:
+            if not self._resumption.clean:
+                log.info(
+                    "%s resumes after an unclean stop: records its previous run fired after its last store "
+                    "may fire again ([kafka_events] watcher_airflow_api_conn_id is not set)",
+                    self.label,
+                )
+            return
+        try:
+            keys = await fired_keys(conn_id, name=self.asset_name, uri=self._select_uri, topics=self.topics)
+        except Exception as exc:
+            log.warning(
+                "%s resumes after an unclean stop but cannot ask Airflow which of its events exist "
+                "(connection %r, [kafka_events] watcher_airflow_api_conn_id): %s; events its previous "
+                "run fired after its last store may fire again",
+                self.label,
+                conn_id,
+                exc,
+            )
+            return
+        self._keys.add_all(keys)
+        log.info(
+            "%s resumes after an unclean stop: %d recent events of its asset in Airflow are not fired again",
+            self.label,
+            len(keys),
+        )
+
+    def _matches(self, decoded: AssetEventEnvelope | BaseException) -> bool:
+        """The shared reader's test for this watcher: its asset's envelopes and every undecodable
+        record (which the watcher dead-letters)."""
+        return not isinstance(decoded, AssetEventEnvelope) or self._select(decoded) is None
+
+    def _routing_keys(self) -> list[Hashable]:
+        if self.asset_uri is not None:
+            return [("uri", self._select_uri)]
+        return [("name", self.asset_name)]
+
+    async def _open(self) -> tuple[Feed, PositionTracker]:
+        global _open_streams
+        _open_streams += 1
+        self._counted = True
+        config, self._stops = await sync_to_async(self._clients)()
+        shared = shared_reader(config, self.topics, self.poll_timeout)
+        try:
+            partitions = await shared.partitions()
+            stored = await self._load_state()
+            if stored and self._resumption.recheck:
+                await self._recheck_airflow()
+            missing = [tp for tp in partitions if tp not in stored]
+            starts = {tp: stored[tp] for tp in partitions if tp in stored}
+            starts.update(await shared.start_offsets(missing))
+            feed = await shared.subscribe(
+                starts,
+                keys=self._routing_keys(),
+                match=self._matches,
+                capacity=self.feed_capacity,
+                name=f"watcher-{self.asset_name or self.asset_uri}",
+            )
+        except BaseException:
+            await shared.release()
+            raise
+        self._feed = feed
+        tracker = PositionTracker(feed.next)
+        self._tracker = tracker
+        log.info(
+            "%s reads %d partition(s) from %s (%d stored, %d new; %s)",
+            self.label,
+            len(feed.next),
+            positions_to_json(feed.next),
+            len(starts) - len(missing),
+            len(missing),
+            "catching up with the shared reader" if feed.catching_up else "through the shared reader",
+        )
+        await self.flush(force=True)  # a new start (latest, a group's commit) is durable from now on
+        await self._forget_previous_run()
+        return feed, tracker
+
+    # ------------------------------------------------------------------ reading
+    def _wanted(self, decoded: AssetEventEnvelope | BaseException) -> bool:
+        """A record the shared reader handed on: not a repeat of an event already in Airflow."""
+        if not isinstance(decoded, AssetEventEnvelope):
+            return True  # the watcher dead-letters it
+        key = durable_key(decoded)
+        if key in self._keys:
+            log.info(
+                "%s drops a repeat of asset event %s (idempotency key %s)", self.label, decoded.event_id, key
+            )
+            return False
+        return True
+
+    async def open_stream(self) -> AsyncIterator[tuple[KafkaRecord, KafkaBrokerPayload]]:
+        feed, tracker = await self._open()
+        while True:
+            room = self.max_pending - tracker.pending_count()
+            while room <= 0:
+                self._room.clear()
+                await self._room.wait()
+                room = self.max_pending - tracker.pending_count()
+            # at least every poll_timeout, so that the position is stored while nothing arrives
+            records, frontier = await feed.take(min(room, READ_BATCH), self.poll_timeout)
+            taken = dict(self._rewinds)
+            for fed in records:
+                tp, offset = fed.tp, fed.offset
+                if self._rewinds.get(tp, 0) != taken.get(tp, 0):
+                    continue  # sought back while this batch was handed on: the catch-up reads it again
+                if not tracker.knows(tp):
+                    tracker.add_partitions({tp: 0})  # a partition the topic gained: all new
+                if not self._wanted(fed.decoded):
+                    tracker.read(tp, offset)
+                    continue
+                record = _record(fed, self._run, next(self._seqs))
+                tracker.hand_on(tp, offset, record.ticket)
+                yield record, KafkaBrokerPayload(topic=tp[0], partition=tp[1], offset=offset)
+            for tp, next_offset in frontier.items():  # only after its records were handed on
+                if self._rewinds.get(tp, 0) != taken.get(tp, 0):
+                    continue  # never past a record a rewind will read again
+                if not tracker.knows(tp):
+                    tracker.add_partitions({tp: next_offset})
+                tracker.advance_to(tp, next_offset)
+            self._request_flush()
+
+    # ------------------------------------------------------------------ advancing
+    def get_advance_lane(self, broker_payload: KafkaBrokerPayload) -> Hashable:
+        return broker_payload.topic, broker_payload.partition
+
+    async def advance(self, batch: Sequence[AdvanceItem]) -> None:
+        """Records Airflow confirmed (or the watcher dead-lettered) stop holding the position back.
+
+        A failed record (ack timeout, overflow) holds it: the reader seeks back and reads it again.
+        Records confirmed after it are finished all the same (their idempotency keys recorded), so
+        the re-read drops them as repeats instead of firing them twice.
+        """
+        tracker, feed = self._tracker, self._feed
+        if tracker is None or feed is None:
+            raise RuntimeError(f"{self.label}: advance before the stream was opened")
+        first = batch[0].broker_payload
+        tp = (first.topic, first.partition)
+        done: list[int] = []
+        failed: list[int] = []
+        for item in batch:
+            outcome = item.outcome
+            unconfirmed = outcome.failed > 0 or (outcome.acked == 0 and outcome.rejected == 0)
+            (failed if unconfirmed else done).append(item.broker_payload.offset)
+        held = min(failed) if failed else None
+        finished = tracker.finish(tp, done)
+        self._urgent = self._urgent or bool(finished)
+        for ticket in finished:
+            if ticket is not None and ticket.accepted_key is not None:
+                self._keys.add(ticket.accepted_key)
+        if held is not None:
+            log.warning("%s reads %s[%s]@%s again: it was not confirmed", self.label, tp[0], tp[1], held)
+            self._rewinds[tp] = self._rewinds.get(tp, 0) + 1
+            tracker.rewind(tp, held)
+            feed.rewind(tp, held)
+        self._room.set()
+        self._request_flush()
+
+    # ------------------------------------------------------------------ storing
+    def _flush_due(self) -> bool:
+        tracker = self._tracker
+        if tracker is None:
+            return False
+        since = time.monotonic() - self._last_flush
+        if not self._urgent:
+            return since >= SKIP_FLUSH_INTERVAL
+        interval = self.store_interval()
+        if _backlog >= DEFER_BACKLOG:  # Airflow is behind: the store waits, a while
+            interval *= DEFER_FACTOR
+        return since >= interval
+
+    def _count_backlog(self, pending: int) -> None:
+        """This stream's part of the process's :data:`_backlog` is now ``pending``."""
+        global _backlog
+        _backlog += pending - self._in_backlog
+        self._in_backlog = pending
+
+    def _request_flush(self) -> None:
+        """Store in the background once due: neither reading nor the shared stream's advance waits
+        for the asset state store, whose requests queue behind the events the triggerer's
+        supervisor is persisting (awaited inline, one store held up every watcher's next record)."""
+        if self._tracker is not None:
+            self._count_backlog(self._tracker.pending_count())
+        if (self._flush_task is not None and not self._flush_task.done()) or not self._flush_due():
+            return
+        self._flush_task = asyncio.get_running_loop().create_task(self.flush(), name=f"store[{self.label}]")
+
+    async def flush(self, *, force: bool = False, stopping: bool = False) -> None:
+        """Store the position (and the durable keys) if it changed; ``stopping``: the last store of a
+        clean stop (a restart after it needs no recheck of what Airflow has).
+
+        At most every ``flush_interval`` once one of the watcher's own records finished (that
+        bounds what a crash repeats), else every :data:`SKIP_FLUSH_INTERVAL` (a position that only
+        moved past other assets' records: with 100 watchers on a topic those stores would outnumber
+        the asset events).
+        """
+        tracker = self._tracker
+        if tracker is None or (not force and not self._flush_due()):
+            return
+        async with self._flush_lock:
+            positions = tracker.durable()
+            if not force and not self._keys.dirty and not tracker.changed_since_stored():
+                return
+            value = self._state(positions)
+            # a clean stop: nothing it handed on awaits Airflow (the shared stream drops what is
+            # unconfirmed at a stop, to be read again: only a recheck tells what Airflow has of it)
+            value["stopped"] = stopping and tracker.pending_count() == 0
+            # cleared before the store: a record finishing while it is under way makes it urgent again
+            urgent, self._urgent, self._keys.dirty = self._urgent, False, False
+            try:
+                await self.store().aset(self._state_key, value)
+            except Exception as exc:
+                self._urgent, self._keys.dirty = self._urgent or urgent, True
+                self._warn_store(exc)
+                return
+            self._last_flush = time.monotonic()
+            tracker.mark_stored(positions)
+
+    def _state(self, positions: Mapping[Partition, int]) -> dict[str, Any]:
+        """What is stored: the positions, the durable keys, the run that stored them."""
+        return {
+            "version": 1,
+            "positions": positions_to_json(positions),
+            "seen": self._keys.to_json(),
+            "run": self._run,
+            "stopped": False,
+        }
+
+    def store_interval(self) -> float:
+        """Seconds between two stores once an own record finished: ``flush_interval``, stretched so
+        that all watcher streams of this process store at most :data:`STORES_PER_SECOND` times a second."""
+        return self.flush_interval * max(1.0, _open_streams / STORES_PER_SECOND)
+
+    def _warn_store(self, exc: BaseException) -> None:
+        now = time.monotonic()
+        if now - self._last_store_warning >= _STORE_WARN_INTERVAL:
+            self._last_store_warning = now
+            log.warning(
+                "%s cannot store its position in the asset state store (%r); it keeps reading and "
+                "retries, and a restart before the next store reads the unstored records again",
+                self.label,
+                exc,
+            )
+
+    async def _final_flush(self) -> None:
+        task = self._flush_task
+        if task is not None and not task.done():
+            await asyncio.gather(task, return_exceptions=True)
+        stored = await self.store().aget(self._state_key, None)
+        if isinstance(stored, Mapping) and stored.get("run") not in (None, self._run):
+            # a newer run of this watcher (the shared stream reopened it) stored since: its state stands
+            log.info("%s leaves the stored state to a newer run of this watcher", self.label)
+            return
+        await self.flush(force=True, stopping=True)
+
+    def _in_doubt(self) -> list[tuple[int, str]]:
+        """``(sequence number, key)`` of the records it fired (turned into a ``TriggerEvent``) that
+        Airflow has not confirmed."""
+        tracker = self._tracker
+        tags = tracker.pending_tags() if tracker is not None else []
+        return sorted(
+            (tag.seq, tag.accepted_key)
+            for tag in tags
+            if isinstance(tag, _Ticket) and tag.accepted_key is not None
+        )
+
+    async def _write_mark(self) -> bool:
+        """Its last state as a clean-stop mark in Kafka (see :mod:`.watcher_stops`)."""
+        tracker, stops = self._tracker, self._stops
+        if tracker is None or stops is None:
+            return False
+        in_doubt = self._in_doubt()
+        try:
+            mark = encode_mark(self._state(tracker.durable()), in_doubt)
+            await write_mark(stops.producer, stops.topic, stops.key, mark)
+        except Exception as exc:
+            log.warning(
+                "%s cannot write its clean-stop mark to %s (%s): its next start treats this stop as a crash",
+                self.label,
+                stops.topic,
+                exc,
+            )
+            return False
+        log.info(
+            "%s stops cleanly: its position is in %s; %d record(s) it fired await Airflow's confirmation",
+            self.label,
+            stops.topic,
+            len(in_doubt),
+        )
+        return True
+
+    async def aclose(self) -> None:
+        try:
+            if await self._write_mark():
+                # its last word is in Kafka; a store still under way is of an older position
+                task = self._flush_task
+                if task is not None and not task.done():
+                    task.cancel()
+            else:
+                # bounded: at a triggerer's shutdown the supervisor may no longer answer
+                await asyncio.wait_for(self._final_flush(), timeout=FINAL_FLUSH_TIMEOUT)
+        except Exception as exc:
+            self._warn_store(exc)
+        finally:
+            global _open_streams
+            if self._counted:
+                self._counted = False
+                _open_streams -= 1
+            self._count_backlog(0)
+            feed, self._feed = self._feed, None
+            if feed is not None:
+                await feed.close()
