@@ -33,8 +33,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from airflow_kafka_events.codec import TRIGGER_EVENT_CODEC
-from airflow_kafka_events.envelopes import ProducerIdentity, TriggerEventEnvelope
+from airflow_kafka_events.envelopes.codec import TRIGGER_EVENT_CODEC
+from airflow_kafka_events.envelopes.model import ProducerIdentity, TriggerEventEnvelope
 
 PRODUCER = ProducerIdentity("bench_dag", "manual__2026-12-02", "stream_task", 0, 1)
 VARIANTS = ("raw", "raw+decode", "reader", "operator")
@@ -121,10 +121,17 @@ def read_raw(config: dict[str, Any], topic: str, n: int, *, decode: bool) -> int
 
 
 def _reader(config: dict[str, Any], topic: str, run: str, max_events: int) -> Any:
-    from airflow_kafka_events.kafka.stream_reader import StreamReader
+    from airflow_kafka_events.streams.consuming.reader import StreamReader
 
     return StreamReader(
-        config, topic, run, max_events=max_events, max_wait=0.05, partition=0, gap_timeout=30, start_timeout=60
+        config,
+        topic,
+        run,
+        max_events=max_events,
+        max_wait=0.05,
+        partition=0,
+        gap_timeout=30,
+        start_timeout=60,
     )
 
 
@@ -143,7 +150,7 @@ def read_reader(config: dict[str, Any], topic: str, run: str, n: int, max_events
 
 
 def read_operator_loop(config: dict[str, Any], topic: str, run: str, n: int, max_events: int) -> int:
-    from airflow_kafka_events.stream_consumption import drive_stream
+    from airflow_kafka_events.streams.consuming.consumption import drive_stream
 
     saved: list[Any] = []  # the task state store's stand-in: the latest checkpoint
 
@@ -210,12 +217,14 @@ def report(result: dict[str, Any]) -> None:
     best = {name: max(values) for name, values in rates.items()}
     load = ", ".join(f"{x:.2f}" for x in result["load"])
     print(
-        f"\npayload ~{result['size']} B (envelope {result['envelope_bytes']} B), {result['records']} records, "
-        f"written in {result['write_seconds']:.1f} s; load average {load}"
+        f"\npayload ~{result['size']} B (envelope {result['envelope_bytes']} B), "
+        f"{result['records']} records, written in {result['write_seconds']:.1f} s; load average {load}"
     )
     for name, values in rates.items():
         every = " ".join(f"{v:,.0f}" for v in values)
-        print(f"  {name:11s} best {best[name]:10,.0f} rec/s  CPU {min(cpu[name]):6.1f} us/rec   rounds: {every}")
+        print(
+            f"  {name:11s} best {best[name]:10,.0f} rec/s  CPU {min(cpu[name]):6.1f} us/rec   rounds: {every}"
+        )
     for name in ("reader", "operator"):
         if name in best and "raw+decode" in best:
             print(f"  {name} / raw+decode: {best[name] / best['raw+decode']:.2f}x", end="")
@@ -229,7 +238,9 @@ def main(argv: list[str]) -> int:
     from airflow_kafka_events.local_broker import LocalKafkaBroker
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--records", type=int, default=20_000, help="records per stream (e.g. 100000, 1000000)")
+    parser.add_argument(
+        "--records", type=int, default=20_000, help="records per stream (e.g. 100000, 1000000)"
+    )
     parser.add_argument("--sizes", default="100,1024,65536", help="payload sizes in bytes, comma-separated")
     parser.add_argument("--rounds", type=int, default=2, help="rounds per variant (alternating order)")
     parser.add_argument("--max-events", type=int, default=1000, help="the reader's max_events")
