@@ -7,7 +7,7 @@ and decoding it vs ``json.loads`` of the payload's JSON text, timed alternately 
 Part 2 (one broker, ``KAFKA_BOOTSTRAP_SERVERS`` or the local broker): the same envelopes produced
 with ``acks=all`` + idempotence, alternating rounds of
   raw     -- a plain ``confluent_kafka.Producer``, each envelope encoded inline, a delivery callback;
-  project -- ``EnvelopeProducer.send(topic, TRIGGER_EVENT_CODEC.encode(envelope))`` and its future;
+  project -- ``RecordProducer.send(topic, TRIGGER_EVENT_CODEC.encode(envelope))`` and its future;
   bytes   -- the raw producer with the bytes encoded beforehand (context: the send floor).
 Each round ends when every delivery is acknowledged; best round per variant, ratio project / raw;
 also the process's CPU time per message (best round), which other load on the machine sways less.
@@ -131,7 +131,7 @@ def produce_figures(messages: int, rounds: int) -> dict[str, float]:
     from confluent_kafka.admin import AdminClient
 
     from airflow_kafka_events.kafka import KafkaSettings, TopicSpec, delete_topics, ensure_topics
-    from airflow_kafka_events.kafka.producer import EnvelopeProducer
+    from airflow_kafka_events.kafka.producer import RecordProducer
     from airflow_kafka_events.local_broker import LocalKafkaBroker
 
     broker = None
@@ -149,7 +149,7 @@ def produce_figures(messages: int, rounds: int) -> dict[str, float]:
     best = {"raw": float("inf"), "project": float("inf"), "bytes": float("inf")}
     cpu = dict(best)  # the process's CPU seconds per round (all threads): less swayed by other load
     try:
-        project, raw = EnvelopeProducer(config), _Raw(config)
+        project, raw = RecordProducer(config), _Raw(config)
         _project_round(project, topic, items[:200])  # warm up: connection, producer id
         raw.round(topic, items[:200], encode=True)
         variants: dict[str, Callable[[], float]] = {

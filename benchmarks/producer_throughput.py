@@ -19,7 +19,7 @@ from confluent_kafka.admin import AdminClient
 from airflow_kafka_events.envelopes.codec import TRIGGER_EVENT_CODEC
 from airflow_kafka_events.envelopes.model import TriggerEventEnvelope
 from airflow_kafka_events.kafka import KafkaSettings, TopicSpec, delete_topics, ensure_topics
-from airflow_kafka_events.kafka.producer import EnvelopeProducer
+from airflow_kafka_events.kafka.producer import RecordProducer
 from airflow_kafka_events.local_broker import LocalKafkaBroker
 
 
@@ -52,7 +52,7 @@ def main(argv: list[str]) -> int:
         bodies = _envelopes("encode-only", args.messages)
         encode_s = time.perf_counter() - t0
 
-        producer = EnvelopeProducer(settings.producer_config())
+        producer = RecordProducer(settings.producer_config())
         t0 = time.perf_counter()
         for body in _envelopes("sync", args.messages):
             producer.send_and_wait(topic, body, key="sync")

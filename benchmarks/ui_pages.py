@@ -23,7 +23,7 @@ records after it before the pages are asked:
 Then, as the admin user (a bearer token, no browser), every page is asked ``--rounds`` times in
 turn after one warm-up round: the four lists, a stream (the DAG run's old one, the whole fill
 after it, at the location a listing links it with -- ``?partition=&offset=`` of its
-``StreamSummary``, taken once before the rounds from the per-key lookup, as a listing whose window
+``StreamOverview``, taken once before the rounds from the per-key lookup, as a listing whose window
 holds the stream has them -- and the same without the hint, as a typed URL or the task-instance
 tab opens it: read forward in the time its task instance ran, from Airflow's metadata DB),
 a dead letter, its replay confirmation, a filtered dead-letter list that matches nothing (the

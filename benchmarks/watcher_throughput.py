@@ -22,7 +22,7 @@ change the watchers' code half-way (``--live-src``: the working tree as it is):
 ``kafka-1`` / ``kafka-10`` / ``kafka-100``
     1, 10, 100 assets, each a ``kafka_watched_asset`` on ONE topic of that configuration (3
     partitions), in the one triggerer; this process emits asset event envelopes to the topic
-    (pipelined sends with the repo's ``EnvelopeProducer``), spread round-robin over the assets.
+    (pipelined sends with the repo's ``RecordProducer``), spread round-robin over the assets.
 
 Each phase: a warm-up batch (not counted; for Kafka one event per asset), then a **burst** of
 ``--events`` events (all emitted at once), then one **paced** batch per rate of ``--rates``
@@ -77,7 +77,7 @@ from airflow_kafka_events.assets.publish import build_envelope, record_key
 from airflow_kafka_events.envelopes.codec import ASSET_EVENT_CODEC
 from airflow_kafka_events.envelopes.model import AssetRef, EventSource, SourceKind
 from airflow_kafka_events.kafka import KafkaSettings, TopicSpec, ensure_topics
-from airflow_kafka_events.kafka.producer import EnvelopeProducer, close_all_producers
+from airflow_kafka_events.kafka.producer import RecordProducer, close_all_producers
 from airflow_kafka_events.local_broker import LocalKafkaBroker
 from benchmarks.asset_event_e2e_latency import loadavg, parse_db_time, percentile, say, write_results
 from benchmarks.cpu_accounting import _tree_cpu, machine_busy, triggerer_threads, wait_for_quiet
@@ -352,7 +352,7 @@ def emit_ceiling(setup: Setup, batch: Batch) -> float:
     return time.monotonic() - t0
 
 
-def emit_kafka(setup: Setup, producer: EnvelopeProducer, batch: Batch) -> float:
+def emit_kafka(setup: Setup, producer: RecordProducer, batch: Batch) -> float:
     count_assets = int(batch.phase.split("-", 1)[1])
     assets = [AssetRef(name=n, uri=u) for n, u in kafka_assets(count_assets)]
     topic = setup.topics[count_assets]
@@ -449,7 +449,7 @@ class PositionStores:
         return len(self._seen) - self._first
 
 
-def run_batch(setup: Setup, producer: EnvelopeProducer, batch: Batch, timeout: float) -> Batch:
+def run_batch(setup: Setup, producer: RecordProducer, batch: Batch, timeout: float) -> Batch:
     batch.tag = f"{setup.run}-{batch.phase}-{batch.kind}-{uuid.uuid4().hex[:6]}"
     where, ids, path = _where(setup, batch.phase)
     stack = setup.stack
@@ -589,7 +589,7 @@ def main(argv: list[str]) -> int:
     switches: dict[str, float] = {}
     with environment(keep_home=args.keep_home, live_src=args.live_src) as setup:
         load_asset_ids(setup)
-        producer = EnvelopeProducer(KafkaSettings({"bootstrap.servers": setup.bootstrap}).producer_config())
+        producer = RecordProducer(KafkaSettings({"bootstrap.servers": setup.bootstrap}).producer_config())
         try:
             for index, phase in enumerate(phases):
                 seen = phases[:index].count(phase)

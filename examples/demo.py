@@ -47,7 +47,7 @@ from confluent_kafka.admin import AdminClient
 from airflow_kafka_events.envelopes.codec import TRIGGER_EVENT_CODEC
 from airflow_kafka_events.envelopes.model import ProducerIdentity, StreamFailure, TriggerEventEnvelope
 from airflow_kafka_events.kafka.consumer import EnvelopeConsumer
-from airflow_kafka_events.kafka.producer import EnvelopeProducer, close_all_producers
+from airflow_kafka_events.kafka.producer import RecordProducer, close_all_producers
 from airflow_kafka_events.kafka.settings import KafkaSettings
 from airflow_kafka_events.kafka.topics import TopicSpec, delete_topics, ensure_topics
 from airflow_kafka_events.local_broker import LocalKafkaBroker
@@ -143,7 +143,7 @@ def envelope_demo(settings: KafkaSettings, admin: AdminClient) -> bool:
             "orders-api": stream_pages("orders-api", pages=4, fail_at=None),
             "users-api": stream_pages("users-api", pages=5, fail_at=3),
         }
-        producer = EnvelopeProducer(settings.producer_config())
+        producer = RecordProducer(settings.producer_config())
         futures = []
         longest = max(len(s) for s in streams.values())
         for i in range(longest):  # interleave the two streams page by page

@@ -8,6 +8,8 @@ failures are transient, *how long* to wait after the ``n``-th failure and *what*
 once the attempts are spent; the loop itself (counting, waiting, logging, giving up) is
 tenacity's.
 
+* :func:`parse_retry_after` -- the one ``Retry-After`` parser of the package's HTTP clients (the
+  HTTP paginator and the Airflow REST client);
 * :func:`retry_call` / :func:`retry_call_async` -- at most ``attempts`` attempts; a failure
   ``retry_on`` does not accept is raised at once; after the last attempt ``exhausted(n, exc)``
   is raised ``from`` the last failure;
@@ -22,13 +24,16 @@ This module imports no Airflow module.
 from __future__ import annotations
 
 import asyncio
+import email.utils
+import re
 import time
 from collections.abc import Awaitable, Callable
+from datetime import datetime, timezone
 from typing import Any, TypeVar
 
 import tenacity
 
-__all__ = ["exponential_backoff", "retry_call", "retry_call_async", "retry_until"]
+__all__ = ["exponential_backoff", "parse_retry_after", "retry_call", "retry_call_async", "retry_until"]
 
 T = TypeVar("T")
 
@@ -159,3 +164,53 @@ def retry_until(
         reraise=True,
     )
     return retrying(operation)
+
+
+# ---------------------------------------------------------------- Retry-After
+#: ``delay-seconds`` (RFC 9110: ``1*DIGIT``), with a decimal fraction tolerated; ASCII digits only.
+_DELAY_SECONDS = re.compile(r"[0-9]+(?:\.[0-9]+)?", re.ASCII)
+
+
+def parse_retry_after(value: str | None, now: datetime | None = None) -> float | None:
+    """Seconds to wait from a ``Retry-After`` header value; ``None``: the caller's own backoff applies.
+
+    RFC 9110 (section 10.2.3) allows ``delay-seconds`` and an ``HTTP-date``; both are read.
+    ``now`` is the reference time of an HTTP date (default: the current time; a naive ``now``
+    is taken as UTC).
+
+    =====================================================  ============================================
+    header value                                           seconds
+    =====================================================  ============================================
+    missing, empty, only blanks                            ``None``
+    ``"120"``, ``" 120 "``, ``"1.5"`` (a fraction too)     ``120.0``, ``120.0``, ``1.5``
+    ``"-3"``, ``"+3"``, ``"1e3"``, ``"nan"``, ``"inf"``,   ``None`` (not delay-seconds)
+    ``"0x10"``, ``"1_000"``, ``"soon"``, ``"120, 120"``
+    digits beyond a float's range (``"9" * 400``)          ``math.inf`` (callers cap what they honour)
+    an HTTP date in the future                             the seconds until it
+    an HTTP date now or in the past                        ``0.0``
+    an HTTP date without a zone (``-0000``, asctime form)  read as UTC (HTTP dates are in GMT)
+    a date that does not parse (``"Wed, 32 Foo 2015"``)    ``None``
+    =====================================================  ============================================
+    """
+    if value is None:
+        return None
+    text = value.strip()
+    if not text:
+        return None
+    if _DELAY_SECONDS.fullmatch(text):
+        return float(text)  # "9" * 400 is inf: the caller's cap applies
+    return _seconds_until(text, now)
+
+
+def _seconds_until(text: str, now: datetime | None) -> float | None:
+    """Seconds from ``now`` until the HTTP date ``text`` (``0.0`` if it passed); ``None`` if no date."""
+    try:
+        when = email.utils.parsedate_to_datetime(text)
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return None
+    reference = now if now is not None else datetime.now(timezone.utc)
+    return max(0.0, (_utc(when) - _utc(reference)).total_seconds())
+
+
+def _utc(moment: datetime) -> datetime:
+    return moment.replace(tzinfo=timezone.utc) if moment.tzinfo is None else moment

@@ -121,10 +121,10 @@ def test_a_streaming_trigger_and_a_watcher_report_through_airflow_stats(
     from airflow_kafka_events.assets.publish import publish
     from airflow_kafka_events.kafka.producer import get_producer
     from airflow_kafka_events.kafka.settings import KafkaSettings
-    from airflow_kafka_events.watcher.stream import KafkaAssetEventStreamProducer
+    from airflow_kafka_events.watcher.stream import WatcherStream
     from airflow_kafka_events.watcher.trigger import KafkaAssetEventTrigger
 
-    monkeypatch.setattr(KafkaAssetEventStreamProducer, "store", lambda self: memory.for_asset(self.asset_uri))
+    monkeypatch.setattr(WatcherStream, "store", lambda self: memory.for_asset(self.asset_uri))
     producer = get_producer(KafkaSettings({"bootstrap.servers": kafka_bootstrap}).producer_config())
     publish(_event(ASSET_A, extra={"n": 1}), producer=producer, topic=watched)
     producer.send_and_wait(watched, b"not an envelope", key=ASSET_A.uri.encode())

@@ -13,12 +13,10 @@ from airflow_kafka_events.dead_letters.letter import (
     MAX_ERROR_MESSAGE_CHARS,
     REFERENCE_PREFIX_BYTES,
     DeadLetter,
-    DeadLetterWriter,
     dead_letter_headers,
     error_type_name,
-    is_size_error,
-    record_size,
 )
+from airflow_kafka_events.dead_letters.writer import DeadLetterWriter
 from airflow_kafka_events.errors import (
     DeliveryError,
     EnvelopeDecodeError,
@@ -26,6 +24,7 @@ from airflow_kafka_events.errors import (
     ValidationError,
 )
 from airflow_kafka_events.kafka.delivery import DeliveryReceipt
+from airflow_kafka_events.kafka.record_size import is_size_error, record_size
 from harness.airflow_free import run_without_airflow
 
 pytestmark = pytest.mark.unit

@@ -43,8 +43,8 @@ def _keyword_options(function: Callable[..., Any], *, after: int = 0) -> set[str
         (dead_letters.DeadLetterReadOptions, dead_letters.load_dead_letter, [dead_letters.get_dead_letter]),
         (
             producer.SendOptions,
-            producer.EnvelopeProducer.send,
-            [producer.EnvelopeProducer.send_and_wait, producer.EnvelopeProducer.send_async],
+            producer.RecordProducer.send,
+            [producer.RecordProducer.send_and_wait, producer.RecordProducer.send_async],
         ),
     ],
     ids=lambda item: getattr(item, "__qualname__", None),

@@ -8,7 +8,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from airflow_kafka_events.retry_after import parse_retry_after
+from airflow_kafka_events.retry import parse_retry_after
 
 pytestmark = pytest.mark.unit
 
@@ -82,7 +82,7 @@ def test_without_now_a_date_counts_from_the_current_time():
 
 
 def test_the_paginator_and_the_bridge_use_this_parser():
-    from airflow_kafka_events.bridge import airflow_api
+    from airflow_kafka_events.assets import airflow_api
     from airflow_kafka_events.http import trigger as http
 
     assert http.parse_retry_after is parse_retry_after

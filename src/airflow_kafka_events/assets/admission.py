@@ -76,7 +76,6 @@ from airflow_kafka_events.assets.validation import (
     sanitize_asset_uri,
 )
 from airflow_kafka_events.dead_letters.headers import DeadLetterReason
-from airflow_kafka_events.dead_letters.letter import Header, record_size
 from airflow_kafka_events.envelopes.codec import ASSET_EVENT_CODEC
 from airflow_kafka_events.envelopes.model import AssetEventEnvelope
 from airflow_kafka_events.errors import (
@@ -87,6 +86,8 @@ from airflow_kafka_events.errors import (
     UnknownSchemaError,
     ValidationError,
 )
+from airflow_kafka_events.kafka.consumer import RecordDecoder
+from airflow_kafka_events.kafka.record_size import Header, record_size
 
 log = logging.getLogger(__name__)
 
@@ -123,10 +124,6 @@ class SeenStore(Protocol):
     def __contains__(self, key: object) -> bool: ...
 
     def add(self, key: str) -> bool: ...
-
-
-class Decoder(Protocol):
-    def decode(self, data: bytes) -> AssetEventEnvelope: ...
 
 
 class Stage(str, Enum):
@@ -317,7 +314,11 @@ class AdmissionPipeline:
     """
 
     def __init__(
-        self, config: AdmissionConfig, *, seen: SeenStore | None = None, decoder: Decoder = ASSET_EVENT_CODEC
+        self,
+        config: AdmissionConfig,
+        *,
+        seen: SeenStore | None = None,
+        decoder: RecordDecoder[AssetEventEnvelope] = ASSET_EVENT_CODEC,
     ) -> None:
         if not isinstance(config, AdmissionConfig):
             raise ConfigurationError(f"config must be an AdmissionConfig, got {type(config).__qualname__}")

@@ -58,7 +58,7 @@ from airflow_kafka_events.errors import (
     PartitionInheritanceError,
     ValidationError,
 )
-from airflow_kafka_events.kafka.producer import EnvelopeProducer
+from airflow_kafka_events.kafka.producer import RecordProducer
 
 log = logging.getLogger(__name__)
 
@@ -247,7 +247,7 @@ def _max_extra_bytes(value: int | None) -> int:
         ) from exc
 
 
-def _producer_for(kafka_config_id: str, *, message_timeout: float) -> EnvelopeProducer:
+def _producer_for(kafka_config_id: str, *, message_timeout: float) -> RecordProducer:
     from airflow_kafka_events.provider.hook import KafkaEventsHook
 
     hook = KafkaEventsHook(kafka_config_id=kafka_config_id)

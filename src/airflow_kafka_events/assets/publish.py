@@ -44,7 +44,7 @@ from airflow_kafka_events.envelopes.codec import ASSET_EVENT_CODEC
 from airflow_kafka_events.envelopes.model import AssetEventEnvelope, AssetRef, EventSource, SourceKind
 from airflow_kafka_events.errors import ExtraNotSerializableError, InvalidAssetError
 from airflow_kafka_events.kafka.delivery import DeliveryReceipt
-from airflow_kafka_events.kafka.producer import EnvelopeProducer, get_producer
+from airflow_kafka_events.kafka.producer import RecordProducer, get_producer
 from airflow_kafka_events.kafka.settings import KafkaSettings
 
 __all__ = [
@@ -241,7 +241,7 @@ def build_envelope(
 
 
 def publish(
-    envelope: AssetEventEnvelope, *, producer: EnvelopeProducer, topic: str, timeout: float = 30.0
+    envelope: AssetEventEnvelope, *, producer: RecordProducer, topic: str, timeout: float = 30.0
 ) -> Receipt:
     """Send ``envelope`` (keyed by its asset URI) and wait for the broker's acknowledgement.
 

@@ -19,7 +19,7 @@ from airflow_kafka_events.assets.publish import PROVENANCE_EXTRA_KEY, causation_
 from airflow_kafka_events.envelopes.model import AssetEventEnvelope
 
 if TYPE_CHECKING:
-    from airflow_kafka_events.watcher.stream import KafkaRecord
+    from airflow_kafka_events.kafka.consumer import SourceRecord
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +37,7 @@ def _iso(value: datetime | None) -> str | None:
     return value.astimezone(timezone.utc).isoformat(timespec="microseconds")
 
 
-def envelope_payload(envelope: AssetEventEnvelope, record: KafkaRecord | None = None) -> dict[str, Any]:
+def envelope_payload(envelope: AssetEventEnvelope, record: SourceRecord | None = None) -> dict[str, Any]:
     """The JSON payload a watcher gives Airflow for ``envelope`` (``AssetEvent.extra["payload"]``)."""
     payload: dict[str, Any] = {
         "event_id": envelope.event_id,

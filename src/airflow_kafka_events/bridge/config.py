@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from airflow_kafka_events.assets.admission import DEFAULT_MAX_RECORD_BYTES, AdmissionConfig
+from airflow_kafka_events.assets.airflow_api import API_PAGE_LIMIT
 from airflow_kafka_events.assets.authz import Allowlist
 from airflow_kafka_events.assets.validation import DEFAULT_MAX_EXTRA_BYTES
 from airflow_kafka_events.errors import ConfigurationError, ValidationError
@@ -98,9 +99,6 @@ FAULT_EXIT_AFTER_POST = "exit-after-post"
 
 #: Default bound on an event's causation chain (the asset watcher's default too).
 DEFAULT_MAX_CAUSATION_DEPTH = 8
-
-#: Largest page Airflow's REST API returns with the default ``[api] maximum_page_limit``.
-API_PAGE_LIMIT = 100
 
 
 # --------------------------------------------------------------------------- retry policy

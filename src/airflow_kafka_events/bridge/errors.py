@@ -7,7 +7,7 @@
   :class:`ForbiddenError` (configuration);
 * :class:`RetriesExhaustedError`, :class:`DeadLetterError` -- nothing was committed.
 
-They stay importable from :mod:`~airflow_kafka_events.bridge.airflow_api` and
+They stay importable from :mod:`~airflow_kafka_events.assets.airflow_api` and
 :mod:`~airflow_kafka_events.bridge.service`, the type names they are recorded under.  This
 module imports no Airflow module.
 """
@@ -17,67 +17,14 @@ from __future__ import annotations
 from airflow_kafka_events.errors import AirflowKafkaEventsError
 
 __all__ = [
-    "AirflowApiError",
-    "AuthenticationError",
     "BridgeError",
     "DeadLetterError",
-    "ForbiddenError",
-    "NotFoundError",
-    "RejectedError",
     "RetriesExhaustedError",
-    "TransientApiError",
-    "UnknownAssetError",
 ]
 
 
 class BridgeError(AirflowKafkaEventsError):
     """The partition bridge cannot go on."""
-
-
-class AirflowApiError(BridgeError):
-    """A call to Airflow's REST API failed; ``status`` is the HTTP status (``None``: no answer)."""
-
-    def __init__(self, message: str, *, status: int | None = None, detail: str | None = None) -> None:
-        super().__init__(message)
-        self.status = status
-        self.detail = detail
-
-
-class TransientApiError(AirflowApiError):
-    """Worth retrying.  ``ambiguous``: a POST may have been applied although no 2xx came back."""
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        status: int | None = None,
-        detail: str | None = None,
-        ambiguous: bool = False,
-        retry_after: float | None = None,
-    ) -> None:
-        super().__init__(message, status=status, detail=detail)
-        self.ambiguous = ambiguous
-        self.retry_after = retry_after
-
-
-class RejectedError(AirflowApiError):
-    """A 4xx about the request itself (validation, unknown asset ...): retrying cannot help."""
-
-
-class NotFoundError(RejectedError):
-    """404: the asset (or route) does not exist."""
-
-
-class AuthenticationError(AirflowApiError):
-    """The credentials were refused, or a fresh token was refused."""
-
-
-class ForbiddenError(AirflowApiError):
-    """403: the user is authenticated but its role may not do this (the bridge needs role ``op``)."""
-
-
-class UnknownAssetError(RejectedError):
-    """No active Airflow asset has the event's exact name and URI."""
 
 
 class RetriesExhaustedError(BridgeError):

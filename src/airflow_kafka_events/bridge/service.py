@@ -70,26 +70,26 @@ from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from airflow_kafka_events import metrics
 from airflow_kafka_events.assets.admission import AdmissionPipeline, AdmissionVerdict
-from airflow_kafka_events.assets.idempotency import SeenKeys
-from airflow_kafka_events.bridge.airflow_api import AirflowApiClient, AssetIdCache
-from airflow_kafka_events.bridge.airflow_event import event_extra
-from airflow_kafka_events.bridge.config import BridgeConfig
-from airflow_kafka_events.bridge.errors import (
-    BridgeError,
-    DeadLetterError,
+from airflow_kafka_events.assets.airflow_api import (
+    AirflowApiClient,
+    AssetIdCache,
     NotFoundError,
     RejectedError,
-    RetriesExhaustedError,
     TransientApiError,
     UnknownAssetError,
 )
-from airflow_kafka_events.dead_letters.letter import DLQ_ROLE, DLQ_TIMEOUT, DeadLetter, DeadLetterWriter
+from airflow_kafka_events.assets.idempotency import SeenKeys
+from airflow_kafka_events.bridge.airflow_event import event_extra
+from airflow_kafka_events.bridge.config import BridgeConfig
+from airflow_kafka_events.bridge.errors import BridgeError, DeadLetterError, RetriesExhaustedError
+from airflow_kafka_events.dead_letters.letter import DeadLetter
 from airflow_kafka_events.dead_letters.log import BRIDGE_LINE, log_dead_lettered
+from airflow_kafka_events.dead_letters.writer import DLQ_ROLE, DLQ_TIMEOUT, DeadLetterWriter
 from airflow_kafka_events.envelopes.model import AssetEventEnvelope
 from airflow_kafka_events.errors import ConfigurationError, EnvelopeDecodeError, KafkaOperationError
 from airflow_kafka_events.kafka.client_log import refusal_error
 from airflow_kafka_events.kafka.consumer import RAW_BYTES, ConsumedRecord, EnvelopeConsumer
-from airflow_kafka_events.kafka.producer import EnvelopeProducer, get_producer
+from airflow_kafka_events.kafka.producer import RecordProducer, get_producer
 from airflow_kafka_events.retry import retry_call
 
 log = logging.getLogger(__name__)
@@ -169,7 +169,7 @@ class BridgeService:
         config: BridgeConfig,
         *,
         api: AirflowApiClient | None = None,
-        producer: EnvelopeProducer | None = None,
+        producer: RecordProducer | None = None,
         after_post: Callable[[AssetEventEnvelope], None] | None = None,
     ) -> None:
         self.config = config

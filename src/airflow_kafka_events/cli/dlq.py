@@ -21,13 +21,13 @@ from typing import Any, TextIO
 
 from airflow_kafka_events.cli.inspection import (
     add_common_args,
+    add_ls_command,
     configured_topic,
     emit_json,
     kafka_config,
     role_topic,
     run_command,
 )
-from airflow_kafka_events.cli.listing import add_ls_command
 from airflow_kafka_events.errors import ConfigurationError
 
 __all__ = [

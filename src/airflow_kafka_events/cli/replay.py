@@ -88,7 +88,8 @@ class _Replay:
 
     def retrying(self, what: str, call: Callable[[], T]) -> T:
         """``call()`` with the bridge's retry policy for transient API failures (the package's retry loop)."""
-        from airflow_kafka_events.bridge.errors import RetriesExhaustedError, TransientApiError
+        from airflow_kafka_events.assets.airflow_api import TransientApiError
+        from airflow_kafka_events.bridge.errors import RetriesExhaustedError
         from airflow_kafka_events.retry import retry_call
 
         policy = self.config.retry
@@ -105,7 +106,7 @@ class _Replay:
     # ------------------------------------------------------------------ phases
     def check(self, event: _Event) -> None:
         """Admission, asset id, and the look-up among the asset's recent Airflow events."""
-        from airflow_kafka_events.bridge.errors import UnknownAssetError
+        from airflow_kafka_events.assets.airflow_api import UnknownAssetError
 
         record = event.record
         verdict = self.admission.admit(record.raw, key=record.key, headers=record.headers)
@@ -141,8 +142,8 @@ class _Replay:
             event.outcome = "missing"
 
     def post(self, event: _Event) -> None:
+        from airflow_kafka_events.assets.airflow_api import RejectedError, TransientApiError
         from airflow_kafka_events.bridge.airflow_event import event_extra
-        from airflow_kafka_events.bridge.errors import RejectedError, TransientApiError
 
         envelope, recheck = event.envelope, [False]
 
@@ -286,7 +287,7 @@ def _report(args: argparse.Namespace, replay: _Replay, scanned: Any) -> int:
 
 def _replay_assets(args: argparse.Namespace) -> int:
     from airflow_kafka_events.assets.admission import AdmissionPipeline
-    from airflow_kafka_events.bridge.airflow_api import AirflowApiClient, AssetIdCache
+    from airflow_kafka_events.assets.airflow_api import AirflowApiClient, AssetIdCache
     from airflow_kafka_events.cli.inspection import role_topic
 
     def command() -> int:

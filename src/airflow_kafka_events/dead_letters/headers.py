@@ -26,6 +26,7 @@ __all__ = [
     "HEADER_TRUNCATED",
     "HEADER_TRUNCATED_CAUSE",
     "REFERENCE_HEADERS",
+    "WRITTEN_HEADERS",
     "DeadLetterReason",
 ]
 
@@ -65,6 +66,9 @@ DEAD_LETTER_HEADERS: frozenset[str] = frozenset(
 REFERENCE_HEADERS: frozenset[str] = frozenset(
     {HEADER_TRUNCATED, HEADER_TRUNCATED_CAUSE, HEADER_ORIGINAL_VALUE_BYTES, HEADER_ORIGINAL_HEADERS_DROPPED}
 )
+#: Every header a dead letter writes itself: an original header with one of these names is dropped
+#: (a record dead-lettered twice carries only the latest reason).
+WRITTEN_HEADERS: frozenset[str] = DEAD_LETTER_HEADERS | REFERENCE_HEADERS
 
 
 class DeadLetterReason(str, Enum):

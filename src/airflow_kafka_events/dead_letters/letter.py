@@ -2,7 +2,8 @@
 
 A consumer that refuses a record (undecodable bytes, an unknown schema, a failed signature or
 allowlist check, a causation chain that is too deep ...) writes it to a dead-letter topic with
-:class:`DeadLetterWriter` and waits for the broker's acknowledgement before it moves past the
+:class:`~airflow_kafka_events.dead_letters.writer.DeadLetterWriter` and waits for the broker's
+acknowledgement before it moves past the
 record, so that nothing it refuses is lost.
 
 Record format:
@@ -34,23 +35,8 @@ Record format:
 
   All header values are UTF-8 text.  :meth:`DeadLetter.from_headers` reads them back.
 
-Records the dead-letter topic cannot carry
-    A record larger than the dead-letter producer may send (librdkafka's ``message.max.bytes``,
-    default 1,000,000 bytes) or than the dead-letter topic accepts (the topic's
-    ``max.message.bytes``) is written as a **reference** instead of failing for ever: the value
-    is cut to its first :data:`REFERENCE_PREFIX_BYTES` bytes, the original headers are kept up to
-    :data:`REFERENCE_MAX_HEADER_BYTES` bytes in all, the key up to :data:`REFERENCE_MAX_KEY_BYTES`
-    bytes, and ``x-truncated: true``, ``x-truncated-cause`` and ``x-original-value-bytes`` say so;
-    the source coordinates (``x-source-*``) locate the whole record while the source topic keeps
-    it.  If even that does not fit, a bare reference (empty value, no original headers) is
-    written.  :class:`DeadLetterWriter` chooses the form by itself: a record it knows to be too
-    large for ``message.max.bytes`` goes straight to the reference form, and a
-    ``MSG_SIZE_TOO_LARGE`` / ``RECORD_LIST_TOO_LARGE`` answer (client or broker) makes it write
-    the reference at once, never retrying the record that cannot fit.
-
-A dead-letter topic can receive the same record more than once (a redelivery after a crash
-between the write and the offset commit): readers should tolerate duplicates, e.g. by
-``(x-source-topic, x-source-partition, x-source-offset)``.
+How a dead letter is written, and what happens to one the dead-letter topic cannot carry:
+:mod:`airflow_kafka_events.dead_letters.writer`.
 
 This module imports no Airflow module.
 """
@@ -59,15 +45,12 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Generator, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any, Protocol
-
-from confluent_kafka import KafkaError
+from typing import TYPE_CHECKING
 
 from airflow_kafka_events.dead_letters.headers import (
-    DEAD_LETTER_HEADERS,
     HEADER_ASSET_URI,
     HEADER_CONSUMER,
     HEADER_DEAD_LETTERED_AT,
@@ -83,13 +66,14 @@ from airflow_kafka_events.dead_letters.headers import (
     HEADER_SOURCE_TOPIC,
     HEADER_TRUNCATED,
     HEADER_TRUNCATED_CAUSE,
-    REFERENCE_HEADERS,
+    WRITTEN_HEADERS,
     DeadLetterReason,
 )
-from airflow_kafka_events.dead_letters.log import SourceRecord
 from airflow_kafka_events.errors import ValidationError
-from airflow_kafka_events.kafka.delivery import DeliveryReceipt
-from airflow_kafka_events.kafka.topics import client_message_max_bytes
+from airflow_kafka_events.kafka.consumer import SourceRecord
+from airflow_kafka_events.kafka.record_size import (
+    Header,
+)
 
 if TYPE_CHECKING:
     from airflow_kafka_events.envelopes.model import AssetEventEnvelope
@@ -102,14 +86,10 @@ __all__ = [
     "REFERENCE_MAX_KEY_BYTES",
     "REFERENCE_PREFIX_BYTES",
     "DeadLetter",
-    "DeadLetterWriter",
     "dead_letter_headers",
     "error_type_name",
-    "is_size_error",
-    "record_size",
 ]
 
-_WRITTEN_HEADERS = DEAD_LETTER_HEADERS | REFERENCE_HEADERS
 
 #: Longest ``x-error-message`` written; longer messages are cut and end with "...".
 MAX_ERROR_MESSAGE_CHARS = 1000
@@ -119,14 +99,6 @@ REFERENCE_PREFIX_BYTES = 4096
 REFERENCE_MAX_HEADER_BYTES = 16 * 1024
 #: Longest key a reference dead letter keeps (a longer one is cut).
 REFERENCE_MAX_KEY_BYTES = 4096
-#: What librdkafka and the broker add to a record's key, value and headers (record batch and
-#: record framing), with a margin: a record within ``message.max.bytes`` minus this is sent whole.
-RECORD_OVERHEAD_BYTES = 512
-#: Errors of a write that is too large to ever succeed: client-side ``message.max.bytes``, or
-#: the topic's ``max.message.bytes`` answered by the broker.
-_SIZE_ERROR_CODES = frozenset({KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.RECORD_LIST_TOO_LARGE})
-
-Header = tuple[str, "bytes | str | None"]
 
 
 def error_type_name(exc: BaseException | type[BaseException]) -> str:
@@ -302,7 +274,7 @@ class DeadLetter:
         items = headers.items() if isinstance(headers, Mapping) else (headers or [])
         found: dict[str, str | None] = {}
         for name, value in items:
-            if name in _WRITTEN_HEADERS:
+            if name in WRITTEN_HEADERS:
                 found[name] = _text(value)
 
         def required(name: str) -> str:
@@ -343,223 +315,5 @@ class DeadLetter:
 
 def dead_letter_headers(original: Sequence[Header] | None, letter: DeadLetter) -> list[Header]:
     """The headers of the dead-letter record: ``original`` minus ``x-*`` names we write, then ours."""
-    kept: list[Header] = [(name, value) for name, value in (original or ()) if name not in _WRITTEN_HEADERS]
+    kept: list[Header] = [(name, value) for name, value in (original or ()) if name not in WRITTEN_HEADERS]
     return [*kept, *letter.headers()]
-
-
-def _header_bytes(name: str, value: bytes | str | None) -> int:
-    size = len(name.encode("utf-8"))
-    if isinstance(value, str):
-        return size + len(value.encode("utf-8"))
-    return size + (len(value) if value is not None else 0)
-
-
-def record_size(
-    value: bytes | None, key: bytes | str | None = None, headers: Iterable[Header] | None = None
-) -> int:
-    """Bytes of a record's value, key and headers (names and values): what size limits count."""
-    size = len(value) if value is not None else 0
-    if key is not None:
-        size += len(key.encode("utf-8") if isinstance(key, str) else key)
-    return size + sum(_header_bytes(name, item) for name, item in (headers or ()))
-
-
-def is_size_error(exc: BaseException) -> bool:
-    """Whether ``exc`` says the record is too large to be written at all (never worth a retry).
-
-    ``MSG_SIZE_TOO_LARGE`` is librdkafka's answer for a record over the producer's
-    ``message.max.bytes`` *and* the broker's for one over the topic's ``max.message.bytes``;
-    ``RECORD_LIST_TOO_LARGE`` the broker's for a batch over it.
-    """
-    code: Any = getattr(exc, "code", None)
-    if callable(code):
-        code = code()
-    if code is None and exc.args and isinstance(exc.args[0], KafkaError):
-        code = exc.args[0].code()
-    return code in _SIZE_ERROR_CODES
-
-
-def _bounded_headers(original: Sequence[Header] | None, limit: int) -> tuple[list[Header], int]:
-    """The original headers, in order, while their bytes stay within ``limit``; and how many were left."""
-    kept: list[Header] = []
-    used = 0
-    items = [(name, value) for name, value in (original or ()) if name not in _WRITTEN_HEADERS]
-    for index, (name, value) in enumerate(items):
-        size = _header_bytes(name, value)
-        if used + size > limit:
-            return kept, len(items) - index
-        kept.append((name, value))
-        used += size
-    return kept, 0
-
-
-@dataclass(frozen=True)
-class _Plan:
-    """One form of a dead-letter record to try: what is produced."""
-
-    value: bytes | None
-    key: bytes | None
-    headers: list[Header]
-
-
-_RAISE_LIMITS = (
-    "; to keep whole records raise max.message.bytes on the dead-letter topic and message.max.bytes "
-    "on its producer"
-)
-
-
-class _Producer(Protocol):
-    """What :class:`DeadLetterWriter` needs of a producer (an ``EnvelopeProducer`` fits)."""
-
-    def send_and_wait(
-        self,
-        topic: str,
-        value: bytes | None,
-        *,
-        key: bytes | str | None = ...,
-        headers: Any = ...,
-        partition: int | None = ...,
-        timeout: float = ...,
-    ) -> DeliveryReceipt: ...
-
-    async def send_async(
-        self,
-        topic: str,
-        value: bytes | None,
-        *,
-        key: bytes | str | None = ...,
-        headers: Any = ...,
-        partition: int | None = ...,
-        timeout: float = ...,
-    ) -> DeliveryReceipt: ...
-
-
-#: Producer role of dead-letter writes, and how long a write waits for the broker: the role's
-#: producer drops a letter it could not deliver by then, so a retried write never leaves a second
-#: copy published later (``get_producer(config, role=DLQ_ROLE, message_timeout=DLQ_TIMEOUT)``).
-DLQ_ROLE = "dead-letter"
-DLQ_TIMEOUT = 30.0
-
-
-class DeadLetterWriter:
-    """Writes refused records to ``topic`` and waits for the broker's acknowledgement.
-
-    ``producer`` should be idempotent with ``acks=all`` (an
-    :class:`~airflow_kafka_events.kafka.producer.EnvelopeProducer`).  A record too large for
-    the producer (``max_message_bytes``, default the producer's ``message.max.bytes``) or for
-    the topic is written as a reference (see the module doc) instead of failing.  Any other
-    failed delivery raises :class:`~airflow_kafka_events.errors.DeliveryError` (or another
-    :class:`~airflow_kafka_events.errors.KafkaOperationError`): the caller must then not move
-    past the record.
-    """
-
-    def __init__(
-        self,
-        producer: _Producer,
-        topic: str,
-        *,
-        timeout: float = 30.0,
-        max_message_bytes: int | None = None,
-        reference_prefix_bytes: int = REFERENCE_PREFIX_BYTES,
-    ) -> None:
-        if not isinstance(topic, str) or not topic:
-            raise ValidationError(f"dead-letter topic must be a non-empty str, got {topic!r}")
-        if max_message_bytes is None:
-            config = getattr(producer, "config", None)
-            max_message_bytes = client_message_max_bytes(config if isinstance(config, Mapping) else {})
-        for name, value in (("max_message_bytes", max_message_bytes), ("prefix", reference_prefix_bytes)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ValidationError(f"{name} must be an int >= 0, got {value!r}")
-        self.producer = producer
-        self.topic = topic
-        self.timeout = timeout
-        self.max_message_bytes = max_message_bytes
-        self.reference_prefix_bytes = reference_prefix_bytes
-
-    # ------------------------------------------------------------------ forms
-    def _reference(
-        self,
-        letter: DeadLetter,
-        value: bytes | None,
-        key: bytes | None,
-        headers: Sequence[Header] | None,
-        cause: str,
-        *,
-        bare: bool = False,
-    ) -> _Plan:
-        original = list(headers or ())
-        kept, dropped = _bounded_headers(original, 0 if bare else REFERENCE_MAX_HEADER_BYTES)
-        if bare:
-            dropped = len([name for name, _ in original if name not in _WRITTEN_HEADERS])
-        prefix = None if value is None else (b"" if bare else value[: self.reference_prefix_bytes])
-        reference = letter.as_reference(
-            cause, original_value_bytes=len(value) if value is not None else 0, headers_dropped=dropped
-        )
-        cut_key = key[: 256 if bare else REFERENCE_MAX_KEY_BYTES] if key is not None else None
-        return _Plan(prefix, cut_key, [*kept, *reference.headers()])
-
-    def _plans(
-        self, letter: DeadLetter, value: bytes | None, key: bytes | None, headers: Sequence[Header] | None
-    ) -> Generator[_Plan, BaseException, None]:
-        """The forms to try, largest first; each next one is sent the size error of the previous."""
-        whole = _Plan(value, key, dead_letter_headers(headers, letter))
-        size = record_size(whole.value, whole.key, whole.headers)
-        cause = f"the record is {size} bytes, over message.max.bytes={self.max_message_bytes} minus framing"
-        if size + RECORD_OVERHEAD_BYTES <= self.max_message_bytes:
-            cause = f"writing the whole record failed: {(yield whole)}"
-        cause += _RAISE_LIMITS
-        where = f"{letter.source_topic}[{letter.source_partition}]@{letter.source_offset}"
-        log.warning("dead-lettering %s to %r as a reference: %s", where, self.topic, cause)
-        error = yield self._reference(letter, value, key, headers, cause)
-        log.warning("dead-lettering %s to %r as a bare reference: %s", where, self.topic, error)
-        bare_cause = f"{cause}; a reference with a prefix did not fit either: {error}"
-        yield self._reference(letter, value, key, headers, bare_cause, bare=True)
-
-    @staticmethod
-    def _next_plan(plans: Generator[_Plan, BaseException, None], exc: Exception) -> _Plan:
-        """The next form after ``exc``; ``exc`` itself when it is no size error or no form is left."""
-        if not is_size_error(exc):
-            raise exc
-        try:
-            return plans.send(exc)
-        except StopIteration:
-            raise exc from None
-
-    # ------------------------------------------------------------------ API
-    def write(
-        self,
-        letter: DeadLetter,
-        *,
-        value: bytes | None,
-        key: bytes | None = None,
-        headers: Sequence[Header] | None = None,
-    ) -> DeliveryReceipt:
-        """Write one dead-letter record (whole, else a reference) and block until it is acknowledged."""
-        plans = self._plans(letter, value, key, headers)
-        plan = next(plans)
-        while True:
-            try:
-                return self.producer.send_and_wait(
-                    self.topic, plan.value, key=plan.key, headers=plan.headers, timeout=self.timeout
-                )
-            except Exception as exc:  # a size error moves on to the next form; others are raised
-                plan = self._next_plan(plans, exc)
-
-    async def awrite(
-        self,
-        letter: DeadLetter,
-        *,
-        value: bytes | None,
-        key: bytes | None = None,
-        headers: Sequence[Header] | None = None,
-    ) -> DeliveryReceipt:
-        """Like :meth:`write`, awaiting the acknowledgement without blocking the event loop."""
-        plans = self._plans(letter, value, key, headers)
-        plan = next(plans)
-        while True:
-            try:
-                return await self.producer.send_async(
-                    self.topic, plan.value, key=plan.key, headers=plan.headers, timeout=self.timeout
-                )
-            except Exception as exc:  # a size error moves on to the next form; others are raised
-                plan = self._next_plan(plans, exc)

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Protocol
 
+from airflow_kafka_events.kafka.consumer import SourceRecord
+
 if TYPE_CHECKING:
     from airflow_kafka_events.dead_letters.letter import DeadLetter
     from airflow_kafka_events.kafka.delivery import DeliveryReceipt
@@ -18,7 +20,6 @@ if TYPE_CHECKING:
 __all__ = [
     "BRIDGE_LINE",
     "WATCHER_LINE",
-    "SourceRecord",
     "log_dead_lettered",
 ]
 
@@ -28,19 +29,6 @@ WATCHER_LINE = "Dead-lettered %s[%d]@%d to %s[%d]@%d: %s: %s"
 BRIDGE_LINE = "%s[%d]@%d dead-lettered to %s[%d]@%d: %s: %s"
 #: Longest error message the line repeats.
 MESSAGE_CHARS = 500
-
-
-class SourceRecord(Protocol):
-    """Where a consumed record is: what a dead letter names as its source."""
-
-    @property
-    def topic(self) -> str: ...
-    @property
-    def partition(self) -> int: ...
-    @property
-    def offset(self) -> int: ...
-    @property
-    def timestamp_ms(self) -> int | None: ...
 
 
 class _Logger(Protocol):

@@ -1,11 +1,8 @@
-"""The triggers' errors: why a paginated HTTP stream ended in failure; a demo trigger's gate timeout.
+"""Why a paginated HTTP stream ended in failure.
 
 All derive from :class:`~airflow_kafka_events.errors.AirflowKafkaEventsError`.  A stream that
-ends in failure records its error's type name (``StreamError.type``); that name is the one
-these classes had before they moved here (``airflow_kafka_events.http.trigger.<Class>``,
-``airflow_kafka_events.http.errors.GateTimeoutError``, where they stay importable), so
-stored streams and readers matching on it are unaffected.
-This module imports no Airflow module.
+ends in failure records its error's qualified type name (``StreamError.type``), e.g.
+``airflow_kafka_events.http.errors.HttpStatusError``.  This module imports no Airflow module.
 """
 
 from __future__ import annotations
@@ -13,7 +10,6 @@ from __future__ import annotations
 from airflow_kafka_events.errors import AirflowKafkaEventsError
 
 __all__ = [
-    "GateTimeoutError",
     "HttpPaginationError",
     "HttpRetriesExhaustedError",
     "HttpStatusError",
@@ -50,10 +46,3 @@ class ResponseFormatError(HttpPaginationError):
 
 class NextLinkError(HttpPaginationError):
     """A next link that is not followed: another origin, not http(s), a loop, a credential in it."""
-
-
-class GateTimeoutError(AirflowKafkaEventsError, TimeoutError):
-    """The gate file of a demo trigger did not appear in time (also a :class:`TimeoutError`).
-
-    See :class:`~airflow_kafka_events.streams.producing.demo_trigger.CountingPagesTrigger`.
-    """

@@ -1,7 +1,7 @@
 """The HTTP walk's requests and answers: URLs (joined, redacted, compared by origin), query items, headers.
 
 RFC 8288 ``Link`` headers are parsed here (``Retry-After`` by
-:mod:`airflow_kafka_events.retry_after`, importable from here too); URLs in logs and errors go
+:mod:`airflow_kafka_events.retry`, importable from here too); URLs in logs and errors go
 through :func:`redact_url`.  This module imports no Airflow module.
 """
 

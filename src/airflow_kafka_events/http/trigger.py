@@ -86,8 +86,7 @@ from airflow_kafka_events.http.requests import (
     url_from_endpoint,
 )
 from airflow_kafka_events.http.session import HttpSession, open_session
-from airflow_kafka_events.retry import exponential_backoff, retry_call_async
-from airflow_kafka_events.retry_after import parse_retry_after
+from airflow_kafka_events.retry import exponential_backoff, parse_retry_after, retry_call_async
 from airflow_kafka_events.streams.index.publisher import StreamIndexWriter
 from airflow_kafka_events.streams.producing.trigger import Page, StreamingTrigger
 

@@ -52,7 +52,7 @@ from airflow_kafka_events.iteration.errors import NonRetryableItemError
 from airflow_kafka_events.iteration.items import Item
 from airflow_kafka_events.iteration.outcome import SinkOpening
 from airflow_kafka_events.kafka.clients import new_consumer
-from airflow_kafka_events.kafka.producer import EnvelopeProducer
+from airflow_kafka_events.kafka.producer import RecordProducer
 from airflow_kafka_events.kafka.settings import KafkaSettings
 from airflow_kafka_events.streams.progress import (
     FIRST_OFFSET_METADATA_KEY,
@@ -181,7 +181,7 @@ class ResultsStreamWriter:
         self,
         *,
         settings: KafkaSettings,
-        producer: EnvelopeProducer,
+        producer: RecordProducer,
         topic: str,
         trigger_run_id: str,
         generation: int,

@@ -64,7 +64,7 @@ from airflow_kafka_events.streams.producing.trigger import DEFAULT_TOPIC
 
 if TYPE_CHECKING:
     from airflow_kafka_events.kafka.settings import KafkaSettings
-    from airflow_kafka_events.streams.consuming.batches import StreamBatch
+    from airflow_kafka_events.streams.consuming.sequence import StreamBatch
 
 __all__ = [
     "RESULT_PATH",

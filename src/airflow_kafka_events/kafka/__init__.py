@@ -7,14 +7,14 @@ turns an Airflow Kafka connection into the :class:`KafkaSettings` used here.
 from __future__ import annotations
 
 from airflow_kafka_events.kafka.delivery import DeliveryReceipt
-from airflow_kafka_events.kafka.producer import EnvelopeProducer, get_producer
+from airflow_kafka_events.kafka.producer import RecordProducer, get_producer
 from airflow_kafka_events.kafka.settings import KafkaSettings
 from airflow_kafka_events.kafka.topics import TopicSpec, delete_topics, ensure_topics
 
 __all__ = [
     "DeliveryReceipt",
-    "EnvelopeProducer",
     "KafkaSettings",
+    "RecordProducer",
     "TopicSpec",
     "delete_topics",
     "ensure_topics",

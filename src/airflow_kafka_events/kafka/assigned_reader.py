@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -28,6 +29,7 @@ from airflow_kafka_events.kafka.client_log import Cause, ClientHealth, cause_of,
 from airflow_kafka_events.kafka.clients import new_consumer
 from airflow_kafka_events.kafka.consumer import consume_available
 from airflow_kafka_events.kafka.positions import Partition
+from airflow_kafka_events.kafka.settings import KafkaSettings
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +37,7 @@ __all__ = [
     "FATAL_CONSUMER_ERRORS",
     "AssignedReader",
     "StartPolicy",
+    "bounded_read_config",
 ]
 
 #: Client errors that will not heal by themselves: the reader raises instead of retrying.
@@ -304,3 +307,23 @@ class AssignedReader:
         consumer, self._consumer = self._consumer, None
         if consumer is not None:
             consumer.close()
+
+
+# --------------------------------------------------------------- bounded reads
+# The consumer configuration of a bounded read: offset ranges a client assigns itself, no group.
+#
+# Inspection readers and the stream progress lookup read ranges of offsets they assign; they join no
+# group and commit nothing, so their group id is a throwaway one, auto-commit and the offset store are
+# off, and a partition's end is reported (``enable.partition.eof``) so a read knows it has reached it.
+# The consumer itself is made by :func:`airflow_kafka_events.kafka.clients.new_consumer`.
+def bounded_read_config(settings: KafkaSettings, purpose: str, **extra: Any) -> dict[str, Any]:
+    """librdkafka configuration of a bounded read named ``purpose`` (in its group id); ``extra`` added."""
+    return settings.with_overrides({"enable.auto.commit": False}).consumer_config(
+        f"airflow-kafka-events-{purpose}-{uuid.uuid4().hex}",
+        **{
+            "enable.partition.eof": True,
+            "auto.offset.reset": "earliest",
+            "enable.auto.offset.store": False,
+            **extra,
+        },
+    )

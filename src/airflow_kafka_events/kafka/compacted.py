@@ -46,7 +46,7 @@ class CompactedRead:
 
 
 def _new_reader(settings: KafkaSettings, purpose: str) -> Any:
-    from airflow_kafka_events.kafka.bounded_reads import bounded_read_config
+    from airflow_kafka_events.kafka.assigned_reader import bounded_read_config
     from airflow_kafka_events.kafka.clients import new_consumer
 
     consumer, _ = new_consumer(

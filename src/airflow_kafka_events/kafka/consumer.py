@@ -37,7 +37,9 @@ def consume_available(consumer: Consumer, max_messages: int, timeout: float) -> 
     return [*first, *consumer.consume(num_messages=max_messages - 1, timeout=0)]
 
 
-class Decoder(Protocol[E_co]):
+class RecordDecoder(Protocol[E_co]):
+    """Turns a record's value into what a consumer hands out (a codec, or :data:`RAW_BYTES`)."""
+
     def decode(self, data: bytes) -> E_co: ...
 
 
@@ -49,7 +51,7 @@ class _RawBytes:
 
 
 #: Pass as ``decoder`` to get each record's bytes in ``value`` (and ``raw``), undecoded.
-RAW_BYTES: Decoder[bytes] = _RawBytes()
+RAW_BYTES: RecordDecoder[bytes] = _RawBytes()
 
 
 @dataclass(frozen=True)
@@ -77,7 +79,7 @@ class EnvelopeConsumer(Generic[E]):
     def __init__(
         self,
         config: Mapping[str, Any],
-        decoder: Decoder[E],
+        decoder: RecordDecoder[E],
         *,
         topics: Sequence[str] | None = None,
         assignment: Sequence[TopicPartition] | None = None,
@@ -164,3 +166,16 @@ class EnvelopeConsumer(Generic[E]):
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+
+class SourceRecord(Protocol):
+    """Where a consumed record is: what a dead letter names as its source."""
+
+    @property
+    def topic(self) -> str: ...
+    @property
+    def partition(self) -> int: ...
+    @property
+    def offset(self) -> int: ...
+    @property
+    def timestamp_ms(self) -> int | None: ...

@@ -3,7 +3,7 @@
 librdkafka producers are heavyweight, thread-safe and meant to be shared, but two of their
 settings are per producer, not per call: ``message.timeout.ms`` (when librdkafka gives up on a
 message) and ``purge()`` (which empties the whole producer).  So :func:`get_producer` keeps one
-:class:`EnvelopeProducer` per process, configuration and *role* (``"emit"``, ``"stream"`` ...),
+:class:`RecordProducer` per process, configuration and *role* (``"emit"``, ``"stream"`` ...),
 and a caller that waits ``T`` seconds asks for ``message_timeout=T``: librdkafka itself drops
 (and reports) the message by the caller's deadline (``message.timeout.ms`` is ``T`` minus the
 second librdkafka may take to notice), and nothing is published after the caller was told it
@@ -83,8 +83,8 @@ __all__ = [
     "SEND_TIMEOUT",
     "STATS_INTERVAL",
     "TIMEOUT_SCAN",
-    "EnvelopeProducer",
     "Headers",
+    "RecordProducer",
     "SendOptions",
     "close_all_producers",
     "get_producer",
@@ -132,7 +132,7 @@ class _Pending(DeliveryFuture):
 
     __slots__ = ("before", "error", "failed_at", "key", "producer", "sent_at", "size", "topic")
 
-    def __init__(self, producer: EnvelopeProducer, topic: str, size: int, key: bytes | None) -> None:
+    def __init__(self, producer: RecordProducer, topic: str, size: int, key: bytes | None) -> None:
         if LAZY_FUTURES:  # DeliveryFuture's fields, set here: one call less per send
             self._cond = None
             self._state, self._result, self._exception = FUTURE_PENDING, None, None
@@ -161,7 +161,7 @@ class _Pending(DeliveryFuture):
 
 
 class SendOptions(TypedDict, total=False):
-    """The keyword arguments of :meth:`EnvelopeProducer.send` and its waiting forms."""
+    """The keyword arguments of :meth:`RecordProducer.send` and its waiting forms."""
 
     key: bytes | str | None
     headers: Headers | None
@@ -169,7 +169,7 @@ class SendOptions(TypedDict, total=False):
     timeout: float
 
 
-class EnvelopeProducer:
+class RecordProducer:
     """A thread-safe idempotent producer with delivery reports turned into futures.
 
     :param role: shown in log lines and errors (see :func:`get_producer`).
@@ -178,7 +178,7 @@ class EnvelopeProducer:
     def __init__(self, config: Mapping[str, Any], *, poll_interval: float = 0.05, role: str = DEFAULT_ROLE):
         if not config.get("enable.idempotence") or str(config.get("acks")) not in {"all", "-1"}:
             raise ConfigurationError(
-                "EnvelopeProducer needs enable.idempotence=true and acks=all; "
+                "RecordProducer needs enable.idempotence=true and acks=all; "
                 "build its config with KafkaSettings.producer_config()"
             )
         self.config = dict(config)
@@ -537,7 +537,7 @@ _RegistryKey = tuple[int, str, tuple[tuple[str, str], ...]]
 #: This process's id, set again in a forked child (sends compare it instead of a getpid() call each).
 _pid = os.getpid()
 _registry_lock = threading.Lock()
-_registry: dict[_RegistryKey, EnvelopeProducer] = {}
+_registry: dict[_RegistryKey, RecordProducer] = {}
 
 
 def _config_key(config: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
@@ -564,7 +564,7 @@ def role_config(config: Mapping[str, Any], message_timeout: float | None) -> dic
 
 def get_producer(
     config: Mapping[str, Any], *, role: str = DEFAULT_ROLE, message_timeout: float | None = None
-) -> EnvelopeProducer:
+) -> RecordProducer:
     """This process's producer for ``config``, ``role`` and ``message_timeout`` (created on first use).
 
     ``message_timeout`` (seconds): how long you wait for a receipt; the producer's
@@ -578,7 +578,7 @@ def get_producer(
     with _registry_lock:
         producer = _registry.get(key)
         if producer is None or producer.closed:
-            producer = _registry[key] = EnvelopeProducer(wired, role=role)
+            producer = _registry[key] = RecordProducer(wired, role=role)
         return producer
 
 

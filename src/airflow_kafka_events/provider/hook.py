@@ -14,8 +14,8 @@ from airflow.providers.apache.kafka.hooks.base import KafkaBaseHook
 from confluent_kafka.admin import AdminClient
 
 from airflow_kafka_events.kafka.clients import new_admin
-from airflow_kafka_events.kafka.consumer import Decoder, EnvelopeConsumer
-from airflow_kafka_events.kafka.producer import DEFAULT_ROLE, EnvelopeProducer, get_producer
+from airflow_kafka_events.kafka.consumer import EnvelopeConsumer, RecordDecoder
+from airflow_kafka_events.kafka.producer import DEFAULT_ROLE, RecordProducer, get_producer
 from airflow_kafka_events.kafka.settings import KafkaSettings
 from airflow_kafka_events.kafka.topics import TopicSpec, client_message_max_bytes, ensure_topics
 
@@ -42,7 +42,7 @@ class KafkaEventsHook(KafkaBaseHook):
 
     def get_producer(
         self, *, role: str = DEFAULT_ROLE, message_timeout: float | None = None
-    ) -> EnvelopeProducer:
+    ) -> RecordProducer:
         """The process-wide idempotent producer for this connection and role.
 
         ``message_timeout`` (seconds): how long the caller waits for a receipt; it becomes the
@@ -54,7 +54,7 @@ class KafkaEventsHook(KafkaBaseHook):
         return new_admin(self.get_settings().admin_config(), name=f"hook:{self.kafka_config_id}")
 
     def get_envelope_consumer(
-        self, decoder: Decoder[E], *, group_id: str, topics: Sequence[str], **extra: Any
+        self, decoder: RecordDecoder[E], *, group_id: str, topics: Sequence[str], **extra: Any
     ) -> EnvelopeConsumer[E]:
         """A consumer in its own group with manual commits."""
         config = self.get_settings().consumer_config(group_id, **extra)

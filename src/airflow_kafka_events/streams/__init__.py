@@ -12,7 +12,7 @@ from airflow_kafka_events.lazy_exports import lazy_exports
 from airflow_kafka_events.streams.descriptor import StreamDescriptor, parse_stream_id, stream_id
 
 if TYPE_CHECKING:
-    from airflow_kafka_events.streams.consuming.consumption import StreamEvent, StreamSummary
+    from airflow_kafka_events.streams.consuming.consumption import ConsumptionSummary, StreamEvent
     from airflow_kafka_events.streams.consuming.decorator import stream_consumer_task
     from airflow_kafka_events.streams.consuming.operator import (
         StreamConsumerOperator,
@@ -27,12 +27,12 @@ if TYPE_CHECKING:
     from airflow_kafka_events.streams.producing.wrapper import StreamingWrapperTrigger
 
 __all__ = [
+    "ConsumptionSummary",
     "Page",
     "StreamConsumerOperator",
     "StreamDescriptor",
     "StreamEvent",
     "StreamRef",
-    "StreamSummary",
     "StreamingOperatorMixin",
     "StreamingTrigger",
     "StreamingTriggerOperator",
@@ -54,7 +54,7 @@ _LAZY = {
     "consumer_group_id": "airflow_kafka_events.streams.consuming.operator",
     "stream_consumer_task": "airflow_kafka_events.streams.consuming.decorator",
     "StreamEvent": "airflow_kafka_events.streams.consuming.consumption",
-    "StreamSummary": "airflow_kafka_events.streams.consuming.consumption",
+    "ConsumptionSummary": "airflow_kafka_events.streams.consuming.consumption",
 }
 
 __getattr__, __dir__ = lazy_exports(__name__, _LAZY, globals())

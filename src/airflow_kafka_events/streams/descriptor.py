@@ -7,7 +7,8 @@
 * :func:`plan_resume`: what a (re)started streaming trigger does given the latest envelope
   of its stream found in Kafka;
 * :func:`task_stream_id`, :func:`generation_of`, :func:`not_before_of`: a running task's
-  stream id, generation and progress lookup bound, from its context.
+  stream id, generation and progress lookup bound, from its context;
+* :func:`task_label`: how an operator names itself in errors and logs.
 
 Epoch rules (``attempt``): a stream's envelopes carry ``(attempt, sequence_index)``; readers
 follow the highest attempt.  An attempt ends with exactly one ``is_last`` envelope, a
@@ -42,6 +43,7 @@ __all__ = [
     "parse_stream_id",
     "plan_resume",
     "stream_id",
+    "task_label",
     "task_stream_id",
 ]
 
@@ -312,3 +314,9 @@ def plan_resume(progress: StreamProgress | None, generation: int | None) -> Resu
         cursor=None,
         already_complete=True,
     )
+
+
+# ------------------------------------------------------------------ task label
+def task_label(operator: Any) -> str:
+    """``ClassName(task_id='...')``: the operator as errors and logs name it."""
+    return f"{type(operator).__name__}(task_id={getattr(operator, 'task_id', '?')!r})"

@@ -40,7 +40,7 @@ from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from airflow_kafka_events.envelopes.codec import TRIGGER_EVENT_CODEC, EnvelopeCodec
 from airflow_kafka_events.envelopes.model import StreamFailure, TriggerEventEnvelope
 from airflow_kafka_events.errors import EnvelopeDecodeError, KafkaOperationError, StreamProgressError
-from airflow_kafka_events.kafka.bounded_reads import bounded_read_config
+from airflow_kafka_events.kafka.assigned_reader import bounded_read_config
 from airflow_kafka_events.kafka.clients import new_consumer
 from airflow_kafka_events.kafka.partitioner import partition_for_key
 from airflow_kafka_events.kafka.settings import KafkaSettings

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from airflow_kafka_events.errors import TopicError
 
 if TYPE_CHECKING:
-    from airflow_kafka_events.kafka.producer import EnvelopeProducer
+    from airflow_kafka_events.kafka.producer import RecordProducer
     from airflow_kafka_events.kafka.settings import KafkaSettings
 
 __all__ = [
@@ -63,7 +63,7 @@ def claim_partition(coordinates: list[Any], partitions: int) -> int:
 class DeadLetterClaims:
     """Claims of one watcher (``claimer``) in ``topic``, through ``producer`` and ``settings``."""
 
-    def __init__(self, producer: EnvelopeProducer, settings: KafkaSettings, topic: str, claimer: str) -> None:
+    def __init__(self, producer: RecordProducer, settings: KafkaSettings, topic: str, claimer: str) -> None:
         self.producer = producer
         self.settings = settings
         self.topic = topic
@@ -121,7 +121,7 @@ class DeadLetterClaims:
         """The claimer of the first claim of ``coordinates`` in ``partition`` up to ``own_offset``."""
         from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
-        from airflow_kafka_events.kafka.bounded_reads import bounded_read_config
+        from airflow_kafka_events.kafka.assigned_reader import bounded_read_config
         from airflow_kafka_events.kafka.clients import new_consumer
 
         deadline = time.monotonic() + CLAIM_READ_TIMEOUT

@@ -32,7 +32,7 @@ from airflow_kafka_events.errors import ConfigurationError
 from airflow_kafka_events.watcher.keys import durable_key_of
 
 if TYPE_CHECKING:
-    from airflow_kafka_events.bridge.airflow_api import AirflowApiClient
+    from airflow_kafka_events.assets.airflow_api import AirflowApiClient
 
 log = logging.getLogger(__name__)
 
@@ -163,7 +163,7 @@ def _fetch(
     uri: str | None,
     topics: Collection[str] | None,
 ) -> dict[str, float]:
-    from airflow_kafka_events.bridge.airflow_api import AirflowApiClient
+    from airflow_kafka_events.assets.airflow_api import AirflowApiClient
 
     deadline = time.monotonic() + RECHECK_TIMEOUT
     with AirflowApiClient(base_url, login, password) as client:
@@ -182,8 +182,8 @@ def _retrying(call: Callable[[], T], what: str, deadline: float) -> T:
     """``call()`` through the bridge's retry policy for transient API failures (the package's retry
     loop), each retry logged with Airflow's answer; no retry waits past ``deadline`` (monotonic): the
     thread must end about when the watcher stops waiting for it (a triggerer's exit waits for it)."""
+    from airflow_kafka_events.assets.airflow_api import TransientApiError
     from airflow_kafka_events.bridge.config import RetryPolicy
-    from airflow_kafka_events.bridge.errors import TransientApiError
     from airflow_kafka_events.retry import retry_call
 
     policy = RetryPolicy(max_attempts=RECHECK_ATTEMPTS, max_backoff=RECHECK_MAX_BACKOFF)
@@ -219,7 +219,7 @@ def _retrying(call: Callable[[], T], what: str, deadline: float) -> T:
 
 def _asset_id(client: AirflowApiClient, name: str | None, uri: str | None) -> int:
     """The id of the active asset with this URI (and name, when known), else with this name."""
-    from airflow_kafka_events.bridge.errors import UnknownAssetError
+    from airflow_kafka_events.assets.airflow_api import UnknownAssetError
 
     found = client.assets_with_uri(uri) if uri else client.assets_named(name or "")
     if uri and name:

@@ -40,7 +40,7 @@ from airflow_kafka_events.errors import TopicError, ValidationError
 from airflow_kafka_events.kafka.topic_plan import WATCHER_STOPS_TOPIC, configured_topic
 
 if TYPE_CHECKING:
-    from airflow_kafka_events.kafka.producer import EnvelopeProducer
+    from airflow_kafka_events.kafka.producer import RecordProducer
     from airflow_kafka_events.kafka.settings import KafkaSettings
 
 log = logging.getLogger(__name__)
@@ -51,7 +51,7 @@ __all__ = [
     "MARK_READ_TIMEOUT",
     "MARK_WRITE_TIMEOUT",
     "STOPS_OPTION",
-    "Resumption",
+    "WatcherResumption",
     "decode_mark",
     "encode_mark",
     "mark_key",
@@ -125,7 +125,7 @@ def decode_mark(raw: bytes) -> dict[str, Any]:
 
 
 @dataclass(frozen=True)
-class Resumption:
+class WatcherResumption:
     """Where a starting watcher resumes from, and how its previous run ended."""
 
     #: the state to resume from (positions, keys, run), ``None`` for a first start
@@ -145,24 +145,26 @@ class Resumption:
         return self.state is not None and (not self.clean or self.in_doubt > 0)
 
 
-def resumption(stored: Mapping[str, Any] | None, mark: Mapping[str, Any] | None) -> Resumption:
+def resumption(stored: Mapping[str, Any] | None, mark: Mapping[str, Any] | None) -> WatcherResumption:
     """How to resume from the asset state store's ``stored`` state and the Kafka ``mark`` (decoded)."""
     if stored is None:
-        return Resumption(None, clean=True)  # a first start (or a cleared store): its mark is not about it
+        return WatcherResumption(
+            None, clean=True
+        )  # a first start (or a cleared store): its mark is not about it
     if mark is not None and mark.get("run") == stored.get("run"):
         fired = mark.get(IN_DOUBT_FIRED)
-        return Resumption(
+        return WatcherResumption(
             mark,
             clean=True,
             in_doubt=int(mark.get(IN_DOUBT, 0)),
             from_mark=True,
             in_doubt_fired=tuple((int(seq), str(key)) for seq, key in fired) if fired is not None else None,
         )
-    return Resumption(stored, clean=stored.get("stopped") is True)
+    return WatcherResumption(stored, clean=stored.get("stopped") is True)
 
 
 async def write_mark(
-    producer: EnvelopeProducer, topic: str, key: bytes, value: bytes, timeout: float = MARK_WRITE_TIMEOUT
+    producer: RecordProducer, topic: str, key: bytes, value: bytes, timeout: float = MARK_WRITE_TIMEOUT
 ) -> None:
     """Produce the mark and wait for the broker's acknowledgement (raises the producer's errors)."""
     await producer.send_async(topic, value, key=key, timeout=timeout)

@@ -7,7 +7,7 @@ events lost, silently, with two triggerers).  Commits cannot repair that: the sh
 reports how many subscribers accepted a record, not which.
 
 So each watcher (:class:`~airflow_kafka_events.watcher.trigger.KafkaAssetEventTrigger`)
-has its own shared-stream group and :class:`KafkaAssetEventStreamProducer`, and:
+has its own shared-stream group and :class:`WatcherStream`, and:
 
 * the watchers of one triggerer that read the same topics through the same client settings
   share ONE :class:`~airflow_kafka_events.kafka.shared_reader.SharedReader`: it ``assign()``s
@@ -68,7 +68,7 @@ from airflow_kafka_events.kafka.positions import (
     positions_from_json,
     positions_to_json,
 )
-from airflow_kafka_events.kafka.producer import EnvelopeProducer, get_producer
+from airflow_kafka_events.kafka.producer import RecordProducer, get_producer
 from airflow_kafka_events.kafka.settings import KafkaSettings
 from airflow_kafka_events.kafka.shared_feed import FEED_CAPACITY, READ_BATCH, FedRecord, Feed
 from airflow_kafka_events.watcher.confirmations import (
@@ -82,7 +82,7 @@ from airflow_kafka_events.watcher.reader import shared_reader
 from airflow_kafka_events.watcher.recheck import fired_keys, recheck_conn_id
 from airflow_kafka_events.watcher.stops import (
     MARK_WRITE_TIMEOUT,
-    Resumption,
+    WatcherResumption,
     decode_mark,
     encode_mark,
     mark_key,
@@ -97,8 +97,8 @@ log = logging.getLogger(__name__)
 __all__ = [
     "FLUSH_INTERVAL",
     "STATE_KEY",
-    "KafkaAssetEventStreamProducer",
     "KafkaRecord",
+    "WatcherStream",
     "state_key",
 ]
 
@@ -221,14 +221,17 @@ class _StopMarks:
     read through the supervisor, and the producer connects ahead of the stop)."""
 
     settings: KafkaSettings
-    producer: EnvelopeProducer
+    producer: RecordProducer
     topic: str
     key: bytes
 
 
 # --------------------------------------------------------------------------- the producer
-class KafkaAssetEventStreamProducer(SharedStreamProducer):
-    """Broker side of one watcher's shared stream (ack mode): read, skip, hand on, store.
+class WatcherStream(SharedStreamProducer):
+    """Reads Kafka for one watcher's shared stream (ack mode): read, skip, hand on, store.
+
+    It implements Airflow's shared-stream *producer* interface (``SharedStreamProducer``), which
+    is the side that reads the source and produces events for Airflow.
 
     :param store: where the position is kept (default: the watched asset's ``asset_state_store``
         accessor; anything with ``aget``/``aset``).
@@ -348,7 +351,7 @@ class KafkaAssetEventStreamProducer(SharedStreamProducer):
                 )
         return positions_from_json(state.get("positions"))
 
-    async def _settle_in_doubt(self, found: Resumption, where: str) -> bool:
+    async def _settle_in_doubt(self, found: WatcherResumption, where: str) -> bool:
         """Which records in doubt at the clean stop Airflow persisted, from the listener's record
         (:mod:`~airflow_kafka_events.watcher.confirmations`): those are dropped as repeats
         when read again, the others fire; nothing is left to recheck.  ``False`` when the mark does

@@ -42,7 +42,7 @@ What Airflow records
 
 How it consumes
     Each watcher has a stream of its own
-    (:class:`~airflow_kafka_events.watcher.stream.KafkaAssetEventStreamProducer`, through
+    (:class:`~airflow_kafka_events.watcher.stream.WatcherStream`, through
     Airflow's shared-stream ack channel) and a position of its own, kept in the watched asset's
     ``asset_state_store`` and moved past a record only after Airflow confirmed the asset events
     made from it (or the record was dead-lettered).  The watchers of one triggerer that read the
@@ -134,7 +134,7 @@ from airflow_kafka_events.assets.watcher_payload import (
     envelope_payload,
 )
 from airflow_kafka_events.dead_letters.headers import DeadLetterReason
-from airflow_kafka_events.dead_letters.letter import DeadLetterWriter
+from airflow_kafka_events.dead_letters.writer import DeadLetterWriter
 from airflow_kafka_events.envelopes.model import AssetEventEnvelope
 from airflow_kafka_events.errors import (
     ConfigurationError,
@@ -146,7 +146,7 @@ from airflow_kafka_events.watcher.confirmations import PAYLOAD_KEY as CONFIRMATI
 from airflow_kafka_events.watcher.confirmations import fired_mark
 from airflow_kafka_events.watcher.dead_letters import WatcherDeadLetters
 from airflow_kafka_events.watcher.keys import durable_key
-from airflow_kafka_events.watcher.stream import KafkaAssetEventStreamProducer, KafkaRecord
+from airflow_kafka_events.watcher.stream import KafkaRecord, WatcherStream
 
 if TYPE_CHECKING:
     from airflow.sdk import Asset
@@ -380,8 +380,8 @@ class KafkaAssetEventTrigger(WatcherDeadLetters, KafkaSharedStreamTrigger):
     @classmethod
     def create_shared_stream_producer(  # type: ignore[override]  # not the provider's group consumer
         cls, kwargs: dict[str, Any]
-    ) -> KafkaAssetEventStreamProducer:
-        return KafkaAssetEventStreamProducer(
+    ) -> WatcherStream:
+        return WatcherStream(
             topics=sorted(kwargs["topics"]),
             kafka_config_id=kwargs.get("kafka_config_id") or DEFAULT_WATCHER_CONN_ID,
             asset_uri=kwargs.get("asset_uri"),

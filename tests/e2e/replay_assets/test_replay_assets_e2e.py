@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
+from airflow_kafka_events.assets.airflow_api import AirflowApiClient
 from airflow_kafka_events.assets.publish import emit
-from airflow_kafka_events.bridge.airflow_api import AirflowApiClient
 from airflow_kafka_events.bridge.airflow_event import event_extra
 from airflow_kafka_events.envelopes.codec import ASSET_EVENT_CODEC
 from airflow_kafka_events.ui.inspection.reader import TopicReader

@@ -138,7 +138,8 @@ def ui_stack(
 
 def _dead_letters(kafka_bootstrap: str, topics: UiTopics, receipts: list, secrets: UiSecrets) -> list:
     from airflow_kafka_events.dead_letters.headers import DeadLetterReason
-    from airflow_kafka_events.dead_letters.letter import DeadLetter, DeadLetterWriter
+    from airflow_kafka_events.dead_letters.letter import DeadLetter
+    from airflow_kafka_events.dead_letters.writer import DeadLetterWriter
     from airflow_kafka_events.kafka.producer import get_producer
     from airflow_kafka_events.kafka.settings import KafkaSettings
 

@@ -135,7 +135,7 @@ def test_a_stream_page_reads_its_pages_where_the_index_says_and_else_by_lookup(
 
     from airflow_kafka_events.envelopes.codec import TRIGGER_EVENT_CODEC
     from airflow_kafka_events.envelopes.model import TriggerEventEnvelope
-    from airflow_kafka_events.kafka.producer import EnvelopeProducer
+    from airflow_kafka_events.kafka.producer import RecordProducer
     from airflow_kafka_events.kafka.settings import KafkaSettings
     from airflow_kafka_events.streams.descriptor import stream_id
 
@@ -157,7 +157,7 @@ def test_a_stream_page_reads_its_pages_where_the_index_says_and_else_by_lookup(
 
     # a stream whose task instance Airflow does not know (its run deleted): the per-key lookup, said so
     orphan = stream_id("e2e_ui_streams", f"deleted__{uuid.uuid4().hex[:8]}", "produce")
-    producer = EnvelopeProducer(KafkaSettings({"bootstrap.servers": kafka_bootstrap}).producer_config())
+    producer = RecordProducer(KafkaSettings({"bootstrap.servers": kafka_bootstrap}).producer_config())
     try:
         for seq in range(3):
             envelope = TriggerEventEnvelope(trigger_run_id=orphan, sequence_index=seq, is_last=seq == 2)

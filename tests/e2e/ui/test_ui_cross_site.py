@@ -75,7 +75,8 @@ def _dead_letter(kafka_bootstrap: str, ui_topics, *, source_topic: str | None = 
     x-source-topic header says ``source_topic`` if given (a forged one), else the event's topic."""
     from airflow_kafka_events.assets.publish import emit
     from airflow_kafka_events.dead_letters.headers import DeadLetterReason
-    from airflow_kafka_events.dead_letters.letter import DeadLetter, DeadLetterWriter
+    from airflow_kafka_events.dead_letters.letter import DeadLetter
+    from airflow_kafka_events.dead_letters.writer import DeadLetterWriter
     from airflow_kafka_events.kafka.producer import get_producer
     from airflow_kafka_events.kafka.settings import KafkaSettings
 

@@ -40,10 +40,11 @@ def leaks(ui_stack: AirflowStack, kafka_bootstrap: str, ui_topics) -> Leaks:
 
     from airflow_kafka_events.assets.publish import emit
     from airflow_kafka_events.dead_letters.headers import DeadLetterReason
-    from airflow_kafka_events.dead_letters.letter import DeadLetter, DeadLetterWriter
+    from airflow_kafka_events.dead_letters.letter import DeadLetter
+    from airflow_kafka_events.dead_letters.writer import DeadLetterWriter
     from airflow_kafka_events.envelopes.codec import TRIGGER_EVENT_CODEC
     from airflow_kafka_events.envelopes.model import StreamFailure, TriggerEventEnvelope
-    from airflow_kafka_events.kafka.producer import EnvelopeProducer, get_producer
+    from airflow_kafka_events.kafka.producer import RecordProducer, get_producer
     from airflow_kafka_events.kafka.settings import KafkaSettings
     from airflow_kafka_events.streams.descriptor import stream_id
     from airflow_kafka_events.streams.index.record import StreamRecord, encode_record, stream_key
@@ -83,7 +84,7 @@ def leaks(ui_stack: AirflowStack, kafka_bootstrap: str, ui_topics) -> Leaks:
     )
 
     run = stream_id("e2e_ui_leaks", f"manual__{uuid.uuid4().hex[:8]}", "produce")
-    producer = EnvelopeProducer(settings.producer_config())
+    producer = RecordProducer(settings.producer_config())
     try:
         for envelope in (
             TriggerEventEnvelope(trigger_run_id=run, sequence_index=0, is_last=False, payload=extra),

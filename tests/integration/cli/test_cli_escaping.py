@@ -17,7 +17,8 @@ import time
 
 import pytest
 
-from airflow_kafka_events.dead_letters.letter import DeadLetter, DeadLetterWriter
+from airflow_kafka_events.dead_letters.letter import DeadLetter
+from airflow_kafka_events.dead_letters.writer import DeadLetterWriter
 from airflow_kafka_events.envelopes.codec import TRIGGER_EVENT_CODEC
 from airflow_kafka_events.envelopes.model import StreamFailure, TriggerEventEnvelope
 from airflow_kafka_events.streams.descriptor import stream_id
@@ -43,10 +44,10 @@ def _no_escape(result: subprocess.CompletedProcess, *, shown: str = "\\x1b") -> 
 
 @pytest.fixture
 def producer(kafka_bootstrap):
-    from airflow_kafka_events.kafka.producer import EnvelopeProducer
+    from airflow_kafka_events.kafka.producer import RecordProducer
     from airflow_kafka_events.kafka.settings import KafkaSettings
 
-    made = EnvelopeProducer(KafkaSettings({"bootstrap.servers": kafka_bootstrap}).producer_config())
+    made = RecordProducer(KafkaSettings({"bootstrap.servers": kafka_bootstrap}).producer_config())
     yield made
     made.close(5.0)
 

@@ -62,10 +62,10 @@ def producer_config(kafka_bootstrap):
 
 @pytest.fixture
 def producer(producer_config):
-    from airflow_kafka_events.kafka.producer import EnvelopeProducer
+    from airflow_kafka_events.kafka.producer import RecordProducer
     from airflow_kafka_events.kafka.settings import KafkaSettings
 
-    made = EnvelopeProducer(KafkaSettings(producer_config).producer_config())
+    made = RecordProducer(KafkaSettings(producer_config).producer_config())
     yield made
     made.close(5.0)
 

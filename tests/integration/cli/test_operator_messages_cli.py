@@ -23,10 +23,10 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture
 def producer(kafka_bootstrap):
-    from airflow_kafka_events.kafka.producer import EnvelopeProducer
+    from airflow_kafka_events.kafka.producer import RecordProducer
     from airflow_kafka_events.kafka.settings import KafkaSettings
 
-    made = EnvelopeProducer(KafkaSettings({"bootstrap.servers": kafka_bootstrap}).producer_config())
+    made = RecordProducer(KafkaSettings({"bootstrap.servers": kafka_bootstrap}).producer_config())
     yield made
     made.close(5.0)
 

@@ -44,7 +44,7 @@ from airflow_kafka_events.kafka.topics import TopicSpec, ensure_topics
 from airflow_kafka_events.local_broker.cluster import LocalKafkaCluster
 from airflow_kafka_events.streams.consuming.reader import StreamReader
 from airflow_kafka_events.streams.producing.trigger import Page, StreamingTrigger
-from airflow_kafka_events.watcher.stream import KafkaAssetEventStreamProducer
+from airflow_kafka_events.watcher.stream import WatcherStream
 from airflow_kafka_events.watcher.trigger import KafkaAssetEventTrigger
 from integration.bridge.fake_airflow import FakeAirflow
 from integration.bridge.test_bridge_kafka import PASSWORD, committed, make_config, running
@@ -470,7 +470,7 @@ def test_leader_killed_under_the_watcher_and_the_bridge_each_event_arrives_once(
     _watcher_conn(monkeypatch, cluster.bootstrap_servers, conn_id, f"failover-{uuid.uuid4().hex[:8]}")
     stores = MemoryStores()
     monkeypatch.setattr(
-        KafkaAssetEventStreamProducer,
+        WatcherStream,
         "store",
         lambda self: stores.for_asset(self.asset_uri or self.asset_name),
     )

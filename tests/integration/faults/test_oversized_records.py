@@ -19,7 +19,8 @@ from confluent_kafka import Consumer, TopicPartition
 
 from airflow_kafka_events.assets.admission import DEFAULT_MAX_RECORD_BYTES
 from airflow_kafka_events.assets.publish import build_envelope, publish
-from airflow_kafka_events.dead_letters.letter import REFERENCE_PREFIX_BYTES, DeadLetter, DeadLetterWriter
+from airflow_kafka_events.dead_letters.letter import REFERENCE_PREFIX_BYTES, DeadLetter
+from airflow_kafka_events.dead_letters.writer import DeadLetterWriter
 from airflow_kafka_events.envelopes.codec import ASSET_EVENT_CODEC
 from airflow_kafka_events.envelopes.model import AssetEventEnvelope, AssetRef, EventSource, SourceKind
 from airflow_kafka_events.kafka.producer import get_producer

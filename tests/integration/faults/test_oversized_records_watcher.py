@@ -16,7 +16,7 @@ import pytest
 
 from airflow_kafka_events.assets.publish import publish
 from airflow_kafka_events.dead_letters.letter import REFERENCE_PREFIX_BYTES, DeadLetter
-from airflow_kafka_events.watcher.stream import KafkaAssetEventStreamProducer
+from airflow_kafka_events.watcher.stream import WatcherStream
 from airflow_kafka_events.watcher.trigger import KafkaAssetEventTrigger
 from integration.faults.test_oversized_records import (
     ASSET,
@@ -41,7 +41,7 @@ def test_watcher_dead_letters_oversized_records_and_the_next_event_fires(
         partitions=1, prefix="big-dlq", config={"max.message.bytes": dlq_limit} if dlq_limit else None
     )
     stores = MemoryStores()
-    monkeypatch.setattr(KafkaAssetEventStreamProducer, "store", lambda self: stores.for_asset(ASSET.uri))
+    monkeypatch.setattr(WatcherStream, "store", lambda self: stores.for_asset(ASSET.uri))
     _watcher_conn(monkeypatch, kafka_bootstrap, "kafka_watcher_big", f"big-{uuid.uuid4().hex[:8]}")
     bad = write_bad(kafka_bootstrap, topic)
     good = good_event("batch-after")

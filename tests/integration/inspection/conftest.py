@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from airflow_kafka_events.kafka.producer import EnvelopeProducer
+from airflow_kafka_events.kafka.producer import RecordProducer
 from airflow_kafka_events.kafka.settings import KafkaSettings
 
 
@@ -16,7 +16,7 @@ def config(kafka_bootstrap: str) -> dict[str, str]:
 
 
 @pytest.fixture
-def producer(config) -> Iterator[EnvelopeProducer]:
-    made = EnvelopeProducer(KafkaSettings(config).producer_config())
+def producer(config) -> Iterator[RecordProducer]:
+    made = RecordProducer(KafkaSettings(config).producer_config())
     yield made
     made.close(5.0)

@@ -8,7 +8,8 @@ from datetime import datetime, timezone
 from typing import Any
 
 from airflow_kafka_events.dead_letters.headers import DeadLetterReason
-from airflow_kafka_events.dead_letters.letter import DeadLetter, DeadLetterWriter
+from airflow_kafka_events.dead_letters.letter import DeadLetter
+from airflow_kafka_events.dead_letters.writer import DeadLetterWriter
 from airflow_kafka_events.envelopes.codec import TRIGGER_EVENT_CODEC
 from airflow_kafka_events.envelopes.model import (
     AssetEventEnvelope,
@@ -19,11 +20,11 @@ from airflow_kafka_events.envelopes.model import (
     TriggerEventEnvelope,
 )
 from airflow_kafka_events.kafka.delivery import DeliveryReceipt
-from airflow_kafka_events.kafka.producer import EnvelopeProducer
+from airflow_kafka_events.kafka.producer import RecordProducer
 
 
 def write_stream(
-    producer: EnvelopeProducer,
+    producer: RecordProducer,
     topic: str,
     run: str,
     pages: int,
@@ -67,7 +68,7 @@ def asset_event(uri: str = "s3://bucket/table", **fields: Any) -> AssetEventEnve
 
 
 def write_dead_letter(
-    producer: EnvelopeProducer,
+    producer: RecordProducer,
     dlq_topic: str,
     *,
     value: bytes | None,
@@ -100,7 +101,7 @@ def wait_past(stamp_ms: int) -> datetime:
 
 
 def write_index(
-    producer: EnvelopeProducer,
+    producer: RecordProducer,
     index_topic: str,
     run: str,
     receipts: list[DeliveryReceipt],

@@ -15,7 +15,7 @@ import uuid
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
-from airflow_kafka_events.kafka.producer import EnvelopeProducer
+from airflow_kafka_events.kafka.producer import RecordProducer
 from airflow_kafka_events.kafka.settings import KafkaSettings
 from airflow_kafka_events.streams.descriptor import stream_id
 from airflow_kafka_events.streams.index.record import (
@@ -161,7 +161,7 @@ def test_a_consumer_indexes_its_position_under_a_key_of_its_own(kafka_bootstrap,
 
 def test_every_stream_is_listed_whatever_their_number_and_poison_is_skipped(kafka_bootstrap, index_topic):
     config = {"bootstrap.servers": kafka_bootstrap}
-    producer = EnvelopeProducer(KafkaSettings(config).producer_config())
+    producer = RecordProducer(KafkaSettings(config).producer_config())
     count = 3000
     try:
         now = time.time()

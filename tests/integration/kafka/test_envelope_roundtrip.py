@@ -19,7 +19,7 @@ from airflow_kafka_events.envelopes.model import (
 )
 from airflow_kafka_events.errors import UnknownFramingError
 from airflow_kafka_events.kafka.consumer import ConsumedRecord, EnvelopeConsumer
-from airflow_kafka_events.kafka.producer import EnvelopeProducer
+from airflow_kafka_events.kafka.producer import RecordProducer
 from airflow_kafka_events.kafka.settings import KafkaSettings
 
 pytestmark = pytest.mark.integration
@@ -43,7 +43,7 @@ def test_interleaved_streams_keep_per_key_order_on_three_partitions(settings, ne
     topic = new_topic(partitions=3)
     runs = [f"dag.run.task.{i}" for i in range(6)]  # 6 keys spread over 3 partitions
     pages = 40
-    producer = EnvelopeProducer(settings.producer_config())
+    producer = RecordProducer(settings.producer_config())
     sent = []
     try:
         for seq in range(pages):  # interleave: page seq of every run before page seq+1 of any
@@ -99,7 +99,7 @@ def test_asset_envelope_and_failed_stream_round_trip(settings, new_topic):
         attempt=1,
         error=StreamFailure(type="HTTPError", message="503 from upstream"),
     )
-    producer = EnvelopeProducer(settings.producer_config())
+    producer = RecordProducer(settings.producer_config())
     try:
         producer.send_and_wait(topic, ASSET_EVENT_CODEC.encode(asset_env), key="batches")
         producer.send_and_wait(topic + "", TRIGGER_EVENT_CODEC.encode(last), key="run-x")
@@ -122,7 +122,7 @@ def test_asset_envelope_and_failed_stream_round_trip(settings, new_topic):
 
 def test_commit_resumes_after_the_last_handled_record(settings, new_topic):
     topic = new_topic(partitions=1)
-    producer = EnvelopeProducer(settings.producer_config())
+    producer = RecordProducer(settings.producer_config())
     try:
         for i in range(10):
             env = TriggerEventEnvelope(trigger_run_id="r", sequence_index=i, is_last=i == 9, payload=i)

@@ -15,7 +15,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from airflow_kafka_events.errors import DeliveryError
 from airflow_kafka_events.kafka.producer import (
     SERVE_BACKLOG,
-    EnvelopeProducer,
+    RecordProducer,
     close_all_producers,
     get_producer,
 )
@@ -48,7 +48,7 @@ def _read_all(bootstrap: str, topic: str, expected: int, timeout: float = 30.0) 
 
 def test_send_and_wait_returns_a_receipt_of_the_stored_message(kafka_bootstrap, new_topic):
     topic = new_topic(partitions=3)
-    producer = EnvelopeProducer(_settings(kafka_bootstrap).producer_config())
+    producer = RecordProducer(_settings(kafka_bootstrap).producer_config())
     try:
         receipt = producer.send_and_wait(topic, b"hello", key="run-1", headers={"h": b"v"})
     finally:
@@ -71,7 +71,7 @@ def test_idempotence_is_in_effect_the_broker_assigned_a_producer_id(kafka_bootst
     config = _settings(
         kafka_bootstrap, **{"statistics.interval.ms": 100, "stats_cb": lambda s: stats.append(json.loads(s))}
     ).producer_config()
-    producer = EnvelopeProducer(config)
+    producer = RecordProducer(config)
     try:
         producer.send_and_wait(topic, b"x", key="k")
         # stats arrive on the poll thread; wait (with a deadline) for one taken after the send
@@ -94,7 +94,7 @@ def test_acks_all_is_in_effect_librdkafka_ties_it_to_idempotence(kafka_bootstrap
     # idempotent producer with any other acks, and the idempotence test above shows the broker
     # granted this producer an idempotent producer id.
     config = _settings(kafka_bootstrap).producer_config()
-    producer = EnvelopeProducer(config)
+    producer = RecordProducer(config)
     try:
         producer.send_and_wait(new_topic(partitions=1), b"x")
     finally:
@@ -109,7 +109,7 @@ def test_acks_all_is_in_effect_librdkafka_ties_it_to_idempotence(kafka_bootstrap
 def test_delivery_failure_is_a_typed_error_with_the_kafka_code(kafka_bootstrap):
     # the topic does not exist and auto-creation is off: the broker never acknowledges
     config = _settings(kafka_bootstrap, **{"message.timeout.ms": 2000}).producer_config()
-    producer = EnvelopeProducer(config)
+    producer = RecordProducer(config)
     try:
         with pytest.raises(DeliveryError) as info:
             producer.send_and_wait("no-such-topic-" + str(id(config)), b"x", timeout=20)
@@ -121,7 +121,7 @@ def test_delivery_failure_is_a_typed_error_with_the_kafka_code(kafka_bootstrap):
 
 def test_send_async_does_not_block_the_loop(kafka_bootstrap, new_topic):
     topic = new_topic(partitions=3)
-    producer = EnvelopeProducer(_settings(kafka_bootstrap).producer_config())
+    producer = RecordProducer(_settings(kafka_bootstrap).producer_config())
 
     async def main():
         ticks = 0
@@ -148,7 +148,7 @@ def test_send_async_does_not_block_the_loop(kafka_bootstrap, new_topic):
     assert ticks > 0
 
 
-def _burst(producer: EnvelopeProducer, topic: str, count: int) -> list[concurrent.futures.Future]:
+def _burst(producer: RecordProducer, topic: str, count: int) -> list[concurrent.futures.Future]:
     """``count`` sends in a row: far more than SERVE_BACKLOG in flight."""
     return [producer.send(topic, b"%d" % i, key=f"k{i % 3}") for i in range(count)]
 
@@ -161,7 +161,7 @@ def _assert_stored_once_each(futures: list[concurrent.futures.Future]) -> None:
 
 def test_a_busy_sender_serves_the_reports_its_sends_find_ready(kafka_bootstrap, new_topic):
     topic = new_topic(partitions=3)
-    producer = EnvelopeProducer(_settings(kafka_bootstrap).producer_config())
+    producer = RecordProducer(_settings(kafka_bootstrap).producer_config())
     me = threading.current_thread().name
     served_on: list[str] = []
 
@@ -196,7 +196,7 @@ def test_a_send_from_a_delivery_callback_of_a_busy_producer_is_answered(kafka_bo
     # the callback runs inside poll(); a send there must not poll again (confluent-kafka's per-thread
     # call state would break), busy or not
     topic = new_topic(partitions=3)
-    producer = EnvelopeProducer(_settings(kafka_bootstrap).producer_config())
+    producer = RecordProducer(_settings(kafka_bootstrap).producer_config())
     follow_ups: list[concurrent.futures.Future] = []
     try:
         firsts = _burst(producer, topic, 400)
@@ -214,7 +214,7 @@ def test_after_a_burst_waiting_callers_of_every_kind_get_their_reports(kafka_boo
     # the sender stops serving when it stops sending: the poller takes over within CALLERS_SERVE,
     # a blocked result() serves on its own thread, an awaiting coroutine gets its report too
     topic = new_topic(partitions=3)
-    producer = EnvelopeProducer(_settings(kafka_bootstrap).producer_config())
+    producer = RecordProducer(_settings(kafka_bootstrap).producer_config())
 
     async def awaited(futures):
         return await asyncio.wait_for(asyncio.gather(*(asyncio.wrap_future(f) for f in futures)), 60)
@@ -234,7 +234,7 @@ def test_after_a_burst_waiting_callers_of_every_kind_get_their_reports(kafka_boo
 def test_get_producer_is_one_per_process_and_config_and_thread_safe(kafka_bootstrap, new_topic):
     topic = new_topic(partitions=3)
     config = _settings(kafka_bootstrap).producer_config()
-    seen: list[EnvelopeProducer] = []
+    seen: list[RecordProducer] = []
     errors: list[BaseException] = []
 
     def work(i: int) -> None:

@@ -21,11 +21,11 @@ from airflow_kafka_events.errors import (
     UnknownFramingError,
 )
 from airflow_kafka_events.kafka.delivery import DeliveryReceipt
-from airflow_kafka_events.kafka.producer import EnvelopeProducer
+from airflow_kafka_events.kafka.producer import RecordProducer
 from airflow_kafka_events.kafka.settings import KafkaSettings
 from airflow_kafka_events.streams.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
-from airflow_kafka_events.streams.consuming.batches import StreamBatch
 from airflow_kafka_events.streams.consuming.reader import StreamReader
+from airflow_kafka_events.streams.consuming.sequence import StreamBatch
 
 pytestmark = pytest.mark.integration
 
@@ -78,14 +78,14 @@ def settings(kafka_bootstrap: str) -> KafkaSettings:
 
 
 @pytest.fixture
-def producer(settings: KafkaSettings) -> Iterator[EnvelopeProducer]:
-    p = EnvelopeProducer(settings.producer_config())
+def producer(settings: KafkaSettings) -> Iterator[RecordProducer]:
+    p = RecordProducer(settings.producer_config())
     yield p
     p.close()
 
 
 @pytest.fixture
-def send(producer: EnvelopeProducer) -> Callable[..., list[DeliveryReceipt]]:
+def send(producer: RecordProducer) -> Callable[..., list[DeliveryReceipt]]:
     def send(topic: str, envelopes: list[TriggerEventEnvelope]) -> list[DeliveryReceipt]:
         futures = [
             producer.send(topic, TRIGGER_EVENT_CODEC.encode(e), key=e.trigger_run_id) for e in envelopes

@@ -26,7 +26,8 @@ from confluent_kafka import Consumer, TopicPartition
 from airflow_kafka_events.assets.authz import sign_envelope, verify_envelope
 from airflow_kafka_events.assets.publish import build_envelope, publish
 from airflow_kafka_events.dead_letters.headers import DeadLetterReason
-from airflow_kafka_events.dead_letters.letter import DeadLetter, DeadLetterWriter
+from airflow_kafka_events.dead_letters.letter import DeadLetter
+from airflow_kafka_events.dead_letters.writer import DeadLetterWriter
 from airflow_kafka_events.envelopes.codec import ASSET_EVENT_CODEC
 from airflow_kafka_events.envelopes.model import AssetEventEnvelope, AssetRef, EventSource, SourceKind
 from airflow_kafka_events.errors import EnvelopeDecodeError
@@ -34,7 +35,7 @@ from airflow_kafka_events.kafka.producer import get_producer
 from airflow_kafka_events.kafka.settings import KafkaSettings
 from airflow_kafka_events.kafka.shared_reader import SHARED_READERS
 from airflow_kafka_events.watcher import dead_letters as watcher_dead_letters
-from airflow_kafka_events.watcher.stream import KafkaAssetEventStreamProducer, state_key
+from airflow_kafka_events.watcher.stream import WatcherStream, state_key
 from airflow_kafka_events.watcher.trigger import KafkaAssetEventTrigger
 
 pytestmark = pytest.mark.integration
@@ -226,7 +227,7 @@ class MemoryStores:
 def stores(monkeypatch) -> MemoryStores:
     memory = MemoryStores()
     monkeypatch.setattr(
-        KafkaAssetEventStreamProducer,
+        WatcherStream,
         "store",
         lambda self: memory.for_asset(self.asset_uri or self.asset_name),
     )

@@ -33,7 +33,7 @@ from airflow_kafka_events.errors import ConfigurationError
 from airflow_kafka_events.http.requests import parse_link_header, redact_url
 from airflow_kafka_events.http.trigger import END_CURSOR, GraphPaginationTrigger, HttpPaginationTrigger
 from airflow_kafka_events.provider.serialization import roundtrip_trigger_kwargs
-from airflow_kafka_events.retry_after import parse_retry_after
+from airflow_kafka_events.retry import parse_retry_after
 from airflow_kafka_events.streams.descriptor import StreamDescriptor
 from airflow_kafka_events.streams.progress import FIRST_OFFSET_METADATA_KEY
 from integration.triggers.http_server import PagedApi, page_items

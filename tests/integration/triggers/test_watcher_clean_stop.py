@@ -30,7 +30,7 @@ from airflow_kafka_events.kafka.producer import get_producer
 from airflow_kafka_events.kafka.settings import KafkaSettings
 from airflow_kafka_events.watcher import stream as asset_stream
 from airflow_kafka_events.watcher.confirmations import persisted_key
-from airflow_kafka_events.watcher.stream import KafkaAssetEventStreamProducer
+from airflow_kafka_events.watcher.stream import WatcherStream
 from airflow_kafka_events.watcher.trigger import KafkaAssetEventTrigger
 
 pytestmark = pytest.mark.integration
@@ -100,7 +100,7 @@ def test_a_clean_stop_is_resumed_from_its_mark_in_kafka(kafka_bootstrap, new_top
     extra = {"bootstrap.servers": kafka_bootstrap, "group.id": f"clean-{uuid.uuid4().hex[:8]}"}
     monkeypatch.setenv("AIRFLOW_CONN_KAFKA_WATCHER_CLEAN", json.dumps({"conn_type": "kafka", "extra": extra}))
     store = HangingStore()
-    monkeypatch.setattr(KafkaAssetEventStreamProducer, "store", lambda self: store)
+    monkeypatch.setattr(WatcherStream, "store", lambda self: store)
     rechecks: list[Any] = []
 
     async def no_recheck(*args: Any, **kwargs: Any) -> dict[str, float]:

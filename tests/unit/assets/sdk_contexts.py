@@ -105,7 +105,7 @@ def dag_callback_context(*, with_last_ti: bool = True, **kwargs: Any) -> dict[st
 
 
 class RecordingProducer:
-    """Stands in for ``EnvelopeProducer``: records every send and acknowledges it."""
+    """Stands in for ``RecordProducer``: records every send and acknowledges it."""
 
     def __init__(self) -> None:
         self.sent: list[dict[str, Any]] = []

@@ -8,9 +8,9 @@ import pytest
 from confluent_kafka import KafkaError, TopicPartition
 
 from airflow_kafka_events.assets.admission import DEFAULT_MAX_RECORD_BYTES
+from airflow_kafka_events.assets.airflow_api import AirflowApiClient
 from airflow_kafka_events.assets.authz import Allowlist
 from airflow_kafka_events.assets.publish import build_envelope
-from airflow_kafka_events.bridge.airflow_api import AirflowApiClient
 from airflow_kafka_events.bridge.config import BridgeConfig, RetryPolicy
 from airflow_kafka_events.bridge.service import BridgeService, Outcome
 from airflow_kafka_events.dead_letters.letter import REFERENCE_PREFIX_BYTES, DeadLetter

@@ -10,24 +10,22 @@ from typing import Any
 import httpx
 import pytest
 
-from airflow_kafka_events.bridge.airflow_api import (
+from airflow_kafka_events.assets.airflow_api import (
     AirflowApiClient,
     AssetIdCache,
-    classify_status,
-    jwt_claims,
-    matches_event,
-    renewal_due,
-    token_times,
-)
-from airflow_kafka_events.bridge.errors import (
     AuthenticationError,
     ForbiddenError,
     NotFoundError,
     RejectedError,
     TransientApiError,
     UnknownAssetError,
+    classify_status,
+    jwt_claims,
+    matches_event,
+    renewal_due,
+    token_times,
 )
-from airflow_kafka_events.retry_after import parse_retry_after
+from airflow_kafka_events.retry import parse_retry_after
 from integration.bridge.fake_airflow import FakeAirflow, make_jwt
 
 pytestmark = pytest.mark.unit

@@ -11,17 +11,12 @@ import httpx
 import pytest
 from confluent_kafka import TopicPartition
 
+from airflow_kafka_events.assets.airflow_api import AirflowApiClient, AuthenticationError, ForbiddenError
 from airflow_kafka_events.assets.authz import Allowlist, sign_envelope
 from airflow_kafka_events.assets.publish import build_envelope, causation_from_extra
-from airflow_kafka_events.bridge.airflow_api import AirflowApiClient
 from airflow_kafka_events.bridge.airflow_event import event_extra
 from airflow_kafka_events.bridge.config import BridgeConfig, RetryPolicy
-from airflow_kafka_events.bridge.errors import (
-    AuthenticationError,
-    DeadLetterError,
-    ForbiddenError,
-    RetriesExhaustedError,
-)
+from airflow_kafka_events.bridge.errors import DeadLetterError, RetriesExhaustedError
 from airflow_kafka_events.bridge.service import BridgeService, Outcome, _StopRequested
 from airflow_kafka_events.dead_letters.letter import DeadLetter
 from airflow_kafka_events.envelopes.codec import ASSET_EVENT_CODEC

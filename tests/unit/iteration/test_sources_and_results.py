@@ -25,8 +25,8 @@ from airflow_kafka_events.iteration.sources import (
     value_at,
 )
 from airflow_kafka_events.streams.checkpoint import Checkpoint
-from airflow_kafka_events.streams.consuming.batches import StreamBatch
 from airflow_kafka_events.streams.consuming.operator import StreamRef
+from airflow_kafka_events.streams.consuming.sequence import StreamBatch
 from airflow_kafka_events.streams.progress import StreamLocation, StreamProgress
 
 pytestmark = pytest.mark.unit

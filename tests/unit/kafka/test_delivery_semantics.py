@@ -19,7 +19,7 @@ from airflow_kafka_events.errors import (
 )
 from airflow_kafka_events.kafka.client_log import Cause
 from airflow_kafka_events.kafka.delivery import classify_failure, wire_size
-from airflow_kafka_events.kafka.producer import EnvelopeProducer, get_producer, role_config
+from airflow_kafka_events.kafka.producer import RecordProducer, get_producer, role_config
 from airflow_kafka_events.kafka.settings import KafkaSettings
 
 pytestmark = pytest.mark.unit
@@ -30,7 +30,7 @@ NOWHERE = "127.0.0.1:1"
 @pytest.fixture
 def producer():
     config = KafkaSettings({"bootstrap.servers": NOWHERE, "sasl.password": "pw-123"}).producer_config()
-    p = EnvelopeProducer(role_config(config, 5.0), role="emit")
+    p = RecordProducer(role_config(config, 5.0), role="emit")
     yield p
     p.close(0)
 
@@ -126,7 +126,7 @@ def test_an_oversized_record_is_refused_before_producing_naming_the_limit(produc
 
 def test_a_raised_client_limit_is_the_one_checked():
     config = KafkaSettings({"bootstrap.servers": NOWHERE, "message.max.bytes": 2_000_000}).producer_config()
-    p = EnvelopeProducer(config)
+    p = RecordProducer(config)
     try:
         assert p.max_message_bytes == 2_000_000
         with pytest.raises(RecordTooLargeError, match=r"message.max.bytes=2000000"):

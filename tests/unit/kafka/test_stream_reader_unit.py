@@ -37,9 +37,8 @@ from airflow_kafka_events.streams.checkpoint import (
     save_checkpoint,
 )
 from airflow_kafka_events.streams.consuming import reader as sr
-from airflow_kafka_events.streams.consuming.batches import BatchPolicy
 from airflow_kafka_events.streams.consuming.reader import StreamReader
-from airflow_kafka_events.streams.consuming.sequence import Offer, SequenceTracker
+from airflow_kafka_events.streams.consuming.sequence import BatchPolicy, Offer, SequenceTracker
 
 pytestmark = pytest.mark.unit
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from airflow_kafka_events.envelopes.model import StreamFailure, TriggerEventEnvelope
 from airflow_kafka_events.streams.checkpoint import Checkpoint
-from airflow_kafka_events.streams.consuming.batches import StreamBatch
+from airflow_kafka_events.streams.consuming.sequence import StreamBatch
 from airflow_kafka_events.streams.descriptor import StreamDescriptor
 
 TOPIC = "airflow.trigger-events"

@@ -8,9 +8,8 @@ from pathlib import Path
 import pytest
 
 from airflow_kafka_events.errors import AirflowKafkaEventsError, ConfigurationError
-from airflow_kafka_events.http.errors import GateTimeoutError
 from airflow_kafka_events.provider.serialization import check_trigger_kwargs, roundtrip_trigger_kwargs
-from airflow_kafka_events.streams.producing.demo_trigger import CountingPagesTrigger
+from airflow_kafka_events.streams.producing.demo_trigger import CountingPagesTrigger, GateTimeoutError
 
 pytestmark = pytest.mark.unit
 
@@ -61,10 +60,10 @@ def test_a_gate_that_never_opens_ends_the_stream_with_an_error(tmp_path: Path):
     trigger = CountingPagesTrigger(pages=3, gate_path=str(tmp_path / "never"), gate_page=0, gate_timeout=0.2)
     with pytest.raises(GateTimeoutError, match=r"did not appear within 0\.2s") as info:
         asyncio.run(_pages(trigger))
-    # one hierarchy, still a TimeoutError, recorded under its former import path
+    # one hierarchy, still a TimeoutError, recorded under the module that defines it
     assert isinstance(info.value, AirflowKafkaEventsError) and isinstance(info.value, TimeoutError)
     assert type(info.value).__module__ + "." + type(info.value).__qualname__ == (
-        "airflow_kafka_events.http.errors.GateTimeoutError"
+        "airflow_kafka_events.streams.producing.demo_trigger.GateTimeoutError"
     )
 
 

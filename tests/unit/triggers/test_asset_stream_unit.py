@@ -12,7 +12,7 @@ from airflow.triggers.shared_stream import AdvanceItem, AdvanceOutcome
 from airflow_kafka_events.kafka.positions import PositionTracker
 from airflow_kafka_events.kafka.shared_feed import FedRecord
 from airflow_kafka_events.watcher import stream as asset_stream
-from airflow_kafka_events.watcher.stream import KafkaAssetEventStreamProducer
+from airflow_kafka_events.watcher.stream import WatcherStream
 
 pytestmark = pytest.mark.unit
 
@@ -30,8 +30,8 @@ class Store:
         self.writes.append(value)
 
 
-def producer(store: Store) -> KafkaAssetEventStreamProducer:
-    stream = KafkaAssetEventStreamProducer(
+def producer(store: Store) -> WatcherStream:
+    stream = WatcherStream(
         topics=["events"], kafka_config_id="kafka_watcher", asset_uri="s3://a", asset_name=None, store=store
     )
     stream._tracker = PositionTracker({TP: 0})

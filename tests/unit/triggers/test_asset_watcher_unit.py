@@ -29,7 +29,8 @@ from airflow_kafka_events.assets.watcher_payload import (
     watcher_causation,
     watcher_payload,
 )
-from airflow_kafka_events.dead_letters.letter import DeadLetter, DeadLetterWriter
+from airflow_kafka_events.dead_letters.letter import DeadLetter
+from airflow_kafka_events.dead_letters.writer import DeadLetterWriter
 from airflow_kafka_events.envelopes.codec import ASSET_EVENT_CODEC, TRIGGER_EVENT_CODEC
 from airflow_kafka_events.envelopes.model import (
     AssetEventEnvelope,
@@ -47,7 +48,7 @@ from airflow_kafka_events.kafka.delivery import DeliveryReceipt
 from airflow_kafka_events.provider.serialization import roundtrip_trigger_kwargs
 from airflow_kafka_events.watcher import dead_letters as watcher_dead_letters
 from airflow_kafka_events.watcher import trigger as asset_watcher
-from airflow_kafka_events.watcher.stream import KafkaAssetEventStreamProducer, KafkaRecord
+from airflow_kafka_events.watcher.stream import KafkaRecord, WatcherStream
 from airflow_kafka_events.watcher.trigger import KafkaAssetEventTrigger, kafka_watched_asset
 
 pytestmark = pytest.mark.unit
@@ -243,7 +244,7 @@ def test_shared_stream_key_is_one_stream_per_watcher():
 def test_shared_stream_producer_is_ours_and_never_republishes_rejects():
     trigger = KafkaAssetEventTrigger(**FULL_KWARGS)
     producer = type(trigger).create_shared_stream_producer(trigger.serialize()[1])
-    assert isinstance(producer, KafkaAssetEventStreamProducer)
+    assert isinstance(producer, WatcherStream)
     assert producer.topics == ["a-events", "b-events"]
     assert producer.kafka_config_id == "kafka_watcher_ops"
     assert producer.group_id == "ops-watchers"

@@ -489,7 +489,7 @@ def test_constructing_a_trigger_creates_no_hook_and_no_producer(monkeypatch):
 
     monkeypatch.setattr(hooks.KafkaEventsHook, "__init__", refuse)
     monkeypatch.setattr(producer, "get_producer", refuse)
-    monkeypatch.setattr(producer.EnvelopeProducer, "__init__", refuse)
+    monkeypatch.setattr(producer.RecordProducer, "__init__", refuse)
     trigger = samples.PagedTrigger(total=1, kafka_config_id="nowhere")
     wrapper = StreamingWrapperTrigger(wrapped_classpath=f"{SAMPLES}.MultiEventTrigger", wrapped_kwargs={})
     assert _round_trip(trigger).kafka_config_id == "nowhere"

@@ -20,7 +20,7 @@ from airflow_kafka_events.watcher import recheck as watcher_recheck
 from airflow_kafka_events.watcher import stream as asset_stream
 from airflow_kafka_events.watcher.recheck import api_base_url, keys_of_events, recheck_conn_id
 from airflow_kafka_events.watcher.stops import resumption
-from airflow_kafka_events.watcher.stream import KafkaAssetEventStreamProducer
+from airflow_kafka_events.watcher.stream import WatcherStream
 
 pytestmark = pytest.mark.unit
 
@@ -112,8 +112,8 @@ def _run(fn: Any) -> Any:
     return call
 
 
-def _stream(store: Store) -> KafkaAssetEventStreamProducer:
-    return KafkaAssetEventStreamProducer(
+def _stream(store: Store) -> WatcherStream:
+    return WatcherStream(
         topics=["events"], kafka_config_id="kafka_watcher", asset_uri="s3://a", asset_name="a", store=store
     )
 
@@ -205,7 +205,7 @@ class _Assets:
 
 
 def test_the_asset_is_found_by_uri_and_name_by_either_alone():
-    from airflow_kafka_events.bridge.errors import UnknownAssetError
+    from airflow_kafka_events.assets.airflow_api import UnknownAssetError
 
     client: Any = _Assets((1, "investigate", "ops://investigate/"), (2, "orders", "s3://lake/orders/"))
     assert watcher_recheck._asset_id(client, "investigate", "ops://investigate/") == 1

@@ -10,7 +10,9 @@ and an iteration over a stream (:mod:`airflow_kafka_events.iteration`) -- uses t
 * :func:`drive_stream`: the reading loop -- read a
   :class:`~airflow_kafka_events.streams.consuming.reader.StreamReader` to the stream's end,
   hand the pages to a batch handler (or a per-page one), checkpoint after each batch and
-  acknowledge it; :class:`StreamSummary` is what it did;
+  acknowledge it; :class:`ConsumptionSummary` is what it did;
+* :func:`read_stream`: a finished stream a task resumes with (its descriptor), read from the
+  task's checkpoint with :func:`drive_stream`;
 * :class:`StreamCheckpoints`: the read checkpoint of one stream in a task's state store
   (key :func:`checkpoint_key`, one generation), loaded and saved in one place.
 
@@ -28,7 +30,13 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from airflow_kafka_events import metrics
 from airflow_kafka_events.envelopes.model import TriggerEventEnvelope
-from airflow_kafka_events.errors import KafkaOperationError, StreamGapError, StreamNotStartedError
+from airflow_kafka_events.errors import (
+    KafkaOperationError,
+    StreamFailedError,
+    StreamGapError,
+    StreamNotStartedError,
+    ValidationError,
+)
 from airflow_kafka_events.streams.checkpoint import (
     Checkpoint,
     CheckpointStore,
@@ -36,21 +44,22 @@ from airflow_kafka_events.streams.checkpoint import (
     save_checkpoint,
     state_store_of,
 )
-from airflow_kafka_events.streams.descriptor import generation_of
+from airflow_kafka_events.streams.descriptor import StreamDescriptor, generation_of
 
 if TYPE_CHECKING:
-    from airflow_kafka_events.streams.consuming.batches import StreamBatch
+    from airflow_kafka_events.streams.consuming.sequence import StreamBatch
     from airflow_kafka_events.streams.index.publisher import ConsumerIndexWriter
 
 __all__ = [
     "CHECKPOINT_KEY_PREFIX",
+    "ConsumptionSummary",
     "StreamCheckpoints",
     "StreamEvent",
-    "StreamSummary",
     "checkpoint_key",
     "drive_stream",
     "is_end_marker",
     "page_events",
+    "read_stream",
 ]
 
 log = logging.getLogger(__name__)
@@ -149,7 +158,7 @@ def _pages_at(checkpoint: Checkpoint | None) -> int:
 
 
 @dataclass
-class StreamSummary:
+class ConsumptionSummary:
     """What a stream reading run did; ``to_dict()`` is the XCom of batch handlers.
 
     ``pages``: pages of the followed attempt handled so far (by every try);
@@ -169,7 +178,7 @@ class StreamSummary:
     idle: bool = False
 
     @classmethod
-    def starting_at(cls, trigger_run_id: str, topic: str, start: Checkpoint | None) -> StreamSummary:
+    def starting_at(cls, trigger_run_id: str, topic: str, start: Checkpoint | None) -> ConsumptionSummary:
         """The summary of a run that starts at checkpoint ``start`` (``None``: the beginning)."""
         return cls(
             trigger_run_id=trigger_run_id,
@@ -189,7 +198,7 @@ class StreamSummary:
         return {k: v for k, v in self.to_dict().items() if k not in ("trigger_run_id", "topic")}
 
     @classmethod
-    def carried(cls, trigger_run_id: str, topic: str, values: Mapping[str, Any]) -> StreamSummary:
+    def carried(cls, trigger_run_id: str, topic: str, values: Mapping[str, Any]) -> ConsumptionSummary:
         """The summary a resumed run continues (``values`` from :meth:`carry`)."""
         known = {"pages", "pages_this_try", "batches_this_try", "restarted", "finished"}
         counts = {k: values[k] for k in known if k in values}
@@ -214,7 +223,7 @@ class _Reader(Protocol):
     def checkpoint(self) -> Checkpoint | None: ...
 
 
-def _note_batch(batch: StreamBatch, summary: StreamSummary, out: Any) -> None:
+def _note_batch(batch: StreamBatch, summary: ConsumptionSummary, out: Any) -> None:
     """Log the batch's rejected records and a restart; follow the batch's attempt."""
     for record in batch.rejected:
         out.warning(
@@ -257,7 +266,7 @@ def _hand_pages_one_by_one(
     events: list[StreamEvent],
     handle_event: Callable[[StreamEvent], Any],
     save: Callable[[Checkpoint], None] | None,
-    summary: StreamSummary,
+    summary: ConsumptionSummary,
 ) -> Any:
     """Call ``handle_event`` per page; checkpoint after every page but the batch's last."""
     last: Any = None
@@ -300,10 +309,10 @@ def drive_stream(
     save: Callable[[Checkpoint], None] | None = None,
     start: Checkpoint | None = None,
     logger: logging.Logger | Any = None,
-    summary: StreamSummary | None = None,
+    summary: ConsumptionSummary | None = None,
     is_idle: Callable[[StreamNotStartedError | StreamGapError], bool] | None = None,
     index: ConsumerIndexWriter | None = None,
-) -> tuple[StreamSummary, Any]:
+) -> tuple[ConsumptionSummary, Any]:
     """Read ``reader`` to the stream's end, handing pages over in order; ``(summary, last result)``.
 
     Exactly one of ``handle_batch`` (called once per batch with its pages) and
@@ -326,7 +335,7 @@ def drive_stream(
         raise ValueError("pass exactly one of handle_batch and handle_event")
     out = logger if logger is not None else log
     if summary is None:
-        summary = StreamSummary.starting_at(trigger_run_id, topic, start)
+        summary = ConsumptionSummary.starting_at(trigger_run_id, topic, start)
     summary.idle = False
     try:
         return _drive(
@@ -339,7 +348,7 @@ def drive_stream(
 
 def _drive(
     reader: _Reader,
-    summary: StreamSummary,
+    summary: ConsumptionSummary,
     handle_batch: Callable[[list[StreamEvent]], Any] | None,
     handle_event: Callable[[StreamEvent], Any] | None,
     save: Callable[[Checkpoint], None] | None,
@@ -348,7 +357,7 @@ def _drive(
     topic: str,
     is_idle: Callable[[StreamNotStartedError | StreamGapError], bool] | None,
     index: ConsumerIndexWriter | None,
-) -> tuple[StreamSummary, Any]:
+) -> tuple[ConsumptionSummary, Any]:
     last: Any = None
     while not summary.finished:
         try:
@@ -382,3 +391,115 @@ def _drive(
                 finished=position.finished,
             )
     return summary, last
+
+
+# ====================================================================== a finished stream
+def read_stream(
+    event: Any,
+    *,
+    owner: str,
+    context: Mapping[str, Any],
+    handlers: Callable[
+        [], tuple[Callable[[list[StreamEvent]], Any] | None, Callable[[StreamEvent], Any] | None]
+    ],
+    handler_name: str,
+    open_reader: Callable[[StreamDescriptor, Checkpoint], Any],
+    open_index: Callable[[str], ConsumerIndexWriter | None],
+    logger: logging.Logger | Any = None,
+) -> tuple[ConsumptionSummary, Any]:
+    """Read the finished stream ``event`` describes, from the task's checkpoint; ``(summary, last result)``.
+
+    ``event``: the :class:`~airflow_kafka_events.streams.descriptor.StreamDescriptor` (or its
+    dict) a streaming trigger ends with.  Errors come in this order: not a descriptor
+    (:class:`~airflow_kafka_events.errors.ValidationError`), a stream its producer failed
+    (:class:`~airflow_kafka_events.errors.StreamFailedError`, before any page is handled),
+    no handler (``handlers()`` raises).  ``handlers()`` gives ``(handle_batch, handle_event)``
+    as :func:`drive_stream` takes them; ``open_reader(descriptor, start)`` opens the reader (a
+    context manager) only when a page is left to read; ``open_index(trigger_run_id)`` is the
+    consumer's stream index writer (``None``: none).  ``owner`` names the task in errors.
+    """
+    out = logger if logger is not None else log
+    descriptor = _descriptor_of(event, owner)
+    _raise_if_failed(descriptor)
+    handle_batch, handle_event = handlers()
+    checkpoints = StreamCheckpoints.of_task(context, descriptor.trigger_run_id)
+    start = _start_of(descriptor, checkpoints, out)
+    out.info(
+        "stream %s: attempt %d has %d page(s) in %s[%d]; handing them to %s",
+        descriptor.trigger_run_id,
+        descriptor.attempt,
+        descriptor.count,
+        descriptor.topic,
+        descriptor.partition,
+        handler_name,
+    )
+    index = open_index(descriptor.trigger_run_id)
+    if start.finished:
+        summary = ConsumptionSummary.starting_at(descriptor.trigger_run_id, descriptor.topic, start)
+        out.info("stream %s: every page was handled already", descriptor.trigger_run_id)
+        if index is not None:
+            index.position(
+                attempt=start.attempt,
+                next_sequence_index=start.next_sequence_index,
+                offset=start.offset,
+                finished=True,
+            )
+            index.close()
+        return summary, None
+    with open_reader(descriptor, start) as reader:
+        summary, last = drive_stream(
+            reader,
+            trigger_run_id=descriptor.trigger_run_id,
+            topic=descriptor.topic,
+            handle_batch=handle_batch,
+            handle_event=handle_event,
+            save=None if checkpoints is None else checkpoints.save,
+            start=start,
+            logger=out,
+            index=index,
+        )
+    summary.log_handled(out)
+    return summary, last
+
+
+def _raise_if_failed(descriptor: StreamDescriptor) -> None:
+    """A stream its producer ended with an error fails the task before any page is handled."""
+    if descriptor.failed:
+        error = descriptor.error or {}
+        raise StreamFailedError(
+            error.get("type", "Error"),
+            error.get("message", ""),
+            attempt=descriptor.attempt,
+            sequence_index=descriptor.count,
+            topic=descriptor.topic,
+            trigger_run_id=descriptor.trigger_run_id,
+        )
+
+
+def _start_of(descriptor: StreamDescriptor, checkpoints: StreamCheckpoints | None, logger: Any) -> Checkpoint:
+    """The checkpoint of the descriptor's attempt, or the attempt's first page."""
+    stored = None if checkpoints is None else checkpoints.load(logger, attempt=descriptor.attempt)
+    if stored is not None:
+        return stored
+    return Checkpoint(
+        attempt=descriptor.attempt,
+        next_sequence_index=0,
+        offset=descriptor.first_offset,
+        partition=descriptor.partition,
+    )
+
+
+def _descriptor_of(event: Any, owner: str) -> StreamDescriptor:
+    if isinstance(event, StreamDescriptor):
+        return event
+    if not isinstance(event, Mapping):
+        raise ValidationError(
+            f"{owner} resumed with {type(event).__qualname__} event; a streaming task resumes with "
+            "the stream descriptor its StreamingTrigger yields"
+        )
+    try:
+        return StreamDescriptor.from_dict(event)
+    except ValidationError as exc:
+        raise ValidationError(
+            f"{owner} resumed with an event that is not a stream descriptor: {exc}"
+        ) from exc

@@ -36,14 +36,14 @@ from airflow_kafka_events.errors import (
 )
 from airflow_kafka_events.provider.serialization import check_trigger_kwargs
 from airflow_kafka_events.streams.checkpoint import Checkpoint, state_store_of
-from airflow_kafka_events.streams.consuming.batches import BatchPolicy
 from airflow_kafka_events.streams.consuming.consumption import (
+    ConsumptionSummary,
     StreamCheckpoints,
     StreamEvent,
-    StreamSummary,
     drive_stream,
 )
 from airflow_kafka_events.streams.consuming.reader import StreamReader
+from airflow_kafka_events.streams.consuming.sequence import BatchPolicy
 from airflow_kafka_events.streams.consuming.slot_release import (
     DEFAULT_RESCHEDULE_INTERVAL,
     IN_WORKER,
@@ -57,10 +57,9 @@ from airflow_kafka_events.streams.consuming.slot_release import (
     wait_mode,
 )
 from airflow_kafka_events.streams.consuming.wait_trigger import StreamWaitTrigger, wait_event_error
-from airflow_kafka_events.streams.descriptor import not_before_of, stream_id
+from airflow_kafka_events.streams.descriptor import not_before_of, stream_id, task_label
 from airflow_kafka_events.streams.index.publisher import consumer_writer
 from airflow_kafka_events.streams.producing.trigger import DEFAULT_TOPIC
-from airflow_kafka_events.streams.task_label import task_label
 
 if TYPE_CHECKING:
     from airflow.sdk.definitions.context import Context
@@ -405,7 +404,7 @@ class StreamConsumerOperator(BaseOperator):
         if gives_slot_back(self.wait_mode, unwritten=self.stream_unwritten):
             # nothing to read yet: give the slot back at once (the producer may need it to start)
             self.log.info("stream %s has not started: giving the slot back at once", trigger_run_id)
-            summary = StreamSummary.starting_at(trigger_run_id, self.stream.topic, start)
+            summary = ConsumptionSummary.starting_at(trigger_run_id, self.stream.topic, start)
             self._give_slot_back(context, trigger_run_id, summary, start, start_deadline, deferrals, True)
         self.log.info(
             "reading stream %s of task %r from topic %s",
@@ -454,7 +453,9 @@ class StreamConsumerOperator(BaseOperator):
         if start is None and checkpoint is not None:
             start = Checkpoint.from_json(checkpoint)
         carried = (
-            None if summary is None else StreamSummary.carried(trigger_run_id, self.stream.topic, summary)
+            None
+            if summary is None
+            else ConsumptionSummary.carried(trigger_run_id, self.stream.topic, summary)
         )
         deadline = time.time() + self.start_timeout if start_deadline is None else start_deadline
         return self._read(context, trigger_run_id, self.get_settings(), start, carried, deadline, deferrals)
@@ -465,7 +466,7 @@ class StreamConsumerOperator(BaseOperator):
         trigger_run_id: str,
         settings: KafkaSettings,
         start: Checkpoint | None,
-        summary: StreamSummary | None,
+        summary: ConsumptionSummary | None,
         start_deadline: float,
         deferrals: int,
     ) -> dict[str, Any]:
@@ -540,7 +541,7 @@ class StreamConsumerOperator(BaseOperator):
         self,
         context: Context,
         trigger_run_id: str,
-        summary: StreamSummary,
+        summary: ConsumptionSummary,
         position: Checkpoint | None,
         start_deadline: float,
         deferrals: int,
@@ -588,7 +589,7 @@ class StreamConsumerOperator(BaseOperator):
         self,
         context: Context,
         trigger_run_id: str,
-        summary: StreamSummary,
+        summary: ConsumptionSummary,
         position: Checkpoint | None,
         start_deadline: float,
         deferrals: int,

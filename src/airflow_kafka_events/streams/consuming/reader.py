@@ -28,12 +28,12 @@ log into the sequence the producer meant:
   reader: it is returned in the batch's ``rejected`` list (a
   :class:`~airflow_kafka_events.kafka.consumer.ConsumedRecord` with ``raw`` and
   ``error``) so the caller can dead-letter it
-  (:mod:`~airflow_kafka_events.streams.consuming.records`).  Records of other keys are skipped by
+  (:mod:`~airflow_kafka_events.streams.consuming.reader`).  Records of other keys are skipped by
   comparing the record key, without decoding them, whatever their content.
 
 Batching (``max_events``, ``max_wait``): a batch is due when ``max_events`` are ready or
 ``max_wait`` seconds after its first element became ready (see
-:class:`~airflow_kafka_events.streams.consuming.batches.BatchPolicy`).
+:class:`~airflow_kafka_events.streams.consuming.sequence.BatchPolicy`).
 
 Resuming: :meth:`StreamReader.ack` tells the reader that the caller finished handling a
 batch (and every earlier one); :meth:`StreamReader.checkpoint` is then the position after
@@ -47,7 +47,7 @@ least once.  The partition: an explicit one, the checkpoint's, else the key's by
 with ``scan_partitions`` the first where the key appears
 (:mod:`~airflow_kafka_events.streams.consuming.partition`).  Every name of the reader's parts
 (:mod:`~airflow_kafka_events.streams.consuming.sequence`,
-:mod:`~airflow_kafka_events.streams.consuming.batches`) stays importable from here.
+:mod:`~airflow_kafka_events.streams.consuming.sequence`) stays importable from here.
 
 A reader is not thread-safe; use one per thread.  This module imports no Airflow module.
 """
@@ -65,6 +65,7 @@ from airflow_kafka_events.envelopes.codec import TRIGGER_EVENT_CODEC
 from airflow_kafka_events.envelopes.model import TriggerEventEnvelope
 from airflow_kafka_events.errors import (
     ConfigurationError,
+    EnvelopeDecodeError,
     KafkaOperationError,
     StreamFailedError,
     StreamGapError,
@@ -72,10 +73,9 @@ from airflow_kafka_events.errors import (
     ValidationError,
 )
 from airflow_kafka_events.kafka.clients import new_consumer
-from airflow_kafka_events.kafka.consumer import ConsumedRecord, Decoder, consume_available
+from airflow_kafka_events.kafka.consumer import ConsumedRecord, RecordDecoder, consume_available
 from airflow_kafka_events.kafka.partitioner import partition_for_key
 from airflow_kafka_events.streams.checkpoint import Checkpoint
-from airflow_kafka_events.streams.consuming.batches import BatchPolicy, StreamBatch
 from airflow_kafka_events.streams.consuming.commits import (
     commit_checkpoint,
     committed_checkpoint,
@@ -83,17 +83,25 @@ from airflow_kafka_events.streams.consuming.commits import (
 )
 from airflow_kafka_events.streams.consuming.deadlines import StreamDeadlines
 from airflow_kafka_events.streams.consuming.decoder import StreamDecoder
-from airflow_kafka_events.streams.consuming.partition import partition_count, readable_offset
-from airflow_kafka_events.streams.consuming.records import decode_stream_record, usable_message
+from airflow_kafka_events.streams.consuming.partition import (
+    TRANSIENT_CODES,
+    partition_count,
+    readable_offset,
+    rejected_record,
+)
 from airflow_kafka_events.streams.consuming.sequence import (
+    BatchPolicy,
     Offer,
     SequenceTracker,
+    StreamBatch,
     failure_error,
     gap_error,
 )
 
 __all__ = [
     "StreamReader",
+    "decode_stream_record",
+    "usable_message",
 ]
 
 log = logging.getLogger(__name__)
@@ -153,7 +161,7 @@ class StreamReader:
         group_id: str | None = None,
         poll_timeout: float = 0.2,
         partition: int | None = None,
-        codec: Decoder[TriggerEventEnvelope] = TRIGGER_EVENT_CODEC,
+        codec: RecordDecoder[TriggerEventEnvelope] = TRIGGER_EVENT_CODEC,
         max_buffered: int = 10_000,
         scan_partitions: bool = False,
     ) -> None:
@@ -594,3 +602,55 @@ class StreamReader:
             number=self._batches,
             _reader_token=self._token,
         )
+
+
+# ---------------------------------------------------------- a stream's records
+# A stream's records: which consumed messages a stream reader takes in, and decoding them.
+#
+# * **Client errors** on a consumed message: the transient ones (a partition's end, a broker
+#   gone for a moment, a leader moving) are skipped, any other raises
+#   :class:`~airflow_kafka_events.errors.KafkaOperationError`.
+# * **Poison.** A record with the stream's key that cannot be decoded (a tombstone, bytes that
+#   are not an envelope, an envelope naming another ``trigger_run_id``) comes back as a
+#   :class:`~airflow_kafka_events.kafka.consumer.ConsumedRecord` with ``raw`` and ``error``, so
+#   the reader hands it to its caller to dead-letter; it never stops the reader.
+#
+# Used by :class:`~airflow_kafka_events.streams.consuming.reader.StreamReader`; this module imports
+# no Airflow module.
+def usable_message(msg: Message, *, where: str) -> bool:
+    """Whether ``msg`` is a record (``False``: a transient client error, skipped).
+
+    Raises :class:`KafkaOperationError` for a client error that does not heal.
+    """
+    error = msg.error()
+    if error is None:
+        return True
+    if error.code() in TRANSIENT_CODES or error.retriable():
+        log.debug("%s: transient consumer error %s", where, error)
+        return False
+    raise KafkaOperationError(f"consuming {where} failed", kafka_error=error)
+
+
+def decode_stream_record(
+    msg: Message,
+    codec: RecordDecoder[TriggerEventEnvelope],
+    *,
+    trigger_run_id: str,
+    topic: str,
+    where: str,
+) -> TriggerEventEnvelope | ConsumedRecord[TriggerEventEnvelope]:
+    """The envelope of a record with the stream's key, or the rejected record when it is poison."""
+    raw = msg.value()
+    try:
+        if raw is None:
+            raise EnvelopeDecodeError("message has no value (tombstone)")
+        envelope = codec.decode(raw)
+        if envelope.trigger_run_id != trigger_run_id:
+            raise EnvelopeDecodeError(
+                f"record key {trigger_run_id!r} but the envelope names trigger_run_id "
+                f"{envelope.trigger_run_id!r}"
+            )
+    except EnvelopeDecodeError as exc:
+        log.warning("%s: rejecting undecodable record at offset %s: %s", where, msg.offset(), exc)
+        return rejected_record(msg, topic, trigger_run_id.encode("utf-8"), exc)
+    return envelope

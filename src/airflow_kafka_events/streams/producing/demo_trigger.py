@@ -18,12 +18,12 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from airflow_kafka_events.errors import ConfigurationError
-from airflow_kafka_events.http.errors import GateTimeoutError
+from airflow_kafka_events.errors import AirflowKafkaEventsError, ConfigurationError
 from airflow_kafka_events.streams.producing.trigger import Page, StreamingTrigger
 
 __all__ = [
     "CountingPagesTrigger",
+    "GateTimeoutError",
     "OnePageTrigger",
 ]
 
@@ -147,3 +147,10 @@ class OnePageTrigger(BaseTrigger):
             await asyncio.sleep(self.delay)
         following = self.page + 1
         yield TriggerEvent({"page": self.page, "next": following if following < self.pages else None})
+
+
+class GateTimeoutError(AirflowKafkaEventsError, TimeoutError):
+    """The gate file of a demo trigger did not appear in time (also a :class:`TimeoutError`).
+
+    See :class:`~airflow_kafka_events.streams.producing.demo_trigger.CountingPagesTrigger`.
+    """

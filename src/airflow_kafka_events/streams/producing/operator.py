@@ -18,7 +18,7 @@ is the operator half:
     operator overrides it: ``events`` is a list of
     :class:`~airflow_kafka_events.streams.consuming.consumption.StreamEvent` (``payload``,
     ``sequence_index``, ``attempt``, ``trigger_run_id``); the task's return value is a
-    summary dict (:class:`StreamSummary`);
+    summary dict (:class:`ConsumptionSummary`);
   - otherwise to the operator's classic single-event method (``method_name``, default
     ``execute_complete(self, context, event)``), called once per page, in order, with
     ``event`` = the page payload; the task's return value is what its last call returned.
@@ -84,30 +84,24 @@ from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import TaskDeferralError, TaskDeferralTimeout
 from airflow.triggers.base import StartTriggerArgs
 
-from airflow_kafka_events.errors import ConfigurationError, StreamFailedError, ValidationError
+from airflow_kafka_events.errors import ConfigurationError
 from airflow_kafka_events.provider.serialization import check_trigger_kwargs
 from airflow_kafka_events.streams.checkpoint import Checkpoint
-from airflow_kafka_events.streams.consuming.consumption import (
-    StreamCheckpoints,
-    StreamEvent,
-    StreamSummary,
-    drive_stream,
-)
+from airflow_kafka_events.streams.consuming.consumption import StreamEvent, read_stream
 from airflow_kafka_events.streams.consuming.reader import StreamReader
 from airflow_kafka_events.streams.descriptor import (
     DEFAULT_NOT_BEFORE_MARGIN,
-    StreamDescriptor,
     generation_of,
     not_before_of,
+    task_label,
     task_stream_id,
 )
 from airflow_kafka_events.streams.producing.trigger import StreamingTrigger
-from airflow_kafka_events.streams.task_label import task_label
 
 if TYPE_CHECKING:
     from airflow.sdk.definitions.context import Context
 
-# The consumer side (StreamEvent, StreamSummary, drive_stream, page_events, is_end_marker,
+# The consumer side (StreamEvent, ConsumptionSummary, drive_stream, page_events, is_end_marker,
 # checkpoint_key) lives in stream_consumption, the task context functions in streams and
 # checkpoint; they stay importable from here.
 __all__ = [
@@ -386,100 +380,24 @@ class StreamingOperatorMixin:
         kafka_config_id: str = "kafka_default",
     ) -> Any:
         """Where a streaming task resumes: read the stream of ``event`` and hand its pages over."""
-        descriptor = _descriptor_of(event, task_label(self))
-        logger = self._log()
-        _raise_if_failed(descriptor)
         batches = self._handles_batches()
-        handle_batch, handle_event = self._stream_handlers(context, batches, handler_method)
-        checkpoints = StreamCheckpoints.of_task(context, descriptor.trigger_run_id)
-        start = _start_of(descriptor, checkpoints, logger)
-        logger.info(
-            "stream %s: attempt %d has %d page(s) in %s[%d]; handing them to %s",
-            descriptor.trigger_run_id,
-            descriptor.attempt,
-            descriptor.count,
-            descriptor.topic,
-            descriptor.partition,
-            "handle_trigger_events" if batches else handler_method,
+        summary, last = read_stream(
+            event,
+            owner=task_label(self),
+            context=context,
+            handlers=lambda: self._stream_handlers(context, batches, handler_method),
+            handler_name="handle_trigger_events" if batches else handler_method,
+            open_reader=lambda descriptor, start: self.open_stream_reader(
+                descriptor.topic,
+                descriptor.trigger_run_id,
+                kafka_config_id=kafka_config_id,
+                checkpoint=start,
+                partition=descriptor.partition,
+            ),
+            open_index=lambda trigger_run_id: self._index_writer(context, trigger_run_id, kafka_config_id),
+            logger=self._log(),
         )
-        index = self._index_writer(context, descriptor.trigger_run_id, kafka_config_id)
-        if start.finished:
-            summary = StreamSummary.starting_at(descriptor.trigger_run_id, descriptor.topic, start)
-            logger.info("stream %s: every page was handled already", descriptor.trigger_run_id)
-            if index is not None:
-                index.position(
-                    attempt=start.attempt,
-                    next_sequence_index=start.next_sequence_index,
-                    offset=start.offset,
-                    finished=True,
-                )
-                index.close()
-            return summary.to_dict() if batches else None
-
-        reader = self.open_stream_reader(
-            descriptor.topic,
-            descriptor.trigger_run_id,
-            kafka_config_id=kafka_config_id,
-            checkpoint=start,
-            partition=descriptor.partition,
-        )
-        with reader:
-            summary, last = drive_stream(
-                reader,
-                trigger_run_id=descriptor.trigger_run_id,
-                topic=descriptor.topic,
-                handle_batch=handle_batch,
-                handle_event=handle_event,
-                save=None if checkpoints is None else checkpoints.save,
-                start=start,
-                logger=logger,
-                index=index,
-            )
-        summary.log_handled(logger)
         return summary.to_dict() if batches else last
-
-
-def _raise_if_failed(descriptor: StreamDescriptor) -> None:
-    """A stream its producer ended with an error fails the task before any page is handled."""
-    if descriptor.failed:
-        error = descriptor.error or {}
-        raise StreamFailedError(
-            error.get("type", "Error"),
-            error.get("message", ""),
-            attempt=descriptor.attempt,
-            sequence_index=descriptor.count,
-            topic=descriptor.topic,
-            trigger_run_id=descriptor.trigger_run_id,
-        )
-
-
-def _start_of(descriptor: StreamDescriptor, checkpoints: StreamCheckpoints | None, logger: Any) -> Checkpoint:
-    """The checkpoint of the descriptor's attempt, or the attempt's first page."""
-    stored = None if checkpoints is None else checkpoints.load(logger, attempt=descriptor.attempt)
-    if stored is not None:
-        return stored
-    return Checkpoint(
-        attempt=descriptor.attempt,
-        next_sequence_index=0,
-        offset=descriptor.first_offset,
-        partition=descriptor.partition,
-    )
-
-
-def _descriptor_of(event: Any, owner: str) -> StreamDescriptor:
-    if isinstance(event, StreamDescriptor):
-        return event
-    if not isinstance(event, Mapping):
-        raise ValidationError(
-            f"{owner} resumed with {type(event).__qualname__} event; a streaming task resumes with "
-            "the stream descriptor its StreamingTrigger yields"
-        )
-    try:
-        return StreamDescriptor.from_dict(event)
-    except ValidationError as exc:
-        raise ValidationError(
-            f"{owner} resumed with an event that is not a stream descriptor: {exc}"
-        ) from exc
 
 
 # ====================================================================== fetch-only operator

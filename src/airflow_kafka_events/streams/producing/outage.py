@@ -15,7 +15,7 @@ import time
 from typing import Any
 
 from airflow_kafka_events.errors import ConfigurationError
-from airflow_kafka_events.kafka.producer import EnvelopeProducer
+from airflow_kafka_events.kafka.producer import RecordProducer
 
 __all__ = [
     "DEFAULT_OUTAGE_TIMEOUT",
@@ -85,7 +85,7 @@ async def await_delivery(
     return receipt
 
 
-async def wait_for_earlier_sends(producer: EnvelopeProducer, topic: str, key: str, log: Any) -> None:
+async def wait_for_earlier_sends(producer: RecordProducer, topic: str, key: str, log: Any) -> None:
     """Let a page an earlier, cancelled run of this stream left in this process's producer settle
     (delivered, or dropped at the message timeout) before the progress lookup: it is then either
     in Kafka, and not written again, or gone."""

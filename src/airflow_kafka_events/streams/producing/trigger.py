@@ -81,7 +81,7 @@ from airflow_kafka_events.errors import (
     StreamIdentityError,
     ValidationError,
 )
-from airflow_kafka_events.kafka.producer import EnvelopeProducer
+from airflow_kafka_events.kafka.producer import RecordProducer
 from airflow_kafka_events.kafka.settings import KafkaSettings
 from airflow_kafka_events.streams.descriptor import StreamDescriptor, plan_resume, stream_id
 from airflow_kafka_events.streams.index.options import Cadence, index_topic
@@ -319,7 +319,7 @@ class StreamingTrigger(BaseTrigger):
         """``outage_timeout``, else ``[kafka_events] stream_outage_timeout``, else 300 s."""
         return resolve_outage_timeout(self.outage_timeout)
 
-    def _open_kafka(self) -> tuple[KafkaSettings, EnvelopeProducer, EnvelopeProducer]:
+    def _open_kafka(self) -> tuple[KafkaSettings, RecordProducer, RecordProducer]:
         # Blocking (connection lookup, client creation): called in a worker thread.
         from airflow_kafka_events.provider.hook import KafkaEventsHook
 
@@ -330,7 +330,7 @@ class StreamingTrigger(BaseTrigger):
 
     def _index_writer(
         self,
-        producer: EnvelopeProducer,
+        producer: RecordProducer,
         trigger_run_id: str,
         identity: ProducerIdentity,
         partition: int,

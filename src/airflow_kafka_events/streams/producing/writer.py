@@ -17,7 +17,7 @@ from typing import Any
 from airflow_kafka_events.envelopes.codec import TRIGGER_EVENT_CODEC
 from airflow_kafka_events.envelopes.model import ProducerIdentity, StreamFailure, TriggerEventEnvelope
 from airflow_kafka_events.errors import ConfigurationError
-from airflow_kafka_events.kafka.producer import EnvelopeProducer
+from airflow_kafka_events.kafka.producer import RecordProducer
 from airflow_kafka_events.streams.descriptor import StreamDescriptor
 from airflow_kafka_events.streams.producing.outage import await_delivery
 from airflow_kafka_events.streams.progress import FIRST_OFFSET_METADATA_KEY, GENERATION_METADATA_KEY
@@ -36,7 +36,7 @@ class AttemptWriter:
 
     def __init__(
         self,
-        producer: EnvelopeProducer,
+        producer: RecordProducer,
         *,
         topic: str,
         partition: int,

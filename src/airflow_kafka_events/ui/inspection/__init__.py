@@ -42,7 +42,7 @@ from airflow_kafka_events.ui.inspection.errors import (
     TopicNotFoundError,
 )
 from airflow_kafka_events.ui.inspection.redact import preview, redact
-from airflow_kafka_events.ui.inspection.stream_state import PageInfo, StreamSummary
+from airflow_kafka_events.ui.inspection.stream_state import PageInfo, StreamOverview
 from airflow_kafka_events.ui.inspection.streams import (
     StreamDetail,
     StreamListing,
@@ -75,7 +75,7 @@ __all__ = [
     "StreamIndexNotFoundError",
     "StreamListing",
     "StreamNotFoundError",
-    "StreamSummary",
+    "StreamOverview",
     "TopicNotFoundError",
     "WrittenSpan",
     "dead_letters_by_source",

@@ -3,7 +3,7 @@
 :func:`indexed_streams` turns an :class:`~.reader.IndexSnapshot` into :class:`IndexedStream` rows
 (O(records), no Kafka read); :class:`StreamFilter` selects them (DAG, run, task, map index, state).
 A row's :attr:`IndexedStream.summary` is the :class:`~airflow_kafka_events.ui.inspection.stream_state.
-StreamSummary` the pages, the CLI and their JSON have always shown (state ``running`` / ``complete``
+StreamOverview` the pages, the CLI and their JSON have always shown (state ``running`` / ``complete``
 / ``failed``); the index adds the stream's status as written, first offset, times, its
 ``pages_over_time`` and each consumer's position and ``lag_over_time``.
 """
@@ -19,7 +19,7 @@ from airflow_kafka_events.errors import ValidationError
 from airflow_kafka_events.streams.descriptor import stream_id
 from airflow_kafka_events.streams.index.record import MAX_SAMPLES, ConsumerRecord, StreamRecord
 from airflow_kafka_events.ui.inspection.redact import redact_text
-from airflow_kafka_events.ui.inspection.stream_state import StreamSummary, iso
+from airflow_kafka_events.ui.inspection.stream_state import StreamOverview, iso
 
 __all__ = [
     "STATES",
@@ -67,9 +67,9 @@ def state_of(record: StreamRecord) -> str:
     return _STATE_OF_STATUS[record.status]
 
 
-def _summary(record: StreamRecord) -> StreamSummary:
+def _summary(record: StreamRecord) -> StreamOverview:
     parts = _parts(record)
-    return StreamSummary(
+    return StreamOverview(
         record.stream_id,
         **parts,
         attempt=record.attempt,
@@ -154,7 +154,7 @@ class IndexedStream:
     """One stream of the index, with its consumers."""
 
     record: StreamRecord
-    summary: StreamSummary
+    summary: StreamOverview
     consumers: tuple[ConsumerRecord, ...] = field(default_factory=tuple)
 
     @property
@@ -165,7 +165,7 @@ class IndexedStream:
         return [consumer_row(c, self.record) for c in self.consumers]
 
     def to_dict(self) -> dict[str, Any]:
-        """The listing's fields (:meth:`StreamSummary.to_dict`) and the index's own."""
+        """The listing's fields (:meth:`StreamOverview.to_dict`) and the index's own."""
         r = self.record
         return {
             **self.summary.to_dict(),

@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 
 from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
-from airflow_kafka_events.kafka.bounded_reads import bounded_read_config
+from airflow_kafka_events.kafka.assigned_reader import bounded_read_config
 from airflow_kafka_events.kafka.client_log import FIXES, Cause, refusal_error
 from airflow_kafka_events.kafka.clients import new_consumer
 from airflow_kafka_events.kafka.settings import KafkaSettings

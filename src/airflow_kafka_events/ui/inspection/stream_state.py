@@ -1,4 +1,4 @@
-"""A stream's state as its envelopes show it: :class:`StreamSummary`, :class:`PageInfo`.
+"""A stream's state as its envelopes show it: :class:`StreamOverview`, :class:`PageInfo`.
 
 :class:`StreamState` aggregates the envelopes of one stream read in any order: the highest
 attempt counts; it is ``complete`` or ``failed`` once its terminal marker is seen, else
@@ -26,8 +26,8 @@ from airflow_kafka_events.ui.inspection.redact import preview, redact_text
 __all__ = [
     "PAGE_PREVIEW_LIMIT",
     "PageInfo",
+    "StreamOverview",
     "StreamState",
-    "StreamSummary",
     "decode_envelope",
     "iso",
 ]
@@ -41,7 +41,7 @@ def iso(value: datetime | None) -> str | None:
 
 
 @dataclass(frozen=True)
-class StreamSummary:
+class StreamOverview:
     """One stream's latest attempt as far as the scanned envelopes show it."""
 
     trigger_run_id: str
@@ -188,7 +188,7 @@ class StreamState:
         pages = self.data_last[1] - self.data_first[1]
         return round(pages / seconds, 3) if seconds > 0 and pages > 0 else None
 
-    def summary(self) -> StreamSummary:
+    def summary(self) -> StreamOverview:
         try:
             parts: dict[str, Any] = parse_stream_id(self.key)._asdict()
         except ValidationError:
@@ -201,7 +201,7 @@ class StreamState:
         else:
             last, error, state = self.last_data, None, "running"
             pages = 0 if last is None else last + 1
-        return StreamSummary(
+        return StreamOverview(
             self.key,
             **parts,
             attempt=self.attempt,

@@ -36,8 +36,8 @@ from airflow_kafka_events.ui.inspection.errors import InspectionError, InvalidWi
 from airflow_kafka_events.ui.inspection.reader import DEFAULT_TIMEOUT, TopicReader
 from airflow_kafka_events.ui.inspection.stream_state import (
     PageInfo,
+    StreamOverview,
     StreamState,
-    StreamSummary,
     decode_envelope,
     iso,
 )
@@ -149,7 +149,7 @@ class WrittenSpan:
 
 @dataclass(frozen=True)
 class StreamDetail:
-    summary: StreamSummary
+    summary: StreamOverview
     #: The latest attempt's envelopes read (bounded by the window's ``max_records``), in order.
     pages: list[PageInfo]
     window: ScannedWindow
@@ -266,7 +266,7 @@ def _check_hint(partition: int | None, last_offset: int | None) -> None:
             raise InspectionError(f"a stream's {name} hint is an int >= 0 or None, got {value!r}")
     if (partition is None) != (last_offset is None):
         raise InspectionError(
-            "a stream's location hint needs both partition and last_offset (as a listing's StreamSummary "
+            "a stream's location hint needs both partition and last_offset (as a listing's StreamOverview "
             f"has them), got partition={partition!r}, last_offset={last_offset!r}"
         )
 
@@ -446,7 +446,7 @@ def show_stream(
 
     Found, in this order (:attr:`StreamDetail.found_by` says how):
 
-    * with a location hint (``partition`` and ``last_offset`` of a listing's :class:`StreamSummary`),
+    * with a location hint (``partition`` and ``last_offset`` of a listing's :class:`StreamOverview`),
       in a bounded range around it: the stream's envelopes from that offset on (at most
       ``window.max_records`` further, written since the listing) and its attempt's from its first
       offset (``first_offset`` metadata, else ``window.since`` or the partition's start);

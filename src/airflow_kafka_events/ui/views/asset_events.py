@@ -21,7 +21,7 @@ from airflow_kafka_events.errors import AirflowKafkaEventsError
 from airflow_kafka_events.ui.airflow_state import AirflowEvent, airflow_events_for
 from airflow_kafka_events.ui.inspection.asset_events import list_asset_events
 from airflow_kafka_events.ui.inspection.dead_letters import dead_letters_by_source
-from airflow_kafka_events.ui.views.common import LIST_PREVIEW, PageDep
+from airflow_kafka_events.ui.views.common import LIST_PREVIEW, PageRequestDep
 
 __all__ = [
     "router",
@@ -50,7 +50,7 @@ def _as_dict(record: Any) -> dict[str, Any]:
 @router.get("/asset-events")
 @router.get("/api/asset-events")
 def asset_events_page(
-    page: PageDep,
+    page: PageRequestDep,
     session: SessionDep,
     asset: Annotated[str | None, Query(description="asset name or URI")] = None,
     event_id: Annotated[str | None, Query()] = None,

@@ -1,9 +1,9 @@
 """What every page needs: the settings, the user, the Kafka config, the window, errors as pages.
 
-:class:`Page` is built per request (a FastAPI dependency): the view's settings read from
+:class:`PageRequest` is built per request (a FastAPI dependency): the view's settings read from
 ``[kafka_events]``, the signed-in user and whether they may replay, the window asked for
 (``?minutes=`` / ``?max_records=``, capped), and -- on first use -- the librdkafka config of the
-view's connection together with the secrets to mask in the answer.  :meth:`Page.answer` renders a
+view's connection together with the secrets to mask in the answer.  :meth:`PageRequest.answer` renders a
 template or, for the ``/api`` twin of a page, the same data as JSON.  An error of this package
 (a missing topic, brokers that do not answer, a record not found) becomes a page that names it.
 """
@@ -29,8 +29,8 @@ from airflow_kafka_events.ui.settings import MAX_RECORDS_CAP, MAX_WINDOW_MINUTES
 
 __all__ = [
     "LIST_PREVIEW",
-    "Page",
-    "PageDep",
+    "PageRequest",
+    "PageRequestDep",
     "error_status",
 ]
 
@@ -59,7 +59,7 @@ def error_status(exc: BaseException) -> int:
 
 
 @dataclass
-class Page:
+class PageRequest:
     request: Request
     settings: ViewSettings
     user: Any
@@ -147,9 +147,9 @@ def _page(
         int | None, Query(ge=1, le=MAX_RECORDS_CAP, description="records per partition, at most")
     ] = None,
     limit: Annotated[int, Query(ge=1, le=MAX_LIMIT, description="rows a listing shows")] = DEFAULT_LIMIT,
-) -> Page:
+) -> PageRequest:
     settings = ViewSettings.from_airflow()
-    return Page(
+    return PageRequest(
         request=request,
         settings=settings,
         user=user,
@@ -158,4 +158,4 @@ def _page(
     )
 
 
-PageDep = Annotated[Page, Depends(_page)]
+PageRequestDep = Annotated[PageRequest, Depends(_page)]

@@ -44,7 +44,7 @@ from airflow_kafka_events.ui.inspection.errors import ReplayTargetRefusedError
 from airflow_kafka_events.ui.inspection.redact import redact_text
 from airflow_kafka_events.ui.inspection.replay_targets import ReplayTargets
 from airflow_kafka_events.ui.security import CSRF_FIELD, REPLAY, csrf_token, refuse_cross_site, session_of
-from airflow_kafka_events.ui.views.common import LIST_PREVIEW, Page, PageDep
+from airflow_kafka_events.ui.views.common import LIST_PREVIEW, PageRequest, PageRequestDep
 
 __all__ = [
     "router",
@@ -70,7 +70,7 @@ def _record_dict(record: DeadLetterRecord) -> dict[str, Any]:
 @router.get("/dead-letters")
 @router.get("/api/dead-letters")
 def dead_letters_page(
-    page: PageDep,
+    page: PageRequestDep,
     reason: Annotated[str | None, Query()] = None,
     source_topic: Annotated[str | None, Query()] = None,
     consumer: Annotated[str | None, Query()] = None,
@@ -106,13 +106,13 @@ def dead_letters_page(
     return page.answer("dead-letters", "dead_letters.html", context, payload)
 
 
-def _load(page: Page, partition: int, offset: int) -> LoadedDeadLetter:
+def _load(page: PageRequest, partition: int, offset: int) -> LoadedDeadLetter:
     return load_dead_letter(page.config(), page.settings.dlq_topic, partition, offset)
 
 
 @router.get("/dead-letters/{partition}/{offset}")
 @router.get("/api/dead-letters/{partition}/{offset}")
-def dead_letter_page(page: PageDep, partition: int, offset: int) -> Response:
+def dead_letter_page(page: PageRequestDep, partition: int, offset: int) -> Response:
     try:
         record = _load(page, partition, offset).record
     except AirflowKafkaEventsError as exc:
@@ -121,7 +121,7 @@ def dead_letter_page(page: PageDep, partition: int, offset: int) -> Response:
     return page.answer("dead-letters", "dead_letter.html", context, _record_dict(record))
 
 
-def replay_targets(page: Page, session: Any) -> ReplayTargets:
+def replay_targets(page: PageRequest, session: Any) -> ReplayTargets:
     """Where replays of the view's dead letters may go (the configuration and Airflow's watchers)."""
     settings = page.settings
     return ReplayTargets.of(
@@ -135,7 +135,7 @@ def replay_targets(page: Page, session: Any) -> ReplayTargets:
 
 @router.get("/dead-letters/{partition}/{offset}/replay", dependencies=[REPLAY])
 @router.get("/api/dead-letters/{partition}/{offset}/replay", dependencies=[REPLAY])
-def confirm_replay_page(page: PageDep, session: SessionDep, partition: int, offset: int) -> Response:
+def confirm_replay_page(page: PageRequestDep, session: SessionDep, partition: int, offset: int) -> Response:
     """The confirmation: the record, the topics it may go to (none: why), the user's CSRF token."""
     try:
         record = _load(page, partition, offset).record
@@ -167,7 +167,7 @@ def confirm_replay_page(page: PageDep, session: SessionDep, partition: int, offs
     return page.answer("dead-letters", "replay_confirm.html", context, payload)
 
 
-def _audit(session: Any, page: Page, record: DeadLetterRecord, receipt: Any) -> None:
+def _audit(session: Any, page: PageRequest, record: DeadLetterRecord, receipt: Any) -> None:
     """One entry in Airflow's audit log (Browse > Audit Log) for the replay."""
     from airflow.models.log import Log
 
@@ -183,7 +183,7 @@ def _audit(session: Any, page: Page, record: DeadLetterRecord, receipt: Any) -> 
     "/api/dead-letters/{partition}/{offset}/replay", dependencies=[REPLAY, Depends(refuse_cross_site)]
 )
 def replay_page(
-    page: PageDep,
+    page: PageRequestDep,
     session: SessionDep,
     partition: int,
     offset: int,

@@ -30,7 +30,7 @@ from airflow_kafka_events.ui.airflow_state import WatcherState, last_bridge_post
 from airflow_kafka_events.ui.inspection.index_listing import StreamFilter
 from airflow_kafka_events.ui.inspection.streams import StreamListing, list_streams
 from airflow_kafka_events.ui.kafka_access import committed_offsets, end_offsets, group_members
-from airflow_kafka_events.ui.views.common import Page, PageDep
+from airflow_kafka_events.ui.views.common import PageRequest, PageRequestDep
 
 __all__ = [
     "router",
@@ -46,7 +46,7 @@ def _error(exc: AirflowKafkaEventsError) -> str:
 class _Ends:
     """End offsets per topic, read once per page (from the page's thread only)."""
 
-    def __init__(self, page: Page) -> None:
+    def __init__(self, page: PageRequest) -> None:
         self._page = page
         self._ends: dict[str, dict[int, int] | str] = {}
 
@@ -101,7 +101,7 @@ def _watcher_row(state: WatcherState, ends: _Ends) -> dict[str, Any]:
 _Group = tuple[dict[int, int | None] | str, tuple[str, int] | str]
 
 
-def _read_group(page: Page, group_id: str) -> _Group:
+def _read_group(page: PageRequest, group_id: str) -> _Group:
     """What the group committed on the asset events topic, and its ``(state, members)`` now."""
     try:
         committed: dict[int, int | None] | str = committed_offsets(
@@ -116,7 +116,7 @@ def _read_group(page: Page, group_id: str) -> _Group:
     return committed, members
 
 
-def _bridge_row(page: Page, group_id: str, group: _Group, ends: _Ends) -> dict[str, Any]:
+def _bridge_row(page: PageRequest, group_id: str, group: _Group, ends: _Ends) -> dict[str, Any]:
     topic = page.settings.asset_events_topic
     committed, members = group
     lags = committed if isinstance(committed, str) else _lags(ends.of(topic), committed)
@@ -127,7 +127,7 @@ def _bridge_row(page: Page, group_id: str, group: _Group, ends: _Ends) -> dict[s
     return {**row, "state": state, "group_state": members[0], "members": members[1]}
 
 
-def _stream_listing(page: Page) -> tuple[StreamListing | None, str | None]:
+def _stream_listing(page: PageRequest) -> tuple[StreamListing | None, str | None]:
     # the watchers and bridges are shown even when the index cannot be read (e.g. not created)
     try:
         filters = StreamFilter(state="running")
@@ -140,7 +140,7 @@ def _stream_listing(page: Page) -> tuple[StreamListing | None, str | None]:
 
 @router.get("/health")
 @router.get("/api/health")
-def health_page(page: PageDep, session: SessionDep) -> Response:
+def health_page(page: PageRequestDep, session: SessionDep) -> Response:
     settings = page.settings
     ends = _Ends(page)
     with contextlib.suppress(AirflowKafkaEventsError):  # each part below names it in its own place

@@ -42,10 +42,10 @@ from airflow_kafka_events.ui.inspection.index_listing import (
     consumers_of_task,
     indexed_streams,
 )
-from airflow_kafka_events.ui.inspection.stream_state import StreamSummary
+from airflow_kafka_events.ui.inspection.stream_state import StreamOverview
 from airflow_kafka_events.ui.inspection.streams import StreamListing, WrittenSpan, list_streams, show_stream
 from airflow_kafka_events.ui.inspection.window import ScanWindow
-from airflow_kafka_events.ui.views.common import Page, PageDep
+from airflow_kafka_events.ui.views.common import PageRequest, PageRequestDep
 
 __all__ = [
     "router",
@@ -66,7 +66,7 @@ SPAN_AFTER = timedelta(minutes=5)
 
 
 def _consumer_rows(
-    checkpoints: list[ConsumerCheckpoint], summaries: dict[str, StreamSummary]
+    checkpoints: list[ConsumerCheckpoint], summaries: dict[str, StreamOverview]
 ) -> list[dict[str, Any]]:
     """Consumers known only from the task state store (none in the index): their checkpoints."""
     rows = []
@@ -103,7 +103,7 @@ def _map_index(value: str | None) -> int | None:
     return number if number is None or number >= -1 else None
 
 
-def _listing(page: Page, filters: StreamFilter) -> StreamListing:
+def _listing(page: PageRequest, filters: StreamFilter) -> StreamListing:
     return list_streams(
         page.config(), page.settings.stream_index_topic, filters=filters, cache=page.stream_index()
     )
@@ -112,7 +112,7 @@ def _listing(page: Page, filters: StreamFilter) -> StreamListing:
 @router.get("/streams")
 @router.get("/api/streams")
 def streams_page(
-    page: PageDep,
+    page: PageRequestDep,
     session: SessionDep,
     dag_id: Annotated[str | None, Query()] = None,
     run_id: Annotated[str | None, Query()] = None,
@@ -184,7 +184,7 @@ def streams_page(
     return page.answer("streams", "streams.html", context, payload)
 
 
-def _stream_window(page: Page, session: Any, trigger_run_id: str) -> ScanWindow:
+def _stream_window(page: PageRequest, session: Any, trigger_run_id: str) -> ScanWindow:
     """The page's window; without ``?minutes=``, from the stream's DAG run on (as the producer's lookup).
 
     No envelope of a task's stream is older than its DAG run's ``run_after`` minus
@@ -246,7 +246,7 @@ def _written_span(
 @router.get("/streams/{trigger_run_id:path}")
 @router.get("/api/streams/{trigger_run_id:path}")
 def stream_page(
-    page: PageDep,
+    page: PageRequestDep,
     session: SessionDep,
     trigger_run_id: str,
     partition: Annotated[int | None, Query(ge=0, description="the stream's partition (a listing's)")] = None,

@@ -6,7 +6,7 @@ from fastapi import APIRouter
 from fastapi.responses import Response
 
 from airflow_kafka_events.ui.rendering import render_json
-from airflow_kafka_events.ui.views.common import PageDep
+from airflow_kafka_events.ui.views.common import PageRequestDep
 
 __all__ = [
     "router",
@@ -16,5 +16,5 @@ router = APIRouter()
 
 
 @router.get("/api/user")
-def user_page(page: PageDep) -> Response:
+def user_page(page: PageRequestDep) -> Response:
     return render_json({"username": page.username, "may_replay": page.may_replay})

@@ -39,27 +39,77 @@ import httpx
 
 from airflow_kafka_events.__about__ import __version__
 from airflow_kafka_events.assets.publish import PROVENANCE_EXTRA_KEY
-from airflow_kafka_events.bridge.config import API_PAGE_LIMIT
-from airflow_kafka_events.bridge.errors import (
-    AirflowApiError,
-    AuthenticationError,
-    ForbiddenError,
-    NotFoundError,
-    RejectedError,
-    TransientApiError,
-    UnknownAssetError,
-)
-from airflow_kafka_events.retry_after import parse_retry_after
+from airflow_kafka_events.errors import AirflowKafkaEventsError
+from airflow_kafka_events.retry import parse_retry_after
 
 log = logging.getLogger(__name__)
 
 __all__ = [
+    "API_PAGE_LIMIT",
     "AirflowApiClient",
+    "AirflowApiError",
     "AssetIdCache",
+    "AuthenticationError",
+    "ForbiddenError",
+    "NotFoundError",
+    "RejectedError",
+    "TransientApiError",
+    "UnknownAssetError",
     "classify_status",
     "jwt_claims",
     "renewal_due",
 ]
+
+
+#: Largest page Airflow's REST API returns with the default ``[api] maximum_page_limit``.
+API_PAGE_LIMIT = 100
+
+
+class AirflowApiError(AirflowKafkaEventsError):
+    """A call to Airflow's REST API failed; ``status`` is the HTTP status (``None``: no answer)."""
+
+    def __init__(self, message: str, *, status: int | None = None, detail: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.detail = detail
+
+
+class TransientApiError(AirflowApiError):
+    """Worth retrying.  ``ambiguous``: a POST may have been applied although no 2xx came back."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int | None = None,
+        detail: str | None = None,
+        ambiguous: bool = False,
+        retry_after: float | None = None,
+    ) -> None:
+        super().__init__(message, status=status, detail=detail)
+        self.ambiguous = ambiguous
+        self.retry_after = retry_after
+
+
+class RejectedError(AirflowApiError):
+    """A 4xx about the request itself (validation, unknown asset ...): retrying cannot help."""
+
+
+class NotFoundError(RejectedError):
+    """404: the asset (or route) does not exist."""
+
+
+class AuthenticationError(AirflowApiError):
+    """The credentials were refused, or a fresh token was refused."""
+
+
+class ForbiddenError(AirflowApiError):
+    """403: the user is authenticated but its role may not do this (the bridge needs role ``op``)."""
+
+
+class UnknownAssetError(RejectedError):
+    """No active Airflow asset has the event's exact name and URI."""
+
 
 TOKEN_PATH = "auth/token"
 ASSETS_PATH = "api/v2/assets"
