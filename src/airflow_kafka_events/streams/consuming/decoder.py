@@ -30,7 +30,7 @@ from airflow_kafka_events.envelopes.model import (
 )
 from airflow_kafka_events.envelopes.trigger_avro import FAST_FINGERPRINT
 from airflow_kafka_events.errors import EnvelopeDecodeError
-from airflow_kafka_events.kafka.consumer import Decoder
+from airflow_kafka_events.kafka.consumer import RecordDecoder
 
 __all__ = ["StreamDecoder"]
 
@@ -109,7 +109,7 @@ def _unchecked(cls: type[Any], fields: dict[str, Any]) -> Any:
 class StreamDecoder:
     """Decodes the values of one stream's records like ``codec.decode`` (see the module doc)."""
 
-    def __init__(self, codec: Decoder[TriggerEventEnvelope]) -> None:
+    def __init__(self, codec: RecordDecoder[TriggerEventEnvelope]) -> None:
         self._codec = codec
         self._fast = (
             type(codec) is EnvelopeCodec
