@@ -23,6 +23,9 @@ by the test suite; here each reader variant only checks it got every record, in 
 ``--gc-off`` runs every variant with Python's cyclic garbage collector off: the difference is
 the collector's share, which grows with the decoded pages a reader holds (a batch of
 ``max_events`` pages is alive until its handler returns; raw+decode drops each page at once).
+``--gc-threshold N`` sets the collector's first-generation threshold instead (Python's default
+700 allocations): pages that live for a batch then seldom reach the oldest generation, whose
+collections walk every object of the process.
 """
 
 from __future__ import annotations
@@ -212,6 +215,7 @@ def measure_size(
         "records": n,
         "write_seconds": write_s,
         "load": os.getloadavg(),
+        "gc": {"enabled": gc.isenabled(), "threshold": gc.get_threshold()},
         "rates": rates,
         "cpu_us": cpu,
     }
@@ -221,6 +225,9 @@ def report(result: dict[str, Any]) -> None:
     rates, cpu = result["rates"], result["cpu_us"]
     best = {name: max(values) for name, values in rates.items()}
     load = ", ".join(f"{x:.2f}" for x in result["load"])
+    collector = result["gc"]
+    state = "on" if collector["enabled"] else "off"
+    print(f"\ncyclic GC {state}, thresholds {collector['threshold']}", end="")
     print(
         f"\npayload ~{result['size']} B (envelope {result['envelope_bytes']} B), "
         f"{result['records']} records, written in {result['write_seconds']:.1f} s; load average {load}"
@@ -254,6 +261,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument(
         "--gc-off", action="store_true", help="with Python's cyclic garbage collector off (to see its share)"
     )
+    parser.add_argument(
+        "--gc-threshold", type=int, help="the collector's first-generation threshold (Python's default: 700)"
+    )
     parser.add_argument("--out", type=Path, help="write every figure as JSON here")
     args = parser.parse_args(argv)
     variants = [v for v in args.variants.split(",") if v]
@@ -263,6 +273,8 @@ def main(argv: list[str]) -> int:
 
     if args.gc_off:
         gc.disable()
+    if args.gc_threshold:
+        gc.set_threshold(args.gc_threshold, *gc.get_threshold()[1:])
     broker = None
     bootstrap = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
     if not bootstrap:

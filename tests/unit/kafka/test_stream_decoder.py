@@ -9,10 +9,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from airflow_kafka_events.envelopes import schemas
 from airflow_kafka_events.envelopes.codec import TRIGGER_EVENT_CODEC, EnvelopeCodec, frame_confluent
 from airflow_kafka_events.envelopes.model import ProducerIdentity, StreamFailure, TriggerEventEnvelope
 from airflow_kafka_events.errors import EnvelopeDecodeError
-from airflow_kafka_events.streams.consuming.decoder import StreamDecoder
+from airflow_kafka_events.streams.consuming.decoder import READ_FINGERPRINT, StreamDecoder
 
 pytestmark = pytest.mark.unit
 
@@ -142,3 +143,8 @@ def test_another_codec_decodes_every_record() -> None:
     registry_framed = frame_confluent(7, data[10:])
     with pytest.raises(EnvelopeDecodeError):
         StreamDecoder(EnvelopeCodec(TriggerEventEnvelope)).decode(registry_framed)
+
+
+def test_the_decoder_reads_the_current_schema_version() -> None:
+    # A new schema version turns the decoder's own reading off (the codec decodes) until it reads it.
+    assert schemas.schema_fingerprint(schemas.TRIGGER_EVENT_ENVELOPE) == READ_FINGERPRINT

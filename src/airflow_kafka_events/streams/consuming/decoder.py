@@ -28,13 +28,15 @@ from airflow_kafka_events.envelopes.model import (
     StreamFailure,
     TriggerEventEnvelope,
 )
-from airflow_kafka_events.envelopes.trigger_avro import FAST_FINGERPRINT
 from airflow_kafka_events.errors import EnvelopeDecodeError
 from airflow_kafka_events.kafka.consumer import RecordDecoder
 
-__all__ = ["StreamDecoder"]
+__all__ = ["READ_FINGERPRINT", "StreamDecoder"]
 
-_HEADER = SINGLE_OBJECT_MAGIC + FAST_FINGERPRINT
+#: CRC-64-AVRO fingerprint of the trigger event envelope schema version this decoder reads; a codec
+#: whose current schema differs (a new version) decodes every record itself.
+READ_FINGERPRINT = bytes.fromhex("8e485a47790b7893")
+_HEADER = SINGLE_OBJECT_MAGIC + READ_FINGERPRINT
 _HEADER_SIZE = len(_HEADER)
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 _U64 = 1 << 64
@@ -114,7 +116,7 @@ class StreamDecoder:
         self._fast = (
             type(codec) is EnvelopeCodec
             and codec.envelope_type is TriggerEventEnvelope
-            and codec.fingerprint == FAST_FINGERPRINT
+            and codec.fingerprint == READ_FINGERPRINT
         )
         self._run_bytes = b""  # the last run id's bytes (length prefix included) and value
         self._run_id = ""
