@@ -8,9 +8,11 @@ setup:
 	./scripts/bootstrap.sh
 
 # KEEP=1: leave Airflow and the broker running for a look at the UI (Ctrl-C stops them);
+# REGISTRY=1: also asset events in a schema registry's wire format (docs/schema-registry.md);
 # TOPOLOGY=production: PostgreSQL + CeleryExecutor on Redis, 2 workers, 2 triggerers (docs/production-topology.md)
 demo: setup
-	$(BIN)/python examples/demo.py $(if $(KEEP),--keep-running) $(if $(TOPOLOGY),--topology $(TOPOLOGY))
+	$(BIN)/python examples/demo.py $(if $(KEEP),--keep-running) $(if $(TOPOLOGY),--topology $(TOPOLOGY)) \
+		$(if $(REGISTRY),--registry)
 
 test: setup lint docs
 	$(BIN)/pytest --durations=15

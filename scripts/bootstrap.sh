@@ -4,7 +4,8 @@
 #   - Chromium and chromium-driver for the UI's browser tests (the same way),
 #   - PostgreSQL 15 and redis-server for the e2e tests' production topology (the same way),
 #   - a virtualenv in .venv with the package (editable) and its test extras, pinned by constraints,
-#   - the Apache Kafka broker jars from Maven Central (cached under ~/.cache, fetched once),
+#   - the Apache Kafka broker jars and the tests' schema registry (Apicurio Registry) from Maven Central
+#     (cached under ~/.cache, fetched once),
 #   - the npm packages of tests/node and ui (npm ci, from package-lock.json) when npm is available.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -75,4 +76,6 @@ else
   echo "bootstrap: node/npm not found; the signature vector test and the UI bundle check need node 18+ (they fail in CI without)" >&2
 fi
 
-"$VENV/bin/airflow-kafka-events" kafka fetch
+# the broker's jars and the tests' schema registry (Apicurio Registry; it runs on Java 21+, found in
+# JAVA_HOME, PATH, /usr/lib/jvm or /opt, or AIRFLOW_KAFKA_EVENTS_REGISTRY_JAVA_HOME)
+"$VENV/bin/airflow-kafka-events" kafka fetch --schema-registry

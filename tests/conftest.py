@@ -7,8 +7,9 @@
 3. the project's own :class:`~airflow_kafka_events.local_broker.LocalKafkaBroker`, started once
    for the session in a temporary state dir and stopped (by pid) at the end.
 
-A broker that cannot be obtained is a test *failure*, never a skip.  Every fixture is lazy:
-``pytest -m unit`` starts no broker.
+``schema_registry_url`` is ``SCHEMA_REGISTRY_URL`` when set, else a local Apicurio Registry started
+once for the session.  A broker or registry that cannot be obtained is a test *failure*, never a skip.
+Every fixture is lazy: ``pytest -m unit`` starts no broker and no registry.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import pytest
 
 _BROKER_START_TIMEOUT = float(os.environ.get("KAFKA_TEST_START_TIMEOUT", "240"))
 _TOPIC_TIMEOUT = 30.0
+_REGISTRY_START_TIMEOUT = float(os.environ.get("SCHEMA_REGISTRY_TEST_START_TIMEOUT", "180"))
 
 
 def _in_ci() -> bool:
@@ -90,6 +92,42 @@ def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield from _testcontainers_kafka()
     else:
         yield from _local_kafka(tmp_path_factory)
+
+
+def _no_registry(reason: str) -> None:
+    where = "in CI " if _in_ci() else ""
+    pytest.fail(
+        f"no schema registry for the integration tests {where}({reason}). Set SCHEMA_REGISTRY_URL to a "
+        "Confluent-compatible registry's URL, or install Java 21+ and Maven so the local one can start.",
+        pytrace=False,
+    )
+
+
+@pytest.fixture(scope="session")
+def schema_registry_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """URL of a real Confluent-compatible schema registry for this test session.
+
+    ``SCHEMA_REGISTRY_URL`` when set; otherwise the project's own
+    :class:`~airflow_kafka_events.local_broker.registry.LocalSchemaRegistry` (Apicurio Registry,
+    in-memory, on 127.0.0.1), started once for the session and stopped (by pid) at the end.
+    """
+    configured = os.environ.get("SCHEMA_REGISTRY_URL", "").strip()
+    if configured:
+        yield configured
+        return
+    from airflow_kafka_events.local_broker.registry import LocalSchemaRegistry, RegistryRuntimeError
+
+    registry = LocalSchemaRegistry(tmp_path_factory.mktemp("registry-session"))
+    try:
+        status = registry.start(timeout=_REGISTRY_START_TIMEOUT)
+    except RegistryRuntimeError as exc:
+        _no_registry(f"the local schema registry did not start: {exc}")
+        raise  # pragma: no cover - pytest.fail raised already
+    try:
+        assert status.url is not None
+        yield status.url
+    finally:
+        registry.stop()
 
 
 @pytest.fixture(scope="session")

@@ -7,10 +7,9 @@ that already catches serializer errors keeps working; errors that come from the 
 client keep librdkafka's error code (``.code``) and the original ``KafkaError``.
 
 Each subpackage with errors of its own has one ``errors`` module (``assets.errors``,
-``bridge.errors``, ``triggers.errors``, ``iteration.errors``, ``inspection.errors``), all under
-:class:`AirflowKafkaEventsError`.  An error's type name is recorded in Kafka (a failed stream's
-``StreamError.type``, a dead letter's ``x-error-type``); :func:`recorded_under` keeps the name
-of an error class that moved, so stored records and readers matching on it are unaffected.
+``bridge.errors``, ``http.errors``, ``iteration.errors``, ``ui.inspection.errors``), all under
+:class:`AirflowKafkaEventsError`.  An error's qualified type name is recorded in Kafka (a failed
+stream's ``StreamError.type``, a dead letter's ``x-error-type``).
 
 This module imports no Airflow module: external producers use it too.
 """
@@ -58,6 +57,11 @@ class UnknownFramingError(EnvelopeDecodeError):
 
 class UnknownSchemaError(EnvelopeDecodeError):
     """The fingerprint or registry schema id names a writer schema we do not know."""
+
+
+class SchemaRegistryUnavailableError(EnvelopeSerializationError):
+    """The schema registry did not answer (unreachable, timed out, a server error): retry later; the
+    record is not at fault, so it is never dead-lettered for this."""
 
 
 # --------------------------------------------------------------------------- validation

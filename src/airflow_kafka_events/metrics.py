@@ -191,15 +191,7 @@ def statsd_sink_from_config(environ: Mapping[str, str] | None = None) -> StatsdS
     )
 
 
-_lock = threading.Lock()
-_sink: Sink | None = None
-# Held across fork(), so that a forked child never inherits it taken by a thread it does not have.
-os.register_at_fork(before=_lock.acquire, after_in_parent=_lock.release, after_in_child=_lock.release)
-
-
 def _make_sink() -> Sink:
-    import os
-
     choice = os.environ.get(ENV_SINK, "").strip().lower()
     if choice == "off":
         return NullSink()
@@ -212,21 +204,44 @@ def _make_sink() -> Sink:
     return statsd_sink_from_config() or NullSink()
 
 
+class _ProcessSink:
+    """The process's one sink, made at the first metric (process-wide on purpose, as Airflow's ``Stats``)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.current: Sink | None = None
+
+    def get(self) -> Sink:
+        current = self.current
+        if current is None:
+            with self.lock:
+                if self.current is None:
+                    self.current = _make_sink()
+                current = self.current
+        return current
+
+    def set(self, new: Sink | None) -> None:
+        with self.lock:
+            self.current = new
+
+
+_PROCESS_SINK = _ProcessSink()
+# Held across fork(), so that a forked child never inherits the lock taken by a thread it does not have.
+os.register_at_fork(
+    before=_PROCESS_SINK.lock.acquire,
+    after_in_parent=_PROCESS_SINK.lock.release,
+    after_in_child=_PROCESS_SINK.lock.release,
+)
+
+
 def sink() -> Sink:
     """The process's sink, made at the first metric."""
-    global _sink
-    if _sink is None:
-        with _lock:
-            if _sink is None:
-                _sink = _make_sink()
-    return _sink
+    return _PROCESS_SINK.get()
 
 
 def set_sink(new: Sink | None) -> None:
     """Use ``new`` from now on (``None``: decide again at the next metric)."""
-    global _sink
-    with _lock:
-        _sink = new
+    _PROCESS_SINK.set(new)
 
 
 def _off() -> bool:

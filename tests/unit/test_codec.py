@@ -18,8 +18,6 @@ from airflow_kafka_events.envelopes.codec import (
     ASSET_EVENT_CODEC,
     TRIGGER_EVENT_CODEC,
     EnvelopeCodec,
-    EnvelopeDeserializer,
-    EnvelopeSerializer,
     asset_event_codec,
     detect_framing,
     frame_confluent,
@@ -37,6 +35,7 @@ from airflow_kafka_events.envelopes.model import (
     StreamFailure,
     TriggerEventEnvelope,
 )
+from airflow_kafka_events.envelopes.registry import EnvelopeDeserializer, EnvelopeSerializer
 from airflow_kafka_events.errors import (
     ConfigurationError,
     EnvelopeDecodeError,

@@ -98,7 +98,7 @@ def test_a_broken_sink_never_breaks_the_caller():
 def test_nothing_is_read_or_sent_at_import(tmp_path):
     code = (
         "import sys, airflow_kafka_events.metrics as m\n"
-        "assert m._sink is None\n"
+        "assert m._PROCESS_SINK.current is None\n"
         "assert not [n for n in sys.modules if n == 'airflow' or n.startswith('airflow.')]\n"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

@@ -83,6 +83,7 @@ from airflow_kafka_events.errors import (
     EnvelopeDecodeError,
     ExtraTooLargeError,
     PartitionKeyError,
+    SchemaRegistryUnavailableError,
     UnknownSchemaError,
     ValidationError,
 )
@@ -374,9 +375,13 @@ class AdmissionPipeline:
                 decoded = self._decode(value)
             if isinstance(decoded, EnvelopeDecodeError):
                 return _reject(Stage.DECODE, decode_reason(decoded), decoded, record_bytes=size)
+            if isinstance(decoded, SchemaRegistryUnavailableError):
+                raise decoded  # the record is not at fault: the caller tries it again later
             if isinstance(decoded, BaseException):  # the caller's decoder failed otherwise: a bug
                 return _reject(Stage.INTERNAL, DeadLetterReason.INTERNAL_ERROR, decoded, record_bytes=size)
             return decoded, size
+        except SchemaRegistryUnavailableError:
+            raise
         except Exception as exc:  # a bug: keep the record (dead-lettered) rather than stop
             log.exception("admission failed while screening a record")
             return _reject(Stage.INTERNAL, DeadLetterReason.INTERNAL_ERROR, exc, record_bytes=size)

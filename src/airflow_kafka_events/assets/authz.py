@@ -53,12 +53,9 @@ texts the codec writes (:func:`extra_texts`).  A consumer that reads the raw Avr
 its texts as ``extra_texts`` to verify what another language wrote verbatim.  Test vectors (key,
 envelope bytes, signature) are in ``tests/vectors/signatures``.
 
-**Version 1** (deprecated; :data:`SIGNATURE_RECIPE`, a bare 32-byte digest) signed a Python
-re-serialization of the parsed ``extra`` that other languages cannot reproduce for some numbers.
-:func:`sign_envelope` makes version 2 only; :func:`verify_envelope` still accepts version 1
-(logging one warning per process) unless ``accept_v1=False``, for the deprecation window the
-documentation states (docs/asset-watcher.md).  The two cannot be confused: a version 1 signature
-is 32 bytes, a version 2 one 35, and the recipes differ.
+A bare 32-byte digest (``signature_version`` 1: a Python re-serialization of the parsed
+``extra`` that other languages cannot reproduce for some numbers) is refused with a
+:class:`SignatureInvalidError` that says to sign with version 2.
 
 :func:`verify_envelope` recomputes the digest with each accepted key (key rotation: the current
 key first, then previous ones) and compares in constant time.  Keys are ``bytes`` or ``str``
@@ -73,7 +70,6 @@ import dataclasses
 import fnmatch
 import hashlib
 import hmac
-import json
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -91,7 +87,6 @@ from airflow_kafka_events.errors import ValidationError
 
 __all__ = [
     "SIGNATURE_PREFIX_V2",
-    "SIGNATURE_RECIPE",
     "SIGNATURE_RECIPE_V2",
     "AllowRule",
     "Allowlist",
@@ -102,14 +97,11 @@ __all__ = [
     "sign_envelope",
     "signature_version",
     "signing_payload",
-    "signing_payload_v1",
     "verify_envelope",
 ]
 
 log = logging.getLogger(__name__)
 
-#: Version 1 (deprecated): first element of the signed JSON array, a bare 32-byte digest.
-SIGNATURE_RECIPE = "airflow-kafka-events/asset-event-signature/v1"
 #: Version 2: the first item of the signed bytes.
 SIGNATURE_RECIPE_V2 = "airflow-kafka-events/asset-event-signature/v2"
 #: Version 2 signatures are this prefix followed by the 32-byte HMAC-SHA256 digest.
@@ -325,38 +317,6 @@ def _extra_texts_of(envelope: AssetEventEnvelope) -> dict[str, str]:
         raise ValidationError(f"the envelope cannot be encoded for signing: {exc}") from exc
 
 
-def _utc_text(value: datetime | None) -> str | None:
-    if value is None:
-        return None
-    return value.astimezone(timezone.utc).isoformat(timespec="microseconds")
-
-
-def signing_payload_v1(envelope: AssetEventEnvelope) -> bytes:
-    """The deprecated version 1 signed bytes: ASCII compact sorted JSON of the parsed fields."""
-    body = {
-        "event_id": envelope.event_id,
-        "asset": {"name": envelope.asset.name, "uri": envelope.asset.uri},
-        "partition_key": envelope.partition_key,
-        "partition_date": _utc_text(envelope.partition_date),
-        "extra": dict(envelope.extra),
-        "idempotency_key": envelope.idempotency_key,
-        "source": envelope.source.to_avro(),
-        "emitted_at": _utc_text(envelope.emitted_at),
-        "causation": list(envelope.causation),
-    }
-    try:
-        text = json.dumps(
-            [SIGNATURE_RECIPE, body],
-            sort_keys=True,
-            separators=(",", ":"),
-            ensure_ascii=True,
-            allow_nan=False,
-        )
-    except (TypeError, ValueError) as exc:
-        raise ValidationError(f"the envelope cannot be encoded for signing: {exc}") from exc
-    return text.encode("ascii")
-
-
 def _key_bytes(key: Any) -> bytes:
     if isinstance(key, str):
         key = key.encode("utf-8")
@@ -409,47 +369,24 @@ def sign_envelope(envelope: AssetEventEnvelope, key: SigningKey) -> AssetEventEn
     return dataclasses.replace(unsigned, signature=compute_signature(unsigned, key))
 
 
-_v1_warned = False
-
-
-def _warn_v1(envelope: AssetEventEnvelope) -> None:
-    global _v1_warned
-    if not _v1_warned:
-        _v1_warned = True
-        log.warning(
-            "event %s carries a deprecated version 1 signature; re-sign on the producer with this "
-            "release's sign_envelope (version 2) before version 1 is no longer accepted",
-            envelope.event_id,
-        )
-
-
 def is_signature_valid(
     envelope: AssetEventEnvelope,
     keys: SigningKey | Iterable[SigningKey],
     *,
     extra_texts: Mapping[str, str] | None = None,
-    accept_v1: bool = True,
 ) -> bool:
-    """Whether ``envelope`` carries a signature made with one of ``keys`` (version 2, or 1 if accepted)."""
+    """Whether ``envelope`` carries a version 2 signature made with one of ``keys``."""
     accepted = _keys(keys)
-    version = signature_version(envelope.signature)
-    if version is None or (version == 1 and not accept_v1):
+    if signature_version(envelope.signature) != 2:
         return False
     assert envelope.signature is not None
-    if version == 2:
-        payload, digest = (
-            signing_payload(envelope, extra_texts=extra_texts),
-            envelope.signature[len(SIGNATURE_PREFIX_V2) :],
-        )
-    else:
-        payload, digest = signing_payload_v1(envelope), envelope.signature
+    payload = signing_payload(envelope, extra_texts=extra_texts)
+    digest = envelope.signature[len(SIGNATURE_PREFIX_V2) :]
     valid = False
     for key in accepted:
         expected = hmac.new(key, payload, hashlib.sha256).digest()
         # no early exit: the time taken does not tell which key matched
         valid = hmac.compare_digest(expected, digest) or valid
-    if valid and version == 1:
-        _warn_v1(envelope)
     return valid
 
 
@@ -458,12 +395,11 @@ def verify_envelope(
     keys: SigningKey | Iterable[SigningKey],
     *,
     extra_texts: Mapping[str, str] | None = None,
-    accept_v1: bool = True,
 ) -> None:
     """Raise :class:`SignatureMissingError` / :class:`SignatureInvalidError` unless signed with a key.
 
-    ``keys`` is one key or several (key rotation: every listed key is accepted).  Version 2
-    signatures are checked; version 1 ones too while ``accept_v1`` (the deprecation window).
+    ``keys`` is one key or several (key rotation: every listed key is accepted).  Only version 2
+    signatures are accepted.
     ``extra_texts``: the raw Avro ``extra`` texts, when the caller has them (see the module docs).
     """
     accepted = _keys(keys)
@@ -473,12 +409,12 @@ def verify_envelope(
             "but this consumer only accepts signed events"
         )
     version = signature_version(envelope.signature)
-    if version == 1 and not accept_v1:
+    if version == 1:
         raise SignatureInvalidError(
-            f"event {envelope.event_id} for asset {envelope.asset.uri!r} carries a version 1 signature, "
-            "which this consumer no longer accepts (re-sign with version 2)"
+            f"event {envelope.event_id} for asset {envelope.asset.uri!r} carries a version 1 signature "
+            "(a bare 32-byte digest), which is not accepted: sign it with sign_envelope (version 2)"
         )
-    if not is_signature_valid(envelope, accepted, extra_texts=extra_texts, accept_v1=accept_v1):
+    if not is_signature_valid(envelope, accepted, extra_texts=extra_texts):
         form = "" if version else f" of {len(envelope.signature)} bytes (neither version 1 nor 2)"
         raise SignatureInvalidError(
             f"event {envelope.event_id} for asset {envelope.asset.uri!r} carries a signature{form} that "

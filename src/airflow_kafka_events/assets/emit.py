@@ -49,7 +49,8 @@ from airflow_kafka_events.assets.validation import (
     redact_by_key,
 )
 from airflow_kafka_events.assets.watcher_payload import watcher_causation
-from airflow_kafka_events.envelopes.model import AssetRef, EventSource, SourceKind
+from airflow_kafka_events.envelopes.codec import EnvelopeCodec
+from airflow_kafka_events.envelopes.model import AssetEventEnvelope, AssetRef, EventSource, SourceKind
 from airflow_kafka_events.errors import (
     InvalidAssetError,
     NoEmissionContextError,
@@ -247,11 +248,14 @@ def _max_extra_bytes(value: int | None) -> int:
         ) from exc
 
 
-def _producer_for(kafka_config_id: str, *, message_timeout: float) -> RecordProducer:
+def _producer_for(
+    kafka_config_id: str, *, message_timeout: float
+) -> tuple[RecordProducer, EnvelopeCodec[AssetEventEnvelope]]:
     from airflow_kafka_events.provider.hook import KafkaEventsHook
 
     hook = KafkaEventsHook(kafka_config_id=kafka_config_id)
-    return hook.get_producer(role=EMIT_ROLE, message_timeout=message_timeout)
+    producer = hook.get_producer(role=EMIT_ROLE, message_timeout=message_timeout)
+    return producer, hook.get_settings().codecs.asset
 
 
 # --------------------------------------------------------------------------- the one emit path
@@ -337,8 +341,8 @@ def emit_event(
     )
     conn_id = options.kafka_config_id or _config("kafka_config_id", "kafka_default")
     target = options.topic or _config("asset_events_topic", "airflow.asset-events")
-    producer = _producer_for(conn_id, message_timeout=wait)
-    return publish(envelope, producer=producer, topic=target, timeout=wait)
+    producer, codec = _producer_for(conn_id, message_timeout=wait)
+    return publish(envelope, producer=producer, topic=target, timeout=wait, codec=codec)
 
 
 def emit_asset_event(

@@ -7,10 +7,9 @@
   (the producer's refusal of a record too large to send is
   :class:`~airflow_kafka_events.errors.RecordTooLargeError`).
 
-Validation errors of the events themselves live in :mod:`airflow_kafka_events.errors`.  The
-classes stay importable from :mod:`~airflow_kafka_events.assets.authz` and
-:mod:`~airflow_kafka_events.assets.admission`, the type names dead letters record
-(``x-error-type``).  This module imports no Airflow module.
+Validation errors of the events themselves live in :mod:`airflow_kafka_events.errors`.  Dead
+letters record these classes' qualified names (``x-error-type``).  This module imports no Airflow
+module.
 """
 
 from __future__ import annotations

@@ -40,7 +40,7 @@ from airflow_kafka_events.assets.validation import (
     check_timeout,
     redact_external,
 )
-from airflow_kafka_events.envelopes.codec import ASSET_EVENT_CODEC
+from airflow_kafka_events.envelopes.codec import ASSET_EVENT_CODEC, EnvelopeCodec
 from airflow_kafka_events.envelopes.model import AssetEventEnvelope, AssetRef, EventSource, SourceKind
 from airflow_kafka_events.errors import ExtraNotSerializableError, InvalidAssetError
 from airflow_kafka_events.kafka.delivery import DeliveryReceipt
@@ -241,7 +241,12 @@ def build_envelope(
 
 
 def publish(
-    envelope: AssetEventEnvelope, *, producer: RecordProducer, topic: str, timeout: float = 30.0
+    envelope: AssetEventEnvelope,
+    *,
+    producer: RecordProducer,
+    topic: str,
+    timeout: float = 30.0,
+    codec: EnvelopeCodec[AssetEventEnvelope] = ASSET_EVENT_CODEC,
 ) -> Receipt:
     """Send ``envelope`` (keyed by its asset URI) and wait for the broker's acknowledgement.
 
@@ -254,7 +259,7 @@ def publish(
     message timeout is ``timeout`` (``get_producer(..., role=EMIT_ROLE, message_timeout=timeout)``,
     as :func:`emit` uses), a failed event is never published later.
     """
-    value = ASSET_EVENT_CODEC.encode(envelope, topic=topic)
+    value = codec.encode(envelope, topic=topic)
     headers: list[tuple[str, bytes | str | None]] = [("event_id", envelope.event_id)]
     if envelope.idempotency_key is not None:
         headers.append(("idempotency_key", envelope.idempotency_key))
@@ -327,4 +332,10 @@ def emit(
             bootstrap_servers=bootstrap_servers, properties_file=properties_file, overrides=overrides
         )
     kafka_producer = get_producer(settings.producer_config(), role=EMIT_ROLE, message_timeout=wait)
-    return publish(envelope, producer=kafka_producer, topic=topic or default_topic(), timeout=wait)
+    return publish(
+        envelope,
+        producer=kafka_producer,
+        topic=topic or default_topic(),
+        timeout=wait,
+        codec=settings.codecs.asset,
+    )

@@ -4,8 +4,7 @@ An asset watcher's event becomes ``AssetEvent.extra == {"from_trigger": True, "p
 with the payload of :func:`envelope_payload`.  :func:`watcher_payload` reads it back from an
 asset event (e.g. ``context["triggering_asset_events"][asset]``), and :func:`watcher_causation`
 continues the causation chain of the current run's triggering events (pass it as
-``causation=`` when emitting).  Importable from
-:mod:`airflow_kafka_events.watcher.trigger` as before.
+``causation=`` when emitting).
 """
 
 from __future__ import annotations

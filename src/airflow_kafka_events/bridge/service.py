@@ -86,7 +86,12 @@ from airflow_kafka_events.dead_letters.letter import DeadLetter
 from airflow_kafka_events.dead_letters.log import BRIDGE_LINE, log_dead_lettered
 from airflow_kafka_events.dead_letters.writer import DLQ_ROLE, DLQ_TIMEOUT, DeadLetterWriter
 from airflow_kafka_events.envelopes.model import AssetEventEnvelope
-from airflow_kafka_events.errors import ConfigurationError, EnvelopeDecodeError, KafkaOperationError
+from airflow_kafka_events.errors import (
+    ConfigurationError,
+    EnvelopeDecodeError,
+    KafkaOperationError,
+    SchemaRegistryUnavailableError,
+)
 from airflow_kafka_events.kafka.client_log import refusal_error
 from airflow_kafka_events.kafka.consumer import RAW_BYTES, ConsumedRecord, EnvelopeConsumer
 from airflow_kafka_events.kafka.producer import RecordProducer, get_producer
@@ -186,7 +191,9 @@ class BridgeService:
         self._dlq: DeadLetterWriter | None = None
         self.assets = AssetIdCache(self.api)
         self.seen = SeenKeys(max_size=config.seen_keys_max, ttl=config.seen_keys_ttl)
-        self.admission = AdmissionPipeline(config.admission_config(), seen=self.seen)
+        self.admission = AdmissionPipeline(
+            config.admission_config(), seen=self.seen, decoder=config.kafka.codecs.asset
+        )
         self.stats: Counter[str] = Counter()
         self._stop = threading.Event()
         self._consumer: EnvelopeConsumer[bytes] | None = None
@@ -350,7 +357,15 @@ class BridgeService:
                 return  # not committed: delivered again after the restart
             if _tp(record) not in self._assigned:
                 continue  # revoked since it was fetched: its new owner handles it
-            outcome, envelope = self._handle(record)
+            try:
+                outcome, envelope = self._handle(record)
+            except SchemaRegistryUnavailableError as exc:
+                # not the record's fault: neither dead-lettered nor committed; read again after a wait
+                log.warning("%s[%d]@%d waits for the schema registry: %s", *_tp(record), record.offset, exc)
+                self.stats["registry_unavailable"] += 1
+                self._rewind(records[index:])
+                self._stop.wait(self.config.poll_timeout)
+                return
             self.stats[outcome.value] += 1
             self._lag.record(
                 outcome.value, self._consumer.client, record.topic, record.partition, record.offset

@@ -21,6 +21,7 @@ from airflow_kafka_events.__about__ import __version__
 from airflow_kafka_events.cli.bridge import add_bridge_group
 from airflow_kafka_events.cli.dlq import add_dlq_group
 from airflow_kafka_events.cli.replay import add_replay_group
+from airflow_kafka_events.cli.schemas import add_schemas_group
 from airflow_kafka_events.cli.streams import add_streams_group
 from airflow_kafka_events.cli.terminal import escaped_output
 from airflow_kafka_events.cli.topics import add_kafka_connection_args, add_topics_group
@@ -120,6 +121,10 @@ def _kafka_status(args: argparse.Namespace) -> int:
 def _kafka_fetch(args: argparse.Namespace) -> int:
     libs = _broker(args).ensure_jars()
     print(f"libs={libs}")
+    if args.schema_registry:
+        from airflow_kafka_events.local_broker.registry import ensure_registry
+
+        print(f"schema_registry={ensure_registry(args.cache_dir)}")
     return EXIT_OK
 
 
@@ -185,6 +190,11 @@ def add_kafka_group(subparsers: argparse._SubParsersAction[argparse.ArgumentPars
     status.set_defaults(handler=_kafka_status)
 
     fetch = commands.add_parser("fetch", parents=[common], help="only fetch the broker's jars")
+    fetch.add_argument(
+        "--schema-registry",
+        action="store_true",
+        help="also fetch the local schema registry (Apicurio Registry, for the tests; needs Java 21+ to run)",
+    )
     fetch.set_defaults(handler=_kafka_fetch)
 
     group.set_defaults(handler=None, group_parser=group)
@@ -316,6 +326,7 @@ COMMAND_GROUPS: list[Callable[[argparse._SubParsersAction[argparse.ArgumentParse
     add_streams_group,
     add_dlq_group,
     add_replay_group,
+    add_schemas_group,
 ]
 
 

@@ -296,7 +296,12 @@ def _replay_assets(args: argparse.Namespace) -> int:
         with AirflowApiClient(
             config.api_url, config.username, config.password, timeout=config.request_timeout
         ) as api:
-            replay = _Replay(config, api, AssetIdCache(api), AdmissionPipeline(config.admission_config()))
+            replay = _Replay(
+                config,
+                api,
+                AssetIdCache(api),
+                AdmissionPipeline(config.admission_config(), decoder=config.kafka.codecs.asset),
+            )
             replay.retrying("logging in to the Airflow API", api.login)
             with progress_bar(args, "reading asset events") as progress:
                 replay.events, scanned = _read_window(args, config, progress)

@@ -82,6 +82,15 @@ def add_kafka_connection_args(parser: Any) -> None:
         metavar="KEY=VALUE",
         help="extra librdkafka setting (repeat); overrides the file and the flags",
     )
+    parser.add_argument(
+        "--schema-registry-url",
+        dest="property",
+        type=lambda url: ("schema.registry.url", url),
+        action="append",
+        metavar="URL",
+        help="a Confluent-compatible schema registry: records are written in its wire format (credentials, "
+        "TLS and the subject strategy as schema.registry.* keys of --properties / --property)",
+    )
 
 
 def add_topics_group(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -1,10 +1,9 @@
 """The warning a consumer logs when it dead-lettered a record, and where that record came from.
 
 The watcher's line begins ``Dead-lettered <source> to <dead letter>``, the bridge's
-``<source> dead-lettered to <dead letter>`` (the wordings each logged before they shared this
-function: log-based alerts match them), each followed by the reason and the error message (at
-most 500 characters).  Every name here stays importable from :mod:`airflow_kafka_events.dead_letters.letter`.
-This module imports no Airflow module.
+``<source> dead-lettered to <dead letter>`` (log-based alerts match these wordings), each
+followed by the reason and the error message (at most 500 characters).  This module imports no
+Airflow module.
 """
 
 from __future__ import annotations

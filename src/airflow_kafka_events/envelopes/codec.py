@@ -1,12 +1,15 @@
-"""Avro encoding of envelopes, with two framings told apart by their leading bytes.
+"""Avro bodies of the envelopes and the two framings around them, told apart by their leading bytes.
 
 * **Avro single-object encoding** (no registry): ``C3 01`` + the 8-byte little-endian
   CRC-64-AVRO fingerprint of the writer schema's Parsing Canonical Form + the Avro
   body.  The decoder looks the fingerprint up among every schema version kept in
   :mod:`airflow_kafka_events.envelopes.schemas` and resolves it against the current version.
 * **Confluent Schema Registry wire format** (when a registry client is configured):
-  ``00`` + the 4-byte big-endian schema id + the Avro body.  The writer schema is
-  fetched from the registry by id (once per id).
+  ``00`` + the 4-byte big-endian schema id + the Avro body; the schema ids come from
+  :mod:`airflow_kafka_events.envelopes.registry`.
+
+Bodies are written and read by fastavro, except trigger event bodies of the current schema,
+which have a hand-written fast path here (byte for byte as fastavro writes them).
 
 Decoding failures raise :class:`~airflow_kafka_events.errors.EnvelopeDecodeError`
 subclasses (truncated, unknown framing, unknown schema).  A schema registry that
@@ -21,25 +24,23 @@ module and needs ``confluent_kafka.schema_registry`` only when a registry is use
 from __future__ import annotations
 
 import io
-import json
 import struct
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
 from typing import Any, ClassVar, Generic, Literal, Protocol, TypeVar
 
 import fastavro
-import fastavro.schema
 from confluent_kafka.serialization import MessageField, SerializationContext
 
 from airflow_kafka_events.envelopes import schemas
+from airflow_kafka_events.envelopes.json_values import json_from_text, json_to_text
 from airflow_kafka_events.envelopes.model import AssetEventEnvelope, TriggerEventEnvelope
-from airflow_kafka_events.envelopes.trigger_avro import FAST_FINGERPRINT as _FAST_FINGERPRINT
-from airflow_kafka_events.envelopes.trigger_avro import read_trigger as _read_trigger
-from airflow_kafka_events.envelopes.trigger_avro import write_trigger as _write_trigger
+from airflow_kafka_events.envelopes.registry import RegistrySchemas, RegistrySettings, SubjectNameStrategy
 from airflow_kafka_events.errors import (
     ConfigurationError,
     EnvelopeDecodeError,
     EnvelopeEncodeError,
-    EnvelopeSerializationError,
     TruncatedMessageError,
     UnknownFramingError,
     UnknownSchemaError,
@@ -53,16 +54,15 @@ __all__ = [
     "SINGLE_OBJECT_MAGIC",
     "TRIGGER_EVENT_CODEC",
     "EnvelopeCodec",
-    "EnvelopeDeserializer",
-    "EnvelopeSerializer",
+    "EnvelopeCodecs",
     "Framing",
     "asset_event_codec",
     "detect_framing",
+    "envelope_codecs",
     "frame_confluent",
     "frame_single_object",
     "parse_confluent",
     "parse_single_object",
-    "topic_subject_name_strategy",
     "trigger_event_codec",
 ]
 
@@ -154,13 +154,169 @@ def detect_framing(data: bytes) -> Framing:
     )
 
 
-# --------------------------------------------------------------------------- subject names
-def topic_subject_name_strategy(ctx: SerializationContext, record_name: str | None) -> str:
-    """TopicNameStrategy: ``<topic>-value`` (or ``<topic>-key`` for a key serializer)."""
-    return f"{ctx.topic}-{ctx.field}"
+# --------------------------------------------------------------------------- the trigger event fast path
+# fastavro spends most of an envelope's time on per-call work (schema checks, trying union
+# branches).  Trigger event bodies of the current schema (pinned by fingerprint) are written
+# and read here, byte for byte as fastavro does (the unit tests compare both); anything else
+# (a failure, a body truncated, odd or breaking a rule) goes the fastavro way, which raises.
+# A new schema version switches this path off (its fingerprint differs).
+#: CRC-64-AVRO fingerprint of the trigger event envelope schema this module writes and reads.
+_FAST_FINGERPRINT = bytes.fromhex("8e485a47790b7893")
+_BYTE = tuple(bytes((i,)) for i in range(256))
+_MICROSECOND = timedelta(microseconds=1)
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_U64 = 1 << 64
 
 
-SubjectNameStrategy = Callable[[SerializationContext, "str | None"], "str | None"]
+def _long(n: int) -> bytes:
+    n = (n << 1) ^ (n >> 63)  # zig-zag, for the int64 range
+    if n < 0x80:
+        return _BYTE[n]
+    out = bytearray()
+    while n > 0x7F:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def _string(text: str) -> bytes:
+    data = text.encode()
+    size = len(data)
+    return (_BYTE[size << 1] if size < 0x40 else _long(size)) + data
+
+
+def _some(value: Any, write: Callable[[Any], bytes]) -> bytes:
+    return b"\x00" if value is None else b"\x02" + write(value)
+
+
+def _write_trigger(envelope: TriggerEventEnvelope) -> bytes:
+    producer, error, payload = envelope.producer, envelope.error, envelope.payload
+    metadata = envelope.metadata
+    if payload is None:
+        payload_part = b"\x00"
+    elif isinstance(payload, bytes):
+        payload_part = b"\x02" + _long(len(payload)) + payload
+    else:
+        payload_part = b"\x04" + _string(json_to_text(payload, what="payload"))
+    parts = [
+        _string(envelope.trigger_run_id),
+        _long(envelope.attempt),
+        _long(envelope.sequence_index),
+        b"\x01" if envelope.is_last else b"\x00",
+        payload_part,
+        _long((envelope.emitted_at - _EPOCH) // _MICROSECOND),
+        _some(producer.dag_id, _string),
+        _some(producer.run_id, _string),
+        _some(producer.task_id, _string),
+        _some(producer.map_index, _long),
+        _some(producer.try_number, _long),
+        _some(envelope.resume_cursor, _string),
+        b"\x00" if error is None else b"\x02" + _string(error.type) + _string(error.message),
+    ]
+    if metadata:
+        parts.append(_long(len(metadata)))
+        for key, value in metadata.items():
+            parts += (_string(key), _string(value))
+    parts.append(b"\x00")
+    return b"".join(parts)
+
+
+# (data, position) -> (value, next position); ValueError / IndexError on anything unusual.
+def _long_at(data: bytes, pos: int) -> tuple[int, int]:
+    byte = data[pos]
+    if byte < 0x80:
+        return (byte >> 1) ^ -(byte & 1), pos + 1
+    n, shift = byte & 0x7F, 7
+    while byte & 0x80:
+        if shift > 63:
+            raise ValueError("varint too long")
+        pos += 1
+        byte = data[pos]
+        n |= (byte & 0x7F) << shift
+        shift += 7
+    if n >= _U64:  # beyond an int64's zig-zag
+        raise ValueError("varint too long")
+    return (n >> 1) ^ -(n & 1), pos + 1
+
+
+def _bytes_at(data: bytes, pos: int) -> tuple[bytes, int]:
+    size, pos = _long_at(data, pos)
+    end = pos + size
+    if size < 0 or end > len(data):
+        raise ValueError("length out of range")
+    return data[pos:end], end
+
+
+def _string_at(data: bytes, pos: int) -> tuple[str, int]:
+    raw, pos = _bytes_at(data, pos)
+    return raw.decode(), pos
+
+
+def _some_at(data: bytes, pos: int, read: Callable[[bytes, int], tuple[Any, int]]) -> tuple[Any, int]:
+    branch = data[pos]
+    if branch == 0:
+        return None, pos + 1
+    if branch != 2:
+        raise ValueError("union branch")
+    return read(data, pos + 1)
+
+
+def _metadata_at(data: bytes, pos: int) -> tuple[dict[str, str], int]:
+    result: dict[str, str] = {}
+    count, pos = _long_at(data, pos)
+    while count:
+        if count < 0:
+            raise ValueError("sized map block")
+        for _ in range(count):
+            key, pos = _string_at(data, pos)
+            result[key], pos = _string_at(data, pos)
+        count, pos = _long_at(data, pos)
+    return result, pos
+
+
+def _read_trigger(body: bytes) -> TriggerEventEnvelope | None:
+    try:
+        run_id, pos = _string_at(body, 0)
+        attempt, pos = _long_at(body, pos)
+        index, pos = _long_at(body, pos)
+        flag, kind = body[pos], body[pos + 1]
+        if flag > 1 or kind not in (0, 2, 4):
+            return None
+        raw, pos = _bytes_at(body, pos + 2) if kind else (b"", pos + 2)
+        micros, pos = _long_at(body, pos)
+        producer = []  # dag_id, run_id, task_id, map_index, try_number
+        for read in (_string_at, _string_at, _string_at, _long_at, _long_at):
+            value, pos = _some_at(body, pos, read)
+            producer.append(value)
+        cursor, pos = _some_at(body, pos, _string_at)
+        error, pos = _some_at(body, pos, _error_at)
+        metadata, pos = _metadata_at(body, pos)
+        if pos != len(body):
+            return None
+        emitted_at = _EPOCH + timedelta(microseconds=micros)
+        payload = None if kind == 0 else raw if kind == 2 else json_from_text(raw.decode(), what="payload")
+    except (ValueError, IndexError, OverflowError, EnvelopeDecodeError):
+        return None
+    fields = {
+        "trigger_run_id": run_id,
+        "sequence_index": index,
+        "is_last": flag == 1,
+        "payload": payload,
+        "attempt": attempt,
+        "emitted_at": emitted_at,
+        "producer": producer,
+        "resume_cursor": cursor,
+        "error": error,
+        "metadata": metadata,
+    }
+    return TriggerEventEnvelope._from_checked(fields)
+
+
+def _error_at(data: bytes, pos: int) -> tuple[tuple[str, str], int]:
+    kind, pos = _string_at(data, pos)
+    message, pos = _string_at(data, pos)
+    return (kind, message), pos
 
 
 # --------------------------------------------------------------------------- codec
@@ -174,10 +330,6 @@ class AvroEnvelope(Protocol):
 
 
 E = TypeVar("E", bound=AvroEnvelope)
-
-
-def _is_not_found(exc: BaseException) -> bool:
-    return isinstance(exc, LookupError) or getattr(exc, "http_status_code", None) == 404
 
 
 class EnvelopeCodec(Generic[E]):
@@ -205,16 +357,18 @@ class EnvelopeCodec(Generic[E]):
             raise ConfigurationError(f"{envelope_type!r} is not an envelope type (no AVRO_SCHEMA_NAME)")
         self._type = envelope_type
         self._name = name
-        self._registry = registry_client
-        self._strategy: SubjectNameStrategy = subject_name_strategy or topic_subject_name_strategy
-        self._auto_register = auto_register
+        self._registry = (
+            None
+            if registry_client is None
+            else RegistrySchemas(
+                registry_client, subject_name_strategy=subject_name_strategy, auto_register=auto_register
+            )
+        )
         self._by_fingerprint: dict[bytes, dict[str, Any]] | None = None
-        self._subject_ids: dict[str, int] = {}
-        self._registry_writers: dict[int, dict[str, Any]] = {}
         self._fast: bool | None = None  # the fast path fits (decided on first use)
 
     def __repr__(self) -> str:
-        registry = "" if self._registry is None else f", registry_client={self._registry!r}"
+        registry = "" if self._registry is None else f", registry_client={self._registry.client!r}"
         return f"EnvelopeCodec({self._type.__name__}{registry})"
 
     # ------------------------------------------------------------------ schema facts
@@ -228,7 +382,7 @@ class EnvelopeCodec(Generic[E]):
 
     @property
     def registry_client(self) -> Any | None:
-        return self._registry
+        return None if self._registry is None else self._registry.client
 
     @property
     def schema(self) -> dict[str, Any]:
@@ -263,7 +417,13 @@ class EnvelopeCodec(Generic[E]):
             body = self._write_body(envelope.to_avro())
         if self._registry is None:
             return frame_single_object(self.fingerprint, body)
-        return frame_confluent(self._registry_schema_id(ctx), body)
+        return frame_confluent(self._registry.schema_id(self._name, self.record_name, ctx, self._type), body)
+
+    def prepare(self, topic: str) -> None:
+        """Ask the registry for the schema id of ``topic`` now (blocking), not at the first record."""
+        if self._registry is not None:
+            ctx = SerializationContext(topic, MessageField.VALUE)
+            self._registry.schema_id(self._name, self.record_name, ctx, self._type)
 
     def _fits_fast_path(self) -> bool:  # not for a later schema version: fastavro only
         if self._fast is None:
@@ -283,42 +443,6 @@ class EnvelopeCodec(Generic[E]):
         except Exception as exc:
             raise EnvelopeEncodeError(f"cannot write {self._type.__name__} as Avro: {exc}") from exc
         return buffer.getvalue()
-
-    def _registry_schema_id(self, ctx: SerializationContext | None) -> int:
-        if ctx is None or not ctx.topic:
-            raise EnvelopeEncodeError(
-                f"encoding {self._type.__name__} with a schema registry needs the topic "
-                "(it names the subject)"
-            )
-        subject = self._strategy(ctx, self.record_name)
-        if not subject:
-            raise EnvelopeEncodeError(f"the subject name strategy gave no subject for topic {ctx.topic!r}")
-        schema_id = self._subject_ids.get(subject)
-        if schema_id is not None:
-            return schema_id
-        registry: Any = self._registry
-        try:
-            from confluent_kafka.schema_registry import Schema
-        except ImportError as exc:  # pragma: no cover - depends on installed extras
-            raise ConfigurationError(
-                "a schema registry needs confluent-kafka's schema registry support: "
-                "pip install 'airflow-kafka-events[schema-registry]'"
-            ) from exc
-        text = json.dumps(schemas.raw_schema(self._name), separators=(",", ":"))
-        schema = Schema(text, schema_type="AVRO")
-        try:
-            if self._auto_register:
-                schema_id = int(registry.register_schema(subject, schema))
-            else:
-                schema_id = int(registry.lookup_schema(subject, schema).schema_id)
-        except Exception as exc:
-            action = "register" if self._auto_register else "look up"
-            raise EnvelopeSerializationError(
-                f"could not {action} the {self._name} schema under subject {subject!r}: {exc}"
-            ) from exc
-        self._subject_ids[subject] = schema_id
-        self._registry_writers.setdefault(schema_id, self.schema)
-        return schema_id
 
     # ------------------------------------------------------------------ decode
     def decode(self, data: bytes) -> E:
@@ -365,38 +489,11 @@ class EnvelopeCodec(Generic[E]):
         return writer
 
     def _writer_by_schema_id(self, schema_id: int) -> dict[str, Any]:
-        writer = self._registry_writers.get(schema_id)
-        if writer is not None:
-            return writer
         if self._registry is None:
             raise UnknownSchemaError(
                 f"message names schema registry id {schema_id}, but no schema registry client is configured"
             )
-        try:
-            registered = self._registry.get_schema(schema_id)
-        except Exception as exc:
-            if _is_not_found(exc):
-                raise UnknownSchemaError(f"schema registry has no schema with id {schema_id}") from exc
-            raise EnvelopeSerializationError(
-                f"could not fetch schema id {schema_id} from the schema registry: {exc}"
-            ) from exc
-        if registered is None:
-            raise UnknownSchemaError(f"schema registry has no schema with id {schema_id}")
-        schema_type = getattr(registered, "schema_type", None) or "AVRO"
-        if schema_type != "AVRO":
-            raise UnknownSchemaError(f"schema registry id {schema_id} is a {schema_type} schema, not Avro")
-        try:
-            parsed: Any = fastavro.parse_schema(json.loads(registered.schema_str))
-            canonical = fastavro.schema.to_parsing_canonical_form(parsed)
-            fingerprint = bytes.fromhex(fastavro.schema.fingerprint(canonical, "CRC-64-AVRO"))
-        except Exception as exc:
-            raise UnknownSchemaError(
-                f"schema registry id {schema_id} holds no usable Avro schema: {exc}"
-            ) from exc
-        # A registered copy of a kept version shares the already parsed schema.
-        writer = self._known_fingerprints().get(fingerprint, parsed)
-        self._registry_writers[schema_id] = writer
-        return writer
+        return self._registry.writer(schema_id, self._known_fingerprints())
 
     def _read_body(self, body: bytes, writer: dict[str, Any]) -> dict[str, Any]:
         reader = self.schema
@@ -427,31 +524,6 @@ class EnvelopeCodec(Generic[E]):
         return record
 
 
-# --------------------------------------------------------------------------- confluent serde
-class EnvelopeSerializer:
-    """confluent-kafka style value serializer: ``serializer(envelope, ctx) -> bytes``."""
-
-    def __init__(self, codec: EnvelopeCodec[Any]) -> None:
-        self.codec = codec
-
-    def __call__(self, obj: Any, ctx: SerializationContext | None = None) -> bytes | None:
-        if obj is None:
-            return None
-        return self.codec.encode(obj, ctx=ctx)
-
-
-class EnvelopeDeserializer:
-    """confluent-kafka style value deserializer: ``deserializer(bytes, ctx) -> envelope``."""
-
-    def __init__(self, codec: EnvelopeCodec[Any]) -> None:
-        self.codec = codec
-
-    def __call__(self, data: bytes | None, ctx: SerializationContext | None = None) -> Any:
-        if data is None:
-            return None
-        return self.codec.decode(data)
-
-
 # --------------------------------------------------------------------------- shared codecs
 TRIGGER_EVENT_CODEC: EnvelopeCodec[TriggerEventEnvelope] = EnvelopeCodec(TriggerEventEnvelope)
 ASSET_EVENT_CODEC: EnvelopeCodec[AssetEventEnvelope] = EnvelopeCodec(AssetEventEnvelope)
@@ -465,3 +537,28 @@ def trigger_event_codec() -> EnvelopeCodec[TriggerEventEnvelope]:
 def asset_event_codec() -> EnvelopeCodec[AssetEventEnvelope]:
     """The shared registry-less codec for asset events."""
     return ASSET_EVENT_CODEC
+
+
+@dataclass(frozen=True)
+class EnvelopeCodecs:
+    """The codecs of one Kafka connection: both envelope types, with its schema registry or without."""
+
+    trigger: EnvelopeCodec[TriggerEventEnvelope]
+    asset: EnvelopeCodec[AssetEventEnvelope]
+    registry: RegistrySettings | None = None
+
+
+def envelope_codecs(registry: RegistrySettings | None) -> EnvelopeCodecs:
+    """The shared registry-less codecs without ``registry``; else two codecs writing the registry's
+    wire format through one client (both read either framing)."""
+    if registry is None:
+        return EnvelopeCodecs(TRIGGER_EVENT_CODEC, ASSET_EVENT_CODEC)
+    client = registry.new_client()
+    options: dict[str, Any] = {
+        "registry_client": client,
+        "subject_name_strategy": registry.strategy,
+        "auto_register": registry.auto_register,
+    }
+    return EnvelopeCodecs(
+        EnvelopeCodec(TriggerEventEnvelope, **options), EnvelopeCodec(AssetEventEnvelope, **options), registry
+    )

@@ -174,8 +174,7 @@ class ProducerIdentity:
 class StreamFailure:
     """Why a stream ended in failure: an error type name and a message (a record, not an exception).
 
-    Its Avro record is ``StreamError`` (the schemas keep their names); ``StreamError`` stays
-    importable here as this class's former name.
+    Its Avro record is named ``StreamError`` (the schemas keep their names).
     """
 
     type: str

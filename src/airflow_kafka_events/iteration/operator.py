@@ -425,6 +425,7 @@ class IterableOperator(BaseOperator):
             max_wait=self.stream_max_wait,
             gap_timeout=gap_window,
             start_timeout=start_window,
+            codec=settings.codecs.trigger,
         )
         self.log.info(
             "iterating the %s (stream %s, attempt %d, from item %d) while its producer may still be writing",

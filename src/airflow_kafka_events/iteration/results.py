@@ -40,7 +40,7 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
-from airflow_kafka_events.envelopes.codec import TRIGGER_EVENT_CODEC
+from airflow_kafka_events.envelopes.codec import TRIGGER_EVENT_CODEC, EnvelopeCodec
 from airflow_kafka_events.envelopes.model import ProducerIdentity, StreamFailure, TriggerEventEnvelope
 from airflow_kafka_events.errors import (
     EnvelopeDecodeError,
@@ -102,7 +102,7 @@ def read_partition_range(
         f"airflow-kafka-events-results-scan-{uuid.uuid4().hex}",
         **{"enable.partition.eof": True, "enable.auto.offset.store": False},
     )
-    scan = _RangeScan(topic, partition, start, end, key)
+    scan = _RangeScan(topic, partition, start, end, key, settings.codecs.trigger)
     deadline = time.monotonic() + timeout
     consumer, _ = new_consumer(
         config,
@@ -134,7 +134,16 @@ def read_partition_range(
 class _RangeScan:
     """The records of ``key`` in ``[start, end)`` of one partition, collected message by message."""
 
-    def __init__(self, topic: str, partition: int, start: int, end: int, key: bytes) -> None:
+    def __init__(
+        self,
+        topic: str,
+        partition: int,
+        start: int,
+        end: int,
+        key: bytes,
+        codec: EnvelopeCodec[TriggerEventEnvelope] = TRIGGER_EVENT_CODEC,
+    ) -> None:
+        self.codec = codec
         self.topic = topic
         self.partition = partition
         self.start = start
@@ -163,7 +172,7 @@ class _RangeScan:
 
     def _decode(self, offset: int, raw: bytes) -> None:
         try:
-            self.found.append((offset, TRIGGER_EVENT_CODEC.decode(raw)))
+            self.found.append((offset, self.codec.decode(raw)))
         except EnvelopeDecodeError as exc:
             log.warning(
                 "skipping an undecodable record at %s[%d]@%d: %s", self.topic, self.partition, offset, exc
@@ -326,7 +335,7 @@ class ResultsStreamWriter:
     def _envelope(
         self, sequence_index: int, payload: Any, *, is_last: bool = False, error: StreamFailure | None = None
     ) -> bytes:
-        return TRIGGER_EVENT_CODEC.encode(
+        return self.settings.codecs.trigger.encode(
             TriggerEventEnvelope(
                 trigger_run_id=self.trigger_run_id,
                 sequence_index=sequence_index,

@@ -8,8 +8,8 @@ starts where its owner says; the owner keeps the positions (for a watcher, in Ai
 restarted owner resumes at once (no group rebalance or session timeout to wait out).
 
 Every client call runs on the reader's own :class:`~airflow_kafka_events.kafka.client_executor.ClientExecutor`
-thread.  Nothing is ever committed; ``group.id`` (required by librdkafka) is only used to look
-up offsets an older consumer group committed, so a watcher that had one resumes from there.
+thread.  Nothing is ever committed and no group is joined; librdkafka insists on a ``group.id``,
+so a placeholder is set when the configuration names none.
 """
 
 from __future__ import annotations
@@ -56,12 +56,8 @@ _NO_GROUP = "airflow-kafka-events.assigned-reader"
 _STATS_INTERVAL = 30.0
 
 
-def _committed_offset(tp: KafkaTopicPartition) -> int | None:
-    return tp.offset if tp.error is None and tp.offset >= 0 else None
-
-
 class StartPolicy:
-    """Where a partition without a stored position starts: a committed group offset, else the reset."""
+    """Where a partition without a stored position starts: ``auto.offset.reset`` (first or next offset)."""
 
     EARLIEST = "earliest"
     LATEST = "latest"
@@ -82,7 +78,7 @@ class AssignedReader:
     """One consumer over all partitions of ``topics`` (assign, never subscribe, never commit).
 
     :param config: librdkafka consumer configuration (``bootstrap.servers`` ... ); auto-commit
-        is forced off.  Its ``group.id``, when set, is only read from (committed offsets).
+        is forced off.  Its ``group.id`` is never joined.
     :param name: for thread names and logs.
     """
 
@@ -92,7 +88,6 @@ class AssignedReader:
         self.topics = sorted(topics)
         self.name = name
         cfg = dict(config)
-        self.group_id: str | None = str(cfg["group.id"]) if cfg.get("group.id") else None
         cfg.setdefault("group.id", _NO_GROUP)
         cfg["enable.auto.commit"] = False
         cfg["enable.auto.offset.store"] = False
@@ -153,46 +148,11 @@ class AssignedReader:
             found.extend((topic, p) for p in sorted(meta.partitions))
         return found
 
-    async def start_offsets(
-        self, partitions: Sequence[Partition], timeout: float = 10.0
-    ) -> dict[Partition, int]:
-        """Where ``partitions`` start without a stored position: the group's commit, else the policy."""
-        return await self._executor.run(self._start_offsets, list(partitions), timeout)
-
-    def _start_offsets(self, partitions: list[Partition], timeout: float) -> dict[Partition, int]:
-        committed = self._committed(partitions, timeout) or {}
-        starts = {tp: offset for tp, offset in committed.items() if offset is not None}
-        starts.update(self._policy_offsets([tp for tp in partitions if tp not in starts], timeout))
-        return starts
-
-    async def committed_offsets(
-        self, partitions: Sequence[Partition], timeout: float = 10.0
-    ) -> dict[Partition, int | None] | None:
-        """What the group committed per partition (``None``: nothing); ``None`` when the lookup
-        failed (logged) or the reader has no group."""
-        return await self._executor.run(self._committed, list(partitions), timeout)
-
     async def policy_offsets(
         self, partitions: Sequence[Partition], timeout: float = 10.0
     ) -> dict[Partition, int]:
         """Where partitions start by ``auto.offset.reset``: their first or their next offset."""
         return await self._executor.run(self._policy_offsets, list(partitions), timeout)
-
-    def _committed(self, partitions: list[Partition], timeout: float) -> dict[Partition, int | None] | None:
-        if self.group_id is None or not partitions:
-            return None
-        tps = [KafkaTopicPartition(t, p) for t, p in partitions]
-        try:
-            found = self._client().committed(tps, timeout=timeout)
-        except KafkaException as exc:
-            log.warning(
-                "Cannot read the offsets group %s committed (%s); using the policy", self.group_id, exc
-            )
-            return None
-        return {
-            (tp.topic, tp.partition): tp.offset if tp.error is None and tp.offset >= 0 else None
-            for tp in found
-        }
 
     def _policy_offsets(self, partitions: list[Partition], timeout: float) -> dict[Partition, int]:
         starts: dict[Partition, int] = {}

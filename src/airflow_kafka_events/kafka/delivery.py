@@ -12,12 +12,12 @@ for how ``produce_sent`` is derived from the statistics).  A send's outcome arri
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
-import os
+import logging
 import threading
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable, Generator, Sequence
+from typing import Any, NamedTuple
 
 from confluent_kafka import KafkaError, Message
 
@@ -36,9 +36,9 @@ from airflow_kafka_events.kafka.client_log import (
     refusal_error,
 )
 
+log = logging.getLogger(__name__)
+
 __all__ = [
-    "FUTURE_PENDING",
-    "LAZY_FUTURES",
     "REFUSAL_MEMORY",
     "REFUSED_CODES",
     "AwaitingStatistics",
@@ -76,8 +76,7 @@ REFUSED_CODES = frozenset(
 )
 
 
-@dataclass(frozen=True)
-class DeliveryReceipt:
+class DeliveryReceipt(NamedTuple):
     """Where the broker stored a message: acknowledges persistence in Kafka (acks=all)."""
 
     topic: str
@@ -95,140 +94,193 @@ def receipt_of(msg: Message) -> DeliveryReceipt:
 
 def receipt_for(msg: Message, topic: str, key: bytes | None) -> DeliveryReceipt:
     """The receipt of a delivered message sent to ``topic`` with ``key`` (as its sender knows them:
-    asking ``msg`` would copy both).
-
-    Made once per delivery report, so it skips the frozen dataclass's ``__init__`` (one
-    ``object.__setattr__`` call per field, most of a report's cost): the fields go straight into the
-    instance's ``__dict__``; the result is an ordinary, equal, frozen :class:`DeliveryReceipt`.
-    """
+    asking ``msg`` would copy both)."""
     ts_type, ts = msg.timestamp()
     offset = msg.offset()
-    receipt = _new(DeliveryReceipt)
-    receipt.__dict__.update(
-        topic=topic,
-        partition=msg.partition() or 0,
-        offset=-1 if offset is None else offset,
-        timestamp_ms=ts if ts_type != 0 else None,
-        key=key,
+    return DeliveryReceipt(
+        topic, msg.partition() or 0, -1 if offset is None else offset, ts if ts_type != 0 else None, key
     )
-    return receipt
-
-
-_new = object.__new__
 
 
 # --------------------------------------------------------------------------- the future of a send
-#: The state of a future not resolved yet (a subclass setting the fields itself starts there).
-FUTURE_PENDING = concurrent.futures._base.PENDING
-_FINISHED = concurrent.futures._base.FINISHED
-#: The attributes a ``concurrent.futures.Future`` keeps (the same from Python 3.10 to 3.13).
-_FUTURE_FIELDS = frozenset({"_condition", "_state", "_result", "_exception", "_waiters", "_done_callbacks"})
+_PENDING, _CANCELLED, _FINISHED = "pending", "cancelled", "finished"
 
 
-def _lazy_layout() -> bool:
-    try:
-        return set(vars(concurrent.futures.Future())) == _FUTURE_FIELDS
-    except TypeError:  # a Future with __slots__: unknown layout
-        return False
+class DeliveryFuture:
+    """The outcome of one send: a :class:`DeliveryReceipt`, or the :class:`DeliveryError` it failed with.
 
+    Waited on with :meth:`result` / :meth:`exception` (``timeout`` in seconds, as a
+    ``concurrent.futures.Future``), awaited (``await future``: the settling thread wakes the loop
+    with ``call_soon_threadsafe``), or called back (:meth:`add_done_callback`); :meth:`as_future`
+    gives a ``concurrent.futures.Future`` for ``concurrent.futures.wait`` and the like.
 
-#: Whether :class:`DeliveryFuture` may make its condition on demand (else it is a plain Future).
-LAZY_FUTURES = _lazy_layout()
-#: Guards the making of a future's condition against its resolution on another thread.
-_MAKING = threading.Lock()
-# Held across fork(), so that a forked child never inherits it taken by a thread it does not have.
-os.register_at_fork(before=_MAKING.acquire, after_in_parent=_MAKING.release, after_in_child=_MAKING.release)
-
-
-class DeliveryFuture(concurrent.futures.Future[DeliveryReceipt]):
-    """A ``concurrent.futures.Future`` whose lock and lists are made only when they are needed.
-
-    A plain Future makes a condition (an ``RLock``, a deque, bound methods) and two lists up front:
-    a dozen objects the garbage collector walks while thousands of sends are outstanding.  This
-    one makes them at the first use of its condition -- a wait (``result``, ``exception``,
-    ``concurrent.futures.wait``), a callback (``add_done_callback``, ``asyncio.wrap_future``),
-    ``cancel``, or a question to a future not finished yet -- and :meth:`settle` finishes a future
-    nobody touched yet without them (nobody waits, nobody is to be called back).  A finished future
-    is read without a lock (it never changes again).  Everything else is ``concurrent.futures.Future``.
+    Thousands are outstanding while a producer is busy, so one costs little until somebody waits:
+    its condition and callback list are made (under ``lock``) only when a waiter or a callback
+    comes, and a future settled before anybody asked never makes them.  ``lock`` guards its
+    state: its own by default; the futures of one producer share the producer's, so an
+    outstanding send is one object.  A finished future is read without the lock (it never
+    changes again).
     """
 
-    __slots__ = ("_cond", "_done_callbacks", "_exception", "_result", "_state", "_waiters")
+    __slots__ = ("_callbacks", "_cond", "_exception", "_lock", "_result", "_state")
 
-    def __init__(self) -> None:
-        if not LAZY_FUTURES:
-            super().__init__()
-            return
+    def __init__(self, lock: threading.Lock | None = None) -> None:
+        self._lock = threading.Lock() if lock is None else lock
         self._cond: threading.Condition | None = None
-        self._state = FUTURE_PENDING
-        self._result: Any = None
+        self._state = _PENDING
+        self._result: DeliveryReceipt | None = None
         self._exception: BaseException | None = None
-        self._waiters: Any = ()
-        self._done_callbacks: Any = ()
+        self._callbacks: list[Callable[[Any], object]] | None = None
 
-    @property  # type: ignore[override]
-    def _condition(self) -> threading.Condition:
-        cond = self._cond
-        if cond is None:
-            with _MAKING:
-                cond = self._cond
-                if cond is None:
-                    self._waiters, self._done_callbacks = [], []
-                    cond = self._cond = threading.Condition()
-        return cond
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self._state}>"
 
-    @_condition.setter
-    def _condition(self, cond: threading.Condition) -> None:
-        self._cond = cond
-
+    # ------------------------------------------------------------------ reading
     def done(self) -> bool:
-        return self._state == _FINISHED or super().done()
+        """Resolved or cancelled."""
+        return self._state != _PENDING
 
     def cancelled(self) -> bool:
-        return self._state != _FINISHED and super().cancelled()
+        return self._state == _CANCELLED
 
-    def running(self) -> bool:
-        return self._state != _FINISHED and super().running()
+    def outstanding(self) -> bool:
+        """Neither resolved nor cancelled."""
+        return self._state == _PENDING
 
     def result(self, timeout: float | None = None) -> DeliveryReceipt:
+        """The receipt; raises the delivery's error, ``concurrent.futures.CancelledError`` when
+        cancelled, or ``TimeoutError`` when not resolved within ``timeout`` seconds."""
         if self._state == _FINISHED and self._exception is None:
-            return self._result  # type: ignore[no-any-return]
-        return super().result(self._before_wait(timeout))
+            return self._result  # type: ignore[return-value]
+        self._wait(timeout)
+        if self._exception is not None:
+            raise self._exception
+        return self._result  # type: ignore[return-value]
 
     def exception(self, timeout: float | None = None) -> BaseException | None:
+        """The delivery's error (``None``: delivered); raises as :meth:`result` does when cancelled or
+        not resolved within ``timeout`` seconds."""
         if self._state == _FINISHED:
             return self._exception
-        return super().exception(self._before_wait(timeout))
+        self._wait(timeout)
+        return self._exception
+
+    def _wait(self, timeout: float | None) -> None:
+        if self._state == _PENDING:
+            timeout = self._before_wait(timeout)
+            with self._lock:
+                if self._state == _PENDING:
+                    cond = self._cond
+                    if cond is None:
+                        cond = self._cond = threading.Condition(self._lock)
+                    cond.wait_for(self.done, timeout)
+        state = self._state
+        if state == _CANCELLED:
+            raise concurrent.futures.CancelledError()
+        if state == _PENDING:
+            raise TimeoutError(f"no delivery report within {timeout}s")
 
     def _before_wait(self, timeout: float | None) -> float | None:
         """Called before ``result`` / ``exception`` may wait; the time left of ``timeout`` (a subclass
         may serve the reports on the waiting thread meanwhile)."""
         return timeout
 
-    def outstanding(self) -> bool:
-        """Neither resolved nor cancelled (without making the condition)."""
-        if self._cond is None:  # never cancelled (cancelling makes the condition); resolved only by settle
-            return self._state == FUTURE_PENDING
-        return not self.done()
-
+    # ------------------------------------------------------------------ resolving
     def settle(self, result: DeliveryReceipt | None = None, exception: BaseException | None = None) -> bool:
         """Resolve with ``result``, or fail with ``exception``; ``False`` if it was already
         resolved or cancelled."""
-        if self._cond is None:
-            with _MAKING:
-                if self._cond is None:  # nobody waits or is to be called back: no notification due
-                    if self._state != FUTURE_PENDING:
-                        return False
-                    self._result, self._exception = result, exception
-                    self._state = _FINISHED
-                    return True
-        try:
-            if exception is None:
-                self.set_result(result)  # type: ignore[arg-type]
-            else:
-                self.set_exception(exception)
-        except concurrent.futures.InvalidStateError:
-            return False
+        with self._lock:
+            if self._state != _PENDING:
+                return False
+            self._result, self._exception = result, exception
+            self._state = _FINISHED
+            if self._cond is not None:
+                self._cond.notify_all()
+            callbacks = self._callbacks
+        if callbacks:
+            self._call(callbacks)
         return True
+
+    def cancel(self) -> bool:
+        """Cancel a future not resolved yet (its outcome is dropped when it comes); whether it is
+        cancelled."""
+        with self._lock:
+            if self._state != _PENDING:
+                return self._state == _CANCELLED
+            self._state = _CANCELLED
+            if self._cond is not None:
+                self._cond.notify_all()
+            callbacks = self._callbacks
+        if callbacks:
+            self._call(callbacks)
+        return True
+
+    def add_done_callback(self, fn: Callable[[Any], object]) -> None:
+        """Call ``fn(self)`` once it is resolved or cancelled (at once when it is), on the thread that
+        resolves it; an exception ``fn`` raises is logged."""
+        if self._state == _PENDING:
+            with self._lock:
+                if self._state == _PENDING:
+                    if self._callbacks is None:
+                        self._callbacks = []
+                    self._callbacks.append(fn)
+                    return
+        self._call((fn,))
+
+    def _call(self, callbacks: Sequence[Callable[[Any], object]]) -> None:
+        for fn in callbacks:
+            try:
+                fn(self)
+            except Exception:
+                log.exception("exception calling callback for %r", self)
+
+    # ------------------------------------------------------------------ other kinds of future
+    def __await__(self) -> Generator[Any, None, DeliveryReceipt]:
+        """``await future``: the receipt, without blocking the loop; cancelling the awaiting task
+        cancels the future."""
+        if self._state == _PENDING:
+            loop = asyncio.get_running_loop()
+            woken = loop.create_future()
+            self.add_done_callback(lambda _: _wake(loop, woken))
+            try:
+                yield from woken
+            except asyncio.CancelledError:
+                self.cancel()
+                raise
+        return self.result(0)
+
+    def as_future(self) -> concurrent.futures.Future[DeliveryReceipt]:
+        """A ``concurrent.futures.Future`` with this one's outcome (cancelling either cancels both)."""
+        out: concurrent.futures.Future[DeliveryReceipt] = concurrent.futures.Future()
+        self.add_done_callback(lambda _: _copy(self, out))
+        out.add_done_callback(lambda f: f.cancelled() and self.cancel())
+        return out
+
+
+def _wake(loop: asyncio.AbstractEventLoop, woken: asyncio.Future[None]) -> None:
+    if loop.is_closed():  # the awaiting task is gone with its loop
+        return
+    try:
+        loop.call_soon_threadsafe(_set_done, woken)
+    except RuntimeError:  # the loop closed meanwhile
+        pass
+
+
+def _set_done(woken: asyncio.Future[None]) -> None:
+    if not woken.done():
+        woken.set_result(None)
+
+
+def _copy(source: DeliveryFuture, out: concurrent.futures.Future[DeliveryReceipt]) -> None:
+    try:
+        if source.cancelled():
+            out.cancel()
+        elif source._exception is not None:
+            out.set_exception(source._exception)
+        else:
+            out.set_result(source._result)  # type: ignore[arg-type]
+    except concurrent.futures.InvalidStateError:  # ``out`` was cancelled meanwhile
+        pass
 
 
 #: Seconds a refusal of the credentials / TLS makes new sends fail at once (librdkafka retries the

@@ -9,15 +9,15 @@ and a caller that waits ``T`` seconds asks for ``message_timeout=T``: librdkafka
 second librdkafka may take to notice), and nothing is published after the caller was told it
 failed.
 
-Callers get a :class:`concurrent.futures.Future` (``send``), block for a receipt
-(``send_and_wait``) or await one (``send_async``) without blocking an asyncio loop.  A send costs
-one object until its report: its future (a :class:`~airflow_kafka_events.kafka.delivery.DeliveryFuture`,
-whose lock is made only when someone waits), which is also librdkafka's delivery callback.  A
-background thread serves the reports, except while a sender is busy (:data:`SERVE_BACKLOG`
-messages in flight): then each send serves those that are ready (``poll(0)``, never waiting) and
-a caller blocked on such a future serves them until it resolves, as ``flush()`` does, while the
-thread keeps out of the way (:data:`CALLERS_SERVE`): each report one thread hands to another
-costs a GIL hand-off.  A receipt means the record is durable (``acks=all``).  A failure is one of
+Callers get a :class:`~airflow_kafka_events.kafka.delivery.DeliveryFuture` (``send``), block
+for a receipt (``send_and_wait``) or await one (``send_async``) without blocking an asyncio loop.
+A send costs little until its report: its future (whose condition is made only when someone
+waits), which is also librdkafka's delivery callback.  A background thread serves the reports,
+except while a sender is busy (:data:`SERVE_BACKLOG` messages in flight): then each send serves
+those that are ready (``poll(0)``, never waiting) and a caller blocked on such a future serves
+them until it resolves, as ``flush()`` does, while the thread keeps out of the way
+(:data:`CALLERS_SERVE`): each report one thread hands to another costs a GIL hand-off.  A
+receipt means the record is durable (``acks=all``).  A failure is one of
 
 * :class:`~airflow_kafka_events.errors.NotSentError` — not sent, nothing will be published;
 * :class:`~airflow_kafka_events.errors.DeliveryOutcomeUnknownError` — it may have been written:
@@ -31,10 +31,11 @@ authorization, size) or when no Produce request at all left this producer betwee
 statistics report before the send and the first one after the failure; otherwise the outcome
 is unknown.  This is conservative: a producer busy with other messages reports "unknown".
 
-Fork safety: librdkafka handles must not be used across ``fork()``. The registry is keyed
-by pid and cleared in the child, so a forked child creates its own producer and never
-touches (or closes) its parent's. At interpreter exit every producer is flushed for at most
-its message timeout (capped, see :data:`EXIT_FLUSH_CAP`); what is still queued is purged.
+Fork safety: librdkafka handles must not be used across ``fork()``.  The registry is keyed
+by pid, so a forked child creates its own producer and never touches (or closes) its
+parent's; a producer used in a child that did not make it refuses to send.  At interpreter
+exit every producer is flushed for at most its message timeout (capped, see
+:data:`EXIT_FLUSH_CAP`); what is still queued is purged.
 """
 
 from __future__ import annotations
@@ -61,8 +62,6 @@ from airflow_kafka_events.errors import (
 )
 from airflow_kafka_events.kafka.client_log import Cause, ClientHealth, ObservedClientError, refusal_error
 from airflow_kafka_events.kafka.delivery import (
-    FUTURE_PENDING,
-    LAZY_FUTURES,
     REFUSAL_MEMORY,
     REFUSED_CODES,
     AwaitingStatistics,
@@ -93,6 +92,7 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 _monotonic = time.monotonic
+_getpid = os.getpid
 
 Headers = Sequence[tuple[str, bytes | str | None]] | Mapping[str, bytes | str | None]
 
@@ -133,12 +133,7 @@ class _Pending(DeliveryFuture):
     __slots__ = ("before", "error", "failed_at", "key", "producer", "sent_at", "size", "topic")
 
     def __init__(self, producer: RecordProducer, topic: str, size: int, key: bytes | None) -> None:
-        if LAZY_FUTURES:  # DeliveryFuture's fields, set here: one call less per send
-            self._cond = None
-            self._state, self._result, self._exception = FUTURE_PENDING, None, None
-            self._waiters = self._done_callbacks = ()
-        else:
-            super().__init__()
+        super().__init__(producer._futures_lock)
         self.producer, self.topic, self.size, self.key = producer, topic, size, key
         self.sent_at, self.before = _monotonic(), producer.health.snapshot
         self.error: KafkaError | None  # and failed_at: set when it fails
@@ -197,6 +192,8 @@ class RecordProducer:
         self._awaiting = AwaitingStatistics(self._fail, limit=3 * self.health.stats_interval)
         #: messages produced whose delivery report has not come yet (set.add / discard need no lock)
         self._in_flight: set[_Pending] = set()
+        #: guards the state of its futures (held for a few instructions per report or wait)
+        self._futures_lock = threading.Lock()
         self.health.add_snapshot_listener(self._awaiting.on_snapshot)
         self.health.add_refusal_listener(self._on_refused)
         #: the brokers refused the credentials / TLS and nothing was delivered since: sends fail at once
@@ -260,7 +257,7 @@ class RecordProducer:
     def _serve_for(self, pending: _Pending, timeout: float | None) -> float | None:
         """While callers serve the reports (a busy sender did moments ago), one waiting for ``pending``
         serves them until it resolves, as ``flush()`` would; the time left of ``timeout``."""
-        if time.monotonic() - self._served_at >= CALLERS_SERVE or _pid != self._pid or self._closed.is_set():
+        if time.monotonic() - self._served_at >= CALLERS_SERVE or self._closed.is_set() or self._forked():
             return timeout  # the poller serves
         deadline = None if timeout is None else time.monotonic() + timeout
         while pending.outstanding():
@@ -268,6 +265,11 @@ class RecordProducer:
             if left <= 0 or not self._serve(left, caller=True):
                 break
         return None if deadline is None else max(0.0, deadline - time.monotonic())
+
+    def _forked(self) -> bool:
+        """Whether this is a forked child of the process that made this producer (librdkafka
+        handles must not be used across ``fork()``)."""
+        return os.getpid() != self._pid
 
     def _check_refused(self) -> None:
         """Fail at once while the brokers keep refusing this producer's credentials / TLS (a refusal
@@ -333,7 +335,7 @@ class RecordProducer:
         headers: Headers | None = None,
         partition: int | None = None,
         timeout: float = SEND_TIMEOUT,
-    ) -> concurrent.futures.Future[DeliveryReceipt]:
+    ) -> DeliveryFuture:
         """Queue one message; the future resolves with its receipt or a :class:`DeliveryError`.
 
         A record larger than ``message.max.bytes`` raises :class:`RecordTooLargeError` before
@@ -342,7 +344,7 @@ class RecordProducer:
         """
         if self._closed.is_set():
             raise KafkaOperationError("producer is closed")
-        if _pid != self._pid:
+        if _getpid() != self._pid:  # a forked child: librdkafka handles must not be used across fork()
             raise KafkaOperationError("producer used across fork(); call get_producer() in the child")
         if self._refused is not None:
             self._check_refused()
@@ -441,13 +443,13 @@ class RecordProducer:
         """Produce and await the delivery report without blocking the event loop; options as :meth:`send`."""
         future, waited = self._send_waiting(topic, value, options)
         try:
-            return await asyncio.wait_for(asyncio.wrap_future(future), waited)
+            return await asyncio.wait_for(future, waited)
         except asyncio.TimeoutError as exc:
             raise self._caller_gave_up(topic, waited) from exc
 
     def _send_waiting(
         self, topic: str, value: bytes | None, options: SendOptions
-    ) -> tuple[concurrent.futures.Future[DeliveryReceipt], float]:
+    ) -> tuple[DeliveryFuture, float]:
         """:meth:`send`, and how long a caller that gives the message ``timeout`` waits for its report."""
         timeout = options.get("timeout", SEND_TIMEOUT)
         waited = timeout + self.report_grace if timeout >= self.message_timeout else timeout
@@ -476,13 +478,13 @@ class RecordProducer:
         wait = self.message_timeout if timeout is None else max(0.0, timeout)
         purged = 0
         try:
-            if os.getpid() == self._pid:
+            if not self._forked():
                 purged = self._flush_then_purge(wait)
         finally:
             self._closed.set()
             if self._poller.is_alive() and threading.current_thread() is not self._poller:
                 self._poller.join(timeout=5)
-            if os.getpid() == self._pid:
+            if not self._forked():
                 self._awaiting.expire(time.monotonic(), everything=True)
                 self.health.logger.flush()
                 if not self._poller.is_alive():
@@ -534,9 +536,9 @@ class RecordProducer:
 
 # ---------------------------------------------------------------------- process-wide registry
 _RegistryKey = tuple[int, str, tuple[tuple[str, str], ...]]
-#: This process's id, set again in a forked child (sends compare it instead of a getpid() call each).
-_pid = os.getpid()
 _registry_lock = threading.Lock()
+#: This process's producers by (pid, role, configuration): deliberately process-wide, as librdkafka
+#: producers are meant to be shared.
 _registry: dict[_RegistryKey, RecordProducer] = {}
 
 
@@ -606,8 +608,6 @@ def _after_fork_in_child() -> None:
     # The parent's producers stay in the registry: their keys hold the parent's pid, so this
     # process never finds them, and keeping them referenced means their librdkafka handles are
     # never destroyed here (destroying one would wait for threads this process does not have).
-    global _pid
-    _pid = os.getpid()
     _registry_lock.release()
 
 

@@ -17,18 +17,25 @@ Outside Airflow the settings come from flags, the environment
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from airflow_kafka_events.envelopes.registry import REGISTRY_PREFIX, RegistrySettings
 from airflow_kafka_events.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from airflow_kafka_events.envelopes.codec import EnvelopeCodecs
 
 #: ``bootstrap.servers`` outside Airflow, as ``--bootstrap-servers``.
 ENV_BOOTSTRAP = "KAFKA_BOOTSTRAP_SERVERS"
 #: A librdkafka ``.properties`` file outside Airflow, as ``--properties``.
 ENV_PROPERTIES_FILE = "AIRFLOW_KAFKA_EVENTS_PROPERTIES"
+#: The schema registry's URL outside Airflow, as ``--schema-registry-url`` (``schema.registry.url``).
+ENV_SCHEMA_REGISTRY_URL = "AIRFLOW_KAFKA_EVENTS_SCHEMA_REGISTRY_URL"
 
 #: Keys that only make sense for one role; stripped from the others so that librdkafka
 #: does not warn about (or reject) them.
@@ -123,10 +130,26 @@ class KafkaSettings:
                 f"pass --bootstrap-servers, or export {ENV_BOOTSTRAP})"
             )
         object.__setattr__(self, "config", config)
+        RegistrySettings.from_config(config)  # a misconfigured registry fails here, not at the first record
 
     @property
     def bootstrap_servers(self) -> str:
         return str(self.config["bootstrap.servers"])
+
+    @functools.cached_property
+    def registry(self) -> RegistrySettings | None:
+        """The schema registry of these settings (``schema.registry.*`` keys), ``None`` without one."""
+        return RegistrySettings.from_config(self.config)
+
+    @functools.cached_property
+    def codecs(self) -> EnvelopeCodecs:
+        """The envelope codecs every producer and consumer of these settings uses (one registry client)."""
+        from airflow_kafka_events.envelopes.codec import envelope_codecs  # fastavro: on first use
+
+        return envelope_codecs(self.registry)
+
+    def _librdkafka(self) -> dict[str, Any]:
+        return {k: v for k, v in self.config.items() if not str(k).startswith(REGISTRY_PREFIX)}
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -146,6 +169,8 @@ class KafkaSettings:
             config.update(load_properties(props))
         if env.get(ENV_BOOTSTRAP):
             config["bootstrap.servers"] = env[ENV_BOOTSTRAP]
+        if env.get(ENV_SCHEMA_REGISTRY_URL):
+            config[REGISTRY_PREFIX + "url"] = env[ENV_SCHEMA_REGISTRY_URL]
         if bootstrap_servers:
             config["bootstrap.servers"] = bootstrap_servers
         config.update(overrides or {})
@@ -157,7 +182,7 @@ class KafkaSettings:
 
     # ------------------------------------------------------------------ roles
     def common_config(self) -> dict[str, Any]:
-        return {k: v for k, v in self.config.items() if k not in _PRODUCER_ONLY | _CONSUMER_ONLY}
+        return {k: v for k, v in self._librdkafka().items() if k not in _PRODUCER_ONLY | _CONSUMER_ONLY}
 
     def producer_config(self) -> dict[str, Any]:
         """Producer configuration with idempotence and ``acks=all`` enforced.
@@ -166,7 +191,7 @@ class KafkaSettings:
         (``enable.idempotence=false``, ``acks`` other than all/-1), or sets a transactional id
         (this package's producers are not transactional).
         """
-        config = {k: v for k, v in self.config.items() if k not in _CONSUMER_ONLY}
+        config = {k: v for k, v in self._librdkafka().items() if k not in _CONSUMER_ONLY}
         if "enable.idempotence" in config and not _as_bool(config["enable.idempotence"]):
             raise ConfigurationError("enable.idempotence=false is refused: producers must be idempotent")
         for key in ("acks", "request.required.acks"):
@@ -190,7 +215,7 @@ class KafkaSettings:
         ``group_id`` overrides the connection's ``group.id``; one of them is required so that
         each role (stream consumer, watcher, bridge) gets its own consumer group.
         """
-        config = {k: v for k, v in self.config.items() if k not in _PRODUCER_ONLY}
+        config = {k: v for k, v in self._librdkafka().items() if k not in _PRODUCER_ONLY}
         if group_id:
             config["group.id"] = group_id
         if not config.get("group.id"):

@@ -6,7 +6,7 @@ below it was handed over or is not the owner's).  It buffers at most ``capacity`
 records; on overflow, or when the owner rewinds, it falls back to a private catch-up reader
 from what the owner took and merges into the shared reader again once it reaches the shared
 frontier (see :mod:`~airflow_kafka_events.kafka.shared_reader`, *Joining behind, catching up*
-and *Backpressure*).  Every name stays importable from ``shared_reader``.
+and *Backpressure*).
 
 This module imports no Airflow module.
 """

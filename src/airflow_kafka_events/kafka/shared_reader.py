@@ -1,11 +1,11 @@
 """One reader per process and topic set, feeding many owners that each keep their own position.
 
-N asset watchers of one topic in one triggerer used to run N readers: every record was fetched
-from the broker N times and walked N times.  A :class:`SharedReader` fetches and decodes each
-record once and hands it only to the :class:`Feed`\\ s that want it (a routing index: a record
-about asset A reaches A's watcher, not the 99 others).  Each owner still keeps its OWN position:
-a feed reports, with its records, how far every partition was read for it (its *frontier*), and
-the owner stores what it accepted and finished, as before.  Nothing about a position is shared.
+Each record is fetched and decoded once per process and handed to the feeds that want it: a
+:class:`SharedReader` serves every asset watcher of its topics in one triggerer through a
+routing index (a record about asset A reaches A's watcher, not the 99 others).  Each owner keeps
+its OWN position: a feed reports, with its records, how far every partition was read for it
+(its *frontier*), and the owner stores what it accepted and finished.  Nothing about a position
+is shared.
 
 Joining behind, catching up
     The shared reader reads from where its first feed started.  A feed that starts behind its
@@ -55,8 +55,6 @@ __all__ = [
 
 #: Longest wait of one poll (a reader per process and topic set can afford to wake up often).
 MAX_POLL_TIMEOUT = 0.25
-#: Seconds a failed lookup of a group's commits is not repeated (new watchers use the policy).
-COMMITTED_RETRY_INTERVAL = 30.0
 #: Seconds between two looks for partitions a topic gained (while idle).
 PARTITION_REFRESH_INTERVAL = 30.0
 
@@ -114,9 +112,6 @@ class SharedReader:
         self._users = 0
         self._lock = asyncio.Lock()  # subscribing (the first feed places the reader)
         self._open_lock = asyncio.Lock()
-        self._committed_lock = asyncio.Lock()
-        self._committed_cache: dict[Partition, int | None] = {}
-        self._committed_retry_at = 0.0
         self._opened = False
         self._task: asyncio.Task[None] | None = None
         self._failure: BaseException | None = None
@@ -154,27 +149,7 @@ class SharedReader:
         if not partitions:
             return {}
         await self._open()
-        committed = await self._committed(partitions)
-        starts: dict[Partition, int] = {}
-        for tp in partitions:
-            offset = committed.get(tp)
-            if offset is not None:
-                starts[tp] = offset
-        starts.update(await self.reader.policy_offsets([tp for tp in partitions if tp not in starts]))
-        return starts
-
-    async def _committed(self, partitions: Sequence[Partition]) -> Mapping[Partition, int | None]:
-        """The group's commits, looked up once per reader (watchers never commit, so they do not
-        change); after a failed lookup the policy applies for :data:`COMMITTED_RETRY_INTERVAL`
-        seconds, so that watchers starting together do not each wait out the lookup's timeout."""
-        async with self._committed_lock:
-            todo = [tp for tp in partitions if tp not in self._committed_cache]
-            if todo and time.monotonic() >= self._committed_retry_at:
-                found = await self.reader.committed_offsets(todo)
-                if found is None and self.reader.group_id is not None:
-                    self._committed_retry_at = time.monotonic() + COMMITTED_RETRY_INTERVAL
-                self._committed_cache.update(found or {})
-            return self._committed_cache
+        return await self.reader.policy_offsets(list(partitions))
 
     async def subscribe(
         self,

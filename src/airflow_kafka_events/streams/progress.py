@@ -37,7 +37,7 @@ from typing import Any, TypedDict, TypeVar, Unpack
 
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
-from airflow_kafka_events.envelopes.codec import TRIGGER_EVENT_CODEC, EnvelopeCodec
+from airflow_kafka_events.envelopes.codec import EnvelopeCodec
 from airflow_kafka_events.envelopes.model import StreamFailure, TriggerEventEnvelope
 from airflow_kafka_events.errors import EnvelopeDecodeError, KafkaOperationError, StreamProgressError
 from airflow_kafka_events.kafka.assigned_reader import bounded_read_config
@@ -229,7 +229,7 @@ class _PartitionScanner:
         trigger_run_id: str,
         *,
         timeout: float,
-        codec: EnvelopeCodec[TriggerEventEnvelope],
+        codec: EnvelopeCodec[TriggerEventEnvelope] | None,
     ) -> None:
         settings = config if isinstance(config, KafkaSettings) else KafkaSettings(config)
         # no long poll: each chunk re-assigns an earlier offset, and a fetch left waiting at the
@@ -241,7 +241,7 @@ class _PartitionScanner:
         self.timeout = timeout
         self.started = time.monotonic()
         self.deadline = self.started + timeout
-        self.codec = codec
+        self.codec = codec if codec is not None else settings.codecs.trigger
         self.consumer, _ = new_consumer(
             consumer_config,
             name=f"progress of {trigger_run_id}",
@@ -497,7 +497,7 @@ def lookup_stream(
     *,
     timeout: float = 30.0,
     chunk_size: int = DEFAULT_CHUNK_SIZE,
-    codec: EnvelopeCodec[TriggerEventEnvelope] = TRIGGER_EVENT_CODEC,
+    codec: EnvelopeCodec[TriggerEventEnvelope] | None = None,
     not_before_ms: int | None = None,
     not_after_ms: int | None = None,
 ) -> tuple[StreamLocation, StreamProgress | None]:
@@ -529,7 +529,7 @@ class StreamLookupOptions(TypedDict, total=False):
 
     timeout: float
     chunk_size: int
-    codec: EnvelopeCodec[TriggerEventEnvelope]
+    codec: EnvelopeCodec[TriggerEventEnvelope] | None
     not_before_ms: int | None
     not_after_ms: int | None
 

@@ -32,7 +32,7 @@ two providers match makes ``MessageQueueTrigger`` refuse it.
 
 This module needs ``apache-airflow-providers-common-messaging`` (the ``messaging`` extra);
 without it Airflow's provider discovery skips the queue class as an optional feature and the
-rest of the package works as before.
+rest of the package works without it.
 """
 
 from __future__ import annotations

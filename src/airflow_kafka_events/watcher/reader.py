@@ -19,6 +19,8 @@ from airflow_kafka_events import metrics
 from airflow_kafka_events.assets.admission import _normalized_uri
 from airflow_kafka_events.envelopes.codec import ASSET_EVENT_CODEC
 from airflow_kafka_events.envelopes.model import AssetEventEnvelope
+from airflow_kafka_events.errors import SchemaRegistryUnavailableError
+from airflow_kafka_events.kafka.consumer import RecordDecoder
 from airflow_kafka_events.kafka.shared_reader import SHARED_READERS, SharedReader
 
 __all__ = [
@@ -37,7 +39,12 @@ class _DecodeCache:
         self.max_size = max_size
         self._items: OrderedDict[Hashable, AssetEventEnvelope | BaseException] = OrderedDict()
 
-    def decode(self, where: Hashable, value: bytes | None) -> AssetEventEnvelope | BaseException:
+    def decode(
+        self,
+        where: Hashable,
+        value: bytes | None,
+        codec: RecordDecoder[AssetEventEnvelope] = ASSET_EVENT_CODEC,
+    ) -> AssetEventEnvelope | BaseException:
         found = self._items.get(where)
         if found is not None:
             self._items.move_to_end(where)
@@ -49,7 +56,9 @@ class _DecodeCache:
             result = EnvelopeDecodeError("the record has no value (a tombstone), not an asset event envelope")
         else:
             try:
-                result = ASSET_EVENT_CODEC.decode(value)
+                result = codec.decode(value)
+            except SchemaRegistryUnavailableError as exc:
+                return exc  # not a verdict on the record: decoded again when it is handled
             except Exception as exc:
                 result = exc
         self._items[where] = result
@@ -61,10 +70,12 @@ class _DecodeCache:
 _DECODED = _DecodeCache()
 
 
-def _decoder(bootstrap_servers: str) -> Callable[[Message], AssetEventEnvelope | BaseException]:
+def _decoder(
+    bootstrap_servers: str, codec: RecordDecoder[AssetEventEnvelope]
+) -> Callable[[Message], AssetEventEnvelope | BaseException]:
     def decode(message: Message) -> AssetEventEnvelope | BaseException:
         where = (bootstrap_servers, str(message.topic()), message.partition(), message.offset())
-        return _DECODED.decode(where, message.value())
+        return _DECODED.decode(where, message.value(), codec)
 
     return decode
 
@@ -85,7 +96,12 @@ def _route(decoded: AssetEventEnvelope | BaseException) -> list[Hashable] | None
     return keys
 
 
-def shared_reader(config: Mapping[str, Any], topics: Sequence[str], poll_timeout: float) -> SharedReader:
+def shared_reader(
+    config: Mapping[str, Any],
+    topics: Sequence[str],
+    poll_timeout: float,
+    codec: RecordDecoder[AssetEventEnvelope] = ASSET_EVENT_CODEC,
+) -> SharedReader:
     """This process's reader of ``topics`` with these client settings (one per triggerer); its lag
     gauge is built only when the reader is new."""
     return SHARED_READERS.acquire(
@@ -93,7 +109,7 @@ def shared_reader(config: Mapping[str, Any], topics: Sequence[str], poll_timeout
         config,
         topics,
         name=f"watchers-of-{'+'.join(sorted(topics))}",
-        decode=_decoder(str(config.get("bootstrap.servers", ""))),
+        decode=_decoder(str(config.get("bootstrap.servers", "")), codec),
         route=_route,
         poll_timeout=poll_timeout,
         make_on_read=lambda: metrics.LagReporter(metrics.WATCHER_LAG).observe,

@@ -15,7 +15,7 @@ each one's sequence number in the run and idempotency key; :data:`IN_DOUBT`: how
 At its next start a watcher reads the asset state store and its mark; :func:`resumption` decides:
 the mark of the run that wrote the stored state is that run's last word (a clean stop); a mark of
 another run is stale (a newer run stored since, and did not stop cleanly); no mark is a crash
-(``kill -9``) or a stop whose mark could not be written (the topic missing: logged), as before.
+(``kill -9``) or a stop whose mark could not be written (the topic missing: logged).
 
 The records in doubt are read again (never lost): Airflow persisted some of them in its last
 round before the stop (its confirmation never came back) and dropped the others (fired after the

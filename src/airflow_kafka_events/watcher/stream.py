@@ -1,10 +1,10 @@
 """The stream behind one asset watcher: one reader per triggerer, a durable position per watcher.
 
-Why not one consumer group shared by the watchers (the design before 0.x): Airflow places each
-watcher on a triggerer of its choice, and a group splits the partitions between the triggerers'
-consumers, so a watcher saw only its triggerer's share of the topic (measured: 60 of 120
-events lost, silently, with two triggerers).  Commits cannot repair that: the shared stream
-reports how many subscribers accepted a record, not which.
+Why not one consumer group shared by the watchers: Airflow places each watcher on a triggerer of
+its choice, and a group splits the partitions between the triggerers' consumers, so a watcher
+would see only its triggerer's share of the topic (measured: 60 of 120 events lost, silently,
+with two triggerers).  Commits cannot repair that: the shared stream reports how many
+subscribers accepted a record, not which.
 
 So each watcher (:class:`~airflow_kafka_events.watcher.trigger.KafkaAssetEventTrigger`)
 has its own shared-stream group and :class:`WatcherStream`, and:
@@ -23,9 +23,8 @@ has its own shared-stream group and :class:`WatcherStream`, and:
 * the idempotency keys of the events it turned into asset events (the most recent
   :data:`DURABLE_KEYS`, each for ``dedupe_ttl``) are stored with the position, so a repeat
   published later is dropped after a restart too;
-* a partition without a stored position starts at the offset the watcher's consumer group
-  committed (the old design's commits, so upgrading replays nothing), else at the connection's
-  ``auto.offset.reset`` (default ``earliest``); that start is stored at once.
+* a partition without a stored position starts at the connection's ``auto.offset.reset``
+  (default ``earliest``); that start is stored at once.
 
 After ``kill -9`` of a triggerer, records whose asset events were persisted after the last
 store become asset events once more: duplicates are bounded by what a watcher confirmed in its
@@ -61,7 +60,7 @@ from asgiref.sync import sync_to_async
 from airflow_kafka_events.assets.admission import asset_selector
 from airflow_kafka_events.assets.validation import sanitize_asset_uri
 from airflow_kafka_events.envelopes.model import AssetEventEnvelope
-from airflow_kafka_events.errors import ConfigurationError, ValidationError
+from airflow_kafka_events.errors import ConfigurationError, SchemaRegistryUnavailableError, ValidationError
 from airflow_kafka_events.kafka.positions import (
     Partition,
     PositionTracker,
@@ -92,12 +91,16 @@ from airflow_kafka_events.watcher.stops import (
     write_mark,
 )
 
+#: Longest wait (seconds) between two tries of a record while the schema registry does not answer.
+_REGISTRY_WAIT_MAX = 30.0
 log = logging.getLogger(__name__)
 
 __all__ = [
     "FLUSH_INTERVAL",
+    "PROCESS_LOAD",
     "STATE_KEY",
     "KafkaRecord",
+    "WatcherLoad",
     "WatcherStream",
     "state_key",
 ]
@@ -110,8 +113,6 @@ FLUSH_INTERVAL = 1.0
 #: streams open in a process each stores at most every ``FLUSH_INTERVAL * max(1, N / this)``
 #: seconds (each store is one request through the triggerer's supervisor to the metadata DB).
 STORES_PER_SECOND = 10.0
-#: Watcher streams open in this process (for the interval above).
-_open_streams = 0
 #: While this process's watchers have this many records handed on that Airflow has not confirmed
 #: yet (a burst: the triggerer's supervisor is behind, persisting them), each stores its position
 #: every ``DEFER_FACTOR`` store intervals: a store is a request that queues in that supervisor beside
@@ -119,9 +120,6 @@ _open_streams = 0
 #: cost about a fifth of its throughput).
 DEFER_BACKLOG = 50
 DEFER_FACTOR = 3.0
-#: Records this process's watcher streams handed on and Airflow has not confirmed (each stream adds
-#: its own count when it looks: a moment late at worst).
-_backlog = 0
 #: Seconds between two stores of a position that moved only past other assets' records (losing
 #: such progress in a crash only means reading records again that are skipped again).
 SKIP_FLUSH_INTERVAL = 30.0
@@ -136,6 +134,25 @@ MAX_PENDING = 896
 _STORE_WARN_INTERVAL = 60.0
 #: Producer role of the clean-stop marks (a producer of its own, with the marks' delivery timeout).
 STOPS_ROLE = "watcher-stops"
+
+
+class WatcherLoad:
+    """What every watcher stream of this process shares: how many are open, and their backlog.
+
+    One object per process (:data:`PROCESS_LOAD`), on purpose: the store interval and the backlog
+    rule above are about the triggerer's supervisor, which all the process's watchers share.
+    """
+
+    def __init__(self) -> None:
+        #: Watcher streams open in this process (for ``STORES_PER_SECOND``).
+        self.streams_open = 0
+        #: Records this process's watcher streams handed on and Airflow has not confirmed (each
+        #: stream adds its own count when it looks: a moment late at worst).
+        self.backlog = 0
+
+
+#: The process's :class:`WatcherLoad`.
+PROCESS_LOAD = WatcherLoad()
 
 
 class KafkaRecord(NamedTuple):
@@ -286,8 +303,8 @@ class WatcherStream(SharedStreamProducer):
         self._flush_lock = asyncio.Lock()
         self._flush_task: asyncio.Task[None] | None = None
         self._last_flush = 0.0
-        self._counted = False  # counted in _open_streams
-        self._in_backlog = 0  # its records counted in _backlog
+        self._counted = False  # counted in PROCESS_LOAD.streams_open
+        self._in_backlog = 0  # its records counted in PROCESS_LOAD.backlog
         self._urgent = False  # an own record finished since the last store: store within flush_interval
         # per partition, how often advance() sought it back: records taken before a rewind are stale
         self._rewinds: dict[tuple[str, int], int] = {}
@@ -446,11 +463,11 @@ class WatcherStream(SharedStreamProducer):
         return [("name", self.asset_name)]
 
     async def _open(self) -> tuple[Feed, PositionTracker]:
-        global _open_streams
-        _open_streams += 1
+        PROCESS_LOAD.streams_open += 1
         self._counted = True
         config, self._stops = await sync_to_async(self._clients)()
-        shared = shared_reader(config, self.topics, self.poll_timeout)
+        assert self._stops is not None
+        shared = shared_reader(config, self.topics, self.poll_timeout, self._stops.settings.codecs.asset)
         try:
             partitions = await shared.partitions()
             stored = await self._load_state()
@@ -481,7 +498,7 @@ class WatcherStream(SharedStreamProducer):
             len(missing),
             "catching up with the shared reader" if feed.catching_up else "through the shared reader",
         )
-        await self.flush(force=True)  # a new start (latest, a group's commit) is durable from now on
+        await self.flush(force=True)  # a new start (earliest or latest) is durable from now on
         await self._forget_previous_run()
         return feed, tracker
 
@@ -515,6 +532,7 @@ class WatcherStream(SharedStreamProducer):
                     continue  # sought back while this batch was handed on: the catch-up reads it again
                 if not tracker.knows(tp):
                     tracker.add_partitions({tp: 0})  # a partition the topic gained: all new
+                fed = await self._decided(fed)
                 if not self._wanted(fed.decoded):
                     tracker.read(tp, offset)
                     continue
@@ -528,6 +546,35 @@ class WatcherStream(SharedStreamProducer):
                     tracker.add_partitions({tp: next_offset})
                 tracker.advance_to(tp, next_offset)
             self._request_flush()
+
+    async def _decided(self, fed: FedRecord) -> FedRecord:
+        if isinstance(fed.decoded, SchemaRegistryUnavailableError):
+            return fed._replace(decoded=await self._decode_again(fed))
+        return fed
+
+    async def _decode_again(self, fed: FedRecord) -> AssetEventEnvelope | BaseException:
+        """Decode a record the schema registry could not help with, until it can (the record is not at
+        fault: never a dead letter for this); the records after it wait."""
+        assert self._stops is not None
+        codec, value = self._stops.settings.codecs.asset, fed.message.value()
+        delay = 1.0
+        while True:
+            try:
+                return await asyncio.to_thread(codec.decode, value or b"")
+            except SchemaRegistryUnavailableError as exc:
+                log.warning(
+                    "%s: %s[%s]@%s waits %.0fs for the schema registry: %s",
+                    self.label,
+                    fed.tp[0],
+                    fed.tp[1],
+                    fed.offset,
+                    delay,
+                    exc,
+                )
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, _REGISTRY_WAIT_MAX)
+            except Exception as exc:  # a verdict on the record (unknown schema id, ...)
+                return exc
 
     # ------------------------------------------------------------------ advancing
     def get_advance_lane(self, broker_payload: KafkaBrokerPayload) -> Hashable:
@@ -574,14 +621,13 @@ class WatcherStream(SharedStreamProducer):
         if not self._urgent:
             return since >= SKIP_FLUSH_INTERVAL
         interval = self.store_interval()
-        if _backlog >= DEFER_BACKLOG:  # Airflow is behind: the store waits, a while
+        if PROCESS_LOAD.backlog >= DEFER_BACKLOG:  # Airflow is behind: the store waits, a while
             interval *= DEFER_FACTOR
         return since >= interval
 
     def _count_backlog(self, pending: int) -> None:
-        """This stream's part of the process's :data:`_backlog` is now ``pending``."""
-        global _backlog
-        _backlog += pending - self._in_backlog
+        """This stream's part of the process's backlog (:data:`PROCESS_LOAD`) is now ``pending``."""
+        PROCESS_LOAD.backlog += pending - self._in_backlog
         self._in_backlog = pending
 
     def _request_flush(self) -> None:
@@ -638,7 +684,7 @@ class WatcherStream(SharedStreamProducer):
     def store_interval(self) -> float:
         """Seconds between two stores once an own record finished: ``flush_interval``, stretched so
         that all watcher streams of this process store at most :data:`STORES_PER_SECOND` times a second."""
-        return self.flush_interval * max(1.0, _open_streams / STORES_PER_SECOND)
+        return self.flush_interval * max(1.0, PROCESS_LOAD.streams_open / STORES_PER_SECOND)
 
     def _warn_store(self, exc: BaseException) -> None:
         now = time.monotonic()
@@ -711,10 +757,9 @@ class WatcherStream(SharedStreamProducer):
         except Exception as exc:
             self._warn_store(exc)
         finally:
-            global _open_streams
             if self._counted:
                 self._counted = False
-                _open_streams -= 1
+                PROCESS_LOAD.streams_open -= 1
             self._count_backlog(0)
             feed, self._feed = self._feed, None
             if feed is not None:

@@ -51,10 +51,8 @@ How it consumes
     consumer group, so two or more triggerers cannot split a topic between them -- fetches and
     decodes each record once and hands each watcher only its asset's records.  A watcher behind
     that reader (started late, restarted, moved from another triggerer, or too slow) reads on
-    its own from its position until it has caught up.  The connection's (or ``group_id``'s)
-    consumer group is only read: a partition without a stored position starts at the offset
-    that group committed (so upgrading from a group-based watcher replays nothing), else at the
-    connection's ``auto.offset.reset`` (default ``earliest``).  Every blocking client call runs
+    its own from its position until it has caught up.  A partition without a stored position
+    starts at the connection's ``auto.offset.reset`` (default ``earliest``).  Every blocking client call runs
     on the reader's own thread (never on the triggerer's shared ``sync_to_async`` thread).
 
 What it does with each record
@@ -205,8 +203,8 @@ class KafkaAssetEventTrigger(WatcherDeadLetters, KafkaSharedStreamTrigger):
     :param asset_name: name of the watched asset; events match when their ``asset.name`` equals
         it.  At least one of ``asset_uri`` / ``asset_name``; with both, both must match.
     :param kafka_config_id: Kafka connection of the reader (default ``kafka_watcher``).
-    :param group_id: a consumer group whose committed offsets a new watcher starts from
-        (default: the connection's ``group.id``); the watcher never joins or commits to it.
+    :param group_id: the ``group.id`` of the watcher's client (default: the connection's); the
+        watcher never joins the group, commits to it or reads its commits.
     :param poll_timeout: seconds each ``poll`` of the watcher's reader waits.
     :param dlq_topic: dead-letter topic for refused records (``None``: log and drop them).
     :param dlq_kafka_config_id: connection the dead-letter producer uses (default

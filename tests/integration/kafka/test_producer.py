@@ -12,7 +12,8 @@ from collections.abc import Callable
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 
-from airflow_kafka_events.errors import DeliveryError
+from airflow_kafka_events.errors import DeliveryError, KafkaOperationError
+from airflow_kafka_events.kafka.delivery import DeliveryFuture
 from airflow_kafka_events.kafka.producer import (
     SERVE_BACKLOG,
     RecordProducer,
@@ -148,12 +149,12 @@ def test_send_async_does_not_block_the_loop(kafka_bootstrap, new_topic):
     assert ticks > 0
 
 
-def _burst(producer: RecordProducer, topic: str, count: int) -> list[concurrent.futures.Future]:
+def _burst(producer: RecordProducer, topic: str, count: int) -> list[DeliveryFuture]:
     """``count`` sends in a row: far more than SERVE_BACKLOG in flight."""
     return [producer.send(topic, b"%d" % i, key=f"k{i % 3}") for i in range(count)]
 
 
-def _assert_stored_once_each(futures: list[concurrent.futures.Future]) -> None:
+def _assert_stored_once_each(futures: list[DeliveryFuture]) -> None:
     receipts = [f.result(timeout=0) for f in futures]
     assert len({(r.partition, r.offset) for r in receipts}) == len(futures)
     assert all(r.offset >= 0 for r in receipts)
@@ -165,14 +166,14 @@ def test_a_busy_sender_serves_the_reports_its_sends_find_ready(kafka_bootstrap, 
     me = threading.current_thread().name
     served_on: list[str] = []
 
-    def serving_thread(registered: list[bool]) -> Callable[[concurrent.futures.Future], None]:
-        def record(_: concurrent.futures.Future) -> None:
+    def serving_thread(registered: list[bool]) -> Callable[[DeliveryFuture], None]:
+        def record(_: DeliveryFuture) -> None:
             if registered:  # a future resolved before the callback was added calls it at once: not counted
                 served_on.append(threading.current_thread().name)
 
         return record
 
-    futures: list[concurrent.futures.Future] = []
+    futures: list[DeliveryFuture] = []
     try:
         producer.send_and_wait(topic, b"connect", key="k0")  # connected, with a producer id
         deadline = time.monotonic() + 30
@@ -182,7 +183,7 @@ def test_a_busy_sender_serves_the_reports_its_sends_find_ready(kafka_bootstrap, 
             future.add_done_callback(serving_thread(registered))
             registered.append(True)
             futures.append(future)
-        _, not_done = concurrent.futures.wait(futures, timeout=60)
+        _, not_done = concurrent.futures.wait([f.as_future() for f in futures], timeout=60)
     finally:
         producer.close()
     # the sends themselves served reports, not only the poller thread
@@ -197,13 +198,13 @@ def test_a_send_from_a_delivery_callback_of_a_busy_producer_is_answered(kafka_bo
     # call state would break), busy or not
     topic = new_topic(partitions=3)
     producer = RecordProducer(_settings(kafka_bootstrap).producer_config())
-    follow_ups: list[concurrent.futures.Future] = []
+    follow_ups: list[DeliveryFuture] = []
     try:
         firsts = _burst(producer, topic, 400)
         for future in firsts:
             future.add_done_callback(lambda _: follow_ups.append(producer.send(topic, b"next", key="n")))
         wait_until(lambda: len(follow_ups) == 400, timeout=60, what="a follow-up per delivery")
-        _, not_done = concurrent.futures.wait(follow_ups, timeout=60)
+        _, not_done = concurrent.futures.wait([f.as_future() for f in follow_ups], timeout=60)
     finally:
         producer.close()
     assert not not_done
@@ -217,12 +218,14 @@ def test_after_a_burst_waiting_callers_of_every_kind_get_their_reports(kafka_boo
     producer = RecordProducer(_settings(kafka_bootstrap).producer_config())
 
     async def awaited(futures):
-        return await asyncio.wait_for(asyncio.gather(*(asyncio.wrap_future(f) for f in futures)), 60)
+        return await asyncio.wait_for(asyncio.gather(*futures), 60)
 
     try:
         by_coroutine = asyncio.run(awaited(_burst(producer, topic, 1000)))
         by_result = [f.result(timeout=60) for f in _burst(producer, topic, 1000)]
-        _, not_done = concurrent.futures.wait(_burst(producer, topic, 1000), timeout=60)
+        _, not_done = concurrent.futures.wait(
+            [f.as_future() for f in _burst(producer, topic, 1000)], timeout=60
+        )
         last = producer.send_and_wait(topic, b"last", key="k0", timeout=30)
     finally:
         producer.close()
@@ -290,3 +293,42 @@ def test_forked_child_gets_its_own_producer(kafka_bootstrap, new_topic):
     finally:
         close_all_producers()
     assert sorted([child_offset, after.offset]) == [1, 2]
+
+
+def _child_uses_the_parents(producer: RecordProducer, topic: str, out) -> None:
+    try:
+        try:
+            producer.send(topic, b"child", key="c")
+            refused = "sent"
+        except KafkaOperationError as exc:
+            refused = str(exc)
+        producer.close(0)  # never flushes, purges or destroys the parent's handle from the child
+        out.put((refused, producer.closed))
+    except BaseException as exc:  # the parent shows what went wrong instead of waiting in vain
+        out.put(exc)
+
+
+def test_a_producer_used_across_fork_refuses_in_the_child_and_the_parent_keeps_it(kafka_bootstrap, new_topic):
+    import multiprocessing
+
+    topic = new_topic(partitions=1)
+    config = _settings(kafka_bootstrap).producer_config()
+    parent = get_producer(config)
+    try:
+        parent.send_and_wait(topic, b"before", key="p")
+        ctx = multiprocessing.get_context("fork")
+        out = ctx.Queue()
+        child = ctx.Process(target=_child_uses_the_parents, args=(parent, topic, out))
+        child.start()
+        answer = out.get(timeout=60)
+        assert not isinstance(answer, BaseException), f"the child failed: {answer!r}"
+        refused, closed_in_child = answer
+        child.join(60)
+        assert child.exitcode == 0
+        assert "across fork()" in refused and closed_in_child
+        after = parent.send_and_wait(topic, b"after", key="p")  # the parent's handle is intact
+        assert not parent.closed
+    finally:
+        close_all_producers()
+    assert after.offset == 1
+    assert len(_read_all(kafka_bootstrap, topic, 2)) == 2

@@ -40,6 +40,7 @@ from integration.triggers.http_server import PagedApi, page_items
 from integration.triggers.sample_triggers import Stored, collect, read_topic, wait_for
 
 MODULE = "airflow_kafka_events.http.trigger"
+ERRORS = "airflow_kafka_events.http.errors"
 CONN_ID = "paged_api"
 PASSWORD = "pw-never-in-kafka-3141"
 API_KEY = "key-never-in-kafka-2718"
@@ -513,7 +514,7 @@ def test_persistent_5xx_ends_the_stream_with_an_error_naming_status_and_url(
     ]
     assert [s.envelope.payload for s in stored[:2]] == _item_pages(2)
     error = stored[-1].envelope.error
-    assert error is not None and error.type == f"{MODULE}.HttpRetriesExhaustedError"
+    assert error is not None and error.type == f"{ERRORS}.HttpRetriesExhaustedError"
     assert "503" in error.message and f"{server.url}/api/items?page=2" in error.message, error.message
     assert "4 attempt(s)" in error.message and "max_retries=3" in error.message, error.message
     assert statuses == [503] * 4  # the first request and 3 retries
@@ -533,7 +534,7 @@ def test_404_ends_the_stream_at_once(connections, kafka_bootstrap, new_topic):
     stored = read_topic(kafka_bootstrap, topic, key)
     assert [s.envelope.sequence_index for s in stored] == [0, 1] and stored[-1].envelope.is_last
     error = stored[-1].envelope.error
-    assert error is not None and error.type == f"{MODULE}.HttpStatusError"
+    assert error is not None and error.type == f"{ERRORS}.HttpStatusError"
     assert "404" in error.message and f"{server.url}/api/items?page=1" in error.message, error.message
     assert statuses == [404]  # not retried
     assert descriptor.failed and descriptor.count == 1
@@ -555,7 +556,7 @@ def test_connection_errors_are_retried_then_end_the_stream(
     descriptor = _run(_items_trigger(key, topic, max_retries=2))
     (stored,) = read_topic(kafka_bootstrap, topic, key)
     error = stored.envelope.error
-    assert error is not None and error.type == f"{MODULE}.HttpRetriesExhaustedError"
+    assert error is not None and error.type == f"{ERRORS}.HttpRetriesExhaustedError"
     assert f"http://127.0.0.1:{port}/api/items" in error.message and "3 attempt(s)" in error.message
     assert descriptor.failed and descriptor.count == 0
 
@@ -571,7 +572,7 @@ def test_a_request_that_gets_no_answer_times_out_and_is_retried(connections, kaf
         server.wait_for(lambda s: s.abandoned(1) == 2, 30, "both timed-out requests to be abandoned")
         served = server.served_counts()
     error = read_topic(kafka_bootstrap, topic, key)[-1].envelope.error
-    assert error is not None and error.type == f"{MODULE}.HttpRetriesExhaustedError"
+    assert error is not None and error.type == f"{ERRORS}.HttpRetriesExhaustedError"
     assert "no answer within 0.5s" in error.message and "2 attempt(s)" in error.message, error.message
     assert served == {0: 1} and descriptor.count == 1
 
@@ -585,7 +586,7 @@ def test_next_links_to_another_origin_are_not_followed(connections, kafka_bootst
         descriptor = _run(_items_trigger(key, topic, endpoint="api/foreign"))
         arrived = len(server.hits)
     error = read_topic(kafka_bootstrap, topic, key)[-1].envelope.error
-    assert error is not None and error.type == f"{MODULE}.NextLinkError"
+    assert error is not None and error.type == f"{ERRORS}.NextLinkError"
     assert "leaves the origin" in error.message and "allow_foreign_next_links" in error.message
     assert arrived == 1 and descriptor.count == 0  # the credentials never went to localhost:<port>
 
@@ -642,7 +643,7 @@ def test_a_next_link_carrying_a_credential_of_the_connection_is_not_stored(
         # a credential in params ends up in the next link: the stream stops before storing it
         descriptor = _run(_items_trigger(key, topic, params={"api_key": API_KEY}))
     error = read_topic(kafka_bootstrap, topic, key)[-1].envelope.error
-    assert error is not None and error.type == f"{MODULE}.NextLinkError"
+    assert error is not None and error.type == f"{ERRORS}.NextLinkError"
     assert "contains a credential" in error.message and API_KEY not in error.message, error.message
     assert "api_key=***" in error.message
     assert API_KEY.encode() not in b"".join(_raw_values(kafka_bootstrap, topic))

@@ -26,7 +26,6 @@ from airflow_kafka_events.assets.authz import (
     compute_signature,
     sign_envelope,
     signing_payload,
-    signing_payload_v1,
 )
 from airflow_kafka_events.envelopes.codec import ASSET_EVENT_CODEC, SINGLE_OBJECT_HEADER_SIZE, frame_confluent
 from airflow_kafka_events.envelopes.model import AssetEventEnvelope, AssetRef, EventSource, SourceKind
@@ -216,11 +215,34 @@ def _frame(envelope: AssetEventEnvelope, framing: str) -> bytes:
     return data
 
 
+def _version_1_payload(envelope: AssetEventEnvelope) -> bytes:
+    """What a version 1 signature covered (development builds; the package refuses it now)."""
+
+    def utc(value: datetime | None) -> str | None:
+        return None if value is None else value.astimezone(timezone.utc).isoformat(timespec="microseconds")
+
+    body = {
+        "event_id": envelope.event_id,
+        "asset": {"name": envelope.asset.name, "uri": envelope.asset.uri},
+        "partition_key": envelope.partition_key,
+        "partition_date": utc(envelope.partition_date),
+        "extra": dict(envelope.extra),
+        "idempotency_key": envelope.idempotency_key,
+        "source": envelope.source.to_avro(),
+        "emitted_at": utc(envelope.emitted_at),
+        "causation": list(envelope.causation),
+    }
+    recipe = "airflow-kafka-events/asset-event-signature/v1"
+    return json.dumps([recipe, body], sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode(
+        "ascii"
+    )
+
+
 def _signed(vector: Vector) -> tuple[AssetEventEnvelope, bytes]:
     """The envelope carrying its signature, and the bytes that signature covers."""
     env = vector.envelope
     if vector.expect == "legacy-v1":
-        payload = signing_payload_v1(env)
+        payload = _version_1_payload(env)
         return dataclasses.replace(
             env, signature=hmac.new(vector.key, payload, hashlib.sha256).digest()
         ), payload

@@ -5,8 +5,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import hmac
-import json
-import logging
 import struct
 from datetime import datetime, timezone
 
@@ -14,10 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from airflow_kafka_events.assets import authz
 from airflow_kafka_events.assets.authz import (
     SIGNATURE_PREFIX_V2,
-    SIGNATURE_RECIPE,
     SIGNATURE_RECIPE_V2,
     Allowlist,
     AllowRule,
@@ -27,7 +23,6 @@ from airflow_kafka_events.assets.authz import (
     sign_envelope,
     signature_version,
     signing_payload,
-    signing_payload_v1,
     verify_envelope,
 )
 from airflow_kafka_events.assets.errors import NotAllowedError, SignatureInvalidError, SignatureMissingError
@@ -66,7 +61,6 @@ def test_sign_then_verify_round_trip_through_the_codec():
     assert decoded.signature == signed.signature
     verify_envelope(decoded, KEY)
     verify_envelope(decoded, KEY.encode())
-    verify_envelope(decoded, KEY, accept_v1=False)
     assert is_signature_valid(decoded, [b"old-key", KEY])
 
 
@@ -125,25 +119,13 @@ def test_one_and_one_point_zero_sign_differently():
         verify_envelope(dataclasses.replace(one_float, signature=compute_signature(one, KEY)), KEY)
 
 
-def test_version_1_signatures_verify_during_the_deprecation_window(caplog, monkeypatch):
+def test_version_1_signatures_are_refused_with_the_fix_named():
     env = envelope()
-    payload = json.loads(signing_payload_v1(env))
-    assert payload[0] == SIGNATURE_RECIPE
-    assert payload[1]["partition_date"] == "2026-01-31T12:30:15.123456+00:00"
-    digest = hmac.new(KEY.encode(), signing_payload_v1(env), hashlib.sha256).digest()
-    legacy = dataclasses.replace(env, signature=digest)
+    legacy = dataclasses.replace(env, signature=hmac.new(KEY.encode(), b"any bytes", hashlib.sha256).digest())
     assert signature_version(legacy.signature) == 1
-    monkeypatch.setattr(authz, "_v1_warned", False)
-    caplog.set_level(logging.WARNING, logger=authz.__name__)
-    verify_envelope(legacy, KEY)
-    verify_envelope(legacy, [b"old", KEY])
-    warnings = [r.getMessage() for r in caplog.records if "deprecated version 1" in r.getMessage()]
-    assert len(warnings) == 1  # once per process
-    with pytest.raises(SignatureInvalidError, match="no longer accepts"):
-        verify_envelope(legacy, KEY, accept_v1=False)
-    assert not is_signature_valid(legacy, KEY, accept_v1=False)
-    with pytest.raises(SignatureInvalidError):  # tampering is caught in version 1 too
-        verify_envelope(dataclasses.replace(legacy, partition_key="other"), KEY)
+    with pytest.raises(SignatureInvalidError, match=r"version 1 signature .* sign it with sign_envelope"):
+        verify_envelope(legacy, KEY)
+    assert not is_signature_valid(legacy, KEY)
 
 
 @pytest.mark.parametrize("signature", [b"", b"x" * 31, b"v2:" + b"x" * 31, b"v3:" + b"x" * 32, b"x" * 36])

@@ -19,6 +19,7 @@ from airflow_kafka_events.assets.emit import (
     to_asset_ref,
 )
 from airflow_kafka_events.assets.publish import PROVENANCE_EXTRA_KEY, causation_depth
+from airflow_kafka_events.envelopes.codec import ASSET_EVENT_CODEC
 from airflow_kafka_events.envelopes.model import AssetRef, EventSource, SourceKind
 from airflow_kafka_events.errors import (
     CausationLoopError,
@@ -51,7 +52,7 @@ def producer(monkeypatch):
 
     def producer_for(conn_id, **kwargs):
         recording.connections.append(conn_id)  # type: ignore[attr-defined]
-        return recording
+        return recording, ASSET_EVENT_CODEC
 
     monkeypatch.setattr(emit_module, "_producer_for", producer_for)
     return recording

@@ -24,6 +24,7 @@ from airflow_kafka_events.iteration.sources import (
     page_items,
     value_at,
 )
+from airflow_kafka_events.kafka.settings import KafkaSettings
 from airflow_kafka_events.streams.checkpoint import Checkpoint
 from airflow_kafka_events.streams.consuming.operator import StreamRef
 from airflow_kafka_events.streams.consuming.sequence import StreamBatch
@@ -182,7 +183,7 @@ def writer(
 
     producer = FakeProducer()
     out = ResultsStreamWriter(
-        settings=None,  # type: ignore[arg-type]
+        settings=KafkaSettings({"bootstrap.servers": "unused:9092"}),
         producer=producer,  # type: ignore[arg-type]
         topic="t",
         trigger_run_id=RUN,

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import concurrent.futures
 import json
 
 import pytest
 from confluent_kafka import KafkaError
 
 from airflow_kafka_events.errors import NotSentError
+from airflow_kafka_events.kafka.delivery import DeliveryFuture
 from airflow_kafka_events.streams.index.options import Cadence
 from airflow_kafka_events.streams.index.publisher import ConsumerIndexWriter, StreamIndexWriter
 from airflow_kafka_events.streams.index.record import ConsumerRecord, StreamRecord, stream_key
@@ -33,11 +33,8 @@ class RecordingProducer:
 
     def send(self, topic, value, *, key=None, timeout=None):
         self.sent.append((topic, key, json.loads(value)))
-        future: concurrent.futures.Future = concurrent.futures.Future()
-        if self.error is None:
-            future.set_result(None)
-        else:
-            future.set_exception(self.error)
+        future = DeliveryFuture()
+        future.settle(exception=self.error)
         return future
 
 

@@ -63,14 +63,14 @@ def test_skipped_records_are_stored_lazily_own_records_promptly(monkeypatch):
 
 def test_the_store_interval_stretches_with_the_streams_of_the_process(monkeypatch):
     stream = producer(Store())
-    monkeypatch.setattr(asset_stream, "_open_streams", 6)
+    monkeypatch.setattr(asset_stream.PROCESS_LOAD, "streams_open", 6)
     assert stream.store_interval() == asset_stream.FLUSH_INTERVAL  # up to 10 watchers: 1 s
-    monkeypatch.setattr(asset_stream, "_open_streams", 100)
+    monkeypatch.setattr(asset_stream.PROCESS_LOAD, "streams_open", 100)
     assert stream.store_interval() == pytest.approx(10 * asset_stream.FLUSH_INTERVAL)
 
 
 def test_a_backlog_awaiting_airflow_makes_the_store_wait_longer(monkeypatch):
-    monkeypatch.setattr(asset_stream, "_backlog", 0)
+    monkeypatch.setattr(asset_stream.PROCESS_LOAD, "backlog", 0)
     store, other = Store(), Store()
     stream, busy = producer(store), producer(other)
 
@@ -96,7 +96,7 @@ def test_a_backlog_awaiting_airflow_makes_the_store_wait_longer(monkeypatch):
         await stream.flush()  # no backlog: the ordinary interval again
         assert len(store.writes) == 3 and store.writes[-1]["positions"] == {"events": {"0": 2}}
         await busy.aclose()
-        assert asset_stream._backlog == 0  # a closed stream leaves nothing counted
+        assert asset_stream.PROCESS_LOAD.backlog == 0  # a closed stream leaves nothing counted
 
     asyncio.run(scenario())
 

@@ -374,6 +374,7 @@ class StreamConsumerOperator(BaseOperator):
             gap_timeout=self._windows[1],
             group_id=group_id,
             poll_timeout=self.poll_timeout,
+            codec=settings.codecs.trigger,
         )
 
     # ------------------------------------------------------------------ execute

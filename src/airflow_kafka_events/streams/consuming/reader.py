@@ -45,9 +45,8 @@ the position is also committed to that dedicated group
 (:mod:`~airflow_kafka_events.streams.consuming.commits`).  Rejected records are delivered at
 least once.  The partition: an explicit one, the checkpoint's, else the key's by murmur2, or
 with ``scan_partitions`` the first where the key appears
-(:mod:`~airflow_kafka_events.streams.consuming.partition`).  Every name of the reader's parts
-(:mod:`~airflow_kafka_events.streams.consuming.sequence`,
-:mod:`~airflow_kafka_events.streams.consuming.sequence`) stays importable from here.
+(:mod:`~airflow_kafka_events.streams.consuming.partition`).  Ordering and batching are
+:mod:`~airflow_kafka_events.streams.consuming.sequence`'s.
 
 A reader is not thread-safe; use one per thread.  This module imports no Airflow module.
 """

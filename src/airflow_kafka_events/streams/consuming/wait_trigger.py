@@ -177,6 +177,7 @@ class StreamWaitTrigger(BaseTrigger):
             max_events=self.max_events,
             max_wait=0.0,
             poll_timeout=self.poll_timeout,
+            codec=settings.codecs.trigger,
         )
 
     async def producer_state(self) -> tuple[bool, str | None]:

@@ -17,12 +17,11 @@ writer stops writing (one warning naming ``topics ensure``).
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import KafkaError
 
@@ -35,6 +34,9 @@ from airflow_kafka_events.streams.index.record import (
     sampled,
     stream_key,
 )
+
+if TYPE_CHECKING:
+    from airflow_kafka_events.kafka.delivery import DeliveryFuture
 
 __all__ = [
     "INDEX_ROLE",
@@ -66,9 +68,9 @@ class _Sender:
         self.clock = clock
         self.failures = 0
         self.stopped: str | None = None
-        self.last: concurrent.futures.Future[Any] | None = None
+        self.last: DeliveryFuture | None = None
 
-    def _done(self, future: concurrent.futures.Future[Any]) -> None:
+    def _done(self, future: DeliveryFuture) -> None:
         exc = future.exception()
         if exc is not None:
             self._failed(exc)
@@ -212,7 +214,7 @@ class StreamIndexWriter:
         if future is None:
             return False
         try:
-            await asyncio.wait_for(asyncio.wrap_future(future), timeout)
+            await asyncio.wait_for(future, timeout)
         except Exception:  # logged by the sender
             return False
         return True

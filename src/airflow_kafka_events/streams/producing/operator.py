@@ -101,9 +101,6 @@ from airflow_kafka_events.streams.producing.trigger import StreamingTrigger
 if TYPE_CHECKING:
     from airflow.sdk.definitions.context import Context
 
-# The consumer side (StreamEvent, ConsumptionSummary, drive_stream, page_events, is_end_marker,
-# checkpoint_key) lives in stream_consumption, the task context functions in streams and
-# checkpoint; they stay importable from here.
 __all__ = [
     "RESUME_METHOD",
     "StreamingOperatorMixin",
@@ -346,7 +343,13 @@ class StreamingOperatorMixin:
         config = settings.consumer_config(f"airflow-kafka-events-resume-{uuid.uuid4().hex}")
         tuned: dict[str, Any] = {name: getattr(self, f"stream_{name}") for name in _READER_TUNING}
         return StreamReader(
-            config, topic, trigger_run_id, checkpoint=checkpoint, partition=partition, **tuned
+            config,
+            topic,
+            trigger_run_id,
+            checkpoint=checkpoint,
+            partition=partition,
+            codec=settings.codecs.trigger,
+            **tuned,
         )
 
     def _stream_handlers(

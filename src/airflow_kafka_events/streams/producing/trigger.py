@@ -326,7 +326,9 @@ class StreamingTrigger(BaseTrigger):
         hook = KafkaEventsHook(kafka_config_id=self.kafka_config_id)
         producer = hook.get_producer(role=STREAM_ROLE, message_timeout=self.resolve_outage_timeout())
         index_producer = hook.get_producer(role=INDEX_ROLE, message_timeout=INDEX_WRITE_TIMEOUT)
-        return hook.get_settings(), producer, index_producer
+        settings = hook.get_settings()
+        settings.codecs.trigger.prepare(self.topic)  # a registry's schema id, off the event loop
+        return settings, producer, index_producer
 
     def _index_writer(
         self,
@@ -470,6 +472,7 @@ class StreamingTrigger(BaseTrigger):
             delivery_timeout=producer.message_timeout,
             generation=generation,
             log=self.log,
+            codec=settings.codecs.trigger,
         )
         index = self._index_writer(
             index_producer,

@@ -14,7 +14,7 @@ import logging
 from datetime import datetime
 from typing import Any
 
-from airflow_kafka_events.envelopes.codec import TRIGGER_EVENT_CODEC
+from airflow_kafka_events.envelopes.codec import TRIGGER_EVENT_CODEC, EnvelopeCodec
 from airflow_kafka_events.envelopes.model import ProducerIdentity, StreamFailure, TriggerEventEnvelope
 from airflow_kafka_events.errors import ConfigurationError
 from airflow_kafka_events.kafka.producer import RecordProducer
@@ -49,6 +49,7 @@ class AttemptWriter:
         delivery_timeout: float,
         generation: int | None = None,
         log: Any = None,
+        codec: EnvelopeCodec[TriggerEventEnvelope] = TRIGGER_EVENT_CODEC,
     ) -> None:
         self.producer = producer
         self.topic = topic
@@ -62,6 +63,7 @@ class AttemptWriter:
         self.delivery_timeout = delivery_timeout
         self.generation = generation
         self.written = 0
+        self.codec = codec
         self.log = log if log is not None else _log
 
     def _metadata(self) -> dict[str, str]:
@@ -86,7 +88,7 @@ class AttemptWriter:
             error=error,
             metadata=self._metadata(),
         )
-        return TRIGGER_EVENT_CODEC.encode(envelope, topic=self.topic)
+        return self.codec.encode(envelope, topic=self.topic)
 
     async def send(self, value: bytes, cursor: str | None) -> int:
         delivery = asyncio.ensure_future(

@@ -16,9 +16,10 @@ from typing import Any
 
 from confluent_kafka import Message
 
-from airflow_kafka_events.envelopes.codec import ASSET_EVENT_CODEC, CONFLUENT_MAGIC, SINGLE_OBJECT_MAGIC
+from airflow_kafka_events.envelopes.codec import CONFLUENT_MAGIC, SINGLE_OBJECT_MAGIC, EnvelopeCodec
 from airflow_kafka_events.envelopes.model import AssetEventEnvelope
 from airflow_kafka_events.errors import EnvelopeDecodeError, ValidationError
+from airflow_kafka_events.kafka.settings import KafkaSettings
 from airflow_kafka_events.ui.inspection.listing import Listing, record_dict
 from airflow_kafka_events.ui.inspection.reader import DEFAULT_TIMEOUT, Progress, message_timestamp_ms, scan
 from airflow_kafka_events.ui.inspection.redact import PREVIEW_LIMIT, preview, redact, redact_text
@@ -112,11 +113,12 @@ def scan_asset_events(
 ) -> AssetEventScan:
     """``handle(record, envelope)`` for each asset event of ``window`` (of ``asset``: URI or name)."""
     counts = {"undecodable": 0, "matched": 0}
+    codec = KafkaSettings(config).codecs.asset
 
     def on_record(msg: Message) -> None:
         value = msg.value()
         try:
-            envelope = ASSET_EVENT_CODEC.decode(value) if value is not None else None
+            envelope = codec.decode(value) if value is not None else None
         except (EnvelopeDecodeError, ValidationError):
             envelope = None
         if envelope is None:
@@ -137,9 +139,9 @@ def _framed(value: bytes | None) -> bool:
     return value is not None and (value[:2] == SINGLE_OBJECT_MAGIC or value[:1] == _CONFLUENT_BYTE)
 
 
-def _decoded(msg: Message) -> AssetEventEnvelope | None:
+def _decoded(msg: Message, codec: EnvelopeCodec[AssetEventEnvelope]) -> AssetEventEnvelope | None:
     try:
-        return ASSET_EVENT_CODEC.decode(msg.value() or b"")
+        return codec.decode(msg.value() or b"")
     except (EnvelopeDecodeError, ValidationError):
         return None
 
@@ -151,6 +153,7 @@ class _Newest:
     asset: str | None
     event_id: str | None
     candidates: list[tuple[tuple[int, int, int], Message]]
+    codec: EnvelopeCodec[AssetEventEnvelope]
     undecodable: int = 0
 
     def offer(self, msg: Message) -> None:
@@ -176,7 +179,7 @@ class _Newest:
         for _, msg in self.candidates:
             if not exact and len(records) >= limit:
                 break
-            envelope = _decoded(msg)
+            envelope = _decoded(msg, self.codec)
             if envelope is None:
                 self.undecodable += 1
                 matched -= 0 if exact else 1
@@ -207,7 +210,7 @@ def list_asset_events(
     if limit is not None and limit < 1:
         raise ValidationError(f"limit is an int >= 1 or None, got {limit!r}")
     if limit is not None:
-        newest = _Newest(asset, event_id, [])
+        newest = _Newest(asset, event_id, [], KafkaSettings(config).codecs.asset)
         scanned = scan(
             config, topic, window, newest.offer, timeout=timeout, progress=progress, name="asset events"
         )

@@ -45,7 +45,7 @@ from airflow_kafka_events.dead_letters.headers import (
     REFERENCE_HEADERS,
 )
 from airflow_kafka_events.dead_letters.letter import DeadLetter
-from airflow_kafka_events.envelopes.codec import ASSET_EVENT_CODEC, TRIGGER_EVENT_CODEC
+from airflow_kafka_events.envelopes.codec import ASSET_EVENT_CODEC, TRIGGER_EVENT_CODEC, EnvelopeCodecs
 from airflow_kafka_events.errors import EnvelopeDecodeError, ValidationError
 from airflow_kafka_events.kafka.producer import get_producer
 from airflow_kafka_events.kafka.settings import KafkaSettings
@@ -125,12 +125,18 @@ def record_fingerprint(msg: Message) -> str:
     return f"{message_timestamp_ms(msg)}-{digest.hexdigest()[:32]}"
 
 
-def payload_preview(value: bytes | None, limit: int = PREVIEW_LIMIT) -> tuple[str, str]:
+def payload_preview(
+    value: bytes | None, limit: int = PREVIEW_LIMIT, codecs: EnvelopeCodecs | None = None
+) -> tuple[str, str]:
     """``(format, preview)`` of a record's value: a decoded envelope as JSON (its ``extra`` values and
-    payload as the JSON they carry, not JSON text inside JSON), else text, else a size."""
+    payload as the JSON they carry, not JSON text inside JSON), else text, else a size.  ``codecs``:
+    the connection's (with its schema registry), else the registry-less ones."""
     if value is None:
         return "none", ""
-    for name, codec in (("asset-event", ASSET_EVENT_CODEC), ("trigger-event", TRIGGER_EVENT_CODEC)):
+    asset_codec, trigger_codec = (
+        (ASSET_EVENT_CODEC, TRIGGER_EVENT_CODEC) if codecs is None else (codecs.asset, codecs.trigger)
+    )
+    for name, codec in (("asset-event", asset_codec), ("trigger-event", trigger_codec)):
         try:
             envelope: Any = codec.decode(value)
         except (EnvelopeDecodeError, ValidationError):
@@ -178,10 +184,16 @@ class DeadLetterRecord:
     fingerprint: str = ""
 
     @classmethod
-    def of(cls, msg: Message, letter: DeadLetter, preview_limit: int = PREVIEW_LIMIT) -> DeadLetterRecord:
+    def of(
+        cls,
+        msg: Message,
+        letter: DeadLetter,
+        preview_limit: int = PREVIEW_LIMIT,
+        codecs: EnvelopeCodecs | None = None,
+    ) -> DeadLetterRecord:
         headers = message_headers(msg)
         value = msg.value()
-        kind, shown = payload_preview(value, preview_limit)
+        kind, shown = payload_preview(value, preview_limit, codecs)
         size = len(value or b"") + len(msg.key() or b"") + sum(len(n) + len(v or b"") for n, v in headers)
         return cls(
             topic=str(msg.topic()),
@@ -269,9 +281,9 @@ class _Newest:
         elif order > self._heap[0][0]:
             heapq.heapreplace(self._heap, entry)
 
-    def records(self, preview_limit: int) -> list[DeadLetterRecord]:
+    def records(self, preview_limit: int, codecs: EnvelopeCodecs | None = None) -> list[DeadLetterRecord]:
         newest = sorted(self._heap, key=lambda entry: entry[0], reverse=True)
-        return [DeadLetterRecord.of(msg, letter, preview_limit) for _, msg, letter in newest]
+        return [DeadLetterRecord.of(msg, letter, preview_limit, codecs) for _, msg, letter in newest]
 
 
 def list_dead_letters(
@@ -322,7 +334,8 @@ def list_dead_letters(
             f"headers ({HEADER_REASON}, {HEADER_SOURCE_TOPIC} ...), so it is not a dead-letter topic "
             f"({scanned.describe()}); fix: name the dead-letter topic (--topic, [kafka_events] dlq_topic)"
         )
-    return DeadLetterListing(newest.records(preview_limit), scanned, others, newest.matched)
+    codecs = KafkaSettings(config).codecs
+    return DeadLetterListing(newest.records(preview_limit, codecs), scanned, others, newest.matched)
 
 
 @dataclass(frozen=True)
@@ -435,7 +448,8 @@ def load_dead_letter(
     with TopicReader(config, topic, timeout=timeout, name="dead-letter reader") as reader:
         msg = reader.read_one(partition, offset)
     letter = _letter(msg)
-    return LoadedDeadLetter(DeadLetterRecord.of(msg, letter, preview_limit), msg, letter, _cluster(config))
+    record = DeadLetterRecord.of(msg, letter, preview_limit, reader.codecs)
+    return LoadedDeadLetter(record, msg, letter, _cluster(config))
 
 
 def _cluster(config: Mapping[str, Any]) -> str:
@@ -498,11 +512,11 @@ def _check_target(config: Mapping[str, Any], topic: str, timeout: float) -> None
             ) from exc
 
 
-def _idempotency(value: bytes | None) -> tuple[str | None, str | None]:
+def _idempotency(value: bytes | None, codecs: EnvelopeCodecs) -> tuple[str | None, str | None]:
     if value is None:
         return None, None
     try:
-        envelope = ASSET_EVENT_CODEC.decode(value)
+        envelope = codecs.asset.decode(value)
     except (EnvelopeDecodeError, ValidationError):
         return None, None
     return envelope.idempotency_key, envelope.event_id
@@ -569,7 +583,7 @@ def replay_dead_letter(
         KafkaSettings(config).producer_config(), role=REPLAY_ROLE, message_timeout=timeout
     )
     stored = producer.send_and_wait(target, value, key=key, headers=headers, timeout=timeout)
-    idempotency_key, event_id = _idempotency(value)
+    idempotency_key, event_id = _idempotency(value, KafkaSettings(config).codecs)
     receipt = ReplayReceipt(
         dlq_topic=topic,
         dlq_partition=partition,

@@ -115,6 +115,8 @@ class TopicReader:
         self.topic = topic
         self.timeout = timeout
         self.servers = settings.bootstrap_servers
+        #: the connection's envelope codecs (its schema registry, if it has one)
+        self.codecs = settings.codecs
         self.deadline = time.monotonic() + timeout
         self.consumer, self.health = new_consumer(
             consumer_config,

@@ -16,7 +16,7 @@ from typing import Any
 
 from confluent_kafka import Message
 
-from airflow_kafka_events.envelopes.codec import TRIGGER_EVENT_CODEC
+from airflow_kafka_events.envelopes.codec import TRIGGER_EVENT_CODEC, EnvelopeCodec
 from airflow_kafka_events.envelopes.model import TriggerEventEnvelope
 from airflow_kafka_events.errors import EnvelopeDecodeError, ValidationError
 from airflow_kafka_events.streams.descriptor import parse_stream_id
@@ -219,11 +219,13 @@ class StreamState:
         )
 
 
-def decode_envelope(msg: Message) -> TriggerEventEnvelope | None:
+def decode_envelope(
+    msg: Message, codec: EnvelopeCodec[TriggerEventEnvelope] = TRIGGER_EVENT_CODEC
+) -> TriggerEventEnvelope | None:
     value = msg.value()
     if value is None:
         return None
     try:
-        return TRIGGER_EVENT_CODEC.decode(value)
+        return codec.decode(value)
     except EnvelopeDecodeError:
         return None

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import Message
 
+from airflow_kafka_events.envelopes.codec import EnvelopeCodec
 from airflow_kafka_events.envelopes.model import TriggerEventEnvelope
 from airflow_kafka_events.errors import ValidationError
 from airflow_kafka_events.kafka.partitioner import partition_for_key
@@ -310,7 +311,7 @@ def _hinted(
     best: tuple[int, int, TriggerEventEnvelope] | None = None
     for msg in reader.read(partition, last_offset, min(high, last_offset + 1 + window.max_records)):
         offset = int(msg.offset() or 0)
-        envelope = decode_envelope(msg) if msg.key() == key else None
+        envelope = decode_envelope(msg, reader.codecs.trigger) if msg.key() == key else None
         if envelope is None or envelope.trigger_run_id != trigger_run_id:
             if offset == last_offset:
                 return None  # the hint names another record: not this stream's
@@ -335,8 +336,10 @@ _FIX_MISSED = (
 )
 
 
-def _envelope_of(msg: Message, key: bytes, trigger_run_id: str) -> TriggerEventEnvelope | None:
-    envelope = decode_envelope(msg) if msg.key() == key else None
+def _envelope_of(
+    msg: Message, key: bytes, trigger_run_id: str, codec: EnvelopeCodec[TriggerEventEnvelope]
+) -> TriggerEventEnvelope | None:
+    envelope = decode_envelope(msg, codec) if msg.key() == key else None
     return None if envelope is None or envelope.trigger_run_id != trigger_run_id else envelope
 
 
@@ -385,13 +388,13 @@ def _in_span(
     scanned = 0
     for msg in reader.read(location.partition, start, stop):
         scanned += 1
-        envelope = _envelope_of(msg, key, trigger_run_id)
+        envelope = _envelope_of(msg, key, trigger_run_id, reader.codecs.trigger)
         if envelope is not None and envelope.attempt == latest.attempt:
             stream.add(envelope, int(msg.offset() or 0))
             pages.append(PageInfo.of(envelope, msg))
     if stop < end:  # truncated: the state is the latest envelope's, not the last one read
         for msg in reader.read(location.partition, latest.offset, end):
-            envelope = _envelope_of(msg, key, trigger_run_id)
+            envelope = _envelope_of(msg, key, trigger_run_id, reader.codecs.trigger)
             if envelope is not None:
                 stream.add(envelope, int(msg.offset() or 0))
     part = PartitionWindow(
@@ -420,7 +423,7 @@ def _read_attempt(
     key = trigger_run_id.encode("utf-8")
     for msg in reader.read(span.partition, first, span.end):
         scanned += 1
-        envelope = decode_envelope(msg) if msg.key() == key else None
+        envelope = decode_envelope(msg, reader.codecs.trigger) if msg.key() == key else None
         if envelope is None or envelope.trigger_run_id != trigger_run_id or envelope.attempt != span.attempt:
             continue  # not this stream's, or an earlier attempt
         stream.add(envelope, int(msg.offset() or 0))
@@ -516,7 +519,7 @@ def tail_stream(
         for msg in reader.read(partition, start, max(end, start + 1), follow=follow):
             if msg.key() != key:
                 continue
-            envelope = decode_envelope(msg)
+            envelope = decode_envelope(msg, reader.codecs.trigger)
             if envelope is None or envelope.trigger_run_id != trigger_run_id:
                 continue
             yield PageInfo.of(envelope, msg)
