@@ -26,6 +26,12 @@ from pathlib import Path
 from typing import Any
 
 from airflow_kafka_events.iteration.items import Item
+from airflow_kafka_events.iteration.options import (
+    CheckpointOptions,
+    IterationOptions,
+    ReportOptions,
+    ShardOptions,
+)
 from airflow_kafka_events.iteration.runner import IterationRunner
 
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
@@ -82,14 +88,13 @@ def run(items: int, every: int, concurrency: int, mode: str) -> dict[str, Any]:
             return value["n"] * 2
 
     store = MemoryStore()
+    options = IterationOptions(
+        shard=ShardOptions(concurrency=concurrency),
+        checkpoint=CheckpointOptions(checkpoint_every=500),
+        report=ReportOptions(progress_every=max(items, 1), progress_interval=3600),
+    )
     runner = IterationRunner(
-        handler,
-        concurrency=concurrency,
-        store=store,
-        checkpoint_every=500,
-        progress_every=max(items, 1),
-        progress_interval=3600,
-        context={"dag_id": "bench", "run_id": "b6", "params": {}},
+        handler, options, store=store, context={"dag_id": "bench", "run_id": "b6", "params": {}}
     )
     gc.collect()
     rss_before = rss_bytes()

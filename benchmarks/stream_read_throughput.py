@@ -129,18 +129,10 @@ def read_raw(config: dict[str, Any], topic: str, n: int, *, decode: bool) -> int
 
 
 def _reader(config: dict[str, Any], topic: str, run: str, max_events: int) -> Any:
-    from airflow_kafka_events.streams.consuming.reader import StreamReader
+    from airflow_kafka_events.streams.consuming.reader import ReadOptions, StreamReader
 
-    return StreamReader(
-        config,
-        topic,
-        run,
-        max_events=max_events,
-        max_wait=0.05,
-        partition=0,
-        gap_timeout=30,
-        start_timeout=60,
-    )
+    options = ReadOptions(max_events=max_events, max_wait=0.05, gap_timeout=30, start_timeout=60)
+    return StreamReader(config, topic, run, options=options, partition=0)
 
 
 def read_reader(config: dict[str, Any], topic: str, run: str, n: int, max_events: int) -> int:

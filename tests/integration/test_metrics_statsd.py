@@ -92,14 +92,14 @@ def test_a_streaming_trigger_and_a_watcher_report_through_airflow_stats(
     # a consumer of that stream: pages handled, the handler's time and its lag behind the writes
     from airflow_kafka_events.kafka.settings import KafkaSettings
     from airflow_kafka_events.streams.consuming.consumption import drive_stream
-    from airflow_kafka_events.streams.consuming.reader import StreamReader
+    from airflow_kafka_events.streams.consuming.reader import ReadOptions, StreamReader
 
     handled: list[int] = []
     config = KafkaSettings({"bootstrap.servers": kafka_bootstrap}).consumer_config(
         f"m-{uuid.uuid4().hex[:8]}"
     )
     with StreamReader(
-        config, topic, run, max_events=10, max_wait=0.2, start_timeout=30, gap_timeout=30
+        config, topic, run, options=ReadOptions(max_events=10, max_wait=0.2, start_timeout=30, gap_timeout=30)
     ) as reader:
         summary, _ = drive_stream(
             reader,

@@ -20,7 +20,7 @@ from airflow_kafka_events.http import trigger as http
 from airflow_kafka_events.iteration import sources
 from airflow_kafka_events.kafka import producer
 from airflow_kafka_events.streams import progress
-from airflow_kafka_events.streams.consuming.reader import StreamReader
+from airflow_kafka_events.streams.consuming.reader import ReadOptions
 from airflow_kafka_events.streams.producing import trigger as streaming
 from airflow_kafka_events.ui.inspection import dead_letters
 
@@ -69,11 +69,11 @@ def test_graph_pagination_options_are_the_http_triggers_but_the_fixed_paging_one
     assert set(streaming._STREAM_KWARGS) == stream
 
 
-def test_the_stream_reader_tuning_table_names_reader_parameters_and_operator_attributes():
+def test_the_stream_reader_tuning_table_names_read_options_and_operator_attributes():
     from airflow_kafka_events.streams.producing import operator as operator_streaming
 
     table = operator_streaming._READER_TUNING
-    assert set(table) <= _keyword_options(StreamReader.__init__)
+    assert set(table) == {field.name for field in dataclasses.fields(ReadOptions)}
     for name in table:
         assert hasattr(operator_streaming.StreamingOperatorMixin, f"stream_{name}"), name
 

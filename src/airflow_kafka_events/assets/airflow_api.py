@@ -33,14 +33,17 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import httpx
 
 from airflow_kafka_events.__about__ import __version__
 from airflow_kafka_events.assets.publish import PROVENANCE_EXTRA_KEY
 from airflow_kafka_events.errors import AirflowKafkaEventsError
-from airflow_kafka_events.retry import parse_retry_after
+from airflow_kafka_events.retry import Exhausted, OnRetry, parse_retry_after, retry_call
+
+if TYPE_CHECKING:
+    from airflow_kafka_events.bridge.config import RetryPolicy
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +61,10 @@ __all__ = [
     "classify_status",
     "jwt_claims",
     "renewal_due",
+    "retry_api_call",
 ]
+
+T = TypeVar("T")
 
 
 #: Largest page Airflow's REST API returns with the default ``[api] maximum_page_limit``.
@@ -89,6 +95,30 @@ class TransientApiError(AirflowApiError):
         super().__init__(message, status=status, detail=detail)
         self.ambiguous = ambiguous
         self.retry_after = retry_after
+
+
+def retry_api_call(
+    call: Callable[[], T],
+    policy: RetryPolicy,
+    *,
+    exhausted: Exhausted,
+    on_retry: OnRetry | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+) -> T:
+    """``call()`` tried again after a :class:`TransientApiError`, up to ``policy.max_attempts``.
+
+    The waits are ``policy``'s backoff, or the ``Retry-After`` Airflow answered; ``exhausted``
+    builds the error raised after the last attempt, ``sleep`` may raise to stop waiting.
+    """
+    return retry_call(
+        call,
+        retry_on=lambda exc: isinstance(exc, TransientApiError),
+        attempts=policy.max_attempts,
+        delay=lambda failures, exc: policy.delay(failures, getattr(exc, "retry_after", None)),
+        exhausted=exhausted,
+        on_retry=on_retry,
+        sleep=sleep,
+    )
 
 
 class RejectedError(AirflowApiError):

@@ -18,6 +18,7 @@ This module imports no Airflow module.
 
 from __future__ import annotations
 
+import argparse
 import fnmatch
 import json
 import math
@@ -439,49 +440,119 @@ class BridgeConfig:
         ``options`` are further :class:`BridgeConfig` fields (``request_timeout``, ``retry`` ...).
         """
         env = os.environ if environ is None else environ
-        url = api_url or env.get(ENV_API_URL)
-        if not url:
-            raise ConfigurationError(
-                f"the bridge needs the Airflow API URL: pass --api-url or set {ENV_API_URL}"
-            )
-        user = username or env.get(ENV_USERNAME)
-        if not user:
-            raise ConfigurationError(f"the bridge needs a username: pass --username or set {ENV_USERNAME}")
-        file = password_file or env.get(ENV_PASSWORD_FILE)
-        if file:
-            password = read_password_file(file, user)
-        elif env.get(ENV_PASSWORD):
-            password = env[ENV_PASSWORD]
-        else:
-            raise ConfigurationError(
-                "the bridge needs a password: pass --password-file or set "
-                f"{ENV_PASSWORD_FILE} or {ENV_PASSWORD}"
-            )
-        fault, fault_key = _parse_fault(env.get(ENV_FAULT))
-        _size_options(env, options)
-        patterns = list(assets) or ([env[ENV_ASSETS]] if env.get(ENV_ASSETS) else [])
-        rules = list(allow) or ([env[ENV_ALLOW]] if env.get(ENV_ALLOW) else [])
-        key_files = list(signing_key_files) or [
-            p for p in env.get(ENV_SIGNING_KEY_FILES, "").split(os.pathsep) if p.strip()
-        ]
+        given = _from_arguments(
+            api_url=api_url,
+            username=username,
+            password_file=password_file,
+            topic=topic,
+            group_id=group_id,
+            dlq_topic=dlq_topic,
+            assets=assets,
+            allow=allow,
+            signing_key_files=signing_key_files,
+        )
+        merged = {**_from_environ(env), **given, **options}
         kafka = KafkaSettings.from_sources(
             bootstrap_servers=bootstrap_servers,
             properties_file=properties_file,
             overrides=overrides,
             environ=env,
         )
-        return cls(
-            kafka=kafka,
-            api_url=url,
-            username=user,
-            password=password,
-            topic=topic or env.get(ENV_TOPIC) or env.get(ENV_ASSET_EVENTS_TOPIC) or DEFAULT_TOPIC,
-            group_id=group_id or env.get(ENV_GROUP) or DEFAULT_GROUP,
-            dlq_topic=dlq_topic or env.get(ENV_DLQ_TOPIC) or DEFAULT_DLQ_TOPIC,
-            assets=tuple(patterns),
-            allowlist=parse_allow_rules(rules),
-            signing_keys=read_signing_keys(key_files),
-            fault_after_post=fault,
-            fault_partition_key=fault_key,
-            **options,
+        return cls(kafka=kafka, **_read_secrets(merged))
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace, **fixed: Any) -> BridgeConfig:
+        """The config of a command's parsed flags (the ones it has), then the environment.
+
+        ``fixed``: arguments of :meth:`from_sources` the command decides itself (e.g. ``topic``).
+        """
+        given = vars(args)
+        arguments: dict[str, Any] = {
+            name: given[flag] for flag, name in _FLAGS.items() if given.get(flag) is not None
+        }
+        if given.get("property"):
+            arguments["overrides"] = dict(given["property"])
+        retry = {name: given[flag] for flag, name in _RETRY_FLAGS.items() if given.get(flag) is not None}
+        if retry:
+            arguments["retry"] = RetryPolicy(**retry)
+        return cls.from_sources(**{**arguments, **fixed})
+
+
+#: ``argparse`` destinations of the bridge's flags -> :meth:`BridgeConfig.from_sources` arguments.
+_FLAGS = {
+    "api_url": "api_url",
+    "username": "username",
+    "password_file": "password_file",
+    "topic": "topic",
+    "group_id": "group_id",
+    "dlq_topic": "dlq_topic",
+    "assets": "assets",
+    "allow": "allow",
+    "signing_key_files": "signing_key_files",
+    "max_causation_depth": "max_causation_depth",
+    "bootstrap_servers": "bootstrap_servers",
+    "properties": "properties_file",
+    "skip_unpartitioned": "skip_unpartitioned",
+    "request_timeout": "request_timeout",
+    "recheck_records": "recheck_records",
+    "recent_events_limit": "recent_events_limit",
+    "batch_size": "batch_size",
+}
+#: ``argparse`` destinations of the retry flags -> :class:`RetryPolicy` fields.
+_RETRY_FLAGS = {
+    "max_attempts": "max_attempts",
+    "backoff_initial": "initial_backoff",
+    "backoff_max": "max_backoff",
+}
+
+
+def _from_environ(env: Mapping[str, str]) -> dict[str, Any]:
+    """What the environment sets (the raw values: file names, rules, patterns)."""
+    fault, fault_key = _parse_fault(env.get(ENV_FAULT))
+    found: dict[str, Any] = {
+        "api_url": env.get(ENV_API_URL),
+        "username": env.get(ENV_USERNAME),
+        "password_file": env.get(ENV_PASSWORD_FILE),
+        "password": env.get(ENV_PASSWORD),
+        "topic": env.get(ENV_TOPIC) or env.get(ENV_ASSET_EVENTS_TOPIC),
+        "group_id": env.get(ENV_GROUP),
+        "dlq_topic": env.get(ENV_DLQ_TOPIC),
+        "assets": [env[ENV_ASSETS]] if env.get(ENV_ASSETS) else None,
+        "allow": [env[ENV_ALLOW]] if env.get(ENV_ALLOW) else None,
+        "signing_key_files": [p for p in env.get(ENV_SIGNING_KEY_FILES, "").split(os.pathsep) if p.strip()],
+        "fault_after_post": fault,
+        "fault_partition_key": fault_key,
+    }
+    _size_options(env, found)
+    return {name: value for name, value in found.items() if value not in (None, "", [])}
+
+
+def _from_arguments(**arguments: Any) -> dict[str, Any]:
+    """The arguments given (``None`` and empty lists are not given)."""
+    given: dict[str, Any] = {}
+    for name, value in arguments.items():
+        if isinstance(value, Iterable) and not isinstance(value, str):
+            value = list(value)
+        if value not in (None, "", []):
+            given[name] = value
+    return given
+
+
+def _read_secrets(merged: dict[str, Any]) -> dict[str, Any]:
+    """``merged`` as :class:`BridgeConfig` fields: the required ones checked, files read, rules parsed."""
+    fields = dict(merged)
+    if not fields.get("api_url"):
+        raise ConfigurationError(f"the bridge needs the Airflow API URL: pass --api-url or set {ENV_API_URL}")
+    if not fields.get("username"):
+        raise ConfigurationError(f"the bridge needs a username: pass --username or set {ENV_USERNAME}")
+    file = fields.pop("password_file", None)
+    if file:
+        fields["password"] = read_password_file(file, fields["username"])
+    elif not fields.get("password"):
+        raise ConfigurationError(
+            f"the bridge needs a password: pass --password-file or set {ENV_PASSWORD_FILE} or {ENV_PASSWORD}"
         )
+    fields["assets"] = tuple(fields.get("assets", ()))
+    fields["allowlist"] = parse_allow_rules(fields.pop("allow", []))
+    fields["signing_keys"] = read_signing_keys(fields.pop("signing_key_files", []))
+    return fields

@@ -77,6 +77,7 @@ from airflow_kafka_events.assets.airflow_api import (
     RejectedError,
     TransientApiError,
     UnknownAssetError,
+    retry_api_call,
 )
 from airflow_kafka_events.assets.idempotency import SeenKeys
 from airflow_kafka_events.bridge.airflow_event import event_extra
@@ -95,7 +96,6 @@ from airflow_kafka_events.errors import (
 from airflow_kafka_events.kafka.client_log import refusal_error
 from airflow_kafka_events.kafka.consumer import RAW_BYTES, ConsumedRecord, EnvelopeConsumer
 from airflow_kafka_events.kafka.producer import RecordProducer, get_producer
-from airflow_kafka_events.retry import retry_call
 
 log = logging.getLogger(__name__)
 
@@ -541,15 +541,7 @@ class BridgeService:
             if self._stop.wait(delay):
                 raise _StopRequested from None
 
-        return retry_call(
-            operation,
-            retry_on=lambda exc: isinstance(exc, TransientApiError),
-            attempts=policy.max_attempts,
-            delay=lambda failures, exc: policy.delay(failures, getattr(exc, "retry_after", None)),
-            exhausted=exhausted,
-            on_retry=on_retry,
-            sleep=wait,
-        )
+        return retry_api_call(operation, policy, exhausted=exhausted, on_retry=on_retry, sleep=wait)
 
     def _dead_letter(
         self,

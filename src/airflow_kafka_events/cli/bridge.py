@@ -23,7 +23,7 @@ __all__ = [
 def _bridge(args: argparse.Namespace) -> int:
     import logging
 
-    from airflow_kafka_events.bridge.config import BridgeConfig, RetryPolicy
+    from airflow_kafka_events.bridge.config import BridgeConfig
     from airflow_kafka_events.bridge.service import BridgeService
 
     if not logging.getLogger().handlers:
@@ -36,31 +36,7 @@ def _bridge(args: argparse.Namespace) -> int:
         logging.getLogger().setLevel(args.log_level)
     if args.log_level != "DEBUG":  # one line per request is too much for a service log
         logging.getLogger("httpx").setLevel(logging.WARNING)
-    config = BridgeConfig.from_sources(
-        api_url=args.api_url,
-        username=args.username,
-        password_file=args.password_file,
-        topic=args.topic,
-        group_id=args.group_id,
-        dlq_topic=args.dlq_topic,
-        assets=args.assets,
-        allow=args.allow,
-        signing_key_files=args.signing_key_files,
-        max_causation_depth=args.max_causation_depth,
-        bootstrap_servers=args.bootstrap_servers,
-        properties_file=args.properties,
-        overrides=dict(args.property) if args.property else None,
-        skip_unpartitioned=args.skip_unpartitioned,
-        request_timeout=args.request_timeout,
-        retry=RetryPolicy(
-            max_attempts=args.max_attempts,
-            initial_backoff=args.backoff_initial,
-            max_backoff=args.backoff_max,
-        ),
-        recheck_records=args.recheck_records,
-        recent_events_limit=args.recent_events_limit,
-        batch_size=args.batch_size,
-    )
+    config = BridgeConfig.from_args(args)
     service = BridgeService(config)
     service.install_signal_handlers()
     service.run()

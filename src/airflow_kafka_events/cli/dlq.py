@@ -20,6 +20,8 @@ from collections.abc import Callable
 from typing import Any, TextIO
 
 from airflow_kafka_events.cli.inspection import (
+    add_command,
+    add_command_group,
     add_common_args,
     add_ls_command,
     configured_topic,
@@ -174,12 +176,12 @@ def _dead_letter_lister() -> Callable[..., Any]:
 
 
 def add_dlq_group(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    group = subparsers.add_parser(
+    commands = add_command_group(
+        subparsers,
         "dlq",
         help="list, show and replay dead letters",
         description="Dead letters in the dead-letter topic: list (a bounded window), show, replay.",
     )
-    commands = group.add_subparsers(title="commands", dest="dlq_command", metavar="COMMAND")
     add_ls_command(
         commands,
         ROLE,
@@ -196,13 +198,16 @@ def add_dlq_group(subparsers: argparse._SubParsersAction[argparse.ArgumentParser
         ],
     )
 
-    show = commands.add_parser("show", help="one dead letter: headers and a redacted payload preview")
+    show = add_command(
+        commands, "show", _show, help="one dead letter: headers and a redacted payload preview"
+    )
     _coordinates(show)
     add_common_args(show, topic_role=ROLE)
-    show.set_defaults(handler=_show, group_parser=show)
 
-    replay = commands.add_parser(
+    replay = add_command(
+        commands,
         "replay",
+        _replay,
         help="publish a dead letter's original record again (key, value, headers, idempotency key kept)",
         description="Publish the original record of a dead letter to its source topic (or --to) and print "
         "the receipt. A reference dead letter's original is re-read from its source coordinates. Asks for "
@@ -221,5 +226,3 @@ def add_dlq_group(subparsers: argparse._SubParsersAction[argparse.ArgumentParser
         "--actor", default=None, help="who replays, for the audit line (default: the OS user)"
     )
     add_common_args(replay, topic_role=ROLE)
-    replay.set_defaults(handler=_replay, group_parser=replay)
-    group.set_defaults(handler=None, group_parser=group)

@@ -29,6 +29,8 @@ from airflow_kafka_events.cli.topics import add_kafka_connection_args
 from airflow_kafka_events.errors import AirflowKafkaEventsError
 
 __all__ = [
+    "add_command",
+    "add_command_group",
     "add_common_args",
     "add_ls_command",
     "add_window_args",
@@ -59,6 +61,29 @@ def parse_time(text: str) -> datetime:
             f"got {text!r}"
         ) from None
     return value if value.tzinfo is not None else value.replace(tzinfo=timezone.utc)
+
+
+def add_command_group(
+    subparsers: argparse._SubParsersAction[argparse.ArgumentParser], name: str, *, help: str, description: str
+) -> argparse._SubParsersAction[argparse.ArgumentParser]:
+    """Command group ``name`` (its help printed when no command is given); the subparsers of its commands."""
+    group = subparsers.add_parser(name, help=help, description=description)
+    group.set_defaults(handler=None, group_parser=group)
+    return group.add_subparsers(title="commands", dest=f"{name}_command", metavar="COMMAND")
+
+
+def add_command(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser],
+    name: str,
+    handler: Callable[[argparse.Namespace], int],
+    *,
+    help: str,
+    description: str | None = None,
+) -> argparse.ArgumentParser:
+    """Command ``name`` of a group, run by ``handler(args)``; its parser, for its arguments."""
+    parser = commands.add_parser(name, help=help, description=description)
+    parser.set_defaults(handler=handler, group_parser=parser)
+    return parser
 
 
 def add_common_args(parser: argparse.ArgumentParser, *, topic_role: str | None) -> None:
@@ -220,12 +245,6 @@ def add_ls_command(
     ``(flag, help)`` options (``--source-topic`` passes ``source_topic``).  ``lines`` gives the
     printed lines of a listing, ``count`` its summary (e.g. ``"3 stream(s)"``).
     """
-    ls = commands.add_parser("ls", help=help, description=description)
-    add_common_args(ls, topic_role=role)
-    add_window_args(ls)
-    group = ls.add_argument_group("filters")
-    for flag, text in filters:
-        group.add_argument(flag, default=None, help=text)
     names = [flag.lstrip("-").replace("-", "_") for flag, _ in filters]
 
     def run(args: argparse.Namespace) -> int:
@@ -251,4 +270,9 @@ def add_ls_command(
 
         return run_command(args, command)
 
-    ls.set_defaults(handler=run, group_parser=ls)
+    ls = add_command(commands, "ls", run, help=help, description=description)
+    add_common_args(ls, topic_role=role)
+    add_window_args(ls)
+    group = ls.add_argument_group("filters")
+    for flag, text in filters:
+        group.add_argument(flag, default=None, help=text)

@@ -88,16 +88,12 @@ class _Replay:
 
     def retrying(self, what: str, call: Callable[[], T]) -> T:
         """``call()`` with the bridge's retry policy for transient API failures (the package's retry loop)."""
-        from airflow_kafka_events.assets.airflow_api import TransientApiError
+        from airflow_kafka_events.assets.airflow_api import retry_api_call
         from airflow_kafka_events.bridge.errors import RetriesExhaustedError
-        from airflow_kafka_events.retry import retry_call
 
-        policy = self.config.retry
-        return retry_call(
+        return retry_api_call(
             call,
-            retry_on=lambda exc: isinstance(exc, TransientApiError),
-            attempts=policy.max_attempts,
-            delay=lambda failures, exc: policy.delay(failures, getattr(exc, "retry_after", None)),
+            self.config.retry,
             exhausted=lambda failures, exc: RetriesExhaustedError(
                 f"{what}: giving up after {failures} attempts: {exc}"
             ),
@@ -177,23 +173,9 @@ class _Replay:
 
 
 def _bridge_config(args: argparse.Namespace, topic: str) -> Any:
-    from airflow_kafka_events.bridge.config import BridgeConfig, RetryPolicy
+    from airflow_kafka_events.bridge.config import BridgeConfig
 
-    return BridgeConfig.from_sources(
-        api_url=args.airflow_url,
-        username=args.username,
-        password_file=args.password_file,
-        topic=topic,
-        assets=args.assets,
-        allow=args.allow,
-        signing_key_files=args.signing_key_files,
-        bootstrap_servers=args.bootstrap_servers,
-        properties_file=args.properties,
-        overrides=dict(args.property) if args.property else None,
-        request_timeout=args.request_timeout,
-        retry=RetryPolicy(max_attempts=args.max_attempts),
-        recent_events_limit=args.recent_events_limit,
-    )
+    return BridgeConfig.from_args(args, topic=topic)
 
 
 def _check_authorization(args: argparse.Namespace, config: Any) -> None:
@@ -338,7 +320,7 @@ def add_replay_group(subparsers: argparse._SubParsersAction[argparse.ArgumentPar
     )  # fmt: skip
     api = replay.add_argument_group("Airflow REST API")
     api.add_argument(
-        "--airflow-url", "--api-url", dest="airflow_url", default=None, metavar="URL",
+        "--airflow-url", "--api-url", dest="api_url", default=None, metavar="URL",
         help=f"base URL of the api-server (default: ${bc.ENV_API_URL})",
     )  # fmt: skip
     api.add_argument(

@@ -14,6 +14,8 @@ import argparse
 from typing import Any
 
 from airflow_kafka_events.cli.inspection import (
+    add_command,
+    add_command_group,
     add_common_args,
     add_window_args,
     emit_json,
@@ -164,14 +166,16 @@ def _show_location(args: argparse.Namespace) -> tuple[int | None, int | None]:
 
 
 def add_streams_group(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    group = subparsers.add_parser(
+    commands = add_command_group(
+        subparsers,
         "streams",
         help="list, show and tail trigger event streams in Kafka",
         description="Trigger event streams in the trigger events topic (read-only).",
     )
-    commands = group.add_subparsers(title="commands", dest="streams_command", metavar="COMMAND")
-    ls = commands.add_parser(
+    ls = add_command(
+        commands,
         "ls",
+        _ls,
         help="every stream of the stream index: state, attempt, pages, pages/s, error",
         description="One line per stream of the stream index (its latest attempt), newest activity first. "
         "Reads the compacted index topic ([kafka_events] stream_index_topic), not the streams: no window, "
@@ -193,10 +197,11 @@ def add_streams_group(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
     paging = ls.add_argument_group("paging")
     paging.add_argument("--limit", type=int, default=0, help="print at most N streams (0: all)")
     paging.add_argument("--offset", type=int, default=0, help="skip the first N streams")
-    ls.set_defaults(handler=_ls, group_parser=ls)
 
-    show = commands.add_parser(
+    show = add_command(
+        commands,
         "show",
+        _show,
         help="one stream: its latest attempt and its envelopes",
         description="Find a stream by its id (dag_id/task_id/map_index/run_id) and list its latest attempt. "
         "The per-key lookup reads its partition backwards from the end to its latest envelope (--since: no "
@@ -234,10 +239,11 @@ def add_streams_group(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
     written.add_argument(
         "--written-until", type=parse_time, default=None, metavar="TIME", help="its records are before TIME"
     )
-    show.set_defaults(handler=_show, group_parser=show)
 
-    tail = commands.add_parser(
+    tail = add_command(
+        commands,
         "tail",
+        _tail,
         help="print a stream's envelopes as they are written",
         description="Print a stream's latest envelope (or its whole latest attempt with --from-start) and, "
         "with --follow, the next ones until the stream ends (Ctrl-C stops).",
@@ -246,5 +252,3 @@ def add_streams_group(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
     tail.add_argument("-f", "--follow", action="store_true", help="wait for new envelopes")
     tail.add_argument("--from-start", action="store_true", help="start at the latest attempt's first page")
     add_common_args(tail, topic_role=ROLE)
-    tail.set_defaults(handler=_tail, group_parser=tail)
-    group.set_defaults(handler=None, group_parser=group)

@@ -33,33 +33,25 @@ from typing import Any
 from airflow_kafka_events.iteration.sources import StreamIdle, StreamItemSource
 from airflow_kafka_events.streams.checkpoint import Checkpoint
 from airflow_kafka_events.streams.consuming.operator import StreamRef
+from airflow_kafka_events.streams.consuming.reader import ReadOptions
+from airflow_kafka_events.streams.consuming.slot_release import WaitOptions
 from airflow_kafka_events.streams.consuming.wait_trigger import StreamWaitTrigger
 
 __all__ = [
     "Resumption",
-    "WaitOptions",
+    "stream_idle",
     "wait_trigger",
 ]
 
 
-@dataclass(frozen=True)
-class WaitOptions:
-    """How an iterating task waits for its stream (see the module doc)."""
-
-    idle_interval: float
-    resume_wait: float
-    state_poll_interval: float
-    max_events: int
-    start_timeout: float
-    gap_timeout: float
-
-    def idle(self, start_deadline: float) -> StreamIdle:
-        return StreamIdle(
-            interval=self.idle_interval,
-            start_deadline=start_deadline,
-            gap_timeout=self.gap_timeout,
-            start_timeout=self.start_timeout,
-        )
+def stream_idle(read: ReadOptions, wait: WaitOptions, start_deadline: float) -> StreamIdle:
+    """When the stream source of an iterating task that gives its slot back reports itself idle."""
+    return StreamIdle(
+        interval=wait.idle_interval,
+        start_deadline=start_deadline,
+        gap_timeout=read.gap_timeout,
+        start_timeout=read.start_timeout,
+    )
 
 
 @dataclass
@@ -114,7 +106,8 @@ def wait_trigger(
     run_id: str,
     source: StreamItemSource,
     resumption: Resumption,
-    options: WaitOptions,
+    read: ReadOptions,
+    wait: WaitOptions,
 ) -> StreamWaitTrigger:
     """The trigger that waits for the pages after the ones ``source`` handed out."""
     return StreamWaitTrigger(
@@ -122,17 +115,17 @@ def wait_trigger(
         trigger_run_id=source.trigger_run_id,
         kafka_config_id=ref.kafka_config_id,
         checkpoint=None if source.position is None else source.position.to_json(),
-        max_events=options.max_events,
-        resume_wait=options.resume_wait,
-        start_timeout=options.start_timeout,
+        max_events=read.max_events,
+        resume_wait=wait.resume_wait,
+        start_timeout=read.start_timeout,
         start_deadline=resumption.start_deadline,
-        gap_timeout=options.gap_timeout,
-        gap_deadline=source.last_progress + options.gap_timeout,
+        gap_timeout=read.gap_timeout,
+        gap_deadline=source.last_progress + read.gap_timeout,
         producer={
             "dag_id": dag_id,
             "run_id": run_id,
             "task_id": ref.producer_task_id,
             "map_index": ref.map_index,
         },
-        state_poll_interval=options.state_poll_interval,
+        state_poll_interval=wait.state_poll_interval,
     )

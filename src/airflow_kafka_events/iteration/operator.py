@@ -37,6 +37,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -46,7 +47,16 @@ from airflow.sdk.bases.decorator import get_unique_task_id, is_async_callable
 from airflow_kafka_events.errors import ConfigurationError
 from airflow_kafka_events.iteration.calling import Binder, item_outcome, validate_iterate_kwargs
 from airflow_kafka_events.iteration.checkpoints import DEFAULT_CHECKPOINT_KEY
-from airflow_kafka_events.iteration.deferral import Resumption, WaitOptions, wait_trigger
+from airflow_kafka_events.iteration.deferral import Resumption, stream_idle, wait_trigger
+from airflow_kafka_events.iteration.items import Item
+from airflow_kafka_events.iteration.options import (
+    CheckpointOptions,
+    IterationOptions,
+    ReportOptions,
+    RetryOptions,
+    ShardOptions,
+    as_seconds,
+)
 from airflow_kafka_events.iteration.runner import IterationRunner
 from airflow_kafka_events.iteration.sources import (
     ListItems,
@@ -55,17 +65,17 @@ from airflow_kafka_events.iteration.sources import (
     locate_stream_start,
 )
 from airflow_kafka_events.streams.checkpoint import state_store_of
-from airflow_kafka_events.streams.consuming.operator import StreamRef, default_deferrable
+from airflow_kafka_events.streams.consuming.operator import StreamRef
+from airflow_kafka_events.streams.consuming.reader import ReadOptions, StreamReader
 from airflow_kafka_events.streams.consuming.slot_release import (
     DEFAULT_RESCHEDULE_INTERVAL,
     IN_WORKER,
     RESCHEDULE,
     Rerun,
-    default_idle_interval,
+    WaitOptions,
     gives_slot_back,
     load_note,
     reschedule_consumer,
-    wait_mode,
 )
 from airflow_kafka_events.streams.consuming.wait_trigger import wait_event_error
 from airflow_kafka_events.streams.descriptor import generation_of, not_before_of, task_stream_id
@@ -85,21 +95,35 @@ __all__ = [
 ITEM_CONTEXT_KEY = "iteration_item"
 
 
-def _seconds(name: str, value: Any, *, optional: bool = False) -> float | None:
-    if value is None and optional:
+@dataclass(frozen=True)
+class ResultOptions:
+    """Where an iterating task's results go: its results stream, and the partitioned asset events.
+
+    ``partition_key(item_kwargs, result) -> str | None`` (default: the item id) names the
+    event of an item; it needs ``emit_partitions``, the ``Asset`` to publish them for.
+    """
+
+    results_stream: bool = True
+    results_topic: str = DEFAULT_TOPIC
+    kafka_config_id: str | None = None
+    emit_partitions: Any = None
+    partition_key: Callable[[Mapping[str, Any], Any], str | None] | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "results_stream", bool(self.results_stream))
+        if self.partition_key is not None and not callable(self.partition_key):
+            raise ConfigurationError(f"partition_key must be callable, got {self.partition_key!r}")
+        if self.partition_key is not None and self.emit_partitions is None:
+            raise ConfigurationError("partition_key needs emit_partitions=Asset(...)")
+
+
+def _by_kwargs(item_id: Callable[[Mapping[str, Any]], str] | None) -> Callable[[Item], str] | None:
+    """The runner's ``item_id(item)`` of the operator's ``item_id(item_kwargs)``."""
+    if item_id is None:
         return None
-    if isinstance(value, timedelta):
-        return value.total_seconds()
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ConfigurationError(f"{name} must be seconds (a number) or a timedelta, got {value!r}")
-    return float(value)
-
-
-def _positive(name: str, value: Any) -> float:
-    seconds = _seconds(name, value)
-    if seconds is None or not seconds > 0:
-        raise ConfigurationError(f"{name} must be > 0 seconds, got {value!r}")
-    return seconds
+    if not callable(item_id):
+        raise ConfigurationError(f"item_id must be callable, got {item_id!r}")
+    return lambda item: item_id(item.value)
 
 
 class IterableOperator(BaseOperator):
@@ -152,6 +176,12 @@ class IterableOperator(BaseOperator):
     :param show_return_value_in_logs: / :param templates_dict: / :param templates_exts: as
         for ``@task``: log the summary at the end; a templated dict passed to the callable as
         ``templates_dict``; the file extensions rendered in it.
+
+    The operator keeps the keywords in frozen, validated groups: :attr:`iteration`
+    (:class:`~airflow_kafka_events.iteration.options.IterationOptions`, what the runner takes),
+    :attr:`results` (:class:`ResultOptions`), :attr:`read` (the ``stream_*`` reading options,
+    :class:`~airflow_kafka_events.streams.consuming.reader.ReadOptions`) and :attr:`wait`
+    (:class:`~airflow_kafka_events.streams.consuming.slot_release.WaitOptions`).
     """
 
     template_fields: Sequence[str] = ("templates_dict", "op_args", "op_kwargs", "iterate_kwargs")
@@ -161,7 +191,8 @@ class IterableOperator(BaseOperator):
         "op_kwargs": "py",
         "iterate_kwargs": "py",
     }
-    shallow_copy_attrs: Sequence[str] = ("python_callable", "item_id", "partition_key")
+    # the option groups are frozen: copies of the task share them
+    shallow_copy_attrs: Sequence[str] = ("python_callable", "iteration", "results", "read", "wait")
     ui_color = "#e8f4e4"
 
     def __init__(
@@ -233,101 +264,67 @@ class IterableOperator(BaseOperator):
             name: StreamItems(value) if isinstance(value, StreamRef) else value
             for name, value in iterate_kwargs.items()
         }
-        if isinstance(shards, bool) or not isinstance(shards, int) or shards < 1:
-            raise ConfigurationError(f"{self._owner()}: shards must be an int >= 1, got {shards!r}")
-        if isinstance(shard, bool) or not isinstance(shard, int) or not 0 <= shard < shards:
-            raise ConfigurationError(f"{self._owner()}: shard must be in 0..{shards - 1}, got {shard!r}")
-        self.shard = shard
-        self.shards = shards
-        self.concurrency = concurrency
-        self.item_retries = item_retries
-        self.item_retry_delay = _seconds("item_retry_delay", item_retry_delay)
-        self.item_retry_backoff = item_retry_backoff
-        self.max_item_retry_delay = _seconds("max_item_retry_delay", max_item_retry_delay, optional=True)
-        self.item_timeout = _seconds("item_timeout", item_timeout, optional=True)
-        self.max_abandoned_threads = max_abandoned_threads
-        self.fail_fast = fail_fast
-        self.checkpoint_every = checkpoint_every
-        self.checkpoint_interval = _seconds("checkpoint_interval", checkpoint_interval)
-        self.progress_every = progress_every
-        self.progress_interval = _seconds("progress_interval", progress_interval)
-        if item_id is not None and not callable(item_id):
-            raise ConfigurationError(f"{self._owner()}: item_id must be callable, got {item_id!r}")
-        if partition_key is not None and not callable(partition_key):
-            raise ConfigurationError(
-                f"{self._owner()}: partition_key must be callable, got {partition_key!r}"
+        try:
+            self.iteration = IterationOptions(
+                shard=ShardOptions(shard, shards, concurrency),
+                retry=RetryOptions(
+                    item_retries,
+                    as_seconds(item_retry_delay),
+                    item_retry_backoff,
+                    as_seconds(max_item_retry_delay),
+                    as_seconds(item_timeout),
+                    max_abandoned_threads,
+                    fail_fast,
+                ),
+                checkpoint=CheckpointOptions(checkpoint_every, as_seconds(checkpoint_interval)),
+                report=ReportOptions(progress_every, as_seconds(progress_interval), max_failed_ids),
+                item_id=_by_kwargs(item_id),
             )
-        if partition_key is not None and emit_partitions is None:
-            raise ConfigurationError(f"{self._owner()}: partition_key needs emit_partitions=Asset(...)")
-        self.item_id = item_id
-        self.results_stream = bool(results_stream)
-        self.results_topic = results_topic
-        self.kafka_config_id = kafka_config_id
-        self.emit_partitions = emit_partitions
-        self.partition_key = partition_key
-        self.max_failed_ids = max_failed_ids
-        self.stream_max_events = stream_max_events
-        self.stream_max_wait = stream_max_wait
-        self.stream_gap_timeout = stream_gap_timeout
-        self.stream_start_timeout = stream_start_timeout
-        self.deferrable = default_deferrable() if deferrable is None else bool(deferrable)
-        self.reschedule = bool(reschedule)
-        self.stream_reschedule_interval = _positive("stream_reschedule_interval", stream_reschedule_interval)
-        mode = wait_mode(deferrable=self.deferrable, reschedule=self.reschedule, has_store=True)
-        self.stream_idle_interval = _positive(
-            "stream_idle_interval",
-            default_idle_interval(mode, stream_max_wait)
-            if stream_idle_interval is None
-            else stream_idle_interval,
-        )
+            self.results = ResultOptions(
+                results_stream, results_topic, kafka_config_id, emit_partitions, partition_key
+            )
+        except ConfigurationError as exc:
+            raise ConfigurationError(f"{self._owner()}: {exc}") from exc
+        try:
+            self.read = ReadOptions(
+                stream_max_events, stream_max_wait, stream_gap_timeout, stream_start_timeout
+            )
+            self.wait = WaitOptions.following(
+                self.read.max_wait,
+                deferrable=deferrable,
+                reschedule=reschedule,
+                idle_interval=stream_idle_interval,
+                resume_wait=stream_resume_wait,
+                reschedule_interval=stream_reschedule_interval,
+                state_poll_interval=stream_state_poll_interval,
+            )
+        except ConfigurationError as exc:  # the options' names are the keywords without "stream_"
+            raise ConfigurationError(f"{self._owner()}: stream_{exc}") from exc
         #: how this run waits (:func:`~airflow_kafka_events.streams.consuming.slot_release.wait_mode`)
         self.wait_mode = IN_WORKER
-        self.stream_resume_wait = _positive(
-            "stream_resume_wait",
-            max(5.0, stream_max_wait) if stream_resume_wait is None else stream_resume_wait,
-        )
-        self.stream_state_poll_interval = _positive("stream_state_poll_interval", stream_state_poll_interval)
         self.show_return_value_in_logs = bool(show_return_value_in_logs)
         self.templates_dict = templates_dict
         if templates_exts:
             self.template_ext = tuple(templates_exts)
-        # every runner option is checked now, so a bad value fails the DAG file, not the task
-        self._runner(handler=lambda value, context: None, context=None, store=None, source_key="", sink=None)
 
     def _owner(self) -> str:
         return f"{type(self).__name__}(task_id={self.task_id!r})"
 
     # ------------------------------------------------------------------ pieces
     def _runner(self, **kwargs: Any) -> IterationRunner:
-        item_id = self.item_id
         return IterationRunner(
-            concurrency=self.concurrency,
-            item_retries=self.item_retries,
-            item_retry_delay=self.item_retry_delay or 0.0,
-            item_retry_backoff=self.item_retry_backoff,
-            max_item_retry_delay=self.max_item_retry_delay,
-            item_timeout=self.item_timeout,
-            max_abandoned_threads=self.max_abandoned_threads,
-            fail_fast=self.fail_fast,
-            shard=self.shard,
-            shards=self.shards,
-            checkpoint_every=self.checkpoint_every,
-            checkpoint_interval=self.checkpoint_interval or 15.0,
-            progress_every=self.progress_every,
-            progress_interval=self.progress_interval or 30.0,
+            options=self.iteration,
             context_key=ITEM_CONTEXT_KEY,
-            item_id=None if item_id is None else (lambda item: item_id(item.value)),
-            max_failed_ids=self.max_failed_ids,
             is_async=is_async_callable(self.python_callable),
             **kwargs,
         )
 
     def _emitter(self) -> Callable[[Mapping[str, Any], dict[str, Any], Any], None] | None:
-        asset = self.emit_partitions
+        asset = self.results.emit_partitions
         if asset is None:
             return None
-        partition_key = self.partition_key
-        kafka_config_id = self.kafka_config_id
+        partition_key = self.results.partition_key
+        kafka_config_id = self.results.kafka_config_id
 
         def emit(item_kwargs: Mapping[str, Any], context: dict[str, Any], result: Any) -> None:
             from airflow_kafka_events.assets.emit import emit_asset_event, source_from_task_context
@@ -381,16 +378,6 @@ class IterableOperator(BaseOperator):
         streams = [(n, v) for n, v in self.iterate_kwargs.items() if isinstance(v, StreamItems)]
         return streams[0] if streams else None
 
-    def _wait_options(self) -> WaitOptions:
-        return WaitOptions(
-            idle_interval=self.stream_idle_interval,
-            resume_wait=self.stream_resume_wait,
-            state_poll_interval=self.stream_state_poll_interval,
-            max_events=self.stream_max_events,
-            start_timeout=self.stream_start_timeout,
-            gap_timeout=self.stream_gap_timeout,
-        )
-
     def _open_source(self, context: Context, resumption: Resumption) -> ListItems | StreamItemSource:
         """The items: lists (resolved XComArgs) or a stream read from its latest attempt.
 
@@ -400,8 +387,6 @@ class IterableOperator(BaseOperator):
         if found is None:
             return ListItems(self.iterate_kwargs)
         name, spec = found
-        from airflow_kafka_events.streams.consuming.reader import StreamReader
-
         ref = spec.stream
         trigger_run_id = ref.resolve(context)
         settings = self._kafka_settings(ref.kafka_config_id)
@@ -412,19 +397,13 @@ class IterableOperator(BaseOperator):
             )
         idle = None
         if self.wait_mode != IN_WORKER:
-            idle = self._wait_options().idle(resumption.start_deadline)
-        start_window, gap_window = (
-            (self.stream_start_timeout, self.stream_gap_timeout) if idle is None else idle.reader_windows()
-        )
+            idle = stream_idle(self.read, self.wait, resumption.start_deadline)
         reader = StreamReader(
             settings.consumer_config(f"airflow-kafka-events-iterate-{uuid.uuid4().hex}"),
             ref.topic,
             trigger_run_id,
+            options=self.read if idle is None else self.read.windowed(*idle.reader_windows()),
             checkpoint=start,
-            max_events=self.stream_max_events,
-            max_wait=self.stream_max_wait,
-            gap_timeout=gap_window,
-            start_timeout=start_window,
             codec=settings.codecs.trigger,
         )
         self.log.info(
@@ -459,14 +438,14 @@ class IterableOperator(BaseOperator):
         from airflow_kafka_events.provider.hook import KafkaEventsHook
 
         ti = context["ti"]
-        hook = KafkaEventsHook(kafka_config_id=self.kafka_config_id or "kafka_default")
+        hook = KafkaEventsHook(kafka_config_id=self.results.kafka_config_id or "kafka_default")
         map_index = getattr(ti, "map_index", None)
         bound = not_before_of(context)
         return ResultsStreamWriter(
             settings=hook.get_settings(),
             # a result not acknowledged within the writer's wait is dropped, never published later
             producer=hook.get_producer(role=RESULTS_ROLE, message_timeout=RESULTS_DELIVERY_TIMEOUT),
-            topic=self.results_topic,
+            topic=self.results.results_topic,
             delivery_timeout=RESULTS_DELIVERY_TIMEOUT,
             trigger_run_id=task_stream_id(context),
             generation=generation,
@@ -487,17 +466,13 @@ class IterableOperator(BaseOperator):
 
     # ------------------------------------------------------------------ execute
     def execute(self, context: Context) -> dict[str, Any]:
-        self.wait_mode = wait_mode(
-            deferrable=self.deferrable,
-            reschedule=self.reschedule,
-            has_store=state_store_of(context) is not None,
-        )
+        self.wait_mode = self.wait.mode(has_store=state_store_of(context) is not None)
         found = self._stream_spec()
         note = None
         if found is not None and self.wait_mode == RESCHEDULE:
             note = load_note(context, found[1].stream.resolve(context))
         if note is None:
-            return self._iterate(context, Resumption.fresh(self.stream_start_timeout))
+            return self._iterate(context, Resumption.fresh(self.read.start_timeout))
         self.log.info("iteration rerun %d after giving the slot back", note.reschedules)
         if note.resume is None:  # the stream had not started: look it up again
             return self._iterate(
@@ -516,7 +491,7 @@ class IterableOperator(BaseOperator):
         if error is not None:
             raise error
         state = Resumption.from_kwargs(resumption, event)
-        self.wait_mode = wait_mode(deferrable=self.deferrable, reschedule=self.reschedule, has_store=True)
+        self.wait_mode = self.wait.mode(has_store=True)
         self.log.info(
             "iteration resumed (%s, %s page(s) ready) after deferral %d",
             (event or {}).get("reason"),
@@ -541,8 +516,8 @@ class IterableOperator(BaseOperator):
             topic=ref.topic,
             producer_task_id=ref.producer_task_id,
             producer_map_index=ref.map_index,
-            start_timeout=self.stream_start_timeout,
-            interval=self.stream_reschedule_interval,
+            start_timeout=self.read.start_timeout,
+            interval=self.wait.reschedule_interval,
         )
         following = state.after(source, carried)
         reschedule_consumer(
@@ -568,11 +543,12 @@ class IterableOperator(BaseOperator):
             run_id=ti.run_id,
             source=source,
             resumption=state,
-            options=self._wait_options(),
+            read=self.read,
+            wait=self.wait,
         )
         self.log.info(
             "no page for %gs and nothing in flight; deferring at item %d, %s (deferral %d)",
-            self.stream_idle_interval,
+            self.wait.idle_interval,
             following.ordinal,
             source.position,
             following.deferrals,
@@ -597,7 +573,7 @@ class IterableOperator(BaseOperator):
                 # nothing to iterate yet: give the slot back at once (the producer may need it)
                 self.log.info("stream %s has not started: giving the slot back", source.trigger_run_id)
                 self._give_slot_back(context, source, state, state.carried, True)
-            sink = self._open_sink(context, generation) if self.results_stream else None
+            sink = self._open_sink(context, generation) if self.results.results_stream else None
             runner = self._runner(
                 handler=self._handler(),
                 context=context,

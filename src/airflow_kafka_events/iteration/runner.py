@@ -86,7 +86,7 @@ from airflow_kafka_events.iteration.errors import (
 )
 from airflow_kafka_events.iteration.feed import ItemFeed, ItemSource, SourceIdle
 from airflow_kafka_events.iteration.items import Item, Work, local_index, shard_of
-from airflow_kafka_events.iteration.options import count_option, number_option
+from airflow_kafka_events.iteration.options import IterationOptions, count_option
 from airflow_kafka_events.iteration.outcome import (
     IterationSummary,
     ResultHandoff,
@@ -102,6 +102,9 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+#: The options of a runner given none (frozen: shared).
+DEFAULT_OPTIONS = IterationOptions()
 
 
 class IterationRunner:
@@ -119,77 +122,40 @@ class IterationRunner:
     def __init__(
         self,
         handler: Callable[[Any, dict[str, Any]], Any],
+        options: IterationOptions = DEFAULT_OPTIONS,
         *,
-        concurrency: int = 1,
-        item_retries: int = 0,
-        item_retry_delay: float = 0.0,
-        item_retry_backoff: float = 2.0,
-        max_item_retry_delay: float | None = None,
-        item_timeout: float | None = None,
-        fail_fast: bool = False,
-        shard: int = 0,
-        shards: int = 1,
         store: ProgressStore | None = None,
         checkpoint_key: str = DEFAULT_CHECKPOINT_KEY,
         generation: int = 0,
         source_key: str = "",
-        checkpoint_every: int = 500,
-        checkpoint_interval: float = 15.0,
-        progress_every: int = 1000,
-        progress_interval: float = 30.0,
         context: Mapping[str, Any] | None = None,
         context_key: str = "iteration_item",
-        item_id: Callable[[Item], str] | None = None,
         sink: ResultSink | None = None,
-        max_failed_ids: int = 100,
-        max_abandoned_threads: int | None = None,
-        max_logged_failures: int = 20,
         is_async: bool | None = None,
         logger: logging.Logger | Any = None,
         carried: Mapping[str, Any] | None = None,
     ) -> None:
         if not callable(handler):
             raise ConfigurationError(f"handler must be callable, got {handler!r}")
+        if not isinstance(options, IterationOptions):
+            raise ConfigurationError(f"options must be an IterationOptions, got {type(options).__qualname__}")
         self.handler = handler
         self.is_async = inspect.iscoroutinefunction(handler) if is_async is None else bool(is_async)
-        self.concurrency = count_option("concurrency", concurrency, low=1)
-        self.item_retries = count_option("item_retries", item_retries, low=0)
-        self.item_retry_delay = number_option("item_retry_delay", item_retry_delay, allow_zero=True) or 0.0
-        self.item_retry_backoff = number_option("item_retry_backoff", item_retry_backoff) or 1.0
-        if self.item_retry_backoff < 1:
-            raise ConfigurationError(f"item_retry_backoff must be >= 1, got {item_retry_backoff!r}")
-        self.max_item_retry_delay = number_option(
-            "max_item_retry_delay", max_item_retry_delay, allow_zero=True, optional=True
-        )
-        self.item_timeout = number_option("item_timeout", item_timeout, optional=True)
-        self.fail_fast = bool(fail_fast)
-        self.shards = count_option("shards", shards, low=1)
-        self.shard = count_option("shard", shard, low=0)
-        if self.shard >= self.shards:
-            raise ConfigurationError(f"shard must be < shards ({self.shards}), got {shard!r}")
+        self.options = options
         self.store = store
         self.checkpoint_key = checkpoint_key
         self.generation = count_option("generation", generation, low=0)
         self.source_key = source_key
-        self.checkpoint_every = count_option("checkpoint_every", checkpoint_every, low=1)
-        self.checkpoint_interval = number_option("checkpoint_interval", checkpoint_interval) or 15.0
-        self.progress_every = count_option("progress_every", progress_every, low=1)
-        self.progress_interval = number_option("progress_interval", progress_interval) or 30.0
         self.context = context
         self.context_key = context_key
-        self.item_id = item_id
         self.sink = sink
-        self.max_failed_ids = count_option("max_failed_ids", max_failed_ids, low=0)
-        self.max_abandoned_threads = count_option(
-            "max_abandoned_threads",
-            max(4, self.concurrency) if max_abandoned_threads is None else max_abandoned_threads,
-            low=0,
-        )
-        self.max_logged_failures = count_option("max_logged_failures", max_logged_failures, low=0)
         self.log = logger if logger is not None else log
 
         self.summary = IterationSummary.continuing(
-            carried, shard=self.shard, shards=self.shards, generation=self.generation
+            carried,
+            shard=self.options.shard.shard,
+            shards=self.options.shard.shards,
+            generation=self.generation,
         )
         self.completed = CompletedItems()
         self._checkpoints = CheckpointKeeper(
@@ -197,12 +163,12 @@ class IterationRunner:
             checkpoint_key,
             self.snapshot,
             self.summary,
-            every=self.checkpoint_every,
-            interval=self.checkpoint_interval,
+            every=self.options.checkpoint.checkpoint_every,
+            interval=self.options.checkpoint.checkpoint_interval,
             clock=lambda: self.clock(),
             logger=self.log,
         )
-        self._report = RunLog(self.log, max_logged_failures=self.max_logged_failures)
+        self._report = RunLog(self.log, max_logged_failures=self.options.report.max_logged_failures)
         self._results = (
             None
             if sink is None
@@ -233,8 +199,8 @@ class IterationRunner:
         checkpoint, restart = usable_checkpoint(
             self._checkpoints.load(),
             generation=self.generation,
-            shard=self.shard,
-            shards=self.shards,
+            shard=self.options.shard.shard,
+            shards=self.options.shard.shards,
             source_key=self.source_key,
             logger=self.log,
         )
@@ -262,8 +228,10 @@ class IterationRunner:
             self.log.warning("iteration: the results sink starts over, so does the iteration")
             self.completed = CompletedItems()
         for ordinal in opening.recovered:
-            if shard_of(ordinal, self.shards) == self.shard and self.completed.add(
-                local_index(ordinal, self.shards)
+            if shard_of(
+                ordinal, self.options.shard.shards
+            ) == self.options.shard.shard and self.completed.add(
+                local_index(ordinal, self.options.shard.shards)
             ):
                 self.summary.recovered += 1
 
@@ -272,21 +240,21 @@ class IterationRunner:
         return IterationCheckpoint(
             generation=self.generation,
             source=self.source_key,
-            shard=self.shard,
-            shards=self.shards,
+            shard=self.options.shard.shard,
+            shards=self.options.shard.shards,
             completed=self.completed,
             results=self.sink.state() if self.sink is not None else None,
         ).to_json()
 
     # ------------------------------------------------------------------ items
     def _id_of(self, item: Item) -> str:
-        if self.item_id is None:
+        if self.options.item_id is None:
             return str(item.ordinal)
-        return str(self.item_id(item))
+        return str(self.options.item_id(item))
 
     def _context_for(self, work: Work) -> dict[str, Any]:
         context = dict(self.context) if self.context is not None else {}
-        context[self.context_key] = work.info(self.shard, self.shards)
+        context[self.context_key] = work.info(self.options.shard.shard, self.options.shard.shards)
         return context
 
     async def _pull(self) -> Work | None:
@@ -349,9 +317,11 @@ class IterationRunner:
     async def _call(self, work: Work) -> Any:
         context = self._context_for(work)
         if self.is_async:
-            return await await_with_timeout(self.handler(work.item.value, context), self.item_timeout)
+            return await await_with_timeout(
+                self.handler(work.item.value, context), self.options.retry.item_timeout
+            )
         assert self._pool is not None
-        return await self._pool.run(self.handler, (work.item.value, context), self.item_timeout)
+        return await self._pool.run(self.handler, (work.item.value, context), self.options.retry.item_timeout)
 
     async def _worker(self) -> None:
         while True:
@@ -382,7 +352,7 @@ class IterationRunner:
         abandoned = self._pool.abandoned
         self.summary.abandoned_threads = max(self.summary.abandoned_threads, abandoned)
         if self._fatal is None:
-            self._fatal = self._pool.too_many_abandoned(abandoned, self.max_abandoned_threads)
+            self._fatal = self._pool.too_many_abandoned(abandoned, self.options.max_abandoned_threads)
 
     # ------------------------------------------------------------------ outcomes
     def _succeeded(self, work: Work, result: Any) -> None:
@@ -408,7 +378,7 @@ class IterationRunner:
     def _complete(self, work: Work) -> None:
         if self.completed.add(work.local):
             self.summary.succeeded_this_try += 1
-            if self.summary.succeeded_this_try % self.progress_every == 0:
+            if self.summary.succeeded_this_try % self.options.report.progress_every == 0:
                 self._progress()
             self._checkpoints.completed()
 
@@ -417,7 +387,7 @@ class IterationRunner:
         if isinstance(exc, ItemTimeoutError):
             self.summary.timed_out += 1
         retry = (
-            work.attempt <= self.item_retries
+            work.attempt <= self.options.retry.item_retries
             and not isinstance(exc, NonRetryableItemError)
             and not self._stopping
         )
@@ -428,14 +398,17 @@ class IterationRunner:
 
     def _retry(self, work: Work, exc: BaseException) -> None:
         delay = retry_delay(
-            work.attempt, self.item_retry_delay, self.item_retry_backoff, self.max_item_retry_delay
+            work.attempt,
+            self.options.retry.item_retry_delay,
+            self.options.retry.item_retry_backoff,
+            self.options.retry.max_item_retry_delay,
         )
         self.summary.item_retries += 1
         self._report.failure(
             "iteration: item %s failed on try %d of %d (%s: %s); retrying in %.3gs",
             work.item_id,
             work.attempt,
-            self.item_retries + 1,
+            self.options.retry.item_retries + 1,
             type(exc).__name__,
             exc,
             delay,
@@ -447,7 +420,7 @@ class IterationRunner:
         self.summary.failed += 1
         if self._first_failure is None:
             self._first_failure = exc
-        if len(self.summary.failed_items) < self.max_failed_ids:
+        if len(self.summary.failed_items) < self.options.report.max_failed_ids:
             self.summary.failed_items.append(work.item_id)
         else:
             self.summary.failed_items_truncated = True
@@ -459,7 +432,7 @@ class IterationRunner:
             exc,
             exc_info=exc,
         )
-        if self.fail_fast and not self._stopping:
+        if self.options.retry.fail_fast and not self._stopping:
             self._stopping = True
             self.summary.stopped_early = True
             self.log.error("iteration: fail_fast: item %s failed; starting no more items", work.item_id)
@@ -471,11 +444,13 @@ class IterationRunner:
         )
 
     async def _ticker(self) -> None:
-        tick = max(0.01, min(self.checkpoint_interval, self.progress_interval) / 4)
+        tick = max(
+            0.01, min(self.options.checkpoint.checkpoint_interval, self.options.report.progress_interval) / 4
+        )
         while True:
             await asyncio.sleep(tick)
             now = self.clock()
-            if now - self._report.last_progress_at >= self.progress_interval:
+            if now - self._report.last_progress_at >= self.options.report.progress_interval:
                 self._progress()
             if self._checkpoints.due(now):
                 await self._checkpoints.save()
@@ -502,14 +477,14 @@ class IterationRunner:
         self._idle.set()
         self._feed = ItemFeed(
             items,
-            shard=self.shard,
-            shards=self.shards,
+            shard=self.options.shard.shard,
+            shards=self.options.shard.shards,
             completed=self.completed,
             summary=self.summary,
             item_id=self._id_of,
         )
         ticker = asyncio.ensure_future(self._ticker())
-        workers = [asyncio.ensure_future(self._worker()) for _ in range(self.concurrency)]
+        workers = [asyncio.ensure_future(self._worker()) for _ in range(self.options.shard.concurrency)]
         try:
             await self._await_workers(workers)
             while self._results is not None and self._results.pending and self._fatal is None:
@@ -532,7 +507,7 @@ class IterationRunner:
         environ = dict(os.environ)
         self._checkpoints.open()
         if not self.is_async:
-            self._pool = ItemThreadPool(self.concurrency)
+            self._pool = ItemThreadPool(self.options.shard.concurrency)
         loop = asyncio.new_event_loop()
         error: BaseException | None = None
         try:

@@ -38,7 +38,6 @@ import asyncio
 import itertools
 import logging
 import queue
-import re
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
@@ -59,6 +58,7 @@ from airflow_kafka_events.iteration.items import Item
 from airflow_kafka_events.iteration.threads import settle
 from airflow_kafka_events.streams.checkpoint import Checkpoint
 from airflow_kafka_events.streams.consuming.consumption import is_end_marker
+from airflow_kafka_events.streams.consuming.deadlines import with_gap_timeout, with_start_timeout
 from airflow_kafka_events.streams.consuming.operator import StreamRef
 from airflow_kafka_events.streams.producing.trigger import DEFAULT_TOPIC
 
@@ -465,21 +465,10 @@ class StreamItemSource:
         if isinstance(exc, StreamNotStartedError):
             if now < idle.start_deadline:
                 return
-            raise StreamNotStartedError(
-                re.sub(r"within [^s ]+s", f"within {idle.start_timeout:g}s", str(exc)),
-                topic=exc.topic,
-                trigger_run_id=exc.trigger_run_id,
-            ) from exc
+            raise with_start_timeout(exc, idle.start_timeout) from exc
         if now - self.last_progress < idle.gap_timeout and len(exc.present) <= idle.max_buffered:
             return
-        raise StreamGapError(
-            re.sub(r"waited [^s ]+s", f"waited {idle.gap_timeout:g}s", str(exc)),
-            missing_index=exc.missing_index,
-            attempt=exc.attempt,
-            present=exc.present,
-            topic=exc.topic,
-            trigger_run_id=exc.trigger_run_id,
-        ) from exc
+        raise with_gap_timeout(exc, idle.gap_timeout) from exc
 
     def _batch_items(self, batch: StreamBatch) -> Iterator[Item]:
         for record in batch.rejected:

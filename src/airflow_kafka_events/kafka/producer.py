@@ -443,8 +443,9 @@ class RecordProducer:
         """Produce and await the delivery report without blocking the event loop; options as :meth:`send`."""
         future, waited = self._send_waiting(topic, value, options)
         try:
-            return await asyncio.wait_for(future, waited)
-        except asyncio.TimeoutError as exc:
+            async with asyncio.timeout(waited):  # not wait_for: it can swallow a cancellation (3.11)
+                return await future
+        except TimeoutError as exc:
             raise self._caller_gave_up(topic, waited) from exc
 
     def _send_waiting(

@@ -110,8 +110,11 @@ class Feed:
             if remaining <= 0:
                 return [], {}
             try:
-                await asyncio.wait_for(self._ready.wait(), remaining)
-            except asyncio.TimeoutError:
+                # not asyncio.wait_for: on Python 3.11 it swallows a cancellation that comes in the
+                # loop iteration its wait ends in, and the owner's stop would then never end
+                async with asyncio.timeout(remaining):
+                    await self._ready.wait()
+            except TimeoutError:
                 return [], {}
         if self._failure is not None:
             raise self._failure

@@ -152,7 +152,8 @@ async def fired_keys(
     turn = _turns.setdefault(loop, asyncio.Semaphore(RECHECK_CONCURRENCY))
     async with turn:  # one-off blocking REST calls at a watcher's start, on a thread of their own
         fetch = asyncio.to_thread(_fetch, base_url, conn.login, conn.password or "", name, uri, topics)
-        return await asyncio.wait_for(fetch, RECHECK_TIMEOUT)
+        async with asyncio.timeout(RECHECK_TIMEOUT):  # not wait_for: it can swallow a cancellation (3.11)
+            return await fetch
 
 
 def _fetch(

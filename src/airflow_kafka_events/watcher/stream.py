@@ -753,7 +753,8 @@ class WatcherStream(SharedStreamProducer):
                     task.cancel()
             else:
                 # bounded: at a triggerer's shutdown the supervisor may no longer answer
-                await asyncio.wait_for(self._final_flush(), timeout=FINAL_FLUSH_TIMEOUT)
+                async with asyncio.timeout(FINAL_FLUSH_TIMEOUT):
+                    await self._final_flush()
         except Exception as exc:
             self._warn_store(exc)
         finally:

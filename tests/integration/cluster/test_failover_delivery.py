@@ -42,7 +42,7 @@ from airflow_kafka_events.kafka.producer import get_producer
 from airflow_kafka_events.kafka.settings import KafkaSettings
 from airflow_kafka_events.kafka.topics import TopicSpec, ensure_topics
 from airflow_kafka_events.local_broker.cluster import LocalKafkaCluster
-from airflow_kafka_events.streams.consuming.reader import StreamReader
+from airflow_kafka_events.streams.consuming.reader import ReadOptions, StreamReader
 from airflow_kafka_events.streams.producing.trigger import Page, StreamingTrigger
 from airflow_kafka_events.watcher.stream import WatcherStream
 from airflow_kafka_events.watcher.trigger import KafkaAssetEventTrigger
@@ -177,10 +177,9 @@ def test_leader_killed_mid_stream_every_page_read_once_in_order(healthy, monkeyp
         settings.consumer_config(f"failover-reader-{uuid.uuid4().hex[:8]}"),
         topic,
         key,
-        max_wait=0.2,
-        poll_timeout=0.1,
-        start_timeout=60.0,
-        gap_timeout=FAILOVER_DEADLINE,
+        options=ReadOptions(
+            max_wait=0.2, poll_timeout=0.1, start_timeout=60.0, gap_timeout=FAILOVER_DEADLINE
+        ),
     )
     read: list[Any] = []
     read_at: list[float] = []

@@ -25,7 +25,7 @@ from airflow_kafka_events.iteration.checkpoints import DEFAULT_CHECKPOINT_KEY, I
 from airflow_kafka_events.iteration.errors import IterationFailedError
 from airflow_kafka_events.iteration.operator import IterableOperator
 from airflow_kafka_events.iteration.sources import from_stream
-from airflow_kafka_events.streams.consuming.reader import StreamReader
+from airflow_kafka_events.streams.consuming.reader import ReadOptions, StreamReader
 from airflow_kafka_events.streams.consuming.wait_trigger import StreamWaitTrigger
 from airflow_kafka_events.streams.descriptor import stream_id
 from integration.iteration.test_iteration_kafka import DAG_ID, PageWriter, settings_of
@@ -108,9 +108,7 @@ def results_so_far(bootstrap: str, topic: str) -> tuple[list[int], bool]:
         settings_of(bootstrap).consumer_config(f"check-{time.monotonic_ns()}"),
         topic,
         run,
-        max_wait=0.05,
-        gap_timeout=2.0,
-        start_timeout=5.0,
+        options=ReadOptions(max_wait=0.05, gap_timeout=2.0, start_timeout=5.0),
     )
     ordinals: list[int] = []
     with reader:

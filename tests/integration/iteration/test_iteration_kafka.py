@@ -19,7 +19,6 @@ import pytest
 from airflow_kafka_events.envelopes.codec import TRIGGER_EVENT_CODEC
 from airflow_kafka_events.envelopes.model import TriggerEventEnvelope
 from airflow_kafka_events.iteration.operator import IterableOperator
-from airflow_kafka_events.iteration.runner import IterationRunner
 from airflow_kafka_events.iteration.sources import (
     StreamItemSource,
     from_stream,
@@ -29,8 +28,9 @@ from airflow_kafka_events.iteration.sources import (
 from airflow_kafka_events.kafka.producer import get_producer
 from airflow_kafka_events.kafka.settings import KafkaSettings
 from airflow_kafka_events.streams.consuming.operator import StreamRef
-from airflow_kafka_events.streams.consuming.reader import StreamReader
+from airflow_kafka_events.streams.consuming.reader import ReadOptions, StreamReader
 from airflow_kafka_events.streams.descriptor import stream_id
+from unit.iteration.runners import make_runner
 from unit.operators.fakes import DictStore, context
 
 pytestmark = pytest.mark.integration
@@ -103,11 +103,8 @@ def stream_source(
         settings.consumer_config(f"it-{producer_task}-{threading.get_ident()}"),
         topic,
         run,
+        options=ReadOptions(max_events=5, max_wait=0.05, gap_timeout=60, start_timeout=60),
         checkpoint=start,
-        max_events=5,
-        max_wait=0.05,
-        gap_timeout=60,
-        start_timeout=60,
     )
     spec = from_stream(StreamRef(producer_task, topic=topic), items_path=items_path)
     return StreamItemSource(reader, name="row", spec=spec, trigger_run_id=run, attempt=attempt)
@@ -117,7 +114,10 @@ def read_stream(bootstrap: str, topic: str, run: str) -> list[TriggerEventEnvelo
     settings = settings_of(bootstrap)
     out: list[TriggerEventEnvelope] = []
     with StreamReader(
-        settings.consumer_config(f"read-{run}"), topic, run, max_wait=0.05, gap_timeout=30, start_timeout=30
+        settings.consumer_config(f"read-{run}"),
+        topic,
+        run,
+        options=ReadOptions(max_wait=0.05, gap_timeout=30, start_timeout=30),
     ) as reader:
         for batch in reader:
             out.extend(batch.events)
@@ -148,7 +148,7 @@ def test_items_of_a_stream_are_handled_while_its_producer_is_still_writing(kafka
 
     source = stream_source(kafka_bootstrap, topic, "produce")
     try:
-        summary = IterationRunner(handler, concurrency=3).run(source)
+        summary = make_runner(handler, concurrency=3).run(source)
     finally:
         source.close()
     writer.join(30)
@@ -175,7 +175,7 @@ def test_batch_shards_over_a_real_stream_cover_every_item_exactly_once(kafka_boo
 
         source = stream_source(kafka_bootstrap, topic, "produce")
         try:
-            IterationRunner(handler, shard=shard, shards=3, concurrency=2).run(source)
+            make_runner(handler, shard=shard, shards=3, concurrency=2).run(source)
         except BaseException as exc:
             errors.append(exc)
         finally:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 import time
@@ -24,7 +25,7 @@ from airflow_kafka_events.kafka.delivery import DeliveryReceipt
 from airflow_kafka_events.kafka.producer import RecordProducer
 from airflow_kafka_events.kafka.settings import KafkaSettings
 from airflow_kafka_events.streams.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
-from airflow_kafka_events.streams.consuming.reader import StreamReader
+from airflow_kafka_events.streams.consuming.reader import ReadOptions, StreamReader
 from airflow_kafka_events.streams.consuming.sequence import StreamBatch
 
 pytestmark = pytest.mark.integration
@@ -96,6 +97,9 @@ def send(producer: RecordProducer) -> Callable[..., list[DeliveryReceipt]]:
     return send
 
 
+READ_OPTIONS = {field.name for field in dataclasses.fields(ReadOptions)}
+
+
 @pytest.fixture
 def open_reader(settings: KafkaSettings) -> Iterator[Callable[..., StreamReader]]:
     readers: list[StreamReader] = []
@@ -105,8 +109,13 @@ def open_reader(settings: KafkaSettings) -> Iterator[Callable[..., StreamReader]
         kwargs.setdefault("poll_timeout", 0.1)
         kwargs.setdefault("start_timeout", 30.0)
         kwargs.setdefault("gap_timeout", 30.0)
+        read = {k: kwargs.pop(k) for k in list(kwargs) if k in READ_OPTIONS}
         reader = StreamReader(
-            settings.consumer_config(f"reader-{uuid.uuid4().hex[:8]}"), topic, run, **kwargs
+            settings.consumer_config(f"reader-{uuid.uuid4().hex[:8]}"),
+            topic,
+            run,
+            options=ReadOptions(**read),
+            **kwargs,
         )
         readers.append(reader)
         return reader

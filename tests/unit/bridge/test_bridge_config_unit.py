@@ -393,3 +393,37 @@ def test_bridge_package_imports_no_airflow():
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
+
+
+def test_from_args_takes_the_flags_a_command_has_and_the_environment_for_the_rest(monkeypatch):
+    for name, value in BASE_ENV.items():
+        monkeypatch.setenv(name, value)
+    bridge = build_parser().parse_args(
+        [
+            "bridge",
+            "--api-url",
+            "http://flag:8080",
+            "--max-attempts",
+            "3",
+            "--backoff-max",
+            "7",
+            "--batch-size",
+            "9",
+        ]
+    )
+    config = BridgeConfig.from_args(bridge)
+    assert (config.api_url, config.username, config.password) == (
+        "http://flag:8080",
+        "env-user",
+        "env-password",
+    )
+    assert (config.retry.max_attempts, config.retry.max_backoff, config.batch_size) == (3, 7.0, 9)
+    replay = build_parser().parse_args(
+        ["replay-assets", "--from", "2026-01-01T00:00:00Z", "--allow-any-source"]
+    )
+    config = BridgeConfig.from_args(replay, topic="chosen")
+    assert (config.topic, config.api_url, config.retry.max_attempts) == (
+        "chosen",
+        "http://env-airflow:8080",
+        8,
+    )

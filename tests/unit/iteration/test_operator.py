@@ -61,8 +61,8 @@ def test_iterate_makes_one_task_and_batch_makes_n_mapped_instances():
     one = single.operator
     assert isinstance(one, IterableOperator) and one.task_id == "get_item"
     assert one.upstream_task_ids == {"list_items"}  # the XComArg made the DAG edge
-    assert one.op_kwargs == {"base": 1} and one.concurrency == 4 and one.retries == 3
-    assert (one.shard, one.shards) == (0, 1)
+    assert one.op_kwargs == {"base": 1} and one.iteration.shard.concurrency == 4 and one.retries == 3
+    assert (one.iteration.shard.shard, one.iteration.shard.shards) == (0, 1)
 
     mapped = batched.operator
     assert isinstance(mapped, MappedOperator) and mapped.task_id == "get_item__1"
@@ -323,9 +323,9 @@ def test_a_stream_iteration_gives_its_slot_back_by_a_reschedule_by_default(monke
         )
 
     rescheduling = op()
-    assert (rescheduling.deferrable, rescheduling.reschedule) == (False, True)
-    assert rescheduling.stream_idle_interval == 10.0 and rescheduling.stream_reschedule_interval == 5.0
-    assert op(deferrable=True).stream_idle_interval == 1.0
-    assert op(stream_max_wait=20).stream_idle_interval == 20.0
+    assert (rescheduling.wait.deferrable, rescheduling.wait.reschedule) == (False, True)
+    assert rescheduling.wait.idle_interval == 10.0 and rescheduling.wait.reschedule_interval == 5.0
+    assert op(deferrable=True).wait.idle_interval == 1.0
+    assert op(stream_max_wait=20).wait.idle_interval == 20.0
     with pytest.raises(ConfigurationError, match="stream_reschedule_interval"):
         op(stream_reschedule_interval=0)

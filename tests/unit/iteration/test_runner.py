@@ -27,7 +27,7 @@ from airflow_kafka_events.iteration.errors import (
 )
 from airflow_kafka_events.iteration.items import Item, ItemInfo
 from airflow_kafka_events.iteration.retries import retry_delay
-from airflow_kafka_events.iteration.runner import IterationRunner
+from unit.iteration.runners import make_runner
 
 pytestmark = pytest.mark.unit
 
@@ -82,7 +82,7 @@ def test_every_item_runs_once_with_its_value(kind):
 
     handler = sync_handler if kind == "sync" else async_handler
     store = Store()
-    summary = IterationRunner(handler, concurrency=4, store=store).run(items(50))
+    summary = make_runner(handler, concurrency=4, store=store).run(items(50))
 
     assert sorted(seen) == list(range(50))
     assert (summary.items, summary.succeeded, summary.succeeded_this_try, summary.failed) == (50, 50, 50, 0)
@@ -103,7 +103,7 @@ def test_an_async_item_source_is_consumed_lazily():
     async def handler(value, context):
         handled.append((value, len(pulled)))
 
-    IterationRunner(handler, concurrency=1).run(source())
+    make_runner(handler, concurrency=1).run(source())
     # an item is pulled only when a slot is free: never far ahead of the handled ones
     assert all(pulled_then - value <= 2 for value, pulled_then in handled), handled
 
@@ -123,9 +123,7 @@ def test_a_failing_item_is_retried_with_backoff_while_other_items_keep_going():
         if info.ordinal == 9:
             release.set()
 
-    runner = IterationRunner(
-        handler, concurrency=1, item_retries=2, item_retry_delay=0.3, item_retry_backoff=2
-    )
+    runner = make_runner(handler, concurrency=1, item_retries=2, item_retry_delay=0.3, item_retry_backoff=2)
     with pytest.raises(IterationFailedError) as caught:
         runner.run(items(10))
 
@@ -157,7 +155,7 @@ def test_non_retryable_and_skip_signals():
 
     store = Store()
     with pytest.raises(IterationFailedError) as caught:
-        IterationRunner(handler, item_retries=5, store=store).run(items(5))
+        make_runner(handler, item_retries=5, store=store).run(items(5))
     assert tries[2] == 1  # no retry
     assert caught.value.summary.skipped_items == 1
     assert 3 in store.checkpoint().completed and 2 not in store.checkpoint().completed
@@ -173,7 +171,7 @@ def test_fail_fast_stops_scheduling_while_collect_tries_every_item(fail_fast):
             raise RuntimeError(f"item {value['n']} broke")
 
     with pytest.raises(IterationFailedError) as caught:
-        IterationRunner(handler, concurrency=1, fail_fast=fail_fast).run(items(20))
+        make_runner(handler, concurrency=1, fail_fast=fail_fast).run(items(20))
 
     summary = caught.value.summary
     if fail_fast:
@@ -190,7 +188,7 @@ def test_failed_item_ids_are_capped():
         raise ValueError("no")
 
     with pytest.raises(IterationFailedError) as caught:
-        IterationRunner(handler, max_failed_ids=5, item_id=lambda item: f"id-{item.ordinal}").run(items(50))
+        make_runner(handler, max_failed_ids=5, item_id=lambda item: f"id-{item.ordinal}").run(items(50))
     summary = caught.value.summary
     assert summary.failed == 50
     assert summary.failed_items == [f"id-{i}" for i in range(5)] and summary.failed_items_truncated
@@ -212,7 +210,7 @@ def test_async_item_timeout_cancels_the_item_and_fails_it():
             raise TimeoutError("the item's own timeout")  # not the runner's
 
     with pytest.raises(IterationFailedError) as caught:
-        IterationRunner(handler, concurrency=2, item_timeout=0.2).run(items(6))
+        make_runner(handler, concurrency=2, item_timeout=0.2).run(items(6))
 
     summary = caught.value.summary
     assert cancelled.is_set()  # item 2 was cancelled at its timeout, not waited for
@@ -234,7 +232,7 @@ def test_sync_item_timeout_is_enforced_by_abandoning_the_thread():
             return "late"
         return value["n"]
 
-    runner = IterationRunner(handler, concurrency=1, item_timeout=0.2, item_retries=1)
+    runner = make_runner(handler, concurrency=1, item_timeout=0.2, item_retries=1)
     original = runner._failed
 
     def record(work, exc):
@@ -261,7 +259,7 @@ def test_too_many_hung_sync_items_fail_the_task():
 
     try:
         with pytest.raises(TooManyAbandonedThreadsError):
-            IterationRunner(handler, concurrency=2, item_timeout=0.1, max_abandoned_threads=2).run(items(10))
+            make_runner(handler, concurrency=2, item_timeout=0.1, max_abandoned_threads=2).run(items(10))
     finally:
         release.set()
 
@@ -291,7 +289,7 @@ def test_concurrency_limit_is_respected(kind):
         await asyncio.sleep(0.01)
         leave()
 
-    IterationRunner(sync_handler if kind == "sync" else async_handler, concurrency=3).run(items(40))
+    make_runner(sync_handler if kind == "sync" else async_handler, concurrency=3).run(items(40))
     assert state["max"] == 3
 
 
@@ -309,7 +307,7 @@ def test_each_item_gets_its_own_context_copy_and_os_environ_is_untouched(caplog)
         assert context["mine"] == value["n"]
         assert context["iteration_item"].ordinal == value["n"]
 
-    IterationRunner(handler, concurrency=4, context=base).run(items(20))
+    make_runner(handler, concurrency=4, context=base).run(items(20))
 
     assert len({id(c) for c in contexts}) == 20
     assert all(c["ti"] is base["ti"] and c["shared"] == "yes" for c in contexts)  # shallow copies
@@ -324,7 +322,7 @@ def test_items_changing_os_environ_are_reported(caplog, monkeypatch):
         os.environ["ITERATION_TEST_VAR"] = "x"
 
     with caplog.at_level("WARNING"):
-        IterationRunner(handler).run(items(1))
+        make_runner(handler).run(items(1))
     monkeypatch.delenv("ITERATION_TEST_VAR", raising=False)
     assert "ITERATION_TEST_VAR" in caplog.text and "os.environ" in caplog.text
 
@@ -344,11 +342,11 @@ def test_items_changing_os_environ_are_reported(caplog, monkeypatch):
 )
 def test_bad_options_are_configuration_errors(kwargs):
     with pytest.raises(ConfigurationError):
-        IterationRunner(lambda v, c: None, **kwargs)
+        make_runner(lambda v, c: None, **kwargs)
 
 
 def test_a_runner_runs_once():
-    runner = IterationRunner(lambda v, c: None)
+    runner = make_runner(lambda v, c: None)
     runner.run([])
     with pytest.raises(RuntimeError):
         runner.run([])
@@ -369,7 +367,7 @@ def test_100_000_trivial_items_in_one_runner_stay_flat_and_are_checkpointed_in_b
     tracemalloc.start()
     started = time.monotonic()
     try:
-        summary = IterationRunner(handler, store=store, concurrency=8, context={"k": "v"}).run(source())
+        summary = make_runner(handler, store=store, concurrency=8, context={"k": "v"}).run(source())
         elapsed = time.monotonic() - started
         _, peak = tracemalloc.get_traced_memory()
     finally:

@@ -21,7 +21,7 @@ from airflow_kafka_events.iteration.errors import (
 )
 from airflow_kafka_events.iteration.items import Item, shard_of
 from airflow_kafka_events.iteration.outcome import SinkOpening
-from airflow_kafka_events.iteration.runner import IterationRunner
+from unit.iteration.runners import make_runner
 from unit.iteration.test_runner import Store, WorkerDied, items
 
 pytestmark = pytest.mark.unit
@@ -89,7 +89,7 @@ def test_checkpoints_are_batched_not_per_item():
     async def handler(value, context):
         return None
 
-    summary = IterationRunner(handler, store=store, checkpoint_every=100, checkpoint_interval=3600).run(
+    summary = make_runner(handler, store=store, checkpoint_every=100, checkpoint_interval=3600).run(
         items(1000)
     )
     assert store.sets == 1000 // 100 + 1 == summary.checkpoints_saved  # + the final save
@@ -101,7 +101,7 @@ def test_time_based_checkpoints_while_items_are_slow():
     async def handler(value, context):
         await asyncio.sleep(0.05)
 
-    IterationRunner(handler, store=store, checkpoint_every=10_000, checkpoint_interval=0.1).run(items(12))
+    make_runner(handler, store=store, checkpoint_every=10_000, checkpoint_interval=0.1).run(items(12))
     assert 2 <= store.sets <= 12  # some interval saves and the final one, never one per item
 
 
@@ -115,7 +115,7 @@ def _run_until_worker_death(store: Store, n: int, die_at: int, **kwargs: Any) ->
         calls.append(value["n"])
 
     with pytest.raises(WorkerDied):
-        IterationRunner(handler, store=store, **kwargs).run(items(n))
+        make_runner(handler, store=store, **kwargs).run(items(n))
     store.frozen = False
     return calls
 
@@ -131,7 +131,7 @@ def test_a_retry_after_worker_death_resumes_at_the_last_checkpoint():
     def handler(value, context):
         second.append(value["n"])
 
-    summary = IterationRunner(handler, store=store, concurrency=1, checkpoint_every=10).run(items(100))
+    summary = make_runner(handler, store=store, concurrency=1, checkpoint_every=10).run(items(100))
     assert second == list(range(40, 100))  # items done by the first try before its checkpoint: skipped
     assert (summary.skipped, summary.succeeded_this_try, summary.succeeded, summary.resumed) == (
         40,
@@ -149,7 +149,7 @@ def test_a_retry_after_failed_items_runs_only_them():
             raise ValueError("not yet")
 
     with pytest.raises(IterationFailedError):
-        IterationRunner(flaky, store=store, concurrency=3).run(items(50))
+        make_runner(flaky, store=store, concurrency=3).run(items(50))
     assert store.checkpoint().completed.watermark == 3
 
     second: list[int] = []
@@ -157,27 +157,27 @@ def test_a_retry_after_failed_items_runs_only_them():
     def handler(value, context):
         second.append(value["n"])
 
-    summary = IterationRunner(handler, store=store, concurrency=3).run(items(50))
+    summary = make_runner(handler, store=store, concurrency=3).run(items(50))
     assert sorted(second) == [3, 13, 23, 33, 43]
     assert summary.succeeded == 50 and store.checkpoint().completed.watermark == 50
 
 
 def test_a_cleared_task_or_another_source_starts_over():
     store = Store()
-    IterationRunner(lambda v, c: None, store=store, generation=0, source_key="list:n:10").run(items(10))
+    make_runner(lambda v, c: None, store=store, generation=0, source_key="list:n:10").run(items(10))
 
     runs: list[int] = []
 
     def handler(value, context):
         runs.append(value["n"])
 
-    IterationRunner(handler, store=store, generation=1, source_key="list:n:10").run(items(10))  # cleared
+    make_runner(handler, store=store, generation=1, source_key="list:n:10").run(items(10))  # cleared
     assert sorted(runs) == list(range(10))
     runs.clear()
-    IterationRunner(handler, store=store, generation=1, source_key="list:n:12").run(items(12))  # new items
+    make_runner(handler, store=store, generation=1, source_key="list:n:12").run(items(12))  # new items
     assert sorted(runs) == list(range(12))
     runs.clear()
-    IterationRunner(handler, store=store, generation=1, source_key="list:n:12").run(items(12))  # a retry
+    make_runner(handler, store=store, generation=1, source_key="list:n:12").run(items(12))  # a retry
     assert runs == []
 
 
@@ -190,7 +190,7 @@ def test_shards_split_the_items_exactly_once():
         with lock:
             seen.append(value["n"])
 
-    summaries = [IterationRunner(handler, shard=k, shards=3, concurrency=2).run(items(100)) for k in range(3)]
+    summaries = [make_runner(handler, shard=k, shards=3, concurrency=2).run(items(100)) for k in range(3)]
     assert sorted(seen) == list(range(100))
     assert [s.items for s in summaries] == [34, 33, 33]
     assert all(shard_of(n, 3) == k for k in range(3) for n in range(k, 100, 3))
@@ -204,7 +204,7 @@ def test_sharded_checkpoints_track_local_indexes():
             raise ValueError("no")
 
     with pytest.raises(IterationFailedError):
-        IterationRunner(handler, store=store, shard=1, shards=3, concurrency=1).run(items(30))
+        make_runner(handler, store=store, shard=1, shards=3, concurrency=1).run(items(30))
     completed = store.checkpoint().completed
     assert (completed.watermark, completed.ranges) == (2, [[3, 10]])
 
@@ -253,7 +253,7 @@ def test_items_are_done_only_once_their_results_are_delivered():
         return "not json" if value["n"] == 9 else value["n"]
 
     with pytest.raises(IterationFailedError) as caught:
-        IterationRunner(handler, store=store, sink=sink, concurrency=3).run(items(12))
+        make_runner(handler, store=store, sink=sink, concurrency=3).run(items(12))
     summary = caught.value.summary
     assert summary.failed_items == ["9"]  # a result that cannot be written fails its item
     assert summary.recovered == 2 and summary.skipped == 2  # delivered before a worker died: not re-run
@@ -266,4 +266,4 @@ def test_items_are_done_only_once_their_results_are_delivered():
 def test_a_lost_result_fails_the_task():
     sink = FakeSink(fail_at=3)
     with pytest.raises(ResultDeliveryError, match="item 3 was not delivered"):
-        IterationRunner(lambda v, c: v["n"], sink=sink, concurrency=1).run(items(10))
+        make_runner(lambda v, c: v["n"], sink=sink, concurrency=1).run(items(10))

@@ -16,7 +16,7 @@ from airflow_kafka_events.iteration.errors import IterationFailedError
 from airflow_kafka_events.iteration.feed import SOURCE_IDLE, SourceIdle
 from airflow_kafka_events.iteration.items import Item
 from airflow_kafka_events.iteration.outcome import SinkOpening
-from airflow_kafka_events.iteration.runner import IterationRunner
+from unit.iteration.runners import make_runner
 from unit.iteration.test_runner import Store
 
 pytestmark = pytest.mark.unit
@@ -73,7 +73,7 @@ class SlowSink:
 def test_an_idle_source_with_nothing_in_flight_stops_the_run_with_the_checkpoint_saved():
     store = Store()
     handled: list[int] = []
-    runner = IterationRunner(lambda v, ctx: handled.append(v), store=store, checkpoint_every=100)
+    runner = make_runner(lambda v, ctx: handled.append(v), store=store, checkpoint_every=100)
     source = IdleSource([0, 1, 2, SOURCE_IDLE, 3, 4])
     summary = runner.run(source)
     assert summary.suspended and handled == [0, 1, 2] and source.idles_taken == 1
@@ -82,7 +82,7 @@ def test_an_idle_source_with_nothing_in_flight_stops_the_run_with_the_checkpoint
     assert saved.completed.watermark == 3
 
     # the next run of the same try goes on from the checkpoint, counts carried
-    again = IterationRunner(
+    again = make_runner(
         lambda v, ctx: handled.append(v), store=store, carried=summary.to_dict(), checkpoint_every=100
     )
     rest = again.run(IdleSource([3, 4]))
@@ -97,7 +97,7 @@ def test_an_item_in_flight_keeps_the_run_going_until_it_is_done():
         await asyncio.sleep(0.3 if value == 1 else 0)  # item 1 is still running at the first idle
         done.append(value)
 
-    runner = IterationRunner(handler, concurrency=2, store=Store())
+    runner = make_runner(handler, concurrency=2, store=Store())
     source = IdleSource([0, 1, *[SOURCE_IDLE] * 12, 9])
     summary = runner.run(source)
     assert summary.suspended and sorted(done) == [0, 1]
@@ -108,7 +108,7 @@ def test_an_item_in_flight_keeps_the_run_going_until_it_is_done():
 def test_undelivered_results_keep_the_run_going_and_the_sink_is_not_ended():
     sink = SlowSink(delay=0.3)
     store = Store()
-    runner = IterationRunner(lambda v, ctx: v, sink=sink, store=store)
+    runner = make_runner(lambda v, ctx: v, sink=sink, store=store)
     source = IdleSource([0, 1, *[SOURCE_IDLE] * 12, 7])
     summary = runner.run(source)
     assert summary.suspended and sink.acked == 2 and not sink.ended
@@ -124,7 +124,7 @@ def test_an_item_waiting_for_its_retry_keeps_the_run_going():
         if value == 1 and tries[value] == 1:
             raise RuntimeError("first try fails")
 
-    runner = IterationRunner(handler, item_retries=1, item_retry_delay=0.2, store=Store())
+    runner = make_runner(handler, item_retries=1, item_retry_delay=0.2, store=Store())
     summary = runner.run(IdleSource([0, 1, *[SOURCE_IDLE] * 12, 9]))
     assert summary.suspended and tries == {0: 1, 1: 2} and summary.item_retries == 1
 
@@ -134,7 +134,7 @@ def test_a_run_with_an_item_failed_for_good_never_stops_while_idle():
         if value == 1:
             raise RuntimeError("item 1 fails")
 
-    runner = IterationRunner(handler, store=Store())
+    runner = make_runner(handler, store=Store())
     source = IdleSource([0, 1, SOURCE_IDLE, 2, SOURCE_IDLE, 3])
     with pytest.raises(IterationFailedError) as info:
         runner.run(source)

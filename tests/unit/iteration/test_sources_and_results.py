@@ -15,7 +15,6 @@ from airflow_kafka_events.errors import ConfigurationError, ValidationError
 from airflow_kafka_events.iteration.errors import NonRetryableItemError, SourceRestartedError
 from airflow_kafka_events.iteration.items import Item
 from airflow_kafka_events.iteration.results import ResultsStreamWriter
-from airflow_kafka_events.iteration.runner import IterationRunner
 from airflow_kafka_events.iteration.sources import (
     ListItems,
     StreamItems,
@@ -29,6 +28,7 @@ from airflow_kafka_events.streams.checkpoint import Checkpoint
 from airflow_kafka_events.streams.consuming.operator import StreamRef
 from airflow_kafka_events.streams.consuming.sequence import StreamBatch
 from airflow_kafka_events.streams.progress import StreamLocation, StreamProgress
+from unit.iteration.runners import make_runner
 
 pytestmark = pytest.mark.unit
 
@@ -146,7 +146,7 @@ def test_the_runner_consumes_a_stream_source_with_shards():
         source = StreamItemSource(
             reader, name="n", spec=from_stream("p", items_path=None, explode=True), trigger_run_id=RUN
         )
-        IterationRunner(handler, shard=shard, shards=2).run(source)
+        make_runner(handler, shard=shard, shards=2).run(source)
         source.close()
     assert sorted(seen) == list(range(12))
 

@@ -6,6 +6,7 @@ in-memory consumer and a fake clock, so timeouts are checked without waiting for
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import pickle
 import random
@@ -37,7 +38,7 @@ from airflow_kafka_events.streams.checkpoint import (
     save_checkpoint,
 )
 from airflow_kafka_events.streams.consuming import reader as sr
-from airflow_kafka_events.streams.consuming.reader import StreamReader
+from airflow_kafka_events.streams.consuming.reader import ReadOptions, StreamReader
 from airflow_kafka_events.streams.consuming.sequence import BatchPolicy, Offer, SequenceTracker
 
 pytestmark = pytest.mark.unit
@@ -595,12 +596,17 @@ def broker(clock: FakeClock) -> FakeBroker:
     return b
 
 
+READ_OPTIONS = {field.name for field in dataclasses.fields(ReadOptions)}
+
+
 def reader(broker: FakeBroker, run: str = RUN, topic: str = "events", **kwargs: Any) -> FakeReader:
     FakeReader.broker = broker
     kwargs.setdefault("max_wait", 0.5)
     kwargs.setdefault("gap_timeout", 5.0)
     kwargs.setdefault("start_timeout", 10.0)
-    r = FakeReader({"bootstrap.servers": "fake:9092", "group.id": "g"}, topic, run, **kwargs)
+    read = {name: kwargs.pop(name) for name in READ_OPTIONS if name in kwargs}
+    config = {"bootstrap.servers": "fake:9092", "group.id": "g"}
+    r = FakeReader(config, topic, run, options=ReadOptions(**read), **kwargs)
     r._clock = broker.clock  # type: ignore[method-assign]
     r._sleep = broker.clock.sleep  # type: ignore[method-assign]
     return r
@@ -948,9 +954,14 @@ def test_reader_refuses_bad_settings(broker, kwargs):
     FakeReader.broker = broker
     args = {"topic": "events", "trigger_run_id": RUN}
     args.update({k: kwargs.pop(k) for k in list(kwargs) if k in args})
+    read = {k: kwargs.pop(k) for k in list(kwargs) if k in READ_OPTIONS}
     with pytest.raises(ConfigurationError):
         FakeReader(
-            {"bootstrap.servers": "x", "group.id": "g"}, args["topic"], args["trigger_run_id"], **kwargs
+            {"bootstrap.servers": "x", "group.id": "g"},
+            args["topic"],
+            args["trigger_run_id"],
+            options=ReadOptions(**read),
+            **kwargs,
         )
 
 

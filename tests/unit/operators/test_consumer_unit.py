@@ -131,7 +131,7 @@ class _Consumer(StreamConsumerOperator):
     def open_reader(self, settings, trigger_run_id, checkpoint, group_id):
         assert trigger_run_id == PRODUCER_RUN
         self.opened.append((checkpoint, group_id))
-        return FakeReader(self.envelopes, checkpoint=checkpoint, max_events=self.max_events)
+        return FakeReader(self.envelopes, checkpoint=checkpoint, max_events=self.read.max_events)
 
 
 def test_execute_hands_batches_to_the_dotted_handler_and_returns_a_summary():
@@ -229,7 +229,7 @@ def test_the_decorated_function_is_the_batch_handler_with_call_arguments():
     assert sorted(dag.task_ids) == ["handle", "handle__1"]
     op = dag.get_task("handle")
     assert isinstance(op, _StreamConsumerDecoratedOperator) and isinstance(op, StreamConsumerOperator)
-    assert op.max_events == 50 and op.stream == StreamRef("produce") and op.handler is None
+    assert op.read.max_events == 50 and op.stream == StreamRef("produce") and op.handler is None
 
     op.handle_trigger_events([], context())
     assert calls == [([], "pages")]

@@ -20,11 +20,8 @@ from airflow_kafka_events.errors import (
 from airflow_kafka_events.streams.checkpoint import Checkpoint
 from airflow_kafka_events.streams.consuming import operator as consumer_module
 from airflow_kafka_events.streams.consuming import wait_trigger as stream_wait
-from airflow_kafka_events.streams.consuming.operator import (
-    StreamConsumerOperator,
-    StreamRef,
-    default_deferrable,
-)
+from airflow_kafka_events.streams.consuming.operator import StreamConsumerOperator, StreamRef
+from airflow_kafka_events.streams.consuming.slot_release import default_deferrable
 from airflow_kafka_events.streams.consuming.wait_trigger import StreamWaitTrigger, producer_state_key
 from airflow_kafka_events.streams.descriptor import stream_id
 from unit.operators.fakes import DictStore, FakeReader, context, stream
@@ -91,8 +88,8 @@ class Consumer(StreamConsumerOperator):
         return Checkpoint()
 
     def open_reader(self, settings, trigger_run_id, checkpoint, group_id):
-        self.windows.append(self._windows)
-        return IdleReader(self.envelopes, checkpoint=checkpoint, max_events=self.max_events)
+        self.windows.append((self._reading.start_timeout, self._reading.gap_timeout))
+        return IdleReader(self.envelopes, checkpoint=checkpoint, max_events=self.read.max_events)
 
 
 def op(envelopes: list, **kwargs: Any) -> Consumer:
@@ -110,17 +107,17 @@ def op(envelopes: list, **kwargs: Any) -> Consumer:
 def test_deferrable_follows_airflows_default_deferrable(monkeypatch):
     monkeypatch.setenv("AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE", "true")
     assert default_deferrable() is True
-    assert op([], deferrable=None).deferrable is True
+    assert op([], deferrable=None).wait.deferrable is True
     monkeypatch.setenv("AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE", "false")
-    assert op([], deferrable=None).deferrable is False
-    assert op([], deferrable=True).deferrable is True
+    assert op([], deferrable=None).wait.deferrable is False
+    assert op([], deferrable=True).wait.deferrable is True
 
 
 def test_idle_interval_and_resume_wait_defaults_follow_max_wait():
     consumer = op([])
-    assert (consumer.idle_interval, consumer.resume_wait) == (1.0, 5.0)
+    assert (consumer.wait.idle_interval, consumer.wait.resume_wait) == (1.0, 5.0)
     consumer = op([], max_wait=8.0)
-    assert (consumer.idle_interval, consumer.resume_wait) == (8.0, 8.0)
+    assert (consumer.wait.idle_interval, consumer.wait.resume_wait) == (8.0, 8.0)
     with pytest.raises(Exception, match="idle_interval"):
         op([], idle_interval=0)
 
@@ -390,4 +387,8 @@ def test_the_decorator_takes_the_deferral_arguments():
 
     consumer = dag.get_task("handle")
     assert isinstance(consumer, StreamConsumerOperator)
-    assert (consumer.deferrable, consumer.idle_interval, consumer.resume_wait) == (True, 2.5, 9.0)
+    assert (consumer.wait.deferrable, consumer.wait.idle_interval, consumer.wait.resume_wait) == (
+        True,
+        2.5,
+        9.0,
+    )

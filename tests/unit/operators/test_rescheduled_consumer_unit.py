@@ -44,9 +44,12 @@ class LookingConsumer(Consumer):
     written = False
 
     def open_reader(self, settings, trigger_run_id, checkpoint, group_id):
-        self.windows.append(self._windows)
+        self.windows.append((self._reading.start_timeout, self._reading.gap_timeout))
         return WindowReader(
-            self.envelopes, checkpoint=checkpoint, max_events=self.max_events, gap_window=self._windows[1]
+            self.envelopes,
+            checkpoint=checkpoint,
+            max_events=self.read.max_events,
+            gap_window=self._reading.gap_timeout,
         )
 
     def starting_point(self, settings, trigger_run_id, not_before=None):
@@ -83,8 +86,8 @@ def run(consumer: LookingConsumer, store: DictStore, **ctx: Any) -> dict[str, An
 def test_with_the_defaults_a_consumer_of_a_stream_not_started_reschedules_at_once(slot_clock):
     store = DictStore()
     consumer = op([], start_timeout=120)
-    assert consumer.deferrable is False and consumer.reschedule is True
-    assert consumer.idle_interval == 10.0
+    assert consumer.wait.deferrable is False and consumer.wait.reschedule is True
+    assert consumer.wait.idle_interval == 10.0
     with pytest.raises(AirflowRescheduleException):
         run(consumer, store)
     assert consumer.windows == []  # no reader opened: nothing waited for in the slot

@@ -8,12 +8,51 @@ the caller spends between calls does not count.  This module imports no Airflow 
 
 from __future__ import annotations
 
-from airflow_kafka_events.errors import StreamGapError, StreamNotStartedError, TopicError
+import re
+from datetime import timedelta
+from typing import Any
+
+from airflow_kafka_events.errors import ConfigurationError, StreamGapError, StreamNotStartedError, TopicError
 from airflow_kafka_events.streams.consuming.sequence import SequenceTracker, gap_error
 
 __all__ = [
     "StreamDeadlines",
+    "positive_seconds",
+    "with_gap_timeout",
+    "with_start_timeout",
 ]
+
+
+def positive_seconds(name: str, value: Any) -> float:
+    """``value`` (a number or a ``timedelta``) as seconds ``> 0``; else an error naming ``name``."""
+    if isinstance(value, timedelta):
+        value = value.total_seconds()
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise ConfigurationError(f"{name} must be > 0 seconds (a number or a timedelta), got {value!r}")
+    return float(value)
+
+
+def with_gap_timeout(exc: StreamGapError, gap_timeout: float) -> StreamGapError:
+    """``exc`` naming the real ``gap_timeout`` (a reader that gives the slot back waits less)."""
+    return StreamGapError(
+        re.sub(r"waited [^s ]+s", f"waited {gap_timeout:g}s", str(exc)),
+        missing_index=exc.missing_index,
+        attempt=exc.attempt,
+        present=exc.present,
+        topic=exc.topic,
+        trigger_run_id=exc.trigger_run_id,
+    )
+
+
+def with_start_timeout(
+    exc: StreamNotStartedError, start_timeout: float, hint: str = ""
+) -> StreamNotStartedError:
+    """``exc`` naming the real ``start_timeout`` (and ending with ``hint``)."""
+    return StreamNotStartedError(
+        re.sub(r"within [^s ]+s", f"within {start_timeout:g}s", str(exc)) + hint,
+        topic=exc.topic,
+        trigger_run_id=exc.trigger_run_id,
+    )
 
 
 class StreamDeadlines:

@@ -18,7 +18,6 @@ were handled).
 from __future__ import annotations
 
 import dataclasses
-import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import KW_ONLY, dataclass
@@ -42,19 +41,18 @@ from airflow_kafka_events.streams.consuming.consumption import (
     StreamEvent,
     drive_stream,
 )
-from airflow_kafka_events.streams.consuming.reader import StreamReader
-from airflow_kafka_events.streams.consuming.sequence import BatchPolicy
+from airflow_kafka_events.streams.consuming.deadlines import with_gap_timeout, with_start_timeout
+from airflow_kafka_events.streams.consuming.reader import ReadOptions, StreamReader
 from airflow_kafka_events.streams.consuming.slot_release import (
     DEFAULT_RESCHEDULE_INTERVAL,
     IN_WORKER,
     RESCHEDULE,
     Rerun,
     RescheduleNote,
-    default_idle_interval,
+    WaitOptions,
     gives_slot_back,
     load_note,
     reschedule_consumer,
-    wait_mode,
 )
 from airflow_kafka_events.streams.consuming.wait_trigger import StreamWaitTrigger, wait_event_error
 from airflow_kafka_events.streams.descriptor import not_before_of, stream_id, task_label
@@ -70,21 +68,10 @@ __all__ = [
     "StreamConsumerOperator",
     "StreamRef",
     "consumer_group_id",
-    "default_deferrable",
 ]
 
 #: The reader's bound on pages held ahead of a missing one (a larger gap is no idle wait).
 _MAX_BUFFERED = 10_000
-
-
-def default_deferrable() -> bool:
-    """Airflow's ``[operators] default_deferrable`` (``False`` when it cannot be read)."""
-    try:
-        from airflow.configuration import conf
-
-        return conf.getboolean("operators", "default_deferrable", fallback=False)
-    except Exception:  # no Airflow configuration (e.g. a bare unit test)
-        return False
 
 
 @dataclass(frozen=True)
@@ -205,6 +192,10 @@ class StreamConsumerOperator(BaseOperator):
     :param resume_wait: seconds the deferred wait gives a batch to fill after its first page
         (default ``max(5, max_wait)``).
     :param state_poll_interval: seconds between two looks at the producer's state while deferred.
+
+    The operator keeps the reading options as :attr:`read`
+    (:class:`~airflow_kafka_events.streams.consuming.reader.ReadOptions`), the waiting ones as
+    :attr:`wait` (:class:`~airflow_kafka_events.streams.consuming.slot_release.WaitOptions`).
     """
 
     ui_color = "#f0e4ff"
@@ -245,42 +236,29 @@ class StreamConsumerOperator(BaseOperator):
             raise ConfigurationError(
                 f"{owner}: give handler='module.function' or override handle_trigger_events"
             )
-        BatchPolicy(max_events, max_wait)  # validates both
-        for name, value in (
-            ("gap_timeout", gap_timeout),
-            ("start_timeout", start_timeout),
-            ("poll_timeout", poll_timeout),
-            ("lookup_timeout", lookup_timeout),
-            ("idle_interval", 1.0 if idle_interval is None else idle_interval),
-            ("resume_wait", 1.0 if resume_wait is None else resume_wait),
-            ("state_poll_interval", state_poll_interval),
-            ("reschedule_interval", reschedule_interval),
-        ):
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-                raise ConfigurationError(f"{owner}: {name} must be > 0 seconds, got {value!r}")
         if kafka_config_id is not None and (not isinstance(kafka_config_id, str) or not kafka_config_id):
             raise ConfigurationError(
                 f"{owner}: kafka_config_id must be a non-empty str, got {kafka_config_id!r}"
             )
+        try:
+            self.read = ReadOptions(max_events, max_wait, gap_timeout, start_timeout, poll_timeout)
+            self.wait = WaitOptions.following(
+                self.read.max_wait,
+                deferrable=deferrable,
+                reschedule=reschedule,
+                idle_interval=idle_interval,
+                resume_wait=resume_wait,
+                reschedule_interval=reschedule_interval,
+                state_poll_interval=state_poll_interval,
+                lookup_timeout=lookup_timeout,
+            )
+        except ConfigurationError as exc:
+            raise ConfigurationError(f"{owner}: {exc}") from exc
         self.stream = stream
         self.handler = handler
-        self.max_events = max_events
-        self.max_wait = float(max_wait)
-        self.gap_timeout = float(gap_timeout)
-        self.start_timeout = float(start_timeout)
         self.kafka_config_id = kafka_config_id or stream.kafka_config_id
-        self.poll_timeout = float(poll_timeout)
-        self.lookup_timeout = float(lookup_timeout)
-        self.deferrable = default_deferrable() if deferrable is None else bool(deferrable)
-        self.reschedule = bool(reschedule)
-        self.reschedule_interval = float(reschedule_interval)
-        mode = wait_mode(deferrable=self.deferrable, reschedule=self.reschedule, has_store=True)
-        self.idle_interval = (
-            default_idle_interval(mode, self.max_wait) if idle_interval is None else float(idle_interval)
-        )
-        self.resume_wait = max(5.0, self.max_wait) if resume_wait is None else float(resume_wait)
-        self.state_poll_interval = float(state_poll_interval)
-        self._windows: tuple[float, float] = (self.start_timeout, self.gap_timeout)
+        #: the reader's options of this run (the timeouts are the idle interval while idle waits)
+        self._reading = self.read
         #: how this run waits (:func:`~airflow_kafka_events.streams.consuming.slot_release.wait_mode`)
         self.wait_mode = IN_WORKER
         #: epoch seconds of the last handled page (the gap clock of a rescheduling run)
@@ -337,7 +315,7 @@ class StreamConsumerOperator(BaseOperator):
                 settings,
                 self.stream.topic,
                 trigger_run_id,
-                timeout=self.lookup_timeout,
+                timeout=self.wait.lookup_timeout,
                 not_before_ms=not_before_ms,
             )
         except StreamProgressError as exc:
@@ -367,13 +345,9 @@ class StreamConsumerOperator(BaseOperator):
             settings.consumer_config(group_id),
             self.stream.topic,
             trigger_run_id,
+            options=self._reading,
             checkpoint=checkpoint,
-            max_events=self.max_events,
-            max_wait=self.max_wait,
-            start_timeout=self._windows[0],
-            gap_timeout=self._windows[1],
             group_id=group_id,
-            poll_timeout=self.poll_timeout,
             codec=settings.codecs.trigger,
         )
 
@@ -383,9 +357,7 @@ class StreamConsumerOperator(BaseOperator):
         if self.handler is not None:
             self.load_handler()  # fail before reading anything
         checkpoints = StreamCheckpoints.of_task(context, trigger_run_id)
-        self.wait_mode = wait_mode(
-            deferrable=self.deferrable, reschedule=self.reschedule, has_store=checkpoints is not None
-        )
+        self.wait_mode = self.wait.mode(has_store=checkpoints is not None)
         note = self._load_note(context, trigger_run_id)
         if note is not None and note.resume is not None:
             self.log.info("stream %s: rerun %d after giving the slot back", trigger_run_id, note.reschedules)
@@ -400,7 +372,7 @@ class StreamConsumerOperator(BaseOperator):
             self.log.warning(
                 "no task state store in the context: the position is kept in the consumer group only"
             )
-        start_deadline = time.time() + self.start_timeout if note is None else note.start_deadline
+        start_deadline = time.time() + self.read.start_timeout if note is None else note.start_deadline
         deferrals = 0 if note is None else note.reschedules
         if gives_slot_back(self.wait_mode, unwritten=self.stream_unwritten):
             # nothing to read yet: give the slot back at once (the producer may need it to start)
@@ -434,7 +406,7 @@ class StreamConsumerOperator(BaseOperator):
             (event or {}).get("ready"),
             deferrals,
         )
-        self.wait_mode = wait_mode(deferrable=self.deferrable, reschedule=self.reschedule, has_store=True)
+        self.wait_mode = self.wait.mode(has_store=True)
         if event and isinstance(event.get("start_deadline"), (int, float)):
             start_deadline = float(event["start_deadline"])
         return self._go_on(context, trigger_run_id, summary, start_deadline, checkpoint, deferrals)
@@ -458,7 +430,7 @@ class StreamConsumerOperator(BaseOperator):
             if summary is None
             else ConsumptionSummary.carried(trigger_run_id, self.stream.topic, summary)
         )
-        deadline = time.time() + self.start_timeout if start_deadline is None else start_deadline
+        deadline = time.time() + self.read.start_timeout if start_deadline is None else start_deadline
         return self._read(context, trigger_run_id, self.get_settings(), start, carried, deadline, deferrals)
 
     def _read(
@@ -479,7 +451,7 @@ class StreamConsumerOperator(BaseOperator):
         self._last_progress = (
             time.time() if note is None or note.last_progress is None else note.last_progress
         )
-        self._windows = self._reader_windows(start_deadline)
+        self._reading = self.read.windowed(*self._reader_windows(start_deadline))
 
         def handle_batch(events: list[StreamEvent]) -> Any:
             result = self.handle_trigger_events(events, context)
@@ -506,7 +478,8 @@ class StreamConsumerOperator(BaseOperator):
         except StreamGapError as exc:
             if self.wait_mode == IN_WORKER:
                 raise
-            raise self._real_gap(exc) from exc  # the reader waited the idle interval, the task more
+            # the reader waited the idle interval, the task more
+            raise with_gap_timeout(exc, self.read.gap_timeout) from exc
         if gives_slot_back(self.wait_mode, idle=summary.idle):
             self._give_slot_back(context, trigger_run_id, summary, position, start_deadline, deferrals, False)
         summary.log_handled(self.log)
@@ -521,22 +494,23 @@ class StreamConsumerOperator(BaseOperator):
         def is_idle(exc: StreamNotStartedError | StreamGapError) -> bool:
             if isinstance(exc, StreamNotStartedError):
                 return time.time() < start_deadline
-            if self.idle_interval >= self.gap_timeout or len(exc.present) > _MAX_BUFFERED:
+            if self.wait.idle_interval >= self.read.gap_timeout or len(exc.present) > _MAX_BUFFERED:
                 return False
             # the trigger keeps the gap clock of a deferral; a rerun keeps it here
-            return self.wait_mode != RESCHEDULE or time.time() - self._last_progress < self.gap_timeout
+            return self.wait_mode != RESCHEDULE or time.time() - self._last_progress < self.read.gap_timeout
 
         return is_idle
 
     def _reader_windows(self, start_deadline: float) -> tuple[float, float]:
         """The reader's (start, gap) timeouts: the idle interval when it gives the slot back while idle."""
+        gap_timeout, idle_interval = self.read.gap_timeout, self.wait.idle_interval
         if self.wait_mode == IN_WORKER:
-            return self.start_timeout, self.gap_timeout
+            return self.read.start_timeout, gap_timeout
         remaining = start_deadline - time.time()
-        gap_remaining = self.gap_timeout
+        gap_remaining = gap_timeout
         if self.wait_mode == RESCHEDULE:
-            gap_remaining = max(self._last_progress + self.gap_timeout - time.time(), 0.1)
-        return max(min(self.idle_interval, remaining), 0.1), min(self.idle_interval, gap_remaining)
+            gap_remaining = max(self._last_progress + gap_timeout - time.time(), 0.1)
+        return max(min(idle_interval, remaining), 0.1), min(idle_interval, gap_remaining)
 
     def _give_slot_back(
         self,
@@ -567,8 +541,8 @@ class StreamConsumerOperator(BaseOperator):
             topic=self.stream.topic,
             producer_task_id=self.stream.producer_task_id,
             producer_map_index=self.stream.map_index,
-            start_timeout=self.start_timeout,
-            interval=self.reschedule_interval,
+            start_timeout=self.read.start_timeout,
+            interval=self.wait.reschedule_interval,
         )
         try:
             reschedule_consumer(
@@ -602,25 +576,25 @@ class StreamConsumerOperator(BaseOperator):
             trigger_run_id=trigger_run_id,
             kafka_config_id=self.kafka_config_id,
             checkpoint=checkpoint,
-            max_events=self.max_events,
-            resume_wait=self.resume_wait,
-            start_timeout=self.start_timeout,
+            max_events=self.read.max_events,
+            resume_wait=self.wait.resume_wait,
+            start_timeout=self.read.start_timeout,
             start_deadline=start_deadline,
-            gap_timeout=self.gap_timeout,
-            gap_deadline=time.time() - self.idle_interval + self.gap_timeout,
+            gap_timeout=self.read.gap_timeout,
+            gap_deadline=time.time() - self.wait.idle_interval + self.read.gap_timeout,
             producer={
                 "dag_id": ti.dag_id,
                 "run_id": ti.run_id,
                 "task_id": self.stream.producer_task_id,
                 "map_index": self.stream.map_index,
             },
-            poll_timeout=self.poll_timeout,
-            state_poll_interval=self.state_poll_interval,
+            poll_timeout=self.read.poll_timeout,
+            state_poll_interval=self.wait.state_poll_interval,
         )
         self.log.info(
             "stream %s: no page ready for %gs; deferring at %s (deferral %d)",
             trigger_run_id,
-            self.idle_interval,
+            self.wait.idle_interval,
             position,
             deferrals + 1,
         )
@@ -651,26 +625,11 @@ class StreamConsumerOperator(BaseOperator):
                 f"{task_label(self)}: cannot name the stream of {self.stream}: {exc}"
             ) from exc
 
-    def _real_gap(self, exc: StreamGapError) -> StreamGapError:
-        """``exc`` naming the real ``gap_timeout`` (the reader's window was the idle interval)."""
-        return StreamGapError(
-            re.sub(r"waited [^s ]+s", f"waited {self.gap_timeout:g}s", str(exc)),
-            missing_index=exc.missing_index,
-            attempt=exc.attempt,
-            present=exc.present,
-            topic=exc.topic,
-            trigger_run_id=exc.trigger_run_id,
-        )
-
     def _not_started(self, exc: StreamNotStartedError) -> StreamNotStartedError:
         """``exc`` with a hint at the producing task (and the real ``start_timeout``)."""
         where = "" if self.stream.map_index < 0 else f" (map_index {self.stream.map_index})"
-        text = re.sub(
-            r"did not start within [^s ]+s", f"did not start within {self.start_timeout:g}s", str(exc)
+        hint = (
+            f". Is task {self.stream.producer_task_id!r}{where} "
+            f"of this DAG run streaming to topic {self.stream.topic!r}?"
         )
-        return StreamNotStartedError(
-            f"{text}. Is task {self.stream.producer_task_id!r}{where} "
-            f"of this DAG run streaming to topic {self.stream.topic!r}?",
-            topic=exc.topic,
-            trigger_run_id=exc.trigger_run_id,
-        )
+        return with_start_timeout(exc, self.read.start_timeout, hint)

@@ -56,6 +56,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, replace
 from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, KafkaException, Message, TopicPartition
@@ -80,7 +81,7 @@ from airflow_kafka_events.streams.consuming.commits import (
     committed_checkpoint,
     reader_config,
 )
-from airflow_kafka_events.streams.consuming.deadlines import StreamDeadlines
+from airflow_kafka_events.streams.consuming.deadlines import StreamDeadlines, positive_seconds
 from airflow_kafka_events.streams.consuming.decoder import StreamDecoder
 from airflow_kafka_events.streams.consuming.partition import (
     TRANSIENT_CODES,
@@ -98,6 +99,7 @@ from airflow_kafka_events.streams.consuming.sequence import (
 )
 
 __all__ = [
+    "ReadOptions",
     "StreamReader",
     "decode_stream_record",
     "usable_message",
@@ -106,22 +108,44 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True)
+class ReadOptions:
+    """How a stream is read (see the module doc), validated on construction.
+
+    ``max_events`` pages at most per batch, due ``max_wait`` seconds after its first page was
+    ready; ``gap_timeout`` / ``start_timeout`` seconds to wait for the next / the first page;
+    ``poll_timeout`` seconds of one Kafka poll.  A bad value is a
+    :class:`~airflow_kafka_events.errors.ConfigurationError` naming the option.
+    """
+
+    max_events: int = 100
+    max_wait: float = 1.0
+    gap_timeout: float = 300.0
+    start_timeout: float = 600.0
+    poll_timeout: float = 0.2
+
+    def __post_init__(self) -> None:
+        policy = BatchPolicy(self.max_events, self.max_wait)  # an int >= 1, seconds >= 0
+        object.__setattr__(self, "max_wait", float(policy.max_wait))
+        for name in ("gap_timeout", "start_timeout", "poll_timeout"):
+            object.__setattr__(self, name, positive_seconds(name, getattr(self, name)))
+
+    @property
+    def policy(self) -> BatchPolicy:
+        return BatchPolicy(self.max_events, self.max_wait)
+
+    def windowed(self, start_timeout: float, gap_timeout: float) -> ReadOptions:
+        """These options with other (start, gap) timeouts, e.g. an idle interval."""
+        return replace(self, start_timeout=start_timeout, gap_timeout=gap_timeout)
+
+
 def _check_reader_arguments(
-    topic: Any,
-    trigger_run_id: Any,
-    *,
-    timeouts: Mapping[str, float],
-    max_buffered: int,
-    partition: int | None,
-    checkpoint: Any,
+    topic: Any, trigger_run_id: Any, *, max_buffered: int, partition: int | None, checkpoint: Any
 ) -> None:
     if not isinstance(topic, str) or not topic:
         raise ConfigurationError(f"topic must be a non-empty str, got {topic!r}")
     if not isinstance(trigger_run_id, str) or not trigger_run_id:
         raise ConfigurationError(f"trigger_run_id must be a non-empty str, got {trigger_run_id!r}")
-    for name, value in timeouts.items():
-        if not value > 0:
-            raise ConfigurationError(f"{name} must be > 0 seconds, got {value!r}")
     if max_buffered < 1:
         raise ConfigurationError(f"max_buffered must be >= 1, got {max_buffered!r}")
     if partition is not None and partition < 0:
@@ -139,7 +163,8 @@ class StreamReader:
     position is committed to that (dedicated) group; otherwise nothing is committed.
     ``partition`` pins the stream's partition.  ``codec`` decodes values (default: the
     registry-less trigger event codec).  ``max_buffered`` bounds the elements held ahead
-    of a missing one: beyond it the gap is reported at once.
+    of a missing one: beyond it the gap is reported at once.  ``options``: the batches and
+    the timeouts (:class:`ReadOptions`).
     """
 
     #: Monotonic clock and sleep; replaceable for tests.
@@ -152,36 +177,26 @@ class StreamReader:
         topic: str,
         trigger_run_id: str,
         *,
+        options: ReadOptions = ReadOptions(),
         checkpoint: Checkpoint | None = None,
-        max_events: int = 100,
-        max_wait: float = 1.0,
-        gap_timeout: float = 60.0,
-        start_timeout: float = 300.0,
         group_id: str | None = None,
-        poll_timeout: float = 0.2,
         partition: int | None = None,
         codec: RecordDecoder[TriggerEventEnvelope] = TRIGGER_EVENT_CODEC,
         max_buffered: int = 10_000,
         scan_partitions: bool = False,
     ) -> None:
         _check_reader_arguments(
-            topic,
-            trigger_run_id,
-            timeouts={
-                "gap_timeout": gap_timeout,
-                "start_timeout": start_timeout,
-                "poll_timeout": poll_timeout,
-            },
-            max_buffered=max_buffered,
-            partition=partition,
-            checkpoint=checkpoint,
+            topic, trigger_run_id, max_buffered=max_buffered, partition=partition, checkpoint=checkpoint
         )
+        if not isinstance(options, ReadOptions):
+            raise ConfigurationError(f"options must be a ReadOptions, got {type(options).__qualname__}")
         self.topic = topic
         self.trigger_run_id = trigger_run_id
-        self.policy = BatchPolicy(max_events, max_wait)
-        self.gap_timeout = float(gap_timeout)
-        self.start_timeout = float(start_timeout)
-        self.poll_timeout = float(poll_timeout)
+        self.options = options
+        self.policy = options.policy
+        self.gap_timeout = options.gap_timeout
+        self.start_timeout = options.start_timeout
+        self.poll_timeout = options.poll_timeout
         self.group_id = group_id
         self.max_buffered = max_buffered
         self._decoder = StreamDecoder(codec)
@@ -202,7 +217,7 @@ class StreamReader:
         self._assigned = False
         self._rejected: list[ConsumedRecord[TriggerEventEnvelope]] = []
         self._ready_since: float | None = None
-        self._deadlines = StreamDeadlines(start_timeout, gap_timeout)
+        self._deadlines = StreamDeadlines(options.start_timeout, options.gap_timeout)
         self._failure_error: StreamFailedError | None = None
         self._closed = False
 

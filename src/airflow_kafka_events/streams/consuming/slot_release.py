@@ -37,8 +37,9 @@ from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any, NoReturn
 
-from airflow_kafka_events.errors import StreamNotStartedError
+from airflow_kafka_events.errors import ConfigurationError, StreamNotStartedError
 from airflow_kafka_events.streams.checkpoint import CheckpointStore, state_store_of
+from airflow_kafka_events.streams.consuming.deadlines import positive_seconds
 from airflow_kafka_events.streams.descriptor import generation_of
 
 log = logging.getLogger(__name__)
@@ -51,6 +52,8 @@ __all__ = [
     "RESCHEDULE",
     "Rerun",
     "RescheduleNote",
+    "WaitOptions",
+    "default_deferrable",
     "default_idle_interval",
     "gives_slot_back",
     "load_note",
@@ -93,6 +96,82 @@ def default_idle_interval(mode: str, max_wait: float) -> float:
     """The ``idle_interval`` when none is given: at least a batch's ``max_wait``."""
     floor = DEFAULT_RESCHEDULE_IDLE_INTERVAL if mode == RESCHEDULE else 1.0
     return max(float(max_wait), floor)
+
+
+def default_deferrable() -> bool:
+    """Airflow's ``[operators] default_deferrable`` (``False`` when it cannot be read)."""
+    try:
+        from airflow.configuration import conf
+
+        return conf.getboolean("operators", "default_deferrable", fallback=False)
+    except Exception:  # no Airflow configuration (e.g. a bare unit test)
+        return False
+
+
+@dataclass(frozen=True)
+class WaitOptions:
+    """How a consumer waits when no page is ready (see the module doc), validated on construction.
+
+    ``deferrable`` / ``reschedule`` choose the mode (:meth:`mode`); ``reschedule_interval``:
+    seconds from a reschedule to the rerun; ``idle_interval``: seconds without a ready page
+    before giving the slot back; ``resume_wait``: seconds the deferred wait gives a batch to
+    fill after its first page; ``state_poll_interval``: seconds between two looks at the
+    producer's state while deferred; ``lookup_timeout``: seconds to look up the stream's latest
+    attempt on a fresh start.  :meth:`following` fills the defaults that follow the reader's
+    ``max_wait`` and Airflow's configuration.
+    """
+
+    deferrable: bool = False
+    reschedule: bool = True
+    reschedule_interval: float = DEFAULT_RESCHEDULE_INTERVAL
+    idle_interval: float = DEFAULT_RESCHEDULE_IDLE_INTERVAL
+    resume_wait: float = 5.0
+    state_poll_interval: float = 5.0
+    lookup_timeout: float = 30.0
+
+    def __post_init__(self) -> None:
+        for flag in ("deferrable", "reschedule"):
+            if not isinstance(getattr(self, flag), bool):
+                raise ConfigurationError(f"{flag} must be True or False, got {getattr(self, flag)!r}")
+        for name in (
+            "reschedule_interval",
+            "idle_interval",
+            "resume_wait",
+            "state_poll_interval",
+            "lookup_timeout",
+        ):
+            object.__setattr__(self, name, positive_seconds(name, getattr(self, name)))
+
+    @classmethod
+    def following(
+        cls,
+        max_wait: float,
+        *,
+        deferrable: bool | None = None,
+        reschedule: bool = True,
+        idle_interval: float | None = None,
+        resume_wait: float | None = None,
+        **seconds: float,
+    ) -> WaitOptions:
+        """The options with what ``None`` leaves open filled in.
+
+        ``deferrable``: ``[operators] default_deferrable``; ``idle_interval``: at least
+        ``max_wait`` (:func:`default_idle_interval`); ``resume_wait``: ``max(5, max_wait)``.
+        ``seconds``: the other fields.
+        """
+        deferrable = default_deferrable() if deferrable is None else bool(deferrable)
+        mode = wait_mode(deferrable=deferrable, reschedule=bool(reschedule), has_store=True)
+        return cls(
+            deferrable=deferrable,
+            reschedule=bool(reschedule),
+            idle_interval=default_idle_interval(mode, max_wait) if idle_interval is None else idle_interval,
+            resume_wait=max(5.0, float(max_wait)) if resume_wait is None else resume_wait,
+            **seconds,
+        )
+
+    def mode(self, *, has_store: bool) -> str:
+        """How a run waits (:func:`wait_mode`): with a task state store, or without one."""
+        return wait_mode(deferrable=self.deferrable, reschedule=self.reschedule, has_store=has_store)
 
 
 def gives_slot_back(mode: str, *, unwritten: bool = False, idle: bool = False) -> bool:

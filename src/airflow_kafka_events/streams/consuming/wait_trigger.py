@@ -165,7 +165,7 @@ class StreamWaitTrigger(BaseTrigger):
     def _open_reader(self) -> Any:
         # Blocking (connection lookup, client creation): runs on the reader's own thread.
         from airflow_kafka_events.provider.hook import KafkaEventsHook
-        from airflow_kafka_events.streams.consuming.reader import StreamReader
+        from airflow_kafka_events.streams.consuming.reader import ReadOptions, StreamReader
 
         settings = KafkaEventsHook(kafka_config_id=self.kafka_config_id).get_settings()
         start = None if self.checkpoint is None else Checkpoint.from_json(self.checkpoint)
@@ -173,10 +173,9 @@ class StreamWaitTrigger(BaseTrigger):
             settings.consumer_config(f"airflow-kafka-events-wait-{self.trigger_run_id}"),
             self.topic,
             self.trigger_run_id,
+            # only fills: the trigger keeps the timeouts itself
+            options=ReadOptions(max_events=self.max_events, max_wait=0.0, poll_timeout=self.poll_timeout),
             checkpoint=start,
-            max_events=self.max_events,
-            max_wait=0.0,
-            poll_timeout=self.poll_timeout,
             codec=settings.codecs.trigger,
         )
 

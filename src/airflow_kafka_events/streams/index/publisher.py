@@ -214,7 +214,8 @@ class StreamIndexWriter:
         if future is None:
             return False
         try:
-            await asyncio.wait_for(future, timeout)
+            async with asyncio.timeout(timeout):  # not wait_for: it can swallow a cancellation (3.11)
+                await future
         except Exception:  # logged by the sender
             return False
         return True

@@ -88,7 +88,7 @@ from airflow_kafka_events.errors import ConfigurationError
 from airflow_kafka_events.provider.serialization import check_trigger_kwargs
 from airflow_kafka_events.streams.checkpoint import Checkpoint
 from airflow_kafka_events.streams.consuming.consumption import StreamEvent, read_stream
-from airflow_kafka_events.streams.consuming.reader import StreamReader
+from airflow_kafka_events.streams.consuming.reader import ReadOptions, StreamReader
 from airflow_kafka_events.streams.descriptor import (
     DEFAULT_NOT_BEFORE_MARGIN,
     generation_of,
@@ -341,15 +341,15 @@ class StreamingOperatorMixin:
 
         settings = KafkaEventsHook(kafka_config_id=kafka_config_id).get_settings()
         config = settings.consumer_config(f"airflow-kafka-events-resume-{uuid.uuid4().hex}")
-        tuned: dict[str, Any] = {name: getattr(self, f"stream_{name}") for name in _READER_TUNING}
+        tuned = ReadOptions(**{name: getattr(self, f"stream_{name}") for name in _READER_TUNING})
         return StreamReader(
             config,
             topic,
             trigger_run_id,
+            options=tuned,
             checkpoint=checkpoint,
             partition=partition,
             codec=settings.codecs.trigger,
-            **tuned,
         )
 
     def _stream_handlers(

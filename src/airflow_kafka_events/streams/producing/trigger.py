@@ -83,7 +83,7 @@ from airflow_kafka_events.errors import (
 )
 from airflow_kafka_events.kafka.producer import RecordProducer
 from airflow_kafka_events.kafka.settings import KafkaSettings
-from airflow_kafka_events.streams.descriptor import StreamDescriptor, plan_resume, stream_id
+from airflow_kafka_events.streams.descriptor import ResumePlan, StreamDescriptor, plan_resume, stream_id
 from airflow_kafka_events.streams.index.options import Cadence, index_topic
 from airflow_kafka_events.streams.index.publisher import INDEX_ROLE, INDEX_WRITE_TIMEOUT, StreamIndexWriter
 from airflow_kafka_events.streams.index.record import StreamRecord
@@ -93,7 +93,7 @@ from airflow_kafka_events.streams.producing.outage import (
     wait_for_earlier_sends,
 )
 from airflow_kafka_events.streams.producing.writer import AttemptWriter, close_iterator, parse_not_before
-from airflow_kafka_events.streams.progress import StreamProgress, lookup_stream
+from airflow_kafka_events.streams.progress import StreamLocation, StreamProgress, lookup_stream
 
 __all__ = [
     "DEFAULT_TOPIC",
@@ -376,6 +376,23 @@ class StreamingTrigger(BaseTrigger):
         identity = self.resolve_producer_identity()
         settings, producer, index_producer = await asyncio.to_thread(self._open_kafka)
         await wait_for_earlier_sends(producer, self.topic, trigger_run_id, self.log)
+        location, progress = await self._look_up(settings, trigger_run_id)
+        plan = plan_resume(progress, self.generation)
+        if plan.already_complete and progress is not None:
+            yield self.final_event(
+                await self._report_complete(index_producer, trigger_run_id, identity, progress)
+            )
+            return
+        writer, index = await self._open_writer(
+            settings, producer, index_producer, trigger_run_id, identity, location, progress, plan
+        )
+        error = await self._write_pages(writer, plan.cursor, index)
+        yield self.final_event(await self._finish(writer, index, error))
+
+    async def _look_up(
+        self, settings: KafkaSettings, trigger_run_id: str
+    ) -> tuple[StreamLocation, StreamProgress | None]:
+        """Where the stream is and its latest envelope (``None``: nothing written yet)."""
         location, progress = await asyncio.to_thread(
             lookup_stream,
             settings,
@@ -395,70 +412,89 @@ class StreamingTrigger(BaseTrigger):
                 location.low,
                 location.high,
             )
-        plan = plan_resume(progress, self.generation)
-        if plan.already_complete and progress is not None:
-            index = self._index_writer(
-                index_producer,
-                trigger_run_id,
-                identity,
-                progress.partition,
-                progress.attempt,
-                progress.generation,
-                progress,
-            )
-            await asyncio.to_thread(index.check_topic)
-            index.finished(progress.sequence_index, progress.offset, progress.first_offset, None)
-            await index.flush()
-            self.log.info(
-                "stream %s attempt %d is already complete in %s[%d]; reporting it again",
-                trigger_run_id,
-                progress.attempt,
-                self.topic,
-                progress.partition,
-            )
-            yield self.final_event(
-                StreamDescriptor(
-                    topic=self.topic,
-                    trigger_run_id=trigger_run_id,
-                    attempt=progress.attempt,
-                    count=progress.sequence_index,
-                    first_offset=progress.first_offset,
-                    last_offset=progress.offset,
-                    partition=progress.partition,
-                    error=None,
-                )
-            )
-            return
-        continuing = progress is not None and plan.attempt == progress.attempt
-        if continuing:
-            why = f"resuming after cursor {plan.cursor!r}"
-        elif progress is None:
-            why = "from the beginning"
-        elif self.generation is not None and progress.generation != self.generation:
-            why = (
+        return location, progress
+
+    async def _report_complete(
+        self,
+        index_producer: RecordProducer,
+        trigger_run_id: str,
+        identity: ProducerIdentity,
+        progress: StreamProgress,
+    ) -> StreamDescriptor:
+        """The descriptor of an attempt already complete in Kafka (its index record written again)."""
+        index = self._index_writer(
+            index_producer,
+            trigger_run_id,
+            identity,
+            progress.partition,
+            progress.attempt,
+            progress.generation,
+            progress,
+        )
+        await asyncio.to_thread(index.check_topic)
+        index.finished(progress.sequence_index, progress.offset, progress.first_offset, None)
+        await index.flush()
+        self.log.info(
+            "stream %s attempt %d is already complete in %s[%d]; reporting it again",
+            trigger_run_id,
+            progress.attempt,
+            self.topic,
+            progress.partition,
+        )
+        return StreamDescriptor(
+            topic=self.topic,
+            trigger_run_id=trigger_run_id,
+            attempt=progress.attempt,
+            count=progress.sequence_index,
+            first_offset=progress.first_offset,
+            last_offset=progress.offset,
+            partition=progress.partition,
+            error=None,
+        )
+
+    def _why(self, plan: ResumePlan, progress: StreamProgress | None) -> str:
+        """Why the attempt starts where it does (for the log)."""
+        if progress is not None and plan.attempt == progress.attempt:
+            return f"resuming after cursor {plan.cursor!r}"
+        if progress is None:
+            return "from the beginning"
+        if self.generation is not None and progress.generation != self.generation:
+            return (
                 f"from the beginning: attempt {progress.attempt} is of generation {progress.generation}, "
                 f"this task is of generation {self.generation}"
             )
-        elif progress.is_last:
-            why = f"from the beginning: attempt {progress.attempt} failed"
-        else:
-            why = (
-                f"from the beginning: page {progress.sequence_index} of attempt {progress.attempt} "
-                "has no cursor"
-            )
+        if progress.is_last:
+            return f"from the beginning: attempt {progress.attempt} failed"
+        return (
+            f"from the beginning: page {progress.sequence_index} of attempt {progress.attempt} has no cursor"
+        )
+
+    async def _open_writer(
+        self,
+        settings: KafkaSettings,
+        producer: RecordProducer,
+        index_producer: RecordProducer,
+        trigger_run_id: str,
+        identity: ProducerIdentity,
+        location: StreamLocation,
+        progress: StreamProgress | None,
+        plan: ResumePlan,
+    ) -> tuple[AttemptWriter, StreamIndexWriter]:
+        """The writer of the attempt ``plan`` says, and its stream index record (started)."""
         self.log.info(
             "stream %s: writing attempt %d from sequence %d (%s) to %s[%d]",
             trigger_run_id,
             plan.attempt,
             plan.next_seq,
-            why,
+            self._why(plan, progress),
             self.topic,
             location.partition,
         )
+        continued = progress if progress is not None and plan.attempt == progress.attempt else None
         # an attempt has one generation: a trigger without one keeps the attempt's
         generation = self.generation
-        if generation is None and continuing and progress is not None:
-            generation = progress.generation
+        if generation is None and continued is not None:
+            generation = continued.generation
         writer = AttemptWriter(
             producer,
             topic=self.topic,
@@ -466,7 +502,7 @@ class StreamingTrigger(BaseTrigger):
             trigger_run_id=trigger_run_id,
             attempt=plan.attempt,
             next_seq=plan.next_seq,
-            first_offset=progress.first_offset if continuing and progress is not None else None,
+            first_offset=None if continued is None else continued.first_offset,
             cursor=plan.cursor,
             identity=identity,
             delivery_timeout=producer.message_timeout,
@@ -475,17 +511,16 @@ class StreamingTrigger(BaseTrigger):
             codec=settings.codecs.trigger,
         )
         index = self._index_writer(
-            index_producer,
-            trigger_run_id,
-            identity,
-            location.partition,
-            plan.attempt,
-            generation,
-            progress,
+            index_producer, trigger_run_id, identity, location.partition, plan.attempt, generation, progress
         )
         await asyncio.to_thread(index.check_topic)
         index.start()
-        error = await self._write_pages(writer, plan.cursor, index)
+        return writer, index
+
+    async def _finish(
+        self, writer: AttemptWriter, index: StreamIndexWriter, error: StreamFailure | None
+    ) -> StreamDescriptor:
+        """End the attempt (with ``error``, if the pages failed) and its index record; its descriptor."""
         descriptor = await writer.finish(error)
         index.finished(
             descriptor.count,
@@ -497,7 +532,7 @@ class StreamingTrigger(BaseTrigger):
         metrics.incr(f"{metrics.STREAMS_ENDED}.{'complete' if error is None else 'failed'}")
         self.log.info(
             "stream %s attempt %d ended: %d pages (%d written by this run), offsets %s..%d%s",
-            trigger_run_id,
+            writer.trigger_run_id,
             descriptor.attempt,
             descriptor.count,
             writer.written - 1,
@@ -505,7 +540,7 @@ class StreamingTrigger(BaseTrigger):
             descriptor.last_offset,
             "" if error is None else f", error {error.type}: {error.message}",
         )
-        yield self.final_event(descriptor)
+        return descriptor
 
     async def _write_pages(
         self, writer: AttemptWriter, cursor: str | None, index: StreamIndexWriter

@@ -1,0 +1,86 @@
+"""A watcher's wait for its feed ends on cancellation even when records arrive at the same moment.
+
+At a triggerer's stop Airflow cancels each shared stream's poll task and awaits it
+(``_SharedStreamGroup.stop``); the poll is then usually inside ``Feed.take``.  On Python 3.11,
+``asyncio.wait_for`` returns the inner result instead of raising when the inner wait finished in
+the same loop iteration as the cancellation, so the poll went on reading and the stop never ended
+(the runner was SIGKILLed by Airflow's supervisor 20 s later, no watcher closed).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
+
+from airflow_kafka_events.kafka.shared_feed import Feed
+
+pytestmark = pytest.mark.unit
+
+TP = ("events", 0)
+
+
+def _feed() -> Feed:
+    feed = Feed(cast(Any, None), {TP: 0}, keys=["k"], match=lambda decoded: True, capacity=10, name="w")
+    feed.shared = {TP}
+    return feed
+
+
+def test_a_take_cancelled_as_its_records_arrive_is_cancelled():
+    async def scenario() -> tuple[bool, bool]:
+        feed = _feed()
+        taking = asyncio.create_task(feed.take(10, timeout=30.0))
+        await asyncio.sleep(0)  # the take waits for records
+        feed._offer([], {TP: 5})  # the shared reader moves the frontier: the wait ends
+        assert not taking.done()
+        taking.cancel()  # Airflow's stop, in that same loop iteration, before the take resumes
+        await asyncio.sleep(0.05)
+        done, cancelled = taking.done(), taking.cancelled()
+        if not done:  # the cancellation was swallowed: the take waits on
+            taking.cancel()
+            await asyncio.gather(taking, return_exceptions=True)
+        return done, cancelled
+
+    done, cancelled = asyncio.run(scenario())
+    assert done and cancelled, "the take swallowed its cancellation and kept waiting"
+
+
+def test_a_take_cancelled_while_waiting_is_cancelled():
+    async def scenario() -> bool:
+        feed = _feed()
+        taking = asyncio.create_task(feed.take(10, timeout=30.0))
+        await asyncio.sleep(0)
+        taking.cancel()
+        await asyncio.gather(taking, return_exceptions=True)
+        return taking.cancelled()
+
+    assert asyncio.run(scenario())
+
+
+def test_a_take_times_out_with_nothing_and_returns_what_arrived():
+    async def scenario() -> tuple[Any, Any]:
+        feed = _feed()
+        empty = await feed.take(10, timeout=0.05)
+        feed._offer([], {TP: 3})
+        return empty, await feed.take(10, timeout=1.0)
+
+    empty, moved = asyncio.run(scenario())
+    assert empty == ([], {})
+    assert moved == ([], {TP: 3})
+
+
+def test_no_code_a_watcher_runs_waits_with_asyncio_wait_for():
+    """The same swallowed cancellation anywhere a watcher's poll or close waits would hang the stop."""
+    import airflow_kafka_events
+
+    root = Path(airflow_kafka_events.__file__).parent
+    found = [
+        f"{path.relative_to(root)}:{number}"
+        for folder in ("kafka", "watcher", "streams")
+        for path in sorted((root / folder).rglob("*.py"))
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if "asyncio.wait_for(" in line
+    ]
+    assert found == [], f"use `async with asyncio.timeout(...)` instead of asyncio.wait_for at {found}"
