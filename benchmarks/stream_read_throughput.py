@@ -15,7 +15,9 @@ every round), in the same process:
 Reported per variant: records/s of the best round and of every round, the process CPU time per
 record (less swayed by other load on the machine), and the ratios the issue sets goals on (reader /
 raw+decode, reader / raw).  The machine's load average is printed with each size.  ``--max-mb`` caps
-the bytes written per size (the 64 KB stream gets fewer records; the count is printed).
+the bytes written per size (the 64 KB stream gets fewer records; the count is printed).  The default
+``--records`` is small, for a quick check: a consumer's start (metadata, the first fetch, up to half
+a second) then outweighs the reading, most for raw; use 100,000 or more for figures.
 
 Not a timed test: correctness of the fast paths (order, no duplicates, strict decoding) is checked
 by the test suite; here each reader variant only checks it got every record, in order.
