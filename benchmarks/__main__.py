@@ -18,6 +18,7 @@ BENCHMARKS = {
     "stream-slots": "benchmarks.stream_slots",
     "ui-pages": "benchmarks.ui_pages",
     "consumer-wait": "benchmarks.consumer_wait_latency",
+    "stream-read": "benchmarks.stream_read_throughput",
 }
 
 

@@ -82,6 +82,7 @@ from airflow_kafka_events.streams.consuming.commits import (
     reader_config,
 )
 from airflow_kafka_events.streams.consuming.deadlines import StreamDeadlines, positive_seconds
+from airflow_kafka_events.streams.consuming.decoder import StreamDecoder
 from airflow_kafka_events.streams.consuming.partition import (
     TRANSIENT_CODES,
     partition_count,
@@ -198,7 +199,7 @@ class StreamReader:
         self.poll_timeout = options.poll_timeout
         self.group_id = group_id
         self.max_buffered = max_buffered
-        self._codec = codec
+        self._decoder = StreamDecoder(codec)
         self._key = trigger_run_id.encode("utf-8")
         self._token = object()
 
@@ -505,13 +506,33 @@ class StreamReader:
 
     # ------------------------------------------------------------------ records
     def _process(self, messages: list[Message]) -> None:
-        tracker = self._tracker
-        before = tracker.progress
+        """Take consumed messages in, in one pass (most are the stream's next elements)."""
+        before = self._tracker.progress
         lock_on: int | None = None
+        key = self._key
+        where = self._where()  # for the logs
         for msg in messages:
-            found = self._read(msg)
-            if found is not None:
-                lock_on = found
+            if msg.error() is not None and not usable_message(msg, where=where):
+                continue
+            partition = msg.partition()
+            offset = msg.offset()
+            if self._partition is not None and partition != self._partition:
+                continue  # scan mode: another partition, fetched before the lock-on
+            if msg.key() != key:
+                if self._partition is not None and offset is not None:
+                    self._next_offset = offset + 1
+                continue
+            if self._partition is None:  # scan mode found the stream's partition
+                self._partition = lock_on = partition
+                where = self._where()
+            if offset is not None:
+                self._next_offset = offset + 1
+            self._handle(msg, offset, where)
+        self._settle(before, lock_on, where)
+
+    def _settle(self, before: tuple[int, int, int, bool], lock_on: int | None, where: str) -> None:
+        """After a pass: the scan's lock-on, too many held elements, the progress clock."""
+        tracker = self._tracker
         if lock_on is not None:
             self._lock_on(lock_on)
         if tracker.buffered_count > self.max_buffered:
@@ -521,46 +542,26 @@ class StreamReader:
             if tracker.progress[0] != before[0]:
                 log.info(
                     "%s: attempt %d supersedes attempt %d; starting over at sequence_index 0",
-                    self._where(),
+                    where,
                     tracker.attempt,
                     before[1],
                 )
 
-    def _read(self, msg: Message) -> int | None:
-        """Take one consumed message in; the stream's partition when scan mode just found it."""
-        if not usable_message(msg, where=self._where()):
-            return None
-        partition = msg.partition()
-        offset = msg.offset()
-        if self._partition is not None and partition != self._partition:
-            return None  # scan mode: another partition, fetched before the lock-on
-        if msg.key() != self._key:
-            if self._partition is not None and offset is not None:
-                self._next_offset = offset + 1
-            return None
-        found = None
-        if self._partition is None:
-            self._partition = found = partition
-        if offset is not None:
-            self._next_offset = offset + 1
-        self._handle(msg)
-        return found
-
-    def _handle(self, msg: Message) -> None:
+    def _handle(self, msg: Message, offset: int | None, where: str) -> None:
         envelope = decode_stream_record(
-            msg, self._codec, trigger_run_id=self.trigger_run_id, topic=self.topic, where=self._where()
+            msg, self._decoder, trigger_run_id=self.trigger_run_id, topic=self.topic, where=where
         )
         if isinstance(envelope, ConsumedRecord):
             self._rejected.append(envelope)
             return
-        outcome = self._tracker.offer(envelope, msg.offset())
-        if outcome not in (Offer.READY, Offer.BUFFERED, Offer.RESTARTED):
+        outcome = self._tracker.offer(envelope, offset)
+        if outcome is not Offer.READY and outcome not in (Offer.BUFFERED, Offer.RESTARTED):
             log.debug(
                 "%s: dropped attempt %d sequence_index %d at offset %s (%s)",
-                self._where(),
+                where,
                 envelope.attempt,
                 envelope.sequence_index,
-                msg.offset(),
+                offset,
                 outcome.value,
             )
 

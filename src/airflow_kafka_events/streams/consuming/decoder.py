@@ -1,0 +1,218 @@
+"""A stream's records decoded one after another by one reader, sharing what repeats between them.
+
+The elements of one stream share most of their envelope's bytes: the ``trigger_run_id``, the
+producer's identity, and (mostly) no cursor, no error and no metadata.  :class:`StreamDecoder`
+reads trigger event envelopes of the schema version the codec's own fast path reads, byte for byte
+as the codec does, but keeps the last run id's and producer's bytes with the values read from them:
+a record whose bytes at that place are the same gets the same (immutable) values without reading
+them again.  Anything else -- another framing or schema version, a damaged or unusual body, a
+payload that is not strict JSON -- goes to the codec's ``decode``, which decides and words the
+error; so the decoder accepts exactly what the codec accepts, into equal envelopes (the unit tests
+compare both on random and damaged envelopes).
+
+One decoder per reader (it is not thread-safe); this module imports no Airflow module.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from airflow_kafka_events.envelopes.codec import SINGLE_OBJECT_MAGIC, EnvelopeCodec
+from airflow_kafka_events.envelopes.json_values import json_from_text
+from airflow_kafka_events.envelopes.model import (
+    INT32_MAX,
+    INT32_MIN,
+    INT64_MAX,
+    ProducerIdentity,
+    StreamFailure,
+    TriggerEventEnvelope,
+)
+from airflow_kafka_events.errors import EnvelopeDecodeError
+from airflow_kafka_events.kafka.consumer import RecordDecoder
+
+__all__ = ["READ_FINGERPRINT", "StreamDecoder"]
+
+#: CRC-64-AVRO fingerprint of the trigger event envelope schema version this decoder reads; a codec
+#: whose current schema differs (a new version) decodes every record itself.
+READ_FINGERPRINT = bytes.fromhex("8e485a47790b7893")
+_HEADER = SINGLE_OBJECT_MAGIC + READ_FINGERPRINT
+_HEADER_SIZE = len(_HEADER)
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_U64 = 1 << 64
+_NOTHING_MORE = b"\x00\x00\x00"  # no resume cursor, no error, an empty metadata map
+_PRODUCER_FIELDS = ("dag_id", "run_id", "task_id", "map_index", "try_number")
+
+
+class _Odd(Exception):
+    """The bytes are not the common case: the codec decides."""
+
+
+def _long(data: bytes, pos: int) -> tuple[int, int]:
+    """A zig-zag varint (int64) at ``pos``: (value, next position)."""
+    byte = data[pos]
+    if byte < 0x80:
+        return (byte >> 1) ^ -(byte & 1), pos + 1
+    n, shift = byte & 0x7F, 7
+    while byte & 0x80:
+        if shift > 63:
+            raise _Odd
+        pos += 1
+        byte = data[pos]
+        n |= (byte & 0x7F) << shift
+        shift += 7
+    if n >= _U64:
+        raise _Odd
+    return (n >> 1) ^ -(n & 1), pos + 1
+
+
+def _raw(data: bytes, pos: int) -> tuple[bytes, int]:
+    size, pos = _long(data, pos)
+    end = pos + size
+    if size < 0 or end > len(data):
+        raise _Odd
+    return data[pos:end], end
+
+
+def _text(data: bytes, pos: int) -> tuple[str, int]:
+    raw, pos = _raw(data, pos)
+    return raw.decode(), pos
+
+
+def _optional(data: bytes, pos: int, *, text: bool) -> tuple[Any, int]:
+    branch = data[pos]
+    if branch == 0:
+        return None, pos + 1
+    if branch != 2:
+        raise _Odd
+    return _text(data, pos + 1) if text else _long(data, pos + 1)
+
+
+def _metadata(data: bytes, pos: int) -> tuple[dict[str, str], int]:
+    result: dict[str, str] = {}
+    count, pos = _long(data, pos)
+    while count:
+        if count < 0:
+            raise _Odd  # a sized block: the codec reads it
+        for _ in range(count):
+            key, pos = _text(data, pos)
+            result[key], pos = _text(data, pos)
+        count, pos = _long(data, pos)
+    return result, pos
+
+
+def _unchecked(cls: type[Any], fields: dict[str, Any]) -> Any:
+    # A frozen dataclass instance from values checked against its rules here.
+    obj = object.__new__(cls)
+    obj.__dict__.update(fields)
+    return obj
+
+
+class StreamDecoder:
+    """Decodes the values of one stream's records like ``codec.decode`` (see the module doc)."""
+
+    def __init__(self, codec: RecordDecoder[TriggerEventEnvelope]) -> None:
+        self._codec = codec
+        self._fast = (
+            type(codec) is EnvelopeCodec
+            and codec.envelope_type is TriggerEventEnvelope
+            and codec.fingerprint == READ_FINGERPRINT
+        )
+        self._run_bytes = b""  # the last run id's bytes (length prefix included) and value
+        self._run_id = ""
+        self._producer_bytes = b""  # the last producer identity's bytes and value
+        self._producer: ProducerIdentity | None = None
+
+    def decode(self, data: bytes) -> TriggerEventEnvelope:
+        """The envelope in ``data``; the codec's ``EnvelopeDecodeError`` when it is not one."""
+        if self._fast and type(data) is bytes and data.startswith(_HEADER):
+            try:
+                return self._read(data)
+            except (_Odd, ValueError, IndexError, OverflowError, EnvelopeDecodeError):
+                pass  # the codec decides, and words the error
+        return self._codec.decode(data)
+
+    def _read(self, data: bytes) -> TriggerEventEnvelope:
+        pos = _HEADER_SIZE
+        known = self._run_bytes
+        if known and data.startswith(known, pos):
+            run_id, pos = self._run_id, pos + len(known)
+        else:
+            run_id, end = _text(data, pos)
+            if not run_id:
+                raise _Odd
+            self._run_bytes, self._run_id, pos = data[pos:end], run_id, end
+        attempt, pos = _long(data, pos)
+        index, pos = _long(data, pos)
+        if not (0 <= attempt <= INT32_MAX and 0 <= index <= INT64_MAX):
+            raise _Odd
+        flag, kind = data[pos], data[pos + 1]
+        if flag > 1:
+            raise _Odd
+        if kind == 0:
+            raw, pos = b"", pos + 2
+        elif kind == 2 or kind == 4:
+            raw, pos = _raw(data, pos + 2)
+        else:
+            raise _Odd
+        micros, pos = _long(data, pos)
+        producer, pos = self._producer_at(data, pos)
+        if pos + 3 == len(data) and data.endswith(_NOTHING_MORE):
+            cursor = error = None
+            metadata: dict[str, str] = {}
+        else:
+            cursor, pos = _optional(data, pos, text=True)
+            error, pos = self._error_at(data, pos, is_last=flag == 1)
+            metadata, pos = _metadata(data, pos)
+            if pos != len(data):
+                raise _Odd
+        emitted_at = _EPOCH + timedelta(microseconds=micros)
+        payload = None if kind == 0 else raw if kind == 2 else json_from_text(raw.decode(), what="payload")
+        return _unchecked(
+            TriggerEventEnvelope,
+            {
+                "trigger_run_id": run_id,
+                "sequence_index": index,
+                "is_last": flag == 1,
+                "payload": payload,
+                "attempt": attempt,
+                "emitted_at": emitted_at,
+                "producer": producer,
+                "resume_cursor": cursor,
+                "error": error,
+                "metadata": metadata,
+            },
+        )
+
+    def _producer_at(self, data: bytes, pos: int) -> tuple[ProducerIdentity, int]:
+        known = self._producer_bytes
+        if known and self._producer is not None and data.startswith(known, pos):
+            return self._producer, pos + len(known)
+        start = pos
+        dag_id, pos = _optional(data, pos, text=True)
+        run_id, pos = _optional(data, pos, text=True)
+        task_id, pos = _optional(data, pos, text=True)
+        map_index, pos = _optional(data, pos, text=False)
+        try_number, pos = _optional(data, pos, text=False)
+        for number in (map_index, try_number):
+            if number is not None and not INT32_MIN <= number <= INT32_MAX:
+                raise _Odd
+        producer = _unchecked(
+            ProducerIdentity,
+            dict(zip(_PRODUCER_FIELDS, (dag_id, run_id, task_id, map_index, try_number), strict=True)),
+        )
+        self._producer_bytes, self._producer = data[start:pos], producer
+        return producer, pos
+
+    @staticmethod
+    def _error_at(data: bytes, pos: int, *, is_last: bool) -> tuple[StreamFailure | None, int]:
+        branch = data[pos]
+        if branch == 0:
+            return None, pos + 1
+        if branch != 2:
+            raise _Odd
+        kind, pos = _text(data, pos + 1)
+        message, pos = _text(data, pos)
+        if not (is_last and kind):
+            raise _Odd
+        return _unchecked(StreamFailure, {"type": kind, "message": message}), pos
