@@ -6,7 +6,7 @@ A failing item is tried again up to ``item_retries`` more times, after
 slot: the item waits in a :class:`RetryQueue` while other items run.  ``item_timeout``
 bounds one try of an item:
 
-* async items are cancelled with ``asyncio.wait_for`` (:func:`await_with_timeout`);
+* async items are cancelled with ``asyncio.timeout`` (:func:`await_with_timeout`);
 * sync items run in worker threads, which Python cannot kill.  At the timeout the item
   fails with :class:`~airflow_kafka_events.iteration.errors.ItemTimeoutError` (and may be
   retried) and its thread is ABANDONED: a new thread takes its slot, and the old call keeps
@@ -86,7 +86,7 @@ class _InnerTimeout(Exception):
 
 
 async def _guard(coroutine: Awaitable[Any]) -> Any:
-    """Await ``coroutine``; a ``TimeoutError`` it raises itself is told apart from ``wait_for``'s."""
+    """Await ``coroutine``; a ``TimeoutError`` it raises itself is told apart from the timeout's."""
     try:
         return await coroutine
     except (TimeoutError, asyncio.TimeoutError) as exc:
@@ -101,8 +101,10 @@ async def await_with_timeout(coroutine: Awaitable[Any], timeout: float | None) -
     if timeout is None:
         return await coroutine
     try:
-        return await asyncio.wait_for(_guard(coroutine), timeout=timeout)
-    except asyncio.TimeoutError as exc:
+        # asyncio.timeout, not wait_for: on Python 3.11 wait_for can swallow a cancellation
+        async with asyncio.timeout(timeout):
+            return await _guard(coroutine)
+    except TimeoutError as exc:
         raise ItemTimeoutError(
             f"the item did not finish within item_timeout={timeout:g}s (cancelled)"
         ) from exc

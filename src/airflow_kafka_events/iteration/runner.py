@@ -285,8 +285,10 @@ class IterationRunner:
             await event.wait()
             return
         try:
-            await asyncio.wait_for(event.wait(), timeout=max(0.0, timeout))
-        except asyncio.TimeoutError:
+            # asyncio.timeout, not wait_for: on Python 3.11 wait_for can swallow a cancellation
+            async with asyncio.timeout(max(0.0, timeout)):
+                await event.wait()
+        except TimeoutError:
             pass
 
     async def _next_work(self) -> Work | None:

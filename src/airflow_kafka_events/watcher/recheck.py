@@ -183,9 +183,8 @@ def _retrying(call: Callable[[], T], what: str, deadline: float) -> T:
     """``call()`` through the bridge's retry policy for transient API failures (the package's retry
     loop), each retry logged with Airflow's answer; no retry waits past ``deadline`` (monotonic): the
     thread must end about when the watcher stops waiting for it (a triggerer's exit waits for it)."""
-    from airflow_kafka_events.assets.airflow_api import TransientApiError
+    from airflow_kafka_events.assets.airflow_api import TransientApiError, retry_api_call
     from airflow_kafka_events.bridge.config import RetryPolicy
-    from airflow_kafka_events.retry import retry_call
 
     policy = RetryPolicy(max_attempts=RECHECK_ATTEMPTS, max_backoff=RECHECK_MAX_BACKOFF)
 
@@ -195,7 +194,7 @@ def _retrying(call: Callable[[], T], what: str, deadline: float) -> T:
         time.sleep(delay)
 
     def on_retry(failures: int, exc: BaseException, delay: float) -> None:
-        # the error names Airflow 3.3's known 500 of the events lookup (bridge.airflow_api.QUEUED_RUN_500)
+        # the error names Airflow 3.3's known 500 of the events lookup (assets.airflow_api.QUEUED_RUN_500)
         log.warning(
             "Watcher recheck: %s failed (attempt %d of %d): %s; a transient answer, retrying in %.1fs",
             what,
@@ -205,11 +204,9 @@ def _retrying(call: Callable[[], T], what: str, deadline: float) -> T:
             delay,
         )
 
-    return retry_call(
+    return retry_api_call(
         call,
-        retry_on=lambda exc: isinstance(exc, TransientApiError),
-        attempts=policy.max_attempts,
-        delay=lambda failures, exc: policy.delay(failures, getattr(exc, "retry_after", None)),
+        policy,
         exhausted=lambda failures, exc: TransientApiError(
             f"{what}: giving up after {failures} attempts: {exc}", status=getattr(exc, "status", None)
         ),
