@@ -419,6 +419,10 @@ def _cause(health: ClientHealth, topic: str, err: KafkaError, since: float) -> t
     snapshot = health.snapshot
     if own is Cause.TIMED_OUT and not health.down and snapshot and topic in snapshot.unknown_topics:
         return Cause.UNKNOWN_TOPIC, f"the brokers know no topic {topic!r}"
+    if own is Cause.TIMED_OUT and health.down and health.refusal() is None:
+        # every broker is still down: librdkafka reported it once, maybe before this message was
+        # sent, and reports no repeat while the outage lasts
+        return Cause.UNREACHABLE, health.describe_unreachable()
     seen = health.last_error(since)
     if seen is None or own in (Cause.UNKNOWN_TOPIC, Cause.AUTHORIZATION):
         return own, health.redact(err.str())

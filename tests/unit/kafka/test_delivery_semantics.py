@@ -6,6 +6,8 @@ configuration (nothing is delivered).
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from confluent_kafka import KafkaError
 
@@ -96,6 +98,18 @@ def test_a_failure_names_the_brokers_topic_cause_and_fix_and_no_password(produce
     unknown = producer.failure("orders", KafkaError(KafkaError._MSG_TIMED_OUT), 0.0, 10, True)
     assert isinstance(unknown, DeliveryOutcomeUnknownError)
     assert str(unknown).startswith("outcome unknown — retry with the same idempotency key")
+
+
+def test_a_timeout_during_an_outage_that_began_before_the_send_names_the_outage(producer):
+    producer.health.error_cb(KafkaError(KafkaError._TRANSPORT, f"{NOWHERE}/bootstrap: Connection refused"))
+    producer.health.error_cb(KafkaError(KafkaError._ALL_BROKERS_DOWN, "1/1 brokers are down"))
+    sent_after_it = time.monotonic() + 60.0  # the message's life began after every error report
+    error = producer.failure("orders", KafkaError(KafkaError._MSG_TIMED_OUT), sent_after_it, 10, False)
+    assert isinstance(error, NotSentError)
+    assert Cause.UNREACHABLE.value in str(error) and "all brokers down" in str(error)
+    producer.health.mark_up()  # reachable again: a later timeout is not blamed on the old outage
+    later = producer.failure("orders", KafkaError(KafkaError._MSG_TIMED_OUT), sent_after_it, 10, False)
+    assert Cause.UNREACHABLE.value not in str(later)
 
 
 def test_an_unknown_topic_is_named_as_such(producer):
