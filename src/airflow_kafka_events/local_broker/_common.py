@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import errno
 import json
 import os
 import re
 import socket
 import subprocess
+import time
 import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -201,6 +203,30 @@ def pid_exists(pid: int) -> bool:
     except PermissionError:
         return True
     return process_args(pid) is not None or not Path("/proc").is_dir()
+
+
+def signal_pid(pid: int, sig: int, what: str, error: type[Exception]) -> None:
+    """Send ``sig`` to ``pid`` (gone already: nothing to do); any other failure raises ``error``."""
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
+    except OSError as exc:
+        if exc.errno != errno.ESRCH:
+            raise error(f"cannot signal {what} (pid {pid}): {exc}") from exc
+
+
+def wait_gone(pid: int, process: subprocess.Popen[bytes] | None, deadline: float) -> bool:
+    """Whether ``pid`` ended by ``deadline`` (monotonic); ``process``: its ``Popen`` when we started it."""
+    while True:
+        if process is not None and process.pid == pid:
+            if process.poll() is not None:
+                return True
+        elif not pid_exists(pid):
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.1)
 
 
 def write_atomic(path: Path, text: str, *, mode: int | None = None) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import errno
 import logging
 import os
 import re
@@ -42,12 +41,13 @@ from airflow_kafka_events.local_broker._common import (
     heap_bytes,
     new_cluster_id,
     package_file,
-    pid_exists,
     port_is_free,
     port_open,
     process_args,
     read_state_file,
+    signal_pid,
     tail,
+    wait_gone,
     write_atomic,
     write_state_file,
 )
@@ -466,16 +466,16 @@ class LocalKafkaBroker:
                 self.pid_file.unlink(missing_ok=True)
             return None
         log.info("stopping Kafka broker pid %d", pid)
-        self._signal(pid, signal.SIGTERM)
+        signal_pid(pid, signal.SIGTERM, "the Kafka broker", BrokerError)
         return pid
 
     def finish_stop(self, pid: int, timeout: float) -> None:
         """Wait for ``pid`` to exit; SIGKILL it (when still ours) after ``timeout``."""
-        if not self._wait_gone(pid, time.monotonic() + timeout):
+        if not wait_gone(pid, self._process, time.monotonic() + timeout):
             log.warning("Kafka broker pid %d did not stop within %.0fs; killing it", pid, timeout)
             if self._is_our_broker(pid):
-                self._signal(pid, signal.SIGKILL)
-            if not self._wait_gone(pid, time.monotonic() + 10.0):
+                signal_pid(pid, signal.SIGKILL, "the Kafka broker", BrokerError)
+            if not wait_gone(pid, self._process, time.monotonic() + 10.0):
                 raise BrokerError(f"the Kafka broker (pid {pid}) does not stop")
         self.pid_file.unlink(missing_ok=True)
         self._process = None
@@ -491,34 +491,12 @@ class LocalKafkaBroker:
         pid = self._running_pid()
         if pid is None:
             return None
-        self._signal(pid, signal.SIGKILL)
-        if not self._wait_gone(pid, time.monotonic() + 10.0):
+        signal_pid(pid, signal.SIGKILL, "the Kafka broker", BrokerError)
+        if not wait_gone(pid, self._process, time.monotonic() + 10.0):
             raise BrokerError(f"the Kafka broker (pid {pid}) survives SIGKILL")
         self.pid_file.unlink(missing_ok=True)
         self._process = None
         return pid
-
-    @staticmethod
-    def _signal(pid: int, sig: signal.Signals) -> None:
-        try:
-            os.kill(pid, sig)
-        except ProcessLookupError:
-            pass
-        except OSError as exc:
-            if exc.errno != errno.ESRCH:
-                raise BrokerError(f"cannot signal the Kafka broker (pid {pid}): {exc}") from exc
-
-    def _wait_gone(self, pid: int, deadline: float) -> bool:
-        while True:
-            proc = self._process
-            if proc is not None and proc.pid == pid:
-                if proc.poll() is not None:
-                    return True
-            elif not pid_exists(pid):
-                return True
-            if time.monotonic() >= deadline:
-                return False
-            time.sleep(0.1)
 
     def __repr__(self) -> str:
         return (

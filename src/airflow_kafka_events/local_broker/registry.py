@@ -22,7 +22,6 @@ process is stopped by pid (SIGTERM, then SIGKILL), after checking that its comma
 
 from __future__ import annotations
 
-import errno
 import glob
 import json
 import logging
@@ -49,7 +48,9 @@ from airflow_kafka_events.local_broker._common import (
     port_is_free,
     process_args,
     read_state_file,
+    signal_pid,
     tail,
+    wait_gone,
     write_atomic,
     write_state_file,
 )
@@ -365,37 +366,15 @@ class LocalSchemaRegistry:
             self.pid_file.unlink(missing_ok=True)
             self._process = None
             return
-        self._signal(pid, signal.SIGTERM)
-        if not self._wait_gone(pid, time.monotonic() + timeout):
+        signal_pid(pid, signal.SIGTERM, "the schema registry", RegistryRuntimeError)
+        if not wait_gone(pid, self._process, time.monotonic() + timeout):
             log.warning("schema registry pid %d did not stop within %.0fs; killing it", pid, timeout)
             if self._is_ours(pid):
-                self._signal(pid, signal.SIGKILL)
-            if not self._wait_gone(pid, time.monotonic() + 10.0):
+                signal_pid(pid, signal.SIGKILL, "the schema registry", RegistryRuntimeError)
+            if not wait_gone(pid, self._process, time.monotonic() + 10.0):
                 raise RegistryRuntimeError(f"the schema registry (pid {pid}) does not stop")
         self.pid_file.unlink(missing_ok=True)
         self._process = None
-
-    @staticmethod
-    def _signal(pid: int, sig: signal.Signals) -> None:
-        try:
-            os.kill(pid, sig)
-        except ProcessLookupError:
-            pass
-        except OSError as exc:
-            if exc.errno != errno.ESRCH:
-                raise RegistryRuntimeError(f"cannot signal the schema registry (pid {pid}): {exc}") from exc
-
-    def _wait_gone(self, pid: int, deadline: float) -> bool:
-        while True:
-            proc = self._process
-            if proc is not None and proc.pid == pid:
-                if proc.poll() is not None:
-                    return True
-            elif not pid_exists(pid):
-                return True
-            if time.monotonic() >= deadline:
-                return False
-            time.sleep(0.1)
 
     def __repr__(self) -> str:
         return f"LocalSchemaRegistry(state_dir={str(self.state_dir)!r}, port={self.port})"
