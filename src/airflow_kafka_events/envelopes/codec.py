@@ -24,7 +24,9 @@ module and needs ``confluent_kafka.schema_registry`` only when a registry is use
 from __future__ import annotations
 
 import io
+import os
 import struct
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
@@ -50,12 +52,14 @@ __all__ = [
     "ASSET_EVENT_CODEC",
     "CONFLUENT_HEADER_SIZE",
     "CONFLUENT_MAGIC",
+    "REGISTRY_CODECS",
     "SINGLE_OBJECT_HEADER_SIZE",
     "SINGLE_OBJECT_MAGIC",
     "TRIGGER_EVENT_CODEC",
     "EnvelopeCodec",
     "EnvelopeCodecs",
     "Framing",
+    "RegistryCodecs",
     "asset_event_codec",
     "detect_framing",
     "envelope_codecs",
@@ -549,10 +553,38 @@ class EnvelopeCodecs:
 
 
 def envelope_codecs(registry: RegistrySettings | None) -> EnvelopeCodecs:
-    """The shared registry-less codecs without ``registry``; else two codecs writing the registry's
-    wire format through one client (both read either framing)."""
+    """The shared registry-less codecs without ``registry``; else this process's two codecs for
+    ``registry`` (:data:`REGISTRY_CODECS`), writing the registry's wire format through one client
+    (both read either framing)."""
     if registry is None:
         return EnvelopeCodecs(TRIGGER_EVENT_CODEC, ASSET_EVENT_CODEC)
+    return REGISTRY_CODECS.get(registry)
+
+
+class RegistryCodecs:
+    """This process's codecs per schema registry settings, made on first use.
+
+    Every reader of one connection's settings (each ``emit_asset_event`` builds its own) shares one
+    registry client and one cache of schema ids and writer schemas: the current schema is
+    registered, and a writer schema fetched, once per process.  Process-wide on purpose, as the
+    producers are.  Keyed by pid: a forked child makes its own client (the parent's HTTP
+    connections are not used across ``fork()``).
+    """
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self._codecs: dict[tuple[int, tuple[Any, ...]], EnvelopeCodecs] = {}
+
+    def get(self, registry: RegistrySettings) -> EnvelopeCodecs:
+        key = (os.getpid(), registry.identity())
+        with self.lock:
+            codecs = self._codecs.get(key)
+            if codecs is None:
+                codecs = self._codecs[key] = _registry_codecs(registry)
+            return codecs
+
+
+def _registry_codecs(registry: RegistrySettings) -> EnvelopeCodecs:
     client = registry.new_client()
     options: dict[str, Any] = {
         "registry_client": client,
@@ -562,3 +594,13 @@ def envelope_codecs(registry: RegistrySettings | None) -> EnvelopeCodecs:
     return EnvelopeCodecs(
         EnvelopeCodec(TriggerEventEnvelope, **options), EnvelopeCodec(AssetEventEnvelope, **options), registry
     )
+
+
+#: The process's codecs per schema registry settings.
+REGISTRY_CODECS = RegistryCodecs()
+# Held across fork(), so that a forked child never inherits the lock taken by a thread it does not have.
+os.register_at_fork(
+    before=REGISTRY_CODECS.lock.acquire,
+    after_in_parent=REGISTRY_CODECS.lock.release,
+    after_in_child=REGISTRY_CODECS.lock.release,
+)

@@ -188,6 +188,18 @@ class RegistrySettings:
             config["timeout"] = max(1, self.timeout_ms // 1000)
         return config
 
+    def identity(self) -> tuple[Any, ...]:
+        """What tells the clients of two settings apart (holds the credentials: never print it)."""
+        return (
+            self.url,
+            self.basic_auth_user_info,
+            self.bearer_auth_token,
+            tuple(sorted(self.tls.items())),
+            self.subject_name_strategy,
+            self.auto_register,
+            self.timeout_ms,
+        )
+
     def new_client(self) -> Any:
         """A ``confluent_kafka.schema_registry.SchemaRegistryClient`` for these settings."""
         from confluent_kafka.schema_registry import SchemaRegistryClient
