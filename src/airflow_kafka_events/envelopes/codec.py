@@ -23,11 +23,12 @@ module and needs ``confluent_kafka.schema_registry`` only when a registry is use
 
 from __future__ import annotations
 
+import asyncio
 import io
 import os
 import struct
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any, ClassVar, Generic, Literal, Protocol, TypeVar
@@ -43,6 +44,8 @@ from airflow_kafka_events.errors import (
     ConfigurationError,
     EnvelopeDecodeError,
     EnvelopeEncodeError,
+    EnvelopeSerializationError,
+    SchemaRegistryUnavailableError,
     TruncatedMessageError,
     UnknownFramingError,
     UnknownSchemaError,
@@ -449,8 +452,13 @@ class EnvelopeCodec(Generic[E]):
         return buffer.getvalue()
 
     # ------------------------------------------------------------------ decode
-    def decode(self, data: bytes) -> E:
-        """The envelope in ``data`` (either framing); ``EnvelopeDecodeError`` subclasses on failure."""
+    def decode(self, data: bytes, *, fetch: bool = True) -> E:
+        """The envelope in ``data`` (either framing); ``EnvelopeDecodeError`` subclasses on failure.
+
+        ``fetch=False`` (on an event loop): never a registry call; a schema id whose writer schema
+        was not fetched yet (:meth:`fetch_writers`) raises
+        :class:`~airflow_kafka_events.errors.SchemaRegistryUnavailableError` (decode it again).
+        """
         if not isinstance(data, (bytes, bytearray, memoryview)):
             raise EnvelopeDecodeError(f"expected bytes to decode, got {type(data).__qualname__}")
         data = bytes(data)
@@ -459,7 +467,7 @@ class EnvelopeCodec(Generic[E]):
             writer = self._writer_by_fingerprint(fingerprint)
         else:
             schema_id, body = parse_confluent(data)
-            writer = self._writer_by_schema_id(schema_id)
+            writer = self._writer_by_schema_id(schema_id, fetch)
         if writer is self.schema and self._fits_fast_path():
             fast = _read_trigger(body)
             if fast is not None:
@@ -492,12 +500,41 @@ class EnvelopeCodec(Generic[E]):
             )
         return writer
 
-    def _writer_by_schema_id(self, schema_id: int) -> dict[str, Any]:
+    def _writer_by_schema_id(self, schema_id: int, fetch: bool = True) -> dict[str, Any]:
         if self._registry is None:
             raise UnknownSchemaError(
                 f"message names schema registry id {schema_id}, but no schema registry client is configured"
             )
+        if not fetch:
+            writer = self._registry.cached_writer(schema_id)
+            if writer is None:
+                raise SchemaRegistryUnavailableError(
+                    f"the writer schema of registry id {schema_id} is not fetched yet (the registry "
+                    "did not answer, or does not know the id): decode the record again"
+                )
+            return writer
         return self._registry.writer(schema_id, self._known_fingerprints())
+
+    async def fetch_writers(self, values: Iterable[bytes | None]) -> None:
+        """Fetch the writer schemas of the registry-framed ``values`` not fetched yet, each in a
+        thread (``asyncio.to_thread``), so that an event loop never waits on the registry's HTTP:
+        :meth:`decode` with ``fetch=False`` then finds them.  A failure (registry unavailable, id
+        unknown) is left for that decode to report.  Nothing to fetch: returns without yielding."""
+        registry = self._registry
+        if registry is None:
+            return
+        missing: list[int] = []
+        for value in values:
+            if value is None or len(value) < CONFLUENT_HEADER_SIZE or value[0] != CONFLUENT_MAGIC:
+                continue
+            schema_id = _CONFLUENT_ID.unpack_from(value, 1)[0]
+            if registry.cached_writer(schema_id) is None and schema_id not in missing:
+                missing.append(schema_id)
+        for schema_id in missing:
+            try:
+                await asyncio.to_thread(self._writer_by_schema_id, schema_id)
+            except EnvelopeSerializationError:
+                pass  # the decode reports it (a verdict, or the registry still to wait for)
 
     def _read_body(self, body: bytes, writer: dict[str, Any]) -> dict[str, Any]:
         reader = self.schema
