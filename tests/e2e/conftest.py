@@ -3,7 +3,8 @@
 * ``airflow_dag_dirs`` -- every ``dags`` directory below ``tests/e2e`` (``tests/e2e/dags``,
   ``tests/e2e/<feature>/dags``, ...). Their files are copied into one session DAGs folder.
 * ``airflow_dags_folder`` -- that session DAGs folder.
-* ``airflow_extra_env`` -- extra environment for every Airflow component (Kafka connection, ...).
+* ``airflow_extra_env`` -- extra environment for every Airflow component (Kafka connections, ...;
+  ``kafka_registry``, through the session's schema registry, when a selected e2e test uses it).
 * ``e2e_topology`` -- the topology of the shared stack: ``production`` (PostgreSQL, CeleryExecutor
   on Redis with two workers, two triggerers; docs/production-topology.md) unless the environment
   variable ``AIRFLOW_KAFKA_EVENTS_E2E_TOPOLOGY`` says ``embedded`` (SQLite, LocalExecutor).
@@ -160,7 +161,32 @@ def airflow_extra_env(request: pytest.FixtureRequest, statsd: StatsdServer) -> d
                 },
             }
         )
+        if _registry_selected(request.session):
+            # tests/e2e/registry: the same broker through the session's schema registry (its DAGs
+            # exist only when this connection does)
+            env["AIRFLOW_CONN_KAFKA_REGISTRY"] = json.dumps(
+                {
+                    "conn_type": "kafka",
+                    "extra": {
+                        "bootstrap.servers": bootstrap,
+                        "group.id": f"e2e-registry-watchers-{watcher_run}",
+                        "enable.auto.commit": "false",
+                        "auto.offset.reset": "earliest",
+                        "topic.metadata.refresh.interval.ms": "2000",
+                        "schema.registry.url": request.getfixturevalue("schema_registry_url"),
+                    },
+                }
+            )
     return env
+
+
+def _registry_selected(session: pytest.Session) -> bool:
+    """Whether a selected e2e test uses the schema registry (only then does the stack get one: its
+    start costs about 12 s when no integration test started it already)."""
+    return any(
+        item.get_closest_marker("e2e") and "schema_registry_url" in getattr(item, "fixturenames", ())
+        for item in session.items
+    )
 
 
 @pytest.fixture(scope="session")

@@ -454,6 +454,45 @@ def test_registry_ids_differ_per_subject_and_asset_codec_works() -> None:
         )
 
 
+def test_decode_without_fetch_never_asks_the_registry_and_fetch_writers_does_it_in_a_thread() -> None:
+    import asyncio
+    import threading
+
+    from airflow_kafka_events.errors import SchemaRegistryUnavailableError
+
+    registry = mock_registry()
+    data = EnvelopeCodec(AssetEventEnvelope, registry_client=registry).encode(full_asset(), topic="a")
+    schema_id, _ = parse_confluent(data)
+    asked: list[str] = []
+
+    class Watched:  # the registry, noting the thread of every fetch
+        def get_schema(self, wanted: int) -> Any:
+            asked.append(threading.current_thread().name)
+            return registry.get_schema(wanted)
+
+    reader = EnvelopeCodec(AssetEventEnvelope, registry_client=Watched())
+    with pytest.raises(SchemaRegistryUnavailableError, match=f"registry id {schema_id} is not fetched yet"):
+        reader.decode(data, fetch=False)
+    assert asked == []
+
+    async def fetch() -> str:
+        await reader.fetch_writers([None, b"", TRIGGER_EVENT_CODEC.encode(full_trigger()), data, data])
+        return threading.current_thread().name
+
+    loop_thread = asyncio.run(fetch())
+    assert len(asked) == 1 and asked[0] != loop_thread  # once per id, not on the loop's thread
+    assert reader.decode(data, fetch=False) == full_asset()
+    asyncio.run(fetch())
+    assert len(asked) == 1  # fetched already
+    # an unknown id: the fetch leaves the verdict to a decode that may ask the registry
+    unknown = frame_confluent(4243, b"\x02r")
+    asyncio.run(reader.fetch_writers([unknown]))
+    with pytest.raises(SchemaRegistryUnavailableError):
+        reader.decode(unknown, fetch=False)
+    with pytest.raises(UnknownSchemaError, match="no schema with id 4243"):
+        reader.decode(unknown)
+
+
 def test_registry_unknown_schema_id() -> None:
     codec = EnvelopeCodec(TriggerEventEnvelope, registry_client=mock_registry())
     with pytest.raises(UnknownSchemaError, match="no schema with id 4242"):

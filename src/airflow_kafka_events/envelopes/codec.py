@@ -23,9 +23,12 @@ module and needs ``confluent_kafka.schema_registry`` only when a registry is use
 
 from __future__ import annotations
 
+import asyncio
 import io
+import os
 import struct
-from collections.abc import Callable, Mapping
+import threading
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any, ClassVar, Generic, Literal, Protocol, TypeVar
@@ -41,6 +44,8 @@ from airflow_kafka_events.errors import (
     ConfigurationError,
     EnvelopeDecodeError,
     EnvelopeEncodeError,
+    EnvelopeSerializationError,
+    SchemaRegistryUnavailableError,
     TruncatedMessageError,
     UnknownFramingError,
     UnknownSchemaError,
@@ -50,12 +55,14 @@ __all__ = [
     "ASSET_EVENT_CODEC",
     "CONFLUENT_HEADER_SIZE",
     "CONFLUENT_MAGIC",
+    "REGISTRY_CODECS",
     "SINGLE_OBJECT_HEADER_SIZE",
     "SINGLE_OBJECT_MAGIC",
     "TRIGGER_EVENT_CODEC",
     "EnvelopeCodec",
     "EnvelopeCodecs",
     "Framing",
+    "RegistryCodecs",
     "asset_event_codec",
     "detect_framing",
     "envelope_codecs",
@@ -445,8 +452,13 @@ class EnvelopeCodec(Generic[E]):
         return buffer.getvalue()
 
     # ------------------------------------------------------------------ decode
-    def decode(self, data: bytes) -> E:
-        """The envelope in ``data`` (either framing); ``EnvelopeDecodeError`` subclasses on failure."""
+    def decode(self, data: bytes, *, fetch: bool = True) -> E:
+        """The envelope in ``data`` (either framing); ``EnvelopeDecodeError`` subclasses on failure.
+
+        ``fetch=False`` (on an event loop): never a registry call; a schema id whose writer schema
+        was not fetched yet (:meth:`fetch_writers`) raises
+        :class:`~airflow_kafka_events.errors.SchemaRegistryUnavailableError` (decode it again).
+        """
         if not isinstance(data, (bytes, bytearray, memoryview)):
             raise EnvelopeDecodeError(f"expected bytes to decode, got {type(data).__qualname__}")
         data = bytes(data)
@@ -455,7 +467,7 @@ class EnvelopeCodec(Generic[E]):
             writer = self._writer_by_fingerprint(fingerprint)
         else:
             schema_id, body = parse_confluent(data)
-            writer = self._writer_by_schema_id(schema_id)
+            writer = self._writer_by_schema_id(schema_id, fetch)
         if writer is self.schema and self._fits_fast_path():
             fast = _read_trigger(body)
             if fast is not None:
@@ -488,12 +500,41 @@ class EnvelopeCodec(Generic[E]):
             )
         return writer
 
-    def _writer_by_schema_id(self, schema_id: int) -> dict[str, Any]:
+    def _writer_by_schema_id(self, schema_id: int, fetch: bool = True) -> dict[str, Any]:
         if self._registry is None:
             raise UnknownSchemaError(
                 f"message names schema registry id {schema_id}, but no schema registry client is configured"
             )
+        if not fetch:
+            writer = self._registry.cached_writer(schema_id)
+            if writer is None:
+                raise SchemaRegistryUnavailableError(
+                    f"the writer schema of registry id {schema_id} is not fetched yet (the registry "
+                    "did not answer, or does not know the id): decode the record again"
+                )
+            return writer
         return self._registry.writer(schema_id, self._known_fingerprints())
+
+    async def fetch_writers(self, values: Iterable[bytes | None]) -> None:
+        """Fetch the writer schemas of the registry-framed ``values`` not fetched yet, each in a
+        thread (``asyncio.to_thread``), so that an event loop never waits on the registry's HTTP:
+        :meth:`decode` with ``fetch=False`` then finds them.  A failure (registry unavailable, id
+        unknown) is left for that decode to report.  Nothing to fetch: returns without yielding."""
+        registry = self._registry
+        if registry is None:
+            return
+        missing: list[int] = []
+        for value in values:
+            if value is None or len(value) < CONFLUENT_HEADER_SIZE or value[0] != CONFLUENT_MAGIC:
+                continue
+            schema_id = _CONFLUENT_ID.unpack_from(value, 1)[0]
+            if registry.cached_writer(schema_id) is None and schema_id not in missing:
+                missing.append(schema_id)
+        for schema_id in missing:
+            try:
+                await asyncio.to_thread(self._writer_by_schema_id, schema_id)
+            except EnvelopeSerializationError:
+                pass  # the decode reports it (a verdict, or the registry still to wait for)
 
     def _read_body(self, body: bytes, writer: dict[str, Any]) -> dict[str, Any]:
         reader = self.schema
@@ -549,10 +590,38 @@ class EnvelopeCodecs:
 
 
 def envelope_codecs(registry: RegistrySettings | None) -> EnvelopeCodecs:
-    """The shared registry-less codecs without ``registry``; else two codecs writing the registry's
-    wire format through one client (both read either framing)."""
+    """The shared registry-less codecs without ``registry``; else this process's two codecs for
+    ``registry`` (:data:`REGISTRY_CODECS`), writing the registry's wire format through one client
+    (both read either framing)."""
     if registry is None:
         return EnvelopeCodecs(TRIGGER_EVENT_CODEC, ASSET_EVENT_CODEC)
+    return REGISTRY_CODECS.get(registry)
+
+
+class RegistryCodecs:
+    """This process's codecs per schema registry settings, made on first use.
+
+    Every reader of one connection's settings (each ``emit_asset_event`` builds its own) shares one
+    registry client and one cache of schema ids and writer schemas: the current schema is
+    registered, and a writer schema fetched, once per process.  Process-wide on purpose, as the
+    producers are.  Keyed by pid: a forked child makes its own client (the parent's HTTP
+    connections are not used across ``fork()``).
+    """
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self._codecs: dict[tuple[int, tuple[Any, ...]], EnvelopeCodecs] = {}
+
+    def get(self, registry: RegistrySettings) -> EnvelopeCodecs:
+        key = (os.getpid(), registry.identity())
+        with self.lock:
+            codecs = self._codecs.get(key)
+            if codecs is None:
+                codecs = self._codecs[key] = _registry_codecs(registry)
+            return codecs
+
+
+def _registry_codecs(registry: RegistrySettings) -> EnvelopeCodecs:
     client = registry.new_client()
     options: dict[str, Any] = {
         "registry_client": client,
@@ -562,3 +631,13 @@ def envelope_codecs(registry: RegistrySettings | None) -> EnvelopeCodecs:
     return EnvelopeCodecs(
         EnvelopeCodec(TriggerEventEnvelope, **options), EnvelopeCodec(AssetEventEnvelope, **options), registry
     )
+
+
+#: The process's codecs per schema registry settings.
+REGISTRY_CODECS = RegistryCodecs()
+# Held across fork(), so that a forked child never inherits the lock taken by a thread it does not have.
+os.register_at_fork(
+    before=REGISTRY_CODECS.lock.acquire,
+    after_in_parent=REGISTRY_CODECS.lock.release,
+    after_in_child=REGISTRY_CODECS.lock.release,
+)

@@ -188,6 +188,18 @@ class RegistrySettings:
             config["timeout"] = max(1, self.timeout_ms // 1000)
         return config
 
+    def identity(self) -> tuple[Any, ...]:
+        """What tells the clients of two settings apart (holds the credentials: never print it)."""
+        return (
+            self.url,
+            self.basic_auth_user_info,
+            self.bearer_auth_token,
+            tuple(sorted(self.tls.items())),
+            self.subject_name_strategy,
+            self.auto_register,
+            self.timeout_ms,
+        )
+
     def new_client(self) -> Any:
         """A ``confluent_kafka.schema_registry.SchemaRegistryClient`` for these settings."""
         from confluent_kafka.schema_registry import SchemaRegistryClient
@@ -273,12 +285,20 @@ class RegistrySchemas:
         self._writers.setdefault(schema_id, schemas.load_schema(schema_name))
         return schema_id
 
+    def cached_writer(self, schema_id: int) -> dict[str, Any] | None:
+        """The writer schema of ``schema_id`` if it was fetched already (no registry call).  An id
+        the registry did not know is asked again each time (a registry's replica may learn it)."""
+        return self._writers.get(schema_id)
+
     def writer(self, schema_id: int, known: Mapping[bytes, dict[str, Any]]) -> dict[str, Any]:
         """The writer schema of ``schema_id``; a registered copy of a ``known`` version (by
         fingerprint) is that already parsed schema."""
         writer = self._writers.get(schema_id)
-        if writer is not None:
-            return writer
+        if writer is None:
+            writer = self._writers[schema_id] = self._fetch(schema_id, known)
+        return writer
+
+    def _fetch(self, schema_id: int, known: Mapping[bytes, dict[str, Any]]) -> dict[str, Any]:
         try:
             registered = self.client.get_schema(schema_id)
         except Exception as exc:
@@ -302,8 +322,7 @@ class RegistrySchemas:
             raise UnknownSchemaError(
                 f"schema registry id {schema_id} holds no usable Avro schema: {exc}"
             ) from exc
-        writer = known.get(fingerprint, parsed)
-        self._writers[schema_id] = writer
+        writer: dict[str, Any] = known.get(fingerprint, parsed)
         return writer
 
 

@@ -244,6 +244,8 @@ class Feed:
                 room = min(READ_BATCH, self.capacity - len(self._records))
                 messages = await reader.poll_batch(room, self._shared.poll_timeout)
                 if messages:
+                    if self._shared.prepare is not None:
+                        await self._shared.prepare(messages)
                     self._offer_own(messages)
                 else:  # read to the end: step over offsets without a record (transaction markers)
                     self._skip_to(await reader.positions(sorted(self.behind)))

@@ -36,7 +36,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Hashable, Iterable, Mapping, Sequence
 from typing import Any
 
 from confluent_kafka import Message
@@ -60,6 +60,9 @@ PARTITION_REFRESH_INTERVAL = 30.0
 
 #: ``decode(message)``: what the feeds' ``match`` and the router see (computed once per record).
 Decode = Callable[[Message], Any]
+#: ``prepare(messages)``: awaited before a batch is decoded, e.g. to fetch what ``decode`` needs
+#: without blocking the event loop (a schema registry's writer schemas, in a thread).
+Prepare = Callable[[Sequence[Message]], Awaitable[None]]
 #: ``route(decoded)``: the routing keys of a decoded record; ``None``: every feed gets it.
 Route = Callable[[Any], Iterable[Hashable] | None]
 #: ``on_read(client, topic, partition, offset)``: called with the last record read per partition
@@ -88,6 +91,7 @@ class SharedReader:
         route: Route,
         poll_timeout: float,
         on_read: OnRead | None = None,
+        prepare: Prepare | None = None,
     ) -> None:
         self._registry = registry
         self.key = key
@@ -95,6 +99,7 @@ class SharedReader:
         self.topics = sorted(topics)
         self.name = name
         self.decode = decode
+        self.prepare = prepare
         self._route = route
         #: seconds a poll of the shared reader (or a catch-up reader) waits: short, because a
         #: feed's client calls (e.g. where a new watcher starts) queue behind it on its thread
@@ -204,6 +209,8 @@ class SharedReader:
                 messages = await self.reader.poll_batch(READ_BATCH, self.poll_timeout)
                 self.fetches += 1
                 if messages:
+                    if self.prepare is not None:
+                        await self.prepare(messages)
                     self._dispatch(messages)
                 elif time.monotonic() >= self._next_refresh:
                     await self._refresh_partitions()
@@ -299,10 +306,12 @@ class SharedReaders:
         route: Route,
         poll_timeout: float = 1.0,
         make_on_read: MakeOnRead | None = None,
+        prepare: Prepare | None = None,
     ) -> SharedReader:
         """The reader for these settings and topics (created on first use); pair every call with
         one :meth:`SharedReader.release` (a feed's ``close`` does it).  ``make_on_read`` is called
-        only when the reader is created (its ``on_read``)."""
+        only when the reader is created (its ``on_read``); ``prepare`` is awaited before each batch
+        is decoded (the reader's records, and its feeds' catch-up readers')."""
         key = self.key(kind, config, topics)
         reader = self._readers.get(key)
         if reader is None:
@@ -316,6 +325,7 @@ class SharedReaders:
                 route=route,
                 poll_timeout=poll_timeout,
                 on_read=None if make_on_read is None else make_on_read(),
+                prepare=prepare,
             )
             self._readers[key] = reader
             self.created += 1

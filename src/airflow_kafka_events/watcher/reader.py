@@ -4,23 +4,24 @@ asset's watchers (see :mod:`airflow_kafka_events.kafka.shared_reader`).
 One :class:`~airflow_kafka_events.kafka.shared_reader.SharedReader` per process, topic set and client
 settings (:data:`READER_KIND`); records are decoded once per process (:class:`_DecodeCache`, also
 when a watcher catching up reads a record the shared reader read) and routed by their asset's
-URI (as given and normalized) and name.
+URI (as given and normalized) and name.  Decoding never calls a schema registry on the event loop:
+the writer schemas of a batch's new schema ids are fetched in a thread first
+(:meth:`~airflow_kafka_events.envelopes.codec.EnvelopeCodec.fetch_writers`), in the batch's order.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Hashable, Mapping, Sequence
 from typing import Any
 
 from confluent_kafka import Message
 
 from airflow_kafka_events import metrics
 from airflow_kafka_events.assets.admission import _normalized_uri
-from airflow_kafka_events.envelopes.codec import ASSET_EVENT_CODEC
+from airflow_kafka_events.envelopes.codec import ASSET_EVENT_CODEC, EnvelopeCodec
 from airflow_kafka_events.envelopes.model import AssetEventEnvelope
 from airflow_kafka_events.errors import SchemaRegistryUnavailableError
-from airflow_kafka_events.kafka.consumer import RecordDecoder
 from airflow_kafka_events.kafka.shared_reader import SHARED_READERS, SharedReader
 
 __all__ = [
@@ -43,7 +44,7 @@ class _DecodeCache:
         self,
         where: Hashable,
         value: bytes | None,
-        codec: RecordDecoder[AssetEventEnvelope] = ASSET_EVENT_CODEC,
+        codec: EnvelopeCodec[AssetEventEnvelope] = ASSET_EVENT_CODEC,
     ) -> AssetEventEnvelope | BaseException:
         found = self._items.get(where)
         if found is not None:
@@ -56,9 +57,9 @@ class _DecodeCache:
             result = EnvelopeDecodeError("the record has no value (a tombstone), not an asset event envelope")
         else:
             try:
-                result = codec.decode(value)
+                result = codec.decode(value, fetch=False)  # no registry call on the event loop
             except SchemaRegistryUnavailableError as exc:
-                return exc  # not a verdict on the record: decoded again when it is handled
+                return exc  # not a verdict on the record: decoded again (in a thread) when it is handled
             except Exception as exc:
                 result = exc
         self._items[where] = result
@@ -71,13 +72,20 @@ _DECODED = _DecodeCache()
 
 
 def _decoder(
-    bootstrap_servers: str, codec: RecordDecoder[AssetEventEnvelope]
+    bootstrap_servers: str, codec: EnvelopeCodec[AssetEventEnvelope]
 ) -> Callable[[Message], AssetEventEnvelope | BaseException]:
     def decode(message: Message) -> AssetEventEnvelope | BaseException:
         where = (bootstrap_servers, str(message.topic()), message.partition(), message.offset())
         return _DECODED.decode(where, message.value(), codec)
 
     return decode
+
+
+def _preparer(codec: EnvelopeCodec[AssetEventEnvelope]) -> Callable[[Sequence[Message]], Awaitable[None]]:
+    async def prepare(messages: Sequence[Message]) -> None:
+        await codec.fetch_writers([message.value() for message in messages])
+
+    return prepare
 
 
 def _route(decoded: AssetEventEnvelope | BaseException) -> list[Hashable] | None:
@@ -100,7 +108,7 @@ def shared_reader(
     config: Mapping[str, Any],
     topics: Sequence[str],
     poll_timeout: float,
-    codec: RecordDecoder[AssetEventEnvelope] = ASSET_EVENT_CODEC,
+    codec: EnvelopeCodec[AssetEventEnvelope] = ASSET_EVENT_CODEC,
 ) -> SharedReader:
     """This process's reader of ``topics`` with these client settings (one per triggerer); its lag
     gauge is built only when the reader is new."""
@@ -113,4 +121,5 @@ def shared_reader(
         route=_route,
         poll_timeout=poll_timeout,
         make_on_read=lambda: metrics.LagReporter(metrics.WATCHER_LAG).observe,
+        prepare=_preparer(codec),
     )

@@ -1,10 +1,12 @@
 """A TCP relay on 127.0.0.1 in front of a real server, switched off and on: the server "goes away"
-for the clients that reach it through the relay (connections refused), and comes back."""
+for the clients that reach it through the relay (connections refused), and comes back.  With
+``delay`` set, every reply waits that many seconds before it is relayed (a slow server)."""
 
 from __future__ import annotations
 
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -17,6 +19,10 @@ class TcpRelay:
         self._threads: list[threading.Thread] = []
         self._lock = threading.Lock()
         self._open: set[socket.socket] = set()
+        #: seconds each chunk of the server's replies waits before it is relayed
+        self.delay = 0.0
+        #: connections relayed so far
+        self.connections = 0
 
     def start(self) -> None:
         """Listen (again on the same port after a stop) and relay every connection."""
@@ -63,16 +69,18 @@ class TcpRelay:
                 continue
             with self._lock:
                 self._open.update((client, upstream))
-            for source, sink in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pipe, args=(source, sink), daemon=True).start()
+                self.connections += 1
+            for source, sink, slow in ((client, upstream, False), (upstream, client, True)):
+                threading.Thread(target=self._pipe, args=(source, sink, slow), daemon=True).start()
 
-    @staticmethod
-    def _pipe(source: socket.socket, sink: socket.socket) -> None:
+    def _pipe(self, source: socket.socket, sink: socket.socket, slow: bool) -> None:
         try:
             while True:
                 data = source.recv(65536)
                 if not data:
                     break
+                if slow and self.delay:
+                    time.sleep(self.delay)
                 sink.sendall(data)
         except OSError:
             pass

@@ -3,12 +3,14 @@
 Streams written by the streaming trigger and read back by the stream reader; records written by
 confluent-kafka's own ``AvroSerializer`` taken by the bridge, and the project's read by its
 ``AvroDeserializer``; an unknown schema id dead-lettered with its reason; a registry that stops
-answering mid-run (a relay in front of it is cut): nothing dead-lettered, nothing lost.
+answering mid-run (a relay in front of it is cut): nothing dead-lettered, nothing lost; a streaming
+trigger's retry while the registry is down fails with the retryable error, and the next one resumes.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 import uuid
@@ -42,6 +44,7 @@ from airflow_kafka_events.errors import SchemaRegistryUnavailableError
 from airflow_kafka_events.kafka.producer import get_producer
 from airflow_kafka_events.kafka.settings import KafkaSettings
 from airflow_kafka_events.streams.consuming.reader import StreamReader
+from airflow_kafka_events.streams.descriptor import StreamDescriptor
 from integration.bridge.fake_airflow import FakeAirflow
 from integration.bridge.test_bridge_kafka import committed, make_config, read_all, running, wait_until
 from integration.registry.tcp_relay import relay_to
@@ -131,6 +134,105 @@ def test_a_stream_is_written_and_read_in_the_registry_wire_format(
     assert TriggerEventEnvelope.from_avro(record) == events[0]
     subject = f"{topic}-value"
     assert subject in SchemaRegistryClient({"url": schema_registry_url}).get_subjects()
+
+
+def _stream_envelopes(
+    bootstrap: str, topic: str, key: str, codec: Any
+) -> list[tuple[int, TriggerEventEnvelope]]:
+    """(offset, envelope) of every record of stream ``key`` in ``topic`` (3 partitions), in order."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"raw-{uuid.uuid4().hex[:8]}",
+            "enable.auto.commit": False,
+        }
+    )
+    partitions = [TopicPartition(topic, p) for p in range(3)]
+    ends = {
+        tp.partition: consumer.get_watermark_offsets(tp, timeout=10, cached=False)[1] for tp in partitions
+    }
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(3)])
+    found: list[tuple[int, TriggerEventEnvelope]] = []
+    read = {p: 0 for p in ends}
+    deadline = time.monotonic() + 60
+    try:
+        while any(read[p] < end for p, end in ends.items()):
+            assert time.monotonic() < deadline, f"could not read {topic} to its end"
+            msg = consumer.poll(0.5)
+            if msg is None or msg.error() is not None:
+                continue
+            read[msg.partition()] = msg.offset() + 1
+            if msg.key() == key.encode():
+                assert msg.value()[0] == CONFLUENT_MAGIC
+                found.append((msg.offset(), codec.decode(msg.value())))
+        return sorted(found, key=lambda item: item[0])
+    finally:
+        consumer.close()
+
+
+@pytest.mark.faults
+def test_a_stream_outlives_a_registry_outage_and_a_retry_resumes_once_the_registry_is_back(
+    kafka_bootstrap, schema_registry_url, new_topic, monkeypatch
+):
+    """The trigger knows its schema id from its start: pages 3-5 are written while the registry is
+    down; the trigger is then stopped (a triggerer restart).  Its retry in a fresh process (a registry
+    client with nothing cached: another URL here) fails with the typed, retryable error while the
+    registry is down, writing nothing; the next retry resumes after page 5: every page once, in order."""
+    topic, key, total = new_topic(partitions=3), f"dag/task/-1/run-{uuid.uuid4().hex}", 10
+    url = urlsplit(schema_registry_url)
+    assert url.hostname is not None and url.port is not None
+    reader = _settings(kafka_bootstrap, schema_registry_url).codecs.trigger
+
+    def connect(port: int) -> None:
+        extra = {
+            "bootstrap.servers": kafka_bootstrap,
+            "schema.registry.url": urlunsplit(url._replace(netloc=f"127.0.0.1:{port}")),
+            "schema.registry.timeout.ms": "2000",
+        }
+        monkeypatch.setenv("AIRFLOW_CONN_KAFKA_DEFAULT", json.dumps({"conn_type": "kafka", "extra": extra}))
+
+    def written() -> list[int]:
+        return [e.sequence_index for _, e in _stream_envelopes(kafka_bootstrap, topic, key, reader)]
+
+    hold = asyncio.Event()
+    samples.HOLD_BEFORE[key] = (3, hold)
+    samples.PAUSE_BEFORE[key] = 6
+    kwargs = {"total": total, "trigger_run_id": key, "topic": topic}
+    with relay_to(url.hostname, url.port) as first_relay, relay_to(url.hostname, url.port) as retry_relay:
+        connect(first_relay.port)
+
+        async def first_run() -> None:
+            task = asyncio.create_task(collect(PagedTrigger(**kwargs)))
+            await samples.wait_for(lambda: written() == [0, 1, 2], timeout=60, what="pages 0-2")
+            first_relay.stop()  # the registry goes away mid-stream
+            hold.set()
+            await samples.wait_for(lambda: written() == list(range(6)), timeout=60, what="pages 3-5")
+            task.cancel()  # a triggerer restart stops the trigger
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+        asyncio.run(first_run())
+        samples.PAUSE_BEFORE.pop(key)
+        samples.HOLD_BEFORE.pop(key)
+
+        connect(retry_relay.port)
+        retry_relay.stop()
+        with pytest.raises(SchemaRegistryUnavailableError, match="could not register"):
+            asyncio.run(collect(PagedTrigger(**kwargs)))
+        assert written() == list(range(6))  # the failed retry wrote nothing
+
+        retry_relay.start()
+        (event,) = asyncio.run(collect(PagedTrigger(**kwargs)))
+
+    assert dict(samples.FETCHES[key]) == {i: 1 for i in range(total)}  # no page fetched twice
+    stored = _stream_envelopes(kafka_bootstrap, topic, key, reader)
+    assert [(e.attempt, e.sequence_index) for _, e in stored] == [(0, i) for i in range(total + 1)]
+    assert [e.payload for _, e in stored[:-1]] == [samples.page_payload(i) for i in range(total)]
+    terminal = stored[-1][1]
+    assert terminal.is_last and terminal.error is None  # no page failed
+    descriptor = StreamDescriptor.from_dict(event.payload)
+    assert (descriptor.attempt, descriptor.count, descriptor.error) == (0, total, None)
+    assert (descriptor.first_offset, descriptor.last_offset) == (stored[0][0], stored[-1][0])
 
 
 # --------------------------------------------------------------------------- asset events

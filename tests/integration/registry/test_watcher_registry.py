@@ -1,13 +1,14 @@
 """The asset watcher (``KafkaAssetEventTrigger`` under Airflow's ``SharedStreamManager``, in-process) on
 a connection with a real schema registry: both framings and confluent-kafka's own serializer fire asset
-events, an unknown schema id is dead-lettered with its reason, and a registry cut off mid-run holds the
-watcher without a dead letter or a lost event."""
+events, an unknown schema id is dead-lettered with its reason, a registry cut off mid-run holds the
+watcher without a dead letter or a lost event, and a slow registry does not hold up the event loop."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import logging
+import time
 import uuid
 from urllib.parse import urlsplit, urlunsplit
 
@@ -139,4 +140,51 @@ def test_a_registry_cut_off_mid_run_holds_the_watcher_without_dead_letters_or_lo
         watchers = _run(watcher, lambda w: len(w.fired[1]) == 3, during=cut_then_restore)
 
     assert [p["event_id"] for p in watchers.fired[1]] == [first.event_id] + [e.event_id for e in later]
+    assert high_watermark(kafka_bootstrap, dlq) == 0
+
+
+def test_the_first_fetch_of_a_schema_id_runs_off_the_event_loop(
+    kafka_bootstrap,
+    schema_registry_url,
+    new_topic,
+    monkeypatch,
+    stores,  # noqa: F811
+):
+    """The registry answers each reply DELAY seconds late: the watcher fetches the writer schema in a
+    thread, so the event loop goes on (no gap near DELAY), and the records still fire in order."""
+    delay = 3.0
+    topic, dlq = new_topic(partitions=1, prefix="watched"), new_topic(partitions=1, prefix="watched-dlq")
+    writer = KafkaSettings({"bootstrap.servers": kafka_bootstrap, "schema.registry.url": schema_registry_url})
+    producer = get_producer(writer.producer_config())
+    events = [_event(n) for n in range(3)]
+    for envelope in events:  # registry-framed: the watcher must fetch the id's writer schema
+        publish(envelope, producer=producer, topic=topic, timeout=30, codec=writer.codecs.asset)
+    url = urlsplit(schema_registry_url)
+    assert url.hostname is not None and url.port is not None
+    gaps: list[float] = []
+    first_fired: list[float] = []
+    with relay_to(url.hostname, url.port) as relay:
+        relay.delay = delay  # a fresh URL: a registry client (and cache) of its own
+        _conn(monkeypatch, kafka_bootstrap, urlunsplit(url._replace(netloc=f"127.0.0.1:{relay.port}")))
+        watcher = KafkaAssetEventTrigger(
+            asset_uri=ASSET.uri, topics=[topic], kafka_config_id=CONN, dlq_topic=dlq
+        )
+
+        async def watch_the_loop(watchers: Watchers) -> None:
+            started = last = time.monotonic()
+            while len(watchers.fired[1]) < len(events):
+                await asyncio.sleep(0.02)
+                now = time.monotonic()
+                gaps.append(now - last)
+                last = now
+                if watchers.fired[1] and not first_fired:
+                    first_fired.append(now - started)
+                assert now - started < 120, "the watcher's events did not come"
+
+        watchers = _run(watcher, lambda w: len(w.fired[1]) == len(events), during=watch_the_loop)
+        asked = relay.connections
+
+    assert [p["event_id"] for p in watchers.fired[1]] == [e.event_id for e in events]
+    assert asked >= 1 and first_fired[0] >= delay  # the writer schema came through the slow relay
+    assert max(gaps) < delay / 2, f"the event loop stood still {max(gaps):.2f}s during the fetch"
     assert high_watermark(kafka_bootstrap, dlq) == 0

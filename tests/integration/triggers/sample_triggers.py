@@ -5,6 +5,7 @@ hold (the triggerer, or a wrapper, builds them from their classpath):
 
 * ``FETCHES[stream][page]``: how many times :class:`PagedTrigger` fetched a page;
 * ``PAUSE_BEFORE[stream] = n``: :class:`PagedTrigger` blocks before fetching page ``n``;
+* ``HOLD_BEFORE[stream] = (n, event)``: :class:`PagedTrigger` waits for ``event`` before fetching page ``n``;
 * ``FAILURES_LEFT[stream]``: how many more times ``fail_at`` raises;
 * ``CLEANUPS[name]`` / ``KILLS[name]``: ``cleanup()`` / ``on_kill()`` calls of the plain
   triggers, by their ``name`` kwarg.
@@ -38,6 +39,7 @@ MODULE = __name__
 
 FETCHES: defaultdict[str, defaultdict[int, int]] = defaultdict(lambda: defaultdict(int))
 PAUSE_BEFORE: dict[str, int] = {}
+HOLD_BEFORE: dict[str, tuple[int, asyncio.Event]] = {}
 FAILURES_LEFT: dict[str, int] = {}
 CLEANUPS: defaultdict[str, int] = defaultdict(int)
 KILLS: defaultdict[str, int] = defaultdict(int)
@@ -91,6 +93,9 @@ class PagedTrigger(StreamingTrigger):
         for index in range(start, self.total):
             if PAUSE_BEFORE.get(stream) == index:
                 await asyncio.get_running_loop().create_future()  # until cancelled
+            hold = HOLD_BEFORE.get(stream)
+            if hold is not None and hold[0] == index:
+                await hold[1].wait()
             if index == self.fail_at:
                 left = FAILURES_LEFT.setdefault(stream, self.fail_times)
                 if left > 0:

@@ -510,3 +510,84 @@ def test_the_package_exposes_emit_asset_event_lazily():
 
     with pytest.raises(AttributeError):
         airflow_kafka_events.no_such_name  # noqa: B018
+
+
+# --------------------------------------------------------------------------- one registry client
+class _CountingRegistry:
+    """A registry client that counts its making and its registrations."""
+
+    made = 0
+
+    def __init__(self) -> None:
+        type(self).made += 1
+        self.registered: list[str] = []
+
+    def register_schema(self, subject, schema):
+        self.registered.append(subject)
+        return 7
+
+
+def test_emits_through_one_connection_share_one_registry_client(monkeypatch, in_task):
+    import uuid
+
+    from airflow_kafka_events.envelopes.codec import CONFLUENT_MAGIC, parse_confluent
+    from airflow_kafka_events.envelopes.registry import RegistrySettings
+    from airflow_kafka_events.provider.hook import KafkaEventsHook
+    from unit.assets.sdk_contexts import RecordingProducer
+
+    url = f"http://registry-{uuid.uuid4().hex[:8]}.invalid:8081"  # this test's own cache entry
+    extras = {"bootstrap.servers": "unit.invalid:9092", "schema.registry.url": url}
+    recording = RecordingProducer()
+    clients: list[_CountingRegistry] = []
+
+    def new_client(settings):
+        clients.append(_CountingRegistry())
+        return clients[-1]
+
+    monkeypatch.setattr(KafkaEventsHook, "_build_config", lambda hook: dict(extras))
+    monkeypatch.setattr(KafkaEventsHook, "get_producer", lambda hook, **kwargs: recording)
+    monkeypatch.setattr(RegistrySettings, "new_client", new_client)
+    in_task()
+
+    emit_asset_event(_asset(), extra={"n": 1}, kafka_config_id="kafka_registry_unit")
+    emit_asset_event(_asset(), extra={"n": 2}, kafka_config_id="kafka_registry_unit")
+
+    assert len(clients) == 1  # one client for the connection, not one per emit
+    assert clients[0].registered == ["airflow.asset-events-value"]  # and the schema id asked for once
+    assert [parse_confluent(s["value"])[0] for s in recording.sent] == [7, 7]
+    assert all(s["value"][0] == CONFLUENT_MAGIC for s in recording.sent)
+
+    extras["schema.registry.auto.register.schemas"] = "false"  # other settings, another client
+    monkeypatch.setattr(_CountingRegistry, "lookup_schema", lambda self, subject, schema: None, raising=False)
+    assert (
+        KafkaEventsHook("kafka_registry_unit").get_settings().codecs.asset.registry_client is not clients[0]
+    )
+    assert len(clients) == 2
+
+
+def test_a_forked_child_makes_its_own_registry_client(monkeypatch):
+    import os
+    import uuid
+
+    from airflow_kafka_events.envelopes.codec import REGISTRY_CODECS
+    from airflow_kafka_events.envelopes.registry import RegistrySettings
+
+    monkeypatch.setattr(RegistrySettings, "new_client", lambda settings: _CountingRegistry())
+    registry = RegistrySettings(url=f"http://registry-{uuid.uuid4().hex[:8]}.invalid:8081")
+    parent = REGISTRY_CODECS.get(registry)
+    assert REGISTRY_CODECS.get(registry) is parent
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: a client of its own, then report and leave at once
+        try:
+            child = REGISTRY_CODECS.get(registry)
+            os.write(
+                write,
+                b"own" if child.asset.registry_client is not parent.asset.registry_client else b"shared",
+            )
+        finally:
+            os._exit(0)
+    os.close(write)
+    os.waitpid(pid, 0)
+    assert os.read(read, 16) == b"own"
+    os.close(read)
