@@ -283,7 +283,8 @@ class SharedReader:
 
 # --------------------------------------------------------------------------- the registry
 class SharedReaders:
-    """The shared readers of this process: one per event loop, kind, client settings and topics."""
+    """The shared readers of this process: one per event loop, kind, client settings, topics and
+    decoding (``variant``: e.g. the codec of a schema registry, which is not a client setting)."""
 
     def __init__(self) -> None:
         self._readers: dict[Hashable, SharedReader] = {}
@@ -291,9 +292,11 @@ class SharedReaders:
         self.created = 0
 
     @staticmethod
-    def key(kind: str, config: Mapping[str, Any], topics: Sequence[str]) -> Hashable:
+    def key(
+        kind: str, config: Mapping[str, Any], topics: Sequence[str], variant: Hashable = None
+    ) -> Hashable:
         settings = tuple(sorted((str(k), repr(v)) for k, v in config.items()))
-        return (id(asyncio.get_running_loop()), kind, settings, tuple(sorted(topics)))
+        return (id(asyncio.get_running_loop()), kind, settings, tuple(sorted(topics)), variant)
 
     def acquire(
         self,
@@ -307,12 +310,14 @@ class SharedReaders:
         poll_timeout: float = 1.0,
         make_on_read: MakeOnRead | None = None,
         prepare: Prepare | None = None,
+        variant: Hashable = None,
     ) -> SharedReader:
         """The reader for these settings and topics (created on first use); pair every call with
         one :meth:`SharedReader.release` (a feed's ``close`` does it).  ``make_on_read`` is called
         only when the reader is created (its ``on_read``); ``prepare`` is awaited before each batch
-        is decoded (the reader's records, and its feeds' catch-up readers')."""
-        key = self.key(kind, config, topics)
+        is decoded (the reader's records, and its feeds' catch-up readers'); readers of equal
+        settings that decode differently (``variant``) are distinct."""
+        key = self.key(kind, config, topics, variant)
         reader = self._readers.get(key)
         if reader is None:
             reader = SharedReader(
@@ -332,8 +337,10 @@ class SharedReaders:
         reader._users += 1
         return reader
 
-    def get(self, kind: str, config: Mapping[str, Any], topics: Sequence[str]) -> SharedReader | None:
-        return self._readers.get(self.key(kind, config, topics))
+    def get(
+        self, kind: str, config: Mapping[str, Any], topics: Sequence[str], variant: Hashable = None
+    ) -> SharedReader | None:
+        return self._readers.get(self.key(kind, config, topics, variant))
 
     def __len__(self) -> int:
         return len(self._readers)

@@ -110,7 +110,8 @@ def shared_reader(
     poll_timeout: float,
     codec: EnvelopeCodec[AssetEventEnvelope] = ASSET_EVENT_CODEC,
 ) -> SharedReader:
-    """This process's reader of ``topics`` with these client settings (one per triggerer); its lag
+    """This process's reader of ``topics`` with these client settings and this codec (one per
+    triggerer: watchers whose connections differ only in their schema registry read apart); its lag
     gauge is built only when the reader is new."""
     return SHARED_READERS.acquire(
         READER_KIND,
@@ -122,4 +123,5 @@ def shared_reader(
         poll_timeout=poll_timeout,
         make_on_read=lambda: metrics.LagReporter(metrics.WATCHER_LAG).observe,
         prepare=_preparer(codec),
+        variant=codec,
     )
