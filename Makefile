@@ -14,14 +14,22 @@ demo: setup
 	$(BIN)/python examples/demo.py $(if $(KEEP),--keep-running) $(if $(TOPOLOGY),--topology $(TOPOLOGY)) \
 		$(if $(REGISTRY),--registry)
 
+# Unit and integration tests run in TEST_WORKERS processes (pytest-xdist; each integration worker has a
+# broker of its own and takes whole files); the e2e tests one at a time (one Airflow stack at a time).
+TEST_WORKERS ?= 2
+UNIT := -m unit -n $(TEST_WORKERS)
+INTEGRATION := -n $(TEST_WORKERS) --dist loadfile --durations=15
+
 test: setup lint docs
-	$(BIN)/pytest --durations=15
+	$(BIN)/pytest $(UNIT)
+	$(BIN)/pytest -m integration $(INTEGRATION)
+	$(BIN)/pytest -m e2e --durations=15
 
 test-unit: setup
-	$(BIN)/pytest -m unit
+	$(BIN)/pytest $(UNIT)
 
 test-integration: setup
-	$(BIN)/pytest -m integration
+	$(BIN)/pytest -m integration $(INTEGRATION)
 
 test-e2e: setup
 	$(BIN)/pytest -m e2e
@@ -46,7 +54,9 @@ $(COMPAT_VENV)/.installed: pyproject.toml constraints.txt $(COMPAT_CONSTRAINTS)
 	touch $@
 
 test-compat: setup $(COMPAT_VENV)/.installed
-	$(COMPAT_VENV)/bin/pytest -m "(unit or integration or compat) and not cluster and not faults" --durations=15
+	$(COMPAT_VENV)/bin/pytest $(UNIT)
+	$(COMPAT_VENV)/bin/pytest -m "integration and not cluster and not faults" $(INTEGRATION)
+	$(COMPAT_VENV)/bin/pytest -m "e2e and compat" --durations=15
 
 # the Kafka Events view's bundle (ui/src -> src/airflow_kafka_events/ui/static/kafka-events.js): commit it
 ui: setup

@@ -386,6 +386,7 @@ def test_dedupe_memory_is_bounded_and_expires():
             "unknown-schema",
         ),
     ],
+    ids=["not-avro", "json", "no-value", "another-envelope-type"],
 )
 def test_poison_goes_to_the_dlq_with_its_reason_and_the_stream_goes_on(
     monkeypatch, capsys, caplog, value, reason
