@@ -144,7 +144,8 @@ from airflow_kafka_events.watcher.confirmations import PAYLOAD_KEY as CONFIRMATI
 from airflow_kafka_events.watcher.confirmations import fired_mark
 from airflow_kafka_events.watcher.dead_letters import WatcherDeadLetters
 from airflow_kafka_events.watcher.keys import durable_key
-from airflow_kafka_events.watcher.stream import KafkaRecord, WatcherStream
+from airflow_kafka_events.watcher.records import KafkaRecord
+from airflow_kafka_events.watcher.stream import WatcherStream
 
 if TYPE_CHECKING:
     from airflow.sdk import Asset
