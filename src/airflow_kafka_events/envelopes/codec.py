@@ -223,7 +223,7 @@ def _write_trigger(envelope: TriggerEventEnvelope) -> bytes:
 
 
 # (data, position) -> (value, next position); ValueError / IndexError on anything unusual.
-def _long_at(data: bytes, pos: int) -> tuple[int, int]:
+def long_at(data: bytes, pos: int) -> tuple[int, int]:
     byte = data[pos]
     if byte < 0x80:
         return (byte >> 1) ^ -(byte & 1), pos + 1
@@ -240,20 +240,20 @@ def _long_at(data: bytes, pos: int) -> tuple[int, int]:
     return (n >> 1) ^ -(n & 1), pos + 1
 
 
-def _bytes_at(data: bytes, pos: int) -> tuple[bytes, int]:
-    size, pos = _long_at(data, pos)
+def bytes_at(data: bytes, pos: int) -> tuple[bytes, int]:
+    size, pos = long_at(data, pos)
     end = pos + size
     if size < 0 or end > len(data):
         raise ValueError("length out of range")
     return data[pos:end], end
 
 
-def _string_at(data: bytes, pos: int) -> tuple[str, int]:
-    raw, pos = _bytes_at(data, pos)
+def string_at(data: bytes, pos: int) -> tuple[str, int]:
+    raw, pos = bytes_at(data, pos)
     return raw.decode(), pos
 
 
-def _some_at(data: bytes, pos: int, read: Callable[[bytes, int], tuple[Any, int]]) -> tuple[Any, int]:
+def some_at(data: bytes, pos: int, read: Callable[[bytes, int], tuple[Any, int]]) -> tuple[Any, int]:
     branch = data[pos]
     if branch == 0:
         return None, pos + 1
@@ -262,36 +262,36 @@ def _some_at(data: bytes, pos: int, read: Callable[[bytes, int], tuple[Any, int]
     return read(data, pos + 1)
 
 
-def _metadata_at(data: bytes, pos: int) -> tuple[dict[str, str], int]:
+def metadata_at(data: bytes, pos: int) -> tuple[dict[str, str], int]:
     result: dict[str, str] = {}
-    count, pos = _long_at(data, pos)
+    count, pos = long_at(data, pos)
     while count:
         if count < 0:
             raise ValueError("sized map block")
         for _ in range(count):
-            key, pos = _string_at(data, pos)
-            result[key], pos = _string_at(data, pos)
-        count, pos = _long_at(data, pos)
+            key, pos = string_at(data, pos)
+            result[key], pos = string_at(data, pos)
+        count, pos = long_at(data, pos)
     return result, pos
 
 
 def _read_trigger(body: bytes) -> TriggerEventEnvelope | None:
     try:
-        run_id, pos = _string_at(body, 0)
-        attempt, pos = _long_at(body, pos)
-        index, pos = _long_at(body, pos)
+        run_id, pos = string_at(body, 0)
+        attempt, pos = long_at(body, pos)
+        index, pos = long_at(body, pos)
         flag, kind = body[pos], body[pos + 1]
         if flag > 1 or kind not in (0, 2, 4):
             return None
-        raw, pos = _bytes_at(body, pos + 2) if kind else (b"", pos + 2)
-        micros, pos = _long_at(body, pos)
+        raw, pos = bytes_at(body, pos + 2) if kind else (b"", pos + 2)
+        micros, pos = long_at(body, pos)
         producer = []  # dag_id, run_id, task_id, map_index, try_number
-        for read in (_string_at, _string_at, _string_at, _long_at, _long_at):
-            value, pos = _some_at(body, pos, read)
+        for read in (string_at, string_at, string_at, long_at, long_at):
+            value, pos = some_at(body, pos, read)
             producer.append(value)
-        cursor, pos = _some_at(body, pos, _string_at)
-        error, pos = _some_at(body, pos, _error_at)
-        metadata, pos = _metadata_at(body, pos)
+        cursor, pos = some_at(body, pos, string_at)
+        error, pos = some_at(body, pos, _error_at)
+        metadata, pos = metadata_at(body, pos)
         if pos != len(body):
             return None
         emitted_at = _EPOCH + timedelta(microseconds=micros)
@@ -314,8 +314,8 @@ def _read_trigger(body: bytes) -> TriggerEventEnvelope | None:
 
 
 def _error_at(data: bytes, pos: int) -> tuple[tuple[str, str], int]:
-    kind, pos = _string_at(data, pos)
-    message, pos = _string_at(data, pos)
+    kind, pos = string_at(data, pos)
+    message, pos = string_at(data, pos)
     return (kind, message), pos
 
 

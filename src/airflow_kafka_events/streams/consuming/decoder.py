@@ -18,7 +18,15 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from airflow_kafka_events.envelopes.codec import SINGLE_OBJECT_MAGIC, EnvelopeCodec
+from airflow_kafka_events.envelopes.codec import (
+    SINGLE_OBJECT_MAGIC,
+    EnvelopeCodec,
+    bytes_at,
+    long_at,
+    metadata_at,
+    some_at,
+    string_at,
+)
 from airflow_kafka_events.envelopes.json_values import json_from_text
 from airflow_kafka_events.envelopes.model import (
     INT32_MAX,
@@ -39,66 +47,12 @@ READ_FINGERPRINT = bytes.fromhex("8e485a47790b7893")
 _HEADER = SINGLE_OBJECT_MAGIC + READ_FINGERPRINT
 _HEADER_SIZE = len(_HEADER)
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
-_U64 = 1 << 64
 _NOTHING_MORE = b"\x00\x00\x00"  # no resume cursor, no error, an empty metadata map
 _PRODUCER_FIELDS = ("dag_id", "run_id", "task_id", "map_index", "try_number")
 
 
 class _Odd(Exception):
     """The bytes are not the common case: the codec decides."""
-
-
-def _long(data: bytes, pos: int) -> tuple[int, int]:
-    """A zig-zag varint (int64) at ``pos``: (value, next position)."""
-    byte = data[pos]
-    if byte < 0x80:
-        return (byte >> 1) ^ -(byte & 1), pos + 1
-    n, shift = byte & 0x7F, 7
-    while byte & 0x80:
-        if shift > 63:
-            raise _Odd
-        pos += 1
-        byte = data[pos]
-        n |= (byte & 0x7F) << shift
-        shift += 7
-    if n >= _U64:
-        raise _Odd
-    return (n >> 1) ^ -(n & 1), pos + 1
-
-
-def _raw(data: bytes, pos: int) -> tuple[bytes, int]:
-    size, pos = _long(data, pos)
-    end = pos + size
-    if size < 0 or end > len(data):
-        raise _Odd
-    return data[pos:end], end
-
-
-def _text(data: bytes, pos: int) -> tuple[str, int]:
-    raw, pos = _raw(data, pos)
-    return raw.decode(), pos
-
-
-def _optional(data: bytes, pos: int, *, text: bool) -> tuple[Any, int]:
-    branch = data[pos]
-    if branch == 0:
-        return None, pos + 1
-    if branch != 2:
-        raise _Odd
-    return _text(data, pos + 1) if text else _long(data, pos + 1)
-
-
-def _metadata(data: bytes, pos: int) -> tuple[dict[str, str], int]:
-    result: dict[str, str] = {}
-    count, pos = _long(data, pos)
-    while count:
-        if count < 0:
-            raise _Odd  # a sized block: the codec reads it
-        for _ in range(count):
-            key, pos = _text(data, pos)
-            result[key], pos = _text(data, pos)
-        count, pos = _long(data, pos)
-    return result, pos
 
 
 def _unchecked(cls: type[Any], fields: dict[str, Any]) -> Any:
@@ -138,12 +92,12 @@ class StreamDecoder:
         if known and data.startswith(known, pos):
             run_id, pos = self._run_id, pos + len(known)
         else:
-            run_id, end = _text(data, pos)
+            run_id, end = string_at(data, pos)
             if not run_id:
                 raise _Odd
             self._run_bytes, self._run_id, pos = data[pos:end], run_id, end
-        attempt, pos = _long(data, pos)
-        index, pos = _long(data, pos)
+        attempt, pos = long_at(data, pos)
+        index, pos = long_at(data, pos)
         if not (0 <= attempt <= INT32_MAX and 0 <= index <= INT64_MAX):
             raise _Odd
         flag, kind = data[pos], data[pos + 1]
@@ -152,18 +106,18 @@ class StreamDecoder:
         if kind == 0:
             raw, pos = b"", pos + 2
         elif kind == 2 or kind == 4:
-            raw, pos = _raw(data, pos + 2)
+            raw, pos = bytes_at(data, pos + 2)
         else:
             raise _Odd
-        micros, pos = _long(data, pos)
+        micros, pos = long_at(data, pos)
         producer, pos = self._producer_at(data, pos)
         if pos + 3 == len(data) and data.endswith(_NOTHING_MORE):
             cursor = error = None
             metadata: dict[str, str] = {}
         else:
-            cursor, pos = _optional(data, pos, text=True)
+            cursor, pos = some_at(data, pos, string_at)
             error, pos = self._error_at(data, pos, is_last=flag == 1)
-            metadata, pos = _metadata(data, pos)
+            metadata, pos = metadata_at(data, pos)
             if pos != len(data):
                 raise _Odd
         emitted_at = _EPOCH + timedelta(microseconds=micros)
@@ -189,11 +143,11 @@ class StreamDecoder:
         if known and self._producer is not None and data.startswith(known, pos):
             return self._producer, pos + len(known)
         start = pos
-        dag_id, pos = _optional(data, pos, text=True)
-        run_id, pos = _optional(data, pos, text=True)
-        task_id, pos = _optional(data, pos, text=True)
-        map_index, pos = _optional(data, pos, text=False)
-        try_number, pos = _optional(data, pos, text=False)
+        dag_id, pos = some_at(data, pos, string_at)
+        run_id, pos = some_at(data, pos, string_at)
+        task_id, pos = some_at(data, pos, string_at)
+        map_index, pos = some_at(data, pos, long_at)
+        try_number, pos = some_at(data, pos, long_at)
         for number in (map_index, try_number):
             if number is not None and not INT32_MIN <= number <= INT32_MAX:
                 raise _Odd
@@ -211,8 +165,8 @@ class StreamDecoder:
             return None, pos + 1
         if branch != 2:
             raise _Odd
-        kind, pos = _text(data, pos + 1)
-        message, pos = _text(data, pos)
+        kind, pos = string_at(data, pos + 1)
+        message, pos = string_at(data, pos)
         if not (is_last and kind):
             raise _Odd
         return _unchecked(StreamFailure, {"type": kind, "message": message}), pos
