@@ -16,13 +16,13 @@ from airflow_kafka_events.bridge.config import (
     DEFAULT_GROUP,
     DEFAULT_TOPIC,
     BridgeConfig,
-    RetryPolicy,
     parse_allow_rules,
     read_password_file,
     read_signing_keys,
 )
 from airflow_kafka_events.cli.main import build_parser
 from airflow_kafka_events.errors import ConfigurationError
+from airflow_kafka_events.retry import RetryPolicy
 
 pytestmark = pytest.mark.unit
 
