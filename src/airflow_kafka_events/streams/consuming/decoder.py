@@ -10,13 +10,22 @@ payload that is not strict JSON -- goes to the codec's ``decode``, which decides
 error; so the decoder accepts exactly what the codec accepts, into equal envelopes (the unit tests
 compare both on random and damaged envelopes).
 
+Around it, which consumed messages a stream reader takes in: on a client error a transient one (a
+partition's end, a broker gone for a moment, a leader moving) is skipped and any other raises
+(:func:`usable_message`); a record with the stream's key that cannot be decoded (a tombstone, bytes
+that are not an envelope, an envelope naming another ``trigger_run_id``) comes back as a rejected
+record for the caller to dead-letter, and never stops the reader (:func:`decode_stream_record`).
+
 One decoder per reader (it is not thread-safe); this module imports no Airflow module.
 """
 
 from __future__ import annotations
 
+import logging
 from datetime import datetime, timedelta, timezone
 from typing import Any
+
+from confluent_kafka import Message
 
 from airflow_kafka_events.envelopes.codec import (
     SINGLE_OBJECT_MAGIC,
@@ -36,10 +45,13 @@ from airflow_kafka_events.envelopes.model import (
     StreamFailure,
     TriggerEventEnvelope,
 )
-from airflow_kafka_events.errors import EnvelopeDecodeError
-from airflow_kafka_events.kafka.consumer import RecordDecoder
+from airflow_kafka_events.errors import EnvelopeDecodeError, KafkaOperationError
+from airflow_kafka_events.kafka.consumer import ConsumedRecord, RecordDecoder
+from airflow_kafka_events.streams.consuming.partition import TRANSIENT_CODES, rejected_record
 
-__all__ = ["READ_FINGERPRINT", "StreamDecoder"]
+log = logging.getLogger(__name__)
+
+__all__ = ["READ_FINGERPRINT", "StreamDecoder", "decode_stream_record", "usable_message"]
 
 #: CRC-64-AVRO fingerprint of the trigger event envelope schema version this decoder reads; a codec
 #: whose current schema differs (a new version) decodes every record itself.
@@ -170,3 +182,42 @@ class StreamDecoder:
         if not (is_last and kind):
             raise _Odd
         return _unchecked(StreamFailure, {"type": kind, "message": message}), pos
+
+
+def usable_message(msg: Message, *, where: str) -> bool:
+    """Whether ``msg`` is a record (``False``: a transient client error, skipped).
+
+    Raises :class:`KafkaOperationError` for a client error that does not heal.
+    """
+    error = msg.error()
+    if error is None:
+        return True
+    if error.code() in TRANSIENT_CODES or error.retriable():
+        log.debug("%s: transient consumer error %s", where, error)
+        return False
+    raise KafkaOperationError(f"consuming {where} failed", kafka_error=error)
+
+
+def decode_stream_record(
+    msg: Message,
+    codec: RecordDecoder[TriggerEventEnvelope],
+    *,
+    trigger_run_id: str,
+    topic: str,
+    where: str,
+) -> TriggerEventEnvelope | ConsumedRecord[TriggerEventEnvelope]:
+    """The envelope of a record with the stream's key, or the rejected record when it is poison."""
+    raw = msg.value()
+    try:
+        if raw is None:
+            raise EnvelopeDecodeError("message has no value (tombstone)")
+        envelope = codec.decode(raw)
+        if envelope.trigger_run_id != trigger_run_id:
+            raise EnvelopeDecodeError(
+                f"record key {trigger_run_id!r} but the envelope names trigger_run_id "
+                f"{envelope.trigger_run_id!r}"
+            )
+    except EnvelopeDecodeError as exc:
+        log.warning("%s: rejecting undecodable record at offset %s: %s", where, msg.offset(), exc)
+        return rejected_record(msg, topic, trigger_run_id.encode("utf-8"), exc)
+    return envelope
