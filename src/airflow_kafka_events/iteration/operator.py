@@ -34,7 +34,6 @@ Waiting for a stream
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
@@ -45,7 +44,7 @@ from airflow.sdk import BaseOperator
 from airflow.sdk.bases.decorator import get_unique_task_id, is_async_callable
 
 from airflow_kafka_events.errors import ConfigurationError
-from airflow_kafka_events.iteration.calling import Binder, item_outcome, validate_iterate_kwargs
+from airflow_kafka_events.iteration.calling import item_handler, validate_iterate_kwargs
 from airflow_kafka_events.iteration.checkpoints import DEFAULT_CHECKPOINT_KEY
 from airflow_kafka_events.iteration.deferral import Resumption, stream_idle, wait_trigger
 from airflow_kafka_events.iteration.items import Item
@@ -344,30 +343,7 @@ class IterableOperator(BaseOperator):
         return emit
 
     def _handler(self) -> Callable[[Any, dict[str, Any]], Any]:
-        fn = self.python_callable
-        op_args = tuple(self.op_args)
-        binder = Binder(fn, op_args, self.op_kwargs)
-        emit = self._emitter()
-
-        if is_async_callable(fn):
-
-            async def handler(item_kwargs: Any, context: dict[str, Any]) -> Any:
-                with item_outcome():
-                    result = await fn(*op_args, **binder(item_kwargs, context))
-                if emit is not None:
-                    await asyncio.to_thread(emit, item_kwargs, context, result)
-                return result
-
-            return handler
-
-        def sync_handler(item_kwargs: Any, context: dict[str, Any]) -> Any:
-            with item_outcome():
-                result = fn(*op_args, **binder(item_kwargs, context))
-            if emit is not None:
-                emit(item_kwargs, context, result)
-            return result
-
-        return sync_handler
+        return item_handler(self.python_callable, self.op_args, self.op_kwargs, self._emitter())
 
     def _kafka_settings(self, kafka_config_id: str | None) -> Any:
         from airflow_kafka_events.provider.hook import KafkaEventsHook
