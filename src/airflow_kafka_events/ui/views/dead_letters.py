@@ -37,10 +37,10 @@ from airflow_kafka_events.ui.inspection.dead_letters import (
     LoadedDeadLetter,
     list_dead_letters,
     load_dead_letter,
-    replay_dead_letter,
 )
 from airflow_kafka_events.ui.inspection.errors import ReplayTargetRefusedError
 from airflow_kafka_events.ui.inspection.redact import redact_text
+from airflow_kafka_events.ui.inspection.replay import replay_dead_letter
 from airflow_kafka_events.ui.inspection.replay_targets import ReplayTargets
 from airflow_kafka_events.ui.security import CSRF_FIELD, REPLAY, csrf_token, refuse_cross_site, session_of
 from airflow_kafka_events.ui.views.common import LIST_PREVIEW, PageRequest, PageRequestDep
