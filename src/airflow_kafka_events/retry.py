@@ -116,19 +116,6 @@ class RetryPolicy:
             return min(self.max_backoff, retry_after)
         return base * (1.0 - self.jitter * rand())
 
-    def gives_up_after(self, failures: int) -> bool:
-        """Whether ``failures`` failed attempts exhaust the policy."""
-        return failures >= self.max_attempts
-
-    def worst_case_wait(self) -> float:
-        """Total backoff, without jitter, before the policy gives up (request time not included)."""
-        return sum(
-            exponential_backoff(
-                n, initial=self.initial_backoff, maximum=self.max_backoff, multiplier=self.multiplier
-            )
-            for n in range(1, self.max_attempts)
-        )
-
 
 def _failure(state: tenacity.RetryCallState) -> BaseException:
     assert state.outcome is not None

@@ -48,7 +48,6 @@ __all__ = [
     "classify_failure",
     "delivery_failure",
     "receipt_for",
-    "receipt_of",
     "too_large_for_producer",
     "wire_size",
 ]
@@ -84,12 +83,6 @@ class DeliveryReceipt(NamedTuple):
     offset: int
     timestamp_ms: int | None
     key: bytes | None
-
-
-def receipt_of(msg: Message) -> DeliveryReceipt:
-    """The receipt of a delivered message."""
-    key = msg.key()
-    return receipt_for(msg, msg.topic() or "", key if isinstance(key, bytes) else None)
 
 
 def receipt_for(msg: Message, topic: str, key: bytes | None) -> DeliveryReceipt:
