@@ -294,23 +294,43 @@ def _read_trigger(body: bytes) -> TriggerEventEnvelope | None:
         metadata, pos = metadata_at(body, pos)
         if pos != len(body):
             return None
-        emitted_at = _EPOCH + timedelta(microseconds=micros)
-        payload = None if kind == 0 else raw if kind == 2 else json_from_text(raw.decode(), what="payload")
+        fields = trigger_fields(
+            run_id, attempt, index, flag, kind, raw, micros, producer, cursor, error, metadata
+        )
     except (ValueError, IndexError, OverflowError, EnvelopeDecodeError):
         return None
-    fields = {
+    return TriggerEventEnvelope._from_checked(fields)
+
+
+def trigger_fields(
+    run_id: str,
+    attempt: int,
+    index: int,
+    flag: int,
+    kind: int,
+    raw: bytes,
+    micros: int,
+    producer: Any,
+    cursor: str | None,
+    error: Any,
+    metadata: dict[str, str],
+) -> dict[str, Any]:
+    """A trigger event envelope's fields from the values of its Avro body, in their order (``flag``:
+    ``is_last``; ``kind`` and ``raw``: the payload's union branch and bytes).  Raises
+    ``EnvelopeDecodeError`` for a JSON payload that is not strict JSON, ``OverflowError`` for a time
+    out of range."""
+    return {
         "trigger_run_id": run_id,
         "sequence_index": index,
         "is_last": flag == 1,
-        "payload": payload,
+        "payload": None if kind == 0 else raw if kind == 2 else json_from_text(raw.decode(), what="payload"),
         "attempt": attempt,
-        "emitted_at": emitted_at,
+        "emitted_at": _EPOCH + timedelta(microseconds=micros),
         "producer": producer,
         "resume_cursor": cursor,
         "error": error,
         "metadata": metadata,
     }
-    return TriggerEventEnvelope._from_checked(fields)
 
 
 def _error_at(data: bytes, pos: int) -> tuple[tuple[str, str], int]:

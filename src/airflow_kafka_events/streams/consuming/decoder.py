@@ -22,7 +22,6 @@ One decoder per reader (it is not thread-safe); this module imports no Airflow m
 from __future__ import annotations
 
 import logging
-from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from confluent_kafka import Message
@@ -35,8 +34,8 @@ from airflow_kafka_events.envelopes.codec import (
     metadata_at,
     some_at,
     string_at,
+    trigger_fields,
 )
-from airflow_kafka_events.envelopes.json_values import json_from_text
 from airflow_kafka_events.envelopes.model import (
     INT32_MAX,
     INT32_MIN,
@@ -58,7 +57,6 @@ __all__ = ["READ_FINGERPRINT", "StreamDecoder", "decode_stream_record", "usable_
 READ_FINGERPRINT = bytes.fromhex("8e485a47790b7893")
 _HEADER = SINGLE_OBJECT_MAGIC + READ_FINGERPRINT
 _HEADER_SIZE = len(_HEADER)
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 _NOTHING_MORE = b"\x00\x00\x00"  # no resume cursor, no error, an empty metadata map
 _PRODUCER_FIELDS = ("dag_id", "run_id", "task_id", "map_index", "try_number")
 
@@ -132,23 +130,10 @@ class StreamDecoder:
             metadata, pos = metadata_at(data, pos)
             if pos != len(data):
                 raise _Odd
-        emitted_at = _EPOCH + timedelta(microseconds=micros)
-        payload = None if kind == 0 else raw if kind == 2 else json_from_text(raw.decode(), what="payload")
-        return _unchecked(
-            TriggerEventEnvelope,
-            {
-                "trigger_run_id": run_id,
-                "sequence_index": index,
-                "is_last": flag == 1,
-                "payload": payload,
-                "attempt": attempt,
-                "emitted_at": emitted_at,
-                "producer": producer,
-                "resume_cursor": cursor,
-                "error": error,
-                "metadata": metadata,
-            },
+        fields = trigger_fields(
+            run_id, attempt, index, flag, kind, raw, micros, producer, cursor, error, metadata
         )
+        return _unchecked(TriggerEventEnvelope, fields)
 
     def _producer_at(self, data: bytes, pos: int) -> tuple[ProducerIdentity, int]:
         known = self._producer_bytes
