@@ -56,14 +56,12 @@ __all__ = [
     "EnvelopeCodec",
     "EnvelopeCodecs",
     "Framing",
-    "asset_event_codec",
     "detect_framing",
     "envelope_codecs",
     "frame_confluent",
     "frame_single_object",
     "parse_confluent",
     "parse_single_object",
-    "trigger_event_codec",
 ]
 
 SINGLE_OBJECT_MAGIC = b"\xc3\x01"
@@ -547,16 +545,6 @@ class EnvelopeCodec(Generic[E]):
 # --------------------------------------------------------------------------- shared codecs
 TRIGGER_EVENT_CODEC: EnvelopeCodec[TriggerEventEnvelope] = EnvelopeCodec(TriggerEventEnvelope)
 ASSET_EVENT_CODEC: EnvelopeCodec[AssetEventEnvelope] = EnvelopeCodec(AssetEventEnvelope)
-
-
-def trigger_event_codec() -> EnvelopeCodec[TriggerEventEnvelope]:
-    """The shared registry-less codec for trigger events."""
-    return TRIGGER_EVENT_CODEC
-
-
-def asset_event_codec() -> EnvelopeCodec[AssetEventEnvelope]:
-    """The shared registry-less codec for asset events."""
-    return ASSET_EVENT_CODEC
 
 
 @dataclass(frozen=True)
