@@ -342,9 +342,6 @@ class IterableOperator(BaseOperator):
 
         return emit
 
-    def _handler(self) -> Callable[[Any, dict[str, Any]], Any]:
-        return item_handler(self.python_callable, self.op_args, self.op_kwargs, self._emitter())
-
     def _kafka_settings(self, kafka_config_id: str | None) -> Any:
         from airflow_kafka_events.provider.hook import KafkaEventsHook
 
@@ -548,7 +545,7 @@ class IterableOperator(BaseOperator):
                 self._give_slot_back(context, source, state, state.carried, True)
             sink = self._open_sink(context, generation) if self.results.results_stream else None
             runner = self._runner(
-                handler=self._handler(),
+                handler=item_handler(self.python_callable, self.op_args, self.op_kwargs, self._emitter()),
                 context=context,
                 store=store,
                 checkpoint_key=DEFAULT_CHECKPOINT_KEY,
