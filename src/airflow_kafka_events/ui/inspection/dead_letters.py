@@ -393,7 +393,8 @@ def load_dead_letter(
     timeout: float = DEFAULT_TIMEOUT,
     preview_limit: int = PREVIEW_LIMIT,
 ) -> LoadedDeadLetter:
-    """The dead letter at ``topic[partition]@offset``, read once (pass it to :func:`replay_dead_letter`)."""
+    """The dead letter at ``topic[partition]@offset``, read once (what
+    :func:`~airflow_kafka_events.ui.inspection.replay.replay_dead_letter` publishes)."""
     with TopicReader(config, topic, timeout=timeout, name="dead-letter reader") as reader:
         msg = reader.read_one(partition, offset)
     letter = _letter(msg)
