@@ -531,7 +531,7 @@ class WatcherStream(SharedStreamProducer):
         )
 
     async def _write_mark(self) -> bool:
-        """Its last state as a clean-stop mark in Kafka (see :mod:`.watcher_stops`)."""
+        """Its last state as a clean-stop mark in Kafka (see :mod:`.stops`)."""
         tracker, stops = self._tracker, self._stops
         if tracker is None or stops is None:
             return False
