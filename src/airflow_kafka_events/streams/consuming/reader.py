@@ -55,7 +55,6 @@ from airflow_kafka_events.errors import (
     ConfigurationError,
     KafkaOperationError,
     StreamFailedError,
-    StreamGapError,
     StreamReadError,
     ValidationError,
 )
@@ -383,9 +382,6 @@ class StreamReader:
         if error is not None:
             raise error
 
-    def _gap_error(self, how: str) -> StreamGapError:
-        return gap_error(self._tracker, f"{self._where()}: ", how, topic=self.topic)
-
     def _fail(self) -> StreamFailedError:
         self._failure_error = failure_error(self._tracker, topic=self.topic)
         return self._failure_error
@@ -519,7 +515,8 @@ class StreamReader:
         if lock_on is not None:
             self._lock_on(lock_on)
         if tracker.buffered_count > self.max_buffered:
-            raise self._gap_error(f"more than {self.max_buffered} later elements arrived meanwhile")
+            how = f"more than {self.max_buffered} later elements arrived meanwhile"
+            raise gap_error(tracker, f"{self._where()}: ", how, topic=self.topic)
         if tracker.progress != before:
             self._deadlines.last_progress = self._clock()
             if tracker.progress[0] != before[0]:
