@@ -398,7 +398,9 @@ class StreamConsumerOperator(BaseOperator):
     ) -> dict[str, Any]:
         """Resumed by the :class:`StreamWaitTrigger`: fail as an in-worker read would, or read on."""
         trigger_run_id = self._trigger_run_id(context)
-        self._raise_for(event or {}, trigger_run_id)
+        error = wait_event_error(event or {}, topic=self.stream.topic, trigger_run_id=trigger_run_id)
+        if error is not None:  # not ready: the typed error an in-worker read raises
+            raise self._not_started(error) if isinstance(error, StreamNotStartedError) else error
         self.log.info(
             "stream %s: resumed (%s, %s page(s) ready) after deferral %d",
             trigger_run_id,
@@ -575,14 +577,6 @@ class StreamConsumerOperator(BaseOperator):
             resume["deferrals"],
         )
         self.defer(trigger=trigger, method_name="resume_reading", kwargs=resume)
-
-    def _raise_for(self, event: Mapping[str, Any], trigger_run_id: str) -> None:
-        """Raise the typed error of a trigger event that is not ``ready``."""
-        error = wait_event_error(event, topic=self.stream.topic, trigger_run_id=trigger_run_id)
-        if isinstance(error, StreamNotStartedError):
-            raise self._not_started(error)
-        if error is not None:
-            raise error
 
     def _trigger_run_id(self, context: Context) -> str:
         try:
