@@ -189,7 +189,8 @@ class WrappedTaskFailedError(AirflowKafkaEventsError):
 
 
 # --------------------------------------------------------------------------- trigger event streams
-def _rebuild_stream_error(cls: type[StreamReadError], args: tuple[Any, ...], state: dict[str, Any]) -> Any:
+def _rebuild_error(cls: type[Exception], args: tuple[Any, ...], state: dict[str, Any]) -> Any:
+    """An error of keyword-only attributes, unpickled (``__reduce__`` of the errors below)."""
     error = cls.__new__(cls)
     error.args = args
     error.__dict__.update(state)
@@ -209,7 +210,7 @@ class StreamReadError(AirflowKafkaEventsError):
 
     def __reduce__(self) -> tuple[Any, ...]:
         # keyword-only attributes survive pickling (task runners ship exceptions between processes)
-        return (_rebuild_stream_error, (type(self), self.args, dict(self.__dict__)))
+        return (_rebuild_error, (type(self), self.args, dict(self.__dict__)))
 
 
 class StreamNotStartedError(StreamReadError, TimeoutError):
@@ -273,13 +274,6 @@ class StreamFailedError(StreamReadError):
 
 
 # --------------------------------------------------------------------------- trigger arguments
-def _rebuild_error(cls: type[Exception], args: tuple[Any, ...], state: dict[str, Any]) -> Any:
-    error = cls.__new__(cls)
-    error.args = args
-    error.__dict__.update(state)
-    return error
-
-
 class TriggerSerializationError(ValidationError):
     """A trigger argument does not survive Airflow's trigger-kwargs serialization round trip.
 

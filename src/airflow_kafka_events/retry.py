@@ -16,7 +16,9 @@ tenacity's.
 * :func:`retry_until` -- attempts until ``operation`` succeeds or raises something
   ``retry_on`` does not accept (e.g. the caller's own deadline error), pausing ``pause``
   seconds between attempts;
-* :func:`exponential_backoff` -- ``initial * multiplier ** (n - 1)``, capped.
+* :func:`exponential_backoff` -- ``initial * multiplier ** (n - 1)``, capped;
+* :class:`RetryPolicy` -- the configurable backoff of the Airflow REST client's callers (the
+  bridge, the watcher's recheck).
 
 This module imports no Airflow module.
 """
@@ -25,15 +27,27 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
+import math
+import random
 import re
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, TypeVar
 
 import tenacity
 
-__all__ = ["exponential_backoff", "parse_retry_after", "retry_call", "retry_call_async", "retry_until"]
+from airflow_kafka_events.errors import ConfigurationError
+
+__all__ = [
+    "RetryPolicy",
+    "exponential_backoff",
+    "parse_retry_after",
+    "retry_call",
+    "retry_call_async",
+    "retry_until",
+]
 
 T = TypeVar("T")
 
@@ -52,6 +66,55 @@ def exponential_backoff(failures: int, *, initial: float, maximum: float, multip
     if failures < 1:
         raise ValueError(f"failures must be >= 1, got {failures}")
     return min(maximum, initial * multiplier ** min(failures - 1, 64))  # no overflow on absurd counts
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Bounded exponential backoff for transient failures (5xx, 408, 429, connection errors).
+
+    ``max_attempts`` counts every attempt, the first included.  The delay after the ``n``-th
+    failure is ``initial_backoff * multiplier ** (n - 1)`` capped at ``max_backoff``, raised to a
+    server's ``Retry-After`` (also capped), then shortened by up to ``jitter`` (a fraction) so
+    that replicas do not retry in lock step; it never exceeds ``max_backoff``.
+    """
+
+    max_attempts: int = 8
+    initial_backoff: float = 0.5
+    max_backoff: float = 30.0
+    multiplier: float = 2.0
+    jitter: float = 0.2
+
+    def __post_init__(self) -> None:
+        if isinstance(self.max_attempts, bool) or not isinstance(self.max_attempts, int):
+            raise ConfigurationError(f"max_attempts must be an int, got {self.max_attempts!r}")
+        if self.max_attempts < 1:
+            raise ConfigurationError(f"max_attempts must be >= 1, got {self.max_attempts}")
+        for name in ("initial_backoff", "max_backoff", "multiplier", "jitter"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise ConfigurationError(f"{name} must be a finite number, got {value!r}")
+        if self.initial_backoff < 0 or self.max_backoff < self.initial_backoff:
+            raise ConfigurationError(
+                f"backoff must satisfy 0 <= initial_backoff <= max_backoff, got "
+                f"{self.initial_backoff} and {self.max_backoff}"
+            )
+        if self.multiplier < 1:
+            raise ConfigurationError(f"multiplier must be >= 1, got {self.multiplier}")
+        if not 0 <= self.jitter < 1:
+            raise ConfigurationError(f"jitter must be in [0, 1), got {self.jitter}")
+
+    def delay(
+        self, failures: int, retry_after: float | None = None, *, rand: Callable[[], float] = random.random
+    ) -> float:
+        """Seconds to wait after ``failures`` failed attempts (``failures >= 1``)."""
+        if failures < 1:
+            raise ValueError(f"failures must be >= 1, got {failures}")
+        base = exponential_backoff(
+            failures, initial=self.initial_backoff, maximum=self.max_backoff, multiplier=self.multiplier
+        )
+        if retry_after is not None and retry_after > base:
+            return min(self.max_backoff, retry_after)
+        return base * (1.0 - self.jitter * rand())
 
 
 def _failure(state: tenacity.RetryCallState) -> BaseException:

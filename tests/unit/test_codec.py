@@ -18,13 +18,11 @@ from airflow_kafka_events.envelopes.codec import (
     ASSET_EVENT_CODEC,
     TRIGGER_EVENT_CODEC,
     EnvelopeCodec,
-    asset_event_codec,
     detect_framing,
     frame_confluent,
     frame_single_object,
     parse_confluent,
     parse_single_object,
-    trigger_event_codec,
 )
 from airflow_kafka_events.envelopes.model import (
     AssetEventEnvelope,
@@ -245,8 +243,6 @@ def test_codec_requires_an_envelope_type() -> None:
 
 # --------------------------------------------------------------------------- round trips
 def test_singletons() -> None:
-    assert trigger_event_codec() is TRIGGER_EVENT_CODEC
-    assert asset_event_codec() is ASSET_EVENT_CODEC
     assert TRIGGER_EVENT_CODEC.envelope_type is TriggerEventEnvelope
     assert TRIGGER_EVENT_CODEC.record_name == "io.airflow_kafka_events.TriggerEventEnvelope"
     assert ASSET_EVENT_CODEC.record_name == "io.airflow_kafka_events.AssetEventEnvelope"

@@ -41,6 +41,7 @@ AIRFLOW_FREE = [
     "airflow_kafka_events.ui.inspection.streams",
     "airflow_kafka_events.ui.inspection.stream_state",
     "airflow_kafka_events.ui.inspection.dead_letters",
+    "airflow_kafka_events.ui.inspection.replay",
     "airflow_kafka_events.ui.inspection.asset_events",
     "airflow_kafka_events.ui.inspection.redact",
     "airflow_kafka_events.ui.inspection.errors",

@@ -33,17 +33,14 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 import httpx
 
 from airflow_kafka_events.__about__ import __version__
 from airflow_kafka_events.assets.publish import PROVENANCE_EXTRA_KEY
 from airflow_kafka_events.errors import AirflowKafkaEventsError
-from airflow_kafka_events.retry import Exhausted, OnRetry, parse_retry_after, retry_call
-
-if TYPE_CHECKING:
-    from airflow_kafka_events.bridge.config import RetryPolicy
+from airflow_kafka_events.retry import Exhausted, OnRetry, RetryPolicy, parse_retry_after, retry_call
 
 log = logging.getLogger(__name__)
 

@@ -21,9 +21,10 @@ from airflow_kafka_events.assets.airflow_api import (
 )
 from airflow_kafka_events.assets.errors import CausationTooDeepError
 from airflow_kafka_events.bridge.airflow_event import event_extra
-from airflow_kafka_events.bridge.config import BridgeConfig, RetryPolicy
+from airflow_kafka_events.bridge.config import BridgeConfig
 from airflow_kafka_events.bridge.errors import BridgeError, DeadLetterError, RetriesExhaustedError
 from airflow_kafka_events.bridge.service import BridgeService, Outcome
+from airflow_kafka_events.retry import RetryPolicy
 
 __all__ = [
     "AirflowApiClient",

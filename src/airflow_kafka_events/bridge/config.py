@@ -23,9 +23,8 @@ import fnmatch
 import json
 import math
 import os
-import random
 import urllib.parse
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,7 +35,7 @@ from airflow_kafka_events.assets.authz import Allowlist
 from airflow_kafka_events.assets.validation import DEFAULT_MAX_EXTRA_BYTES
 from airflow_kafka_events.errors import ConfigurationError, ValidationError
 from airflow_kafka_events.kafka.settings import KafkaSettings
-from airflow_kafka_events.retry import exponential_backoff
+from airflow_kafka_events.retry import RetryPolicy
 
 __all__ = [
     "DEFAULT_DLQ_TOPIC",
@@ -57,7 +56,6 @@ __all__ = [
     "ENV_USERNAME",
     "FAULT_EXIT_AFTER_POST",
     "BridgeConfig",
-    "RetryPolicy",
     "parse_allow_rules",
     "read_password_file",
     "read_signing_keys",
@@ -100,69 +98,6 @@ FAULT_EXIT_AFTER_POST = "exit-after-post"
 
 #: Default bound on an event's causation chain (the asset watcher's default too).
 DEFAULT_MAX_CAUSATION_DEPTH = 8
-
-
-# --------------------------------------------------------------------------- retry policy
-@dataclass(frozen=True)
-class RetryPolicy:
-    """Bounded exponential backoff for transient failures (5xx, 408, 429, connection errors).
-
-    ``max_attempts`` counts every attempt, the first included.  The delay after the ``n``-th
-    failure is ``initial_backoff * multiplier ** (n - 1)`` capped at ``max_backoff``, raised to a
-    server's ``Retry-After`` (also capped), then shortened by up to ``jitter`` (a fraction) so
-    that replicas do not retry in lock step; it never exceeds ``max_backoff``.
-    """
-
-    max_attempts: int = 8
-    initial_backoff: float = 0.5
-    max_backoff: float = 30.0
-    multiplier: float = 2.0
-    jitter: float = 0.2
-
-    def __post_init__(self) -> None:
-        if isinstance(self.max_attempts, bool) or not isinstance(self.max_attempts, int):
-            raise ConfigurationError(f"max_attempts must be an int, got {self.max_attempts!r}")
-        if self.max_attempts < 1:
-            raise ConfigurationError(f"max_attempts must be >= 1, got {self.max_attempts}")
-        for name in ("initial_backoff", "max_backoff", "multiplier", "jitter"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-                raise ConfigurationError(f"{name} must be a finite number, got {value!r}")
-        if self.initial_backoff < 0 or self.max_backoff < self.initial_backoff:
-            raise ConfigurationError(
-                f"backoff must satisfy 0 <= initial_backoff <= max_backoff, got "
-                f"{self.initial_backoff} and {self.max_backoff}"
-            )
-        if self.multiplier < 1:
-            raise ConfigurationError(f"multiplier must be >= 1, got {self.multiplier}")
-        if not 0 <= self.jitter < 1:
-            raise ConfigurationError(f"jitter must be in [0, 1), got {self.jitter}")
-
-    def delay(
-        self, failures: int, retry_after: float | None = None, *, rand: Callable[[], float] = random.random
-    ) -> float:
-        """Seconds to wait after ``failures`` failed attempts (``failures >= 1``)."""
-        if failures < 1:
-            raise ValueError(f"failures must be >= 1, got {failures}")
-        base = exponential_backoff(
-            failures, initial=self.initial_backoff, maximum=self.max_backoff, multiplier=self.multiplier
-        )
-        if retry_after is not None and retry_after > base:
-            return min(self.max_backoff, retry_after)
-        return base * (1.0 - self.jitter * rand())
-
-    def gives_up_after(self, failures: int) -> bool:
-        """Whether ``failures`` failed attempts exhaust the policy."""
-        return failures >= self.max_attempts
-
-    def worst_case_wait(self) -> float:
-        """Total backoff, without jitter, before the policy gives up (request time not included)."""
-        return sum(
-            exponential_backoff(
-                n, initial=self.initial_backoff, maximum=self.max_backoff, multiplier=self.multiplier
-            )
-            for n in range(1, self.max_attempts)
-        )
 
 
 # --------------------------------------------------------------------------- helpers

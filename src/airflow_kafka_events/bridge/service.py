@@ -208,10 +208,6 @@ class BridgeService:
         """Finish the event in flight, commit it, and return from :meth:`run`."""
         self._stop.set()
 
-    @property
-    def stopping(self) -> bool:
-        return self._stop.is_set()
-
     def install_signal_handlers(self) -> None:
         """SIGTERM and SIGINT request a graceful stop (call from the main thread)."""
 

@@ -118,7 +118,8 @@ def _actor(args: argparse.Namespace) -> str:
 
 
 def _replay(args: argparse.Namespace) -> int:
-    from airflow_kafka_events.ui.inspection.dead_letters import load_dead_letter, replay_dead_letter
+    from airflow_kafka_events.ui.inspection.dead_letters import load_dead_letter
+    from airflow_kafka_events.ui.inspection.replay import replay_dead_letter
 
     def command() -> int:
         config, topic = kafka_config(args), role_topic(args, ROLE)

@@ -63,14 +63,12 @@ __all__ = [
     "EnvelopeCodecs",
     "Framing",
     "RegistryCodecs",
-    "asset_event_codec",
     "detect_framing",
     "envelope_codecs",
     "frame_confluent",
     "frame_single_object",
     "parse_confluent",
     "parse_single_object",
-    "trigger_event_codec",
 ]
 
 SINGLE_OBJECT_MAGIC = b"\xc3\x01"
@@ -230,7 +228,7 @@ def _write_trigger(envelope: TriggerEventEnvelope) -> bytes:
 
 
 # (data, position) -> (value, next position); ValueError / IndexError on anything unusual.
-def _long_at(data: bytes, pos: int) -> tuple[int, int]:
+def long_at(data: bytes, pos: int) -> tuple[int, int]:
     byte = data[pos]
     if byte < 0x80:
         return (byte >> 1) ^ -(byte & 1), pos + 1
@@ -247,20 +245,20 @@ def _long_at(data: bytes, pos: int) -> tuple[int, int]:
     return (n >> 1) ^ -(n & 1), pos + 1
 
 
-def _bytes_at(data: bytes, pos: int) -> tuple[bytes, int]:
-    size, pos = _long_at(data, pos)
+def bytes_at(data: bytes, pos: int) -> tuple[bytes, int]:
+    size, pos = long_at(data, pos)
     end = pos + size
     if size < 0 or end > len(data):
         raise ValueError("length out of range")
     return data[pos:end], end
 
 
-def _string_at(data: bytes, pos: int) -> tuple[str, int]:
-    raw, pos = _bytes_at(data, pos)
+def string_at(data: bytes, pos: int) -> tuple[str, int]:
+    raw, pos = bytes_at(data, pos)
     return raw.decode(), pos
 
 
-def _some_at(data: bytes, pos: int, read: Callable[[bytes, int], tuple[Any, int]]) -> tuple[Any, int]:
+def some_at(data: bytes, pos: int, read: Callable[[bytes, int], tuple[Any, int]]) -> tuple[Any, int]:
     branch = data[pos]
     if branch == 0:
         return None, pos + 1
@@ -269,60 +267,80 @@ def _some_at(data: bytes, pos: int, read: Callable[[bytes, int], tuple[Any, int]
     return read(data, pos + 1)
 
 
-def _metadata_at(data: bytes, pos: int) -> tuple[dict[str, str], int]:
+def metadata_at(data: bytes, pos: int) -> tuple[dict[str, str], int]:
     result: dict[str, str] = {}
-    count, pos = _long_at(data, pos)
+    count, pos = long_at(data, pos)
     while count:
         if count < 0:
             raise ValueError("sized map block")
         for _ in range(count):
-            key, pos = _string_at(data, pos)
-            result[key], pos = _string_at(data, pos)
-        count, pos = _long_at(data, pos)
+            key, pos = string_at(data, pos)
+            result[key], pos = string_at(data, pos)
+        count, pos = long_at(data, pos)
     return result, pos
 
 
 def _read_trigger(body: bytes) -> TriggerEventEnvelope | None:
     try:
-        run_id, pos = _string_at(body, 0)
-        attempt, pos = _long_at(body, pos)
-        index, pos = _long_at(body, pos)
+        run_id, pos = string_at(body, 0)
+        attempt, pos = long_at(body, pos)
+        index, pos = long_at(body, pos)
         flag, kind = body[pos], body[pos + 1]
         if flag > 1 or kind not in (0, 2, 4):
             return None
-        raw, pos = _bytes_at(body, pos + 2) if kind else (b"", pos + 2)
-        micros, pos = _long_at(body, pos)
+        raw, pos = bytes_at(body, pos + 2) if kind else (b"", pos + 2)
+        micros, pos = long_at(body, pos)
         producer = []  # dag_id, run_id, task_id, map_index, try_number
-        for read in (_string_at, _string_at, _string_at, _long_at, _long_at):
-            value, pos = _some_at(body, pos, read)
+        for read in (string_at, string_at, string_at, long_at, long_at):
+            value, pos = some_at(body, pos, read)
             producer.append(value)
-        cursor, pos = _some_at(body, pos, _string_at)
-        error, pos = _some_at(body, pos, _error_at)
-        metadata, pos = _metadata_at(body, pos)
+        cursor, pos = some_at(body, pos, string_at)
+        error, pos = some_at(body, pos, _error_at)
+        metadata, pos = metadata_at(body, pos)
         if pos != len(body):
             return None
-        emitted_at = _EPOCH + timedelta(microseconds=micros)
-        payload = None if kind == 0 else raw if kind == 2 else json_from_text(raw.decode(), what="payload")
+        fields = trigger_fields(
+            run_id, attempt, index, flag, kind, raw, micros, producer, cursor, error, metadata
+        )
     except (ValueError, IndexError, OverflowError, EnvelopeDecodeError):
         return None
-    fields = {
+    return TriggerEventEnvelope._from_checked(fields)
+
+
+def trigger_fields(
+    run_id: str,
+    attempt: int,
+    index: int,
+    flag: int,
+    kind: int,
+    raw: bytes,
+    micros: int,
+    producer: Any,
+    cursor: str | None,
+    error: Any,
+    metadata: dict[str, str],
+) -> dict[str, Any]:
+    """A trigger event envelope's fields from the values of its Avro body, in their order (``flag``:
+    ``is_last``; ``kind`` and ``raw``: the payload's union branch and bytes).  Raises
+    ``EnvelopeDecodeError`` for a JSON payload that is not strict JSON, ``OverflowError`` for a time
+    out of range."""
+    return {
         "trigger_run_id": run_id,
         "sequence_index": index,
         "is_last": flag == 1,
-        "payload": payload,
+        "payload": None if kind == 0 else raw if kind == 2 else json_from_text(raw.decode(), what="payload"),
         "attempt": attempt,
-        "emitted_at": emitted_at,
+        "emitted_at": _EPOCH + timedelta(microseconds=micros),
         "producer": producer,
         "resume_cursor": cursor,
         "error": error,
         "metadata": metadata,
     }
-    return TriggerEventEnvelope._from_checked(fields)
 
 
 def _error_at(data: bytes, pos: int) -> tuple[tuple[str, str], int]:
-    kind, pos = _string_at(data, pos)
-    message, pos = _string_at(data, pos)
+    kind, pos = string_at(data, pos)
+    message, pos = string_at(data, pos)
     return (kind, message), pos
 
 
@@ -568,16 +586,6 @@ class EnvelopeCodec(Generic[E]):
 # --------------------------------------------------------------------------- shared codecs
 TRIGGER_EVENT_CODEC: EnvelopeCodec[TriggerEventEnvelope] = EnvelopeCodec(TriggerEventEnvelope)
 ASSET_EVENT_CODEC: EnvelopeCodec[AssetEventEnvelope] = EnvelopeCodec(AssetEventEnvelope)
-
-
-def trigger_event_codec() -> EnvelopeCodec[TriggerEventEnvelope]:
-    """The shared registry-less codec for trigger events."""
-    return TRIGGER_EVENT_CODEC
-
-
-def asset_event_codec() -> EnvelopeCodec[AssetEventEnvelope]:
-    """The shared registry-less codec for asset events."""
-    return ASSET_EVENT_CODEC
 
 
 @dataclass(frozen=True)

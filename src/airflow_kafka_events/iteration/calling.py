@@ -3,16 +3,19 @@
 :func:`validate_iterate_kwargs` checks, when the DAG file is parsed, that the items can be
 passed to the callable; :class:`Binder` builds the keyword arguments of one call (context,
 constants, the item's arguments); :func:`item_outcome` maps what an item's call raised onto
-the runner's outcomes.
+the runner's outcomes; :func:`item_handler` is the runner's handler of one item: the call, then
+the item's partitioned asset event.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import inspect
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
+from airflow.sdk.bases.decorator import is_async_callable
 from airflow.sdk.definitions._internal.mixins import ResolveMixin
 from airflow.sdk.definitions.context import KNOWN_CONTEXT_KEYS
 from airflow.sdk.exceptions import AirflowSkipException, TaskDeferred
@@ -24,6 +27,7 @@ from airflow_kafka_events.streams.consuming.operator import StreamRef
 __all__ = [
     "Binder",
     "is_stream",
+    "item_handler",
     "item_outcome",
     "validate_iterate_kwargs",
 ]
@@ -149,3 +153,36 @@ class Binder:
                 return {k: v for k, v in context.items() if k not in self.positional}
             return context
         return {name: context[name] for name in self.names if name in context}
+
+
+#: ``emit(item_kwargs, context, result)``: an item's partitioned asset event.
+Emit = Callable[[Mapping[str, Any], dict[str, Any], Any], None]
+
+
+def item_handler(
+    fn: Callable[..., Any], op_args: Sequence[Any], op_kwargs: Mapping[str, Any], emit: Emit | None
+) -> Callable[[Any, dict[str, Any]], Any]:
+    """The runner's handler of one item: ``fn`` called like ``@task`` calls it (an async ``fn`` on
+    the event loop), then ``emit`` (on a thread for an async ``fn``)."""
+    op_args = tuple(op_args)
+    binder = Binder(fn, op_args, op_kwargs)
+
+    if is_async_callable(fn):
+
+        async def handler(item_kwargs: Any, context: dict[str, Any]) -> Any:
+            with item_outcome():
+                result = await fn(*op_args, **binder(item_kwargs, context))
+            if emit is not None:
+                await asyncio.to_thread(emit, item_kwargs, context, result)
+            return result
+
+        return handler
+
+    def sync_handler(item_kwargs: Any, context: dict[str, Any]) -> Any:
+        with item_outcome():
+            result = fn(*op_args, **binder(item_kwargs, context))
+        if emit is not None:
+            emit(item_kwargs, context, result)
+        return result
+
+    return sync_handler

@@ -32,15 +32,12 @@ from typing import Any
 
 from airflow_kafka_events.iteration.sources import StreamIdle, StreamItemSource
 from airflow_kafka_events.streams.checkpoint import Checkpoint
-from airflow_kafka_events.streams.consuming.operator import StreamRef
 from airflow_kafka_events.streams.consuming.reader import ReadOptions
 from airflow_kafka_events.streams.consuming.slot_release import WaitOptions
-from airflow_kafka_events.streams.consuming.wait_trigger import StreamWaitTrigger
 
 __all__ = [
     "Resumption",
     "stream_idle",
-    "wait_trigger",
 ]
 
 
@@ -97,35 +94,3 @@ class Resumption:
 
     def to_kwargs(self) -> dict[str, Any]:
         return asdict(self)
-
-
-def wait_trigger(
-    ref: StreamRef,
-    *,
-    dag_id: str,
-    run_id: str,
-    source: StreamItemSource,
-    resumption: Resumption,
-    read: ReadOptions,
-    wait: WaitOptions,
-) -> StreamWaitTrigger:
-    """The trigger that waits for the pages after the ones ``source`` handed out."""
-    return StreamWaitTrigger(
-        topic=ref.topic,
-        trigger_run_id=source.trigger_run_id,
-        kafka_config_id=ref.kafka_config_id,
-        checkpoint=None if source.position is None else source.position.to_json(),
-        max_events=read.max_events,
-        resume_wait=wait.resume_wait,
-        start_timeout=read.start_timeout,
-        start_deadline=resumption.start_deadline,
-        gap_timeout=read.gap_timeout,
-        gap_deadline=source.last_progress + read.gap_timeout,
-        producer={
-            "dag_id": dag_id,
-            "run_id": run_id,
-            "task_id": ref.producer_task_id,
-            "map_index": ref.map_index,
-        },
-        state_poll_interval=wait.state_poll_interval,
-    )

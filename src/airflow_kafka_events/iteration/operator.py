@@ -34,7 +34,6 @@ Waiting for a stream
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
@@ -45,9 +44,9 @@ from airflow.sdk import BaseOperator
 from airflow.sdk.bases.decorator import get_unique_task_id, is_async_callable
 
 from airflow_kafka_events.errors import ConfigurationError
-from airflow_kafka_events.iteration.calling import Binder, item_outcome, validate_iterate_kwargs
+from airflow_kafka_events.iteration.calling import item_handler, validate_iterate_kwargs
 from airflow_kafka_events.iteration.checkpoints import DEFAULT_CHECKPOINT_KEY
-from airflow_kafka_events.iteration.deferral import Resumption, stream_idle, wait_trigger
+from airflow_kafka_events.iteration.deferral import Resumption, stream_idle
 from airflow_kafka_events.iteration.items import Item
 from airflow_kafka_events.iteration.options import (
     CheckpointOptions,
@@ -77,7 +76,7 @@ from airflow_kafka_events.streams.consuming.slot_release import (
     load_note,
     reschedule_consumer,
 )
-from airflow_kafka_events.streams.consuming.wait_trigger import wait_event_error
+from airflow_kafka_events.streams.consuming.wait_trigger import StreamWaitTrigger, wait_event_error
 from airflow_kafka_events.streams.descriptor import generation_of, not_before_of, task_stream_id
 from airflow_kafka_events.streams.producing.trigger import DEFAULT_TOPIC
 
@@ -343,32 +342,6 @@ class IterableOperator(BaseOperator):
 
         return emit
 
-    def _handler(self) -> Callable[[Any, dict[str, Any]], Any]:
-        fn = self.python_callable
-        op_args = tuple(self.op_args)
-        binder = Binder(fn, op_args, self.op_kwargs)
-        emit = self._emitter()
-
-        if is_async_callable(fn):
-
-            async def handler(item_kwargs: Any, context: dict[str, Any]) -> Any:
-                with item_outcome():
-                    result = await fn(*op_args, **binder(item_kwargs, context))
-                if emit is not None:
-                    await asyncio.to_thread(emit, item_kwargs, context, result)
-                return result
-
-            return handler
-
-        def sync_handler(item_kwargs: Any, context: dict[str, Any]) -> Any:
-            with item_outcome():
-                result = fn(*op_args, **binder(item_kwargs, context))
-            if emit is not None:
-                emit(item_kwargs, context, result)
-            return result
-
-        return sync_handler
-
     def _kafka_settings(self, kafka_config_id: str | None) -> Any:
         from airflow_kafka_events.provider.hook import KafkaEventsHook
 
@@ -510,14 +483,8 @@ class IterableOperator(BaseOperator):
         found = self._stream_spec()
         store = state_store_of(context)
         assert found is not None and store is not None
-        ref = found[1].stream
         rerun = Rerun(
-            trigger_run_id=source.trigger_run_id,
-            topic=ref.topic,
-            producer_task_id=ref.producer_task_id,
-            producer_map_index=ref.map_index,
-            start_timeout=self.read.start_timeout,
-            interval=self.wait.reschedule_interval,
+            found[1].stream, source.trigger_run_id, self.read.start_timeout, self.wait.reschedule_interval
         )
         following = state.after(source, carried)
         reschedule_consumer(
@@ -536,15 +503,18 @@ class IterableOperator(BaseOperator):
         found = self._stream_spec()
         assert found is not None
         ti = context["ti"]
-        following = state.after(source, carried)
-        trigger = wait_trigger(
-            found[1].stream,
+        following, ref = state.after(source, carried), found[1].stream
+        trigger = StreamWaitTrigger.waiting_for(
+            ref,
             dag_id=ti.dag_id,
             run_id=ti.run_id,
-            source=source,
-            resumption=state,
+            trigger_run_id=source.trigger_run_id,
+            kafka_config_id=ref.kafka_config_id,
+            checkpoint=following.position,
             read=self.read,
             wait=self.wait,
+            start_deadline=state.start_deadline,
+            gap_deadline=source.last_progress + self.read.gap_timeout,
         )
         self.log.info(
             "no page for %gs and nothing in flight; deferring at item %d, %s (deferral %d)",
@@ -575,7 +545,7 @@ class IterableOperator(BaseOperator):
                 self._give_slot_back(context, source, state, state.carried, True)
             sink = self._open_sink(context, generation) if self.results.results_stream else None
             runner = self._runner(
-                handler=self._handler(),
+                handler=item_handler(self.python_callable, self.op_args, self.op_kwargs, self._emitter()),
                 context=context,
                 store=store,
                 checkpoint_key=DEFAULT_CHECKPOINT_KEY,

@@ -5,9 +5,16 @@
 * :class:`~airflow_kafka_events.errors.DeliveryOutcomeUnknownError` -- it may have been
   written: retry with the same idempotency key.
 
-:func:`classify_failure` tells the two apart (see :mod:`airflow_kafka_events.kafka.producer`
-for how ``produce_sent`` is derived from the statistics).  A send's outcome arrives in a
-:class:`DeliveryFuture`.  This module imports no Airflow module.
+:func:`classify_failure` tells the two apart.  confluent-kafka does not expose librdkafka's
+per-message persistence status (``rd_kafka_message_status``), so it is derived: every broker
+connection's count of fully transmitted Produce requests comes with the statistics
+(``statistics.interval.ms``).  A failed message is *not sent* when its error means the broker
+refused it outright (unknown topic, authorization, size) or when no Produce request at all left
+the producer between the last statistics report before the send and the first one after the
+failure (:class:`AwaitingStatistics`); otherwise the outcome is unknown.  This is conservative: a
+producer busy with other messages reports "unknown".
+
+A send's outcome arrives in a :class:`DeliveryFuture`.  This module imports no Airflow module.
 """
 
 from __future__ import annotations
@@ -48,7 +55,6 @@ __all__ = [
     "classify_failure",
     "delivery_failure",
     "receipt_for",
-    "receipt_of",
     "too_large_for_producer",
     "wire_size",
 ]
@@ -84,12 +90,6 @@ class DeliveryReceipt(NamedTuple):
     offset: int
     timestamp_ms: int | None
     key: bytes | None
-
-
-def receipt_of(msg: Message) -> DeliveryReceipt:
-    """The receipt of a delivered message."""
-    key = msg.key()
-    return receipt_for(msg, msg.topic() or "", key if isinstance(key, bytes) else None)
 
 
 def receipt_for(msg: Message, topic: str, key: bytes | None) -> DeliveryReceipt:

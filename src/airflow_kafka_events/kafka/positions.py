@@ -119,9 +119,6 @@ class PositionTracker:
         """The tags of the records handed on and not finished."""
         return [tag for lane in self._lanes.values() for tag in lane.pending.values()]
 
-    def next_offset(self, tp: Partition) -> int:
-        return self._lane(tp).read_to
-
     # ------------------------------------------------------------------ storing
     def durable(self) -> dict[Partition, int]:
         """Per partition: the first pending offset, else the read frontier."""

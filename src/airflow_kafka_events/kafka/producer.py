@@ -11,25 +11,11 @@ failed.
 
 Callers get a :class:`~airflow_kafka_events.kafka.delivery.DeliveryFuture` (``send``), block
 for a receipt (``send_and_wait``) or await one (``send_async``) without blocking an asyncio loop.
-A send costs little until its report: its future (whose condition is made only when someone
-waits), which is also librdkafka's delivery callback.  A background thread serves the reports,
-except while a sender is busy (:data:`SERVE_BACKLOG` messages in flight): then each send serves
-those that are ready (``poll(0)``, never waiting) and a caller blocked on such a future serves
-them until it resolves, as ``flush()`` does, while the thread keeps out of the way
-(:data:`CALLERS_SERVE`): each report one thread hands to another costs a GIL hand-off.  A
-receipt means the record is durable (``acks=all``).  A failure is one of
-
-* :class:`~airflow_kafka_events.errors.NotSentError` — not sent, nothing will be published;
-* :class:`~airflow_kafka_events.errors.DeliveryOutcomeUnknownError` — it may have been written:
-  retry with the same idempotency key.
-
-confluent-kafka does not expose librdkafka's per-message persistence status
-(``rd_kafka_message_status``), so it is derived: every broker connection's count of fully
-transmitted Produce requests comes with the statistics (``statistics.interval.ms``).  A failed
-message is *not sent* when its error means the broker refused it outright (unknown topic,
-authorization, size) or when no Produce request at all left this producer between the last
-statistics report before the send and the first one after the failure; otherwise the outcome
-is unknown.  This is conservative: a producer busy with other messages reports "unknown".
+The future is also librdkafka's delivery callback.  A background thread serves the reports, and
+while a sender is busy (:data:`SERVE_BACKLOG`) the senders and their waiters serve them themselves:
+each report one thread hands to another costs a GIL hand-off.  A receipt means the record is
+durable (``acks=all``); a failure is *not sent* or of unknown outcome
+(:mod:`~airflow_kafka_events.kafka.delivery` tells them apart).
 
 Fork safety: librdkafka handles must not be used across ``fork()``.  The registry is keyed
 by pid, so a forked child creates its own producer and never touches (or closes) its

@@ -194,7 +194,7 @@ def _alter(admin: Any, name: str, changes: Mapping[str, str], timeout: float) ->
         future.result(timeout=timeout)
 
 
-def _compare(admin: Any, spec: Any, meta: Any, report: TopicReport, apply: bool, timeout: float) -> None:
+def _compare(admin: Any, spec: Any, report: TopicReport, apply: bool, timeout: float) -> None:
     if report.partitions != spec.partitions:
         report.differences.append(
             f"partitions: has {report.partitions}, wanted {spec.partitions} (never changed here: the topic "
@@ -248,7 +248,7 @@ def ensure_configured_topics(
         )
         if topic.name not in created:
             try:
-                _compare(admin, spec, meta, report, apply_configs, timeout)
+                _compare(admin, spec, report, apply_configs, timeout)
             except KafkaException as exc:
                 raise TopicError.from_exception(f"cannot compare topic {topic.name!r}", exc) from exc
             if report.differences:

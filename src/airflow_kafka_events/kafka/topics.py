@@ -41,8 +41,6 @@ _TOPIC_NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 _CLEANUP_POLICIES = frozenset({"delete", "compact", "compact,delete", "delete,compact"})
 #: librdkafka's default ``message.max.bytes``.
 CLIENT_DEFAULT_MESSAGE_MAX_BYTES = 1_000_000
-#: The broker's default ``max.message.bytes`` of a topic (Kafka 4.x).
-BROKER_DEFAULT_MAX_MESSAGE_BYTES = 1_048_588
 TOPIC_MAX_MESSAGE_BYTES = "max.message.bytes"
 
 

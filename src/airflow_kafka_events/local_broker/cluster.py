@@ -346,9 +346,6 @@ class LocalKafkaCluster:
         """SIGKILL one node (after checking its pid is ours): a crash, not a clean shutdown."""
         return self.node(node_id).kill()
 
-    def stop_node(self, node_id: int, timeout: float = 30.0) -> None:
-        self.node(node_id).stop(timeout=timeout)
-
     def start_node(self, node_id: int, timeout: float = 120.0) -> float:
         """Restart one node and wait until the cluster metadata lists it again; return the seconds taken."""
         began = time.monotonic()

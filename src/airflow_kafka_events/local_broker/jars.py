@@ -82,16 +82,7 @@ def ensure_jars(libs_dir: Path, version: str) -> Path:
     with file_lock(version_dir / ".lock"):
         if jars_complete(libs_dir, version):
             return libs_dir
-        mvn = shutil.which("mvn")
-        if mvn is None:
-            raise BrokerError(
-                f"the Kafka {version} jars are not cached in {libs_dir} and mvn (Apache Maven) "
-                "is not installed: install Maven, or copy a fetched cache there"
-            )
-        (version_dir / FETCH_MARKER).unlink(missing_ok=True)
-        shutil.rmtree(libs_dir, ignore_errors=True)
-        for leftover in version_dir.glob("libs.partial-*"):  # from an interrupted fetch
-            shutil.rmtree(leftover, ignore_errors=True)
+        mvn = clear_for_fetch(version_dir, libs_dir, f"the Kafka {version} jars", BrokerError)
         started = time.monotonic()
         log4j_version = KNOWN_LOG4J_VERSIONS.get(version, FALLBACK_LOG4J_VERSION)
         for _attempt in range(2):
@@ -118,26 +109,50 @@ def ensure_jars(libs_dir: Path, version: str) -> Path:
 def _run_mvn(mvn: str, version: str, version_dir: Path, output: Path, log4j_version: str) -> None:
     pom = version_dir / "pom.xml"
     write_atomic(pom, render_pom(version, log4j_version=log4j_version))
-    cmd = [
-        mvn,
-        "-q",
-        "-B",
+    args = [
         "-f",
         str(pom),
         "dependency:copy-dependencies",
         "-DincludeScope=runtime",
         f"-DoutputDirectory={output}",
     ]
-    log.info("fetching the Kafka %s jars with Maven into %s", version, output.parent / "libs")
+    run_mvn(mvn, args, version_dir, output, f"the Kafka {version} jars", BrokerError)
+
+
+def clear_for_fetch(version_dir: Path, target: Path, what: str, error: type[BrokerError]) -> str:
+    """Maven's ``mvn``, once what an earlier fetch of ``what`` into ``target`` left is removed;
+    ``error`` when Maven is not installed."""
+    mvn = shutil.which("mvn")
+    if mvn is None:
+        raise error(
+            f"{what} is not cached in {target} and mvn (Apache Maven) is not installed: "
+            "install Maven, or copy a fetched cache there"
+        )
+    (version_dir / FETCH_MARKER).unlink(missing_ok=True)
+    shutil.rmtree(target, ignore_errors=True)
+    for leftover in version_dir.glob("*.partial-*"):  # from an interrupted fetch
+        shutil.rmtree(leftover, ignore_errors=True)
+    return mvn
+
+
+def run_mvn(mvn: str, args: list[str], cwd: Path, output: Path, what: str, error: type[BrokerError]) -> None:
+    """Fetch ``what`` into ``output`` with Maven (``mvn -q -B`` and ``args``, in ``cwd``); ``error``
+    when it fails, with the end of Maven's output."""
+    log.info("fetching %s with Maven into %s", what, output)
     try:
         proc = subprocess.run(
-            cmd, cwd=version_dir, capture_output=True, text=True, timeout=_FETCH_TIMEOUT, check=False
+            [mvn, "-q", "-B", *args],
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            timeout=_FETCH_TIMEOUT,
+            check=False,
         )
     except subprocess.TimeoutExpired as exc:
-        raise BrokerError(f"fetching the Kafka {version} jars took over {_FETCH_TIMEOUT:.0f}s") from exc
+        raise error(f"fetching {what} took over {_FETCH_TIMEOUT:.0f}s") from exc
     except OSError as exc:
-        raise BrokerError(f"cannot run {mvn}: {exc}") from exc
+        raise error(f"cannot run {mvn}: {exc}") from exc
     if proc.returncode != 0:
         shutil.rmtree(output, ignore_errors=True)
         detail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-LOG_TAIL_LINES:])
-        raise BrokerError(f"fetching the Kafka {version} jars with Maven failed\n{detail}")
+        raise error(f"fetching {what} with Maven failed\n{detail}")

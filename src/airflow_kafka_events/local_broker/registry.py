@@ -39,7 +39,6 @@ from pathlib import Path
 from airflow_kafka_events.errors import BrokerError
 from airflow_kafka_events.local_broker._common import (
     HOST,
-    LOG_TAIL_LINES,
     POLL_INTERVAL,
     default_cache_dir,
     file_lock,
@@ -54,6 +53,7 @@ from airflow_kafka_events.local_broker._common import (
     write_atomic,
     write_state_file,
 )
+from airflow_kafka_events.local_broker.jars import FETCH_MARKER, clear_for_fetch, run_mvn
 from airflow_kafka_events.local_broker.java import parse_java_version
 
 log = logging.getLogger(__name__)
@@ -67,11 +67,9 @@ CCOMPAT_PATH = "/apis/ccompat/v7"
 #: A JDK (its home) for the registry when the ``java`` of ``JAVA_HOME``/``PATH`` is older than 21.
 ENV_REGISTRY_JAVA_HOME = "AIRFLOW_KAFKA_EVENTS_REGISTRY_JAVA_HOME"
 
-FETCH_MARKER = ".fetch-complete.json"
 STATE_FILE = "registry.json"
 PID_FILE = "registry.pid"
 OUT_FILE = "registry.out"
-_FETCH_TIMEOUT = 1800.0
 _JDK_GLOBS = ("/usr/lib/jvm/*/bin/java", "/opt/*/bin/java", "/opt/*/*/bin/java")
 
 
@@ -104,21 +102,14 @@ def ensure_registry(cache_dir: Path | None = None, version: str = DEFAULT_REGIST
     with file_lock(version_dir / ".lock"):
         if registry_complete(app_dir, version):
             return app_dir
-        mvn = shutil.which("mvn")
-        if mvn is None:
-            raise RegistryRuntimeError(
-                f"Apicurio Registry {version} is not cached in {app_dir} and mvn (Apache Maven) is not "
-                "installed: install Maven, or copy a fetched cache there"
-            )
-        (version_dir / FETCH_MARKER).unlink(missing_ok=True)
-        shutil.rmtree(app_dir, ignore_errors=True)
-        for leftover in version_dir.glob("*.partial-*"):  # from an interrupted fetch
-            shutil.rmtree(leftover, ignore_errors=True)
+        mvn = clear_for_fetch(version_dir, app_dir, f"Apicurio Registry {version}", RegistryRuntimeError)
         started = time.monotonic()
         download = version_dir / f"download.partial-{os.getpid()}"
         unpacked = version_dir / f"app.partial-{os.getpid()}"
         try:
-            _run_mvn(mvn, version, version_dir, download)
+            args = [f"{DEPENDENCY_PLUGIN}:copy", f"-Dartifact={REGISTRY_ARTIFACT.format(version=version)}"]
+            args.append(f"-DoutputDirectory={download}")
+            run_mvn(mvn, args, version_dir, download, f"Apicurio Registry {version}", RegistryRuntimeError)
             archives = sorted(download.glob("*.tar.gz"))
             if not archives:
                 raise RegistryRuntimeError(f"the fetch of Apicurio Registry {version} brought no tar.gz")
@@ -140,31 +131,6 @@ def ensure_registry(cache_dir: Path | None = None, version: str = DEFAULT_REGIST
         write_state_file(version_dir / FETCH_MARKER, {"version": version, "artifact": artifact})
         log.info("fetched Apicurio Registry %s in %.1fs", version, time.monotonic() - started)
         return app_dir
-
-
-def _run_mvn(mvn: str, version: str, version_dir: Path, output: Path) -> None:
-    cmd = [
-        mvn,
-        "-q",
-        "-B",
-        f"{DEPENDENCY_PLUGIN}:copy",
-        f"-Dartifact={REGISTRY_ARTIFACT.format(version=version)}",
-        f"-DoutputDirectory={output}",
-    ]
-    log.info("fetching Apicurio Registry %s with Maven into %s", version, version_dir)
-    try:
-        proc = subprocess.run(
-            cmd, cwd=version_dir, capture_output=True, text=True, timeout=_FETCH_TIMEOUT, check=False
-        )
-    except subprocess.TimeoutExpired as exc:
-        raise RegistryRuntimeError(
-            f"fetching Apicurio Registry {version} took over {_FETCH_TIMEOUT:.0f}s"
-        ) from exc
-    except OSError as exc:
-        raise RegistryRuntimeError(f"cannot run {mvn}: {exc}") from exc
-    if proc.returncode != 0:
-        detail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-LOG_TAIL_LINES:])
-        raise RegistryRuntimeError(f"fetching Apicurio Registry {version} with Maven failed\n{detail}")
 
 
 def _java_major(java: str) -> int | None:

@@ -7,23 +7,20 @@ without a metadata DB). Different roles use different connection ids / consumer 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from typing import Any, TypeVar
+from collections.abc import Iterable
+from typing import Any
 
 from airflow.providers.apache.kafka.hooks.base import KafkaBaseHook
 from confluent_kafka.admin import AdminClient
 
 from airflow_kafka_events.kafka.clients import new_admin
-from airflow_kafka_events.kafka.consumer import EnvelopeConsumer, RecordDecoder
 from airflow_kafka_events.kafka.producer import DEFAULT_ROLE, RecordProducer, get_producer
 from airflow_kafka_events.kafka.settings import KafkaSettings
 from airflow_kafka_events.kafka.topics import TopicSpec, client_message_max_bytes, ensure_topics
 
-E = TypeVar("E")
-
 
 class KafkaEventsHook(KafkaBaseHook):
-    """Builds settings, the process-wide producer, consumers and an admin client from a connection.
+    """Builds settings, the process-wide producer and an admin client from a connection.
 
     :param kafka_config_id: Airflow connection id (type ``kafka``), default ``kafka_default``.
     """
@@ -52,13 +49,6 @@ class KafkaEventsHook(KafkaBaseHook):
 
     def get_admin_client(self) -> AdminClient:
         return new_admin(self.get_settings().admin_config(), name=f"hook:{self.kafka_config_id}")
-
-    def get_envelope_consumer(
-        self, decoder: RecordDecoder[E], *, group_id: str, topics: Sequence[str], **extra: Any
-    ) -> EnvelopeConsumer[E]:
-        """A consumer in its own group with manual commits."""
-        config = self.get_settings().consumer_config(group_id, **extra)
-        return EnvelopeConsumer(config, decoder, topics=topics)
 
     def ensure_topics(self, specs: Iterable[TopicSpec], *, timeout: float = 30.0) -> list[str]:
         """Create the missing topics, their ``max.message.bytes`` aligned with this connection's

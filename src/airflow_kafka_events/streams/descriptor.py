@@ -211,14 +211,6 @@ class StreamDescriptor:
     def failed(self) -> bool:
         return self.error is not None
 
-    @property
-    def stream_error(self) -> StreamFailure | None:
-        return (
-            None
-            if self.error is None
-            else StreamFailure(type=self.error["type"], message=self.error["message"])
-        )
-
     def to_dict(self) -> dict[str, Any]:
         """JSON values only (str, int, None, dict of str)."""
         return {

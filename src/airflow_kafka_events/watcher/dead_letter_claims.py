@@ -7,7 +7,7 @@ triggerer cannot see that claim, so each triggerer would write one dead letter o
 
 So the watchers claim such a record in Kafka before writing: each appends a claim (the record's
 coordinates, the dead-letter topic, the claiming watcher) to the watchers' compacted topic
-(``[kafka_events] watcher_stops_topic``, :mod:`.watcher_stops`), every claim of one record in the same
+(``[kafka_events] watcher_stops_topic``, :mod:`.stops`), every claim of one record in the same
 partition of it (chosen by the record's coordinates), and reads that partition up to its own claim.
 The first claim in the partition's log order wins, and every claimer sees the same first claim: only
 its watcher writes the dead letter, the others move on.  A watcher is named by its connection and

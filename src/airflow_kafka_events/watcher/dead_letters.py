@@ -31,8 +31,8 @@ from airflow_kafka_events.dead_letters.letter import DeadLetter
 from airflow_kafka_events.dead_letters.log import log_dead_lettered
 from airflow_kafka_events.dead_letters.writer import DLQ_ROLE, DLQ_TIMEOUT, DeadLetterWriter
 from airflow_kafka_events.watcher.dead_letter_claims import CLAIM_WRITE_TIMEOUT, DeadLetterClaims
+from airflow_kafka_events.watcher.records import KafkaRecord
 from airflow_kafka_events.watcher.stops import mark_key, stops_topic
-from airflow_kafka_events.watcher.stream import KafkaRecord
 
 __all__ = [
     "DEAD_LETTERED",

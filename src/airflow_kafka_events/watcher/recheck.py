@@ -29,6 +29,7 @@ from urllib.parse import urlsplit, urlunsplit
 from airflow_kafka_events.airflow_config import airflow_option
 from airflow_kafka_events.assets.watcher_payload import watcher_payload
 from airflow_kafka_events.errors import ConfigurationError
+from airflow_kafka_events.retry import RetryPolicy
 from airflow_kafka_events.watcher.keys import durable_key_of
 
 if TYPE_CHECKING:
@@ -184,7 +185,6 @@ def _retrying(call: Callable[[], T], what: str, deadline: float) -> T:
     loop), each retry logged with Airflow's answer; no retry waits past ``deadline`` (monotonic): the
     thread must end about when the watcher stops waiting for it (a triggerer's exit waits for it)."""
     from airflow_kafka_events.assets.airflow_api import TransientApiError, retry_api_call
-    from airflow_kafka_events.bridge.config import RetryPolicy
 
     policy = RetryPolicy(max_attempts=RECHECK_ATTEMPTS, max_backoff=RECHECK_MAX_BACKOFF)
 

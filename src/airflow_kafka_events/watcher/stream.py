@@ -50,8 +50,7 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Hashable, Mapping, Sequence
-from dataclasses import dataclass, replace
-from typing import Any, NamedTuple, Protocol
+from typing import Any
 
 from airflow.providers.apache.kafka.triggers.shared_stream import KafkaBrokerPayload
 from airflow.triggers.shared_stream import AdvanceItem, SharedStreamProducer
@@ -60,33 +59,18 @@ from asgiref.sync import sync_to_async
 from airflow_kafka_events.assets.admission import asset_selector
 from airflow_kafka_events.assets.validation import sanitize_asset_uri
 from airflow_kafka_events.envelopes.model import AssetEventEnvelope
-from airflow_kafka_events.errors import ConfigurationError, SchemaRegistryUnavailableError, ValidationError
-from airflow_kafka_events.kafka.positions import (
-    Partition,
-    PositionTracker,
-    positions_from_json,
-    positions_to_json,
-)
-from airflow_kafka_events.kafka.producer import RecordProducer, get_producer
-from airflow_kafka_events.kafka.settings import KafkaSettings
+from airflow_kafka_events.errors import ConfigurationError, SchemaRegistryUnavailableError
+from airflow_kafka_events.kafka.positions import Partition, PositionTracker, positions_to_json
+from airflow_kafka_events.kafka.producer import get_producer
 from airflow_kafka_events.kafka.shared_feed import FEED_CAPACITY, READ_BATCH, FedRecord, Feed
-from airflow_kafka_events.watcher.confirmations import (
-    persisted_key,
-    persisted_seq,
-    recorded_with_events,
-    settle,
-)
 from airflow_kafka_events.watcher.keys import DurableKeys, durable_key
 from airflow_kafka_events.watcher.reader import shared_reader
-from airflow_kafka_events.watcher.recheck import fired_keys, recheck_conn_id
+from airflow_kafka_events.watcher.records import KafkaRecord, Ticket, kafka_record
+from airflow_kafka_events.watcher.resume import PositionStore, StopMarks, forget_run, recheck_airflow, resume
 from airflow_kafka_events.watcher.stops import (
     MARK_WRITE_TIMEOUT,
-    WatcherResumption,
-    decode_mark,
     encode_mark,
     mark_key,
-    read_mark,
-    resumption,
     stops_topic,
     write_mark,
 )
@@ -99,7 +83,6 @@ __all__ = [
     "FLUSH_INTERVAL",
     "PROCESS_LOAD",
     "STATE_KEY",
-    "KafkaRecord",
     "WatcherLoad",
     "WatcherStream",
     "state_key",
@@ -155,39 +138,6 @@ class WatcherLoad:
 PROCESS_LOAD = WatcherLoad()
 
 
-class KafkaRecord(NamedTuple):
-    """One consumed record as a watcher gets it: bytes, coordinates, and the decoding."""
-
-    topic: str
-    partition: int
-    offset: int
-    key: bytes | None
-    value: bytes | None
-    headers: tuple[tuple[str, bytes | None], ...] = ()
-    timestamp_ms: int | None = None
-    #: the decoded envelope, or the error decoding raised (``None``: not decoded yet)
-    decoded: AssetEventEnvelope | BaseException | None = None
-    #: filled by the watcher when it turned the record into an asset event
-    ticket: _Ticket | None = None
-
-
-@dataclass
-class _Ticket:
-    #: the run of the stream that handed the record on, and the record's number in that run (in the
-    #: order handed on): the event fired from it carries both (:mod:`.watcher_confirmations`)
-    run: str = ""
-    seq: int = -1
-    accepted_key: str | None = None
-
-
-class PositionStore(Protocol):
-    async def aget(self, key: str, default: Any = None) -> Any: ...
-
-    async def aset(self, key: str, value: Any) -> None: ...
-
-    async def adelete(self, key: str) -> None: ...
-
-
 def _pending_window() -> int:
     """:data:`PENDING_SHARE` of Airflow's subscriber queue size (read when a stream opens)."""
     try:
@@ -202,45 +152,6 @@ def _pending_window() -> int:
 def state_key(kafka_config_id: str) -> str:
     """The ``asset_state_store`` key of a watcher reading through ``kafka_config_id``."""
     return f"{STATE_KEY}[{kafka_config_id}]"
-
-
-def _headers(raw: Any) -> tuple[tuple[str, bytes | None], ...]:
-    if not raw:
-        return ()
-    items = raw.items() if isinstance(raw, Mapping) else raw
-    out: list[tuple[str, bytes | None]] = []
-    for name, value in items:
-        if value is not None and not isinstance(value, bytes):
-            value = value.encode("utf-8") if isinstance(value, str) else bytes(value)
-        out.append((str(name), value))
-    return tuple(out)
-
-
-def _record(fed: FedRecord, run: str = "", seq: int = -1) -> KafkaRecord:
-    message = fed.message
-    timestamp_type, timestamp = message.timestamp()
-    return KafkaRecord(
-        topic=fed.tp[0],
-        partition=fed.tp[1],
-        offset=fed.offset,
-        key=message.key(),
-        value=message.value(),
-        headers=_headers(message.headers()),
-        timestamp_ms=timestamp if timestamp_type else None,
-        decoded=fed.decoded,
-        ticket=_Ticket(run=run, seq=seq),
-    )
-
-
-@dataclass(frozen=True)
-class _StopMarks:
-    """Where a watcher's clean-stop mark is written and read: made when it opens (the connection is
-    read through the supervisor, and the producer connects ahead of the stop)."""
-
-    settings: KafkaSettings
-    producer: RecordProducer
-    topic: str
-    key: bytes
 
 
 # --------------------------------------------------------------------------- the producer
@@ -294,9 +205,7 @@ class WatcherStream(SharedStreamProducer):
         self._feed: Feed | None = None
         self._tracker: PositionTracker | None = None
         self._keys = DurableKeys(None, ttl=dedupe_ttl)
-        self._resumption = resumption(None, None)  # how its previous run ended (read when it opens)
-        self._previous_run: str | None = None  # the run whose state it resumed from
-        self._stops: _StopMarks | None = None  # where its clean-stop mark goes (set when it opens)
+        self._stops: StopMarks | None = None  # where its clean-stop mark goes (set when it opens)
         self._run = uuid.uuid4().hex  # this run's mark on what it stores and fires
         self._seqs = itertools.count()  # numbers of the records it hands on, in order
         self._room = asyncio.Event()
@@ -316,13 +225,13 @@ class WatcherStream(SharedStreamProducer):
         asset = self.asset_uri if self.asset_uri is not None else f"name={self.asset_name}"
         return f"watcher of {asset} on {self.topics}"
 
-    def _clients(self) -> tuple[dict[str, Any], _StopMarks]:
+    def _clients(self) -> tuple[dict[str, Any], StopMarks]:
         """The reader's configuration and the clean-stop marks' clients, from the connection (sync:
         reads it, while the supervisor still answers; a closing watcher cannot ask it)."""
         from airflow_kafka_events.provider.hook import KafkaEventsHook
 
         settings = KafkaEventsHook(kafka_config_id=self.kafka_config_id).get_settings()
-        stops = _StopMarks(
+        stops = StopMarks(
             settings=settings,
             producer=get_producer(
                 settings.producer_config(), role=STOPS_ROLE, message_timeout=MARK_WRITE_TIMEOUT
@@ -346,112 +255,6 @@ class WatcherStream(SharedStreamProducer):
         return self._store
 
     # ------------------------------------------------------------------ opening
-    async def _load_state(self) -> dict[Partition, int]:
-        stored = await self.store().aget(self._state_key, None)
-        if stored is None:
-            return {}
-        if not isinstance(stored, Mapping):
-            raise ValidationError(f"{self.label}: stored state {self._state_key!r} is not a mapping")
-        self._resumption = found = resumption(stored, await self._read_mark())
-        self._previous_run = stored.get("run") if isinstance(stored.get("run"), str) else None
-        state = found.state or {}
-        self._keys = DurableKeys(state.get("seen"), ttl=self.dedupe_ttl)
-        if found.from_mark:
-            where = self._stops.topic if self._stops is not None else "Kafka"
-            if not await self._settle_in_doubt(found, where):
-                log.info(
-                    "%s resumes after a clean stop (its mark in %s): %d record(s) it fired then awaited "
-                    "Airflow's confirmation and are read again",
-                    self.label,
-                    where,
-                    found.in_doubt,
-                )
-        return positions_from_json(state.get("positions"))
-
-    async def _settle_in_doubt(self, found: WatcherResumption, where: str) -> bool:
-        """Which records in doubt at the clean stop Airflow persisted, from the listener's record
-        (:mod:`~airflow_kafka_events.watcher.confirmations`): those are dropped as repeats
-        when read again, the others fire; nothing is left to recheck.  ``False`` when the mark does
-        not list them or the record does not commit with the events (another state backend)."""
-        run = found.state.get("run") if found.state is not None else None
-        if found.in_doubt_fired is None or not isinstance(run, str) or not recorded_with_events():
-            return False
-        last = None
-        if found.in_doubt_fired:
-            last = persisted_seq(await self.store().aget(persisted_key(run), None))
-        persisted, dropped = settle(found.in_doubt_fired, last)
-        for key in persisted:
-            self._keys.add(key)
-        self._resumption = replace(found, in_doubt=0)
-        log.info(
-            "%s resumes after a clean stop (its mark in %s): of the %d record(s) it fired that awaited "
-            "Airflow's confirmation, Airflow persisted %d (not fired again) and dropped %d (fired again)",
-            self.label,
-            where,
-            found.in_doubt,
-            len(persisted),
-            len(dropped),
-        )
-        return True
-
-    async def _forget_previous_run(self) -> None:
-        """Delete the listener's record of the previous run (this run's state is stored now)."""
-        run, self._previous_run = self._previous_run, None
-        if run is None or run == self._run:
-            return
-        try:
-            await self.store().adelete(persisted_key(run))
-        except Exception as exc:
-            log.debug("%s cannot delete %s: %s", self.label, persisted_key(run), exc)
-
-    async def _read_mark(self) -> dict[str, Any] | None:
-        """This watcher's clean-stop mark in Kafka, ``None`` when it has none or it cannot be read."""
-        stops = self._stops
-        if stops is None:
-            return None
-        try:
-            raw = await asyncio.to_thread(read_mark, stops.settings, stops.topic, stops.key)
-            return decode_mark(raw) if raw is not None else None
-        except Exception as exc:
-            log.warning(
-                "%s cannot read its clean-stop mark from %s: %s; it starts as after a crash",
-                self.label,
-                stops.topic,
-                exc,
-            )
-            return None
-
-    async def _recheck_airflow(self) -> None:
-        """After an unclean stop, the keys of the asset's recent watcher events in Airflow join the
-        repeats this watcher drops (:mod:`~airflow_kafka_events.watcher.recheck`)."""
-        conn_id = recheck_conn_id()
-        if conn_id is None:
-            if not self._resumption.clean:
-                log.info(
-                    "%s resumes after an unclean stop: records its previous run fired after its last store "
-                    "may fire again ([kafka_events] watcher_airflow_api_conn_id is not set)",
-                    self.label,
-                )
-            return
-        try:
-            keys = await fired_keys(conn_id, name=self.asset_name, uri=self._select_uri, topics=self.topics)
-        except Exception as exc:
-            log.warning(
-                "%s resumes after an unclean stop but cannot ask Airflow which of its events exist "
-                "(connection %r, [kafka_events] watcher_airflow_api_conn_id): %s; events its previous "
-                "run fired after its last store may fire again",
-                self.label,
-                conn_id,
-                exc,
-            )
-            return
-        self._keys.add_all(keys)
-        log.info(
-            "%s resumes after an unclean stop: %d recent events of its asset in Airflow are not fired again",
-            self.label,
-            len(keys),
-        )
-
     def _matches(self, decoded: AssetEventEnvelope | BaseException) -> bool:
         """The shared reader's test for this watcher: its asset's envelopes and every undecodable
         record (which the watcher dead-letters)."""
@@ -470,9 +273,17 @@ class WatcherStream(SharedStreamProducer):
         shared = shared_reader(config, self.topics, self.poll_timeout, self._stops.settings.codecs.asset)
         try:
             partitions = await shared.partitions()
-            stored = await self._load_state()
-            if stored and self._resumption.recheck:
-                await self._recheck_airflow()
+            resumed = await resume(self.label, self.store(), self._state_key, self._stops, self.dedupe_ttl)
+            stored, self._keys = resumed.positions, resumed.keys
+            if stored and resumed.resumption.recheck:
+                await recheck_airflow(
+                    self.label,
+                    resumed.resumption,
+                    self._keys,
+                    name=self.asset_name,
+                    uri=self._select_uri,
+                    topics=self.topics,
+                )
             missing = [tp for tp in partitions if tp not in stored]
             starts = {tp: stored[tp] for tp in partitions if tp in stored}
             starts.update(await shared.start_offsets(missing))
@@ -499,7 +310,7 @@ class WatcherStream(SharedStreamProducer):
             "catching up with the shared reader" if feed.catching_up else "through the shared reader",
         )
         await self.flush(force=True)  # a new start (earliest or latest) is durable from now on
-        await self._forget_previous_run()
+        await forget_run(self.label, self.store(), resumed.previous_run, self._run)
         return feed, tracker
 
     # ------------------------------------------------------------------ reading
@@ -536,7 +347,7 @@ class WatcherStream(SharedStreamProducer):
                 if not self._wanted(fed.decoded):
                     tracker.read(tp, offset)
                     continue
-                record = _record(fed, self._run, next(self._seqs))
+                record = kafka_record(fed, self._run, next(self._seqs))
                 tracker.hand_on(tp, offset, record.ticket)
                 yield record, KafkaBrokerPayload(topic=tp[0], partition=tp[1], offset=offset)
             for tp, next_offset in frontier.items():  # only after its records were handed on
@@ -716,11 +527,11 @@ class WatcherStream(SharedStreamProducer):
         return sorted(
             (tag.seq, tag.accepted_key)
             for tag in tags
-            if isinstance(tag, _Ticket) and tag.accepted_key is not None
+            if isinstance(tag, Ticket) and tag.accepted_key is not None
         )
 
     async def _write_mark(self) -> bool:
-        """Its last state as a clean-stop mark in Kafka (see :mod:`.watcher_stops`)."""
+        """Its last state as a clean-stop mark in Kafka (see :mod:`.stops`)."""
         tracker, stops = self._tracker, self._stops
         if tracker is None or stops is None:
             return False

@@ -41,19 +41,13 @@ What Airflow records
     run of its own (docs/airflow-versions.md).
 
 How it consumes
-    Each watcher has a stream of its own
-    (:class:`~airflow_kafka_events.watcher.stream.WatcherStream`, through
-    Airflow's shared-stream ack channel) and a position of its own, kept in the watched asset's
-    ``asset_state_store`` and moved past a record only after Airflow confirmed the asset events
-    made from it (or the record was dead-lettered).  The watchers of one triggerer that read the
-    same topics through the same connection share ONE reader
-    (:mod:`airflow_kafka_events.kafka.shared_reader`) that ``assign()``s every partition -- no
-    consumer group, so two or more triggerers cannot split a topic between them -- fetches and
-    decodes each record once and hands each watcher only its asset's records.  A watcher behind
-    that reader (started late, restarted, moved from another triggerer, or too slow) reads on
-    its own from its position until it has caught up.  A partition without a stored position
-    starts at the connection's ``auto.offset.reset`` (default ``earliest``).  Every blocking client call runs
-    on the reader's own thread (never on the triggerer's shared ``sync_to_async`` thread).
+    Each watcher has a stream (:class:`~airflow_kafka_events.watcher.stream.WatcherStream`, through
+    Airflow's shared-stream ack channel) and a position of its own in the watched asset's
+    ``asset_state_store``, moved past a record only once Airflow confirmed the asset events made from
+    it (or the record was dead-lettered).  The watchers of one triggerer that read the same topics
+    through the same connection share ONE reader that ``assign()``s every partition (no consumer
+    group: triggerers never split a topic) and decodes each record once; a watcher behind it reads on
+    its own until it has caught up (:mod:`airflow_kafka_events.watcher.stream`).
 
 What it does with each record
     1. bytes that are not an asset event envelope (unknown framing, unknown schema, invalid
@@ -78,14 +72,11 @@ What it does with each record
 Deduplication window
     Seen keys live in the watcher's memory (:class:`~airflow_kafka_events.assets.SeenKeys`,
     at most ``dedupe_max_keys`` keys, each for ``dedupe_ttl`` seconds from its first sighting),
-    and the most recent 1,000 keys of events Airflow confirmed are stored with the position,
-    so a repeat published after a restart is dropped too.  After a triggerer crash (``kill
-    -9``), the records whose asset events were confirmed after the last store of the position
-    (stored at most once a second while it moves) become asset events once more: duplicates
-    are bounded to about a second of events, nothing is lost.  A graceful stop (SIGTERM) records
-    the final position in Kafka (:mod:`~airflow_kafka_events.watcher.stops`) and the
-    next start fires only the records in doubt that Airflow did not persist: nothing twice.
-    Consumer DAGs should still be safe to re-run.
+    and the most recent 1,000 keys of events Airflow confirmed are stored with the position, so a
+    repeat published after a restart is dropped too.  After a triggerer crash (``kill -9``)
+    duplicates are bounded to about a second of events, nothing is lost; after a graceful stop
+    (SIGTERM) nothing fires twice (:mod:`~airflow_kafka_events.watcher.stream`).  Consumer DAGs
+    should still be safe to re-run.
 
 Undecodable records
     Every watcher reading a topic sees its undecodable records; within one triggerer the first
@@ -144,7 +135,8 @@ from airflow_kafka_events.watcher.confirmations import PAYLOAD_KEY as CONFIRMATI
 from airflow_kafka_events.watcher.confirmations import fired_mark
 from airflow_kafka_events.watcher.dead_letters import WatcherDeadLetters
 from airflow_kafka_events.watcher.keys import durable_key
-from airflow_kafka_events.watcher.stream import KafkaRecord, WatcherStream
+from airflow_kafka_events.watcher.records import KafkaRecord
+from airflow_kafka_events.watcher.stream import WatcherStream
 
 if TYPE_CHECKING:
     from airflow.sdk import Asset

@@ -24,7 +24,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from airflow_kafka_events.assets.publish import build_envelope, publish
-from airflow_kafka_events.bridge.config import BridgeConfig, RetryPolicy
+from airflow_kafka_events.bridge.config import BridgeConfig
 from airflow_kafka_events.bridge.errors import RetriesExhaustedError
 from airflow_kafka_events.bridge.service import FAULT_EXIT_CODE, BridgeService
 from airflow_kafka_events.dead_letters.letter import DeadLetter
@@ -32,6 +32,7 @@ from airflow_kafka_events.envelopes.codec import ASSET_EVENT_CODEC
 from airflow_kafka_events.envelopes.model import AssetEventEnvelope, AssetRef, EventSource, SourceKind
 from airflow_kafka_events.kafka.producer import get_producer
 from airflow_kafka_events.kafka.settings import KafkaSettings
+from airflow_kafka_events.retry import RetryPolicy
 from integration.bridge.fake_airflow import FakeAirflow
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]

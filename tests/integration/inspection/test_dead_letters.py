@@ -11,12 +11,10 @@ from airflow_kafka_events.dead_letters.headers import DeadLetterReason
 from airflow_kafka_events.envelopes.codec import ASSET_EVENT_CODEC
 from airflow_kafka_events.errors import ValidationError
 from airflow_kafka_events.ui.inspection.dead_letters import (
-    AUDIT_LOGGER,
     dead_letters_by_source,
     get_dead_letter,
     list_dead_letters,
     load_dead_letter,
-    replay_dead_letter,
 )
 from airflow_kafka_events.ui.inspection.errors import (
     NotADeadLetterError,
@@ -25,6 +23,7 @@ from airflow_kafka_events.ui.inspection.errors import (
     ReplayTargetRefusedError,
 )
 from airflow_kafka_events.ui.inspection.reader import TopicReader, message_headers
+from airflow_kafka_events.ui.inspection.replay import AUDIT_LOGGER, replay_dead_letter
 from airflow_kafka_events.ui.inspection.replay_targets import ReplayTargets
 from airflow_kafka_events.ui.inspection.window import ScanWindow
 from integration.inspection.records import asset_event, write_dead_letter

@@ -28,7 +28,7 @@ from airflow_kafka_events.assets.publish import build_envelope, publish
 from airflow_kafka_events.envelopes.model import AssetRef, EventSource, SourceKind
 from airflow_kafka_events.kafka.producer import get_producer
 from airflow_kafka_events.kafka.settings import KafkaSettings
-from airflow_kafka_events.watcher import stream as asset_stream
+from airflow_kafka_events.watcher import resume as watcher_resume
 from airflow_kafka_events.watcher.confirmations import persisted_key
 from airflow_kafka_events.watcher.stream import WatcherStream
 from airflow_kafka_events.watcher.trigger import KafkaAssetEventTrigger
@@ -107,7 +107,7 @@ def test_a_clean_stop_is_resumed_from_its_mark_in_kafka(kafka_bootstrap, new_top
         rechecks.append(args)
         return {}
 
-    monkeypatch.setattr(asset_stream, "fired_keys", no_recheck)
+    monkeypatch.setattr(watcher_resume, "fired_keys", no_recheck)
     producer = get_producer(KafkaSettings({"bootstrap.servers": kafka_bootstrap}).producer_config())
     source = EventSource(SourceKind.EXTERNAL, producer="itest")
     first = [

@@ -372,7 +372,7 @@ def test_the_watcher_trigger_itself_gives_the_bridges_verdict(case, monkeypatch)
     """Not a hand-built config: the pipeline a real KafkaAssetEventTrigger builds from its kwargs."""
     import asyncio
 
-    from airflow_kafka_events.watcher.stream import KafkaRecord
+    from airflow_kafka_events.watcher.records import KafkaRecord
     from airflow_kafka_events.watcher.trigger import KafkaAssetEventTrigger
 
     make, action, stage, reason = SHARED_CASES[case]

@@ -11,7 +11,7 @@ from airflow_kafka_events.assets.admission import DEFAULT_MAX_RECORD_BYTES
 from airflow_kafka_events.assets.airflow_api import AirflowApiClient
 from airflow_kafka_events.assets.authz import Allowlist
 from airflow_kafka_events.assets.publish import build_envelope
-from airflow_kafka_events.bridge.config import BridgeConfig, RetryPolicy
+from airflow_kafka_events.bridge.config import BridgeConfig
 from airflow_kafka_events.bridge.service import BridgeService, Outcome
 from airflow_kafka_events.dead_letters.letter import REFERENCE_PREFIX_BYTES, DeadLetter
 from airflow_kafka_events.envelopes.codec import ASSET_EVENT_CODEC
@@ -20,6 +20,7 @@ from airflow_kafka_events.errors import ConfigurationError, DeliveryError, Kafka
 from airflow_kafka_events.kafka.consumer import ConsumedRecord
 from airflow_kafka_events.kafka.delivery import DeliveryReceipt
 from airflow_kafka_events.kafka.settings import KafkaSettings
+from airflow_kafka_events.retry import RetryPolicy
 from integration.bridge.fake_airflow import FakeAirflow
 
 pytestmark = pytest.mark.unit

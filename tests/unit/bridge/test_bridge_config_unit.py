@@ -16,13 +16,13 @@ from airflow_kafka_events.bridge.config import (
     DEFAULT_GROUP,
     DEFAULT_TOPIC,
     BridgeConfig,
-    RetryPolicy,
     parse_allow_rules,
     read_password_file,
     read_signing_keys,
 )
 from airflow_kafka_events.cli.main import build_parser
 from airflow_kafka_events.errors import ConfigurationError
+from airflow_kafka_events.retry import RetryPolicy
 
 pytestmark = pytest.mark.unit
 
@@ -279,11 +279,9 @@ def test_retry_after_raises_the_delay_but_not_past_the_cap():
     assert policy.delay(3, retry_after=0.1) == 2
 
 
-def test_attempts_are_bounded():
-    policy = RetryPolicy(max_attempts=3)
-    assert [policy.gives_up_after(n) for n in (1, 2, 3, 4)] == [False, False, True, True]
-    assert RetryPolicy(max_attempts=4, initial_backoff=1, max_backoff=3).worst_case_wait() == 1 + 2 + 3
-    assert RetryPolicy().worst_case_wait() < 300  # below the consumer's max.poll.interval.ms
+def test_the_default_policy_gives_up_before_the_consumer_leaves_its_group():
+    policy = RetryPolicy(jitter=0)
+    assert sum(policy.delay(n) for n in range(1, policy.max_attempts)) < 300  # max.poll.interval.ms
 
 
 @pytest.mark.parametrize(

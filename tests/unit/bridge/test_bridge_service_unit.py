@@ -15,7 +15,7 @@ from airflow_kafka_events.assets.airflow_api import AirflowApiClient, Authentica
 from airflow_kafka_events.assets.authz import Allowlist, sign_envelope
 from airflow_kafka_events.assets.publish import build_envelope, causation_from_extra
 from airflow_kafka_events.bridge.airflow_event import event_extra
-from airflow_kafka_events.bridge.config import BridgeConfig, RetryPolicy
+from airflow_kafka_events.bridge.config import BridgeConfig
 from airflow_kafka_events.bridge.errors import DeadLetterError, RetriesExhaustedError
 from airflow_kafka_events.bridge.service import BridgeService, Outcome, _StopRequested
 from airflow_kafka_events.dead_letters.letter import DeadLetter
@@ -30,6 +30,7 @@ from airflow_kafka_events.errors import (
 from airflow_kafka_events.kafka.consumer import ConsumedRecord
 from airflow_kafka_events.kafka.delivery import DeliveryReceipt
 from airflow_kafka_events.kafka.settings import KafkaSettings
+from airflow_kafka_events.retry import RetryPolicy
 from integration.bridge.fake_airflow import FakeAirflow
 
 pytestmark = pytest.mark.unit

@@ -256,17 +256,18 @@ def test_a_held_page_logs_once_when_held_and_once_when_through(monkeypatch):
 def test_a_receipt_made_from_a_delivery_report_is_an_ordinary_immutable_receipt():
     from confluent_kafka import Message
 
-    from airflow_kafka_events.kafka.delivery import DeliveryReceipt, receipt_for, receipt_of
+    from airflow_kafka_events.kafka.delivery import DeliveryReceipt, receipt_for
 
     msg = Message(topic="orders", partition=2, offset=41, key=b"k", value=b"v", timestamp=(1, 1234))
-    receipt = receipt_of(msg)
+    receipt = receipt_for(msg, "orders", b"k")  # the sender's topic and key, as sent
     expected = DeliveryReceipt("orders", 2, 41, 1234, b"k")
     assert receipt == expected and hash(receipt) == hash(expected) and repr(receipt) == repr(expected)
-    assert receipt_for(msg, "orders", b"k") == expected  # the sender's topic and key, as sent
     with pytest.raises(AttributeError):
         receipt.offset = 0  # type: ignore[misc]
     assert not hasattr(receipt, "__dict__")
-    no_timestamp = receipt_of(Message(topic="orders", partition=0, offset=0, key="text", timestamp=(0, 0)))
+    no_timestamp = receipt_for(
+        Message(topic="orders", partition=0, offset=0, timestamp=(0, 0)), "orders", None
+    )
     assert (no_timestamp.timestamp_ms, no_timestamp.key) == (None, None)
 
 

@@ -12,6 +12,7 @@ from airflow.triggers.shared_stream import AdvanceItem, AdvanceOutcome
 from airflow_kafka_events.kafka.positions import PositionTracker
 from airflow_kafka_events.kafka.shared_feed import FedRecord
 from airflow_kafka_events.watcher import stream as asset_stream
+from airflow_kafka_events.watcher.records import Ticket
 from airflow_kafka_events.watcher.stream import WatcherStream
 
 pytestmark = pytest.mark.unit
@@ -225,7 +226,7 @@ def test_records_confirmed_after_a_failed_one_are_finished_so_the_reread_drops_t
     stream = producer(Store())
     feed = Feed()
     stream._feed = feed  # type: ignore[assignment]
-    tickets = {o: asset_stream._Ticket() for o in range(3)}
+    tickets = {o: Ticket() for o in range(3)}
     for offset, ticket in tickets.items():
         ticket.accepted_key = f"key-{offset}"
         stream._tracker.hand_on(TP, offset, ticket)

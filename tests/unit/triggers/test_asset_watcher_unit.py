@@ -48,7 +48,8 @@ from airflow_kafka_events.kafka.delivery import DeliveryReceipt
 from airflow_kafka_events.provider.serialization import roundtrip_trigger_kwargs
 from airflow_kafka_events.watcher import dead_letters as watcher_dead_letters
 from airflow_kafka_events.watcher import trigger as asset_watcher
-from airflow_kafka_events.watcher.stream import KafkaRecord, WatcherStream
+from airflow_kafka_events.watcher.records import KafkaRecord
+from airflow_kafka_events.watcher.stream import WatcherStream
 from airflow_kafka_events.watcher.trigger import KafkaAssetEventTrigger, kafka_watched_asset
 
 pytestmark = pytest.mark.unit

@@ -17,9 +17,12 @@ import pytest
 from airflow_kafka_events.errors import ConfigurationError
 from airflow_kafka_events.kafka.positions import PositionTracker
 from airflow_kafka_events.watcher import recheck as watcher_recheck
+from airflow_kafka_events.watcher import resume as watcher_resume
 from airflow_kafka_events.watcher import stream as asset_stream
+from airflow_kafka_events.watcher.keys import DurableKeys
 from airflow_kafka_events.watcher.recheck import api_base_url, keys_of_events, recheck_conn_id
-from airflow_kafka_events.watcher.stops import resumption
+from airflow_kafka_events.watcher.resume import recheck_airflow
+from airflow_kafka_events.watcher.stops import WatcherResumption, resumption
 from airflow_kafka_events.watcher.stream import WatcherStream
 
 pytestmark = pytest.mark.unit
@@ -118,6 +121,12 @@ def _stream(store: Store) -> WatcherStream:
     )
 
 
+async def _recheck(found: WatcherResumption) -> None:
+    await recheck_airflow(
+        "watcher of s3://a/", found, DurableKeys(None, ttl=None), name="a", uri="s3://a/", topics=["events"]
+    )
+
+
 @pytest.mark.parametrize(("stopped", "asks"), [(False, True), (True, False), (None, True)])
 def test_a_stream_asks_airflow_only_after_an_unclean_stop(monkeypatch, stopped, asks):
     monkeypatch.setenv("AIRFLOW__KAFKA_EVENTS__WATCHER_AIRFLOW_API_CONN_ID", "airflow_api")
@@ -127,9 +136,9 @@ def test_a_stream_asks_airflow_only_after_an_unclean_stop(monkeypatch, stopped, 
         asked.append((conn_id, name, uri))
         return {"order-7": time.time() - 60}
 
-    monkeypatch.setattr(asset_stream, "fired_keys", fired_keys)
+    monkeypatch.setattr(watcher_resume, "fired_keys", fired_keys)
     monkeypatch.setattr(asset_stream, "shared_reader", _NoReader)
-    monkeypatch.setattr(asset_stream, "read_mark", lambda *args: None)  # no clean-stop mark in Kafka
+    monkeypatch.setattr(watcher_resume, "read_mark", lambda *args: None)  # no clean-stop mark in Kafka
     kafka = '{"conn_type": "kafka", "extra": {"bootstrap.servers": "127.0.0.1:1"}}'  # never reached
     monkeypatch.setenv("AIRFLOW_CONN_KAFKA_WATCHER", kafka)
     monkeypatch.setattr(asset_stream, "sync_to_async", lambda fn: _run(fn))
@@ -153,9 +162,8 @@ def test_an_unreachable_api_is_logged_and_reading_goes_on(monkeypatch, caplog):
     async def fired_keys(conn_id: str, *, name: str, uri: str, topics: Any) -> dict[str, float]:
         raise OSError("connection refused")
 
-    monkeypatch.setattr(asset_stream, "fired_keys", fired_keys)
-    stream = _stream(Store())
-    asyncio.run(stream._recheck_airflow())
+    monkeypatch.setattr(watcher_resume, "fired_keys", fired_keys)
+    asyncio.run(_recheck(resumption(None, None)))
     assert "cannot ask Airflow" in caplog.text and "'airflow_api'" in caplog.text
     assert "connection refused" in caplog.text and "may fire again" in caplog.text
 
@@ -290,13 +298,12 @@ def test_the_retries_end_by_the_recheck_timeout(monkeypatch):
 def test_without_the_option_an_unclean_resume_is_still_logged_and_a_clean_one_is_not(monkeypatch, caplog):
     monkeypatch.delenv("AIRFLOW__KAFKA_EVENTS__WATCHER_AIRFLOW_API_CONN_ID", raising=False)
     monkeypatch.setattr(watcher_recheck, "airflow_option", lambda *args, **kwargs: None)
-    stream = _stream(Store())
-    stream._resumption = resumption({"run": "a", "positions": {}}, None)  # no mark: a crash
-    with caplog.at_level(logging.INFO, logger=asset_stream.__name__):
-        asyncio.run(stream._recheck_airflow())
+    crash = resumption({"run": "a", "positions": {}}, None)  # no mark: a crash
+    with caplog.at_level(logging.INFO, logger=watcher_resume.__name__):
+        asyncio.run(_recheck(crash))
     assert "resumes after an unclean stop" in caplog.text and "watcher_airflow_api_conn_id" in caplog.text
     caplog.clear()
-    stream._resumption = resumption({"run": "a", "positions": {}}, {"run": "a", "in_doubt": 2})
-    with caplog.at_level(logging.INFO, logger=asset_stream.__name__):
-        asyncio.run(stream._recheck_airflow())
+    clean = resumption({"run": "a", "positions": {}}, {"run": "a", "in_doubt": 2})
+    with caplog.at_level(logging.INFO, logger=watcher_resume.__name__):
+        asyncio.run(_recheck(clean))
     assert "unclean" not in caplog.text

@@ -10,16 +10,32 @@ payload that is not strict JSON -- goes to the codec's ``decode``, which decides
 error; so the decoder accepts exactly what the codec accepts, into equal envelopes (the unit tests
 compare both on random and damaged envelopes).
 
+Around it, which consumed messages a stream reader takes in: on a client error a transient one (a
+partition's end, a broker gone for a moment, a leader moving) is skipped and any other raises
+(:func:`usable_message`); a record with the stream's key that cannot be decoded (a tombstone, bytes
+that are not an envelope, an envelope naming another ``trigger_run_id``) comes back as a rejected
+record for the caller to dead-letter, and never stops the reader (:func:`decode_stream_record`).
+
 One decoder per reader (it is not thread-safe); this module imports no Airflow module.
 """
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+import logging
 from typing import Any
 
-from airflow_kafka_events.envelopes.codec import SINGLE_OBJECT_MAGIC, EnvelopeCodec
-from airflow_kafka_events.envelopes.json_values import json_from_text
+from confluent_kafka import Message
+
+from airflow_kafka_events.envelopes.codec import (
+    SINGLE_OBJECT_MAGIC,
+    EnvelopeCodec,
+    bytes_at,
+    long_at,
+    metadata_at,
+    some_at,
+    string_at,
+    trigger_fields,
+)
 from airflow_kafka_events.envelopes.model import (
     INT32_MAX,
     INT32_MIN,
@@ -28,77 +44,25 @@ from airflow_kafka_events.envelopes.model import (
     StreamFailure,
     TriggerEventEnvelope,
 )
-from airflow_kafka_events.errors import EnvelopeDecodeError
-from airflow_kafka_events.kafka.consumer import RecordDecoder
+from airflow_kafka_events.errors import EnvelopeDecodeError, KafkaOperationError
+from airflow_kafka_events.kafka.consumer import ConsumedRecord, RecordDecoder
+from airflow_kafka_events.streams.consuming.partition import TRANSIENT_CODES, rejected_record
 
-__all__ = ["READ_FINGERPRINT", "StreamDecoder"]
+log = logging.getLogger(__name__)
+
+__all__ = ["READ_FINGERPRINT", "StreamDecoder", "decode_stream_record", "usable_message"]
 
 #: CRC-64-AVRO fingerprint of the trigger event envelope schema version this decoder reads; a codec
 #: whose current schema differs (a new version) decodes every record itself.
 READ_FINGERPRINT = bytes.fromhex("8e485a47790b7893")
 _HEADER = SINGLE_OBJECT_MAGIC + READ_FINGERPRINT
 _HEADER_SIZE = len(_HEADER)
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
-_U64 = 1 << 64
 _NOTHING_MORE = b"\x00\x00\x00"  # no resume cursor, no error, an empty metadata map
 _PRODUCER_FIELDS = ("dag_id", "run_id", "task_id", "map_index", "try_number")
 
 
 class _Odd(Exception):
     """The bytes are not the common case: the codec decides."""
-
-
-def _long(data: bytes, pos: int) -> tuple[int, int]:
-    """A zig-zag varint (int64) at ``pos``: (value, next position)."""
-    byte = data[pos]
-    if byte < 0x80:
-        return (byte >> 1) ^ -(byte & 1), pos + 1
-    n, shift = byte & 0x7F, 7
-    while byte & 0x80:
-        if shift > 63:
-            raise _Odd
-        pos += 1
-        byte = data[pos]
-        n |= (byte & 0x7F) << shift
-        shift += 7
-    if n >= _U64:
-        raise _Odd
-    return (n >> 1) ^ -(n & 1), pos + 1
-
-
-def _raw(data: bytes, pos: int) -> tuple[bytes, int]:
-    size, pos = _long(data, pos)
-    end = pos + size
-    if size < 0 or end > len(data):
-        raise _Odd
-    return data[pos:end], end
-
-
-def _text(data: bytes, pos: int) -> tuple[str, int]:
-    raw, pos = _raw(data, pos)
-    return raw.decode(), pos
-
-
-def _optional(data: bytes, pos: int, *, text: bool) -> tuple[Any, int]:
-    branch = data[pos]
-    if branch == 0:
-        return None, pos + 1
-    if branch != 2:
-        raise _Odd
-    return _text(data, pos + 1) if text else _long(data, pos + 1)
-
-
-def _metadata(data: bytes, pos: int) -> tuple[dict[str, str], int]:
-    result: dict[str, str] = {}
-    count, pos = _long(data, pos)
-    while count:
-        if count < 0:
-            raise _Odd  # a sized block: the codec reads it
-        for _ in range(count):
-            key, pos = _text(data, pos)
-            result[key], pos = _text(data, pos)
-        count, pos = _long(data, pos)
-    return result, pos
 
 
 def _unchecked(cls: type[Any], fields: dict[str, Any]) -> Any:
@@ -138,12 +102,12 @@ class StreamDecoder:
         if known and data.startswith(known, pos):
             run_id, pos = self._run_id, pos + len(known)
         else:
-            run_id, end = _text(data, pos)
+            run_id, end = string_at(data, pos)
             if not run_id:
                 raise _Odd
             self._run_bytes, self._run_id, pos = data[pos:end], run_id, end
-        attempt, pos = _long(data, pos)
-        index, pos = _long(data, pos)
+        attempt, pos = long_at(data, pos)
+        index, pos = long_at(data, pos)
         if not (0 <= attempt <= INT32_MAX and 0 <= index <= INT64_MAX):
             raise _Odd
         flag, kind = data[pos], data[pos + 1]
@@ -152,48 +116,35 @@ class StreamDecoder:
         if kind == 0:
             raw, pos = b"", pos + 2
         elif kind == 2 or kind == 4:
-            raw, pos = _raw(data, pos + 2)
+            raw, pos = bytes_at(data, pos + 2)
         else:
             raise _Odd
-        micros, pos = _long(data, pos)
+        micros, pos = long_at(data, pos)
         producer, pos = self._producer_at(data, pos)
         if pos + 3 == len(data) and data.endswith(_NOTHING_MORE):
             cursor = error = None
             metadata: dict[str, str] = {}
         else:
-            cursor, pos = _optional(data, pos, text=True)
+            cursor, pos = some_at(data, pos, string_at)
             error, pos = self._error_at(data, pos, is_last=flag == 1)
-            metadata, pos = _metadata(data, pos)
+            metadata, pos = metadata_at(data, pos)
             if pos != len(data):
                 raise _Odd
-        emitted_at = _EPOCH + timedelta(microseconds=micros)
-        payload = None if kind == 0 else raw if kind == 2 else json_from_text(raw.decode(), what="payload")
-        return _unchecked(
-            TriggerEventEnvelope,
-            {
-                "trigger_run_id": run_id,
-                "sequence_index": index,
-                "is_last": flag == 1,
-                "payload": payload,
-                "attempt": attempt,
-                "emitted_at": emitted_at,
-                "producer": producer,
-                "resume_cursor": cursor,
-                "error": error,
-                "metadata": metadata,
-            },
+        fields = trigger_fields(
+            run_id, attempt, index, flag, kind, raw, micros, producer, cursor, error, metadata
         )
+        return _unchecked(TriggerEventEnvelope, fields)
 
     def _producer_at(self, data: bytes, pos: int) -> tuple[ProducerIdentity, int]:
         known = self._producer_bytes
         if known and self._producer is not None and data.startswith(known, pos):
             return self._producer, pos + len(known)
         start = pos
-        dag_id, pos = _optional(data, pos, text=True)
-        run_id, pos = _optional(data, pos, text=True)
-        task_id, pos = _optional(data, pos, text=True)
-        map_index, pos = _optional(data, pos, text=False)
-        try_number, pos = _optional(data, pos, text=False)
+        dag_id, pos = some_at(data, pos, string_at)
+        run_id, pos = some_at(data, pos, string_at)
+        task_id, pos = some_at(data, pos, string_at)
+        map_index, pos = some_at(data, pos, long_at)
+        try_number, pos = some_at(data, pos, long_at)
         for number in (map_index, try_number):
             if number is not None and not INT32_MIN <= number <= INT32_MAX:
                 raise _Odd
@@ -211,8 +162,47 @@ class StreamDecoder:
             return None, pos + 1
         if branch != 2:
             raise _Odd
-        kind, pos = _text(data, pos + 1)
-        message, pos = _text(data, pos)
+        kind, pos = string_at(data, pos + 1)
+        message, pos = string_at(data, pos)
         if not (is_last and kind):
             raise _Odd
         return _unchecked(StreamFailure, {"type": kind, "message": message}), pos
+
+
+def usable_message(msg: Message, *, where: str) -> bool:
+    """Whether ``msg`` is a record (``False``: a transient client error, skipped).
+
+    Raises :class:`KafkaOperationError` for a client error that does not heal.
+    """
+    error = msg.error()
+    if error is None:
+        return True
+    if error.code() in TRANSIENT_CODES or error.retriable():
+        log.debug("%s: transient consumer error %s", where, error)
+        return False
+    raise KafkaOperationError(f"consuming {where} failed", kafka_error=error)
+
+
+def decode_stream_record(
+    msg: Message,
+    codec: RecordDecoder[TriggerEventEnvelope],
+    *,
+    trigger_run_id: str,
+    topic: str,
+    where: str,
+) -> TriggerEventEnvelope | ConsumedRecord[TriggerEventEnvelope]:
+    """The envelope of a record with the stream's key, or the rejected record when it is poison."""
+    raw = msg.value()
+    try:
+        if raw is None:
+            raise EnvelopeDecodeError("message has no value (tombstone)")
+        envelope = codec.decode(raw)
+        if envelope.trigger_run_id != trigger_run_id:
+            raise EnvelopeDecodeError(
+                f"record key {trigger_run_id!r} but the envelope names trigger_run_id "
+                f"{envelope.trigger_run_id!r}"
+            )
+    except EnvelopeDecodeError as exc:
+        log.warning("%s: rejecting undecodable record at offset %s: %s", where, msg.offset(), exc)
+        return rejected_record(msg, topic, trigger_run_id.encode("utf-8"), exc)
+    return envelope

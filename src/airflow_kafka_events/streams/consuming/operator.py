@@ -398,7 +398,9 @@ class StreamConsumerOperator(BaseOperator):
     ) -> dict[str, Any]:
         """Resumed by the :class:`StreamWaitTrigger`: fail as an in-worker read would, or read on."""
         trigger_run_id = self._trigger_run_id(context)
-        self._raise_for(event or {}, trigger_run_id)
+        error = wait_event_error(event or {}, topic=self.stream.topic, trigger_run_id=trigger_run_id)
+        if error is not None:  # not ready: the typed error an in-worker read raises
+            raise self._not_started(error) if isinstance(error, StreamNotStartedError) else error
         self.log.info(
             "stream %s: resumed (%s, %s page(s) ready) after deferral %d",
             trigger_run_id,
@@ -523,36 +525,27 @@ class StreamConsumerOperator(BaseOperator):
         unwritten: bool,
     ) -> None:
         """Defer, or reschedule with what the rerun goes on from (see *Waiting*)."""
+        resume = {
+            "summary": summary.carry(),
+            "start_deadline": start_deadline,
+            "checkpoint": None if position is None else position.to_json(),
+            "deferrals": deferrals + 1,
+        }
         if self.wait_mode != RESCHEDULE:
-            self._defer_idle(context, trigger_run_id, summary, position, start_deadline, deferrals)
+            self._defer_idle(context, trigger_run_id, position, resume)
             return
-        resume = None
-        if not unwritten:  # a stream not started yet is looked up again by the rerun
-            resume = {
-                "summary": summary.carry(),
-                "start_deadline": start_deadline,
-                "checkpoint": None if position is None else position.to_json(),
-                "deferrals": deferrals + 1,
-            }
         store = state_store_of(context)
         assert store is not None, "only a task with a state store reschedules"
-        rerun = Rerun(
-            trigger_run_id=trigger_run_id,
-            topic=self.stream.topic,
-            producer_task_id=self.stream.producer_task_id,
-            producer_map_index=self.stream.map_index,
-            start_timeout=self.read.start_timeout,
-            interval=self.wait.reschedule_interval,
-        )
+        rerun = Rerun(self.stream, trigger_run_id, self.read.start_timeout, self.wait.reschedule_interval)
         try:
             reschedule_consumer(
                 context,
                 store,
                 rerun,
-                resume=resume,
+                resume=None if unwritten else resume,  # a stream not started yet is looked up again
                 start_deadline=start_deadline,
                 reschedules=deferrals + 1,
-                last_progress=None if resume is None else self._last_progress,
+                last_progress=None if unwritten else self._last_progress,
             )
         except StreamNotStartedError as exc:
             raise self._not_started(exc) from exc
@@ -561,61 +554,29 @@ class StreamConsumerOperator(BaseOperator):
         return load_note(context, trigger_run_id) if self.wait_mode == RESCHEDULE else None
 
     def _defer_idle(
-        self,
-        context: Context,
-        trigger_run_id: str,
-        summary: ConsumptionSummary,
-        position: Checkpoint | None,
-        start_deadline: float,
-        deferrals: int,
+        self, context: Context, trigger_run_id: str, position: Checkpoint | None, resume: dict[str, Any]
     ) -> None:
         ti = context["ti"]
-        checkpoint = None if position is None else position.to_json()
-        trigger = StreamWaitTrigger(
-            topic=self.stream.topic,
+        trigger = StreamWaitTrigger.waiting_for(
+            self.stream,
+            dag_id=ti.dag_id,
+            run_id=ti.run_id,
             trigger_run_id=trigger_run_id,
             kafka_config_id=self.kafka_config_id,
-            checkpoint=checkpoint,
-            max_events=self.read.max_events,
-            resume_wait=self.wait.resume_wait,
-            start_timeout=self.read.start_timeout,
-            start_deadline=start_deadline,
-            gap_timeout=self.read.gap_timeout,
+            checkpoint=resume["checkpoint"],
+            read=self.read,
+            wait=self.wait,
+            start_deadline=resume["start_deadline"],
             gap_deadline=time.time() - self.wait.idle_interval + self.read.gap_timeout,
-            producer={
-                "dag_id": ti.dag_id,
-                "run_id": ti.run_id,
-                "task_id": self.stream.producer_task_id,
-                "map_index": self.stream.map_index,
-            },
-            poll_timeout=self.read.poll_timeout,
-            state_poll_interval=self.wait.state_poll_interval,
         )
         self.log.info(
             "stream %s: no page ready for %gs; deferring at %s (deferral %d)",
             trigger_run_id,
             self.wait.idle_interval,
             position,
-            deferrals + 1,
+            resume["deferrals"],
         )
-        self.defer(
-            trigger=trigger,
-            method_name="resume_reading",
-            kwargs={
-                "summary": summary.carry(),
-                "start_deadline": start_deadline,
-                "checkpoint": checkpoint,
-                "deferrals": deferrals + 1,
-            },
-        )
-
-    def _raise_for(self, event: Mapping[str, Any], trigger_run_id: str) -> None:
-        """Raise the typed error of a trigger event that is not ``ready``."""
-        error = wait_event_error(event, topic=self.stream.topic, trigger_run_id=trigger_run_id)
-        if isinstance(error, StreamNotStartedError):
-            raise self._not_started(error)
-        if error is not None:
-            raise error
+        self.defer(trigger=trigger, method_name="resume_reading", kwargs=resume)
 
     def _trigger_run_id(self, context: Context) -> str:
         try:

@@ -1,52 +1,40 @@
 """Reading one trigger run's event stream from Kafka: strictly in order, in batches, resumable.
 
 A *stream* is every :class:`~airflow_kafka_events.envelopes.model.TriggerEventEnvelope` whose
-record key is the stream's ``trigger_run_id``; one key lives in one partition, so the
-broker keeps the stream's records in the order they were written.  The reader turns that
-log into the sequence the producer meant:
+record key is the stream's ``trigger_run_id``; one key lives in one partition, so the broker keeps
+the stream's records in the order they were written.  The reader turns that log into the sequence
+the producer meant:
 
-* **Epochs and order** (:mod:`~airflow_kafka_events.streams.consuming.sequence`): the reader
-  follows the highest attempt; elements come in ``sequence_index`` order, without duplicates;
-  an element that arrives before its predecessors is held until they arrive.
-* **Gaps.** When the next expected element does not come - later ones are there but it
-  is missing, or nothing arrives at all - the reader waits ``gap_timeout`` seconds within
-  one :meth:`StreamReader.next_batch` call and then raises
-  :class:`~airflow_kafka_events.errors.StreamGapError` naming the missing index.  Time
-  the caller spends between calls does not count.  ``gap_timeout`` is therefore also the
-  longest pause allowed between two elements of a running stream.
-* **Start.** Until the first element of the stream arrives, ``start_timeout`` applies
-  instead (counted from the first ``next_batch`` call);
-  :class:`~airflow_kafka_events.errors.StreamNotStartedError` names the topic and run.
-* **End.** An ``is_last`` element ends the stream: it is delivered (it may carry the last
-  page, or be a payload-less end marker - a stream without pages is that marker alone)
-  in a final batch with ``finished=True``.  An ``is_last`` element carrying an ``error`` is not delivered: the
-  elements before it are, then the next call raises
-  :class:`~airflow_kafka_events.errors.StreamFailedError` with the producer's error type
-  and message.  Before raising, the reader reads the partition up to its current end, so
-  a retry (a higher attempt) that is already written supersedes the failure.
-* **Poison.** A record with the stream's key that cannot be decoded does not stop the
-  reader: it is returned in the batch's ``rejected`` list (a
-  :class:`~airflow_kafka_events.kafka.consumer.ConsumedRecord` with ``raw`` and
-  ``error``) so the caller can dead-letter it
-  (:mod:`~airflow_kafka_events.streams.consuming.reader`).  Records of other keys are skipped by
-  comparing the record key, without decoding them, whatever their content.
+* **Epochs and order**: the reader follows the highest attempt; elements come in ``sequence_index``
+  order, without duplicates; an element that arrives before its predecessors is held until they
+  arrive (:mod:`~airflow_kafka_events.streams.consuming.sequence`, which also decides when a batch
+  of ``max_events`` / ``max_wait`` is due).
+* **Gaps.** When the next expected element does not come, the reader waits ``gap_timeout`` seconds
+  within one :meth:`StreamReader.next_batch` call, then raises
+  :class:`~airflow_kafka_events.errors.StreamGapError` naming the missing index (time the caller
+  spends between calls does not count, so it is also the longest pause between two elements).
+* **Start.** Until the first element arrives, ``start_timeout`` applies instead (counted from the
+  first ``next_batch`` call): :class:`~airflow_kafka_events.errors.StreamNotStartedError`.
+* **End.** An ``is_last`` element ends the stream, delivered (a page, or a payload-less end marker)
+  in a final batch with ``finished=True``.  One carrying an ``error`` is not delivered: the elements
+  before it are, then the next call raises :class:`~airflow_kafka_events.errors.StreamFailedError`
+  with the producer's error; before raising, the reader reads the partition up to its current end,
+  so a retry (a higher attempt) already written supersedes the failure.
+* **Poison.** A record with the stream's key that cannot be decoded is returned in the batch's
+  ``rejected`` list for the caller to dead-letter
+  (:func:`~airflow_kafka_events.streams.consuming.decoder.decode_stream_record`); records of other
+  keys are skipped by their key, without decoding them.
 
-Batching (``max_events``, ``max_wait``): a batch is due when ``max_events`` are ready or
-``max_wait`` seconds after its first element became ready (see
-:class:`~airflow_kafka_events.streams.consuming.sequence.BatchPolicy`).
-
-Resuming: :meth:`StreamReader.ack` tells the reader that the caller finished handling a
-batch (and every earlier one); :meth:`StreamReader.checkpoint` is then the position after
-it, never past an element that was not acknowledged.  A reader created with that
-:class:`~airflow_kafka_events.streams.checkpoint.Checkpoint` seeks to its offset in its partition
-(no consumer group needed) and skips elements below its sequence index; when the offset is
-gone (retention) or unknown, it reads the partition from its beginning.  With ``group_id``
-the position is also committed to that dedicated group
-(:mod:`~airflow_kafka_events.streams.consuming.commits`).  Rejected records are delivered at
-least once.  The partition: an explicit one, the checkpoint's, else the key's by murmur2, or
-with ``scan_partitions`` the first where the key appears
-(:mod:`~airflow_kafka_events.streams.consuming.partition`).  Ordering and batching are
-:mod:`~airflow_kafka_events.streams.consuming.sequence`'s.
+Resuming: :meth:`StreamReader.ack` tells the reader the caller finished a batch (and every earlier
+one); :meth:`StreamReader.checkpoint` is then the position after it, never past an unacknowledged
+element.  A reader created with that :class:`~airflow_kafka_events.streams.checkpoint.Checkpoint`
+seeks to its offset (no consumer group needed) and skips elements below its sequence index; when
+the offset is gone (retention) or unknown, it reads the partition from its beginning.  With
+``group_id`` the position is also committed to that dedicated group
+(:mod:`~airflow_kafka_events.streams.consuming.commits`).  Rejected records are delivered at least
+once.  The partition: an explicit one, the checkpoint's, else the key's by murmur2, or with
+``scan_partitions`` the first where the key appears
+(:mod:`~airflow_kafka_events.streams.consuming.partition`).
 
 A reader is not thread-safe; use one per thread.  This module imports no Airflow module.
 """
@@ -65,10 +53,8 @@ from airflow_kafka_events.envelopes.codec import TRIGGER_EVENT_CODEC
 from airflow_kafka_events.envelopes.model import TriggerEventEnvelope
 from airflow_kafka_events.errors import (
     ConfigurationError,
-    EnvelopeDecodeError,
     KafkaOperationError,
     StreamFailedError,
-    StreamGapError,
     StreamReadError,
     ValidationError,
 )
@@ -82,12 +68,10 @@ from airflow_kafka_events.streams.consuming.commits import (
     reader_config,
 )
 from airflow_kafka_events.streams.consuming.deadlines import StreamDeadlines, positive_seconds
-from airflow_kafka_events.streams.consuming.decoder import StreamDecoder
+from airflow_kafka_events.streams.consuming.decoder import StreamDecoder, decode_stream_record, usable_message
 from airflow_kafka_events.streams.consuming.partition import (
-    TRANSIENT_CODES,
     partition_count,
     readable_offset,
-    rejected_record,
 )
 from airflow_kafka_events.streams.consuming.sequence import (
     BatchPolicy,
@@ -101,8 +85,6 @@ from airflow_kafka_events.streams.consuming.sequence import (
 __all__ = [
     "ReadOptions",
     "StreamReader",
-    "decode_stream_record",
-    "usable_message",
 ]
 
 log = logging.getLogger(__name__)
@@ -400,9 +382,6 @@ class StreamReader:
         if error is not None:
             raise error
 
-    def _gap_error(self, how: str) -> StreamGapError:
-        return gap_error(self._tracker, f"{self._where()}: ", how, topic=self.topic)
-
     def _fail(self) -> StreamFailedError:
         self._failure_error = failure_error(self._tracker, topic=self.topic)
         return self._failure_error
@@ -536,7 +515,8 @@ class StreamReader:
         if lock_on is not None:
             self._lock_on(lock_on)
         if tracker.buffered_count > self.max_buffered:
-            raise self._gap_error(f"more than {self.max_buffered} later elements arrived meanwhile")
+            how = f"more than {self.max_buffered} later elements arrived meanwhile"
+            raise gap_error(tracker, f"{self._where()}: ", how, topic=self.topic)
         if tracker.progress != before:
             self._deadlines.last_progress = self._clock()
             if tracker.progress[0] != before[0]:
@@ -616,55 +596,3 @@ class StreamReader:
             number=self._batches,
             _reader_token=self._token,
         )
-
-
-# ---------------------------------------------------------- a stream's records
-# A stream's records: which consumed messages a stream reader takes in, and decoding them.
-#
-# * **Client errors** on a consumed message: the transient ones (a partition's end, a broker
-#   gone for a moment, a leader moving) are skipped, any other raises
-#   :class:`~airflow_kafka_events.errors.KafkaOperationError`.
-# * **Poison.** A record with the stream's key that cannot be decoded (a tombstone, bytes that
-#   are not an envelope, an envelope naming another ``trigger_run_id``) comes back as a
-#   :class:`~airflow_kafka_events.kafka.consumer.ConsumedRecord` with ``raw`` and ``error``, so
-#   the reader hands it to its caller to dead-letter; it never stops the reader.
-#
-# Used by :class:`~airflow_kafka_events.streams.consuming.reader.StreamReader`; this module imports
-# no Airflow module.
-def usable_message(msg: Message, *, where: str) -> bool:
-    """Whether ``msg`` is a record (``False``: a transient client error, skipped).
-
-    Raises :class:`KafkaOperationError` for a client error that does not heal.
-    """
-    error = msg.error()
-    if error is None:
-        return True
-    if error.code() in TRANSIENT_CODES or error.retriable():
-        log.debug("%s: transient consumer error %s", where, error)
-        return False
-    raise KafkaOperationError(f"consuming {where} failed", kafka_error=error)
-
-
-def decode_stream_record(
-    msg: Message,
-    codec: RecordDecoder[TriggerEventEnvelope],
-    *,
-    trigger_run_id: str,
-    topic: str,
-    where: str,
-) -> TriggerEventEnvelope | ConsumedRecord[TriggerEventEnvelope]:
-    """The envelope of a record with the stream's key, or the rejected record when it is poison."""
-    raw = msg.value()
-    try:
-        if raw is None:
-            raise EnvelopeDecodeError("message has no value (tombstone)")
-        envelope = codec.decode(raw)
-        if envelope.trigger_run_id != trigger_run_id:
-            raise EnvelopeDecodeError(
-                f"record key {trigger_run_id!r} but the envelope names trigger_run_id "
-                f"{envelope.trigger_run_id!r}"
-            )
-    except EnvelopeDecodeError as exc:
-        log.warning("%s: rejecting undecodable record at offset %s: %s", where, msg.offset(), exc)
-        return rejected_record(msg, topic, trigger_run_id.encode("utf-8"), exc)
-    return envelope

@@ -35,12 +35,15 @@ import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta, timezone
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from airflow_kafka_events.errors import ConfigurationError, StreamNotStartedError
 from airflow_kafka_events.streams.checkpoint import CheckpointStore, state_store_of
 from airflow_kafka_events.streams.consuming.deadlines import positive_seconds
 from airflow_kafka_events.streams.descriptor import generation_of
+
+if TYPE_CHECKING:
+    from airflow_kafka_events.streams.consuming.operator import StreamRef
 
 log = logging.getLogger(__name__)
 
@@ -266,12 +269,10 @@ def producer_state(context: Mapping[str, Any], task_id: str, map_index: int) -> 
 
 @dataclass(frozen=True)
 class Rerun:
-    """A consumer's give-back by reschedule: its stream, its producer, its clocks."""
+    """A consumer's give-back by reschedule: its stream (and so its producer), its clocks."""
 
+    stream: StreamRef
     trigger_run_id: str
-    topic: str
-    producer_task_id: str
-    producer_map_index: int
     start_timeout: float
     interval: float
 
@@ -297,7 +298,7 @@ def reschedule_consumer(
     key = note_key(rerun.trigger_run_id)
     if resume is None:
         before = RescheduleNote.load(store, key, generation=generation, try_number=try_number)
-        known, state = producer_state(context, rerun.producer_task_id, rerun.producer_map_index)
+        known, state = producer_state(context, rerun.stream.producer_task_id, rerun.stream.map_index)
         start_deadline = paused_start_deadline(
             start_deadline,
             producer_state=state,
@@ -309,7 +310,7 @@ def reschedule_consumer(
             raise StreamNotStartedError(
                 f"stream {rerun.trigger_run_id!r} did not start within {rerun.start_timeout:g}s: "
                 "no element arrived",
-                topic=rerun.topic,
+                topic=rerun.stream.topic,
                 trigger_run_id=rerun.trigger_run_id,
             )
     RescheduleNote(

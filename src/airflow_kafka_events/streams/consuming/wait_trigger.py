@@ -33,7 +33,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
@@ -46,6 +46,11 @@ from airflow_kafka_events.errors import (
 )
 from airflow_kafka_events.kafka.client_executor import ClientExecutor
 from airflow_kafka_events.streams.checkpoint import Checkpoint
+
+if TYPE_CHECKING:
+    from airflow_kafka_events.streams.consuming.operator import StreamRef
+    from airflow_kafka_events.streams.consuming.reader import ReadOptions
+    from airflow_kafka_events.streams.consuming.slot_release import WaitOptions
 
 __all__ = [
     "WAITING_PRODUCER_STATES",
@@ -140,6 +145,44 @@ class StreamWaitTrigger(BaseTrigger):
         self.poll_timeout = float(poll_timeout)
         self.state_poll_interval = float(state_poll_interval)
         self._states_available = producer is not None
+
+    @classmethod
+    def waiting_for(
+        cls,
+        ref: StreamRef,
+        *,
+        dag_id: str,
+        run_id: str,
+        trigger_run_id: str,
+        kafka_config_id: str,
+        checkpoint: dict[str, Any] | None,
+        read: ReadOptions,
+        wait: WaitOptions,
+        start_deadline: float,
+        gap_deadline: float,
+    ) -> StreamWaitTrigger:
+        """The trigger a consuming task in DAG run ``run_id`` of ``dag_id`` defers to: ``ref``'s
+        stream past ``checkpoint``, with the task's reading and waiting options."""
+        return cls(
+            topic=ref.topic,
+            trigger_run_id=trigger_run_id,
+            kafka_config_id=kafka_config_id,
+            checkpoint=checkpoint,
+            max_events=read.max_events,
+            resume_wait=wait.resume_wait,
+            start_timeout=read.start_timeout,
+            start_deadline=start_deadline,
+            gap_timeout=read.gap_timeout,
+            gap_deadline=gap_deadline,
+            producer={
+                "dag_id": dag_id,
+                "run_id": run_id,
+                "task_id": ref.producer_task_id,
+                "map_index": ref.map_index,
+            },
+            poll_timeout=read.poll_timeout,
+            state_poll_interval=wait.state_poll_interval,
+        )
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (

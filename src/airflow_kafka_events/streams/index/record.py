@@ -24,7 +24,7 @@ import functools
 import json
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from airflow_kafka_events.errors import ValidationError
@@ -181,31 +181,7 @@ class StreamRecord:
         )
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "v": self.version,
-            "kind": KIND_STREAM,
-            "stream_id": self.stream_id,
-            "topic": self.topic,
-            "partition": self.partition,
-            "attempt": self.attempt,
-            "status": self.status,
-            "pages": self.pages,
-            "updated_at": self.updated_at,
-            "started_at": self.started_at,
-            "ended_at": self.ended_at,
-            "last_page_at": self.last_page_at,
-            "last_sequence": self.last_sequence,
-            "first_offset": self.first_offset,
-            "last_offset": self.last_offset,
-            "generation": self.generation,
-            "dag_id": self.dag_id,
-            "run_id": self.run_id,
-            "task_id": self.task_id,
-            "map_index": self.map_index,
-            "try_number": self.try_number,
-            "error": self.error,
-            "pages_over_time": [list(s) for s in self.pages_over_time],
-        }
+        return _to_json(self, KIND_STREAM)
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> StreamRecord:
@@ -268,24 +244,7 @@ class ConsumerRecord:
     version: int = SCHEMA_VERSION
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "v": self.version,
-            "kind": KIND_CONSUMER,
-            "stream_id": self.stream_id,
-            "consumer_id": self.consumer_id,
-            "updated_at": self.updated_at,
-            "dag_id": self.dag_id,
-            "run_id": self.run_id,
-            "task_id": self.task_id,
-            "map_index": self.map_index,
-            "generation": self.generation,
-            "attempt": self.attempt,
-            "next_sequence_index": self.next_sequence_index,
-            "offset": self.offset,
-            "finished": self.finished,
-            "lag_pages": self.lag_pages,
-            "positions_over_time": [list(s) for s in self.positions_over_time],
-        }
+        return _to_json(self, KIND_CONSUMER)
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> ConsumerRecord:
@@ -312,6 +271,15 @@ class ConsumerRecord:
             positions_over_time=_samples(data, "positions_over_time"),
             version=_int(data, "v", low=1) or SCHEMA_VERSION,
         )
+
+
+def _to_json(record: StreamRecord | ConsumerRecord, kind: str) -> dict[str, Any]:
+    """``record`` as JSON values: its schema version and kind, then its fields in their order."""
+    out: dict[str, Any] = {"v": record.version, "kind": kind}
+    for name in (f.name for f in fields(record) if f.name != "version"):
+        value = getattr(record, name)
+        out[name] = [list(s) for s in value] if name.endswith("_over_time") else value
+    return out
 
 
 def encode_record(record: StreamRecord | ConsumerRecord) -> bytes:

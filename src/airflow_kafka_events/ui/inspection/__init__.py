@@ -20,15 +20,12 @@ from airflow_kafka_events.ui.inspection.asset_events import (
     scan_asset_events,
 )
 from airflow_kafka_events.ui.inspection.dead_letters import (
-    AUDIT_LOGGER,
     DeadLetterListing,
     DeadLetterRecord,
     DeadLetterSource,
-    ReplayReceipt,
     dead_letters_by_source,
     get_dead_letter,
     list_dead_letters,
-    replay_dead_letter,
 )
 from airflow_kafka_events.ui.inspection.errors import (
     BrokerTimeoutError,
@@ -42,6 +39,7 @@ from airflow_kafka_events.ui.inspection.errors import (
     TopicNotFoundError,
 )
 from airflow_kafka_events.ui.inspection.redact import preview, redact
+from airflow_kafka_events.ui.inspection.replay import AUDIT_LOGGER, ReplayReceipt, replay_dead_letter
 from airflow_kafka_events.ui.inspection.stream_state import PageInfo, StreamOverview
 from airflow_kafka_events.ui.inspection.streams import (
     StreamDetail,

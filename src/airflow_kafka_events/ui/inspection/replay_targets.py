@@ -13,7 +13,7 @@ configuration already names as sources of that dead-letter topic; it never adds 
 The trigger events topic (streams) is no source: nothing dead-letters a stream's records.
 
 :meth:`ReplayTargets.target_for` is the rule, applied by
-:func:`~airflow_kafka_events.ui.inspection.dead_letters.replay_dead_letter` itself, so the view and
+:func:`~airflow_kafka_events.ui.inspection.replay.replay_dead_letter` itself, so the view and
 ``airflow-kafka-events dlq replay`` cannot differ: a dead letter whose source topic is none of
 those is refused (:class:`~airflow_kafka_events.ui.inspection.errors.ReplayTargetRefusedError`, naming
 the setting), and a replay goes to the source topic or a topic ``replay_extra_target_topics`` lists.

@@ -46,11 +46,6 @@ def _dead_letter_dict(letter: Any) -> dict[str, Any] | None:
     return None if letter is None else dict(vars(letter))
 
 
-def _as_dict(record: Any) -> dict[str, Any]:
-    to_dict = getattr(record, "to_dict", None)
-    return to_dict() if callable(to_dict) else dict(vars(record))
-
-
 @router.get("/api/asset-events")
 def asset_events_page(
     page: PageRequestDep,
@@ -94,7 +89,7 @@ def asset_events_page(
         "topic": settings.asset_events_topic,
         "events": [
             {
-                **_as_dict(record),
+                **record.to_dict(),
                 "airflow_events": [_event_dict(e) for e in made.get(record.event_id, [])],
                 "dead_letter": _dead_letter_dict(dead.get((record.topic, record.partition, record.offset))),
             }

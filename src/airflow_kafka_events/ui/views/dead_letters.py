@@ -37,10 +37,10 @@ from airflow_kafka_events.ui.inspection.dead_letters import (
     LoadedDeadLetter,
     list_dead_letters,
     load_dead_letter,
-    replay_dead_letter,
 )
 from airflow_kafka_events.ui.inspection.errors import ReplayTargetRefusedError
 from airflow_kafka_events.ui.inspection.redact import redact_text
+from airflow_kafka_events.ui.inspection.replay import ReplayReceipt, replay_dead_letter
 from airflow_kafka_events.ui.inspection.replay_targets import ReplayTargets
 from airflow_kafka_events.ui.security import CSRF_FIELD, REPLAY, csrf_token, refuse_cross_site, session_of
 from airflow_kafka_events.ui.views.common import LIST_PREVIEW, PageRequest, PageRequestDep
@@ -59,11 +59,6 @@ AUDIT_EVENT = "kafka_events.replay"
 def coords(record: DeadLetterRecord) -> str:
     """``topic:partition:offset`` of a dead letter: what a replay confirmation repeats."""
     return f"{record.topic}:{record.partition}:{record.offset}"
-
-
-def _record_dict(record: DeadLetterRecord) -> dict[str, Any]:
-    to_dict = getattr(record, "to_dict", None)
-    return to_dict() if callable(to_dict) else dict(vars(record))
 
 
 @router.get("/api/dead-letters")
@@ -89,7 +84,7 @@ def dead_letters_page(
         return page.failed(exc)
     payload = {
         "topic": topic,
-        "records": [_record_dict(r) for r in listing.records],
+        "records": [r.to_dict() for r in listing.records],
         "matched": listing.matched,
         "window": listing.window.to_dict(),
         "window_text": listing.window.describe(),
@@ -107,7 +102,7 @@ def dead_letter_page(page: PageRequestDep, partition: int, offset: int) -> Respo
         record = _load(page, partition, offset).record
     except AirflowKafkaEventsError as exc:
         return page.failed(exc)
-    return page.answer(_record_dict(record))
+    return page.answer(record.to_dict())
 
 
 def replay_targets(page: PageRequest, session: Any) -> ReplayTargets:
@@ -137,7 +132,7 @@ def confirm_replay_page(page: PageRequestDep, session: SessionDep, partition: in
         refused = redact_text(str(exc))
     token = csrf_token(page.user, session_of(page.request))
     payload = {
-        "record": _record_dict(record),
+        "record": record.to_dict(),
         "form": {"confirm": coords(record), "fingerprint": record.fingerprint},
         # not under a key named like a token: Airflow's masker would hide its value
         "csrf": {"field": CSRF_FIELD, "value": token},
@@ -147,12 +142,11 @@ def confirm_replay_page(page: PageRequestDep, session: SessionDep, partition: in
     return page.answer(payload)
 
 
-def _audit(session: Any, page: PageRequest, record: DeadLetterRecord, receipt: Any) -> None:
+def _audit(session: Any, page: PageRequest, record: DeadLetterRecord, receipt: ReplayReceipt) -> None:
     """One entry in Airflow's audit log (Browse > Audit Log) for the replay."""
     from airflow.models.log import Log
 
-    to_dict = getattr(receipt, "to_dict", None)
-    extra = {"dead_letter": coords(record), "receipt": to_dict() if callable(to_dict) else str(receipt)}
+    extra = {"dead_letter": coords(record), "receipt": receipt.to_dict()}
     session.add(
         Log(event=AUDIT_EVENT, owner=page.username, extra=json.dumps(extra, default=str, sort_keys=True))
     )
@@ -200,6 +194,4 @@ def replay_page(
     except AirflowKafkaEventsError as exc:
         return page.failed(exc)
     _audit(session, page, record, receipt)
-    to_dict = getattr(receipt, "to_dict", None)
-    payload = {"replayed": coords(record), "receipt": to_dict() if callable(to_dict) else vars(receipt)}
-    return page.answer(payload)
+    return page.answer({"replayed": coords(record), "receipt": receipt.to_dict()})
