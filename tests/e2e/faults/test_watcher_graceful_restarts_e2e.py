@@ -131,8 +131,16 @@ def _evidence(stack: AirflowStack, published: list[Published], name: str) -> str
     return f"{summary(report)}\n(report and metadata DB dump: {path} and beside it)"
 
 
-def _wait_all(stack: AirflowStack, sent: list[Published], what: str, timeout: float = 240) -> Counter[str]:
+#: Seconds for the restarted triggerer's watchers to resume and start firing (measured: at most 25 s
+#: from the SIGTERM to the last asset event of 180 with 2 cores at load 5), and the slowest rate at
+#: which Airflow's triggerers are expected to turn the events into asset events (a fifth of the
+#: slowest measured: 8 asset events/s while 64-91 events/s were published, load 3-7).
+RESUME_ALLOWANCE, SLOWEST_RATE = 200.0, 1.5
+
+
+def _wait_all(stack: AirflowStack, sent: list[Published], what: str) -> Counter[str]:
     ids = [p.event_id for p in sent]
+    timeout = RESUME_ALLOWANCE + len(ids) / SLOWEST_RATE
 
     def arrived() -> Counter[str] | None:
         found = event_ids(stack)
