@@ -663,10 +663,14 @@ class WatcherStream(SharedStreamProducer):
             positions = tracker.durable()
             if not force and not self._keys.dirty and not tracker.changed_since_stored():
                 return
-            value = self._state(positions)
-            # a clean stop: nothing it handed on awaits Airflow (the shared stream drops what is
-            # unconfirmed at a stop, to be read again: only a recheck tells what Airflow has of it)
-            value["stopped"] = stopping and tracker.pending_count() == 0
+            if stopping:  # the confirmations after the last store are not trusted (see _stop_state)
+                value, _, unstored = self._stop_state()
+                positions = positions_from_json(value["positions"])
+                # a clean stop: nothing it handed on awaits Airflow (the shared stream drops what is
+                # unconfirmed at a stop, to be read again: only a recheck tells what Airflow has of it)
+                value["stopped"] = tracker.pending_count() == 0 and unstored == 0
+            else:
+                value = self._state(positions)
             # cleared before the store: a record finishing while it is under way makes it urgent again
             urgent, self._urgent, self._keys.dirty = self._urgent, False, False
             covered = len(self._unstored)  # the confirmations this state holds

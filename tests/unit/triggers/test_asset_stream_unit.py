@@ -279,3 +279,31 @@ def test_records_confirmed_after_the_last_store_stay_in_doubt_at_a_clean_stop():
     assert "key-0" in state["seen"] and "key-1" not in state["seen"] and "key-2" not in state["seen"]
     assert in_doubt == [(1, "key-1"), (2, "key-2"), (3, "key-3")] and unstored == 2
     assert stream._tracker.durable() == {TP: 3}  # the stream itself moves on (stores while it runs)
+
+
+def test_the_last_store_of_a_stop_without_a_mark_never_passes_a_record_confirmed_after_the_last_store():
+    """When no mark can be written the closing watcher stores its state through the supervisor (if it
+    still answers): that store keeps the records confirmed after the last store unread too, and does
+    not call the stop clean (the next start handles them as after a crash: rechecked, or fired again)."""
+    store = FailingStore()
+    stream = producer(store)
+    stream._feed = Feed()  # type: ignore[assignment]
+    for offset in range(2):
+        ticket = asset_stream._Ticket(seq=offset, partition=TP, offset=offset, accepted_key=f"key-{offset}")
+        stream._tracker.hand_on(TP, offset, ticket)
+
+    async def scenario() -> None:
+        await stream.advance([_item(0)])
+        await stream.flush(force=True)
+        store.fail = True
+        await stream.advance([_item(1)])  # confirmed after the last store
+        await stream.flush(force=True)  # not answered
+        store.fail = False
+        await stream.flush(force=True, stopping=True)
+
+    asyncio.run(scenario())
+    last = store.writes[-1]
+    assert (
+        last["positions"] == {"events": {"0": 1}} and "key-1" not in last["seen"] and "key-0" in last["seen"]
+    )
+    assert last["stopped"] is False
