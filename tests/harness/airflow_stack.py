@@ -346,6 +346,17 @@ class AirflowStack(ComponentLogs, RunsAndMetadata):
             return str(self._postgres.url)
         return f"sqlite:///{self.db_path}"
 
+    def dump_database(self, path: Path) -> Path:
+        """A copy of the metadata DB at ``path``, which :meth:`stop` does not remove (PostgreSQL: SQL
+        from ``pg_dump``; SQLite: the database file); ``path``."""
+        if self._postgres is not None:
+            self._postgres.dump(path)
+        else:
+            with contextlib.closing(sqlite3.connect(self.db_path, timeout=30)) as source:
+                with contextlib.closing(sqlite3.connect(path)) as copy:
+                    source.backup(copy)
+        return path
+
     def migrate(self, timeout: float = 600.0) -> float:
         """Create/upgrade the metadata DB (``airflow db migrate``); return the seconds it took."""
         self._prepare_home()

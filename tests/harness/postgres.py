@@ -82,6 +82,18 @@ class LocalPostgres:
         self._run(_binary("createdb"), "-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres", "airflow")
         return self.url
 
+    def dump(self, path: Path) -> None:
+        """Write database ``airflow`` as SQL (``pg_dump``) to ``path``, e.g. to keep it past :meth:`stop`
+        (restore it with ``createdb`` and ``psql -f``)."""
+        args = [_binary("pg_dump"), "-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres", "airflow"]
+        command = ["runuser", "-u", "postgres", "--", *args] if self._as_postgres else args
+        with path.open("wb") as out:  # written by this process: the server's user may not write there
+            result = subprocess.run(command, stdout=out, stderr=subprocess.PIPE, text=False, timeout=300.0)
+        if result.returncode != 0:
+            raise PostgresError(
+                f"`{' '.join(command)}` exited {result.returncode}: {result.stderr.decode(errors='replace')}"
+            )
+
     def stop(self) -> None:
         if self.data_dir is None:
             return

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from airflow_kafka_events.envelopes.model import AssetEventEnvelope
+from airflow_kafka_events.kafka.positions import Partition
 from airflow_kafka_events.kafka.shared_feed import FedRecord
 
 __all__ = ["KafkaRecord", "Ticket", "kafka_record"]
@@ -36,6 +37,9 @@ class Ticket:
     run: str = ""
     seq: int = -1
     accepted_key: str | None = None
+    #: where the record is
+    partition: Partition | None = None
+    offset: int = -1
 
 
 def _headers(raw: Any) -> tuple[tuple[str, bytes | None], ...]:
@@ -63,5 +67,5 @@ def kafka_record(fed: FedRecord, run: str = "", seq: int = -1) -> KafkaRecord:
         headers=_headers(message.headers()),
         timestamp_ms=timestamp if timestamp_type else None,
         decoded=fed.decoded,
-        ticket=Ticket(run=run, seq=seq),
+        ticket=Ticket(run=run, seq=seq, partition=fed.tp, offset=fed.offset),
     )

@@ -60,7 +60,12 @@ from airflow_kafka_events.assets.admission import asset_selector
 from airflow_kafka_events.assets.validation import sanitize_asset_uri
 from airflow_kafka_events.envelopes.model import AssetEventEnvelope
 from airflow_kafka_events.errors import ConfigurationError, SchemaRegistryUnavailableError
-from airflow_kafka_events.kafka.positions import Partition, PositionTracker, positions_to_json
+from airflow_kafka_events.kafka.positions import (
+    Partition,
+    PositionTracker,
+    positions_from_json,
+    positions_to_json,
+)
 from airflow_kafka_events.kafka.producer import get_producer
 from airflow_kafka_events.kafka.shared_feed import FEED_CAPACITY, READ_BATCH, FedRecord, Feed
 from airflow_kafka_events.watcher.keys import DurableKeys, durable_key
@@ -218,6 +223,9 @@ class WatcherStream(SharedStreamProducer):
         # per partition, how often advance() sought it back: records taken before a rewind are stale
         self._rewinds: dict[tuple[str, int], int] = {}
         self._last_store_warning = -_STORE_WARN_INTERVAL
+        #: the fired records Airflow's shared stream reported confirmed since the state of the last
+        #: successful store was taken: in doubt at a clean stop (see :meth:`_write_mark`)
+        self._unstored: list[Ticket] = []
 
     # ------------------------------------------------------------------ configuration
     @property
@@ -415,6 +423,7 @@ class WatcherStream(SharedStreamProducer):
         for ticket in finished:
             if ticket is not None and ticket.accepted_key is not None:
                 self._keys.add(ticket.accepted_key)
+                self._unstored.append(ticket)
         if held is not None:
             log.warning("%s reads %s[%s]@%s again: it was not confirmed", self.label, tp[0], tp[1], held)
             self._rewinds[tp] = self._rewinds.get(tp, 0) + 1
@@ -467,12 +476,17 @@ class WatcherStream(SharedStreamProducer):
             positions = tracker.durable()
             if not force and not self._keys.dirty and not tracker.changed_since_stored():
                 return
-            value = self._state(positions)
-            # a clean stop: nothing it handed on awaits Airflow (the shared stream drops what is
-            # unconfirmed at a stop, to be read again: only a recheck tells what Airflow has of it)
-            value["stopped"] = stopping and tracker.pending_count() == 0
+            if stopping:  # the confirmations after the last store are not trusted (see _stop_state)
+                value, _, unstored = self._stop_state()
+                positions = positions_from_json(value["positions"])
+                # a clean stop: nothing it handed on awaits Airflow (the shared stream drops what is
+                # unconfirmed at a stop, to be read again: only a recheck tells what Airflow has of it)
+                value["stopped"] = tracker.pending_count() == 0 and unstored == 0
+            else:
+                value = self._state(positions)
             # cleared before the store: a record finishing while it is under way makes it urgent again
             urgent, self._urgent, self._keys.dirty = self._urgent, False, False
+            covered = len(self._unstored)  # the confirmations this state holds
             try:
                 await self.store().aset(self._state_key, value)
             except Exception as exc:
@@ -481,6 +495,9 @@ class WatcherStream(SharedStreamProducer):
                 return
             self._last_flush = time.monotonic()
             tracker.mark_stored(positions)
+            # Airflow's supervisor answered this store, so it took this state before the runner
+            # stopped exchanging with it: the confirmations in it were Airflow's
+            del self._unstored[:covered]
 
     def _state(self, positions: Mapping[Partition, int]) -> dict[str, Any]:
         """What is stored: the positions, the durable keys, the run that stored them."""
@@ -530,14 +547,42 @@ class WatcherStream(SharedStreamProducer):
             if isinstance(tag, Ticket) and tag.accepted_key is not None
         )
 
+    def _stop_state(self) -> tuple[dict[str, Any], list[tuple[int, str]], int]:
+        """The state a clean-stop mark carries, the records in doubt, and how many of those Airflow's
+        shared stream reported confirmed after the last successful store.
+
+        Such a confirmation may be of an event Airflow never persisted: at a stop the runner leaves
+        its loop (no exchange with its supervisor follows), then ``stop_all()`` evicts every group
+        and stops them in turn; a watcher whose group still runs fires the records in its queue,
+        nothing binds them (``bind_pending_event`` finds no group), so each counts as acknowledged
+        when the watcher takes the next, and the group's advance pump hands it on as ``acked``.  A
+        store the supervisor answered was taken before the runner stopped exchanging, so what it
+        holds was confirmed by Airflow; what came after it stays in doubt: the mark's position
+        does not pass it and its key is not among those dropped as repeats.  The listener's record
+        of the run's last persisted number then tells the next start which of them Airflow has
+        (``watcher.resume``), exactly as for the records never confirmed.
+        """
+        tracker = self._tracker
+        assert tracker is not None
+        positions = tracker.durable()
+        unstored = [t for t in self._unstored if t.partition is not None and t.accepted_key is not None]
+        for ticket in unstored:
+            assert ticket.partition is not None
+            positions[ticket.partition] = min(positions.get(ticket.partition, ticket.offset), ticket.offset)
+        state = self._state(positions)
+        doubted = {t.accepted_key for t in unstored}
+        state["seen"] = {key: at for key, at in state["seen"].items() if key not in doubted}
+        in_doubt = sorted({*self._in_doubt(), *((t.seq, str(t.accepted_key)) for t in unstored)})
+        return state, in_doubt, len(unstored)
+
     async def _write_mark(self) -> bool:
         """Its last state as a clean-stop mark in Kafka (see :mod:`.stops`)."""
         tracker, stops = self._tracker, self._stops
         if tracker is None or stops is None:
             return False
-        in_doubt = self._in_doubt()
+        state, in_doubt, unstored = self._stop_state()
         try:
-            mark = encode_mark(self._state(tracker.durable()), in_doubt)
+            mark = encode_mark(state, in_doubt)
             await write_mark(stops.producer, stops.topic, stops.key, mark)
         except Exception as exc:
             log.warning(
@@ -548,10 +593,13 @@ class WatcherStream(SharedStreamProducer):
             )
             return False
         log.info(
-            "%s stops cleanly: its position is in %s; %d record(s) it fired await Airflow's confirmation",
+            "%s stops cleanly: its position is in %s; %d record(s) it fired are in doubt (%d await "
+            "Airflow's confirmation, %d confirmed after its last store)",
             self.label,
             stops.topic,
             len(in_doubt),
+            len(in_doubt) - unstored,
+            unstored,
         )
         return True
 

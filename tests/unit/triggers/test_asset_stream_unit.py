@@ -238,3 +238,73 @@ def test_records_confirmed_after_a_failed_one_are_finished_so_the_reread_drops_t
     assert feed.rewinds == [(TP, 1)]
     assert "key-0" in stream._keys and "key-2" in stream._keys and "key-1" not in stream._keys
     assert stream._tracker.durable() == {TP: 1}
+
+
+class FailingStore(Store):
+    """A store that stops answering (the supervisor gone) once ``fail`` is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fail = False
+
+    async def aset(self, key: str, value: Any) -> None:
+        if self.fail:
+            raise TimeoutError("the supervisor does not answer")
+        await super().aset(key, value)
+
+
+def test_records_confirmed_after_the_last_store_stay_in_doubt_at_a_clean_stop():
+    """A confirmation the shared stream reports while the triggerer stops may be of an event Airflow
+    dropped (its group evicted, nothing bound it): the mark never passes a fired record confirmed
+    after the last store the supervisor answered, nor counts its key among the repeats; records
+    confirmed before that store are done."""
+    store = FailingStore()
+    stream = producer(store)
+    stream._feed = Feed()  # type: ignore[assignment]
+    tickets = {
+        o: asset_stream._Ticket(seq=o, partition=TP, offset=o, accepted_key=f"key-{o}") for o in range(4)
+    }
+    for offset, ticket in tickets.items():
+        stream._tracker.hand_on(TP, offset, ticket)
+
+    async def scenario() -> None:
+        await stream.advance([_item(0)])
+        await stream.flush(force=True)  # answered: record 0 is done
+        store.fail = True
+        await stream.advance([_item(1), _item(2)])  # confirmed after the last store
+        await stream.flush(force=True)  # not answered
+
+    asyncio.run(scenario())
+    state, in_doubt, unstored = stream._stop_state()
+    assert state["positions"] == {"events": {"0": 1}}
+    assert "key-0" in state["seen"] and "key-1" not in state["seen"] and "key-2" not in state["seen"]
+    assert in_doubt == [(1, "key-1"), (2, "key-2"), (3, "key-3")] and unstored == 2
+    assert stream._tracker.durable() == {TP: 3}  # the stream itself moves on (stores while it runs)
+
+
+def test_the_last_store_of_a_stop_without_a_mark_never_passes_a_record_confirmed_after_the_last_store():
+    """When no mark can be written the closing watcher stores its state through the supervisor (if it
+    still answers): that store keeps the records confirmed after the last store unread too, and does
+    not call the stop clean (the next start handles them as after a crash: rechecked, or fired again)."""
+    store = FailingStore()
+    stream = producer(store)
+    stream._feed = Feed()  # type: ignore[assignment]
+    for offset in range(2):
+        ticket = asset_stream._Ticket(seq=offset, partition=TP, offset=offset, accepted_key=f"key-{offset}")
+        stream._tracker.hand_on(TP, offset, ticket)
+
+    async def scenario() -> None:
+        await stream.advance([_item(0)])
+        await stream.flush(force=True)
+        store.fail = True
+        await stream.advance([_item(1)])  # confirmed after the last store
+        await stream.flush(force=True)  # not answered
+        store.fail = False
+        await stream.flush(force=True, stopping=True)
+
+    asyncio.run(scenario())
+    last = store.writes[-1]
+    assert (
+        last["positions"] == {"events": {"0": 1}} and "key-1" not in last["seen"] and "key-0" in last["seen"]
+    )
+    assert last["stopped"] is False
