@@ -553,7 +553,7 @@ def registry_demo(settings: KafkaSettings, admin: AdminClient) -> bool:
 
     from airflow_kafka_events.assets.publish import build_envelope, publish
     from airflow_kafka_events.envelopes import schemas
-    from airflow_kafka_events.envelopes.codec import parse_confluent
+    from airflow_kafka_events.envelopes.framing import parse_confluent
     from airflow_kafka_events.envelopes.model import AssetEventEnvelope, AssetRef, EventSource, SourceKind
     from airflow_kafka_events.envelopes.registry import envelope_subject, register_schema, registry_schema
     from airflow_kafka_events.kafka.producer import get_producer

@@ -14,10 +14,8 @@ from confluent_kafka.schema_registry import Schema, SchemaRegistryClient, record
 from confluent_kafka.serialization import MessageField, SerializationContext
 
 from airflow_kafka_events.envelopes import schemas
-from airflow_kafka_events.envelopes.codec import (
-    ASSET_EVENT_CODEC,
-    TRIGGER_EVENT_CODEC,
-    EnvelopeCodec,
+from airflow_kafka_events.envelopes.codec import ASSET_EVENT_CODEC, TRIGGER_EVENT_CODEC, EnvelopeCodec
+from airflow_kafka_events.envelopes.framing import (
     detect_framing,
     frame_confluent,
     frame_single_object,

@@ -13,12 +13,8 @@ from confluent_kafka.schema_registry import SchemaRegistryClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from airflow_kafka_events.envelopes.codec import (
-    ASSET_EVENT_CODEC,
-    TRIGGER_EVENT_CODEC,
-    EnvelopeCodec,
-    frame_confluent,
-)
+from airflow_kafka_events.envelopes.codec import ASSET_EVENT_CODEC, TRIGGER_EVENT_CODEC, EnvelopeCodec
+from airflow_kafka_events.envelopes.framing import frame_confluent
 from airflow_kafka_events.envelopes.json_values import json_from_text, json_to_text
 from airflow_kafka_events.envelopes.model import (
     AssetEventEnvelope,

@@ -20,7 +20,8 @@ import pytest
 
 from airflow_kafka_events.envelopes import codec as codec_module
 from airflow_kafka_events.envelopes import schemas
-from airflow_kafka_events.envelopes.codec import EnvelopeCodec, frame_single_object
+from airflow_kafka_events.envelopes.codec import EnvelopeCodec
+from airflow_kafka_events.envelopes.framing import frame_single_object
 from airflow_kafka_events.envelopes.model import AssetEventEnvelope, TriggerEventEnvelope
 from airflow_kafka_events.errors import UnknownSchemaError
 

@@ -1,4 +1,4 @@
-"""Avro bodies of the envelopes and the two framings around them, told apart by their leading bytes.
+"""Avro bodies of the envelopes, in either framing of :mod:`.framing`, told apart by their leading bytes.
 
 * **Avro single-object encoding** (no registry): ``C3 01`` + the 8-byte little-endian
   CRC-64-AVRO fingerprint of the writer schema's Parsing Canonical Form + the Avro
@@ -26,17 +26,27 @@ from __future__ import annotations
 import asyncio
 import io
 import os
-import struct
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from typing import Any, ClassVar, Generic, Literal, Protocol, TypeVar
+from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 import fastavro
 from confluent_kafka.serialization import MessageField, SerializationContext
 
 from airflow_kafka_events.envelopes import schemas
+from airflow_kafka_events.envelopes.framing import (
+    CONFLUENT_HEADER_SIZE,
+    CONFLUENT_ID,
+    CONFLUENT_MAGIC,
+    SINGLE_OBJECT_MAGIC,
+    detect_framing,
+    frame_confluent,
+    frame_single_object,
+    parse_confluent,
+    parse_single_object,
+)
 from airflow_kafka_events.envelopes.json_values import json_from_text, json_to_text
 from airflow_kafka_events.envelopes.model import AssetEventEnvelope, TriggerEventEnvelope
 from airflow_kafka_events.envelopes.registry import RegistrySchemas, RegistrySettings, SubjectNameStrategy
@@ -47,117 +57,18 @@ from airflow_kafka_events.errors import (
     EnvelopeSerializationError,
     SchemaRegistryUnavailableError,
     TruncatedMessageError,
-    UnknownFramingError,
     UnknownSchemaError,
 )
 
 __all__ = [
     "ASSET_EVENT_CODEC",
-    "CONFLUENT_HEADER_SIZE",
-    "CONFLUENT_MAGIC",
     "REGISTRY_CODECS",
-    "SINGLE_OBJECT_HEADER_SIZE",
-    "SINGLE_OBJECT_MAGIC",
     "TRIGGER_EVENT_CODEC",
     "EnvelopeCodec",
     "EnvelopeCodecs",
-    "Framing",
     "RegistryCodecs",
-    "detect_framing",
     "envelope_codecs",
-    "frame_confluent",
-    "frame_single_object",
-    "parse_confluent",
-    "parse_single_object",
 ]
-
-SINGLE_OBJECT_MAGIC = b"\xc3\x01"
-FINGERPRINT_SIZE = 8
-SINGLE_OBJECT_HEADER_SIZE = len(SINGLE_OBJECT_MAGIC) + FINGERPRINT_SIZE  # 10
-CONFLUENT_MAGIC = 0x00
-CONFLUENT_HEADER_SIZE = 5
-_CONFLUENT_ID = struct.Struct(">I")
-_MAX_SCHEMA_ID = 2**31 - 1
-
-Framing = Literal["single-object", "confluent"]
-
-
-# --------------------------------------------------------------------------- framing
-def frame_single_object(fingerprint: bytes, body: bytes) -> bytes:
-    """``C3 01`` + 8-byte fingerprint (little-endian CRC-64-AVRO) + body."""
-    if len(fingerprint) != FINGERPRINT_SIZE:
-        raise EnvelopeEncodeError(
-            f"a single-object fingerprint is {FINGERPRINT_SIZE} bytes, got {len(fingerprint)}"
-        )
-    return b"".join((SINGLE_OBJECT_MAGIC, fingerprint, body))
-
-
-def parse_single_object(data: bytes) -> tuple[bytes, bytes]:
-    """Split single-object encoded bytes into (fingerprint, body)."""
-    if len(data) < SINGLE_OBJECT_HEADER_SIZE:
-        if bytes(data[:2]) != SINGLE_OBJECT_MAGIC[: len(data)]:
-            raise UnknownFramingError(
-                f"not Avro single-object encoding: leading bytes {bytes(data[:2]).hex(' ')} are not c3 01"
-            )
-        raise TruncatedMessageError(
-            f"Avro single-object message is {len(data)} bytes, shorter than its "
-            f"{SINGLE_OBJECT_HEADER_SIZE}-byte header (c3 01 + 8-byte fingerprint)"
-        )
-    if bytes(data[:2]) != SINGLE_OBJECT_MAGIC:
-        raise UnknownFramingError(
-            f"not Avro single-object encoding: leading bytes {bytes(data[:2]).hex(' ')} are not c3 01"
-        )
-    return bytes(data[2:SINGLE_OBJECT_HEADER_SIZE]), bytes(data[SINGLE_OBJECT_HEADER_SIZE:])
-
-
-def frame_confluent(schema_id: int, body: bytes) -> bytes:
-    """``00`` + 4-byte big-endian schema id + body (Confluent wire format)."""
-    if isinstance(schema_id, bool) or not isinstance(schema_id, int) or not 0 <= schema_id <= _MAX_SCHEMA_ID:
-        raise EnvelopeEncodeError(
-            f"a schema registry id is an int from 0 to {_MAX_SCHEMA_ID}, got {schema_id!r}"
-        )
-    return b"".join((bytes((CONFLUENT_MAGIC,)), _CONFLUENT_ID.pack(schema_id), body))
-
-
-def parse_confluent(data: bytes) -> tuple[int, bytes]:
-    """Split Confluent wire-format bytes into (schema id, body)."""
-    if not data:
-        raise TruncatedMessageError("empty message: no schema registry header")
-    if data[0] != CONFLUENT_MAGIC:
-        raise UnknownFramingError(
-            f"not the schema registry wire format: leading byte {data[0]:02x} is not {CONFLUENT_MAGIC:02x}"
-        )
-    if len(data) < CONFLUENT_HEADER_SIZE:
-        raise TruncatedMessageError(
-            f"schema registry message is {len(data)} bytes, shorter than its "
-            f"{CONFLUENT_HEADER_SIZE}-byte header (00 + 4-byte schema id)"
-        )
-    (schema_id,) = _CONFLUENT_ID.unpack_from(data, 1)
-    return schema_id, bytes(data[CONFLUENT_HEADER_SIZE:])
-
-
-def detect_framing(data: bytes) -> Framing:
-    """Which framing ``data`` uses, from its leading bytes."""
-    if not data:
-        raise TruncatedMessageError("empty message: no framing header")
-    first = data[0]
-    if first == SINGLE_OBJECT_MAGIC[0]:
-        if len(data) < 2:
-            raise TruncatedMessageError(
-                "message is 1 byte (c3): too short for the single-object marker c3 01"
-            )
-        if data[1] == SINGLE_OBJECT_MAGIC[1]:
-            return "single-object"
-        raise UnknownFramingError(
-            f"unknown framing: leading bytes c3 {data[1]:02x} are not the single-object marker c3 01"
-        )
-    if first == CONFLUENT_MAGIC:
-        return "confluent"
-    raise UnknownFramingError(
-        f"unknown framing: leading byte {first:02x} is neither Avro single-object encoding (c3 01) "
-        f"nor the schema registry wire format (00)"
-    )
-
 
 # --------------------------------------------------------------------------- the trigger event fast path
 # fastavro spends most of an envelope's time on per-call work (schema checks, trying union
@@ -545,7 +456,7 @@ class EnvelopeCodec(Generic[E]):
         for value in values:
             if value is None or len(value) < CONFLUENT_HEADER_SIZE or value[0] != CONFLUENT_MAGIC:
                 continue
-            schema_id = _CONFLUENT_ID.unpack_from(value, 1)[0]
+            schema_id = CONFLUENT_ID.unpack_from(value, 1)[0]
             if registry.cached_writer(schema_id) is None and schema_id not in missing:
                 missing.append(schema_id)
         for schema_id in missing:

@@ -23,7 +23,7 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 
 from airflow_kafka_events.assets.publish import build_envelope
 from airflow_kafka_events.envelopes import schemas
-from airflow_kafka_events.envelopes.codec import CONFLUENT_MAGIC, parse_confluent
+from airflow_kafka_events.envelopes.framing import CONFLUENT_MAGIC, parse_confluent
 from airflow_kafka_events.envelopes.model import AssetEventEnvelope, AssetRef, EventSource, SourceKind
 from airflow_kafka_events.kafka.producer import get_producer
 from airflow_kafka_events.kafka.settings import KafkaSettings

@@ -27,12 +27,8 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 from airflow_kafka_events.assets.publish import build_envelope, publish
 from airflow_kafka_events.dead_letters.letter import DeadLetter
 from airflow_kafka_events.envelopes import schemas
-from airflow_kafka_events.envelopes.codec import (
-    ASSET_EVENT_CODEC,
-    CONFLUENT_MAGIC,
-    SINGLE_OBJECT_MAGIC,
-    frame_confluent,
-)
+from airflow_kafka_events.envelopes.codec import ASSET_EVENT_CODEC
+from airflow_kafka_events.envelopes.framing import CONFLUENT_MAGIC, SINGLE_OBJECT_MAGIC, frame_confluent
 from airflow_kafka_events.envelopes.model import (
     AssetEventEnvelope,
     AssetRef,

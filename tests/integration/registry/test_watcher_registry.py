@@ -16,7 +16,8 @@ import pytest
 
 from airflow_kafka_events.assets.publish import build_envelope, publish
 from airflow_kafka_events.dead_letters.letter import DeadLetter
-from airflow_kafka_events.envelopes.codec import ASSET_EVENT_CODEC, frame_confluent
+from airflow_kafka_events.envelopes.codec import ASSET_EVENT_CODEC
+from airflow_kafka_events.envelopes.framing import frame_confluent
 from airflow_kafka_events.envelopes.model import AssetEventEnvelope, AssetRef, EventSource, SourceKind
 from airflow_kafka_events.kafka.producer import get_producer
 from airflow_kafka_events.kafka.settings import KafkaSettings

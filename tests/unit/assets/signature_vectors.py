@@ -27,7 +27,8 @@ from airflow_kafka_events.assets.authz import (
     sign_envelope,
     signing_payload,
 )
-from airflow_kafka_events.envelopes.codec import ASSET_EVENT_CODEC, SINGLE_OBJECT_HEADER_SIZE, frame_confluent
+from airflow_kafka_events.envelopes.codec import ASSET_EVENT_CODEC
+from airflow_kafka_events.envelopes.framing import SINGLE_OBJECT_HEADER_SIZE, frame_confluent
 from airflow_kafka_events.envelopes.model import AssetEventEnvelope, AssetRef, EventSource, SourceKind
 
 VECTOR_DIR = Path(__file__).resolve().parents[2] / "vectors" / "signatures"

@@ -293,11 +293,8 @@ def test_a_signature_over_another_languages_extra_texts_verifies_after_decoding(
 
     from airflow_kafka_events.assets.authz import compute_signature, signing_payload, verify_envelope
     from airflow_kafka_events.envelopes import schemas
-    from airflow_kafka_events.envelopes.codec import (
-        ASSET_EVENT_CODEC,
-        SINGLE_OBJECT_HEADER_SIZE,
-        frame_single_object,
-    )
+    from airflow_kafka_events.envelopes.codec import ASSET_EVENT_CODEC
+    from airflow_kafka_events.envelopes.framing import SINGLE_OBJECT_HEADER_SIZE, frame_single_object
     from airflow_kafka_events.envelopes.model import AssetEventEnvelope, AssetRef, EventSource, SourceKind
 
     key = b"k" * 32

@@ -530,7 +530,7 @@ class _CountingRegistry:
 def test_emits_through_one_connection_share_one_registry_client(monkeypatch, in_task):
     import uuid
 
-    from airflow_kafka_events.envelopes.codec import CONFLUENT_MAGIC, parse_confluent
+    from airflow_kafka_events.envelopes.framing import CONFLUENT_MAGIC, parse_confluent
     from airflow_kafka_events.envelopes.registry import RegistrySettings
     from airflow_kafka_events.provider.hook import KafkaEventsHook
     from unit.assets.sdk_contexts import RecordingProducer

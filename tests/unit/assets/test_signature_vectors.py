@@ -28,11 +28,8 @@ import pytest
 
 from airflow_kafka_events.assets.authz import signature_version, signing_payload, verify_envelope
 from airflow_kafka_events.assets.errors import SignatureInvalidError
-from airflow_kafka_events.envelopes.codec import (
-    CONFLUENT_HEADER_SIZE,
-    SINGLE_OBJECT_HEADER_SIZE,
-    EnvelopeCodec,
-)
+from airflow_kafka_events.envelopes.codec import EnvelopeCodec
+from airflow_kafka_events.envelopes.framing import CONFLUENT_HEADER_SIZE, SINGLE_OBJECT_HEADER_SIZE
 from airflow_kafka_events.envelopes.model import AssetEventEnvelope
 from unit.assets.signature_vectors import (
     CONFLUENT_SCHEMA_ID,

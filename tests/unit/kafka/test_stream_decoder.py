@@ -10,7 +10,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from airflow_kafka_events.envelopes import schemas
-from airflow_kafka_events.envelopes.codec import TRIGGER_EVENT_CODEC, EnvelopeCodec, frame_confluent
+from airflow_kafka_events.envelopes.codec import TRIGGER_EVENT_CODEC, EnvelopeCodec
+from airflow_kafka_events.envelopes.framing import frame_confluent
 from airflow_kafka_events.envelopes.model import ProducerIdentity, StreamFailure, TriggerEventEnvelope
 from airflow_kafka_events.errors import EnvelopeDecodeError
 from airflow_kafka_events.streams.consuming.decoder import READ_FINGERPRINT, StreamDecoder

@@ -261,9 +261,7 @@ def test_records_confirmed_after_the_last_store_stay_in_doubt_at_a_clean_stop():
     store = FailingStore()
     stream = producer(store)
     stream._feed = Feed()  # type: ignore[assignment]
-    tickets = {
-        o: asset_stream._Ticket(seq=o, partition=TP, offset=o, accepted_key=f"key-{o}") for o in range(4)
-    }
+    tickets = {o: Ticket(seq=o, partition=TP, offset=o, accepted_key=f"key-{o}") for o in range(4)}
     for offset, ticket in tickets.items():
         stream._tracker.hand_on(TP, offset, ticket)
 
@@ -290,7 +288,7 @@ def test_the_last_store_of_a_stop_without_a_mark_never_passes_a_record_confirmed
     stream = producer(store)
     stream._feed = Feed()  # type: ignore[assignment]
     for offset in range(2):
-        ticket = asset_stream._Ticket(seq=offset, partition=TP, offset=offset, accepted_key=f"key-{offset}")
+        ticket = Ticket(seq=offset, partition=TP, offset=offset, accepted_key=f"key-{offset}")
         stream._tracker.hand_on(TP, offset, ticket)
 
     async def scenario() -> None:

@@ -27,7 +27,6 @@ from typing import Any
 from confluent_kafka import Message
 
 from airflow_kafka_events.envelopes.codec import (
-    SINGLE_OBJECT_MAGIC,
     EnvelopeCodec,
     bytes_at,
     long_at,
@@ -36,6 +35,7 @@ from airflow_kafka_events.envelopes.codec import (
     string_at,
     trigger_fields,
 )
+from airflow_kafka_events.envelopes.framing import SINGLE_OBJECT_MAGIC
 from airflow_kafka_events.envelopes.model import (
     INT32_MAX,
     INT32_MIN,

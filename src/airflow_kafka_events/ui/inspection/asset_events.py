@@ -16,7 +16,8 @@ from typing import Any
 
 from confluent_kafka import Message
 
-from airflow_kafka_events.envelopes.codec import CONFLUENT_MAGIC, SINGLE_OBJECT_MAGIC, EnvelopeCodec
+from airflow_kafka_events.envelopes.codec import EnvelopeCodec
+from airflow_kafka_events.envelopes.framing import CONFLUENT_MAGIC, SINGLE_OBJECT_MAGIC
 from airflow_kafka_events.envelopes.model import AssetEventEnvelope
 from airflow_kafka_events.errors import EnvelopeDecodeError, ValidationError
 from airflow_kafka_events.kafka.settings import KafkaSettings
