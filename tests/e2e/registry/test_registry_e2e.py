@@ -18,13 +18,10 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.schema_registry import SchemaRegistryClient
-from confluent_kafka.schema_registry.avro import AvroSerializer
-from confluent_kafka.serialization import MessageField, SerializationContext
 
 from airflow_kafka_events.assets.publish import build_envelope
-from airflow_kafka_events.envelopes import schemas
 from airflow_kafka_events.envelopes.framing import CONFLUENT_MAGIC, parse_confluent
-from airflow_kafka_events.envelopes.model import AssetEventEnvelope, AssetRef, EventSource, SourceKind
+from airflow_kafka_events.envelopes.model import AssetRef, EventSource, SourceKind
 from airflow_kafka_events.kafka.producer import get_producer
 from airflow_kafka_events.kafka.settings import KafkaSettings
 from airflow_kafka_events.kafka.topics import TopicSpec, ensure_topics
@@ -32,6 +29,7 @@ from airflow_kafka_events.watcher.stream import state_key
 from harness.airflow_runs import json_column
 from harness.airflow_stack import AirflowStack
 from harness.bridge_process import BridgeProcess
+from harness.registry_records import confluent_serialized
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 
@@ -57,17 +55,6 @@ def stack(airflow_stack: AirflowStack, kafka_admin, airflow_extra_env: dict[str,
     for dag_id in (EMIT, WATCHED_DAG, BRIDGED_DAG):
         airflow_stack.wait_dag_parsed(dag_id, timeout=180)
     return airflow_stack
-
-
-def _confluent_serialized(registry_url: str, topic: str, envelope: AssetEventEnvelope) -> bytes:
-    serializer = AvroSerializer(
-        SchemaRegistryClient({"url": registry_url}),
-        json.dumps(schemas.raw_schema(schemas.ASSET_EVENT_ENVELOPE)),
-        conf={"auto.register.schemas": True},
-    )
-    data = serializer(envelope.to_avro(), SerializationContext(topic, MessageField.VALUE))
-    assert data is not None
-    return data
 
 
 def _raw_values(bootstrap: str, topic: str, count: int, timeout: float = 60) -> list[bytes]:
@@ -156,7 +143,7 @@ def test_registry_framed_events_become_one_asset_event_each_through_the_watcher_
     }
     producer = get_producer(KafkaSettings({"bootstrap.servers": kafka_bootstrap}).producer_config())
     for asset, topic in ((WATCHED, watched_topic), (BRIDGED, bridge_topic)):
-        value = _confluent_serialized(schema_registry_url, topic, serialized[asset.uri])
+        value = confluent_serialized(schema_registry_url, topic, serialized[asset.uri])
         producer.send_and_wait(topic, value, key=asset.uri, timeout=30)
 
     # (b) emit_asset_event in a task, through the connection with the registry

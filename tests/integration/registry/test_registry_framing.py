@@ -21,7 +21,7 @@ from urllib.parse import urlsplit, urlunsplit
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.schema_registry import SchemaRegistryClient
-from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
+from confluent_kafka.schema_registry.avro import AvroDeserializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
 from airflow_kafka_events.assets.publish import build_envelope, publish
@@ -41,6 +41,7 @@ from airflow_kafka_events.kafka.producer import get_producer
 from airflow_kafka_events.kafka.settings import KafkaSettings
 from airflow_kafka_events.streams.consuming.reader import StreamReader
 from airflow_kafka_events.streams.descriptor import StreamDescriptor
+from harness.registry_records import confluent_serialized
 from integration.bridge.fake_airflow import FakeAirflow
 from integration.bridge.test_bridge_kafka import committed, make_config, read_all, running, wait_until
 from integration.registry.tcp_relay import relay_to
@@ -262,18 +263,6 @@ def fake():
         yield api
 
 
-def _confluent_serialized(registry_url: str, topic: str, envelope: AssetEventEnvelope) -> bytes:
-    """What a service in another language writes: confluent-kafka's AvroSerializer, not the project."""
-    serializer = AvroSerializer(
-        SchemaRegistryClient({"url": registry_url}),
-        json.dumps(schemas.raw_schema(schemas.ASSET_EVENT_ENVELOPE)),
-        conf={"auto.register.schemas": True},
-    )
-    data = serializer(envelope.to_avro(), SerializationContext(topic, MessageField.VALUE))
-    assert data is not None
-    return data
-
-
 def test_the_bridge_takes_both_framings_and_dead_letters_an_unknown_schema_id(
     kafka_bootstrap, schema_registry_url, new_topic, fake
 ):
@@ -282,7 +271,7 @@ def test_the_bridge_takes_both_framings_and_dead_letters_an_unknown_schema_id(
     producer = get_producer(settings.producer_config())
     by_confluent, by_project, single_object = (_asset_envelope(f"batch-{i}") for i in range(3))
     producer.send_and_wait(
-        topic, _confluent_serialized(schema_registry_url, topic, by_confluent), key=ASSET.uri, timeout=30
+        topic, confluent_serialized(schema_registry_url, topic, by_confluent), key=ASSET.uri, timeout=30
     )
     publish(by_project, producer=producer, topic=topic, timeout=30, codec=settings.codecs.asset)
     publish(single_object, producer=producer, topic=topic, timeout=30, codec=ASSET_EVENT_CODEC)
