@@ -131,7 +131,7 @@ def _parse(argv: list[str]) -> argparse.Namespace:
         "--linger-ms",
         type=int,
         default=None,
-        help="producer linger.ms for both variants (default: librdkafka's, 5 ms)",
+        help="producer linger.ms for both variants (default: the emit producers', 0 ms)",
     )
     parser.add_argument("--out", type=Path, help="also write the results as JSON to this file")
     args = parser.parse_args(argv)
@@ -194,7 +194,7 @@ def _report(
     busy: dict[str, float],
 ) -> dict[str, Any]:
     say("")
-    linger = "librdkafka default (5)" if args.linger_ms is None else args.linger_ms
+    linger = "emit default (0)" if args.linger_ms is None else args.linger_ms
     say(
         f"B4 asset event emit latency: {args.events} sequential emits per variant, acks=all, "
         f"loopback, linger.ms={linger}"

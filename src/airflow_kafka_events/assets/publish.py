@@ -59,6 +59,7 @@ __all__ = [
     "causation_depth",
     "causation_from_extra",
     "emit",
+    "emit_config",
     "emit_producer",
     "provenance_extra",
     "publish",
@@ -275,13 +276,19 @@ def publish(
     return Receipt.of(envelope.event_id, delivered)
 
 
-def emit_producer(settings: KafkaSettings, *, message_timeout: float) -> RecordProducer:
-    """This process's emit producer for ``settings``: role :data:`EMIT_ROLE`, its message timeout
-    the caller's wait, ``linger.ms`` :data:`EMIT_LINGER_MS` unless the settings set one."""
+def emit_config(settings: KafkaSettings) -> dict[str, Any]:
+    """The producer configuration of emits: ``settings.producer_config()`` (``acks=all``,
+    idempotence) with ``linger.ms`` :data:`EMIT_LINGER_MS` unless the settings set one."""
     config = settings.producer_config()
     if not LINGER_KEYS & settings.config.keys():
         config["linger.ms"] = EMIT_LINGER_MS
-    return get_producer(config, role=EMIT_ROLE, message_timeout=message_timeout)
+    return config
+
+
+def emit_producer(settings: KafkaSettings, *, message_timeout: float) -> RecordProducer:
+    """This process's emit producer for ``settings`` (:func:`emit_config`, role :data:`EMIT_ROLE`),
+    its message timeout the caller's wait."""
+    return get_producer(emit_config(settings), role=EMIT_ROLE, message_timeout=message_timeout)
 
 
 # --------------------------------------------------------------------------- external emit
