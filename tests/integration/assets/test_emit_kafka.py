@@ -263,6 +263,7 @@ def test_an_emit_after_a_failed_send_uses_the_changed_connection(kafka_bootstrap
     env = f"AIRFLOW_CONN_{conn_id.upper()}"
     topic = new_topic(partitions=1)
     source = EventSource(SourceKind.TASK, dag_id="d", run_id="r", task_id="t", map_index=-1, try_number=1)
+
     def point_at(bootstrap: str) -> None:
         monkeypatch.setenv(env, json.dumps({"conn_type": "kafka", "extra": {"bootstrap.servers": bootstrap}}))
 
