@@ -131,12 +131,19 @@ def _parse(argv: list[str]) -> argparse.Namespace:
         "--linger-ms",
         type=int,
         default=None,
-        help="producer linger.ms for both variants (default: librdkafka's, 5 ms)",
+        help="producer linger.ms for both variants (default: the emit producers', 0 ms)",
     )
+    parser.add_argument(
+        "--burst",
+        type=int,
+        default=0,
+        help="also time bursts of this many pipelined emit sends at linger.ms 0 and 1, alternating (0: none)",
+    )
+    parser.add_argument("--burst-rounds", type=int, default=3, help="rounds of bursts per linger.ms (3)")
     parser.add_argument("--out", type=Path, help="also write the results as JSON to this file")
     args = parser.parse_args(argv)
-    if args.events < 1 or args.block < 1:
-        parser.error("--events and --block must be >= 1")
+    if args.events < 1 or args.block < 1 or args.burst < 0 or args.burst_rounds < 1:
+        parser.error("--events, --block and --burst-rounds must be >= 1, --burst >= 0")
     return args
 
 
@@ -187,6 +194,32 @@ def _measure(
     return warmup, samples, busy
 
 
+def _bursts(bootstrap: str, topic: str, size: int, rounds: int) -> dict[str, list[float]]:
+    """msgs/s of ``size`` emit sends queued at once (futures) then all awaited, per ``linger.ms``."""
+    from airflow_kafka_events.assets.publish import build_envelope, emit_producer, record_key, resolve_asset
+    from airflow_kafka_events.envelopes.model import EventSource, SourceKind
+
+    source = EventSource(SourceKind.EXTERNAL, producer="b4-burst")
+    rates: dict[str, list[float]] = {"linger.ms=0": [], "linger.ms=1": []}
+    for _ in range(rounds):
+        for linger in (0, 1):
+            settings = KafkaSettings({"bootstrap.servers": bootstrap, "linger.ms": linger})
+            producer, codec = emit_producer(settings, message_timeout=30.0), settings.codecs.asset
+            records = []
+            for i in range(size):
+                envelope = build_envelope(asset=resolve_asset(f"bench://b4/burst-{i % 20}"), source=source)
+                records.append((codec.encode(envelope, topic=topic), record_key(envelope.asset)))
+            producer.send_and_wait(topic, records[0][0], key=records[0][1])  # connected, metadata known
+            t0 = time.perf_counter()
+            futures = [producer.send(topic, value, key=key) for value, key in records]
+            for future in futures:
+                future.result(timeout=60)
+            rate = size / (time.perf_counter() - t0)
+            rates[f"linger.ms={linger}"].append(round(rate))
+            say(f"[burst]   linger.ms={linger}: {size} pipelined sends {rate:,.0f} msgs/s, load {loadavg()}")
+    return rates
+
+
 def _report(
     args: argparse.Namespace,
     warmup: dict[str, float],
@@ -194,7 +227,7 @@ def _report(
     busy: dict[str, float],
 ) -> dict[str, Any]:
     say("")
-    linger = "librdkafka default (5)" if args.linger_ms is None else args.linger_ms
+    linger = "emit default (0)" if args.linger_ms is None else args.linger_ms
     say(
         f"B4 asset event emit latency: {args.events} sequential emits per variant, acks=all, "
         f"loopback, linger.ms={linger}"
@@ -248,6 +281,8 @@ def main(argv: list[str]) -> int:
         results = _report(args, *_measure(variants, args.events, args.block))
         for name, note in notes.items():
             results[name] = {"note": note}
+        if args.burst > 0:
+            results["bursts_msgs_per_s"] = _bursts(bootstrap, topic, args.burst, args.burst_rounds)
     finally:
         close_all_producers()  # before the broker goes away
         delete_topics(admin, [topic])

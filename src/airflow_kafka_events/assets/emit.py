@@ -34,12 +34,15 @@ did not produce the event, so it is never used).
 from __future__ import annotations
 
 import logging
+import os
+import threading
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypedDict, Unpack
 
-from airflow_kafka_events.assets.publish import EMIT_ROLE, Receipt, build_envelope, publish, resolve_asset
+from airflow_kafka_events.assets.publish import Receipt, build_envelope, emit_producer, publish, resolve_asset
 from airflow_kafka_events.assets.validation import (
     DEFAULT_MAX_CAUSATION_DEPTH,
     DEFAULT_MAX_EXTRA_BYTES,
@@ -52,7 +55,9 @@ from airflow_kafka_events.assets.watcher_payload import watcher_causation
 from airflow_kafka_events.envelopes.codec import EnvelopeCodec
 from airflow_kafka_events.envelopes.model import AssetEventEnvelope, AssetRef, EventSource, SourceKind
 from airflow_kafka_events.errors import (
+    EnvelopeSerializationError,
     InvalidAssetError,
+    KafkaOperationError,
     NoEmissionContextError,
     ParseTimeEmissionError,
     PartitionDateError,
@@ -60,6 +65,7 @@ from airflow_kafka_events.errors import (
     ValidationError,
 )
 from airflow_kafka_events.kafka.producer import RecordProducer
+from airflow_kafka_events.kafka.settings import KafkaSettings
 
 log = logging.getLogger(__name__)
 
@@ -248,14 +254,57 @@ def _max_extra_bytes(value: int | None) -> int:
         ) from exc
 
 
+#: Seconds an emit reuses the Kafka settings read from a connection: a connection changed while
+#: a process emits is used by its emits within this time (at once after a failed send).
+CONNECTION_TTL = 30.0
+
+
+class ConnectionSettings:
+    """This process's Kafka settings per connection id, read at most once per :data:`CONNECTION_TTL`.
+
+    Reading a connection is the costliest step of an emit after the broker's acknowledgement
+    (secrets backends; in a task, a round trip to the API server), and consecutive emits use the
+    same connection.  Process-wide on purpose, as the producers are; keyed by pid, so that a
+    forked child reads the connection itself.  A failed send forgets its connection.
+    """
+
+    def __init__(self, ttl: float = CONNECTION_TTL) -> None:
+        self.ttl = ttl
+        self.lock = threading.Lock()
+        self._settings: dict[tuple[int, str], tuple[float, KafkaSettings]] = {}
+
+    def get(self, conn_id: str) -> KafkaSettings:
+        key, now = (os.getpid(), conn_id), time.monotonic()
+        cached = self._settings.get(key)
+        if cached is not None and now - cached[0] < self.ttl:
+            return cached[1]
+        from airflow_kafka_events.provider.hook import KafkaEventsHook
+
+        settings = KafkaEventsHook(kafka_config_id=conn_id).get_settings()  # may raise: nothing cached
+        with self.lock:
+            self._settings[key] = (now, settings)
+        return settings
+
+    def forget(self, conn_id: str) -> None:
+        with self.lock:
+            self._settings.pop((os.getpid(), conn_id), None)
+
+
+#: The Kafka settings of the connections this process emits through.
+CONNECTION_SETTINGS = ConnectionSettings()
+# Held across fork(), so that a forked child never inherits the lock taken by a thread it does not have.
+os.register_at_fork(
+    before=CONNECTION_SETTINGS.lock.acquire,
+    after_in_parent=CONNECTION_SETTINGS.lock.release,
+    after_in_child=CONNECTION_SETTINGS.lock.release,
+)
+
+
 def _producer_for(
     kafka_config_id: str, *, message_timeout: float
 ) -> tuple[RecordProducer, EnvelopeCodec[AssetEventEnvelope]]:
-    from airflow_kafka_events.provider.hook import KafkaEventsHook
-
-    hook = KafkaEventsHook(kafka_config_id=kafka_config_id)
-    producer = hook.get_producer(role=EMIT_ROLE, message_timeout=message_timeout)
-    return producer, hook.get_settings().codecs.asset
+    settings = CONNECTION_SETTINGS.get(kafka_config_id)
+    return emit_producer(settings, message_timeout=message_timeout), settings.codecs.asset
 
 
 # --------------------------------------------------------------------------- the one emit path
@@ -342,7 +391,11 @@ def emit_event(
     conn_id = options.kafka_config_id or _config("kafka_config_id", "kafka_default")
     target = options.topic or _config("asset_events_topic", "airflow.asset-events")
     producer, codec = _producer_for(conn_id, message_timeout=wait)
-    return publish(envelope, producer=producer, topic=target, timeout=wait, codec=codec)
+    try:
+        return publish(envelope, producer=producer, topic=target, timeout=wait, codec=codec)
+    except (KafkaOperationError, EnvelopeSerializationError):
+        CONNECTION_SETTINGS.forget(conn_id)  # the next emit reads the connection again (it may have changed)
+        raise
 
 
 def emit_asset_event(

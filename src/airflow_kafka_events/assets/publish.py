@@ -45,10 +45,11 @@ from airflow_kafka_events.envelopes.model import AssetEventEnvelope, AssetRef, E
 from airflow_kafka_events.errors import ExtraNotSerializableError, InvalidAssetError
 from airflow_kafka_events.kafka.delivery import DeliveryReceipt
 from airflow_kafka_events.kafka.producer import RecordProducer, get_producer
-from airflow_kafka_events.kafka.settings import KafkaSettings
+from airflow_kafka_events.kafka.settings import LINGER_KEYS, KafkaSettings
 
 __all__ = [
     "DEFAULT_TOPIC",
+    "EMIT_LINGER_MS",
     "EMIT_ROLE",
     "ENV_PRODUCER",
     "ENV_TOPIC",
@@ -58,6 +59,8 @@ __all__ = [
     "causation_depth",
     "causation_from_extra",
     "emit",
+    "emit_config",
+    "emit_producer",
     "provenance_extra",
     "publish",
     "record_key",
@@ -76,6 +79,10 @@ PROVENANCE_EXTRA_KEY = "airflow_kafka_events"
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 #: Producer role of asset-event emits: its message timeout is the emit's timeout.
 EMIT_ROLE = "emit"
+#: ``linger.ms`` of the emit producers unless the connection sets one: each emit waits for its own
+#: receipt, so a batching delay is pure latency; emits from several threads still batch, as
+#: librdkafka gathers what is queued while earlier requests are in flight (B4).
+EMIT_LINGER_MS = 0
 
 
 # --------------------------------------------------------------------------- receipt
@@ -269,6 +276,21 @@ def publish(
     return Receipt.of(envelope.event_id, delivered)
 
 
+def emit_config(settings: KafkaSettings) -> dict[str, Any]:
+    """The producer configuration of emits: ``settings.producer_config()`` (``acks=all``,
+    idempotence) with ``linger.ms`` :data:`EMIT_LINGER_MS` unless the settings set one."""
+    config = settings.producer_config()
+    if not LINGER_KEYS & settings.config.keys():
+        config["linger.ms"] = EMIT_LINGER_MS
+    return config
+
+
+def emit_producer(settings: KafkaSettings, *, message_timeout: float) -> RecordProducer:
+    """This process's emit producer for ``settings`` (:func:`emit_config`, role :data:`EMIT_ROLE`),
+    its message timeout the caller's wait."""
+    return get_producer(emit_config(settings), role=EMIT_ROLE, message_timeout=message_timeout)
+
+
 # --------------------------------------------------------------------------- external emit
 def default_topic(environ: Mapping[str, str] | None = None) -> str:
     env = os.environ if environ is None else environ
@@ -331,10 +353,9 @@ def emit(
         settings = KafkaSettings.from_sources(
             bootstrap_servers=bootstrap_servers, properties_file=properties_file, overrides=overrides
         )
-    kafka_producer = get_producer(settings.producer_config(), role=EMIT_ROLE, message_timeout=wait)
     return publish(
         envelope,
-        producer=kafka_producer,
+        producer=emit_producer(settings, message_timeout=wait),
         topic=topic or default_topic(),
         timeout=wait,
         codec=settings.codecs.asset,

@@ -250,3 +250,31 @@ def test_dag_callback_event_reaches_kafka_without_a_task_source(kafka_bootstrap,
     assert from_notifier.source.kind is SourceKind.DAG_CALLBACK
     assert from_notifier.source.task_id is None
     assert notifier.last_receipt.offset == receipt.offset + 1
+
+
+def test_an_emit_after_a_failed_send_uses_the_changed_connection(kafka_bootstrap, new_topic, monkeypatch):
+    import uuid
+
+    from airflow_kafka_events.assets import emit as emit_module
+    from airflow_kafka_events.assets.emit import emit_asset_event
+    from airflow_kafka_events.errors import NotSentError
+
+    conn_id = f"kafka_changed_{uuid.uuid4().hex[:8]}"  # this test's own entry of the process's cache
+    env = f"AIRFLOW_CONN_{conn_id.upper()}"
+    topic = new_topic(partitions=1)
+    source = EventSource(SourceKind.TASK, dag_id="d", run_id="r", task_id="t", map_index=-1, try_number=1)
+
+    def point_at(bootstrap: str) -> None:
+        monkeypatch.setenv(env, json.dumps({"conn_type": "kafka", "extra": {"bootstrap.servers": bootstrap}}))
+
+    point_at("127.0.0.1:1")
+    with pytest.raises(NotSentError):  # nothing listens there
+        emit_asset_event("s3://lake/changed", source=source, kafka_config_id=conn_id, topic=topic, timeout=3)
+
+    point_at(kafka_bootstrap)
+    receipt = emit_asset_event("s3://lake/changed", source=source, kafka_config_id=conn_id, topic=topic)
+    envelope, _ = _check_receipt(kafka_bootstrap, receipt)
+    assert envelope.asset.uri == "s3://lake/changed"
+    producer, _ = emit_module._producer_for(conn_id, message_timeout=30.0)
+    assert producer.config["linger.ms"] == 0  # an emit waits for no batching delay
+    assert producer.config["acks"] == "all" and producer.config["enable.idempotence"] is True

@@ -545,7 +545,7 @@ def test_emits_through_one_connection_share_one_registry_client(monkeypatch, in_
         return clients[-1]
 
     monkeypatch.setattr(KafkaEventsHook, "_build_config", lambda hook: dict(extras))
-    monkeypatch.setattr(KafkaEventsHook, "get_producer", lambda hook, **kwargs: recording)
+    monkeypatch.setattr(emit_module, "emit_producer", lambda settings, **kwargs: recording)
     monkeypatch.setattr(RegistrySettings, "new_client", new_client)
     in_task()
 
@@ -591,3 +591,81 @@ def test_a_forked_child_makes_its_own_registry_client(monkeypatch):
     os.waitpid(pid, 0)
     assert os.read(read, 16) == b"own"
     os.close(read)
+
+
+# --------------------------------------------------------------------------- a connection's settings
+def _kafka_conn(monkeypatch, conn_id: str, bootstrap: str) -> None:
+    import json
+
+    monkeypatch.setenv(
+        f"AIRFLOW_CONN_{conn_id.upper()}",
+        json.dumps({"conn_type": "kafka", "extra": {"bootstrap.servers": bootstrap}}),
+    )
+
+
+def test_consecutive_emits_read_the_connection_once_while_it_is_fresh(monkeypatch):
+    from airflow_kafka_events.assets.emit import ConnectionSettings
+
+    cache = ConnectionSettings(ttl=3600)
+    _kafka_conn(monkeypatch, "kafka_cache_unit", "first.invalid:9092")
+    first = cache.get("kafka_cache_unit")
+    _kafka_conn(monkeypatch, "kafka_cache_unit", "second.invalid:9092")
+    assert cache.get("kafka_cache_unit") is first  # fresh: the connection is not read again
+    assert first.bootstrap_servers == "first.invalid:9092"
+    _kafka_conn(monkeypatch, "kafka_other_unit", "other.invalid:9092")
+    assert cache.get("kafka_other_unit").bootstrap_servers == "other.invalid:9092"  # one entry per id
+    cache.forget("kafka_cache_unit")
+    assert cache.get("kafka_cache_unit").bootstrap_servers == "second.invalid:9092"
+
+
+def test_a_stale_connection_is_read_again(monkeypatch):
+    from airflow_kafka_events.assets.emit import ConnectionSettings
+
+    cache = ConnectionSettings(ttl=0.0)
+    _kafka_conn(monkeypatch, "kafka_stale_unit", "first.invalid:9092")
+    assert cache.get("kafka_stale_unit").bootstrap_servers == "first.invalid:9092"
+    _kafka_conn(monkeypatch, "kafka_stale_unit", "second.invalid:9092")
+    assert cache.get("kafka_stale_unit").bootstrap_servers == "second.invalid:9092"
+
+
+def test_a_connection_that_fails_to_read_is_not_remembered(monkeypatch):
+    from airflow_kafka_events.assets.emit import ConnectionSettings
+
+    cache = ConnectionSettings(ttl=3600)
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_KAFKA_BROKEN_UNIT", '{"conn_type": "kafka", "extra": {"group.id": "no-bootstrap"}}'
+    )
+    with pytest.raises(ValueError, match=r"bootstrap\.servers"):  # the apache-kafka provider's check
+        cache.get("kafka_broken_unit")
+    _kafka_conn(monkeypatch, "kafka_broken_unit", "fixed.invalid:9092")
+    assert cache.get("kafka_broken_unit").bootstrap_servers == "fixed.invalid:9092"
+
+
+def test_a_failed_send_makes_the_next_emit_read_the_connection_again(monkeypatch):
+    import uuid
+
+    from airflow_kafka_events.errors import NotSentError
+
+    conn_id = f"kafka_failed_send_{uuid.uuid4().hex[:8]}"  # this test's own entry of the process's cache
+    _kafka_conn(monkeypatch, conn_id, "before.invalid:9092")
+    used: list[str] = []
+
+    def emit_producer(settings, **kwargs):
+        used.append(settings.bootstrap_servers)
+        return RecordingProducer()
+
+    def failing_publish(envelope, **kwargs):
+        raise NotSentError("not sent — nothing will be published: test")
+
+    monkeypatch.setattr(emit_module, "emit_producer", emit_producer)
+    source = EventSource(SourceKind.TASK, dag_id="d", run_id="r", task_id="t", map_index=-1, try_number=1)
+    emit_asset_event(_asset(), source=source, kafka_config_id=conn_id)
+    _kafka_conn(monkeypatch, conn_id, "after.invalid:9092")
+    emit_asset_event(_asset(), source=source, kafka_config_id=conn_id)
+    assert used == ["before.invalid:9092", "before.invalid:9092"]  # read once, then reused
+    with monkeypatch.context() as failing:
+        failing.setattr(emit_module, "publish", failing_publish)
+        with pytest.raises(NotSentError):
+            emit_asset_event(_asset(), source=source, kafka_config_id=conn_id)
+    emit_asset_event(_asset(), source=source, kafka_config_id=conn_id)
+    assert used[-1] == "after.invalid:9092"

@@ -307,3 +307,17 @@ def test_provenance_is_found_in_a_watcher_made_event_payload():
     extra = {"from_trigger": True, "payload": envelope_payload(parent)}
     assert causation_from_extra(extra) == ("E0", parent.event_id)
     assert causation_from_extra({"payload": envelope_payload(parent)}) == ()  # not from a trigger
+
+
+def test_emits_use_no_linger_unless_the_settings_set_one():
+    config = external.emit_config(SETTINGS)
+    assert config["linger.ms"] == external.EMIT_LINGER_MS == 0  # each emit waits for its own receipt
+    assert (config["acks"], config["enable.idempotence"]) == ("all", True)
+    assert external.emit_config(SETTINGS.with_overrides({"linger.ms": 5}))["linger.ms"] == 5
+    aliased = external.emit_config(SETTINGS.with_overrides({"queue.buffering.max.ms": 7}))
+    assert aliased["queue.buffering.max.ms"] == 7 and "linger.ms" not in aliased
+
+
+def test_external_emit_sends_with_the_emit_configuration(producer):
+    external.emit("s3://lake/orders", producer="billing", settings=SETTINGS)
+    assert producer.configs == [external.emit_config(SETTINGS)]

@@ -98,3 +98,5 @@ def test_topic_spec_validation_and_config():
 def test_producer_config_defaults_to_a_short_linger_but_keeps_an_explicit_one():
     assert KafkaSettings(BOOT).producer_config()["linger.ms"] == 1
     assert KafkaSettings({**BOOT, "linger.ms": 20}).producer_config()["linger.ms"] == 20
+    aliased = KafkaSettings({**BOOT, "queue.buffering.max.ms": 20}).producer_config()
+    assert aliased["queue.buffering.max.ms"] == 20 and "linger.ms" not in aliased  # librdkafka's alias
