@@ -23,8 +23,9 @@ from airflow_kafka_events.kafka.producer import get_producer
 from airflow_kafka_events.kafka.settings import KafkaSettings
 from airflow_kafka_events.watcher import dead_letters as watcher_dead_letters
 from airflow_kafka_events.watcher.trigger import KafkaAssetEventTrigger
+from harness.registry_records import confluent_serialized
 from integration.registry.tcp_relay import relay_to
-from integration.registry.test_registry_framing import _confluent_serialized, high_watermark
+from integration.registry.test_registry_framing import high_watermark
 from integration.triggers.test_asset_watcher import Watchers, _read_all, _until, stores  # noqa: F401
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
@@ -83,7 +84,7 @@ def test_the_watcher_fires_events_of_every_framing_and_dead_letters_an_unknown_s
     producer = get_producer(settings.producer_config())
     by_confluent, by_project, single_object = _event(1), _event(2), _event(3)
     producer.send_and_wait(
-        topic, _confluent_serialized(schema_registry_url, topic, by_confluent), key=ASSET.uri, timeout=30
+        topic, confluent_serialized(schema_registry_url, topic, by_confluent), key=ASSET.uri, timeout=30
     )
     publish(by_project, producer=producer, topic=topic, timeout=30, codec=settings.codecs.asset)
     publish(single_object, producer=producer, topic=topic, timeout=30, codec=ASSET_EVENT_CODEC)
