@@ -175,27 +175,14 @@ class AssignedReader:
         await self._executor.run(self._client().incremental_assign, tps)
 
     # ------------------------------------------------------------------ reading
-    async def poll(self, timeout: float) -> Message | None:
-        """The next record, or ``None``; passing client errors are logged, fatal ones raised.
-
-        Raises :class:`KafkaOperationError` naming the brokers, the cause and the fix when the
-        client saw an authentication or authorization failure: those do not heal by retrying.
-        """
-        message = await self._executor.run(self._client().poll, timeout)
-        self._raise_if_refused()
-        if message is None:
-            return None
-        error = message.error()
-        if error is None:
-            return message
-        self._check_error(error)
-        return None
-
     async def poll_batch(self, max_records: int, timeout: float) -> list[Message]:
         """Up to ``max_records`` records in one call on the client's thread: it waits at most
         ``timeout`` for the first, then takes what is already fetched without waiting (librdkafka's
         ``consume(n, timeout)`` alone would hold a lone record until the whole timeout passed).
-        Passing client errors are logged, fatal ones raised."""
+
+        Passing client errors are logged.  Raises :class:`KafkaOperationError` naming the brokers,
+        the cause and the fix when the client saw an authentication or authorization failure:
+        those do not heal by retrying."""
         messages = await self._executor.run(consume_available, self._client(), max_records, timeout)
         self._raise_if_refused()
         records: list[Message] = []

@@ -166,10 +166,9 @@ def _keys_given_per_record() -> list[bytes]:
     raise RuntimeError("the watcher passes its signing keys with each record")
 
 
-def _check_arguments(
-    *, asset_uri: Any, asset_name: Any, max_causation_depth: Any, **optional_names: Any
-) -> None:
-    """The watcher's arguments, or :class:`ValidationError` naming the wrong one."""
+def _check_arguments(*, asset_uri: Any, asset_name: Any, **optional_names: Any) -> None:
+    """The watcher's asset and names, or :class:`ValidationError` naming the wrong one (the other
+    arguments are checked by :class:`AdmissionConfig`)."""
     if asset_uri is None and asset_name is None:
         raise ValidationError("KafkaAssetEventTrigger needs asset_uri and/or asset_name")
     for name, value in (("asset_uri", asset_uri), ("asset_name", asset_name)):
@@ -178,10 +177,6 @@ def _check_arguments(
     for name, value in optional_names.items():
         if value is not None and (not isinstance(value, str) or not value):
             raise ValidationError(f"{name} must be a non-empty str or None, got {value!r}")
-    if isinstance(max_causation_depth, bool) or not isinstance(max_causation_depth, int):
-        raise ValidationError(f"max_causation_depth must be an int >= 0, got {max_causation_depth!r}")
-    if max_causation_depth < 0:
-        raise ValidationError(f"max_causation_depth must be an int >= 0, got {max_causation_depth!r}")
 
 
 class KafkaAssetEventTrigger(WatcherDeadLetters, KafkaSharedStreamTrigger):
@@ -256,7 +251,6 @@ class KafkaAssetEventTrigger(WatcherDeadLetters, KafkaSharedStreamTrigger):
         _check_arguments(
             asset_uri=asset_uri,
             asset_name=asset_name,
-            max_causation_depth=max_causation_depth,
             kafka_config_id=kafka_config_id,
             group_id=group_id,
             dlq_topic=dlq_topic,
