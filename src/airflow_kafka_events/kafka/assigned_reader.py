@@ -34,22 +34,13 @@ from airflow_kafka_events.kafka.settings import KafkaSettings
 log = logging.getLogger(__name__)
 
 __all__ = [
-    "FATAL_CONSUMER_ERRORS",
     "AssignedReader",
     "StartPolicy",
     "bounded_read_config",
 ]
 
-#: Client errors that will not heal by themselves: the reader raises instead of retrying.
-FATAL_CONSUMER_ERRORS = frozenset(
-    {
-        KafkaError._AUTHENTICATION,
-        KafkaError.SASL_AUTHENTICATION_FAILED,
-        KafkaError.TOPIC_AUTHORIZATION_FAILED,
-        KafkaError.GROUP_AUTHORIZATION_FAILED,
-        KafkaError.CLUSTER_AUTHORIZATION_FAILED,
-    }
-)
+#: Causes of client errors that will not heal by themselves: the reader raises instead of retrying.
+_FATAL_CAUSES = (Cause.AUTHENTICATION, Cause.AUTHORIZATION)
 #: Placeholder ``group.id`` when the connection names none: librdkafka insists on one.
 _NO_GROUP = "airflow-kafka-events.assigned-reader"
 #: Seconds between librdkafka statistics reports of a reader (only broker up/down is read).
@@ -226,8 +217,8 @@ class AssignedReader:
     def _check_error(self, error: KafkaError) -> None:
         if error.code() == KafkaError._PARTITION_EOF:
             return
-        if error.fatal() or error.code() in FATAL_CONSUMER_ERRORS:
-            cause = cause_of(error.code())
+        cause = cause_of(error.code())
+        if error.fatal() or cause in _FATAL_CAUSES:
             raise KafkaOperationError(
                 f"Kafka consumer error on {self.topics} at {self.bootstrap_servers}: {cause.value} "
                 f"({error}); {self.health.fix_for(cause)}",
