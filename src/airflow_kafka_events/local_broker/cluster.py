@@ -20,6 +20,7 @@ import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from airflow_kafka_events.errors import BrokerError
 from airflow_kafka_events.local_broker import java as _java
@@ -52,6 +53,9 @@ from airflow_kafka_events.local_broker.security import (
     ensure_security,
     load_security,
 )
+
+if TYPE_CHECKING:
+    from confluent_kafka.admin import AdminClient
 
 log = logging.getLogger(__name__)
 
@@ -284,7 +288,7 @@ class LocalKafkaCluster:
                 raise
             return self.status()
 
-    def _admin(self) -> object:
+    def _admin(self) -> AdminClient:
         from confluent_kafka.admin import AdminClient
 
         return AdminClient(
@@ -318,10 +322,9 @@ class LocalKafkaCluster:
             f"the Kafka cluster was not ready within the deadline (last error: {last_error})"
         )
 
-    def _probe(self, admin: object, deadline: float) -> None:
-        from confluent_kafka.admin import AdminClient, NewTopic
+    def _probe(self, admin: AdminClient, deadline: float) -> None:
+        from confluent_kafka.admin import NewTopic
 
-        assert isinstance(admin, AdminClient)
         remaining = max(1.0, min(10.0, deadline - time.monotonic()))
         brokers = admin.list_topics(timeout=remaining).brokers
         if len(brokers) < self.brokers:
@@ -364,10 +367,7 @@ class LocalKafkaCluster:
         )
         return time.monotonic() - began
 
-    def _live_brokers(self, admin: object) -> set[int]:
-        from confluent_kafka.admin import AdminClient
-
-        assert isinstance(admin, AdminClient)
+    def _live_brokers(self, admin: AdminClient) -> set[int]:
         try:
             return set(admin.list_topics(timeout=5).brokers)
         except Exception:  # no node answers yet
