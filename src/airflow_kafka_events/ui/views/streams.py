@@ -62,6 +62,10 @@ SPAN_BEFORE = timedelta(minutes=1)
 SPAN_AFTER = timedelta(minutes=5)
 
 
+#: What a consumer's row shows of its checkpoint (``None`` each without one).
+_CHECKPOINT_FIELDS = ("attempt", "next_sequence_index", "offset", "finished")
+
+
 def _consumer_rows(
     checkpoints: list[ConsumerCheckpoint], summaries: dict[str, StreamOverview]
 ) -> list[dict[str, Any]]:
@@ -78,10 +82,7 @@ def _consumer_rows(
                 "task_id": cp.task_id,
                 "map_index": cp.map_index,
                 "generation": cp.generation,
-                "attempt": None if cp.checkpoint is None else cp.checkpoint.attempt,
-                "next_sequence_index": None if cp.checkpoint is None else cp.checkpoint.next_sequence_index,
-                "offset": None if cp.checkpoint is None else cp.checkpoint.offset,
-                "finished": None if cp.checkpoint is None else cp.checkpoint.finished,
+                **{name: getattr(cp.checkpoint, name, None) for name in _CHECKPOINT_FIELDS},
                 "pages_handled": cp.pages,
                 "lag_pages": lag,
                 "updated_at": cp.updated_at,
