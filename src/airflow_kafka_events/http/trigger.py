@@ -60,7 +60,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any, Unpack
 from urllib.parse import urljoin, urlsplit
 
@@ -100,12 +100,16 @@ __all__ = [
 #: make a trigger interrupted right after that page start a new attempt and fetch every page
 #: again; with this one it only writes the terminal marker.)
 END_CURSOR = ""
+
+
+def _keyword_only(function: Callable[..., Any]) -> tuple[str, ...]:
+    """The names of ``function``'s keyword-only parameters, in order."""
+    parameters = inspect.signature(function).parameters.values()
+    return tuple(p.name for p in parameters if p.kind is inspect.Parameter.KEYWORD_ONLY)
+
+
 #: The stream options ``StreamingTrigger.__init__`` takes (the rest of an HTTP trigger's ``**kwargs``).
-_STREAM_OPTIONS = tuple(
-    name
-    for name, parameter in inspect.signature(StreamingTrigger.__init__).parameters.items()
-    if parameter.kind is inspect.Parameter.KEYWORD_ONLY
-)
+_STREAM_OPTIONS = _keyword_only(StreamingTrigger.__init__)
 
 
 class _Retry(Exception):
@@ -166,27 +170,6 @@ class HttpPaginationTrigger(StreamingTrigger):
     Stream keyword arguments (``trigger_run_id``, ``topic``, ``kafka_config_id``, ...) as in
     :class:`~airflow_kafka_events.streams.producing.trigger.StreamingTrigger`.
     """
-
-    #: ``__init__`` keyword arguments of this class, in :meth:`trigger_kwargs` order.
-    _own_kwargs: tuple[str, ...] = (
-        "endpoint",
-        "http_conn_id",
-        "method",
-        "params",
-        "headers",
-        "data",
-        "cursor_path",
-        "cursor_param",
-        "next_link_header",
-        "items_path",
-        "max_pages",
-        "max_retries",
-        "retry_backoff",
-        "max_backoff",
-        "max_retry_after",
-        "request_timeout",
-        "allow_foreign_next_links",
-    )
 
     def __init__(
         self,
@@ -256,6 +239,9 @@ class HttpPaginationTrigger(StreamingTrigger):
         self.request_timeout = None if request_timeout is None else float(request_timeout)
         self.allow_foreign_next_links = allow_foreign_next_links
         self._first_index = 0
+
+    #: ``__init__`` keyword arguments of this class, in :meth:`trigger_kwargs` order.
+    _own_kwargs = _keyword_only(__init__)
 
     # ------------------------------------------------------------------ serialization
     def trigger_kwargs(self) -> dict[str, Any]:
