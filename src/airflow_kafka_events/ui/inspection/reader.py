@@ -382,11 +382,8 @@ def scan(
 
 def message_headers(msg: Message) -> list[tuple[str, bytes | None]]:
     """A record's headers as a list of ``(name, value)``."""
-    headers: list[tuple[str, bytes | None]] = []
-    for header in msg.headers() or []:
-        value = header[1]
-        headers.append((str(header[0]), value.encode("utf-8") if isinstance(value, str) else value))
-    return headers
+    pairs = [(str(header[0]), header[1]) for header in msg.headers() or []]
+    return [(name, value.encode("utf-8") if isinstance(value, str) else value) for name, value in pairs]
 
 
 def message_timestamp_ms(msg: Message) -> int | None:
