@@ -126,9 +126,6 @@ def streams_page(
         listing = _listing(page, filters)
     except AirflowKafkaEventsError as exc:
         return page.failed(exc)
-    matched = listing.matched
-    streams = listing.rows(offset, page.limit)  # newest activity first
-    consumers = {s.trigger_run_id: s.consumer_rows() for s in streams}
     task_tab = bool(dag_id and run_id and task_id)
     own_stream = None
     read_by_task: list[dict[str, Any]] = []
@@ -147,16 +144,14 @@ def streams_page(
         stored = consumer_checkpoints(session, dag_id=dag_id, run_id=run_id, task_id=task_id, map_index=index)
         read_by_task = _consumer_rows(stored, known)
     payload = {
-        "streams": [{**s.to_dict(), "consumers": consumers[s.trigger_run_id]} for s in streams],
+        **listing.to_dict(offset, page.limit),  # its streams (newest activity first), matched, index
         "task_instance_stream": None if own_stream is None else own_stream.trigger_run_id,
         "read_by_task_instance": read_by_task,
         "window": None,
         "window_text": listing.describe(),
         "undecodable": len(listing.skipped),
-        "matched": len(matched),
         "offset": offset,
         "limit": page.limit,
-        "index": listing.index_dict(),
     }
     return page.answer(payload)
 
