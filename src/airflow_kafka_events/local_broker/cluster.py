@@ -100,7 +100,7 @@ class LocalKafkaCluster:
             raise BrokerError(
                 f"{self.state_dir} holds a single-node broker; use another --state-dir for a cluster"
             )
-        recorded = self._read_state()
+        recorded = read_state_file(self.state_dir / CLUSTER_FILE)
         picked_brokers = self._pick("brokers", brokers, recorded.get("brokers"))
         picked_security = self._pick("security", security, recorded.get("security"))
         self.brokers: int = picked_brokers if isinstance(picked_brokers, int) else 1
@@ -127,9 +127,6 @@ class LocalKafkaCluster:
                 "use another --state-dir (or delete this one)"
             )
         return given if given is not None else recorded
-
-    def _read_state(self) -> dict[str, object]:
-        return read_state_file(self.state_dir / CLUSTER_FILE)
 
     def _choose_ports(self, recorded: object) -> list[tuple[int, int]]:
         if isinstance(recorded, list) and len(recorded) == self.brokers:

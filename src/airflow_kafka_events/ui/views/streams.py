@@ -40,7 +40,7 @@ from airflow_kafka_events.ui.inspection.index_listing import (
     indexed_streams,
 )
 from airflow_kafka_events.ui.inspection.stream_state import StreamOverview
-from airflow_kafka_events.ui.inspection.streams import StreamListing, WrittenSpan, list_streams, show_stream
+from airflow_kafka_events.ui.inspection.streams import WrittenSpan, list_streams, show_stream
 from airflow_kafka_events.ui.inspection.window import ScanWindow
 from airflow_kafka_events.ui.views.common import PageRequest, PageRequestDep
 
@@ -101,12 +101,6 @@ def _map_index(value: str | None) -> int | None:
     return number if number is None or number >= -1 else None
 
 
-def _listing(page: PageRequest, filters: StreamFilter) -> StreamListing:
-    return list_streams(
-        page.config(), page.settings.stream_index_topic, filters=filters, cache=page.stream_index()
-    )
-
-
 @router.get("/api/streams")
 def streams_page(
     page: PageRequestDep,
@@ -123,7 +117,9 @@ def streams_page(
     dag_id, run_id, task_id, state = dag_id or None, run_id or None, task_id or None, state or None
     try:
         filters = StreamFilter(dag_id, run_id, task_id, index, state)
-        listing = _listing(page, filters)
+        listing = list_streams(
+            page.config(), page.settings.stream_index_topic, filters=filters, cache=page.stream_index()
+        )
     except AirflowKafkaEventsError as exc:
         return page.failed(exc)
     task_tab = bool(dag_id and run_id and task_id)
