@@ -40,7 +40,7 @@ from airflow_kafka_events.ui.inspection.index_listing import (
     indexed_streams,
 )
 from airflow_kafka_events.ui.inspection.stream_state import StreamOverview
-from airflow_kafka_events.ui.inspection.streams import StreamListing, WrittenSpan, list_streams, show_stream
+from airflow_kafka_events.ui.inspection.streams import WrittenSpan, list_streams, show_stream
 from airflow_kafka_events.ui.inspection.window import ScanWindow
 from airflow_kafka_events.ui.views.common import PageRequest, PageRequestDep
 
@@ -62,6 +62,10 @@ SPAN_BEFORE = timedelta(minutes=1)
 SPAN_AFTER = timedelta(minutes=5)
 
 
+#: What a consumer's row shows of its checkpoint (``None`` each without one).
+_CHECKPOINT_FIELDS = ("attempt", "next_sequence_index", "offset", "finished")
+
+
 def _consumer_rows(
     checkpoints: list[ConsumerCheckpoint], summaries: dict[str, StreamOverview]
 ) -> list[dict[str, Any]]:
@@ -78,10 +82,7 @@ def _consumer_rows(
                 "task_id": cp.task_id,
                 "map_index": cp.map_index,
                 "generation": cp.generation,
-                "attempt": None if cp.checkpoint is None else cp.checkpoint.attempt,
-                "next_sequence_index": None if cp.checkpoint is None else cp.checkpoint.next_sequence_index,
-                "offset": None if cp.checkpoint is None else cp.checkpoint.offset,
-                "finished": None if cp.checkpoint is None else cp.checkpoint.finished,
+                **{name: getattr(cp.checkpoint, name, None) for name in _CHECKPOINT_FIELDS},
                 "pages_handled": cp.pages,
                 "lag_pages": lag,
                 "updated_at": cp.updated_at,
@@ -100,12 +101,6 @@ def _map_index(value: str | None) -> int | None:
     return number if number is None or number >= -1 else None
 
 
-def _listing(page: PageRequest, filters: StreamFilter) -> StreamListing:
-    return list_streams(
-        page.config(), page.settings.stream_index_topic, filters=filters, cache=page.stream_index()
-    )
-
-
 @router.get("/api/streams")
 def streams_page(
     page: PageRequestDep,
@@ -122,12 +117,11 @@ def streams_page(
     dag_id, run_id, task_id, state = dag_id or None, run_id or None, task_id or None, state or None
     try:
         filters = StreamFilter(dag_id, run_id, task_id, index, state)
-        listing = _listing(page, filters)
+        listing = list_streams(
+            page.config(), page.settings.stream_index_topic, filters=filters, cache=page.stream_index()
+        )
     except AirflowKafkaEventsError as exc:
         return page.failed(exc)
-    matched = listing.matched
-    streams = listing.rows(offset, page.limit)  # newest activity first
-    consumers = {s.trigger_run_id: s.consumer_rows() for s in streams}
     task_tab = bool(dag_id and run_id and task_id)
     own_stream = None
     read_by_task: list[dict[str, Any]] = []
@@ -146,16 +140,14 @@ def streams_page(
         stored = consumer_checkpoints(session, dag_id=dag_id, run_id=run_id, task_id=task_id, map_index=index)
         read_by_task = _consumer_rows(stored, known)
     payload = {
-        "streams": [{**s.to_dict(), "consumers": consumers[s.trigger_run_id]} for s in streams],
+        **listing.to_dict(offset, page.limit),  # its streams (newest activity first), matched, index
         "task_instance_stream": None if own_stream is None else own_stream.trigger_run_id,
         "read_by_task_instance": read_by_task,
         "window": None,
         "window_text": listing.describe(),
         "undecodable": len(listing.skipped),
-        "matched": len(matched),
         "offset": offset,
         "limit": page.limit,
-        "index": listing.index_dict(),
     }
     return page.answer(payload)
 
