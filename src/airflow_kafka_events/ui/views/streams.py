@@ -39,8 +39,7 @@ from airflow_kafka_events.ui.inspection.index_listing import (
     consumers_of_task,
     indexed_streams,
 )
-from airflow_kafka_events.ui.inspection.stream_state import StreamOverview
-from airflow_kafka_events.ui.inspection.streams import WrittenSpan, list_streams, show_stream
+from airflow_kafka_events.ui.inspection.streams import StreamListing, WrittenSpan, list_streams, show_stream
 from airflow_kafka_events.ui.inspection.window import ScanWindow
 from airflow_kafka_events.ui.views.common import PageRequest, PageRequestDep
 
@@ -66,14 +65,13 @@ SPAN_AFTER = timedelta(minutes=5)
 _CHECKPOINT_FIELDS = ("attempt", "next_sequence_index", "offset", "finished")
 
 
-def _consumer_rows(
-    checkpoints: list[ConsumerCheckpoint], summaries: dict[str, StreamOverview]
-) -> list[dict[str, Any]]:
-    """Consumers known only from the task state store (none in the index): their checkpoints."""
+def _consumer_rows(checkpoints: list[ConsumerCheckpoint], listing: StreamListing) -> list[dict[str, Any]]:
+    """Consumers known only from the task state store (none in the index): their checkpoints, with
+    the lag behind the stream they read when that stream is in the index."""
     rows = []
     for cp in checkpoints:
-        summary = summaries.get(cp.trigger_run_id)
-        lag = None if summary is None else cp.lag(summary.pages, summary.attempt)
+        read = listing.stream(cp.trigger_run_id)
+        lag = None if read is None else cp.lag(read.summary.pages, read.summary.attempt)
         rows.append(
             {
                 "trigger_run_id": cp.trigger_run_id,
@@ -131,14 +129,9 @@ def streams_page(
         own_stream = None if own_id is None else listing.stream(own_id)
         for record in consumers_of_task(listing.consumers, dag_id, run_id, task_id, index):
             read_by_task.append(consumer_row(record, listing.records.get(record.stream_id)))
-    known = {
-        row["trigger_run_id"]: read.summary
-        for row in read_by_task
-        if (read := listing.stream(row["trigger_run_id"])) is not None
-    }
     if task_tab and not read_by_task:  # consumers that wrote no index record: their checkpoints
         stored = consumer_checkpoints(session, dag_id=dag_id, run_id=run_id, task_id=task_id, map_index=index)
-        read_by_task = _consumer_rows(stored, known)
+        read_by_task = _consumer_rows(stored, listing)
     payload = {
         **listing.to_dict(offset, page.limit),  # its streams (newest activity first), matched, index
         "task_instance_stream": None if own_stream is None else own_stream.trigger_run_id,
