@@ -43,14 +43,16 @@ def _listing():
 
 
 def test_a_consumer_known_from_its_checkpoint_shows_its_lag_behind_the_indexed_stream():
-    from airflow_kafka_events.ui.views.streams import _consumer_rows
+    from airflow_kafka_events.ui.views.streams import _consumer_rows, _indexed_summaries
 
-    (row,) = _consumer_rows([_checkpoint(STREAM, next_sequence_index=4)], _listing())
+    stored = [_checkpoint(STREAM, next_sequence_index=4)]
+    (row,) = _consumer_rows(stored, _indexed_summaries(_listing(), stored))
     assert (row["trigger_run_id"], row["pages_handled"], row["lag_pages"]) == (STREAM, 4, 6)
 
 
 def test_the_lag_is_unknown_for_a_stream_not_in_the_index_or_another_attempt():
-    from airflow_kafka_events.ui.views.streams import _consumer_rows
+    from airflow_kafka_events.ui.views.streams import _consumer_rows, _indexed_summaries
 
-    rows = _consumer_rows([_checkpoint("other/run/t/-1/x", 4), _checkpoint(STREAM, 4, attempt=1)], _listing())
+    stored = [_checkpoint("other/run/t/-1/x", 4), _checkpoint(STREAM, 4, attempt=1)]
+    rows = _consumer_rows(stored, _indexed_summaries(_listing(), stored))
     assert [r["lag_pages"] for r in rows] == [None, None]

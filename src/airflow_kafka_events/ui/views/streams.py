@@ -39,6 +39,7 @@ from airflow_kafka_events.ui.inspection.index_listing import (
     consumers_of_task,
     indexed_streams,
 )
+from airflow_kafka_events.ui.inspection.stream_state import StreamOverview
 from airflow_kafka_events.ui.inspection.streams import StreamListing, WrittenSpan, list_streams, show_stream
 from airflow_kafka_events.ui.inspection.window import ScanWindow
 from airflow_kafka_events.ui.views.common import PageRequest, PageRequestDep
@@ -65,13 +66,15 @@ SPAN_AFTER = timedelta(minutes=5)
 _CHECKPOINT_FIELDS = ("attempt", "next_sequence_index", "offset", "finished")
 
 
-def _consumer_rows(checkpoints: list[ConsumerCheckpoint], listing: StreamListing) -> list[dict[str, Any]]:
+def _consumer_rows(
+    checkpoints: list[ConsumerCheckpoint], summaries: dict[str, StreamOverview]
+) -> list[dict[str, Any]]:
     """Consumers known only from the task state store (none in the index): their checkpoints, with
-    the lag behind the stream they read when that stream is in the index."""
+    their lag behind the stream they read when ``summaries`` has it."""
     rows = []
     for cp in checkpoints:
-        read = listing.stream(cp.trigger_run_id)
-        lag = None if read is None else cp.lag(read.summary.pages, read.summary.attempt)
+        summary = summaries.get(cp.trigger_run_id)
+        lag = None if summary is None else cp.lag(summary.pages, summary.attempt)
         rows.append(
             {
                 "trigger_run_id": cp.trigger_run_id,
@@ -88,6 +91,17 @@ def _consumer_rows(checkpoints: list[ConsumerCheckpoint], listing: StreamListing
             }
         )
     return rows
+
+
+def _indexed_summaries(
+    listing: StreamListing, checkpoints: list[ConsumerCheckpoint]
+) -> dict[str, StreamOverview]:
+    """The summaries of the streams ``checkpoints`` read that are in the index (matched or not)."""
+    return {
+        cp.trigger_run_id: read.summary
+        for cp in checkpoints
+        if (read := listing.stream(cp.trigger_run_id)) is not None
+    }
 
 
 def _map_index(value: str | None) -> int | None:
@@ -131,7 +145,7 @@ def streams_page(
             read_by_task.append(consumer_row(record, listing.records.get(record.stream_id)))
     if task_tab and not read_by_task:  # consumers that wrote no index record: their checkpoints
         stored = consumer_checkpoints(session, dag_id=dag_id, run_id=run_id, task_id=task_id, map_index=index)
-        read_by_task = _consumer_rows(stored, listing)
+        read_by_task = _consumer_rows(stored, _indexed_summaries(listing, stored))
     payload = {
         **listing.to_dict(offset, page.limit),  # its streams (newest activity first), matched, index
         "task_instance_stream": None if own_stream is None else own_stream.trigger_run_id,
