@@ -82,7 +82,7 @@ DEFAULT_RESCHEDULE_INTERVAL = 5.0
 #: Task state store key prefix of a :class:`RescheduleNote`.
 NOTE_KEY_PREFIX = "reschedule:"
 
-#: Producer task states in which it cannot have started (as ``StreamWaitTrigger`` counts them).
+#: Producer task states in which it cannot have started: the start clock stands still.
 _WAITING_PRODUCER_STATES = frozenset({None, "none", "scheduled"})
 
 
