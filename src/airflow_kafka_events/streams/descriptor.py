@@ -223,7 +223,8 @@ class StreamDescriptor:
         ]
         if missing:
             raise ValidationError(f"StreamDescriptor dict misses {', '.join(missing)}")
-        return cls(**{f.name: data.get(f.name) for f in dataclasses.fields(cls)})
+        values: dict[str, Any] = {f.name: data.get(f.name) for f in dataclasses.fields(cls)}
+        return cls(**values)
 
 
 # --------------------------------------------------------------------------- resume rules
