@@ -538,11 +538,7 @@ def find_stream_progress(
     trigger_run_id: str,
     **options: Unpack[StreamLookupOptions],
 ) -> StreamProgress | None:
-    """The latest envelope of ``trigger_run_id`` in ``topic``, or ``None`` if it has none.
-
-    Scans the key's partition backwards from the high watermark in chunks of ``chunk_size``
-    offsets (down to the low watermark, or to the first offset at or after
-    ``not_before_ms``) and returns the highest ``(attempt, sequence_index)`` of the last
-    chunk holding any record of the key.  See :func:`lookup_stream` (the same options).
-    """
+    """The latest envelope of ``trigger_run_id`` in ``topic``, or ``None`` if it has none: the
+    :class:`StreamProgress` half of :func:`lookup_stream` (the same options; the search is in the
+    module doc)."""
     return lookup_stream(config, topic, trigger_run_id, **options)[1]
