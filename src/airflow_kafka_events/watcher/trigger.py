@@ -251,10 +251,16 @@ class KafkaAssetEventTrigger(WatcherDeadLetters, KafkaSharedStreamTrigger):
         self.max_causation_depth = max_causation_depth
         self.include_partitioned = bool(include_partitioned)
         self.dedupe_max_keys = dedupe_max_keys
-        self.dedupe_ttl = float(dedupe_ttl) if dedupe_ttl is not None else None
         self.max_record_bytes = max_record_bytes
         self.max_extra_bytes = max_extra_bytes
-        self._seen = SeenKeys(max_size=dedupe_max_keys, ttl=self.dedupe_ttl)
+        try:
+            self.dedupe_ttl = float(dedupe_ttl) if dedupe_ttl is not None else None
+            self._seen = SeenKeys(max_size=dedupe_max_keys, ttl=self.dedupe_ttl)
+        except (TypeError, ValueError) as exc:
+            raise ValidationError(
+                "dedupe_ttl must be a number of seconds > 0 or None and dedupe_max_keys an int > 0, got "
+                f"dedupe_ttl={dedupe_ttl!r}, dedupe_max_keys={dedupe_max_keys!r}"
+            ) from exc
         try:
             config = AdmissionConfig(
                 max_record_bytes=max_record_bytes,

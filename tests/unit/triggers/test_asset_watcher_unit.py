@@ -269,6 +269,9 @@ def test_shared_stream_producer_is_ours_and_never_republishes_rejects():
         {"topics": ["events"], "asset_uri": "a://b", "allow": []},
         {"topics": ["events"], "asset_uri": "a://b", "group_id": ""},
         {"topics": ["events"], "asset_uri": "a://b", "signing_conn_id": 3},
+        {"topics": ["events"], "asset_uri": "a://b", "dedupe_ttl": "a day"},
+        {"topics": ["events"], "asset_uri": "a://b", "dedupe_ttl": 0},
+        {"topics": ["events"], "asset_uri": "a://b", "dedupe_max_keys": 0},
     ],
 )
 def test_bad_arguments_fail_at_parse_time(kwargs):
