@@ -43,7 +43,7 @@ import time
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Protocol, TypedDict, Unpack
+from typing import TYPE_CHECKING, Any, Protocol
 
 from airflow_kafka_events.errors import (
     ConfigurationError,
@@ -72,12 +72,10 @@ __all__ = [
     "StreamIdle",
     "StreamItemSource",
     "StreamItems",
-    "StreamStartOptions",
     "from_stream",
     "locate_stream_start",
     "page_items",
     "results_of",
-    "stream_starting_point",
     "value_at",
 ]
 
@@ -267,29 +265,6 @@ class _Reader(Protocol):
     def close(self) -> None: ...
 
 
-class StreamStartOptions(TypedDict, total=False):
-    """The keyword options of :func:`locate_stream_start`, taken by :func:`stream_starting_point` too."""
-
-    not_before: datetime | None
-    timeout: float
-
-
-def stream_starting_point(
-    settings: KafkaSettings | Mapping[str, Any],
-    topic: str,
-    trigger_run_id: str,
-    **options: Unpack[StreamStartOptions],
-) -> tuple[Checkpoint, int]:
-    """Where to read a stream from its start: ``(checkpoint, attempt)``.
-
-    The first page of the latest attempt found in Kafka; when the stream has not started
-    yet, the first offset at or after ``not_before`` of its partition (attempt 0); when the
-    lookup fails (e.g. the topic does not exist yet), the start of the stream's partition.
-    """
-    checkpoint, attempt, _ = locate_stream_start(settings, topic, trigger_run_id, **options)
-    return checkpoint, attempt
-
-
 def locate_stream_start(
     settings: KafkaSettings | Mapping[str, Any],
     topic: str,
@@ -298,7 +273,13 @@ def locate_stream_start(
     not_before: datetime | None = None,
     timeout: float = 30.0,
 ) -> tuple[Checkpoint, int, bool]:
-    """:func:`stream_starting_point` and whether the lookup found nothing written (``True``)."""
+    """Where to read a stream from its start: ``(checkpoint, attempt, unwritten)``.
+
+    The first page of the latest attempt found in Kafka; when the stream has not started
+    yet, the first offset at or after ``not_before`` of its partition (attempt 0, ``unwritten``
+    ``True``); when the lookup fails (e.g. the topic does not exist yet), the start of the
+    stream's partition.
+    """
     from airflow_kafka_events.streams.progress import lookup_stream
 
     not_before_ms = None if not_before is None else max(0, int(not_before.timestamp() * 1000))
