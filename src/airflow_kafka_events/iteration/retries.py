@@ -79,20 +79,6 @@ class RetryQueue(Generic[W]):
         return None
 
 
-class _InnerTimeout(Exception):
-    def __init__(self, error: BaseException) -> None:
-        super().__init__(error)
-        self.error = error
-
-
-async def _guard(coroutine: Awaitable[Any]) -> Any:
-    """Await ``coroutine``; a ``TimeoutError`` it raises itself is told apart from the timeout's."""
-    try:
-        return await coroutine
-    except (TimeoutError, asyncio.TimeoutError) as exc:
-        raise _InnerTimeout(exc) from exc
-
-
 async def await_with_timeout(coroutine: Awaitable[Any], timeout: float | None) -> Any:
     """Await ``coroutine``, cancelled after ``timeout`` seconds with :class:`ItemTimeoutError`.
 
@@ -100,13 +86,14 @@ async def await_with_timeout(coroutine: Awaitable[Any], timeout: float | None) -
     """
     if timeout is None:
         return await coroutine
+    # asyncio.timeout, not wait_for: on Python 3.11 wait_for can swallow a cancellation
+    scope = asyncio.timeout(timeout)
     try:
-        # asyncio.timeout, not wait_for: on Python 3.11 wait_for can swallow a cancellation
-        async with asyncio.timeout(timeout):
-            return await _guard(coroutine)
+        async with scope:
+            return await coroutine
     except TimeoutError as exc:
+        if not scope.expired():
+            raise  # the coroutine's own
         raise ItemTimeoutError(
             f"the item did not finish within item_timeout={timeout:g}s (cancelled)"
         ) from exc
-    except _InnerTimeout as inner:
-        raise inner.error from None
