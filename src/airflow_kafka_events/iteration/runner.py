@@ -55,14 +55,12 @@ Idle sources (stopping to wait elsewhere)
 
 Logging: one progress line every ``progress_every`` completed items or ``progress_interval``
 seconds, never one per item (:mod:`airflow_kafka_events.iteration.reporting`).
-
-Every name of the parts (errors, items, checkpoints, outcome, retries) is importable from
-this module too.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import inspect
 import logging
 import os
@@ -82,17 +80,14 @@ from airflow_kafka_events.iteration.checkpoints import (
 from airflow_kafka_events.iteration.errors import (
     ItemTimeoutError,
     NonRetryableItemError,
+    ResultDeliveryError,
     SkipItem,
+    TooManyAbandonedThreadsError,
 )
 from airflow_kafka_events.iteration.feed import ItemFeed, ItemSource, SourceIdle
 from airflow_kafka_events.iteration.items import Item, Work, local_index, shard_of
 from airflow_kafka_events.iteration.options import IterationOptions, count_option
-from airflow_kafka_events.iteration.outcome import (
-    IterationSummary,
-    ResultHandoff,
-    ResultSink,
-    conclude,
-)
+from airflow_kafka_events.iteration.outcome import IterationSummary, ResultSink, conclude
 from airflow_kafka_events.iteration.reporting import RunLog
 from airflow_kafka_events.iteration.retries import RetryQueue, await_with_timeout, retry_delay
 from airflow_kafka_events.iteration.threads import ItemThreadPool
@@ -169,28 +164,17 @@ class IterationRunner:
             logger=self.log,
         )
         self._report = RunLog(self.log, max_logged_failures=self.options.report.max_logged_failures)
-        self._results = (
-            None
-            if sink is None
-            else ResultHandoff(
-                sink,
-                done=lambda work: self._complete(work),
-                failed=lambda work, exc: self._failed(work, exc),
-                fatal=lambda error, cause: self._fail_task(error, cause),
-                settled=lambda: self._delivery_settled(),
-            )
-        )
         self._used = False
         # run state (event loop thread only)
         self._retries: RetryQueue[Work] = RetryQueue()
         self._running = 0
+        self._undelivered = 0  # results handed to the sink, their delivery not reported yet
         self._stopping = False
         self._fatal: BaseException | None = None
         self._first_failure: BaseException | None = None
         self._started = 0.0
         self._pool: ItemThreadPool | None = None
         self._change: asyncio.Event | None = None
-        self._idle: asyncio.Event | None = None
         self._feed: ItemFeed | None = None
 
     # ------------------------------------------------------------------ checkpoint
@@ -269,9 +253,8 @@ class IterationRunner:
 
     def in_flight(self) -> int:
         """Items running, waiting for a retry or abandoned in a thread, plus undelivered results."""
-        pending = 0 if self._results is None else self._results.pending
         abandoned = 0 if self._pool is None else self._pool.abandoned
-        return self._running + len(self._retries) + pending + abandoned
+        return self._running + len(self._retries) + self._undelivered + abandoned
 
     def _notify(self) -> None:
         assert self._change is not None
@@ -353,19 +336,54 @@ class IterationRunner:
             return
         abandoned = self._pool.abandoned
         self.summary.abandoned_threads = max(self.summary.abandoned_threads, abandoned)
-        if self._fatal is None:
-            self._fatal = self._pool.too_many_abandoned(abandoned, self.options.max_abandoned_threads)
+        most = self.options.max_abandoned_threads
+        if self._fatal is None and abandoned > most:
+            self._fatal = TooManyAbandonedThreadsError(
+                f"{abandoned} sync item call(s) are still running after item_timeout "
+                f"(max_abandoned_threads={most}): the items hang; failing the task"
+            )
 
     # ------------------------------------------------------------------ outcomes
     def _succeeded(self, work: Work, result: Any) -> None:
-        if self._results is None:
+        """Complete ``work``, or hand its result to the sink: it completes once the result is durable."""
+        if self.sink is None:
             self._complete(work)
-        else:
-            self._results.put(work, work.item, work.item_id, result)
+            return
+        try:
+            future = self.sink.put(work.item, work.item_id, result)
+        except NonRetryableItemError as exc:  # the sink refuses this result: the item fails
+            self._failed(work, exc)
+            return
+        except Exception as exc:
+            self._fail_task(
+                ResultDeliveryError(f"cannot hand the result of item {work.item_id} over: {exc}"), exc
+            )
+            return
+        if future is None:
+            self._complete(work)
+            return
+        self._undelivered += 1
+        loop = asyncio.get_running_loop()
 
-    def _delivery_settled(self) -> None:
-        if self._results is not None and self._results.pending == 0 and self._idle is not None:
-            self._idle.set()
+        def reported(fut: concurrent.futures.Future[Any]) -> None:  # on the producer's thread
+            try:
+                loop.call_soon_threadsafe(self._delivered, work, fut)
+            except RuntimeError:  # the loop is closed
+                pass
+
+        future.add_done_callback(reported)
+
+    def _delivered(self, work: Work, future: concurrent.futures.Future[Any]) -> None:
+        assert self.sink is not None
+        self._undelivered -= 1
+        try:
+            value = future.result()
+        except Exception as exc:
+            error = ResultDeliveryError(f"the result of item {work.item_id} was not delivered: {exc}")
+            self._fail_task(error, exc)
+        else:
+            self.sink.delivered(value)
+            self._complete(work)
         self._notify()
 
     def _fail_task(self, error: BaseException, cause: BaseException) -> None:
@@ -373,8 +391,6 @@ class IterationRunner:
             error.__cause__ = cause
             self._fatal = error
             self._stopping = True
-        if self._idle is not None:
-            self._idle.set()
         self._notify()
 
     def _complete(self, work: Work) -> None:
@@ -475,8 +491,6 @@ class IterationRunner:
 
     async def _main(self, items: ItemSource) -> None:
         self._change = asyncio.Event()
-        self._idle = asyncio.Event()
-        self._idle.set()
         self._feed = ItemFeed(
             items,
             shard=self.options.shard.shard,
@@ -489,9 +503,8 @@ class IterationRunner:
         workers = [asyncio.ensure_future(self._worker()) for _ in range(self.options.shard.concurrency)]
         try:
             await self._await_workers(workers)
-            while self._results is not None and self._results.pending and self._fatal is None:
-                self._idle.clear()
-                await self._idle.wait()
+            while self._undelivered and self._fatal is None:
+                await self._wait_change(None)
         finally:
             ticker.cancel()
             await asyncio.gather(ticker, return_exceptions=True)

@@ -17,7 +17,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from airflow_kafka_events.iteration.errors import ItemTimeoutError, TooManyAbandonedThreadsError
+from airflow_kafka_events.iteration.errors import ItemTimeoutError
 
 __all__ = [
     "ItemThreadPool",
@@ -121,16 +121,6 @@ class ItemThreadPool:
                 "abandoned (a thread cannot be killed: the call may still finish in the background)"
             )
         return job.future.result()  # pragma: no cover - finished right at the deadline
-
-    @staticmethod
-    def too_many_abandoned(abandoned: int, most: int) -> TooManyAbandonedThreadsError | None:
-        """The error that fails the task when ``abandoned`` calls still run, more than ``most``."""
-        if abandoned <= most:
-            return None
-        return TooManyAbandonedThreadsError(
-            f"{abandoned} sync item call(s) are still running after item_timeout "
-            f"(max_abandoned_threads={most}): the items hang; failing the task"
-        )
 
     def shutdown(self) -> None:
         with self._lock:
