@@ -30,25 +30,12 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from airflow_kafka_events.iteration.sources import StreamIdle, StreamItemSource
+from airflow_kafka_events.iteration.sources import StreamItemSource
 from airflow_kafka_events.streams.checkpoint import Checkpoint
-from airflow_kafka_events.streams.consuming.reader import ReadOptions
-from airflow_kafka_events.streams.consuming.slot_release import WaitOptions
 
 __all__ = [
     "Resumption",
-    "stream_idle",
 ]
-
-
-def stream_idle(read: ReadOptions, wait: WaitOptions, start_deadline: float) -> StreamIdle:
-    """When the stream source of an iterating task that gives its slot back reports itself idle."""
-    return StreamIdle(
-        interval=wait.idle_interval,
-        start_deadline=start_deadline,
-        gap_timeout=read.gap_timeout,
-        start_timeout=read.start_timeout,
-    )
 
 
 @dataclass
