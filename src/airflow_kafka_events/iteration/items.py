@@ -3,10 +3,10 @@
 An item is an :class:`Item`: its ``ordinal`` (0-based position in its source, stable
 across tries) and its ``value`` (what the handler gets).  A runner with ``shards=n`` and
 ``shard=k`` handles the items whose ``ordinal % n == k`` (:func:`shard_of`); among them an
-item's *local index* is ``ordinal // n`` (:func:`local_index`), which the progress
-checkpoint records.  ``batch(size=n)`` runs n task instances over the same source, one per
-shard: each item is handled by exactly one of them, none twice, none skipped, whatever the
-order or the timing of the instances.  (A Kafka consumer group cannot split a stream: a
+item's *local index* is ``ordinal // n``, which the progress checkpoint records.
+``batch(size=n)`` runs n task instances over the same source, one per shard: each item is
+handled by exactly one of them, none twice, none skipped, whatever the order or the timing
+of the instances.  (A Kafka consumer group cannot split a stream: a
 stream is keyed by its ``trigger_run_id`` and so lives in ONE partition, which a group
 hands to one member only.)
 
@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Item", "ItemInfo", "Work", "local_index", "shard_of"]
+__all__ = ["Item", "ItemInfo", "Work", "shard_of"]
 
 
 @dataclass(frozen=True)
@@ -47,11 +47,6 @@ class ItemInfo:
 def shard_of(ordinal: int, shards: int) -> int:
     """The shard (0 .. shards-1) that handles item ``ordinal``: ``ordinal % shards``."""
     return ordinal % shards
-
-
-def local_index(ordinal: int, shards: int) -> int:
-    """Position of item ``ordinal`` among the items of its shard: ``ordinal // shards``."""
-    return ordinal // shards
 
 
 @dataclass

@@ -16,17 +16,7 @@ from typing import Any
 
 from airflow_kafka_events.iteration.outcome import IterationSummary
 
-__all__ = [
-    "RunLog",
-    "environ_changes",
-]
-
-
-def environ_changes(before: Mapping[str, str]) -> list[str]:
-    """Names of the environment variables that differ from ``before`` (sorted)."""
-    if dict(os.environ) == before:
-        return []
-    return sorted(k for k in set(before) | set(os.environ) if before.get(k) != os.environ.get(k))
+__all__ = ["RunLog"]
 
 
 class RunLog:
@@ -66,8 +56,8 @@ class RunLog:
 
     def environ(self, before: Mapping[str, str]) -> None:
         """Warn when items changed ``os.environ`` (shared by every item and thread)."""
-        changed = environ_changes(before)
-        if changed:
+        if dict(os.environ) != before:
+            changed = sorted(k for k in {*before, *os.environ} if before.get(k) != os.environ.get(k))
             self.log.warning(
                 "iteration: items changed os.environ (%s); it is shared by every item and thread: "
                 "pass env= to subprocesses instead",

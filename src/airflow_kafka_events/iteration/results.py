@@ -36,11 +36,12 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
-from airflow_kafka_events.envelopes.codec import TRIGGER_EVENT_CODEC, EnvelopeCodec
+from airflow_kafka_events.envelopes.codec import EnvelopeCodec
 from airflow_kafka_events.envelopes.model import ProducerIdentity, StreamFailure, TriggerEventEnvelope
 from airflow_kafka_events.errors import (
     EnvelopeDecodeError,
@@ -131,25 +132,17 @@ def read_partition_range(
             log.warning("closing the results stream reader failed: %s", exc)
 
 
+@dataclass
 class _RangeScan:
     """The records of ``key`` in ``[start, end)`` of one partition, collected message by message."""
 
-    def __init__(
-        self,
-        topic: str,
-        partition: int,
-        start: int,
-        end: int,
-        key: bytes,
-        codec: EnvelopeCodec[TriggerEventEnvelope] = TRIGGER_EVENT_CODEC,
-    ) -> None:
-        self.codec = codec
-        self.topic = topic
-        self.partition = partition
-        self.start = start
-        self.end = end
-        self.key = key
-        self.found: list[tuple[int, TriggerEventEnvelope]] = []
+    topic: str
+    partition: int
+    start: int
+    end: int
+    key: bytes
+    codec: EnvelopeCodec[TriggerEventEnvelope]
+    found: list[tuple[int, TriggerEventEnvelope]] = field(default_factory=list)
 
     def take(self, msg: Any) -> bool:
         """Collect ``msg`` if it is one of the range's; whether the range is read to its end."""

@@ -85,7 +85,7 @@ from airflow_kafka_events.iteration.errors import (
     TooManyAbandonedThreadsError,
 )
 from airflow_kafka_events.iteration.feed import ItemFeed, ItemSource, SourceIdle
-from airflow_kafka_events.iteration.items import Item, Work, local_index, shard_of
+from airflow_kafka_events.iteration.items import Item, Work, shard_of
 from airflow_kafka_events.iteration.options import IterationOptions, count_option
 from airflow_kafka_events.iteration.outcome import IterationSummary, ResultSink, conclude
 from airflow_kafka_events.iteration.reporting import RunLog
@@ -211,12 +211,9 @@ class IterationRunner:
         if opening.restarted and checkpoint is not None:
             self.log.warning("iteration: the results sink starts over, so does the iteration")
             self.completed = CompletedItems()
+        shard, shards = self.options.shard.shard, self.options.shard.shards
         for ordinal in opening.recovered:
-            if shard_of(
-                ordinal, self.options.shard.shards
-            ) == self.options.shard.shard and self.completed.add(
-                local_index(ordinal, self.options.shard.shards)
-            ):
+            if shard_of(ordinal, shards) == shard and self.completed.add(ordinal // shards):
                 self.summary.recovered += 1
 
     def snapshot(self) -> dict[str, Any]:

@@ -212,18 +212,14 @@ def page_items(payload: Any, spec: StreamItems) -> list[Any]:
 
 # ====================================================================== list items
 def _as_sequence(name: str, value: Any) -> Sequence[Any]:
-    if isinstance(value, (str, bytes, Mapping)) or value is None:
-        raise ConfigurationError(
-            f"iterate({name}=...) must be a list of items, got {type(value).__qualname__}"
-        )
-    if isinstance(value, Sequence):
-        return value
-    try:
-        return list(value)
-    except TypeError:
-        raise ConfigurationError(
-            f"iterate({name}=...) must be a list of items, got {type(value).__qualname__}"
-        ) from None
+    if not isinstance(value, (str, bytes, Mapping)) and value is not None:
+        if isinstance(value, Sequence):
+            return value
+        try:
+            return list(value)
+        except TypeError:
+            pass
+    raise ConfigurationError(f"iterate({name}=...) must be a list of items, got {type(value).__qualname__}")
 
 
 class ListItems:

@@ -15,6 +15,7 @@ import itertools
 import queue
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from airflow_kafka_events.iteration.errors import ItemTimeoutError
@@ -25,17 +26,13 @@ __all__ = [
 ]
 
 
+@dataclass(slots=True)
 class _Job:
-    __slots__ = ("abandoned", "args", "fn", "future", "loop")
-
-    def __init__(
-        self, fn: Callable[..., Any], args: tuple[Any, ...], loop: asyncio.AbstractEventLoop
-    ) -> None:
-        self.fn = fn
-        self.args = args
-        self.loop = loop
-        self.future: asyncio.Future[Any] = loop.create_future()
-        self.abandoned = False
+    fn: Callable[..., Any]
+    args: tuple[Any, ...]
+    loop: asyncio.AbstractEventLoop
+    future: asyncio.Future[Any]
+    abandoned: bool = False
 
 
 def settle(future: asyncio.Future[Any], ok: bool, value: Any) -> None:
@@ -97,7 +94,8 @@ class ItemThreadPool:
                 return
 
     async def run(self, fn: Callable[..., Any], args: tuple[Any, ...], timeout: float | None) -> Any:
-        job = _Job(fn, args, asyncio.get_running_loop())
+        loop = asyncio.get_running_loop()
+        job = _Job(fn, args, loop, loop.create_future())
         with self._lock:
             if self._closed:
                 raise RuntimeError("the item thread pool is shut down")
