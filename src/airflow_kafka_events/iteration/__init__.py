@@ -10,8 +10,7 @@ instances.
 * :mod:`~airflow_kafka_events.iteration.runner` -- the engine (no Airflow import):
   :class:`IterationRunner` (scheduling, concurrency, failure policy) over its parts
   :mod:`~airflow_kafka_events.iteration.items` (items, shards),
-  :mod:`~airflow_kafka_events.iteration.retries` and
-  :mod:`~airflow_kafka_events.iteration.threads` (per-item retries and timeouts),
+  :mod:`~airflow_kafka_events.iteration.retries` (per-item retries and timeouts),
   :mod:`~airflow_kafka_events.iteration.checkpoints` (:class:`CompletedItems`, the
   progress checkpoint), :mod:`~airflow_kafka_events.iteration.outcome` (result sink,
   summary), :mod:`~airflow_kafka_events.iteration.reporting` (log lines) and

@@ -22,8 +22,7 @@ Per-item retries and timeouts
     A failing item is tried again up to ``item_retries`` more times, with backoff; the delay
     holds no concurrency slot.  ``item_timeout`` bounds one try: async items are
     cancelled, a sync item's thread is abandoned (threads cannot be killed) -- see
-    :mod:`airflow_kafka_events.iteration.retries` and
-    :mod:`airflow_kafka_events.iteration.threads`.
+    :mod:`airflow_kafka_events.iteration.retries`.
 
 Failure policy
     ``fail_fast=True``: the first item that fails for good (retries exhausted) stops the
@@ -61,6 +60,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import inspect
 import logging
 import os
@@ -89,8 +89,7 @@ from airflow_kafka_events.iteration.items import Item, Work, shard_of
 from airflow_kafka_events.iteration.options import IterationOptions, count_option
 from airflow_kafka_events.iteration.outcome import IterationSummary, ResultSink, conclude
 from airflow_kafka_events.iteration.reporting import RunLog
-from airflow_kafka_events.iteration.retries import RetryQueue, await_with_timeout, retry_delay
-from airflow_kafka_events.iteration.threads import ItemThreadPool
+from airflow_kafka_events.iteration.retries import ItemThreadPool, RetryQueue, await_with_timeout, retry_delay
 
 __all__ = [
     "IterationRunner",
@@ -229,9 +228,7 @@ class IterationRunner:
 
     # ------------------------------------------------------------------ items
     def _id_of(self, item: Item) -> str:
-        if self.options.item_id is None:
-            return str(item.ordinal)
-        return str(self.options.item_id(item))
+        return str(item.ordinal if self.options.item_id is None else self.options.item_id(item))
 
     def _context_for(self, work: Work) -> dict[str, Any]:
         context = dict(self.context) if self.context is not None else {}
@@ -260,16 +257,10 @@ class IterationRunner:
 
     async def _wait_change(self, timeout: float | None) -> None:
         assert self._change is not None
-        event = self._change
-        if timeout is None:
-            await event.wait()
-            return
-        try:
-            # asyncio.timeout, not wait_for: on Python 3.11 wait_for can swallow a cancellation
-            async with asyncio.timeout(max(0.0, timeout)):
-                await event.wait()
-        except TimeoutError:
-            pass
+        # asyncio.timeout, not wait_for: on Python 3.11 wait_for can swallow a cancellation
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(None if timeout is None else max(0.0, timeout)):
+                await self._change.wait()
 
     async def _next_work(self) -> Work | None:
         while True:

@@ -55,7 +55,7 @@ from airflow_kafka_events.errors import (
 from airflow_kafka_events.iteration.errors import SourceRestartedError
 from airflow_kafka_events.iteration.feed import SOURCE_IDLE, SourceIdle
 from airflow_kafka_events.iteration.items import Item
-from airflow_kafka_events.iteration.threads import settle
+from airflow_kafka_events.iteration.retries import settle
 from airflow_kafka_events.streams.checkpoint import Checkpoint
 from airflow_kafka_events.streams.consuming.consumption import is_end_marker
 from airflow_kafka_events.streams.consuming.deadlines import with_gap_timeout, with_start_timeout
