@@ -45,6 +45,9 @@ class SourceIdle:
 SOURCE_IDLE: Final = SourceIdle()
 
 
+#: What a source's iterator gives once it is exhausted (a sentinel of this module).
+_END: Final = object()
+
 #: What a runner iterates: items, or (async) items and :data:`SOURCE_IDLE` markers.
 ItemSource = Iterable[Item] | AsyncIterable[Item | SourceIdle]
 
@@ -76,23 +79,17 @@ class ItemFeed:
         else:
             self._sync_iter = iter(items)
 
-    async def _next(self) -> tuple[bool, Any]:
-        """``(True, what the source yielded next)``, or ``(False, None)`` once it is exhausted."""
-        try:
-            if self._sync_iter is not None:
-                return True, next(self._sync_iter)
-            assert self._async_iter is not None
-            return True, await self._async_iter.__anext__()
-        except (StopIteration, StopAsyncIteration):
-            self.exhausted = True
-            return False, None
-
     async def pull(self, stopping: Callable[[], bool]) -> Work | SourceIdle | None:
         """The next item to handle, :data:`SOURCE_IDLE`, or ``None`` (exhausted, or ``stopping()``)."""
         async with self._lock:
             while not self.exhausted:
-                found, item = await self._next()
-                if not found or stopping():
+                if self._sync_iter is not None:
+                    item = next(self._sync_iter, _END)
+                else:
+                    assert self._async_iter is not None
+                    item = await anext(self._async_iter, _END)
+                self.exhausted = item is _END
+                if self.exhausted or stopping():
                     return None
                 if item is SOURCE_IDLE:
                     return SOURCE_IDLE

@@ -45,7 +45,6 @@ from airflow.sdk.bases.decorator import get_unique_task_id, is_async_callable
 
 from airflow_kafka_events.errors import ConfigurationError
 from airflow_kafka_events.iteration.calling import item_handler, validate_iterate_kwargs
-from airflow_kafka_events.iteration.checkpoints import DEFAULT_CHECKPOINT_KEY
 from airflow_kafka_events.iteration.deferral import Resumption
 from airflow_kafka_events.iteration.items import Item
 from airflow_kafka_events.iteration.options import (
@@ -537,7 +536,6 @@ class IterableOperator(BaseOperator):
                 is_async=is_async_callable(self.python_callable),
                 context=context,
                 store=store,
-                checkpoint_key=DEFAULT_CHECKPOINT_KEY,
                 generation=generation,
                 source_key=source.key,
                 sink=sink,

@@ -160,16 +160,13 @@ class _RangeScan:
             return True
         raw = msg.value()
         if msg.key() == self.key and raw is not None:
-            self._decode(offset, raw)
+            try:
+                self.found.append((offset, self.codec.decode(raw)))
+            except EnvelopeDecodeError as exc:
+                log.warning(
+                    "skipping an undecodable record at %s[%d]@%d: %s", self.topic, self.partition, offset, exc
+                )
         return offset >= self.end - 1
-
-    def _decode(self, offset: int, raw: bytes) -> None:
-        try:
-            self.found.append((offset, self.codec.decode(raw)))
-        except EnvelopeDecodeError as exc:
-            log.warning(
-                "skipping an undecodable record at %s[%d]@%d: %s", self.topic, self.partition, offset, exc
-            )
 
 
 class ResultsStreamWriter:

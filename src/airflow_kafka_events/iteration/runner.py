@@ -136,8 +136,6 @@ class IterationRunner:
         self.handler = handler
         self.is_async = inspect.iscoroutinefunction(handler) if is_async is None else bool(is_async)
         self.options = options
-        self.store = store
-        self.checkpoint_key = checkpoint_key
         self.generation = count_option("generation", generation, low=0)
         self.source_key = source_key
         self.context = context
@@ -464,18 +462,16 @@ class IterationRunner:
     # ------------------------------------------------------------------ main
     async def _await_workers(self, workers: list[asyncio.Task[None]]) -> None:
         """Wait for every worker; the first one that raised stops the others, then propagates."""
-        while True:
-            done, _pending = await asyncio.wait(workers, return_when=asyncio.FIRST_EXCEPTION)
-            failed = [t for t in done if not t.cancelled() and t.exception() is not None]
-            if failed:
-                error = failed[0].exception()
-                assert error is not None
-                self._stopping = True
-                self._notify()
-                await asyncio.gather(*workers, return_exceptions=True)
-                raise error
-            if len(done) == len(workers):
-                return
+        # FIRST_EXCEPTION returns once one raised, else once all finished (a cancelled one raised nothing)
+        done, _pending = await asyncio.wait(workers, return_when=asyncio.FIRST_EXCEPTION)
+        failed = [t for t in done if not t.cancelled() and t.exception() is not None]
+        if failed:
+            error = failed[0].exception()
+            assert error is not None
+            self._stopping = True
+            self._notify()
+            await asyncio.gather(*workers, return_exceptions=True)
+            raise error
 
     async def _main(self, items: ItemSource) -> None:
         self._change = asyncio.Event()
