@@ -5,12 +5,9 @@
 its shard, skips those the checkpoint has as done (counting both in the summary) and turns
 them into :class:`~airflow_kafka_events.iteration.items.Work`.  One worker pulls at a time.
 
-Idle sources
-    A source that may have nothing to give for a while (a stream whose producer pauses)
-    yields :data:`SOURCE_IDLE` when nothing came for its idle interval, and goes on reading
-    when pulled again.  The feed hands the marker to the runner, which either stops there
-    to wait outside the worker (nothing in flight: see
-    :meth:`~airflow_kafka_events.iteration.runner.IterationRunner.run`) or pulls again.
+A source that may have nothing to give for a while (a stream whose producer pauses) yields
+:data:`SOURCE_IDLE` when nothing came for its idle interval and reads on when pulled again;
+the feed hands the marker to the runner (its module doc, *Idle sources*, says what it does).
 
 This module imports no Airflow module.
 """

@@ -1,16 +1,8 @@
-"""What an iteration produces: per-item results handed to a sink, and its summary.
+"""What an iteration produces: per-item results handed to a :class:`ResultSink`, and its summary.
 
-Results
-    With a ``sink`` (:class:`ResultSink`, e.g. the Kafka results stream), each result is
-    handed to ``sink.put`` and the item counts as done only once its delivery is
-    acknowledged, so the checkpoint never covers an item whose result was lost.  On start
-    ``sink.open`` reports the items whose results it already holds beyond the checkpoint's
-    position (delivered after the last save, before a worker died); they are skipped too.
-
-Summary
-    :class:`IterationSummary` counts what one run did; :func:`conclude` returns it, or
-    raises :class:`~airflow_kafka_events.iteration.errors.IterationFailedError` when items
-    failed for good (or ``fail_fast`` stopped the run).
+:class:`IterationSummary` counts what one run did; :func:`conclude` returns it, or raises
+:class:`~airflow_kafka_events.iteration.errors.IterationFailedError` when items failed for
+good (or ``fail_fast`` stopped the run).
 
 This module imports no Airflow module.
 """
@@ -22,9 +14,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
-from airflow_kafka_events.iteration.errors import (
-    IterationFailedError,
-)
+from airflow_kafka_events.iteration.errors import IterationFailedError
 from airflow_kafka_events.iteration.items import Item
 
 __all__ = [

@@ -39,9 +39,11 @@ Progress checkpoint (what a retry skips)
     :mod:`airflow_kafka_events.iteration.checkpoints`.
 
 Results
-    With a ``sink`` (:class:`ResultSink`), an item is done only once its result's delivery
-    is acknowledged; items the sink already holds are skipped too -- see
-    :mod:`airflow_kafka_events.iteration.outcome`.
+    With a ``sink`` (:class:`ResultSink`, e.g. the Kafka results stream), each result is
+    handed to ``sink.put`` and the item is done only once its delivery is acknowledged, so
+    the checkpoint never covers an item whose result was lost.  On start ``sink.open``
+    reports the items whose results it already holds past the checkpoint's position
+    (delivered after the last save, before a worker died); they are skipped too.
 
 Idle sources (stopping to wait elsewhere)
     When the source yields :data:`~airflow_kafka_events.iteration.feed.SOURCE_IDLE` (a
