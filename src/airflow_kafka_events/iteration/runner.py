@@ -46,13 +46,13 @@ Results
     (delivered after the last save, before a worker died); they are skipped too.
 
 Idle sources (stopping to wait elsewhere)
-    When the source yields :data:`~airflow_kafka_events.iteration.feed.SOURCE_IDLE` (a
+    When the source yields :data:`~airflow_kafka_events.iteration.items.SOURCE_IDLE` (a
     stream with nothing new for its idle interval) and nothing is in flight -- no item
     running, waiting for a retry or abandoned in a thread, every result delivered, no item
     failed for good -- the runner stops: the checkpoint is saved, the results sink is NOT
     ended, and :meth:`run` returns a summary with ``suspended`` set.  A later runner of the
     same try (``carried=`` that summary) goes on from the checkpoint.  Otherwise it pulls
-    again -- see :mod:`airflow_kafka_events.iteration.feed`.
+    again.
 
 Logging: one progress line every ``progress_every`` completed items or ``progress_interval``
 seconds, never one per item (:mod:`airflow_kafka_events.iteration.reporting`).
@@ -67,7 +67,7 @@ import inspect
 import logging
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterator, Mapping
 from typing import Any
 
 from airflow_kafka_events.errors import ConfigurationError
@@ -86,8 +86,7 @@ from airflow_kafka_events.iteration.errors import (
     SkipItem,
     TooManyAbandonedThreadsError,
 )
-from airflow_kafka_events.iteration.feed import ItemFeed, ItemSource, SourceIdle
-from airflow_kafka_events.iteration.items import Item, Work, shard_of
+from airflow_kafka_events.iteration.items import Item, ItemSource, SourceIdle, Work, shard_of
 from airflow_kafka_events.iteration.options import IterationOptions, count_option
 from airflow_kafka_events.iteration.outcome import IterationSummary, ResultSink, conclude
 from airflow_kafka_events.iteration.reporting import RunLog
@@ -98,6 +97,9 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+#: What the source's iterator gives once it is exhausted (a sentinel of this module).
+_END: Any = object()
 
 #: The options of a runner given none (frozen: shared).
 DEFAULT_OPTIONS = IterationOptions()
@@ -174,7 +176,11 @@ class IterationRunner:
         self._started = 0.0
         self._pool: ItemThreadPool | None = None
         self._change: asyncio.Event | None = None
-        self._feed: ItemFeed | None = None
+        # the source's iterator (one of them), pulled by one worker at a time
+        self._sync_items: Iterator[Item] | None = None
+        self._async_items: AsyncIterator[Item | SourceIdle] | None = None
+        self._pulling = asyncio.Lock()
+        self._exhausted = False
 
     # ------------------------------------------------------------------ checkpoint
     def _load(self) -> bool:
@@ -235,9 +241,35 @@ class IterationRunner:
         context[self.context_key] = work.info(self.options.shard.shard, self.options.shard.shards)
         return context
 
+    async def _next_of_shard(self) -> Work | SourceIdle | None:
+        """The source's next item of this shard not done yet (the others count in the summary as
+        seen and skipped), :data:`SOURCE_IDLE`, or ``None``: exhausted, or stopping."""
+        async with self._pulling:
+            while not self._exhausted:
+                if self._sync_items is not None:
+                    item = next(self._sync_items, _END)
+                else:
+                    assert self._async_items is not None
+                    item = await anext(self._async_items, _END)
+                self._exhausted = item is _END
+                if self._exhausted or self._stopping:
+                    return None
+                if isinstance(item, SourceIdle):
+                    return item
+                if not isinstance(item, Item):
+                    raise ConfigurationError(f"an item source must yield Item objects, got {item!r}")
+                shard, shards = self.options.shard.shard, self.options.shard.shards
+                if shard_of(item.ordinal, shards) != shard:
+                    continue
+                self.summary.items += 1
+                if item.ordinal // shards in self.completed:
+                    self.summary.skipped += 1
+                    continue
+                return Work(item=item, local=item.ordinal // shards, item_id=self._id_of(item))
+            return None
+
     async def _pull(self) -> Work | None:
-        assert self._feed is not None
-        work = await self._feed.pull(lambda: self._stopping)
+        work = await self._next_of_shard()
         if isinstance(work, SourceIdle):
             if self.in_flight() == 0 and not self.summary.failed and self._fatal is None:
                 self.summary.suspended = self._stopping = True
@@ -273,8 +305,7 @@ class IterationRunner:
             if self._checkpoints.due(now):
                 await self._checkpoints.save()
                 continue
-            assert self._feed is not None
-            if not self._feed.exhausted:
+            if not self._exhausted:
                 work = await self._pull()
                 if work is not None:
                     return work
@@ -477,14 +508,10 @@ class IterationRunner:
 
     async def _main(self, items: ItemSource) -> None:
         self._change = asyncio.Event()
-        self._feed = ItemFeed(
-            items,
-            shard=self.options.shard.shard,
-            shards=self.options.shard.shards,
-            completed=self.completed,
-            summary=self.summary,
-            item_id=self._id_of,
-        )
+        if isinstance(items, AsyncIterable):
+            self._async_items = aiter(items)
+        else:
+            self._sync_items = iter(items)
         ticker = asyncio.ensure_future(self._ticker())
         workers = [asyncio.ensure_future(self._worker()) for _ in range(self.options.shard.concurrency)]
         try:

@@ -24,7 +24,7 @@ its stream over (a new attempt) while it is iterated fails the try with
 the new attempt from its start.
 
 Idle streams: with a :class:`StreamIdle` policy the source yields
-:data:`~airflow_kafka_events.iteration.feed.SOURCE_IDLE` when no page came for
+:data:`~airflow_kafka_events.iteration.items.SOURCE_IDLE` when no page came for
 ``StreamIdle.interval`` seconds, instead of waiting in the worker, and reads on when pulled
 again; past the real ``start_timeout`` / ``gap_timeout`` it raises the reader's typed errors
 as an in-worker read does.  :attr:`StreamItemSource.position` (the stream position after
@@ -53,8 +53,7 @@ from airflow_kafka_events.errors import (
     ValidationError,
 )
 from airflow_kafka_events.iteration.errors import SourceRestartedError
-from airflow_kafka_events.iteration.feed import SOURCE_IDLE, SourceIdle
-from airflow_kafka_events.iteration.items import Item
+from airflow_kafka_events.iteration.items import SOURCE_IDLE, Item, SourceIdle
 from airflow_kafka_events.iteration.retries import settle
 from airflow_kafka_events.streams.checkpoint import Checkpoint
 from airflow_kafka_events.streams.consuming.consumption import is_end_marker
