@@ -66,7 +66,6 @@ from airflow_kafka_events.streams.progress import (
 __all__ = [
     "ResultsStreamWriter",
     "read_partition_range",
-    "result_payload",
 ]
 
 log = logging.getLogger(__name__)
@@ -75,11 +74,6 @@ log = logging.getLogger(__name__)
 #: timeout: a result not acknowledged by then is dropped, never published later).
 RESULTS_ROLE = "iteration-results"
 RESULTS_DELIVERY_TIMEOUT = 30.0
-
-
-def result_payload(item: Item, item_id: str, result: Any) -> dict[str, Any]:
-    """The payload of one result envelope."""
-    return {"ordinal": item.ordinal, "id": item_id, "result": result}
 
 
 def read_partition_range(
@@ -274,23 +268,23 @@ class ResultsStreamWriter:
             self.key,
             timeout=self.scan_timeout,
         )
-        seqs: list[int] = []
+        seqs: set[int] = set()
         recovered: list[int] = []
         for offset, envelope in records:
             if envelope.attempt != attempt or envelope.sequence_index < min_seq:
                 continue
             if envelope.sequence_index == 0:
                 self.first_offset = offset
-            seqs.append(envelope.sequence_index)
+            seqs.add(envelope.sequence_index)
             if envelope.is_last:
                 continue
             payload = envelope.payload
             if isinstance(payload, Mapping) and isinstance(payload.get("ordinal"), int):
                 recovered.append(payload["ordinal"])
         last = progress.sequence_index
-        expected = list(range(min_seq, last + 1))
-        if sorted(set(seqs)) != expected:
-            missing = sorted(set(expected) - set(seqs))[:5]
+        expected = set(range(min_seq, last + 1))
+        if seqs != expected:
+            missing = sorted(expected - seqs)[:5]
             log.warning(
                 "results stream %s: attempt %d misses sequence indexes %s (a lost delivery); starting over",
                 self.trigger_run_id,
@@ -346,7 +340,7 @@ class ResultsStreamWriter:
             raise RuntimeError(f"results stream {self.trigger_run_id!r} already ended; no result can follow")
         seq = self._next_seq
         try:
-            value = self._envelope(seq, result_payload(item, item_id, result))
+            value = self._envelope(seq, {"ordinal": item.ordinal, "id": item_id, "result": result})
         except (EnvelopeEncodeError, ValidationError) as exc:
             raise NonRetryableItemError(
                 f"the result of item {item_id} cannot be written to the results stream: {exc} "
@@ -395,16 +389,12 @@ class ResultsStreamWriter:
             "complete": self.complete,
         }
 
-    def close(self, error: BaseException | str | None = None) -> dict[str, Any]:
+    def close(self, error: BaseException | None = None) -> dict[str, Any]:
         """End the attempt (``is_last``; with ``error`` a failed end) and return :meth:`describe`."""
         if not self.opened or self.closed or self.complete:
             self.closed = True
             return self.describe()
-        stream_error: StreamFailure | None = None
-        if isinstance(error, BaseException):
-            stream_error = StreamFailure.from_exception(error)
-        elif error is not None:
-            stream_error = StreamFailure(type="IterationFailedError", message=str(error))
+        stream_error = None if error is None else StreamFailure.from_exception(error)
         if stream_error is not None and len(stream_error.message) > 2000:
             stream_error = StreamFailure(type=stream_error.type, message=stream_error.message[:2000] + "...")
         value = self._envelope(self._next_seq, None, is_last=True, error=stream_error)
