@@ -13,8 +13,7 @@ instances.
   :mod:`~airflow_kafka_events.iteration.retries` (per-item retries and timeouts),
   :mod:`~airflow_kafka_events.iteration.checkpoints` (:class:`CompletedItems`, the
   progress checkpoint), :mod:`~airflow_kafka_events.iteration.outcome` (result sink,
-  summary), :mod:`~airflow_kafka_events.iteration.reporting` (log lines) and
-  :mod:`~airflow_kafka_events.iteration.errors`;
+  summary) and :mod:`~airflow_kafka_events.iteration.errors`;
 * :mod:`~airflow_kafka_events.iteration.sources` -- :func:`from_stream`, :func:`results_of`,
   :class:`StreamItems`;
 * :mod:`~airflow_kafka_events.iteration.operator` -- :class:`IterableOperator`;
