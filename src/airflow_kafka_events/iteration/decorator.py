@@ -32,6 +32,7 @@ is started with ``.iterate()``.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import attr
@@ -116,12 +117,12 @@ class IterableTaskDecorator(_TaskDecorator[Any, Any, Any]):
         return IterableBatch(self, size)
 
 
+@dataclass(eq=False)
 class IterableBatch:
     """What ``.batch(size=n)`` returns; its :meth:`iterate` creates the n task instances."""
 
-    def __init__(self, decorator: IterableTaskDecorator, size: int) -> None:
-        self.decorator = decorator
-        self.size = size
+    decorator: IterableTaskDecorator
+    size: int
 
     def iterate(self, **iterate_kwargs: Any) -> XComArg:
         """n mapped task instances (``expand()`` over shard indexes); see the module doc.

@@ -237,11 +237,6 @@ class IterationRunner:
     def _id_of(self, item: Item) -> str:
         return str(item.ordinal if self.options.item_id is None else self.options.item_id(item))
 
-    def _context_for(self, work: Work) -> dict[str, Any]:
-        context = dict(self.context) if self.context is not None else {}
-        context[self.context_key] = work.info(self.options.shard.shard, self.options.shard.shards)
-        return context
-
     async def _next_of_shard(self) -> Work | SourceIdle | None:
         """The source's next item of this shard not done yet (the others count in the summary as
         seen and skipped), :data:`SOURCE_IDLE`, or ``None``: exhausted, or stopping."""
@@ -320,7 +315,9 @@ class IterationRunner:
                 return None
 
     async def _call(self, work: Work) -> Any:
-        context = self._context_for(work)
+        """One try of ``work``: the handler gets the item's value and its own copy of the context."""
+        context = dict(self.context) if self.context is not None else {}
+        context[self.context_key] = work.info(self.options.shard.shard, self.options.shard.shards)
         if self.is_async:
             return await await_with_timeout(
                 self.handler(work.item.value, context), self.options.retry.item_timeout
