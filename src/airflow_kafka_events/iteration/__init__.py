@@ -68,13 +68,14 @@ __all__ = [
     "shard_of",
 ]
 
-_LAZY = {
-    "iterable_task": "airflow_kafka_events.iteration.decorator",
-    "IterableOperator": "airflow_kafka_events.iteration.operator",
-    "StreamItems": "airflow_kafka_events.iteration.sources",
-    "from_stream": "airflow_kafka_events.iteration.sources",
-    "results_of": "airflow_kafka_events.iteration.sources",
-}
-
-
-__getattr__, __dir__ = lazy_exports(__name__, _LAZY, globals())
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        "iterable_task": "airflow_kafka_events.iteration.decorator",
+        "IterableOperator": "airflow_kafka_events.iteration.operator",
+        "StreamItems": "airflow_kafka_events.iteration.sources",
+        "from_stream": "airflow_kafka_events.iteration.sources",
+        "results_of": "airflow_kafka_events.iteration.sources",
+    },
+    globals(),
+)

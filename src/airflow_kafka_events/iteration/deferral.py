@@ -25,7 +25,6 @@ runs again ``stream_reschedule_interval`` seconds later and goes on from the sam
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -50,10 +49,6 @@ class Resumption:
     carried: dict[str, Any] = field(default_factory=dict)
     #: epoch seconds of the last page read (the gap clock of a rescheduled iteration)
     last_progress: float | None = None
-
-    @classmethod
-    def fresh(cls, start_timeout: float) -> Resumption:
-        return cls(start_deadline=time.time() + start_timeout)
 
     @classmethod
     def from_kwargs(cls, kwargs: Mapping[str, Any], event: Mapping[str, Any] | None) -> Resumption:

@@ -34,6 +34,7 @@ Waiting for a stream
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
@@ -444,7 +445,7 @@ class IterableOperator(BaseOperator):
         if found is not None and self.wait_mode == RESCHEDULE:
             note = load_note(context, found[1].stream.resolve(context))
         if note is None:
-            return self._iterate(context, Resumption.fresh(self.read.start_timeout))
+            return self._iterate(context, Resumption(start_deadline=time.time() + self.read.start_timeout))
         self.log.info("iteration rerun %d after giving the slot back", note.reschedules)
         if note.resume is None:  # the stream had not started: look it up again
             return self._iterate(
