@@ -30,7 +30,6 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from airflow_kafka_events.iteration.sources import StreamItemSource
-from airflow_kafka_events.streams.checkpoint import Checkpoint
 
 __all__ = [
     "Resumption",
@@ -57,10 +56,6 @@ class Resumption:
         if isinstance(moved, (int, float)) and not isinstance(moved, bool):
             resumption.start_deadline = float(moved)  # the trigger stopped the clock for a while
         return resumption
-
-    @property
-    def checkpoint(self) -> Checkpoint | None:
-        return None if self.position is None else Checkpoint.from_json(self.position)
 
     def after(self, source: StreamItemSource, carried: dict[str, Any]) -> Resumption:
         """The resumption of the next deferral, once ``source`` went idle."""

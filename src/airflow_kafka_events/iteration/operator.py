@@ -64,7 +64,7 @@ from airflow_kafka_events.iteration.sources import (
     StreamItemSource,
     locate_stream_start,
 )
-from airflow_kafka_events.streams.checkpoint import state_store_of
+from airflow_kafka_events.streams.checkpoint import Checkpoint, state_store_of
 from airflow_kafka_events.streams.consuming.operator import StreamRef
 from airflow_kafka_events.streams.consuming.reader import ReadOptions, StreamReader
 from airflow_kafka_events.streams.consuming.slot_release import (
@@ -358,7 +358,8 @@ class IterableOperator(BaseOperator):
         from airflow_kafka_events.provider.hook import KafkaEventsHook
 
         settings = KafkaEventsHook(kafka_config_id=ref.kafka_config_id or "kafka_default").get_settings()
-        start, attempt, unwritten = resumption.checkpoint, resumption.attempt, False
+        start = None if resumption.position is None else Checkpoint.from_json(resumption.position)
+        attempt, unwritten = resumption.attempt, False
         if start is None:
             start, attempt, unwritten = locate_stream_start(
                 settings, ref.topic, trigger_run_id, not_before=not_before_of(context)

@@ -124,12 +124,8 @@ def settle(future: asyncio.Future[Any], ok: bool, value: Any) -> None:
 
 
 class ItemThreadPool:
-    """Runs sync item calls in daemon threads; a call past its timeout is abandoned.
-
-    ``size`` threads serve the calls.  An abandoned thread (its call outlived
-    ``item_timeout``) is replaced at once so capacity stays ``size``; it exits when its call
-    returns.
-    """
+    """Runs sync item calls in ``size`` daemon threads; a call past its timeout is abandoned:
+    its thread is replaced at once (capacity stays ``size``) and exits when its call returns."""
 
     def __init__(self, size: int, *, name: str = "iteration-item") -> None:
         self._size = size
