@@ -32,9 +32,7 @@ def _from_file(path: Path, section: str, key: str) -> str | None:
         parser.read(path, encoding="utf-8")
     except (OSError, configparser.Error):
         return None
-    if not parser.has_option(section, key):
-        return None
-    return parser.get(section, key)
+    return parser.get(section, key, fallback=None)
 
 
 def airflow_option(

@@ -21,6 +21,7 @@ import re
 import socket
 import sys
 import threading
+import time
 from collections.abc import Mapping
 from typing import Any, Protocol
 
@@ -341,8 +342,6 @@ class LagReporter:
         self.observe(client, topic, partition, offset)
 
     def observe(self, client: Any, topic: str, partition: int, offset: int) -> None:
-        import time
-
         now = time.monotonic()
         if now - self._last.get((topic, partition), -1e9) < self.interval:
             return

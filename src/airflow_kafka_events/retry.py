@@ -107,8 +107,6 @@ class RetryPolicy:
         self, failures: int, retry_after: float | None = None, *, rand: Callable[[], float] = random.random
     ) -> float:
         """Seconds to wait after ``failures`` failed attempts (``failures >= 1``)."""
-        if failures < 1:
-            raise ValueError(f"failures must be >= 1, got {failures}")
         base = exponential_backoff(
             failures, initial=self.initial_backoff, maximum=self.max_backoff, multiplier=self.multiplier
         )
@@ -124,34 +122,26 @@ def _failure(state: tenacity.RetryCallState) -> BaseException:
     return error
 
 
-class _Policy:
-    """tenacity's parts of one retry policy (what to retry, when to stop, how long to wait)."""
+def _policy(*, retry_on: RetryOn, attempts: int, delay: Delay, on_retry: OnRetry | None) -> dict[str, Any]:
+    """tenacity's keyword arguments of one retry policy (the caller adds ``sleep``)."""
+    if attempts < 1:
+        raise ValueError(f"attempts must be >= 1, got {attempts}")
 
-    def __init__(self, *, retry_on: RetryOn, attempts: int, delay: Delay, on_retry: OnRetry | None) -> None:
-        if attempts < 1:
-            raise ValueError(f"attempts must be >= 1, got {attempts}")
-        self.retry = tenacity.retry_if_exception(retry_on)
-        self.stop = tenacity.stop_after_attempt(attempts)
-        self._delay = delay
-        self._on_retry = on_retry
+    def wait(state: tenacity.RetryCallState) -> float:
+        return max(0.0, delay(state.attempt_number, _failure(state)))
 
-    def arguments(self) -> dict[str, Any]:
-        """tenacity's keyword arguments for this policy (the caller adds ``sleep``)."""
-        return {
-            "retry": self.retry,
-            "stop": self.stop,
-            "wait": self.wait,
-            "before_sleep": self.before_sleep,
-            "reraise": False,
-        }
-
-    def wait(self, state: tenacity.RetryCallState) -> float:
-        return max(0.0, self._delay(state.attempt_number, _failure(state)))
-
-    def before_sleep(self, state: tenacity.RetryCallState) -> None:
-        if self._on_retry is not None:
+    def before_sleep(state: tenacity.RetryCallState) -> None:
+        if on_retry is not None:
             assert state.next_action is not None
-            self._on_retry(state.attempt_number, _failure(state), state.next_action.sleep)
+            on_retry(state.attempt_number, _failure(state), state.next_action.sleep)
+
+    return {
+        "retry": tenacity.retry_if_exception(retry_on),
+        "stop": tenacity.stop_after_attempt(attempts),
+        "wait": wait,
+        "before_sleep": before_sleep,
+        "reraise": False,
+    }
 
 
 def _give_up(error: tenacity.RetryError, exhausted: Exhausted) -> tuple[BaseException, BaseException]:
@@ -176,8 +166,8 @@ def retry_call(
 
     ``sleep`` waits between attempts; it may raise to end the retries (e.g. on a stop request).
     """
-    policy = _Policy(retry_on=retry_on, attempts=attempts, delay=delay, on_retry=on_retry)
-    retrying = tenacity.Retrying(sleep=sleep, **policy.arguments())
+    policy = _policy(retry_on=retry_on, attempts=attempts, delay=delay, on_retry=on_retry)
+    retrying = tenacity.Retrying(sleep=sleep, **policy)
     try:
         return retrying(operation)
     except tenacity.RetryError as error:
@@ -196,8 +186,8 @@ async def retry_call_async(
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
 ) -> T:
     """:func:`retry_call` for coroutines: waits with ``asyncio.sleep``, never blocking the loop."""
-    policy = _Policy(retry_on=retry_on, attempts=attempts, delay=delay, on_retry=on_retry)
-    retrying = tenacity.AsyncRetrying(sleep=sleep, **policy.arguments())
+    policy = _policy(retry_on=retry_on, attempts=attempts, delay=delay, on_retry=on_retry)
+    retrying = tenacity.AsyncRetrying(sleep=sleep, **policy)
 
     async def attempt() -> T:  # a coroutine function: tenacity awaits it (a lambda it would not)
         return await operation()

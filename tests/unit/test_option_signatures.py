@@ -17,7 +17,6 @@ import pytest
 from airflow_kafka_events.envelopes.model import TriggerEventEnvelope
 from airflow_kafka_events.http import options as http_options
 from airflow_kafka_events.http import trigger as http
-from airflow_kafka_events.iteration import sources
 from airflow_kafka_events.kafka import producer
 from airflow_kafka_events.streams import progress
 from airflow_kafka_events.streams.consuming.reader import ReadOptions
@@ -39,7 +38,6 @@ def _keyword_options(function: Callable[..., Any], *, after: int = 0) -> set[str
     ("options", "wrapped", "forwarding"),
     [
         (progress.StreamLookupOptions, progress.lookup_stream, [progress.find_stream_progress]),
-        (sources.StreamStartOptions, sources.locate_stream_start, [sources.stream_starting_point]),
         (dead_letters.DeadLetterReadOptions, dead_letters.load_dead_letter, [dead_letters.get_dead_letter]),
         (
             producer.SendOptions,

@@ -10,12 +10,10 @@ instances.
 * :mod:`~airflow_kafka_events.iteration.runner` -- the engine (no Airflow import):
   :class:`IterationRunner` (scheduling, concurrency, failure policy) over its parts
   :mod:`~airflow_kafka_events.iteration.items` (items, shards),
-  :mod:`~airflow_kafka_events.iteration.retries` and
-  :mod:`~airflow_kafka_events.iteration.threads` (per-item retries and timeouts),
+  :mod:`~airflow_kafka_events.iteration.retries` (per-item retries and timeouts),
   :mod:`~airflow_kafka_events.iteration.checkpoints` (:class:`CompletedItems`, the
   progress checkpoint), :mod:`~airflow_kafka_events.iteration.outcome` (result sink,
-  summary), :mod:`~airflow_kafka_events.iteration.reporting` (log lines) and
-  :mod:`~airflow_kafka_events.iteration.errors`;
+  summary) and :mod:`~airflow_kafka_events.iteration.errors`;
 * :mod:`~airflow_kafka_events.iteration.sources` -- :func:`from_stream`, :func:`results_of`,
   :class:`StreamItems`;
 * :mod:`~airflow_kafka_events.iteration.operator` -- :class:`IterableOperator`;
@@ -70,13 +68,14 @@ __all__ = [
     "shard_of",
 ]
 
-_LAZY = {
-    "iterable_task": "airflow_kafka_events.iteration.decorator",
-    "IterableOperator": "airflow_kafka_events.iteration.operator",
-    "StreamItems": "airflow_kafka_events.iteration.sources",
-    "from_stream": "airflow_kafka_events.iteration.sources",
-    "results_of": "airflow_kafka_events.iteration.sources",
-}
-
-
-__getattr__, __dir__ = lazy_exports(__name__, _LAZY, globals())
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        "iterable_task": "airflow_kafka_events.iteration.decorator",
+        "IterableOperator": "airflow_kafka_events.iteration.operator",
+        "StreamItems": "airflow_kafka_events.iteration.sources",
+        "from_stream": "airflow_kafka_events.iteration.sources",
+        "results_of": "airflow_kafka_events.iteration.sources",
+    },
+    globals(),
+)

@@ -1,10 +1,9 @@
 """Calling an iterated callable like ``@task`` calls its function.
 
 :func:`validate_iterate_kwargs` checks, when the DAG file is parsed, that the items can be
-passed to the callable; :class:`Binder` builds the keyword arguments of one call (context,
-constants, the item's arguments); :func:`item_outcome` maps what an item's call raised onto
-the runner's outcomes; :func:`item_handler` is the runner's handler of one item: the call, then
-the item's partitioned asset event.
+passed to the callable; :func:`item_outcome` maps what an item's call raised onto the runner's
+outcomes; :func:`item_handler` is the runner's handler of one item: the call (its keyword
+arguments built as ``@task`` builds them), then the item's partitioned asset event.
 """
 
 from __future__ import annotations
@@ -25,8 +24,6 @@ from airflow_kafka_events.iteration.sources import StreamItems
 from airflow_kafka_events.streams.consuming.operator import StreamRef
 
 __all__ = [
-    "Binder",
-    "is_stream",
     "item_handler",
     "item_outcome",
     "validate_iterate_kwargs",
@@ -35,10 +32,6 @@ __all__ = [
 _ITERABLE_HINT = (
     "a list or tuple, an upstream task's output (XComArg), a StreamRef, or from_stream(...) / results_of(...)"
 )
-
-
-def is_stream(value: Any) -> bool:
-    return isinstance(value, (StreamRef, StreamItems))
 
 
 def validate_iterate_kwargs(
@@ -58,55 +51,40 @@ def validate_iterate_kwargs(
             raise ValueError(f"{owner}: cannot iterate over the task context variable {name!r}")
         if name in op_kwargs:
             raise TypeError(f"{owner}: argument {name!r} is both iterated over and given as a constant")
-        ok = (
-            isinstance(value, ResolveMixin)
-            or is_stream(value)
-            or (isinstance(value, (list, tuple, range)) and not isinstance(value, str))
-        )
-        if not ok:
+        if not isinstance(value, (ResolveMixin, StreamRef, StreamItems, list, tuple, range)):
             raise TypeError(
                 f"{owner}: argument {name!r} must be {_ITERABLE_HINT}; got {type(value).__qualname__}"
             )
-    streams = [name for name, value in iterate_kwargs.items() if is_stream(value)]
+    streams = [name for name, value in iterate_kwargs.items() if isinstance(value, (StreamRef, StreamItems))]
     if streams and len(iterate_kwargs) > 1:
         raise TypeError(
             f"{owner}: a stream ({streams[0]!r}) must be the only argument iterated over; "
             "pass the other arguments as constants with .partial(...)"
         )
     signature = inspect.signature(python_callable)
-    parameters = [
-        p.replace(default=None) if p.name in KNOWN_CONTEXT_KEYS and p.default is p.empty else p
-        for p in signature.parameters.values()
-    ]
     # the items' arguments are only known at run time: bind placeholders
-    placeholders = dict.fromkeys(iterate_kwargs)
-    try:
-        _bind_with_defaults(signature, parameters, op_args, {**op_kwargs, **placeholders})
-    except TypeError as exc:
-        name = getattr(python_callable, "__name__", repr(python_callable))
-        raise TypeError(f"{owner}: {name}() cannot be called with these arguments: {exc}") from exc
-
-
-def _bind_with_defaults(
-    signature: inspect.Signature,
-    parameters: list[inspect.Parameter],
-    op_args: Sequence[Any],
-    kwargs: Mapping[str, Any],
-) -> None:
-    # a parameter without default after one with a default (context keys got None) is fine here
+    kwargs = {**op_kwargs, **dict.fromkeys(iterate_kwargs)}
+    # context keys need no value; a default on the parameters given by keyword too keeps the
+    # signature valid (a parameter without default after one with a default is fine here)
     loose = [
         p.replace(default=None)
         if p.default is p.empty
-        and p.kind in (p.POSITIONAL_OR_KEYWORD, p.POSITIONAL_ONLY)
-        and p.name in kwargs
+        and (
+            p.name in KNOWN_CONTEXT_KEYS
+            or (p.name in kwargs and p.kind in (p.POSITIONAL_OR_KEYWORD, p.POSITIONAL_ONLY))
+        )
         else p
-        for p in parameters
+        for p in signature.parameters.values()
     ]
     try:
         relaxed = signature.replace(parameters=loose)
     except ValueError:
         relaxed = signature
-    relaxed.bind(*op_args, **kwargs)
+    try:
+        relaxed.bind(*op_args, **kwargs)
+    except TypeError as exc:
+        name = getattr(python_callable, "__name__", repr(python_callable))
+        raise TypeError(f"{owner}: {name}() cannot be called with these arguments: {exc}") from exc
 
 
 @contextlib.contextmanager
@@ -123,38 +101,6 @@ def item_outcome() -> Iterator[None]:
         raise SkipItem(str(exc)) from exc
 
 
-class Binder:
-    """The keyword arguments of one call, as ``@task`` builds them (``KeywordParameters``).
-
-    The signature is inspected once; each call merges context, constants and the item's
-    arguments (in that order of precedence, lowest first) into the item's context copy.
-    """
-
-    def __init__(self, fn: Callable[..., Any], op_args: Sequence[Any], op_kwargs: Mapping[str, Any]) -> None:
-        signature = inspect.signature(fn)
-        params = list(signature.parameters.values())
-        self.wildcard = any(p.kind == p.VAR_KEYWORD for p in params)
-        positional = {
-            p.name for p in params[: len(op_args)] if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
-        }
-        self.names = [
-            p.name
-            for p in params
-            if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name not in positional
-        ]
-        self.positional = positional
-        self.op_kwargs = dict(op_kwargs)
-
-    def __call__(self, item_kwargs: Mapping[str, Any], context: dict[str, Any]) -> dict[str, Any]:
-        context.update(self.op_kwargs)
-        context.update(item_kwargs)
-        if self.wildcard:
-            if self.positional:
-                return {k: v for k, v in context.items() if k not in self.positional}
-            return context
-        return {name: context[name] for name in self.names if name in context}
-
-
 #: ``emit(item_kwargs, context, result)``: an item's partitioned asset event.
 Emit = Callable[[Mapping[str, Any], dict[str, Any], Any], None]
 
@@ -165,7 +111,27 @@ def item_handler(
     """The runner's handler of one item: ``fn`` called like ``@task`` calls it (an async ``fn`` on
     the event loop), then ``emit`` (on a thread for an async ``fn``)."""
     op_args = tuple(op_args)
-    binder = Binder(fn, op_args, op_kwargs)
+    constants = dict(op_kwargs)
+    params = list(inspect.signature(fn).parameters.values())
+    wildcard = any(p.kind == p.VAR_KEYWORD for p in params)
+    positional = {
+        p.name for p in params[: len(op_args)] if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+    }
+    names = [
+        p.name
+        for p in params
+        if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name not in positional
+    ]
+
+    def binder(item_kwargs: Mapping[str, Any], context: dict[str, Any]) -> dict[str, Any]:
+        """The call's keyword arguments, as ``@task`` builds them (``KeywordParameters``): context,
+        constants and the item's arguments (lowest precedence first), merged into the item's
+        context copy."""
+        context.update(constants)
+        context.update(item_kwargs)
+        if wildcard:
+            return {k: v for k, v in context.items() if k not in positional} if positional else context
+        return {name: context[name] for name in names if name in context}
 
     if is_async_callable(fn):
 

@@ -182,10 +182,7 @@ class IterationCheckpoint:
             )
         try:
             generation, source, shard, shards = (
-                value["generation"],
-                value["source"],
-                value["shard"],
-                value["shards"],
+                value[k] for k in ("generation", "source", "shard", "shards")
             )
         except KeyError as exc:
             raise ValidationError(f"iteration checkpoint has no {exc.args[0]!r}") from exc

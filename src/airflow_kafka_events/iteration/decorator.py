@@ -32,6 +32,7 @@ is started with ``.iterate()``.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import attr
@@ -77,10 +78,15 @@ class IterableTaskDecorator(_TaskDecorator[Any, Any, Any]):
             f"@task.iterable task {self.function.__name__!r}: use .iterate(...) instead of .expand_kwargs()"
         )
 
-    def _split_kwargs(self) -> tuple[dict[str, Any], dict[str, Any]]:
+    def _split_kwargs(
+        self, iterate_kwargs: dict[str, Any], call: str
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """``(task arguments, constants)``, once ``iterate_kwargs`` are checked (``call`` names the call)."""
         kwargs = dict(self.kwargs)
         constants = dict(kwargs.pop("op_kwargs", None) or {})
         kwargs.pop("multiple_outputs", None)
+        owner = f"{self.function.__name__}.{call}"
+        validate_iterate_kwargs(self.function, iterate_kwargs, (), constants, owner=owner)
         return kwargs, constants
 
     def iterate(self, **iterate_kwargs: Any) -> XComArg:
@@ -90,10 +96,7 @@ class IterableTaskDecorator(_TaskDecorator[Any, Any, Any]):
         (``StreamRef``, ``from_stream(...)``, ``results_of(...)``).  Returns the task's
         output: its summary dict.
         """
-        kwargs, constants = self._split_kwargs()
-        validate_iterate_kwargs(
-            self.function, iterate_kwargs, (), constants, owner=f"{self.function.__name__}.iterate()"
-        )
+        kwargs, constants = self._split_kwargs(iterate_kwargs, "iterate()")
         operator = self.operator_class(
             python_callable=self.function,
             op_args=[],
@@ -114,12 +117,12 @@ class IterableTaskDecorator(_TaskDecorator[Any, Any, Any]):
         return IterableBatch(self, size)
 
 
+@dataclass(eq=False)
 class IterableBatch:
     """What ``.batch(size=n)`` returns; its :meth:`iterate` creates the n task instances."""
 
-    def __init__(self, decorator: IterableTaskDecorator, size: int) -> None:
-        self.decorator = decorator
-        self.size = size
+    decorator: IterableTaskDecorator
+    size: int
 
     def iterate(self, **iterate_kwargs: Any) -> XComArg:
         """n mapped task instances (``expand()`` over shard indexes); see the module doc.
@@ -127,15 +130,7 @@ class IterableBatch:
         Returns their output: the n summaries, in shard order.
         """
         decorator = self.decorator
-        kwargs, constants = decorator._split_kwargs()
-        name = decorator.function.__name__
-        validate_iterate_kwargs(
-            decorator.function,
-            iterate_kwargs,
-            (),
-            constants,
-            owner=f"{name}.batch(size={self.size}).iterate()",
-        )
+        kwargs, constants = decorator._split_kwargs(iterate_kwargs, f"batch(size={self.size}).iterate()")
         task_id = kwargs.pop("task_id")
         dag = kwargs.pop("dag", None) or DagContext.get_current()
         task_group = kwargs.pop("task_group", None) or TaskGroupContext.get_current(dag)

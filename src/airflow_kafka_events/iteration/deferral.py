@@ -25,30 +25,15 @@ runs again ``stream_reschedule_interval`` seconds later and goes on from the sam
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from airflow_kafka_events.iteration.sources import StreamIdle, StreamItemSource
-from airflow_kafka_events.streams.checkpoint import Checkpoint
-from airflow_kafka_events.streams.consuming.reader import ReadOptions
-from airflow_kafka_events.streams.consuming.slot_release import WaitOptions
+from airflow_kafka_events.iteration.sources import StreamItemSource
 
 __all__ = [
     "Resumption",
-    "stream_idle",
 ]
-
-
-def stream_idle(read: ReadOptions, wait: WaitOptions, start_deadline: float) -> StreamIdle:
-    """When the stream source of an iterating task that gives its slot back reports itself idle."""
-    return StreamIdle(
-        interval=wait.idle_interval,
-        start_deadline=start_deadline,
-        gap_timeout=read.gap_timeout,
-        start_timeout=read.start_timeout,
-    )
 
 
 @dataclass
@@ -65,20 +50,12 @@ class Resumption:
     last_progress: float | None = None
 
     @classmethod
-    def fresh(cls, start_timeout: float) -> Resumption:
-        return cls(start_deadline=time.time() + start_timeout)
-
-    @classmethod
     def from_kwargs(cls, kwargs: Mapping[str, Any], event: Mapping[str, Any] | None) -> Resumption:
         resumption = cls(**dict(kwargs))
         moved = (event or {}).get("start_deadline")
         if isinstance(moved, (int, float)) and not isinstance(moved, bool):
             resumption.start_deadline = float(moved)  # the trigger stopped the clock for a while
         return resumption
-
-    @property
-    def checkpoint(self) -> Checkpoint | None:
-        return None if self.position is None else Checkpoint.from_json(self.position)
 
     def after(self, source: StreamItemSource, carried: dict[str, Any]) -> Resumption:
         """The resumption of the next deferral, once ``source`` went idle."""

@@ -34,6 +34,7 @@ Waiting for a stream
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
@@ -45,8 +46,7 @@ from airflow.sdk.bases.decorator import get_unique_task_id, is_async_callable
 
 from airflow_kafka_events.errors import ConfigurationError
 from airflow_kafka_events.iteration.calling import item_handler, validate_iterate_kwargs
-from airflow_kafka_events.iteration.checkpoints import DEFAULT_CHECKPOINT_KEY
-from airflow_kafka_events.iteration.deferral import Resumption, stream_idle
+from airflow_kafka_events.iteration.deferral import Resumption
 from airflow_kafka_events.iteration.items import Item
 from airflow_kafka_events.iteration.options import (
     CheckpointOptions,
@@ -59,11 +59,12 @@ from airflow_kafka_events.iteration.options import (
 from airflow_kafka_events.iteration.runner import IterationRunner
 from airflow_kafka_events.iteration.sources import (
     ListItems,
+    StreamIdle,
     StreamItems,
     StreamItemSource,
     locate_stream_start,
 )
-from airflow_kafka_events.streams.checkpoint import state_store_of
+from airflow_kafka_events.streams.checkpoint import Checkpoint, state_store_of
 from airflow_kafka_events.streams.consuming.operator import StreamRef
 from airflow_kafka_events.streams.consuming.reader import ReadOptions, StreamReader
 from airflow_kafka_events.streams.consuming.slot_release import (
@@ -310,14 +311,6 @@ class IterableOperator(BaseOperator):
         return f"{type(self).__name__}(task_id={self.task_id!r})"
 
     # ------------------------------------------------------------------ pieces
-    def _runner(self, **kwargs: Any) -> IterationRunner:
-        return IterationRunner(
-            options=self.iteration,
-            context_key=ITEM_CONTEXT_KEY,
-            is_async=is_async_callable(self.python_callable),
-            **kwargs,
-        )
-
     def _emitter(self) -> Callable[[Mapping[str, Any], dict[str, Any], Any], None] | None:
         asset = self.results.emit_partitions
         if asset is None:
@@ -342,14 +335,14 @@ class IterableOperator(BaseOperator):
 
         return emit
 
-    def _kafka_settings(self, kafka_config_id: str | None) -> Any:
-        from airflow_kafka_events.provider.hook import KafkaEventsHook
-
-        return KafkaEventsHook(kafka_config_id=kafka_config_id or "kafka_default").get_settings()
-
     def _stream_spec(self) -> tuple[str, StreamItems] | None:
         streams = [(n, v) for n, v in self.iterate_kwargs.items() if isinstance(v, StreamItems)]
         return streams[0] if streams else None
+
+    def _stream_ref(self) -> StreamRef:
+        found = self._stream_spec()
+        assert found is not None, "only a stream source gives its slot back"
+        return found[1].stream
 
     def _open_source(self, context: Context, resumption: Resumption) -> ListItems | StreamItemSource:
         """The items: lists (resolved XComArgs) or a stream read from its latest attempt.
@@ -362,15 +355,23 @@ class IterableOperator(BaseOperator):
         name, spec = found
         ref = spec.stream
         trigger_run_id = ref.resolve(context)
-        settings = self._kafka_settings(ref.kafka_config_id)
-        start, attempt, unwritten = resumption.checkpoint, resumption.attempt, False
+        from airflow_kafka_events.provider.hook import KafkaEventsHook
+
+        settings = KafkaEventsHook(kafka_config_id=ref.kafka_config_id or "kafka_default").get_settings()
+        start = None if resumption.position is None else Checkpoint.from_json(resumption.position)
+        attempt, unwritten = resumption.attempt, False
         if start is None:
             start, attempt, unwritten = locate_stream_start(
                 settings, ref.topic, trigger_run_id, not_before=not_before_of(context)
             )
         idle = None
         if self.wait_mode != IN_WORKER:
-            idle = stream_idle(self.read, self.wait, resumption.start_deadline)
+            idle = StreamIdle(
+                interval=self.wait.idle_interval,
+                start_deadline=resumption.start_deadline,
+                gap_timeout=self.read.gap_timeout,
+                start_timeout=self.read.start_timeout,
+            )
         reader = StreamReader(
             settings.consumer_config(f"airflow-kafka-events-iterate-{uuid.uuid4().hex}"),
             ref.topic,
@@ -445,7 +446,7 @@ class IterableOperator(BaseOperator):
         if found is not None and self.wait_mode == RESCHEDULE:
             note = load_note(context, found[1].stream.resolve(context))
         if note is None:
-            return self._iterate(context, Resumption.fresh(self.read.start_timeout))
+            return self._iterate(context, Resumption(start_deadline=time.time() + self.read.start_timeout))
         self.log.info("iteration rerun %d after giving the slot back", note.reschedules)
         if note.resume is None:  # the stream had not started: look it up again
             return self._iterate(
@@ -457,9 +458,7 @@ class IterableOperator(BaseOperator):
         self, context: Context, event: dict[str, Any] | None = None, **resumption: Any
     ) -> dict[str, Any]:
         """Resumed by the :class:`StreamWaitTrigger`: fail as an in-worker read would, or go on."""
-        found = self._stream_spec()
-        assert found is not None, "only a stream source defers"
-        ref = found[1].stream
+        ref = self._stream_ref()
         error = wait_event_error(event or {}, topic=ref.topic, trigger_run_id=ref.resolve(context))
         if error is not None:
             raise error
@@ -477,33 +476,21 @@ class IterableOperator(BaseOperator):
         self, context: Context, source: StreamItemSource, state: Resumption, carried: Any, unwritten: bool
     ) -> None:
         """Defer, or reschedule with where the rerun goes on (see *Waiting for a stream*)."""
-        if self.wait_mode != RESCHEDULE:
-            self._defer_idle(context, source, state, carried)
+        ref, following = self._stream_ref(), state.after(source, carried)
+        if self.wait_mode == RESCHEDULE:
+            store = state_store_of(context)
+            assert store is not None
+            reschedule_consumer(
+                context,
+                store,
+                Rerun(ref, source.trigger_run_id, self.read.start_timeout, self.wait.reschedule_interval),
+                resume=None if unwritten else following.to_kwargs(),
+                start_deadline=state.start_deadline,
+                reschedules=following.deferrals,
+                last_progress=None if unwritten else source.last_progress,
+            )
             return
-        found = self._stream_spec()
-        store = state_store_of(context)
-        assert found is not None and store is not None
-        rerun = Rerun(
-            found[1].stream, source.trigger_run_id, self.read.start_timeout, self.wait.reschedule_interval
-        )
-        following = state.after(source, carried)
-        reschedule_consumer(
-            context,
-            store,
-            rerun,
-            resume=None if unwritten else following.to_kwargs(),
-            start_deadline=state.start_deadline,
-            reschedules=following.deferrals,
-            last_progress=None if unwritten else source.last_progress,
-        )
-
-    def _defer_idle(
-        self, context: Context, source: StreamItemSource, state: Resumption, carried: Any
-    ) -> None:
-        found = self._stream_spec()
-        assert found is not None
         ti = context["ti"]
-        following, ref = state.after(source, carried), found[1].stream
         trigger = StreamWaitTrigger.waiting_for(
             ref,
             dag_id=ti.dag_id,
@@ -544,11 +531,13 @@ class IterableOperator(BaseOperator):
                 self.log.info("stream %s has not started: giving the slot back", source.trigger_run_id)
                 self._give_slot_back(context, source, state, state.carried, True)
             sink = self._open_sink(context, generation) if self.results.results_stream else None
-            runner = self._runner(
-                handler=item_handler(self.python_callable, self.op_args, self.op_kwargs, self._emitter()),
+            runner = IterationRunner(
+                item_handler(self.python_callable, self.op_args, self.op_kwargs, self._emitter()),
+                self.iteration,
+                context_key=ITEM_CONTEXT_KEY,
+                is_async=is_async_callable(self.python_callable),
                 context=context,
                 store=store,
-                checkpoint_key=DEFAULT_CHECKPOINT_KEY,
                 generation=generation,
                 source_key=source.key,
                 sink=sink,

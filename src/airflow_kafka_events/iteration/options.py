@@ -54,7 +54,9 @@ def as_seconds(value: Any) -> Any:
     return value.total_seconds() if isinstance(value, timedelta) else value
 
 
-def _set(options: object, name: str, value: Any) -> None:
+def _seconds(options: object, name: str, *, allow_zero: bool = False, optional: bool = False) -> None:
+    """Check the duration ``options.<name>`` (:func:`number_option`) and store it as a float."""
+    value = number_option(name, getattr(options, name), allow_zero=allow_zero, optional=optional)
     object.__setattr__(options, name, value)
 
 
@@ -94,24 +96,16 @@ class RetryOptions:
 
     def __post_init__(self) -> None:
         count_option("item_retries", self.item_retries, low=0)
-        _set(
-            self,
-            "item_retry_delay",
-            number_option("item_retry_delay", self.item_retry_delay, allow_zero=True),
-        )
-        backoff = number_option("item_retry_backoff", self.item_retry_backoff)
-        if backoff is None or backoff < 1:
-            raise ConfigurationError(f"item_retry_backoff must be >= 1, got {self.item_retry_backoff!r}")
-        _set(self, "item_retry_backoff", backoff)
-        _set(
-            self,
-            "max_item_retry_delay",
-            number_option("max_item_retry_delay", self.max_item_retry_delay, allow_zero=True, optional=True),
-        )
-        _set(self, "item_timeout", number_option("item_timeout", self.item_timeout, optional=True))
+        _seconds(self, "item_retry_delay", allow_zero=True)
+        given_backoff = self.item_retry_backoff
+        _seconds(self, "item_retry_backoff")
+        if self.item_retry_backoff < 1:
+            raise ConfigurationError(f"item_retry_backoff must be >= 1, got {given_backoff!r}")
+        _seconds(self, "max_item_retry_delay", allow_zero=True, optional=True)
+        _seconds(self, "item_timeout", optional=True)
         if self.max_abandoned_threads is not None:
             count_option("max_abandoned_threads", self.max_abandoned_threads, low=0)
-        _set(self, "fail_fast", bool(self.fail_fast))
+        object.__setattr__(self, "fail_fast", bool(self.fail_fast))
 
 
 @dataclass(frozen=True)
@@ -123,7 +117,7 @@ class CheckpointOptions:
 
     def __post_init__(self) -> None:
         count_option("checkpoint_every", self.checkpoint_every, low=1)
-        _set(self, "checkpoint_interval", number_option("checkpoint_interval", self.checkpoint_interval))
+        _seconds(self, "checkpoint_interval")
 
 
 @dataclass(frozen=True)
@@ -137,7 +131,7 @@ class ReportOptions:
 
     def __post_init__(self) -> None:
         count_option("progress_every", self.progress_every, low=1)
-        _set(self, "progress_interval", number_option("progress_interval", self.progress_interval))
+        _seconds(self, "progress_interval")
         count_option("max_failed_ids", self.max_failed_ids, low=0)
         count_option("max_logged_failures", self.max_logged_failures, low=0)
 

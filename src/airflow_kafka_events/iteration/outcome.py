@@ -1,38 +1,24 @@
-"""What an iteration produces: per-item results handed to a sink, and its summary.
+"""What an iteration produces: per-item results handed to a :class:`ResultSink`, and its summary.
 
-Results
-    With a ``sink`` (:class:`ResultSink`, e.g. the Kafka results stream), each result is
-    handed to ``sink.put`` and the item counts as done only once its delivery is
-    acknowledged, so the checkpoint never covers an item whose result was lost.  On start
-    ``sink.open`` reports the items whose results it already holds beyond the checkpoint's
-    position (delivered after the last save, before a worker died); they are skipped too.
-
-Summary
-    :class:`IterationSummary` counts what one run did; :func:`conclude` returns it, or
-    raises :class:`~airflow_kafka_events.iteration.errors.IterationFailedError` when items
-    failed for good (or ``fail_fast`` stopped the run).
+:class:`IterationSummary` counts what one run did; :func:`conclude` returns it, or raises
+:class:`~airflow_kafka_events.iteration.errors.IterationFailedError` when items failed for
+good (or ``fail_fast`` stopped the run).
 
 This module imports no Airflow module.
 """
 
 from __future__ import annotations
 
-import asyncio
 import concurrent.futures
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
-from airflow_kafka_events.iteration.errors import (
-    IterationFailedError,
-    NonRetryableItemError,
-    ResultDeliveryError,
-)
+from airflow_kafka_events.iteration.errors import IterationFailedError
 from airflow_kafka_events.iteration.items import Item
 
 __all__ = [
     "IterationSummary",
-    "ResultHandoff",
     "ResultSink",
     "SinkOpening",
     "conclude",
@@ -74,70 +60,6 @@ class ResultSink(Protocol):
     def delivered(self, value: Any) -> None: ...
 
     def state(self) -> Any: ...
-
-
-class ResultHandoff:
-    """Hands each succeeded item's result to ``sink`` and follows its delivery.
-
-    For the item ``work`` (the runner's token of it): ``done(work)`` once the result is
-    durable; ``failed(work, exc)`` when the sink refuses it for that item
-    (:class:`~airflow_kafka_events.iteration.errors.NonRetryableItemError`);
-    ``fatal(error, cause)`` with a
-    :class:`~airflow_kafka_events.iteration.errors.ResultDeliveryError` when it cannot be
-    handed over or was not delivered (the task fails); ``settled()`` after every delivery
-    report.  :attr:`pending` counts deliveries not reported yet.  Every method runs on the
-    runner's event loop (delivery reports are brought back to it).
-    """
-
-    def __init__(
-        self,
-        sink: ResultSink,
-        *,
-        done: Callable[[Any], None],
-        failed: Callable[[Any, BaseException], None],
-        fatal: Callable[[BaseException, BaseException], None],
-        settled: Callable[[], None],
-    ) -> None:
-        self.sink = sink
-        self._done = done
-        self._failed = failed
-        self._fatal = fatal
-        self._settled = settled
-        self.pending = 0
-
-    def put(self, work: Any, item: Item, item_id: str, result: Any) -> None:
-        try:
-            future = self.sink.put(item, item_id, result)
-        except NonRetryableItemError as exc:
-            self._failed(work, exc)
-            return
-        except Exception as exc:
-            self._fatal(ResultDeliveryError(f"cannot hand the result of item {item_id} over: {exc}"), exc)
-            return
-        if future is None:
-            self._done(work)
-            return
-        self.pending += 1
-        loop = asyncio.get_running_loop()
-
-        def reported(fut: concurrent.futures.Future[Any]) -> None:
-            try:
-                loop.call_soon_threadsafe(self._delivered, work, item_id, fut)
-            except RuntimeError:  # the loop is closed
-                pass
-
-        future.add_done_callback(reported)
-
-    def _delivered(self, work: Any, item_id: str, future: concurrent.futures.Future[Any]) -> None:
-        self.pending -= 1
-        try:
-            value = future.result()
-        except Exception as exc:
-            self._fatal(ResultDeliveryError(f"the result of item {item_id} was not delivered: {exc}"), exc)
-        else:
-            self.sink.delivered(value)
-            self._done(work)
-        self._settled()
 
 
 # ====================================================================== summary

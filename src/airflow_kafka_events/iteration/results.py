@@ -36,11 +36,12 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
-from airflow_kafka_events.envelopes.codec import TRIGGER_EVENT_CODEC, EnvelopeCodec
+from airflow_kafka_events.envelopes.codec import EnvelopeCodec
 from airflow_kafka_events.envelopes.model import ProducerIdentity, StreamFailure, TriggerEventEnvelope
 from airflow_kafka_events.errors import (
     EnvelopeDecodeError,
@@ -65,7 +66,6 @@ from airflow_kafka_events.streams.progress import (
 __all__ = [
     "ResultsStreamWriter",
     "read_partition_range",
-    "result_payload",
 ]
 
 log = logging.getLogger(__name__)
@@ -74,11 +74,6 @@ log = logging.getLogger(__name__)
 #: timeout: a result not acknowledged by then is dropped, never published later).
 RESULTS_ROLE = "iteration-results"
 RESULTS_DELIVERY_TIMEOUT = 30.0
-
-
-def result_payload(item: Item, item_id: str, result: Any) -> dict[str, Any]:
-    """The payload of one result envelope."""
-    return {"ordinal": item.ordinal, "id": item_id, "result": result}
 
 
 def read_partition_range(
@@ -131,25 +126,17 @@ def read_partition_range(
             log.warning("closing the results stream reader failed: %s", exc)
 
 
+@dataclass
 class _RangeScan:
     """The records of ``key`` in ``[start, end)`` of one partition, collected message by message."""
 
-    def __init__(
-        self,
-        topic: str,
-        partition: int,
-        start: int,
-        end: int,
-        key: bytes,
-        codec: EnvelopeCodec[TriggerEventEnvelope] = TRIGGER_EVENT_CODEC,
-    ) -> None:
-        self.codec = codec
-        self.topic = topic
-        self.partition = partition
-        self.start = start
-        self.end = end
-        self.key = key
-        self.found: list[tuple[int, TriggerEventEnvelope]] = []
+    topic: str
+    partition: int
+    start: int
+    end: int
+    key: bytes
+    codec: EnvelopeCodec[TriggerEventEnvelope]
+    found: list[tuple[int, TriggerEventEnvelope]] = field(default_factory=list)
 
     def take(self, msg: Any) -> bool:
         """Collect ``msg`` if it is one of the range's; whether the range is read to its end."""
@@ -167,16 +154,13 @@ class _RangeScan:
             return True
         raw = msg.value()
         if msg.key() == self.key and raw is not None:
-            self._decode(offset, raw)
+            try:
+                self.found.append((offset, self.codec.decode(raw)))
+            except EnvelopeDecodeError as exc:
+                log.warning(
+                    "skipping an undecodable record at %s[%d]@%d: %s", self.topic, self.partition, offset, exc
+                )
         return offset >= self.end - 1
-
-    def _decode(self, offset: int, raw: bytes) -> None:
-        try:
-            self.found.append((offset, self.codec.decode(raw)))
-        except EnvelopeDecodeError as exc:
-            log.warning(
-                "skipping an undecodable record at %s[%d]@%d: %s", self.topic, self.partition, offset, exc
-            )
 
 
 class ResultsStreamWriter:
@@ -284,23 +268,23 @@ class ResultsStreamWriter:
             self.key,
             timeout=self.scan_timeout,
         )
-        seqs: list[int] = []
+        seqs: set[int] = set()
         recovered: list[int] = []
         for offset, envelope in records:
             if envelope.attempt != attempt or envelope.sequence_index < min_seq:
                 continue
             if envelope.sequence_index == 0:
                 self.first_offset = offset
-            seqs.append(envelope.sequence_index)
+            seqs.add(envelope.sequence_index)
             if envelope.is_last:
                 continue
             payload = envelope.payload
             if isinstance(payload, Mapping) and isinstance(payload.get("ordinal"), int):
                 recovered.append(payload["ordinal"])
         last = progress.sequence_index
-        expected = list(range(min_seq, last + 1))
-        if sorted(set(seqs)) != expected:
-            missing = sorted(set(expected) - set(seqs))[:5]
+        expected = set(range(min_seq, last + 1))
+        if seqs != expected:
+            missing = sorted(expected - seqs)[:5]
             log.warning(
                 "results stream %s: attempt %d misses sequence indexes %s (a lost delivery); starting over",
                 self.trigger_run_id,
@@ -356,7 +340,7 @@ class ResultsStreamWriter:
             raise RuntimeError(f"results stream {self.trigger_run_id!r} already ended; no result can follow")
         seq = self._next_seq
         try:
-            value = self._envelope(seq, result_payload(item, item_id, result))
+            value = self._envelope(seq, {"ordinal": item.ordinal, "id": item_id, "result": result})
         except (EnvelopeEncodeError, ValidationError) as exc:
             raise NonRetryableItemError(
                 f"the result of item {item_id} cannot be written to the results stream: {exc} "
@@ -405,16 +389,12 @@ class ResultsStreamWriter:
             "complete": self.complete,
         }
 
-    def close(self, error: BaseException | str | None = None) -> dict[str, Any]:
+    def close(self, error: BaseException | None = None) -> dict[str, Any]:
         """End the attempt (``is_last``; with ``error`` a failed end) and return :meth:`describe`."""
         if not self.opened or self.closed or self.complete:
             self.closed = True
             return self.describe()
-        stream_error: StreamFailure | None = None
-        if isinstance(error, BaseException):
-            stream_error = StreamFailure.from_exception(error)
-        elif error is not None:
-            stream_error = StreamFailure(type="IterationFailedError", message=str(error))
+        stream_error = None if error is None else StreamFailure.from_exception(error)
         if stream_error is not None and len(stream_error.message) > 2000:
             stream_error = StreamFailure(type=stream_error.type, message=stream_error.message[:2000] + "...")
         value = self._envelope(self._next_seq, None, is_last=True, error=stream_error)

@@ -11,7 +11,7 @@ bounds one try of an item:
   fails with :class:`~airflow_kafka_events.iteration.errors.ItemTimeoutError` (and may be
   retried) and its thread is ABANDONED: a new thread takes its slot, and the old call keeps
   running to its end in the background, its result ignored
-  (:class:`~airflow_kafka_events.iteration.threads.ItemThreadPool`).  Its side effects may
+  (:class:`ItemThreadPool`).  Its side effects may
   therefore still happen, even after a retry of the item started.  More than
   ``max_abandoned_threads`` calls still running after their timeout fail the task
   (:class:`~airflow_kafka_events.iteration.errors.TooManyAbandonedThreadsError`): hung calls
@@ -27,16 +27,20 @@ from __future__ import annotations
 import asyncio
 import heapq
 import itertools
-from collections.abc import Awaitable
+import queue
+import threading
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from airflow_kafka_events.iteration.errors import ItemTimeoutError
 
 __all__ = [
+    "ItemThreadPool",
     "RetryQueue",
     "await_with_timeout",
     "retry_delay",
+    "settle",
 ]
 
 W = TypeVar("W")
@@ -79,20 +83,6 @@ class RetryQueue(Generic[W]):
         return None
 
 
-class _InnerTimeout(Exception):
-    def __init__(self, error: BaseException) -> None:
-        super().__init__(error)
-        self.error = error
-
-
-async def _guard(coroutine: Awaitable[Any]) -> Any:
-    """Await ``coroutine``; a ``TimeoutError`` it raises itself is told apart from the timeout's."""
-    try:
-        return await coroutine
-    except (TimeoutError, asyncio.TimeoutError) as exc:
-        raise _InnerTimeout(exc) from exc
-
-
 async def await_with_timeout(coroutine: Awaitable[Any], timeout: float | None) -> Any:
     """Await ``coroutine``, cancelled after ``timeout`` seconds with :class:`ItemTimeoutError`.
 
@@ -100,13 +90,113 @@ async def await_with_timeout(coroutine: Awaitable[Any], timeout: float | None) -
     """
     if timeout is None:
         return await coroutine
+    # asyncio.timeout, not wait_for: on Python 3.11 wait_for can swallow a cancellation
+    scope = asyncio.timeout(timeout)
     try:
-        # asyncio.timeout, not wait_for: on Python 3.11 wait_for can swallow a cancellation
-        async with asyncio.timeout(timeout):
-            return await _guard(coroutine)
+        async with scope:
+            return await coroutine
     except TimeoutError as exc:
+        if not scope.expired():
+            raise  # the coroutine's own
         raise ItemTimeoutError(
             f"the item did not finish within item_timeout={timeout:g}s (cancelled)"
         ) from exc
-    except _InnerTimeout as inner:
-        raise inner.error from None
+
+
+# ====================================================================== sync items
+@dataclass(slots=True)
+class _Job:
+    fn: Callable[..., Any]
+    args: tuple[Any, ...]
+    loop: asyncio.AbstractEventLoop
+    future: asyncio.Future[Any]
+    abandoned: bool = False
+
+
+def settle(future: asyncio.Future[Any], ok: bool, value: Any) -> None:
+    """Resolve ``future`` with ``value`` (a result when ``ok``, else an exception) unless it is done."""
+    if future.done():
+        return
+    if ok:
+        future.set_result(value)
+    else:
+        future.set_exception(value)
+
+
+class ItemThreadPool:
+    """Runs sync item calls in ``size`` daemon threads; a call past its timeout is abandoned:
+    its thread is replaced at once (capacity stays ``size``) and exits when its call returns."""
+
+    def __init__(self, size: int, *, name: str = "iteration-item") -> None:
+        self._size = size
+        self._name = name
+        self._queue: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._threads = 0  # threads serving the queue (not abandoned)
+        self._abandoned = 0  # abandoned calls still running
+        self._counter = itertools.count(1)
+        self._closed = False
+
+    @property
+    def abandoned(self) -> int:
+        with self._lock:
+            return self._abandoned
+
+    def _spawn(self) -> None:
+        thread = threading.Thread(target=self._serve, name=f"{self._name}-{next(self._counter)}", daemon=True)
+        self._threads += 1
+        thread.start()
+
+    def _serve(self) -> None:
+        while True:
+            job = self._queue.get()
+            if job is None:
+                return
+            try:
+                value, ok = job.fn(*job.args), True
+            except BaseException as exc:  # handed to the loop, which decides
+                value, ok = exc, False
+            with self._lock:
+                abandoned = job.abandoned
+                if abandoned:
+                    self._abandoned -= 1
+            if abandoned:
+                return  # a replacement already serves the queue
+            try:
+                job.loop.call_soon_threadsafe(settle, job.future, ok, value)
+            except RuntimeError:  # the loop is closed: the runner is gone
+                return
+
+    async def run(self, fn: Callable[..., Any], args: tuple[Any, ...], timeout: float | None) -> Any:
+        loop = asyncio.get_running_loop()
+        job = _Job(fn, args, loop, loop.create_future())
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("the item thread pool is shut down")
+            if self._threads < self._size:
+                self._spawn()
+        self._queue.put(job)
+        if timeout is None:
+            return await job.future
+        done, _ = await asyncio.wait({job.future}, timeout=timeout)
+        if done:
+            return job.future.result()
+        with self._lock:
+            if not job.future.done():
+                job.abandoned = True
+                self._abandoned += 1
+                self._threads -= 1
+                self._spawn()  # keep the capacity; the abandoned thread exits when its call ends
+        if job.abandoned:
+            raise ItemTimeoutError(
+                f"the item did not finish within item_timeout={timeout:g}s; its thread was "
+                "abandoned (a thread cannot be killed: the call may still finish in the background)"
+            )
+        return job.future.result()  # pragma: no cover - finished right at the deadline
+
+    def shutdown(self) -> None:
+        with self._lock:
+            self._closed = True
+            threads, self._threads = self._threads, 0
+        for _ in range(threads):
+            self._queue.put(None)

@@ -22,8 +22,7 @@ Per-item retries and timeouts
     A failing item is tried again up to ``item_retries`` more times, with backoff; the delay
     holds no concurrency slot.  ``item_timeout`` bounds one try: async items are
     cancelled, a sync item's thread is abandoned (threads cannot be killed) -- see
-    :mod:`airflow_kafka_events.iteration.retries` and
-    :mod:`airflow_kafka_events.iteration.threads`.
+    :mod:`airflow_kafka_events.iteration.retries`.
 
 Failure policy
     ``fail_fast=True``: the first item that fails for good (retries exhausted) stops the
@@ -40,34 +39,37 @@ Progress checkpoint (what a retry skips)
     :mod:`airflow_kafka_events.iteration.checkpoints`.
 
 Results
-    With a ``sink`` (:class:`ResultSink`), an item is done only once its result's delivery
-    is acknowledged; items the sink already holds are skipped too -- see
-    :mod:`airflow_kafka_events.iteration.outcome`.
+    With a ``sink`` (:class:`ResultSink`, e.g. the Kafka results stream), each result is
+    handed to ``sink.put`` and the item is done only once its delivery is acknowledged, so
+    the checkpoint never covers an item whose result was lost.  On start ``sink.open``
+    reports the items whose results it already holds past the checkpoint's position
+    (delivered after the last save, before a worker died); they are skipped too.
 
 Idle sources (stopping to wait elsewhere)
-    When the source yields :data:`~airflow_kafka_events.iteration.feed.SOURCE_IDLE` (a
+    When the source yields :data:`~airflow_kafka_events.iteration.items.SOURCE_IDLE` (a
     stream with nothing new for its idle interval) and nothing is in flight -- no item
     running, waiting for a retry or abandoned in a thread, every result delivered, no item
     failed for good -- the runner stops: the checkpoint is saved, the results sink is NOT
     ended, and :meth:`run` returns a summary with ``suspended`` set.  A later runner of the
     same try (``carried=`` that summary) goes on from the checkpoint.  Otherwise it pulls
-    again -- see :mod:`airflow_kafka_events.iteration.feed`.
+    again.
 
-Logging: one progress line every ``progress_every`` completed items or ``progress_interval``
-seconds, never one per item (:mod:`airflow_kafka_events.iteration.reporting`).
-
-Every name of the parts (errors, items, checkpoints, outcome, retries) is importable from
-this module too.
+Logging
+    One progress line every ``progress_every`` completed items or ``progress_interval``
+    seconds (done / failed / retrying / running / rate), never one per item; the first
+    ``max_logged_failures`` item failures are logged one by one (:class:`RunLog`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import contextlib
 import inspect
 import logging
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterator, Mapping
 from typing import Any
 
 from airflow_kafka_events.errors import ConfigurationError
@@ -82,26 +84,23 @@ from airflow_kafka_events.iteration.checkpoints import (
 from airflow_kafka_events.iteration.errors import (
     ItemTimeoutError,
     NonRetryableItemError,
+    ResultDeliveryError,
     SkipItem,
+    TooManyAbandonedThreadsError,
 )
-from airflow_kafka_events.iteration.feed import ItemFeed, ItemSource, SourceIdle
-from airflow_kafka_events.iteration.items import Item, Work, local_index, shard_of
+from airflow_kafka_events.iteration.items import Item, ItemSource, SourceIdle, Work, shard_of
 from airflow_kafka_events.iteration.options import IterationOptions, count_option
-from airflow_kafka_events.iteration.outcome import (
-    IterationSummary,
-    ResultHandoff,
-    ResultSink,
-    conclude,
-)
-from airflow_kafka_events.iteration.reporting import RunLog
-from airflow_kafka_events.iteration.retries import RetryQueue, await_with_timeout, retry_delay
-from airflow_kafka_events.iteration.threads import ItemThreadPool
+from airflow_kafka_events.iteration.outcome import IterationSummary, ResultSink, conclude
+from airflow_kafka_events.iteration.retries import ItemThreadPool, RetryQueue, await_with_timeout, retry_delay
 
 __all__ = [
     "IterationRunner",
 ]
 
 log = logging.getLogger(__name__)
+
+#: What the source's iterator gives once it is exhausted (a sentinel of this module).
+_END: Any = object()
 
 #: The options of a runner given none (frozen: shared).
 DEFAULT_OPTIONS = IterationOptions()
@@ -142,8 +141,6 @@ class IterationRunner:
         self.handler = handler
         self.is_async = inspect.iscoroutinefunction(handler) if is_async is None else bool(is_async)
         self.options = options
-        self.store = store
-        self.checkpoint_key = checkpoint_key
         self.generation = count_option("generation", generation, low=0)
         self.source_key = source_key
         self.context = context
@@ -169,29 +166,22 @@ class IterationRunner:
             logger=self.log,
         )
         self._report = RunLog(self.log, max_logged_failures=self.options.report.max_logged_failures)
-        self._results = (
-            None
-            if sink is None
-            else ResultHandoff(
-                sink,
-                done=lambda work: self._complete(work),
-                failed=lambda work, exc: self._failed(work, exc),
-                fatal=lambda error, cause: self._fail_task(error, cause),
-                settled=lambda: self._delivery_settled(),
-            )
-        )
         self._used = False
         # run state (event loop thread only)
         self._retries: RetryQueue[Work] = RetryQueue()
         self._running = 0
+        self._undelivered = 0  # results handed to the sink, their delivery not reported yet
         self._stopping = False
         self._fatal: BaseException | None = None
         self._first_failure: BaseException | None = None
         self._started = 0.0
         self._pool: ItemThreadPool | None = None
         self._change: asyncio.Event | None = None
-        self._idle: asyncio.Event | None = None
-        self._feed: ItemFeed | None = None
+        # the source's iterator (one of them), pulled by one worker at a time
+        self._sync_items: Iterator[Item] | None = None
+        self._async_items: AsyncIterator[Item | SourceIdle] | None = None
+        self._pulling = asyncio.Lock()
+        self._exhausted = False
 
     # ------------------------------------------------------------------ checkpoint
     def _load(self) -> bool:
@@ -227,12 +217,9 @@ class IterationRunner:
         if opening.restarted and checkpoint is not None:
             self.log.warning("iteration: the results sink starts over, so does the iteration")
             self.completed = CompletedItems()
+        shard, shards = self.options.shard.shard, self.options.shard.shards
         for ordinal in opening.recovered:
-            if shard_of(
-                ordinal, self.options.shard.shards
-            ) == self.options.shard.shard and self.completed.add(
-                local_index(ordinal, self.options.shard.shards)
-            ):
+            if shard_of(ordinal, shards) == shard and self.completed.add(ordinal // shards):
                 self.summary.recovered += 1
 
     def snapshot(self) -> dict[str, Any]:
@@ -248,18 +235,37 @@ class IterationRunner:
 
     # ------------------------------------------------------------------ items
     def _id_of(self, item: Item) -> str:
-        if self.options.item_id is None:
-            return str(item.ordinal)
-        return str(self.options.item_id(item))
+        return str(item.ordinal if self.options.item_id is None else self.options.item_id(item))
 
-    def _context_for(self, work: Work) -> dict[str, Any]:
-        context = dict(self.context) if self.context is not None else {}
-        context[self.context_key] = work.info(self.options.shard.shard, self.options.shard.shards)
-        return context
+    async def _next_of_shard(self) -> Work | SourceIdle | None:
+        """The source's next item of this shard not done yet (the others count in the summary as
+        seen and skipped), :data:`SOURCE_IDLE`, or ``None``: exhausted, or stopping."""
+        async with self._pulling:
+            while not self._exhausted:
+                if self._sync_items is not None:
+                    item = next(self._sync_items, _END)
+                else:
+                    assert self._async_items is not None
+                    item = await anext(self._async_items, _END)
+                self._exhausted = item is _END
+                if self._exhausted or self._stopping:
+                    return None
+                if isinstance(item, SourceIdle):
+                    return item
+                if not isinstance(item, Item):
+                    raise ConfigurationError(f"an item source must yield Item objects, got {item!r}")
+                shard, shards = self.options.shard.shard, self.options.shard.shards
+                if shard_of(item.ordinal, shards) != shard:
+                    continue
+                self.summary.items += 1
+                if item.ordinal // shards in self.completed:
+                    self.summary.skipped += 1
+                    continue
+                return Work(item=item, local=item.ordinal // shards, item_id=self._id_of(item))
+            return None
 
     async def _pull(self) -> Work | None:
-        assert self._feed is not None
-        work = await self._feed.pull(lambda: self._stopping)
+        work = await self._next_of_shard()
         if isinstance(work, SourceIdle):
             if self.in_flight() == 0 and not self.summary.failed and self._fatal is None:
                 self.summary.suspended = self._stopping = True
@@ -269,9 +275,8 @@ class IterationRunner:
 
     def in_flight(self) -> int:
         """Items running, waiting for a retry or abandoned in a thread, plus undelivered results."""
-        pending = 0 if self._results is None else self._results.pending
         abandoned = 0 if self._pool is None else self._pool.abandoned
-        return self._running + len(self._retries) + pending + abandoned
+        return self._running + len(self._retries) + self._undelivered + abandoned
 
     def _notify(self) -> None:
         assert self._change is not None
@@ -280,16 +285,10 @@ class IterationRunner:
 
     async def _wait_change(self, timeout: float | None) -> None:
         assert self._change is not None
-        event = self._change
-        if timeout is None:
-            await event.wait()
-            return
-        try:
-            # asyncio.timeout, not wait_for: on Python 3.11 wait_for can swallow a cancellation
-            async with asyncio.timeout(max(0.0, timeout)):
-                await event.wait()
-        except TimeoutError:
-            pass
+        # asyncio.timeout, not wait_for: on Python 3.11 wait_for can swallow a cancellation
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(None if timeout is None else max(0.0, timeout)):
+                await self._change.wait()
 
     async def _next_work(self) -> Work | None:
         while True:
@@ -302,8 +301,7 @@ class IterationRunner:
             if self._checkpoints.due(now):
                 await self._checkpoints.save()
                 continue
-            assert self._feed is not None
-            if not self._feed.exhausted:
+            if not self._exhausted:
                 work = await self._pull()
                 if work is not None:
                     return work
@@ -317,7 +315,9 @@ class IterationRunner:
                 return None
 
     async def _call(self, work: Work) -> Any:
-        context = self._context_for(work)
+        """One try of ``work``: the handler gets the item's value and its own copy of the context."""
+        context = dict(self.context) if self.context is not None else {}
+        context[self.context_key] = work.info(self.options.shard.shard, self.options.shard.shards)
         if self.is_async:
             return await await_with_timeout(
                 self.handler(work.item.value, context), self.options.retry.item_timeout
@@ -353,19 +353,54 @@ class IterationRunner:
             return
         abandoned = self._pool.abandoned
         self.summary.abandoned_threads = max(self.summary.abandoned_threads, abandoned)
-        if self._fatal is None:
-            self._fatal = self._pool.too_many_abandoned(abandoned, self.options.max_abandoned_threads)
+        most = self.options.max_abandoned_threads
+        if self._fatal is None and abandoned > most:
+            self._fatal = TooManyAbandonedThreadsError(
+                f"{abandoned} sync item call(s) are still running after item_timeout "
+                f"(max_abandoned_threads={most}): the items hang; failing the task"
+            )
 
     # ------------------------------------------------------------------ outcomes
     def _succeeded(self, work: Work, result: Any) -> None:
-        if self._results is None:
+        """Complete ``work``, or hand its result to the sink: it completes once the result is durable."""
+        if self.sink is None:
             self._complete(work)
-        else:
-            self._results.put(work, work.item, work.item_id, result)
+            return
+        try:
+            future = self.sink.put(work.item, work.item_id, result)
+        except NonRetryableItemError as exc:  # the sink refuses this result: the item fails
+            self._failed(work, exc)
+            return
+        except Exception as exc:
+            self._fail_task(
+                ResultDeliveryError(f"cannot hand the result of item {work.item_id} over: {exc}"), exc
+            )
+            return
+        if future is None:
+            self._complete(work)
+            return
+        self._undelivered += 1
+        loop = asyncio.get_running_loop()
 
-    def _delivery_settled(self) -> None:
-        if self._results is not None and self._results.pending == 0 and self._idle is not None:
-            self._idle.set()
+        def reported(fut: concurrent.futures.Future[Any]) -> None:  # on the producer's thread
+            try:
+                loop.call_soon_threadsafe(self._delivered, work, fut)
+            except RuntimeError:  # the loop is closed
+                pass
+
+        future.add_done_callback(reported)
+
+    def _delivered(self, work: Work, future: concurrent.futures.Future[Any]) -> None:
+        assert self.sink is not None
+        self._undelivered -= 1
+        try:
+            value = future.result()
+        except Exception as exc:
+            error = ResultDeliveryError(f"the result of item {work.item_id} was not delivered: {exc}")
+            self._fail_task(error, exc)
+        else:
+            self.sink.delivered(value)
+            self._complete(work)
         self._notify()
 
     def _fail_task(self, error: BaseException, cause: BaseException) -> None:
@@ -373,8 +408,6 @@ class IterationRunner:
             error.__cause__ = cause
             self._fatal = error
             self._stopping = True
-        if self._idle is not None:
-            self._idle.set()
         self._notify()
 
     def _complete(self, work: Work) -> None:
@@ -460,38 +493,29 @@ class IterationRunner:
     # ------------------------------------------------------------------ main
     async def _await_workers(self, workers: list[asyncio.Task[None]]) -> None:
         """Wait for every worker; the first one that raised stops the others, then propagates."""
-        while True:
-            done, _pending = await asyncio.wait(workers, return_when=asyncio.FIRST_EXCEPTION)
-            failed = [t for t in done if not t.cancelled() and t.exception() is not None]
-            if failed:
-                error = failed[0].exception()
-                assert error is not None
-                self._stopping = True
-                self._notify()
-                await asyncio.gather(*workers, return_exceptions=True)
-                raise error
-            if len(done) == len(workers):
-                return
+        # FIRST_EXCEPTION returns once one raised, else once all finished (a cancelled one raised nothing)
+        done, _pending = await asyncio.wait(workers, return_when=asyncio.FIRST_EXCEPTION)
+        failed = [t for t in done if not t.cancelled() and t.exception() is not None]
+        if failed:
+            error = failed[0].exception()
+            assert error is not None
+            self._stopping = True
+            self._notify()
+            await asyncio.gather(*workers, return_exceptions=True)
+            raise error
 
     async def _main(self, items: ItemSource) -> None:
         self._change = asyncio.Event()
-        self._idle = asyncio.Event()
-        self._idle.set()
-        self._feed = ItemFeed(
-            items,
-            shard=self.options.shard.shard,
-            shards=self.options.shard.shards,
-            completed=self.completed,
-            summary=self.summary,
-            item_id=self._id_of,
-        )
+        if isinstance(items, AsyncIterable):
+            self._async_items = aiter(items)
+        else:
+            self._sync_items = iter(items)
         ticker = asyncio.ensure_future(self._ticker())
         workers = [asyncio.ensure_future(self._worker()) for _ in range(self.options.shard.concurrency)]
         try:
             await self._await_workers(workers)
-            while self._results is not None and self._results.pending and self._fatal is None:
-                self._idle.clear()
-                await self._idle.wait()
+            while self._undelivered and self._fatal is None:
+                await self._wait_change(None)
         finally:
             ticker.cancel()
             await asyncio.gather(ticker, return_exceptions=True)
@@ -546,3 +570,66 @@ def _cancel_all(loop: asyncio.AbstractEventLoop) -> None:
     if tasks:
         loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
     loop.run_until_complete(loop.shutdown_asyncgens())
+
+
+class RunLog:
+    """The log lines of one run (see the module doc, *Logging*)."""
+
+    def __init__(self, logger: logging.Logger | Any, *, max_logged_failures: int) -> None:
+        self.log = logger
+        self.max_logged_failures = max_logged_failures
+        self.failures_logged = 0
+        self.last_progress_at = 0.0
+        self.last_progress_count = 0
+
+    def failure(self, message: str, *args: Any, exc_info: BaseException | None = None) -> None:
+        """Log an item failure, unless ``max_logged_failures`` were logged already."""
+        if self.failures_logged < self.max_logged_failures:
+            self.failures_logged += 1
+            self.log.warning(message, *args, exc_info=exc_info)
+            if self.failures_logged == self.max_logged_failures:
+                self.log.warning("iteration: not logging further item failures one by one")
+
+    def progress(self, now: float, summary: IterationSummary, done: int, retrying: int, running: int) -> None:
+        """One progress line: ``done`` items in all, the rate since the last line."""
+        this_try = summary.succeeded_this_try
+        window = now - self.last_progress_at
+        rate = (this_try - self.last_progress_count) / window if window > 0 else 0.0
+        self.last_progress_at = now
+        self.last_progress_count = this_try
+        self.log.info(
+            "iteration: %d done (%d this try), %d failed, %d waiting to retry, %d running; %.1f items/s",
+            done,
+            this_try,
+            summary.failed,
+            retrying,
+            running,
+            rate,
+        )
+
+    def environ(self, before: Mapping[str, str]) -> None:
+        """Warn when items changed ``os.environ`` (shared by every item and thread)."""
+        if dict(os.environ) != before:
+            changed = sorted(k for k in {*before, *os.environ} if before.get(k) != os.environ.get(k))
+            self.log.warning(
+                "iteration: items changed os.environ (%s); it is shared by every item and thread: "
+                "pass env= to subprocesses instead",
+                ", ".join(changed[:10]),
+            )
+
+    def end(self, summary: IterationSummary, error: BaseException | None) -> None:
+        """The run's last line."""
+        self.log.info(
+            "iteration%s: %d item(s) of this shard seen; %d done (%d this try, %d by earlier tries), "
+            "%d failed, %d item retries, %d timed out; %.1f items/s%s",
+            "" if summary.shards == 1 else f" shard {summary.shard}/{summary.shards}",
+            summary.items,
+            summary.succeeded,
+            summary.succeeded_this_try,
+            summary.skipped,
+            summary.failed,
+            summary.item_retries,
+            summary.timed_out,
+            summary.items_per_second,
+            "" if error is None else f"; stopped by {type(error).__name__}",
+        )

@@ -24,7 +24,7 @@ its stream over (a new attempt) while it is iterated fails the try with
 the new attempt from its start.
 
 Idle streams: with a :class:`StreamIdle` policy the source yields
-:data:`~airflow_kafka_events.iteration.feed.SOURCE_IDLE` when no page came for
+:data:`~airflow_kafka_events.iteration.items.SOURCE_IDLE` when no page came for
 ``StreamIdle.interval`` seconds, instead of waiting in the worker, and reads on when pulled
 again; past the real ``start_timeout`` / ``gap_timeout`` it raises the reader's typed errors
 as an in-worker read does.  :attr:`StreamItemSource.position` (the stream position after
@@ -43,7 +43,7 @@ import time
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Protocol, TypedDict, Unpack
+from typing import TYPE_CHECKING, Any, Protocol
 
 from airflow_kafka_events.errors import (
     ConfigurationError,
@@ -53,9 +53,8 @@ from airflow_kafka_events.errors import (
     ValidationError,
 )
 from airflow_kafka_events.iteration.errors import SourceRestartedError
-from airflow_kafka_events.iteration.feed import SOURCE_IDLE, SourceIdle
-from airflow_kafka_events.iteration.items import Item
-from airflow_kafka_events.iteration.threads import settle
+from airflow_kafka_events.iteration.items import SOURCE_IDLE, Item, SourceIdle
+from airflow_kafka_events.iteration.retries import settle
 from airflow_kafka_events.streams.checkpoint import Checkpoint
 from airflow_kafka_events.streams.consuming.consumption import is_end_marker
 from airflow_kafka_events.streams.consuming.deadlines import with_gap_timeout, with_start_timeout
@@ -72,12 +71,10 @@ __all__ = [
     "StreamIdle",
     "StreamItemSource",
     "StreamItems",
-    "StreamStartOptions",
     "from_stream",
     "locate_stream_start",
     "page_items",
     "results_of",
-    "stream_starting_point",
     "value_at",
 ]
 
@@ -214,18 +211,14 @@ def page_items(payload: Any, spec: StreamItems) -> list[Any]:
 
 # ====================================================================== list items
 def _as_sequence(name: str, value: Any) -> Sequence[Any]:
-    if isinstance(value, (str, bytes, Mapping)) or value is None:
-        raise ConfigurationError(
-            f"iterate({name}=...) must be a list of items, got {type(value).__qualname__}"
-        )
-    if isinstance(value, Sequence):
-        return value
-    try:
-        return list(value)
-    except TypeError:
-        raise ConfigurationError(
-            f"iterate({name}=...) must be a list of items, got {type(value).__qualname__}"
-        ) from None
+    if not isinstance(value, (str, bytes, Mapping)) and value is not None:
+        if isinstance(value, Sequence):
+            return value
+        try:
+            return list(value)
+        except TypeError:
+            pass
+    raise ConfigurationError(f"iterate({name}=...) must be a list of items, got {type(value).__qualname__}")
 
 
 class ListItems:
@@ -267,29 +260,6 @@ class _Reader(Protocol):
     def close(self) -> None: ...
 
 
-class StreamStartOptions(TypedDict, total=False):
-    """The keyword options of :func:`locate_stream_start`, taken by :func:`stream_starting_point` too."""
-
-    not_before: datetime | None
-    timeout: float
-
-
-def stream_starting_point(
-    settings: KafkaSettings | Mapping[str, Any],
-    topic: str,
-    trigger_run_id: str,
-    **options: Unpack[StreamStartOptions],
-) -> tuple[Checkpoint, int]:
-    """Where to read a stream from its start: ``(checkpoint, attempt)``.
-
-    The first page of the latest attempt found in Kafka; when the stream has not started
-    yet, the first offset at or after ``not_before`` of its partition (attempt 0); when the
-    lookup fails (e.g. the topic does not exist yet), the start of the stream's partition.
-    """
-    checkpoint, attempt, _ = locate_stream_start(settings, topic, trigger_run_id, **options)
-    return checkpoint, attempt
-
-
 def locate_stream_start(
     settings: KafkaSettings | Mapping[str, Any],
     topic: str,
@@ -298,7 +268,13 @@ def locate_stream_start(
     not_before: datetime | None = None,
     timeout: float = 30.0,
 ) -> tuple[Checkpoint, int, bool]:
-    """:func:`stream_starting_point` and whether the lookup found nothing written (``True``)."""
+    """Where to read a stream from its start: ``(checkpoint, attempt, unwritten)``.
+
+    The first page of the latest attempt found in Kafka; when the stream has not started
+    yet, the first offset at or after ``not_before`` of its partition (attempt 0, ``unwritten``
+    ``True``); when the lookup fails (e.g. the topic does not exist yet), the start of the
+    stream's partition.
+    """
     from airflow_kafka_events.streams.progress import lookup_stream
 
     not_before_ms = None if not_before is None else max(0, int(not_before.timestamp() * 1000))

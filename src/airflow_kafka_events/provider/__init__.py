@@ -12,6 +12,17 @@ from airflow_kafka_events.__about__ import __version__
 INTEGRATION = "Kafka Events"
 
 
+def _option(kind: str, default: str | None, description: str, example: str | None = None) -> dict[str, Any]:
+    """One ``[kafka_events]`` option as Airflow's provider schema describes it."""
+    return {
+        "description": f"{description}\n",
+        "version_added": "0.1.0",
+        "type": kind,
+        "example": example,
+        "default": default,
+    }
+
+
 def get_provider_info() -> dict[str, Any]:
     return {
         "package-name": "airflow-kafka-events",
@@ -68,212 +79,119 @@ def get_provider_info() -> dict[str, Any]:
         "config": {
             "kafka_events": {
                 "description": "Settings of the airflow-kafka-events provider.\n",
-                "options": {
-                    "kafka_config_id": {
-                        "description": "Default Airflow connection (type kafka) used by producers.\n",
-                        "version_added": "0.1.0",
-                        "type": "string",
-                        "example": "kafka_default",
-                        "default": "kafka_default",
-                    },
-                    "trigger_events_topic": {
-                        "description": "Default topic that streaming triggers write envelopes to.\n",
-                        "version_added": "0.1.0",
-                        "type": "string",
-                        "example": None,
-                        "default": "airflow.trigger-events",
-                    },
-                    "stream_outage_timeout": {
-                        "description": (
-                            "Seconds a streaming trigger's page waits for unreachable Kafka brokers "
-                            "before the trigger fails (its producer's message.timeout.ms).\n"
-                        ),
-                        "version_added": "0.1.0",
-                        "type": "float",
-                        "example": None,
-                        "default": "300",
-                    },
-                    "watcher_airflow_api_conn_id": {
-                        "description": (
-                            "Airflow connection to the api-server (host: its base URL; login / password: "
-                            "a user allowed to read assets and asset events). Set, a watcher resuming "
-                            "after an unclean stop asks it which of its asset's events exist and does "
-                            "not fire them again. Empty: off (duplicates after a crash stay bounded by "
-                            "one position store interval).\n"
-                        ),
-                        "version_added": "0.1.0",
-                        "type": "string",
-                        "example": "airflow_api",
-                        "default": "",
-                    },
-                    "asset_events_topic": {
-                        "description": "Default topic for explicit asset events.\n",
-                        "version_added": "0.1.0",
-                        "type": "string",
-                        "example": None,
-                        "default": "airflow.asset-events",
-                    },
-                    "dlq_topic": {
-                        "description": "Dead-letter topic (made by `topics ensure`).\n",
-                        "version_added": "0.1.0",
-                        "type": "string",
-                        "example": None,
-                        "default": "airflow.kafka-events.dlq",
-                    },
-                    "results_topic": {
-                        "description": "Iteration results topic that `topics ensure` creates.\n",
-                        "version_added": "0.1.0",
-                        "type": "string",
-                        "example": None,
-                        "default": "airflow.trigger-events",
-                    },
-                    "watcher_stops_topic": {
-                        "description": (
-                            "Compacted topic of the asset watchers' clean-stop marks (made by `topics "
-                            "ensure`).\n"
-                        ),
-                        "version_added": "0.1.0",
-                        "type": "string",
-                        "example": None,
-                        "default": "airflow.kafka-events.watcher-stops",
-                    },
-                    "asset_event_max_extra_bytes": {
-                        "description": "Bound on an emitted asset event's extra, as compact UTF-8 JSON.\n",
-                        "version_added": "0.1.0",
-                        "type": "integer",
-                        "example": None,
-                        "default": "65536",
-                    },
-                    "stream_index_topic": {
-                        "description": (
-                            "Compacted topic of the stream index: a state record per stream and per "
-                            "consumer, read by the Streams page, the task-instance tabs, Health and "
-                            "`streams ls` (made by `topics ensure`; docs/stream-index.md).\n"
-                        ),
-                        "version_added": "0.1.0",
-                        "type": "string",
-                        "example": None,
-                        "default": "airflow.kafka-events.stream-index",
-                    },
-                    "stream_index_every_pages": {
-                        "description": "A streaming trigger writes its index record every N pages.\n",
-                        "version_added": "0.1.0",
-                        "type": "integer",
-                        "example": None,
-                        "default": "100",
-                    },
-                    "stream_index_every_seconds": {
-                        "description": (
-                            "... or every S seconds (at its next page), whichever comes first; a consumer "
-                            "writes its position on the same cadence.\n"
-                        ),
-                        "version_added": "0.1.0",
-                        "type": "float",
-                        "example": None,
-                        "default": "10",
-                    },
-                    "stream_index_retention_ms": {
-                        "description": (
-                            "retention.ms of the stream index topic (`topics ensure`): a stream leaves the "
-                            "index this long after its last record.\n"
-                        ),
-                        "version_added": "0.1.0",
-                        "type": "integer",
-                        "example": None,
-                        "default": "604800000",
-                    },
-                    "topic_partitions": {
-                        "description": "Partitions of the topics `topics ensure` creates.\n",
-                        "version_added": "0.1.0",
-                        "type": "integer",
-                        "example": None,
-                        "default": "3",
-                    },
-                    "topic_replication_factor": {
-                        "description": "Replication factor of new topics (unset: min(3, brokers)).\n",
-                        "version_added": "0.1.0",
-                        "type": "integer",
-                        "example": None,
-                        "default": None,
-                    },
-                    "topic_retention_ms": {
-                        "description": "retention.ms of new topics (unset: the broker's default).\n",
-                        "version_added": "0.1.0",
-                        "type": "integer",
-                        "example": None,
-                        "default": None,
-                    },
-                    "topic_max_message_bytes": {
-                        "description": "max.message.bytes of new topics (unset: message.max.bytes).\n",
-                        "version_added": "0.1.0",
-                        "type": "integer",
-                        "example": None,
-                        "default": None,
-                    },
-                    "ui_kafka_config_id": {
-                        "description": "The Airflow Kafka connection the Kafka Events view reads with.\n",
-                        "version_added": "0.1.0",
-                        "type": "string",
-                        "example": None,
-                        "default": "kafka_default",
-                    },
-                    "ui_window_minutes": {
-                        "description": (
-                            "How far back a page of the view scans by default (at most 31 days).\n"
-                        ),
-                        "version_added": "0.1.0",
-                        "type": "integer",
-                        "example": None,
-                        "default": "1440",
-                    },
-                    "ui_max_records": {
-                        "description": (
-                            "The newest records per partition a page of the view reads by default "
-                            "(at most 20000).\n"
-                        ),
-                        "version_added": "0.1.0",
-                        "type": "integer",
-                        "example": None,
-                        "default": "1000",
-                    },
-                    "ui_stuck_after_seconds": {
-                        "description": "A running stream silent this long is listed as stuck on Health.\n",
-                        "version_added": "0.1.0",
-                        "type": "integer",
-                        "example": None,
-                        "default": "600",
-                    },
-                    "ui_bridge_group_ids": {
-                        "description": "The partition bridges' consumer groups Health shows (commas).\n",
-                        "version_added": "0.1.0",
-                        "type": "string",
-                        "example": None,
-                        "default": "airflow-kafka-events.bridge",
-                    },
-                    "ui_freeze_heap": {
-                        "description": (
-                            "At the view's first request, collect garbage once and gc.freeze() the "
-                            "api-server's heap, so later full collections walk only what was made since "
-                            "(milliseconds, not 0.4-1.6 s in some request); objects already alive then "
-                            "that later die in a reference cycle are not reclaimed. false leaves the "
-                            "api-server's collector alone.\n"
-                        ),
-                        "version_added": "0.1.0",
-                        "type": "boolean",
-                        "example": None,
-                        "default": "true",
-                    },
-                    "replay_extra_target_topics": {
-                        "description": (
-                            "Topics (commas) a dead-letter replay from the view may publish to besides "
-                            "the dead letter's source topic. Empty: the source topic only.\n"
-                        ),
-                        "version_added": "0.1.0",
-                        "type": "string",
-                        "example": None,
-                        "default": "",
-                    },
-                },
+                "options": _config_options(),
             }
         },
+    }
+
+
+def _config_options() -> dict[str, Any]:
+    """The ``[kafka_events]`` options (``airflow config list`` shows them)."""
+    return {
+        "kafka_config_id": _option(
+            "string",
+            "kafka_default",
+            "Default Airflow connection (type kafka) used by producers.",
+            example="kafka_default",
+        ),
+        "trigger_events_topic": _option(
+            "string", "airflow.trigger-events", "Default topic that streaming triggers write envelopes to."
+        ),
+        "stream_outage_timeout": _option(
+            "float",
+            "300",
+            "Seconds a streaming trigger's page waits for unreachable Kafka brokers before the "
+            "trigger fails (its producer's message.timeout.ms).",
+        ),
+        "watcher_airflow_api_conn_id": _option(
+            "string",
+            "",
+            "Airflow connection to the api-server (host: its base URL; login / password: a user "
+            "allowed to read assets and asset events). Set, a watcher resuming after an unclean "
+            "stop asks it which of its asset's events exist and does not fire them again. Empty: "
+            "off (duplicates after a crash stay bounded by one position store interval).",
+            example="airflow_api",
+        ),
+        "asset_events_topic": _option(
+            "string", "airflow.asset-events", "Default topic for explicit asset events."
+        ),
+        "dlq_topic": _option(
+            "string", "airflow.kafka-events.dlq", "Dead-letter topic (made by `topics ensure`)."
+        ),
+        "results_topic": _option(
+            "string", "airflow.trigger-events", "Iteration results topic that `topics ensure` creates."
+        ),
+        "watcher_stops_topic": _option(
+            "string",
+            "airflow.kafka-events.watcher-stops",
+            "Compacted topic of the asset watchers' clean-stop marks (made by `topics ensure`).",
+        ),
+        "asset_event_max_extra_bytes": _option(
+            "integer", "65536", "Bound on an emitted asset event's extra, as compact UTF-8 JSON."
+        ),
+        "stream_index_topic": _option(
+            "string",
+            "airflow.kafka-events.stream-index",
+            "Compacted topic of the stream index: a state record per stream and per consumer, read "
+            "by the Streams page, the task-instance tabs, Health and `streams ls` (made by `topics "
+            "ensure`; docs/stream-index.md).",
+        ),
+        "stream_index_every_pages": _option(
+            "integer", "100", "A streaming trigger writes its index record every N pages."
+        ),
+        "stream_index_every_seconds": _option(
+            "float",
+            "10",
+            "... or every S seconds (at its next page), whichever comes first; a consumer writes "
+            "its position on the same cadence.",
+        ),
+        "stream_index_retention_ms": _option(
+            "integer",
+            "604800000",
+            "retention.ms of the stream index topic (`topics ensure`): a stream leaves the index "
+            "this long after its last record.",
+        ),
+        "topic_partitions": _option("integer", "3", "Partitions of the topics `topics ensure` creates."),
+        "topic_replication_factor": _option(
+            "integer", None, "Replication factor of new topics (unset: min(3, brokers))."
+        ),
+        "topic_retention_ms": _option(
+            "integer", None, "retention.ms of new topics (unset: the broker's default)."
+        ),
+        "topic_max_message_bytes": _option(
+            "integer", None, "max.message.bytes of new topics (unset: message.max.bytes)."
+        ),
+        "ui_kafka_config_id": _option(
+            "string", "kafka_default", "The Airflow Kafka connection the Kafka Events view reads with."
+        ),
+        "ui_window_minutes": _option(
+            "integer", "1440", "How far back a page of the view scans by default (at most 31 days)."
+        ),
+        "ui_max_records": _option(
+            "integer",
+            "1000",
+            "The newest records per partition a page of the view reads by default (at most 20000).",
+        ),
+        "ui_stuck_after_seconds": _option(
+            "integer", "600", "A running stream silent this long is listed as stuck on Health."
+        ),
+        "ui_bridge_group_ids": _option(
+            "string",
+            "airflow-kafka-events.bridge",
+            "The partition bridges' consumer groups Health shows (commas).",
+        ),
+        "ui_freeze_heap": _option(
+            "boolean",
+            "true",
+            "At the view's first request, collect garbage once and gc.freeze() the api-server's "
+            "heap, so later full collections walk only what was made since (milliseconds, not "
+            "0.4-1.6 s in some request); objects already alive then that later die in a reference "
+            "cycle are not reclaimed. false leaves the api-server's collector alone.",
+        ),
+        "replay_extra_target_topics": _option(
+            "string",
+            "",
+            "Topics (commas) a dead-letter replay from the view may publish to besides the dead "
+            "letter's source topic. Empty: the source topic only.",
+        ),
     }

@@ -83,20 +83,13 @@ def _children(value: Any) -> list[tuple[str, Any]]:
     return []
 
 
-def _roundtrip_error(value: Any) -> Exception | None:
-    """The exception the round trip of ``value`` raises, or ``None``."""
-    try:
-        _roundtrip(value)
-    except Exception as exc:  # any failure of the round trip is the finding
-        return exc
-    return None
-
-
 def _failure(path: str, value: Any) -> tuple[str, Any, Exception] | None:
     """The innermost ``(path, value, error)`` that fails the round trip, or ``None``."""
-    error = _roundtrip_error(value)
-    if error is None:
+    try:
+        _roundtrip(value)
         return None
+    except Exception as exc:  # any failure of the round trip is the finding
+        error = exc
     # outside the except block: the children's failures do not chain onto this one
     for suffix, child in _children(value):
         inner = _failure(f"{path}{suffix}", child)

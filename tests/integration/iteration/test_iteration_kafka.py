@@ -22,8 +22,8 @@ from airflow_kafka_events.iteration.operator import IterableOperator
 from airflow_kafka_events.iteration.sources import (
     StreamItemSource,
     from_stream,
+    locate_stream_start,
     results_of,
-    stream_starting_point,
 )
 from airflow_kafka_events.kafka.producer import get_producer
 from airflow_kafka_events.kafka.settings import KafkaSettings
@@ -98,7 +98,7 @@ def stream_source(
 ) -> StreamItemSource:
     run = stream_id(DAG_ID, "manual__1", producer_task)
     settings = settings_of(bootstrap)
-    start, attempt = stream_starting_point(settings, topic, run)
+    start, attempt, _ = locate_stream_start(settings, topic, run)
     reader = StreamReader(
         settings.consumer_config(f"it-{producer_task}-{threading.get_ident()}"),
         topic,

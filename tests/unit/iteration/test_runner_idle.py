@@ -13,8 +13,7 @@ import pytest
 
 from airflow_kafka_events.iteration.checkpoints import DEFAULT_CHECKPOINT_KEY, IterationCheckpoint
 from airflow_kafka_events.iteration.errors import IterationFailedError
-from airflow_kafka_events.iteration.feed import SOURCE_IDLE, SourceIdle
-from airflow_kafka_events.iteration.items import Item
+from airflow_kafka_events.iteration.items import SOURCE_IDLE, Item, SourceIdle
 from airflow_kafka_events.iteration.outcome import SinkOpening
 from unit.iteration.runners import make_runner
 from unit.iteration.test_runner import Store
