@@ -15,6 +15,7 @@ BENCHMARKS = {
     "asset-emit": "benchmarks.asset_emit_latency",
     "asset-event-e2e": "benchmarks.asset_event_e2e_latency",
     "watcher-throughput": "benchmarks.watcher_throughput",
+    "watcher-footprint": "benchmarks.watcher_footprint",
     "stream-slots": "benchmarks.stream_slots",
     "ui-pages": "benchmarks.ui_pages",
     "consumer-wait": "benchmarks.consumer_wait_latency",

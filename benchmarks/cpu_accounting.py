@@ -1,8 +1,10 @@
 """CPU accounting for benchmarks on a shared machine (Linux ``/proc``): a process tree's CPU seconds,
-a triggerer's threads by kind, and how many cores other processes use (to wait for a quiet machine)."""
+a triggerer's threads by kind, its memory, threads and Kafka clients, and how many cores other processes
+use (to wait for a quiet machine)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from pathlib import Path
@@ -108,3 +110,30 @@ def wait_for_quiet(max_others: float, longest: float) -> float:
     if others > max_others:
         say(f"[machine] other processes still use {others:.2f} cores after {longest:.0f}s: measuring anyway")
     return round(others, 2)
+
+
+def tree_resources(root: int | None) -> dict[str, float]:
+    """Memory and threads of ``root`` and its descendants (a triggerer: supervisor and runner): resident
+    memory (MiB, ``psutil``), processes, threads, Kafka clients (librdkafka's ``rdk:main`` thread: one per
+    client), all librdkafka threads (``rdk:*``) and the other threads."""
+    import psutil
+
+    out = {"rss_mib": 0.0, "processes": 0, "threads": 0, "kafka_clients": 0, "librdkafka_threads": 0}
+    if root is None:
+        return out
+    for pid in _tree_pids(root):
+        try:
+            out["rss_mib"] += psutil.Process(pid).memory_info().rss / 2**20
+            names = []
+            for task_dir in Path(f"/proc/{pid}/task").iterdir():
+                with contextlib.suppress(OSError):
+                    names.append((task_dir / "comm").read_text().strip())
+        except (OSError, psutil.Error):
+            continue
+        out["processes"] += 1
+        out["threads"] += len(names)
+        out["kafka_clients"] += sum(1 for name in names if name == "rdk:main")
+        out["librdkafka_threads"] += sum(1 for name in names if name.startswith("rdk:"))
+    out["rss_mib"] = round(out["rss_mib"], 1)
+    out["other_threads"] = out["threads"] - out["librdkafka_threads"]
+    return out

@@ -79,9 +79,10 @@ def _ratio(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}"
 
 
-def print_report(summary: dict[str, Any], rates: Sequence[float]) -> None:
+def print_report(summary: dict[str, Any], rates: Sequence[float], triggerers: int = 1) -> None:
     say("")
-    say("B8 asset events into Airflow (one triggerer, SQLite): bursts (events/s, ratio to the ceiling)")
+    where = "one triggerer" if triggerers == 1 else f"{triggerers} triggerers"
+    say(f"B8 asset events into Airflow ({where}, SQLite): bursts (events/s, ratio to the ceiling)")
     say(
         f"{'config':<10} {'events/s':>9} {'ratio':>6} {'steady/s':>9} {'ratio':>6} "
         f"{'p50':>8} {'p95':>8} {'emit->fired p50':>16} {'fired->row p50':>15} {'pos. stores':>11} "
@@ -136,3 +137,36 @@ def print_report(summary: dict[str, Any], rates: Sequence[float]) -> None:
                 f"{paced['emit_to_fired_ms'].get('p50', float('nan')):>14.0f}ms"
             )
     say("(the watcher path before the redesign is gone from the code: ratios are to Airflow's ceiling)")
+
+
+def print_resources(resources: dict[str, Any]) -> None:
+    """The triggerers' memory, threads and Kafka clients per phase, and per watcher."""
+    say("triggerer(s) after each phase (all triggerers together; memory per watcher above 'no watcher')")
+    say(
+        f"{'phase':<14} {'watchers':>8} {'RSS MiB':>8} {'KiB/watcher':>11} {'threads':>7} {'rdk thr.':>8} "
+        f"{'Kafka clients':>13} {'quiet CPU':>9} {'ms/s/watcher':>12} {'paced CPU':>9} {'ms/s/watcher':>12}"
+    )
+    for label, figures in resources.items():
+        if label == "no watcher":
+            total, count, per_kib = figures["all"], 0, None
+        else:
+            total, count, per_kib = (
+                figures["triggerers"]["all"],
+                figures["watchers"],
+                figures["rss_per_watcher_kib"],
+            )
+        paced = next((k for k in figures if k.startswith("paced-") and k.endswith("_cpu_cores")), None)
+        paced_per = paced.replace("_cpu_cores", "_cpu_ms_per_s_per_watcher") if paced else None
+        say(
+            f"{label:<14} {count:>8} {total['rss_mib']:>8.1f} {_figure(per_kib):>11} "
+            f"{total['threads']:>7.0f} "
+            f"{total['librdkafka_threads']:>8.0f} {total['kafka_clients']:>13.0f} "
+            f"{_figure(figures.get('quiet_cpu_cores')):>9} "
+            f"{_figure(figures.get('quiet_cpu_ms_per_s_per_watcher')):>12} "
+            f"{_figure(figures.get(paced) if paced else None):>9} "
+            f"{_figure(figures.get(paced_per) if paced_per else None):>12}"
+        )
+
+
+def _figure(value: float | None) -> str:
+    return "-" if value is None else f"{value:g}"

@@ -1,9 +1,10 @@
-"""B8: asset events per second into Airflow, Airflow's own ceiling vs Kafka watchers on 1/10/100 assets.
+"""B8: asset events per second into Airflow, Airflow's own ceiling vs Kafka watchers on 1 to 1,000 assets.
 
-One broker and one Airflow deployment (api-server, scheduler, dag-processor, ONE triggerer; SQLite
-metadata DB; ``tests/harness/airflow_stack.py``) with ``benchmarks/dags`` as the DAGs folder.  One
-DAG, ``b8_consumer`` (``benchmarks/dags/b8_watcher_throughput.py``), is scheduled on all B8 assets
-and one that never gets an event (ALL of them must be updated, so no DAG run is made); the
+One broker and one Airflow deployment (api-server, scheduler, dag-processor, ONE triggerer or
+``--triggerers`` of them; SQLite metadata DB; ``tests/harness/airflow_stack.py``) with
+``benchmarks/dags`` as the DAGs folder.  One DAG, ``b8_consumer``
+(``benchmarks/dags/b8_watcher_throughput.py``), is scheduled on all B8 assets and one that never
+gets an event (ALL of them must be updated, so no DAG run is made); the
 benchmark moves through phases by writing the phase into a control file the DAG file reads at
 parse time, so only the phase's watchers run (Airflow adds and removes them on the next parse;
 the benchmark waits until the trigger table holds exactly them and every one of them has started).
@@ -15,14 +16,18 @@ change the watchers' code half-way (``--live-src``: the working tree as it is):
     ``bench://b8/ceiling`` watched by :class:`b8_triggers.BurstTrigger` (no Kafka at all): on
     request it fires ``count`` events as fast as it can (or at ``rate``/s), in the same triggerer
     and the same metadata DB.  This is what Airflow itself can take.
-``ceiling-1`` / ``ceiling-10`` / ``ceiling-100``
+``ceiling-<n>`` (e.g. ``ceiling-100``, ``ceiling-1000``)
     Airflow's ceiling in the shape of ``kafka-<n>``: the same ``n`` assets, each watched by its own
     ``BurstTrigger``, the batch shared round-robin between them (``n`` triggers, ``n`` assets, still
-    no Kafka): what Airflow itself can take for ``n`` watched assets.
-``kafka-1`` / ``kafka-10`` / ``kafka-100``
-    1, 10, 100 assets, each a ``kafka_watched_asset`` on ONE topic of that configuration (3
-    partitions), in the one triggerer; this process emits asset event envelopes to the topic
+    no Kafka), every trigger starting its share at the same moment: what Airflow itself can take for
+    ``n`` watched assets.
+``kafka-<n>`` (``n`` from 1 to 2,000)
+    ``n`` assets, each a ``kafka_watched_asset`` on ONE topic of that configuration (3
+    partitions), in the triggerer(s); this process emits asset event envelopes to the topic
     (pipelined sends with the repo's ``RecordProducer``), spread round-robin over the assets.
+
+Airflow places the triggers (``[triggerer] capacity``, Airflow's default 1,000 a triggerer, or
+``--capacity``); the benchmark reports how many each triggerer got.
 
 Each phase: a warm-up batch (not counted; for Kafka one event per asset), then a **burst** of
 ``--events`` events (all emitted at once), then one **paced** batch per rate of ``--rates``
@@ -36,11 +41,16 @@ found by the batch tag in ``extra``):
 * the latency split at the triggerer's ``Trigger fired event`` log line (when its runner yielded
   the event): emit -> fired (for Kafka: produce, read, decode, filter) and fired -> row (Airflow:
   the runner's state sync to its supervisor, then one ``Trigger.submit_event`` per event);
-* CPU seconds of the triggerer (supervisor + runner process), scheduler, dag-processor,
+* CPU seconds of the triggerer(s) (supervisor + runner process), scheduler, dag-processor,
   api-server, broker, this process, and all of them, while the batch ran;
 * Kafka: how many times the watchers stored their position in ``asset_state_store`` meanwhile
   (sampled every 0.25 s from the table: a lower bound).  Each store is a request the triggerer's
   supervisor answers between its passes over queued events, and a DB write of its own.
+
+Per phase, of the triggerer(s) (supervisor and runner processes): resident memory, threads, Kafka
+clients (librdkafka ``rdk:main`` threads) and librdkafka threads after the phase's batches, against
+the same with no watcher at all (sampled before the first phase); per watcher: memory above that
+baseline, and CPU ms per second with no events (the quiet ``--gap`` before the burst) and while paced.
 
 Ratios: every configuration's burst throughput / the (one-asset) ceiling's, and each ``kafka-<n>``'s
 / ``ceiling-<n>``'s when that phase ran ("vs ceiling-N": the cost of the Kafka path alone).
@@ -80,17 +90,23 @@ from airflow_kafka_events.kafka import KafkaSettings, TopicSpec, ensure_topics
 from airflow_kafka_events.kafka.producer import RecordProducer, close_all_producers
 from airflow_kafka_events.local_broker import LocalKafkaBroker
 from benchmarks.asset_event_e2e_latency import loadavg, parse_db_time, percentile, say, write_results
-from benchmarks.cpu_accounting import _tree_cpu, machine_busy, triggerer_threads, wait_for_quiet
-from benchmarks.watcher_report import print_report, summarize
+from benchmarks.cpu_accounting import (
+    _tree_cpu,
+    machine_busy,
+    tree_resources,
+    triggerer_threads,
+    wait_for_quiet,
+)
+from benchmarks.watcher_report import print_report, print_resources, summarize
 
 REPO = Path(__file__).resolve().parents[1]
 DAGS_FOLDER = Path(__file__).resolve().parent / "dags"
 DAG_ID = "b8_consumer"
-ASSET_COUNTS = (1, 10, 100)
+MAX_ASSETS = 2000
 CEILING = ("b8_ceiling", "bench://b8/ceiling")
 STATE_KEY_PATTERN = "airflow_kafka_events.watcher[%"
 PARTITIONS = 3
-CPU_COMPONENTS = ("triggerer", "scheduler", "dag-processor", "api-server")
+CPU_COMPONENTS = ("scheduler", "dag-processor", "api-server")
 
 
 def kafka_assets(count: int) -> list[tuple[str, str]]:
@@ -99,14 +115,27 @@ def kafka_assets(count: int) -> list[tuple[str, str]]:
 
 # ====================================================================== CPU accounting
 def cpu_snapshot(setup: Setup) -> dict[str, float]:
-    out = {name: _tree_cpu(setup.stack.pid(name)) for name in CPU_COMPONENTS}
+    out = {"triggerer": sum(_tree_cpu(setup.stack.pid(name)) for name in setup.triggerers)}
+    out.update({name: _tree_cpu(setup.stack.pid(name)) for name in CPU_COMPONENTS})
     out["broker"] = _tree_cpu(setup.broker_pid)
     own = os.times()
     out["benchmark process"] = own.user + own.system  # emitting, DB polling (not its children)
     out["total"] = _tree_cpu(os.getpid())  # this process and everything it started
     out["machine"] = machine_busy()
-    for kind, seconds in triggerer_threads(setup.stack.pid("triggerer")).items():
-        out[f"triggerer: {kind}"] = seconds
+    for name in setup.triggerers:
+        for kind, seconds in triggerer_threads(setup.stack.pid(name)).items():
+            out[f"triggerer: {kind}"] = out.get(f"triggerer: {kind}", 0.0) + seconds
+    return out
+
+
+def triggerer_resources(setup: Setup) -> dict[str, dict[str, float]]:
+    """:func:`tree_resources` of each triggerer, and their sum (``all``)."""
+    out = {name: tree_resources(setup.stack.pid(name)) for name in setup.triggerers}
+    total: dict[str, float] = {}
+    for figures in out.values():
+        for key, value in figures.items():
+            total[key] = round(total.get(key, 0) + value, 1)
+    out["all"] = total
     return out
 
 
@@ -118,6 +147,8 @@ class Setup:
     run: str
     control: Path
     topics: dict[int, str]
+    counts: tuple[int, ...]
+    triggerers: tuple[str, ...]
     scratch: Path
     broker_pid: int | None
     started_in: float
@@ -146,7 +177,15 @@ def snapshot_src(dest: Path) -> str:
 
 
 @contextlib.contextmanager
-def environment(*, keep_home: bool, live_src: bool) -> Iterator[Setup]:
+def environment(
+    *,
+    keep_home: bool,
+    live_src: bool,
+    counts: Sequence[int],
+    triggerers: int,
+    capacity: int | None,
+    parse_interval: float | None,
+) -> Iterator[Setup]:
     """Broker (unless ``KAFKA_BOOTSTRAP_SERVERS``), topics, the Airflow stack; all stopped after."""
     sys.path.insert(0, str(REPO / "tests"))
     from harness.airflow_stack import AirflowStack
@@ -169,7 +208,7 @@ def environment(*, keep_home: bool, live_src: bool) -> Iterator[Setup]:
             bootstrap = str(status.bootstrap_servers)
             broker_pid = status.pid
             say(f"[broker]  local Kafka {status.version} at {bootstrap} (pid {status.pid})")
-        topics = {count: f"bench.b8.k{count}.{run}" for count in ASSET_COUNTS}
+        topics = {count: f"bench.b8.k{count}.{run}" for count in counts}
         admin = AdminClient(KafkaSettings({"bootstrap.servers": bootstrap}).admin_config())
         ensure_topics(
             admin,
@@ -188,6 +227,7 @@ def environment(*, keep_home: bool, live_src: bool) -> Iterator[Setup]:
         extra_env = {
             "AIRFLOW_KAFKA_EVENTS_B8_RUN": run,
             "AIRFLOW_KAFKA_EVENTS_B8_DIR": str(control),
+            "AIRFLOW_KAFKA_EVENTS_B8_COUNTS": ",".join(str(c) for c in counts),
             "PYTHONPATH": pythonpath,  # the triggerer imports b8_triggers.BurstTrigger
             "AIRFLOW_CONN_KAFKA_WATCHER": json.dumps(
                 {
@@ -203,12 +243,32 @@ def environment(*, keep_home: bool, live_src: bool) -> Iterator[Setup]:
             ),
             "AIRFLOW__TRIGGERER__SHARED_STREAM_COHORT_GRACE_PERIOD": "5",
         }
+        if capacity is not None:
+            extra_env["AIRFLOW__TRIGGERER__CAPACITY"] = str(capacity)
+        if parse_interval is not None:
+            extra_env["AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL"] = f"{parse_interval:g}"
         stack = AirflowStack(scratch / "airflow", DAGS_FOLDER, extra_env)
+        names = ("triggerer", *(f"triggerer-{i}" for i in range(2, triggerers + 1)))
+        for name in names[1:]:
+            stack.add_triggerer(name)
+            stack.topology_components.append(name)
         stack.start(dag_ids=[DAG_ID])
         started_in = time.monotonic() - t0
-        pids = {name: stack.pid(name) for name in ("api-server", "scheduler", "triggerer", "dag-processor")}
+        pids = {name: stack.pid(name) for name in ("api-server", "scheduler", *names, "dag-processor")}
         say(f"[airflow] stack healthy, DAG parsed in {started_in:.1f}s (home {stack.home}; pids {pids})")
-        yield Setup(stack, bootstrap, run, control, topics, scratch, broker_pid, started_in, code)
+        yield Setup(
+            stack,
+            bootstrap,
+            run,
+            control,
+            topics,
+            tuple(counts),
+            names,
+            scratch,
+            broker_pid,
+            started_in,
+            code,
+        )
     except BaseException:
         failed = True
         raise
@@ -247,7 +307,7 @@ def ceiling_triggers(phase: str) -> list[str]:
 
 
 def load_asset_ids(setup: Setup) -> None:
-    names = [CEILING[0]] + [name for count in ASSET_COUNTS for name, _ in kafka_assets(count)]
+    names = [CEILING[0]] + [name for count in setup.counts for name, _ in kafka_assets(count)]
 
     def all_there() -> dict[str, int] | None:
         rows = setup.stack.query("SELECT id, name FROM asset WHERE name LIKE 'b8_%'")
@@ -259,8 +319,9 @@ def load_asset_ids(setup: Setup) -> None:
     )
 
 
-def switch_phase(setup: Setup, phase: str, timeout: float) -> float:
-    """Write ``phase``; wait until exactly its watchers exist, are assigned and have started."""
+def switch_phase(setup: Setup, phase: str, timeout: float) -> tuple[float, dict[str, int]]:
+    """Write ``phase``; wait until exactly its watchers exist, are assigned and have started; return how
+    long that took and how many of its triggers each triggerer runs (by its job's hostname and id)."""
     started = time.monotonic()
     switched_at = datetime.now(timezone.utc)
     ready_files = (
@@ -296,9 +357,10 @@ def switch_phase(setup: Setup, phase: str, timeout: float) -> float:
         return len(fresh) == len(ids)
 
     stack.wait_for(
-        running, timeout, f"every watcher of phase {phase} to start reading", ("triggerer",), interval=0.5
+        running, timeout, f"every watcher of phase {phase} to start reading", setup.triggerers, interval=0.5
     )
-    return time.monotonic() - started
+    placed = stack.query("SELECT triggerer_id AS job, COUNT(*) AS n FROM trigger GROUP BY triggerer_id")
+    return time.monotonic() - started, {f"job {r['job']}": int(r["n"]) for r in placed}
 
 
 # ====================================================================== batches
@@ -334,15 +396,28 @@ def _where(setup: Setup, phase: str) -> tuple[str, list[int], str]:
     return f"asset_id IN ({','.join('?' * len(ids))}) AND json_extract(extra, '{path}') = ?", ids, path
 
 
+def ceiling_poll_interval(count: int) -> float:
+    """How often each ``BurstTrigger`` of ``ceiling-<count>`` looks for a request (the DAG file's)."""
+    return max(0.02, count / 500)
+
+
 def emit_ceiling(setup: Setup, batch: Batch) -> float:
     """Tell the phase's triggers to fire the batch: ``n`` triggers share it round-robin (seq ``i``,
-    ``i + n`` ... for trigger ``i``), each at ``rate / n``."""
+    ``i + n`` ... for trigger ``i``), all starting at the same moment (two of their poll intervals
+    and half a second from now), event ``seq`` at ``seq / rate`` after it when paced."""
     names = ceiling_triggers(batch.phase)
+    start_at = time.time() + 2 * ceiling_poll_interval(len(names)) + 0.5
     ready = []
     for i, name in enumerate(names):
         count = batch.count // len(names) + (1 if i < batch.count % len(names) else 0)
-        rate = batch.rate / len(names) if batch.rate else None
-        spec = {"batch": batch.tag, "count": count, "rate": rate, "first": i, "step": len(names)}
+        spec = {
+            "batch": batch.tag,
+            "count": count,
+            "rate": batch.rate,
+            "first": i,
+            "step": len(names),
+            "start_at": start_at,
+        }
         tmp = setup.control / f"{name}.go.tmp"
         tmp.write_text(json.dumps(spec))
         ready.append((tmp, setup.control / f"{name}.go"))
@@ -388,15 +463,16 @@ FIRED = re.compile(r"^(\S+) \[info\s*\] Trigger fired event .*?'b8': '([^']+)', 
 def fired_times(setup: Setup, tag: str) -> dict[int, datetime]:
     """When the triggerer's runner yielded each event of batch ``tag`` (its log, per ``seq``)."""
     found: dict[int, datetime] = {}
-    with (setup.stack.log_dir / "triggerer.log").open(errors="replace") as fh:
-        for line in fh:
-            if tag not in line:
-                continue
-            match = FIRED.match(line)
-            if match and match.group(2) == tag:
-                found.setdefault(
-                    int(match.group(3)), datetime.fromisoformat(match.group(1).replace("Z", "+00:00"))
-                )
+    for name in setup.triggerers:
+        with (setup.stack.log_dir / f"{name}.log").open(errors="replace") as fh:
+            for line in fh:
+                if tag not in line:
+                    continue
+                match = FIRED.match(line)
+                if match and match.group(2) == tag:
+                    found.setdefault(
+                        int(match.group(3)), datetime.fromisoformat(match.group(1).replace("Z", "+00:00"))
+                    )
     return found
 
 
@@ -471,7 +547,7 @@ def run_batch(setup: Setup, producer: RecordProducer, batch: Batch, timeout: flo
         lambda: count() >= batch.count,
         deadline_s,
         f"{batch.count} asset events of {batch.phase} {batch.kind}",
-        ("triggerer",),
+        setup.triggerers,
         interval=0.2,
     )
     batch.wall_s = time.monotonic() - t0
@@ -534,6 +610,43 @@ def describe(batch: Batch) -> str:
 
 
 # ====================================================================== main
+def phase_count(phase: str) -> int:
+    """How many assets ``phase`` watches."""
+    return 1 if phase == "ceiling" else int(phase.split("-", 1)[1])
+
+
+def valid_phase(phase: str) -> bool:
+    if phase == "ceiling":
+        return True
+    kind, _, count = phase.partition("-")
+    return kind in ("ceiling", "kafka") and count.isdigit() and 1 <= int(count) <= MAX_ASSETS
+
+
+def phase_resources(
+    setup: Setup,
+    phase: str,
+    baseline: dict[str, float],
+    quiet_cpu: tuple[float, float] | None,
+    paced: list[Batch],
+) -> dict[str, Any]:
+    """The triggerers' memory, threads and Kafka clients now (after the phase's batches), and per watcher:
+    memory above ``baseline`` (no watcher at all), CPU with no events (``quiet_cpu``: triggerer CPU
+    seconds over wall seconds) and while paced."""
+    count = phase_count(phase)
+    now = triggerer_resources(setup)
+    out: dict[str, Any] = {"watchers": count, "triggerers": now}
+    out["rss_per_watcher_kib"] = round((now["all"]["rss_mib"] - baseline["rss_mib"]) * 1024 / count, 1)
+    if quiet_cpu is not None:
+        cpu_s, wall_s = quiet_cpu
+        out["quiet_cpu_cores"] = round(cpu_s / wall_s, 3)
+        out["quiet_cpu_ms_per_s_per_watcher"] = round(cpu_s / wall_s * 1000 / count, 3)
+    for batch in paced:
+        cores = batch.cpu_s.get("triggerer", 0.0) / batch.wall_s
+        out[f"{batch.kind}_cpu_cores"] = round(cores, 3)
+        out[f"{batch.kind}_cpu_ms_per_s_per_watcher"] = round(cores * 1000 / count, 3)
+    return out
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=1000, help="events of each burst (1000)")
@@ -565,6 +678,23 @@ def main(argv: list[str]) -> int:
         "store due, as a burst after a quiet spell does)",
     )
     parser.add_argument("--timeout", type=float, default=180.0, help="seconds to wait for a phase or batch")
+    parser.add_argument(
+        "--triggerers",
+        type=int,
+        default=1,
+        help="triggerer processes on the stack, Airflow places the watchers (1)",
+    )
+    parser.add_argument(
+        "--capacity",
+        type=int,
+        help="[triggerer] capacity of each triggerer (Airflow's default when absent: 1000)",
+    )
+    parser.add_argument(
+        "--parse-interval",
+        type=float,
+        help="[dag_processor] min_file_process_interval: seconds between two parses of the DAG file, "
+        "which has every asset of the run (the test stack's 5 when absent; Airflow's default is 30)",
+    )
     parser.add_argument("--out", type=Path, help="also write the results as JSON to this file")
     parser.add_argument("--keep-home", action="store_true", help="keep the Airflow home (logs, DB)")
     parser.add_argument(
@@ -572,9 +702,11 @@ def main(argv: list[str]) -> int:
     )
     args = parser.parse_args(argv)
     phases = [p.strip() for p in args.configs.split(",") if p.strip()]
-    allowed = {"ceiling", *(f"{kind}-{n}" for kind in ("ceiling", "kafka") for n in ASSET_COUNTS)}
-    if not phases or any(p not in allowed for p in phases):
-        parser.error(f"--configs: choose from {sorted(allowed)}")
+    if not phases or not all(valid_phase(p) for p in phases):
+        parser.error(f"--configs: ceiling, ceiling-<n> or kafka-<n> (n from 1 to {MAX_ASSETS})")
+    if args.triggerers < 1:
+        parser.error("--triggerers: at least 1")
+    counts = sorted({phase_count(p) for p in phases if p != "ceiling"})
     try:
         rates = [float(r) for r in args.rates.split(",") if r.strip()]
     except ValueError:
@@ -587,15 +719,31 @@ def main(argv: list[str]) -> int:
     started = time.monotonic()
     batches: list[Batch] = []
     switches: dict[str, float] = {}
-    with environment(keep_home=args.keep_home, live_src=args.live_src) as setup:
+    placements: dict[str, dict[str, int]] = {}
+    resources: dict[str, Any] = {}
+    with environment(
+        keep_home=args.keep_home,
+        live_src=args.live_src,
+        counts=counts,
+        triggerers=args.triggerers,
+        capacity=args.capacity,
+        parse_interval=args.parse_interval,
+    ) as setup:
         load_asset_ids(setup)
+        resources["no watcher"] = triggerer_resources(setup)
+        baseline = resources["no watcher"]["all"]
+        say(f"[memory]  triggerer(s) with no watcher: {baseline}")
         producer = RecordProducer(KafkaSettings({"bootstrap.servers": setup.bootstrap}).producer_config())
         try:
             for index, phase in enumerate(phases):
                 seen = phases[:index].count(phase)
                 label = phase if not seen else f"{phase}#{seen + 1}"
-                switches[label] = round(switch_phase(setup, phase, args.timeout), 1)
-                say(f"[phase]   {label}: watchers registered and started in {switches[label]:.1f}s")
+                took, placements[label] = switch_phase(setup, phase, args.timeout)
+                switches[label] = round(took, 1)
+                say(
+                    f"[phase]   {label}: watchers registered and started in {switches[label]:.1f}s, "
+                    f"triggers per triggerer job {placements[label]}"
+                )
                 assets = len(phase_assets(phase))
                 plan = [
                     Batch(phase, "warmup", max(20, assets), None, label),
@@ -603,29 +751,45 @@ def main(argv: list[str]) -> int:
                 ]
                 plan += [Batch(phase, f"paced-{r:g}", round(r * args.paced_seconds), r, label) for r in rates]
                 ended = time.monotonic()
+                quiet_cpu: tuple[float, float] | None = None
                 for batch in plan:
                     if batch.kind != "warmup":
+                        quiet0 = cpu_snapshot(setup)["triggerer"], time.monotonic()
                         time.sleep(max(0.0, ended + args.gap - time.monotonic()))
                         batch.others_before = wait_for_quiet(args.max_others, args.quiet_wait)
+                        if batch.kind == "burst":  # the triggerers with no events: the quiet gap
+                            quiet_cpu = (
+                                cpu_snapshot(setup)["triggerer"] - quiet0[0],
+                                time.monotonic() - quiet0[1],
+                            )
                     batches.append(run_batch(setup, producer, batch, args.timeout))
                     ended = time.monotonic()
                     say(describe(batch))
+                paced = [b for b in plan if b.kind.startswith("paced-")]
+                resources[label] = phase_resources(setup, phase, baseline, quiet_cpu, paced)
+                say(f"[memory]  {label}: {json.dumps(resources[label])}")
         finally:
             producer.close()
         startup, code = setup.started_in, setup.code
     summary = summarize(batches)
-    print_report(summary, rates)
+    print_report(summary, rates, args.triggerers)
+    print_resources(resources)
     load_end = loadavg()
     say(f"[machine] load average at the end {load_end}; benchmark took {time.monotonic() - started:.0f}s")
     if args.out:
         document = {
-            "benchmark": "B8 asset events/s: Airflow ceiling vs Kafka watchers on 1/10/100 assets",
+            "benchmark": "B8 asset events/s: Airflow ceiling vs Kafka watchers on 1 to 1,000 assets",
+            "triggerers": args.triggerers,
+            "capacity": args.capacity,
+            "parse_interval": args.parse_interval,
             "events": args.events,
             "rates": rates,
             "paced_seconds": args.paced_seconds,
             "code": code,
             "stack_startup_s": round(startup, 1),
             "phase_switch_s": switches,
+            "triggers_per_triggerer": placements,
+            "triggerer_resources": resources,
             "summary": summary,
             "batches": [asdict(b) for b in batches],
         }

@@ -3,14 +3,17 @@
 Imported by dotted path (``b8_triggers.BurstTrigger``) in the triggerer: ``benchmarks/b8`` puts the
 DAGs folder on ``PYTHONPATH`` of the Airflow stack it starts.
 
-:class:`BurstTrigger` waits for ``<control_dir>/<name>.go`` (a JSON file written by the
-benchmark: ``{"batch": str, "count": int, "rate": float | null, "first": int, "step": int}``),
-claims it by renaming it (so a restarted trigger never fires one batch twice), then fires ``count``
-``TriggerEvent``\\ s, ``{"b8": batch, "seq": first + i * step, "emitted_at": <ISO UTC>}`` (``first``
-0 and ``step`` 1 when absent; one trigger of many numbers its events apart from the others'):
-as fast as it can (``rate`` null: one
-``asyncio.sleep(0)`` between events, so the triggerer's loop keeps running) or paced at ``rate``
-events per second.  Every start of the trigger writes ``<control_dir>/<name>.ready``.
+:class:`BurstTrigger` looks for ``<control_dir>/<name>.go`` every ``poll_interval`` seconds (a JSON
+file written by the benchmark: ``{"batch": str, "count": int, "rate": float | null, "first": int,
+"step": int, "start_at": float | null}``), claims it by renaming it (so a restarted trigger never
+fires one batch twice), waits until ``start_at`` (a UNIX time: every trigger of a phase starts its
+share of a batch at the same moment, however late within its poll interval it saw the file), then
+fires ``count`` ``TriggerEvent``\\ s, ``{"b8": batch, "seq": first + i * step, "emitted_at": <ISO
+UTC>}`` (``first`` 0 and ``step`` 1 when absent; one trigger of many numbers its events apart from
+the others'): as fast as it can (``rate`` null: one ``asyncio.sleep(0)`` between events, so the
+triggerer's loop keeps running) or event ``seq`` at ``start_at + seq / rate``, ``rate`` being the
+batch's rate over all triggers sharing it (so the batch is paced as a whole however many triggers
+share it).  Every start of the trigger writes ``<control_dir>/<name>.ready``.
 """
 
 from __future__ import annotations
@@ -27,19 +30,24 @@ from typing import Any
 
 from airflow.triggers.base import BaseEventTrigger, TriggerEvent
 
-CLAIM_POLL_INTERVAL = 0.02
+DEFAULT_POLL_INTERVAL = 0.02
 
 
 class BurstTrigger(BaseEventTrigger):
     """Fire batches of asset events on request, without any broker (see the module docstring)."""
 
-    def __init__(self, control_dir: str, name: str) -> None:
+    def __init__(self, control_dir: str, name: str, poll_interval: float = DEFAULT_POLL_INTERVAL) -> None:
         super().__init__()
         self.control_dir = control_dir
         self.name = name
+        self.poll_interval = poll_interval
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
-        return "b8_triggers.BurstTrigger", {"control_dir": self.control_dir, "name": self.name}
+        return "b8_triggers.BurstTrigger", {
+            "control_dir": self.control_dir,
+            "name": self.name,
+            "poll_interval": self.poll_interval,
+        }
 
     def _claim(self) -> dict[str, Any] | None:
         go = Path(self.control_dir) / f"{self.name}.go"
@@ -56,17 +64,17 @@ class BurstTrigger(BaseEventTrigger):
         while True:
             spec = self._claim()
             if spec is None:
-                await asyncio.sleep(CLAIM_POLL_INTERVAL)
+                await asyncio.sleep(self.poll_interval)
                 continue
             batch, count, rate = str(spec["batch"]), int(spec["count"]), spec.get("rate")
             first, step = int(spec.get("first", 0)), int(spec.get("step", 1))
-            started = time.monotonic()
-            for seq in range(count):
-                if rate:
-                    due = started + seq / float(rate)
-                    if due > time.monotonic():
-                        await asyncio.sleep(due - time.monotonic())
+            start_at = float(spec.get("start_at") or time.time())
+            for i in range(count):
+                seq = first + i * step
+                due = start_at + seq / float(rate) if rate else start_at
+                if due > time.time():
+                    await asyncio.sleep(due - time.time())
                 else:
                     await asyncio.sleep(0)
                 emitted_at = datetime.now(timezone.utc).isoformat(timespec="microseconds")
-                yield TriggerEvent({"b8": batch, "seq": first + seq * step, "emitted_at": emitted_at})
+                yield TriggerEvent({"b8": batch, "seq": seq, "emitted_at": emitted_at})

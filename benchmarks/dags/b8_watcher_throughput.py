@@ -9,12 +9,17 @@ in ``$AIRFLOW_KAFKA_EVENTS_B8_DIR/phase`` (written by ``benchmarks/b8``; the dag
 re-parses this file every few seconds, and Airflow then adds and removes the watchers):
 
 * ``ceiling``: ``bench://b8/ceiling`` has a :class:`b8_triggers.BurstTrigger` watcher (no Kafka);
-* ``ceiling-<n>`` (n = 1, 10, 100): the ``n`` assets of ``kafka-<n>`` below each have a
-  :class:`b8_triggers.BurstTrigger` watcher (``c<n>-<i>``): Airflow's own ceiling in that shape;
-* ``kafka-<n>`` (n = 1, 10, 100): the ``n`` assets ``bench://b8/k<n>/a<i>`` are
+* ``ceiling-<n>``: the ``n`` assets of ``kafka-<n>`` below each have a
+  :class:`b8_triggers.BurstTrigger` watcher (``c<n>-<i>``): Airflow's own ceiling in that shape; the
+  triggers look for the benchmark's request every ``n / 500`` s (at least 0.02 s), so that ``n`` of
+  them wake the triggerer's loop about 500 times a second, whatever ``n``;
+* ``kafka-<n>``: the ``n`` assets ``bench://b8/k<n>/a<i>`` are
   ``kafka_watched_asset``\\ s on ONE topic, ``bench.b8.k<n>.$AIRFLOW_KAFKA_EVENTS_B8_RUN``
   (connection ``kafka_watcher``);
 * anything else: no watcher at all.
+
+The counts ``n`` the DAG has assets for are ``$AIRFLOW_KAFKA_EVENTS_B8_COUNTS`` (comma-separated;
+``1,10,100`` when unset): the benchmark sets the counts of the phases it runs.
 
 Without ``$AIRFLOW_KAFKA_EVENTS_B8_RUN`` (another benchmark's stack sharing this DAGs folder) the
 file defines no DAG.
@@ -30,7 +35,8 @@ from airflow.sdk import DAG, Asset, AssetWatcher, task
 
 RUN = os.environ.get("AIRFLOW_KAFKA_EVENTS_B8_RUN")
 CONTROL_DIR = os.environ.get("AIRFLOW_KAFKA_EVENTS_B8_DIR", "")
-ASSET_COUNTS = (1, 10, 100)
+ASSET_COUNTS = tuple(int(n) for n in os.environ.get("AIRFLOW_KAFKA_EVENTS_B8_COUNTS", "1,10,100").split(","))
+REQUESTS_PER_SECOND = 500  # how often all ceiling-<n> triggers together look for a request
 START = pendulum.datetime(2026, 1, 1, tz="UTC")
 
 
@@ -51,6 +57,11 @@ def ceiling_trigger_name(count: int, asset_name: str) -> str:
     return f"c{count}-{asset_name.rsplit('_', 1)[-1]}"
 
 
+def ceiling_poll_interval(count: int) -> float:
+    """How often each of the ``count`` triggers of phase ``ceiling-<count>`` looks for a request."""
+    return max(0.02, count / REQUESTS_PER_SECOND)
+
+
 if RUN and CONTROL_DIR:
     from b8_triggers import BurstTrigger
 
@@ -68,7 +79,11 @@ if RUN and CONTROL_DIR:
     for count in ASSET_COUNTS:
         for name, uri in kafka_asset_ids(count):
             if PHASE == f"ceiling-{count}":
-                trigger = BurstTrigger(control_dir=CONTROL_DIR, name=ceiling_trigger_name(count, name))
+                trigger = BurstTrigger(
+                    control_dir=CONTROL_DIR,
+                    name=ceiling_trigger_name(count, name),
+                    poll_interval=ceiling_poll_interval(count),
+                )
                 assets.append(Asset(name=name, uri=uri, watchers=[AssetWatcher(name=name, trigger=trigger)]))
             elif PHASE == f"kafka-{count}":
                 assets.append(

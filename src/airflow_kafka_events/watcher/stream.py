@@ -33,7 +33,8 @@ last store interval (:data:`FLUSH_INTERVAL`, 1 s, up to 10 watcher streams in a 
 positions a second; :data:`DEFER_FACTOR` times that while :data:`DEFER_BACKLOG` or more records
 of the process's watchers await Airflow's confirmation) plus one confirmation round; nothing is
 lost.  A position that moved only past other assets' records is stored every
-:data:`SKIP_FLUSH_INTERVAL` seconds.
+:data:`SKIP_FLUSH_INTERVAL` seconds, ``N /`` :data:`SKIP_STORES_PER_SECOND` with N watcher streams
+in a triggerer when that is longer (both stretched by :data:`DEFER_FACTOR` under a backlog too).
 
 A graceful stop (SIGTERM) is no crash: Airflow's runner no longer answers asset-state-store writes
 while it closes the streams, so a closing stream writes its last state to Kafka instead, and the
@@ -111,6 +112,10 @@ DEFER_FACTOR = 3.0
 #: Seconds between two stores of a position that moved only past other assets' records (losing
 #: such progress in a crash only means reading records again that are skipped again).
 SKIP_FLUSH_INTERVAL = 30.0
+#: Stores of such progress per second a triggerer's watchers aim to stay under together: every
+#: record on a shared topic moves every watcher's position, so without this N watchers would store
+#: N / 30 times a second (33 with 1,000: more than the asset events Airflow persists in B8).
+SKIP_STORES_PER_SECOND = 2.0
 #: Seconds the last store of a closing stream may take.
 FINAL_FLUSH_TIMEOUT = 2.0
 #: Share of Airflow's ``[triggerer] shared_stream_subscriber_queue_size`` (default 1024) a watcher
@@ -433,9 +438,7 @@ class WatcherStream(SharedStreamProducer):
         if tracker is None:
             return False
         since = time.monotonic() - self._last_flush
-        if not self._urgent:
-            return since >= SKIP_FLUSH_INTERVAL
-        interval = self.store_interval()
+        interval = self.store_interval() if self._urgent else self.skip_store_interval()
         if PROCESS_LOAD.backlog >= DEFER_BACKLOG:  # Airflow is behind: the store waits, a while
             interval *= DEFER_FACTOR
         return since >= interval
@@ -508,6 +511,12 @@ class WatcherStream(SharedStreamProducer):
         """Seconds between two stores once an own record finished: ``flush_interval``, stretched so
         that all watcher streams of this process store at most :data:`STORES_PER_SECOND` times a second."""
         return self.flush_interval * max(1.0, PROCESS_LOAD.streams_open / STORES_PER_SECOND)
+
+    def skip_store_interval(self) -> float:
+        """Seconds between two stores of a position that moved only past other assets' records:
+        :data:`SKIP_FLUSH_INTERVAL`, stretched so that all watcher streams of this process store such
+        progress at most :data:`SKIP_STORES_PER_SECOND` times a second."""
+        return max(SKIP_FLUSH_INTERVAL, PROCESS_LOAD.streams_open / SKIP_STORES_PER_SECOND)
 
     def _warn_store(self, exc: BaseException) -> None:
         now = time.monotonic()

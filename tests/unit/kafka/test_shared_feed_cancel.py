@@ -15,11 +15,15 @@ from typing import Any, cast
 
 import pytest
 
-from airflow_kafka_events.kafka.shared_feed import Feed
+from airflow_kafka_events.kafka.shared_feed import FedRecord, Feed
 
 pytestmark = pytest.mark.unit
 
 TP = ("events", 0)
+
+
+def _record(offset: int) -> FedRecord:
+    return FedRecord(cast(Any, None), ("k", offset), TP, offset)
 
 
 def _feed() -> Feed:
@@ -33,7 +37,7 @@ def test_a_take_cancelled_as_its_records_arrive_is_cancelled():
         feed = _feed()
         taking = asyncio.create_task(feed.take(10, timeout=30.0))
         await asyncio.sleep(0)  # the take waits for records
-        feed._offer([], {TP: 5})  # the shared reader moves the frontier: the wait ends
+        feed._offer([_record(4)], {TP: 5})  # the shared reader hands it a record: the wait ends
         assert not taking.done()
         taking.cancel()  # Airflow's stop, in that same loop iteration, before the take resumes
         await asyncio.sleep(0.05)
@@ -69,6 +73,31 @@ def test_a_take_times_out_with_nothing_and_returns_what_arrived():
     empty, moved = asyncio.run(scenario())
     assert empty == ([], {})
     assert moved == ([], {TP: 3})
+
+
+def test_progress_past_other_records_wakes_no_owner_its_records_do():
+    """Every batch of the shared reader moves every feed's frontier: waking every owner for it cost
+    a wake-up per watcher and batch; the owner gets the progress when its wait ends."""
+
+    async def scenario() -> tuple[bool, Any, Any]:
+        feed = _feed()
+        taking = asyncio.create_task(feed.take(10, timeout=0.3))
+        await asyncio.sleep(0)
+        feed._offer([], {TP: 3})  # another owner's record was read
+        await asyncio.sleep(0.05)
+        woken = taking.done()
+        progress = await taking  # the wait ended at its timeout, with the progress
+        taking = asyncio.create_task(feed.take(10, timeout=30.0))
+        await asyncio.sleep(0)
+        feed._offer([_record(3)], {TP: 4})  # its own record: the wait ends at once
+        async with asyncio.timeout(1.0):
+            records, frontier = await taking
+        return woken, progress, ([r.offset for r in records], frontier)
+
+    woken, progress, own = asyncio.run(scenario())
+    assert not woken
+    assert progress == ([], {TP: 3})
+    assert own == ([3], {TP: 4})
 
 
 def test_no_code_of_the_package_waits_with_asyncio_wait_for():

@@ -70,6 +70,51 @@ def test_the_store_interval_stretches_with_the_streams_of_the_process(monkeypatc
     assert stream.store_interval() == pytest.approx(10 * asset_stream.FLUSH_INTERVAL)
 
 
+def test_the_store_interval_of_skipped_records_stretches_with_the_streams_of_the_process(monkeypatch):
+    stream = producer(Store())
+    monkeypatch.setattr(asset_stream.PROCESS_LOAD, "streams_open", 60)
+    assert stream.skip_store_interval() == asset_stream.SKIP_FLUSH_INTERVAL  # up to 60 watchers: 30 s
+    monkeypatch.setattr(asset_stream.PROCESS_LOAD, "streams_open", 1000)
+    assert stream.skip_store_interval() == pytest.approx(1000 / asset_stream.SKIP_STORES_PER_SECOND)
+
+
+def test_skipped_records_of_many_watchers_are_stored_at_the_stretched_interval(monkeypatch):
+    monkeypatch.setattr(asset_stream.PROCESS_LOAD, "streams_open", 1000)
+    monkeypatch.setattr(asset_stream.PROCESS_LOAD, "backlog", 0)
+    store = Store()
+    stream = producer(store)
+
+    async def scenario() -> None:
+        await stream.flush(force=True)
+        stream._tracker.read(TP, 0)  # another asset's record: skipped
+        stream._last_flush -= asset_stream.SKIP_FLUSH_INTERVAL + 1
+        await stream.flush()
+        assert len(store.writes) == 1  # 30 s are not enough with 1,000 watchers
+        stream._last_flush -= stream.skip_store_interval()
+        await stream.flush()
+        assert len(store.writes) == 2 and store.writes[-1]["positions"] == {"events": {"0": 1}}
+
+    asyncio.run(scenario())
+
+
+def test_a_backlog_awaiting_airflow_makes_the_skipped_records_store_wait_longer(monkeypatch):
+    monkeypatch.setattr(asset_stream.PROCESS_LOAD, "backlog", asset_stream.DEFER_BACKLOG)
+    store = Store()
+    stream = producer(store)
+
+    async def scenario() -> None:
+        await stream.flush(force=True)
+        stream._tracker.read(TP, 0)  # another asset's record: skipped
+        stream._last_flush -= stream.skip_store_interval() + 1
+        await stream.flush()
+        assert len(store.writes) == 1  # Airflow is behind: the skipped progress waits longer
+        stream._last_flush -= stream.skip_store_interval() * asset_stream.DEFER_FACTOR
+        await stream.flush()
+        assert len(store.writes) == 2
+
+    asyncio.run(scenario())
+
+
 def test_a_backlog_awaiting_airflow_makes_the_store_wait_longer(monkeypatch):
     monkeypatch.setattr(asset_stream.PROCESS_LOAD, "backlog", 0)
     store, other = Store(), Store()
