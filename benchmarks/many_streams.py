@@ -75,7 +75,7 @@ def triggerer_sample(root: int) -> dict[str, Any]:
     for proc in members:
         try:
             with proc.oneshot():
-                rss, threads = proc.memory_info().rss, proc.num_threads()
+                rss, threads, fds = proc.memory_info().rss, proc.num_threads(), proc.num_fds()
                 name = " ".join(proc.cmdline()[1:3])[:60] or proc.name()
         except psutil.Error:
             continue
@@ -86,6 +86,7 @@ def triggerer_sample(root: int) -> dict[str, Any]:
                 "name": name,
                 "rss_mib": round(rss / MIB, 1),
                 "threads": threads,
+                "fds": fds,
                 "kafka_clients": rdk.get("rdk:main", 0),
             }
         )
@@ -96,6 +97,7 @@ def triggerer_sample(root: int) -> dict[str, Any]:
         "runner_rss_mib": runner and runner["rss_mib"],
         "kafka_clients": sum(p["kafka_clients"] for p in procs),
         "threads": sum(p["threads"] for p in procs),
+        "fds": sum(p["fds"] for p in procs),
         "processes": procs,
     }
 
@@ -181,7 +183,8 @@ def watch_run(
                 counts[str(s)] = counts.get(str(s), 0) + 1
             say(
                 f"[watch]   {dag_id}: {counts}; triggerer {sample['rss_mib']} MiB, "
-                f"{sample['kafka_clients']} Kafka clients, {sample['threads']} threads, load {loadavg()}"
+                f"{sample['kafka_clients']} Kafka clients, {sample['threads']} threads, {sample['fds']} fds, "
+                f"load {loadavg()}"
             )
         rows = stack.query("SELECT state FROM dag_run WHERE dag_id = ? AND run_id = ?", (dag_id, run_id))
         if rows and rows[0]["state"] in ("success", "failed"):
@@ -324,6 +327,7 @@ def measure(stack: Any, pairs: int, scratch: Path, args: argparse.Namespace) -> 
             "runner_rss_mib_at_gate": watch.at_gate and watch.at_gate["runner_rss_mib"],
             "processes_at_gate": watch.at_gate and watch.at_gate["processes"],
             "threads_peak": max((s["threads"] for s in watch.samples), default=None),
+            "fds_peak": max((s["fds"] for s in watch.samples), default=None),
             "cpu_s": round(cpu_end - cpu0, 1),
             "cpu_s_streaming": None
             if watch.cpu_at_gate is None or watch.cpu_at_producers_done is None
