@@ -76,7 +76,7 @@ def triggerer_sample(root: int) -> dict[str, Any]:
         try:
             with proc.oneshot():
                 rss, threads, fds = proc.memory_info().rss, proc.num_threads(), proc.num_fds()
-                name = " ".join(proc.cmdline()[1:3])[:60] or proc.name()
+                name = " ".join(x for x in proc.cmdline() if x).replace(sys.executable, "python")[-60:]
         except psutil.Error:
             continue
         rdk = _rdk_threads(proc.pid)
