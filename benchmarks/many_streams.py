@@ -141,7 +141,7 @@ def watch_run(
     next_log = 0.0
     ready_since: float | None = None
     while time.monotonic() < deadline:
-        sample = {"t": time.time(), **triggerer_sample(root)}
+        sample = {"t": time.time(), **triggerer_sample(root), "cpu_s": round(_tree_cpu(root), 2)}
         sample.pop("processes")
         states = _states(stack, dag_id, run_id)
         deferred = {
@@ -384,6 +384,9 @@ def run_deployment(pairs: int, bootstrap: str, scratch: Path, args: argparse.Nam
         # Airflow's defaults, not the test harness's quick failure detection (as B9)
         "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "300",
         "AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT": "30",
+        # Airflow's default: with the harness's 15 s a scheduler whose own heartbeat came late under load
+        # marked its job failed and reset the task instances it was running as orphans (seen at 200 pairs)
+        "AIRFLOW__SCHEDULER__SCHEDULER_HEALTH_CHECK_THRESHOLD": "30",
     }
     home = scratch / f"airflow-{pairs}"
     stack = AirflowStack(home, DAGS_FOLDER, env, parallelism=args.slots, database="postgres")
