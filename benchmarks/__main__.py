@@ -20,6 +20,7 @@ BENCHMARKS = {
     "ui-pages": "benchmarks.ui_pages",
     "consumer-wait": "benchmarks.consumer_wait_latency",
     "stream-read": "benchmarks.stream_read_throughput",
+    "many-streams": "benchmarks.many_streams",
 }
 
 
