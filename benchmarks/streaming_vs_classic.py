@@ -2,14 +2,18 @@
 
 One broker and one Airflow deployment (api-server, scheduler with the LocalExecutor, triggerer,
 dag-processor on SQLite; ``tests/harness/airflow_stack.py``) are started once, with
-``benchmarks/dags`` as the DAGs folder.  Then the two DAGs of ``benchmarks/dags/bench_paging.py``
-run alternately, ``--runs`` times each, over the same paginated source (``--pages`` pages,
-``--delay`` seconds of simulated latency each):
+``benchmarks/dags`` as the DAGs folder.  Then the DAGs of ``benchmarks/dags/bench_paging.py`` (those
+``--variants`` names) run alternately, ``--runs`` times each, over the same paginated source
+(``--pages`` pages, ``--delay`` seconds of simulated latency each):
 
 * ``classic``: the task defers to a one-page trigger, resumes on a worker with the page, handles
   it and defers again for the next page (one defer/resume cycle per page);
 * ``streaming``: the task defers ONCE to ``CountingPagesTrigger``, which writes every page to
-  Kafka; the task resumes once and reads the pages back in batches.
+  Kafka; the task resumes once and reads the pages back in batches;
+* ``floor``: the task defers once to a trigger that fires at once and resumes: one defer/resume
+  cycle alone.  The streaming variant's floor is its median wall + ``pages`` x ``delay``; the run
+  reports streaming / floor, and each streaming and floor run's phases
+  (``benchmarks/deferral_phases.py``).
 
 Per run: the number of ``deferred`` state changes of the task (metadata ``log`` table), the wall
 time of the DAG run (``queued_at`` -> ``end_date`` from the REST API, and the benchmark's own clock
