@@ -1,4 +1,5 @@
-"""Reading back one record a test wrote (the emit receipt's coordinates) from a real broker."""
+"""Reading back from a real broker: one record a test wrote (the emit receipt's coordinates), a
+partition's end offset."""
 
 from __future__ import annotations
 
@@ -18,3 +19,14 @@ def record_at(bootstrap: str, receipt: Any, timeout: float = 15.0) -> Any:
         consumer.close()
     assert msg is not None and msg.error() is None and msg.offset() == receipt.offset, msg
     return msg
+
+
+def high_watermark(bootstrap: str, topic: str, timeout: float = 15.0) -> int:
+    """Records ever written to partition 0 of ``topic`` (a dead-letter topic: none means none)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"wm-{uuid.uuid4().hex[:8]}"})
+    try:
+        return int(consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=timeout, cached=False)[1])
+    finally:
+        consumer.close()

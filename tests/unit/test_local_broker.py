@@ -430,7 +430,7 @@ def test_start_returns_the_running_broker_without_launching_another(
     broker = LocalKafkaBroker(state_dir=state_dir)
     ours = spawn("kafka.Kafka", str(broker.properties_file))
     _write_pid(broker, ours.pid)
-    monkeypatch.setattr(LocalKafkaBroker, "_launch", lambda *_a: pytest.fail("launched twice"))
+    monkeypatch.setattr(LocalKafkaBroker, "launch", lambda *_a: pytest.fail("launched twice"))
 
     assert broker.start(timeout=5).pid == ours.pid
 

@@ -51,7 +51,7 @@ from airflow_kafka_events.assets.validation import (
     check_timeout,
     redact_by_key,
 )
-from airflow_kafka_events.assets.watcher_payload import watcher_causation
+from airflow_kafka_events.assets.watcher_payload import _field, watcher_causation
 from airflow_kafka_events.envelopes.codec import EnvelopeCodec
 from airflow_kafka_events.envelopes.model import AssetEventEnvelope, AssetRef, EventSource, SourceKind
 from airflow_kafka_events.errors import (
@@ -123,14 +123,6 @@ def _current_context() -> Mapping[str, Any] | None:
         return get_current_context()
     except RuntimeError:
         return None
-
-
-def _field(obj: Any, name: str) -> Any:
-    if obj is None:
-        return None
-    if isinstance(obj, Mapping):
-        return obj.get(name)
-    return getattr(obj, name, None)
 
 
 def is_dag_callback_context(context: Mapping[str, Any]) -> bool:

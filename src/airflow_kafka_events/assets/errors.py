@@ -56,9 +56,7 @@ class SignatureMissingError(SignatureError):
 
 
 class SignatureInvalidError(SignatureError):
-    """The signature does not match the envelope under any accepted key."""
-
-    reason = "signature-invalid"
+    """The signature does not match the envelope under any accepted key (``reason`` as its base's)."""
 
 
 class CausationTooDeepError(AuthorizationError):

@@ -249,8 +249,7 @@ def redact_by_key(value: Any, is_sensitive: Callable[[str], bool]) -> Any:
 
 def redact_external(extra: dict[str, Any]) -> dict[str, Any]:
     """The external path's redactor: key names in :data:`EXTERNAL_SENSITIVE_KEYS`."""
-    result: dict[str, Any] = redact_by_key(extra, is_sensitive_key)
-    return result
+    return redact_by_key(extra, is_sensitive_key)  # type: ignore[no-any-return]
 
 
 # --------------------------------------------------------------------------- extra
@@ -344,8 +343,6 @@ def check_causation(
 
 
 def check_timeout(timeout: Any) -> float:
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not math.isfinite(timeout):
-        raise ValidationError(f"timeout must be a positive number of seconds, got {timeout!r}")
-    if timeout <= 0:
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout < math.inf:
         raise ValidationError(f"timeout must be a positive number of seconds, got {timeout!r}")
     return float(timeout)

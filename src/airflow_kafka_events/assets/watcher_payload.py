@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
+from airflow_kafka_events.assets.idempotency import _utc_text
 from airflow_kafka_events.assets.publish import PROVENANCE_EXTRA_KEY, causation_from_extra, provenance_extra
 from airflow_kafka_events.envelopes.model import AssetEventEnvelope
 
@@ -30,23 +30,17 @@ __all__ = [
 ]
 
 
-def _iso(value: datetime | None) -> str | None:
-    if value is None:
-        return None
-    return value.astimezone(timezone.utc).isoformat(timespec="microseconds")
-
-
 def envelope_payload(envelope: AssetEventEnvelope, record: SourceRecord | None = None) -> dict[str, Any]:
     """The JSON payload a watcher gives Airflow for ``envelope`` (``AssetEvent.extra["payload"]``)."""
     payload: dict[str, Any] = {
         "event_id": envelope.event_id,
         "asset": {"name": envelope.asset.name, "uri": envelope.asset.uri},
         "partition_key": envelope.partition_key,
-        "partition_date": _iso(envelope.partition_date),
+        "partition_date": _utc_text(envelope.partition_date),
         "extra": dict(envelope.extra),
         "idempotency_key": envelope.idempotency_key,
         "source": envelope.source.to_avro(),
-        "emitted_at": _iso(envelope.emitted_at),
+        "emitted_at": _utc_text(envelope.emitted_at),
         "causation": list(envelope.causation),
         "signed": envelope.signature is not None,
     }
@@ -57,6 +51,7 @@ def envelope_payload(envelope: AssetEventEnvelope, record: SourceRecord | None =
 
 
 def _field(obj: Any, name: str) -> Any:
+    """``obj[name]`` of a mapping, else its attribute ``name`` (``None`` when it has none)."""
     if isinstance(obj, Mapping):
         return obj.get(name)
     return getattr(obj, name, None)

@@ -403,7 +403,7 @@ class BridgeConfig:
         """
         given = vars(args)
         arguments: dict[str, Any] = {
-            name: given[flag] for flag, name in _FLAGS.items() if given.get(flag) is not None
+            _RENAMED_FLAGS.get(flag, flag): given[flag] for flag in _FLAGS if given.get(flag) is not None
         }
         if given.get("property"):
             arguments["overrides"] = dict(given["property"])
@@ -413,26 +413,14 @@ class BridgeConfig:
         return cls.from_sources(**{**arguments, **fixed})
 
 
-#: ``argparse`` destinations of the bridge's flags -> :meth:`BridgeConfig.from_sources` arguments.
-_FLAGS = {
-    "api_url": "api_url",
-    "username": "username",
-    "password_file": "password_file",
-    "topic": "topic",
-    "group_id": "group_id",
-    "dlq_topic": "dlq_topic",
-    "assets": "assets",
-    "allow": "allow",
-    "signing_key_files": "signing_key_files",
-    "max_causation_depth": "max_causation_depth",
-    "bootstrap_servers": "bootstrap_servers",
-    "properties": "properties_file",
-    "skip_unpartitioned": "skip_unpartitioned",
-    "request_timeout": "request_timeout",
-    "recheck_records": "recheck_records",
-    "recent_events_limit": "recent_events_limit",
-    "batch_size": "batch_size",
-}
+#: ``argparse`` destinations of the bridge's flags: :meth:`BridgeConfig.from_sources` arguments of
+#: the same name, but for those :data:`_RENAMED_FLAGS` maps.
+_FLAGS = (
+    *("api_url", "username", "password_file", "topic", "group_id", "dlq_topic", "assets", "allow"),
+    *("signing_key_files", "max_causation_depth", "bootstrap_servers", "properties"),
+    *("skip_unpartitioned", "request_timeout", "recheck_records", "recent_events_limit", "batch_size"),
+)
+_RENAMED_FLAGS = {"properties": "properties_file"}
 #: ``argparse`` destinations of the retry flags -> :class:`RetryPolicy` fields.
 _RETRY_FLAGS = {
     "max_attempts": "max_attempts",

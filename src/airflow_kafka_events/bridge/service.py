@@ -40,11 +40,7 @@ the token once; a 403 or refused credentials stop the bridge (configuration erro
 SIGTERM / SIGINT: the event in flight is finished and committed, then the consumer leaves the
 group; records fetched but not handled are not committed and are delivered again.
 
-Dead-letter records are written with
-:class:`~airflow_kafka_events.dead_letters.letter.DeadLetterWriter` (the original value, key and
-headers plus the ``x-reason`` / ``x-error-*`` / ``x-source-*`` headers of
-:mod:`airflow_kafka_events.dead_letters.letter`; a record the dead-letter topic cannot carry becomes
-a reference, never a crash loop).  Besides the
+Dead-letter records are those of :mod:`airflow_kafka_events.dead_letters.letter`.  Besides the
 :class:`~airflow_kafka_events.dead_letters.headers.DeadLetterReason` codes the bridge writes
 ``unknown-asset`` (no active Airflow asset with that name and URI) and ``rejected-by-airflow`` (any
 other 4xx answer; the status and Airflow's detail are in ``x-error-message``).

@@ -134,11 +134,9 @@ _OPTIONS = {
 
 def configured_topic(role: str) -> str:
     """The configured topic of ``role`` (``[kafka_events]``), else its default name."""
-    from airflow_kafka_events.airflow_config import airflow_option
-    from airflow_kafka_events.kafka.topic_plan import SECTION
+    from airflow_kafka_events.kafka.topic_plan import configured_topic as configured
 
-    option, default = _OPTIONS[role]
-    return (airflow_option(SECTION, option) or "").strip() or default
+    return configured(*_OPTIONS[role])
 
 
 def role_topic(args: argparse.Namespace, role: str) -> str:

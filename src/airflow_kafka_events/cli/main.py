@@ -233,32 +233,28 @@ def _emit(args: argparse.Namespace) -> int:
         # the error line names the broker and the cause; -v shows the Kafka client's own log lines
         logging.getLogger("airflow_kafka_events").addHandler(logging.NullHandler())
     try:
-        receipt = _emit_once(args, emit, os.environ.get(ENV_PRODUCER))
+        receipt = emit(
+            args.asset,
+            name=args.name,
+            partition_key=args.partition_key,
+            partition_date=args.partition_date,
+            extra=args.extra,
+            idempotency_key=args.idempotency_key,
+            causation=args.causation or None,
+            topic=args.topic,
+            producer=args.producer or os.environ.get(ENV_PRODUCER) or CLI_PRODUCER,
+            bootstrap_servers=args.bootstrap_servers,
+            properties_file=args.properties,
+            overrides=dict(args.property) if args.property else None,
+            timeout=args.timeout,
+            max_extra_bytes=args.max_extra_bytes,
+        )
     finally:
         # The emit's producer gave up at --timeout: nothing of it is left to wait for, so exit
         # does not wait either (never librdkafka's default 300 s).
         close_all_producers(timeout=min(2.0, args.timeout))
     print(receipt.to_json())
     return EXIT_OK
-
-
-def _emit_once(args: argparse.Namespace, emit: Callable[..., Any], env_producer: str | None) -> Any:
-    return emit(
-        args.asset,
-        name=args.name,
-        partition_key=args.partition_key,
-        partition_date=args.partition_date,
-        extra=args.extra,
-        idempotency_key=args.idempotency_key,
-        causation=args.causation or None,
-        topic=args.topic,
-        producer=args.producer or env_producer or CLI_PRODUCER,
-        bootstrap_servers=args.bootstrap_servers,
-        properties_file=args.properties,
-        overrides=dict(args.property) if args.property else None,
-        timeout=args.timeout,
-        max_extra_bytes=args.max_extra_bytes,
-    )
 
 
 def add_emit_group(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

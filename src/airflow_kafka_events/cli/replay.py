@@ -172,12 +172,6 @@ class _Replay:
         event.outcome, event.airflow_event_id = outcome, answer.get("id")
 
 
-def _bridge_config(args: argparse.Namespace, topic: str) -> Any:
-    from airflow_kafka_events.bridge.config import BridgeConfig
-
-    return BridgeConfig.from_args(args, topic=topic)
-
-
 def _check_authorization(args: argparse.Namespace, config: Any) -> None:
     """Refuse to run without the bridge's authorization stated: it would post what the bridge refuses."""
     from airflow_kafka_events.bridge import config as bc
@@ -270,10 +264,11 @@ def _report(args: argparse.Namespace, replay: _Replay, scanned: Any) -> int:
 def _replay_assets(args: argparse.Namespace) -> int:
     from airflow_kafka_events.assets.admission import AdmissionPipeline
     from airflow_kafka_events.assets.airflow_api import AirflowApiClient, AssetIdCache
+    from airflow_kafka_events.bridge.config import BridgeConfig
     from airflow_kafka_events.cli.inspection import role_topic
 
     def command() -> int:
-        config = _bridge_config(args, role_topic(args, "asset-events"))
+        config = BridgeConfig.from_args(args, topic=role_topic(args, "asset-events"))
         _check_authorization(args, config)
         with AirflowApiClient(
             config.api_url, config.username, config.password, timeout=config.request_timeout

@@ -83,10 +83,9 @@ def _candidates(args: argparse.Namespace) -> dict[str, Any]:
     return result
 
 
-def _reports(args: argparse.Namespace, *, register: bool) -> list[Any]:
+def _reports(args: argparse.Namespace, registry: Any, *, register: bool) -> list[Any]:
     from airflow_kafka_events.envelopes.registry import envelope_subject, register_schema, subject_report
 
-    registry = _registry(args)
     client = registry.new_client()
     reports = []
     for name, schema in _candidates(args).items():
@@ -109,31 +108,21 @@ def _print(reports: list[Any], args: argparse.Namespace) -> None:
 
 
 def _register(args: argparse.Namespace) -> int:
-    _print(_reports(args, register=True), args)
+    _print(_reports(args, _registry(args), register=True), args)
     return 0
 
 
 def _check(args: argparse.Namespace) -> int:
-    reports = _reports(args, register=False)
+    reports = _reports(args, _registry(args), register=False)
     _print(reports, args)
     return EXIT_INCOMPATIBLE if any(r.compatible is False for r in reports) else 0
 
 
 def _show(args: argparse.Namespace) -> int:
-    from airflow_kafka_events.envelopes.registry import envelope_subject, registry_schema, subject_report
-
     registry = _registry(args)
-    client = registry.new_client()
     if not args.json:
         print(f"registry: {json.dumps(registry.describe(), sort_keys=True)}")
-    names = [args.schema] if args.schema else list(_ROLES)
-    reports = [
-        subject_report(
-            client, name, envelope_subject(registry, name, _topic(_ROLES[name], args)), registry_schema(name)
-        )
-        for name in names
-    ]
-    _print(reports, args)
+    _print(_reports(args, registry, register=False), args)  # the code's schemas: show has no --schema-file
     return 0
 
 

@@ -237,17 +237,14 @@ class DeadLetter:
 
     def headers(self) -> list[tuple[str, bytes]]:
         """The ``x-*`` headers, in a fixed order; optional ones only when set."""
-        values: list[tuple[str, str | None]] = [
+        values: list[tuple[str, object]] = [
             (HEADER_REASON, self.reason),
             (HEADER_ERROR_TYPE, self.error_type),
             (HEADER_ERROR_MESSAGE, self.error_message),
             (HEADER_SOURCE_TOPIC, self.source_topic),
-            (HEADER_SOURCE_PARTITION, str(self.source_partition)),
-            (HEADER_SOURCE_OFFSET, str(self.source_offset)),
-            (
-                HEADER_SOURCE_TIMESTAMP,
-                None if self.source_timestamp_ms is None else str(self.source_timestamp_ms),
-            ),
+            (HEADER_SOURCE_PARTITION, self.source_partition),
+            (HEADER_SOURCE_OFFSET, self.source_offset),
+            (HEADER_SOURCE_TIMESTAMP, self.source_timestamp_ms),
             (HEADER_CONSUMER, self.consumer),
             (HEADER_EVENT_ID, self.event_id),
             (HEADER_ASSET_URI, self.asset_uri),
@@ -257,16 +254,10 @@ class DeadLetter:
             values += [
                 (HEADER_TRUNCATED, "true"),
                 (HEADER_TRUNCATED_CAUSE, self.truncated_cause),
-                (
-                    HEADER_ORIGINAL_VALUE_BYTES,
-                    None if self.original_value_bytes is None else str(self.original_value_bytes),
-                ),
-                (
-                    HEADER_ORIGINAL_HEADERS_DROPPED,
-                    str(self.original_headers_dropped) if self.original_headers_dropped else None,
-                ),
+                (HEADER_ORIGINAL_VALUE_BYTES, self.original_value_bytes),
+                (HEADER_ORIGINAL_HEADERS_DROPPED, self.original_headers_dropped or None),
             ]
-        return [(name, value.encode("utf-8")) for name, value in values if value is not None]
+        return [(name, str(value).encode("utf-8")) for name, value in values if value is not None]
 
     @classmethod
     def from_headers(cls, headers: Iterable[Header] | Mapping[str, bytes | str | None] | None) -> DeadLetter:

@@ -29,7 +29,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING
 
 from airflow_kafka_events.dead_letters.headers import (
     WRITTEN_HEADERS,
@@ -52,6 +52,9 @@ from airflow_kafka_events.kafka.record_size import (
 )
 from airflow_kafka_events.kafka.topics import client_message_max_bytes
 
+if TYPE_CHECKING:
+    from airflow_kafka_events.kafka.producer import RecordProducer
+
 log = logging.getLogger(__name__)
 
 __all__ = ["DLQ_ROLE", "DLQ_TIMEOUT", "DeadLetterWriter"]
@@ -72,38 +75,10 @@ _RAISE_LIMITS = (
 )
 
 
-class _Producer(Protocol):
-    """What :class:`DeadLetterWriter` needs of a producer (an ``RecordProducer`` fits)."""
-
-    def send_and_wait(
-        self,
-        topic: str,
-        value: bytes | None,
-        *,
-        key: bytes | str | None = ...,
-        headers: Any = ...,
-        partition: int | None = ...,
-        timeout: float = ...,
-    ) -> DeliveryReceipt: ...
-
-    async def send_async(
-        self,
-        topic: str,
-        value: bytes | None,
-        *,
-        key: bytes | str | None = ...,
-        headers: Any = ...,
-        partition: int | None = ...,
-        timeout: float = ...,
-    ) -> DeliveryReceipt: ...
-
-
 #: Producer role of dead-letter writes, and how long a write waits for the broker: the role's
 #: producer drops a letter it could not deliver by then, so a retried write never leaves a second
 #: copy published later (``get_producer(config, role=DLQ_ROLE, message_timeout=DLQ_TIMEOUT)``).
 DLQ_ROLE = "dead-letter"
-
-
 DLQ_TIMEOUT = 30.0
 
 
@@ -121,7 +96,7 @@ class DeadLetterWriter:
 
     def __init__(
         self,
-        producer: _Producer,
+        producer: RecordProducer,
         topic: str,
         *,
         timeout: float = 30.0,

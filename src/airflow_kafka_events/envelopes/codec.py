@@ -470,12 +470,8 @@ class EnvelopeCodec(Generic[E]):
         buffer = io.BytesIO(body)
         try:
             record = fastavro.schemaless_reader(buffer, writer, None if writer is reader else reader)
-        except EOFError as exc:
-            raise TruncatedMessageError(
-                f"Avro body of {len(body)} bytes ends before the {self._type.__name__} record is complete"
-            ) from exc
-        except IndexError as exc:
-            if buffer.tell() >= len(body):
+        except (EOFError, IndexError) as exc:  # an IndexError before the end: not a truncation
+            if isinstance(exc, EOFError) or buffer.tell() >= len(body):
                 raise TruncatedMessageError(
                     f"Avro body of {len(body)} bytes ends before the {self._type.__name__} record is complete"
                 ) from exc

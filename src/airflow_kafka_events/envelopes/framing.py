@@ -50,18 +50,15 @@ def frame_single_object(fingerprint: bytes, body: bytes) -> bytes:
 
 def parse_single_object(data: bytes) -> tuple[bytes, bytes]:
     """Split single-object encoded bytes into (fingerprint, body)."""
+    head = bytes(data[:2])
+    if head != SINGLE_OBJECT_MAGIC[: len(head)]:
+        raise UnknownFramingError(
+            f"not Avro single-object encoding: leading bytes {head.hex(' ')} are not c3 01"
+        )
     if len(data) < SINGLE_OBJECT_HEADER_SIZE:
-        if bytes(data[:2]) != SINGLE_OBJECT_MAGIC[: len(data)]:
-            raise UnknownFramingError(
-                f"not Avro single-object encoding: leading bytes {bytes(data[:2]).hex(' ')} are not c3 01"
-            )
         raise TruncatedMessageError(
             f"Avro single-object message is {len(data)} bytes, shorter than its "
             f"{SINGLE_OBJECT_HEADER_SIZE}-byte header (c3 01 + 8-byte fingerprint)"
-        )
-    if bytes(data[:2]) != SINGLE_OBJECT_MAGIC:
-        raise UnknownFramingError(
-            f"not Avro single-object encoding: leading bytes {bytes(data[:2]).hex(' ')} are not c3 01"
         )
     return bytes(data[2:SINGLE_OBJECT_HEADER_SIZE]), bytes(data[SINGLE_OBJECT_HEADER_SIZE:])
 

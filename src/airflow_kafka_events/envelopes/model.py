@@ -48,7 +48,7 @@ __all__ = [
 ]
 
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
-INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+INT64_MAX = 2**63 - 1
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 _PRODUCER_FIELDS = ("dag_id", "run_id", "task_id", "map_index", "try_number")

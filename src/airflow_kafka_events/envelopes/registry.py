@@ -88,10 +88,6 @@ def _flag(key: str, value: Any) -> bool:
     raise ConfigurationError(f"{REGISTRY_PREFIX}{key} must be true or false, got {value!r}")
 
 
-def _text(value: Any) -> str | None:
-    return str(value) if value not in (None, "") else None
-
-
 @dataclass(frozen=True)
 class RegistrySettings:
     """How to reach a Confluent-compatible schema registry and how to use it.

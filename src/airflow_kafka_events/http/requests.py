@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from typing import Any, NamedTuple
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+from airflow_kafka_events.http.errors import HttpPaginationError
 
 __all__ = [
     "SENSITIVE_NAME",
@@ -23,6 +26,8 @@ __all__ = [
     "redact_url",
     "url_from_endpoint",
 ]
+
+E = TypeVar("E", bound=HttpPaginationError)
 
 #: Header and query parameter names whose values are credentials.
 SENSITIVE_NAME = re.compile(
@@ -106,34 +111,28 @@ def query_items(params: Mapping[str, Any]) -> list[tuple[str, str]]:
     return items
 
 
+@dataclass(slots=True)
 class Request:
     """One request of the walk: where it goes and what it sends.
 
     ``exact``: ``url`` is a next link, sent byte for byte (already percent-encoded).
     """
 
-    __slots__ = ("exact", "json_body", "method", "query", "url")
-
-    def __init__(
-        self,
-        method: str,
-        url: str,
-        query: list[tuple[str, str]] | None,
-        json_body: Any,
-        *,
-        exact: bool = False,
-    ) -> None:
-        self.method = method
-        self.url = url
-        self.query = query
-        self.json_body = json_body
-        self.exact = exact
+    method: str
+    url: str
+    query: list[tuple[str, str]] | None
+    json_body: Any
+    exact: bool = field(default=False, kw_only=True)
 
     def display(self) -> str:
         url = self.url
         if self.query:
             url = f"{url}{'&' if urlsplit(url).query else '?'}{urlencode(self.query)}"
         return f"{self.method} {redact_url(url)}"
+
+    def failure(self, error: type[E], message: str, *, status: int | None = None) -> E:
+        """``error`` of ``message`` naming this request's method and URL (redacted)."""
+        return error(message, method=self.method, url=redact_url(self.url), status=status)
 
 
 class Answer(NamedTuple):

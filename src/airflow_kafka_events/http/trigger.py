@@ -60,7 +60,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any, Unpack
 from urllib.parse import urljoin, urlsplit
 
@@ -100,12 +100,16 @@ __all__ = [
 #: make a trigger interrupted right after that page start a new attempt and fetch every page
 #: again; with this one it only writes the terminal marker.)
 END_CURSOR = ""
+
+
+def _keyword_only(function: Callable[..., Any]) -> tuple[str, ...]:
+    """The names of ``function``'s keyword-only parameters, in order."""
+    parameters = inspect.signature(function).parameters.values()
+    return tuple(p.name for p in parameters if p.kind is inspect.Parameter.KEYWORD_ONLY)
+
+
 #: The stream options ``StreamingTrigger.__init__`` takes (the rest of an HTTP trigger's ``**kwargs``).
-_STREAM_OPTIONS = tuple(
-    name
-    for name, parameter in inspect.signature(StreamingTrigger.__init__).parameters.items()
-    if parameter.kind is inspect.Parameter.KEYWORD_ONLY
-)
+_STREAM_OPTIONS = _keyword_only(StreamingTrigger.__init__)
 
 
 class _Retry(Exception):
@@ -166,27 +170,6 @@ class HttpPaginationTrigger(StreamingTrigger):
     Stream keyword arguments (``trigger_run_id``, ``topic``, ``kafka_config_id``, ...) as in
     :class:`~airflow_kafka_events.streams.producing.trigger.StreamingTrigger`.
     """
-
-    #: ``__init__`` keyword arguments of this class, in :meth:`trigger_kwargs` order.
-    _own_kwargs: tuple[str, ...] = (
-        "endpoint",
-        "http_conn_id",
-        "method",
-        "params",
-        "headers",
-        "data",
-        "cursor_path",
-        "cursor_param",
-        "next_link_header",
-        "items_path",
-        "max_pages",
-        "max_retries",
-        "retry_backoff",
-        "max_backoff",
-        "max_retry_after",
-        "request_timeout",
-        "allow_foreign_next_links",
-    )
 
     def __init__(
         self,
@@ -257,6 +240,9 @@ class HttpPaginationTrigger(StreamingTrigger):
         self.allow_foreign_next_links = allow_foreign_next_links
         self._first_index = 0
 
+    #: ``__init__`` keyword arguments of this class, in :meth:`trigger_kwargs` order.
+    _own_kwargs = _keyword_only(__init__)
+
     # ------------------------------------------------------------------ serialization
     def trigger_kwargs(self) -> dict[str, Any]:
         values = {name: getattr(self, name) for name in self._own_kwargs}
@@ -310,11 +296,10 @@ class HttpPaginationTrigger(StreamingTrigger):
 
         def exhausted(attempts: int, exc: BaseException) -> BaseException:
             assert isinstance(exc, _Retry)
-            return HttpRetriesExhaustedError(
+            return request.failure(
+                HttpRetriesExhaustedError,
                 f"page {index}: {request.display()} {exc.failure}; gave up after {attempts} attempt(s) "
                 f"(max_retries={self.max_retries})",
-                method=request.method,
-                url=redact_url(request.url),
                 status=exc.status,
             )
 
@@ -364,16 +349,14 @@ class HttpPaginationTrigger(StreamingTrigger):
                     return await self._answer(response, request)
                 raise self._refusal(response, request, index)
         except aiohttp.InvalidURL:
-            raise HttpPaginationError(
+            raise request.failure(
+                HttpPaginationError,
                 f"page {index}: {request.display()}: not a valid URL",
-                method=request.method,
-                url=redact_url(request.url),
             ) from None
         except aiohttp.TooManyRedirects as exc:
-            raise HttpStatusError(
+            raise request.failure(
+                HttpStatusError,
                 f"page {index}: {request.display()} was redirected too many times (last status {exc.status})",
-                method=request.method,
-                url=redact_url(request.url),
                 status=exc.status,
             ) from None
         except (aiohttp.ClientError, asyncio.TimeoutError, TimeoutError) as exc:
@@ -397,12 +380,7 @@ class HttpPaginationTrigger(StreamingTrigger):
             retry_after = parse_retry_after(response.headers.get("Retry-After"))
             delay = None if retry_after is None else min(retry_after, self.max_retry_after)
             return _Retry(failure, status=status, delay=delay)
-        return HttpStatusError(
-            f"page {index}: {request.display()} {failure}",
-            method=request.method,
-            url=redact_url(request.url),
-            status=status,
-        )
+        return request.failure(HttpStatusError, f"page {index}: {request.display()} {failure}", status=status)
 
     def _decode(self, body: bytes, request: Request) -> Any:
         if not body.strip():
@@ -410,10 +388,9 @@ class HttpPaginationTrigger(StreamingTrigger):
         try:
             return json.loads(body)
         except (UnicodeDecodeError, ValueError) as exc:
-            raise ResponseFormatError(
+            raise request.failure(
+                ResponseFormatError,
                 f"{request.display()} answered a body that is not JSON ({type(exc).__name__})",
-                method=request.method,
-                url=redact_url(request.url),
             ) from None
 
     # ------------------------------------------------------------------ page content
@@ -423,10 +400,9 @@ class HttpPaginationTrigger(StreamingTrigger):
             return body
         found, value = lookup(body, self._items_path)
         if not found:
-            raise ResponseFormatError(
+            raise request.failure(
+                ResponseFormatError,
                 f"{request.display()} answered a body without items_path {path_text(self._items_path)!r}",
-                method=request.method,
-                url=redact_url(request.url),
             )
         return value
 
@@ -441,40 +417,36 @@ class HttpPaginationTrigger(StreamingTrigger):
         if value is None or value == "":
             return None
         if isinstance(value, bool) or not isinstance(value, (str, int, float)):
-            raise ResponseFormatError(
+            raise request.failure(
+                ResponseFormatError,
                 f"{request.display()}: the cursor at {path_text(self._cursor_path or ())!r} is a "
                 f"{type(value).__qualname__}, not a str or number",
-                method=request.method,
-                url=redact_url(request.url),
             )
         cursor = value if isinstance(value, str) else json.dumps(value)
         if self.cursor_param is None:
             cursor = self._check_next_link(urljoin(answer.url, cursor), request, session)
         for secret in session.secrets():
             if secret in cursor:
-                raise NextLinkError(
+                raise request.failure(
+                    NextLinkError,
                     f"{request.display()}: the next cursor contains a credential of connection "
                     f"{self.http_conn_id!r}; it is not stored",
-                    method=request.method,
-                    url=redact_url(request.url),
                 )
         return cursor
 
     def _check_next_link(self, link: str, request: Request, session: HttpSession) -> str:
         scheme = urlsplit(link).scheme.lower()
         if scheme not in ("http", "https"):
-            raise NextLinkError(
+            raise request.failure(
+                NextLinkError,
                 f"{request.display()}: the next link is not an http(s) URL ({scheme or 'no scheme'})",
-                method=request.method,
-                url=redact_url(request.url),
             )
         if not self.allow_foreign_next_links and origin(link) != session.origin:
-            raise NextLinkError(
+            raise request.failure(
+                NextLinkError,
                 f"{request.display()}: the next link {redact_url(link)} leaves the origin "
                 f"{session.origin[0]}://{session.origin[1]}:{session.origin[2]} of the first request "
                 f"(connection {self.http_conn_id!r}); pass allow_foreign_next_links=True to follow it",
-                method=request.method,
-                url=redact_url(request.url),
             )
         return link
 
@@ -502,10 +474,9 @@ class HttpPaginationTrigger(StreamingTrigger):
                 payload = self.page_payload(answer.body, request)
                 following = self.next_cursor(answer, request, session)
                 if following is not None and following in seen:
-                    raise NextLinkError(
+                    raise request.failure(
+                        NextLinkError,
                         f"page {index}: {request.display()} points back to an earlier page; stopping a loop",
-                        method=request.method,
-                        url=redact_url(request.url),
                     )
                 capped = self.max_pages is not None and index + 1 >= self.max_pages
                 self.log.info(

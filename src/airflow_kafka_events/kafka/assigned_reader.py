@@ -34,22 +34,13 @@ from airflow_kafka_events.kafka.settings import KafkaSettings
 log = logging.getLogger(__name__)
 
 __all__ = [
-    "FATAL_CONSUMER_ERRORS",
     "AssignedReader",
     "StartPolicy",
     "bounded_read_config",
 ]
 
-#: Client errors that will not heal by themselves: the reader raises instead of retrying.
-FATAL_CONSUMER_ERRORS = frozenset(
-    {
-        KafkaError._AUTHENTICATION,
-        KafkaError.SASL_AUTHENTICATION_FAILED,
-        KafkaError.TOPIC_AUTHORIZATION_FAILED,
-        KafkaError.GROUP_AUTHORIZATION_FAILED,
-        KafkaError.CLUSTER_AUTHORIZATION_FAILED,
-    }
-)
+#: Causes of client errors that will not heal by themselves: the reader raises instead of retrying.
+_FATAL_CAUSES = (Cause.AUTHENTICATION, Cause.AUTHORIZATION)
 #: Placeholder ``group.id`` when the connection names none: librdkafka insists on one.
 _NO_GROUP = "airflow-kafka-events.assigned-reader"
 #: Seconds between librdkafka statistics reports of a reader (only broker up/down is read).
@@ -175,27 +166,14 @@ class AssignedReader:
         await self._executor.run(self._client().incremental_assign, tps)
 
     # ------------------------------------------------------------------ reading
-    async def poll(self, timeout: float) -> Message | None:
-        """The next record, or ``None``; passing client errors are logged, fatal ones raised.
-
-        Raises :class:`KafkaOperationError` naming the brokers, the cause and the fix when the
-        client saw an authentication or authorization failure: those do not heal by retrying.
-        """
-        message = await self._executor.run(self._client().poll, timeout)
-        self._raise_if_refused()
-        if message is None:
-            return None
-        error = message.error()
-        if error is None:
-            return message
-        self._check_error(error)
-        return None
-
     async def poll_batch(self, max_records: int, timeout: float) -> list[Message]:
         """Up to ``max_records`` records in one call on the client's thread: it waits at most
         ``timeout`` for the first, then takes what is already fetched without waiting (librdkafka's
         ``consume(n, timeout)`` alone would hold a lone record until the whole timeout passed).
-        Passing client errors are logged, fatal ones raised."""
+
+        Passing client errors are logged.  Raises :class:`KafkaOperationError` naming the brokers,
+        the cause and the fix when the client saw an authentication or authorization failure:
+        those do not heal by retrying."""
         messages = await self._executor.run(consume_available, self._client(), max_records, timeout)
         self._raise_if_refused()
         records: list[Message] = []
@@ -239,8 +217,8 @@ class AssignedReader:
     def _check_error(self, error: KafkaError) -> None:
         if error.code() == KafkaError._PARTITION_EOF:
             return
-        if error.fatal() or error.code() in FATAL_CONSUMER_ERRORS:
-            cause = cause_of(error.code())
+        cause = cause_of(error.code())
+        if error.fatal() or cause in _FATAL_CAUSES:
             raise KafkaOperationError(
                 f"Kafka consumer error on {self.topics} at {self.bootstrap_servers}: {cause.value} "
                 f"({error}); {self.health.fix_for(cause)}",

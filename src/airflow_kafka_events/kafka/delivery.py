@@ -189,25 +189,22 @@ class DeliveryFuture:
     def settle(self, result: DeliveryReceipt | None = None, exception: BaseException | None = None) -> bool:
         """Resolve with ``result``, or fail with ``exception``; ``False`` if it was already
         resolved or cancelled."""
-        with self._lock:
-            if self._state != _PENDING:
-                return False
-            self._result, self._exception = result, exception
-            self._state = _FINISHED
-            if self._cond is not None:
-                self._cond.notify_all()
-            callbacks = self._callbacks
-        if callbacks:
-            self._call(callbacks)
-        return True
+        return self._finish(_FINISHED, result, exception)
 
     def cancel(self) -> bool:
         """Cancel a future not resolved yet (its outcome is dropped when it comes); whether it is
         cancelled."""
+        return self._finish(_CANCELLED) or self._state == _CANCELLED
+
+    def _finish(
+        self, state: str, result: DeliveryReceipt | None = None, exception: BaseException | None = None
+    ) -> bool:
+        """Leave the pending state for ``state``, waking waiters and calling callbacks; ``False`` if
+        it was no longer pending."""
         with self._lock:
             if self._state != _PENDING:
-                return self._state == _CANCELLED
-            self._state = _CANCELLED
+                return False
+            self._result, self._exception, self._state = result, exception, state
             if self._cond is not None:
                 self._cond.notify_all()
             callbacks = self._callbacks

@@ -80,13 +80,9 @@ class PositionTracker:
         for tp, offset in start.items():
             self._lanes.setdefault(tp, _Lane(read_to=int(offset)))
 
-    def partitions(self) -> list[Partition]:
-        return sorted(self._lanes)
-
     def read(self, tp: Partition, offset: int) -> None:
         """The record at ``offset`` was read (handed on or skipped)."""
-        lane = self._lane(tp)
-        lane.read_to = max(lane.read_to, offset + 1)
+        self.advance_to(tp, offset + 1)
 
     def advance_to(self, tp: Partition, next_offset: int) -> None:
         """Every record before ``next_offset`` was read (those handed on are pending)."""

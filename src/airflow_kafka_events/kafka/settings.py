@@ -184,9 +184,6 @@ class KafkaSettings:
         return KafkaSettings({**self.config, **overrides})
 
     # ------------------------------------------------------------------ roles
-    def common_config(self) -> dict[str, Any]:
-        return {k: v for k, v in self._librdkafka().items() if k not in _PRODUCER_ONLY | _CONSUMER_ONLY}
-
     def producer_config(self, *, linger_ms: int = 1) -> dict[str, Any]:
         """Producer configuration with idempotence and ``acks=all`` enforced.
 
@@ -239,4 +236,4 @@ class KafkaSettings:
         return config
 
     def admin_config(self) -> dict[str, Any]:
-        return self.common_config()
+        return {k: v for k, v in self._librdkafka().items() if k not in _PRODUCER_ONLY | _CONSUMER_ONLY}

@@ -109,7 +109,6 @@ class SharedReader:
         #: per partition, the offset after the last record the shared reader handed out
         self.frontier: dict[Partition, int] = {}
         #: counters for tests and benchmarks
-        self.fetches = 0
         self.records_read = 0
         self.catch_up_readers = 0
         self._feeds: list[Feed] = []
@@ -207,7 +206,6 @@ class SharedReader:
         try:
             while True:
                 messages = await self.reader.poll_batch(READ_BATCH, self.poll_timeout)
-                self.fetches += 1
                 if messages:
                     if self.prepare is not None:
                         await self.prepare(messages)

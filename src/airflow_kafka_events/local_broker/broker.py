@@ -368,10 +368,11 @@ class LocalKafkaBroker:
             java = _java.check_java()
             libs = self.ensure_jars()
             self.prepare(java, libs)
-            self._launch(java, libs)
+            self.launch(java, libs)
             return self._wait_ready(deadline)
 
-    def _launch(self, java: str, libs: Path) -> None:
+    def launch(self, java: str, libs: Path) -> None:
+        """Start the process without waiting (a cluster waits for all its nodes together)."""
         cmd = [
             java,
             *self._jvm_options(),
@@ -392,10 +393,6 @@ class LocalKafkaBroker:
             )
         write_atomic(self.pid_file, f"{self._process.pid}\n")
         log.info("started Kafka %s (pid %d) on %s", self.version, self._process.pid, self.bootstrap_servers)
-
-    def launch(self, java: str, libs: Path) -> None:
-        """Start the process without waiting (a cluster waits for all its nodes together)."""
-        self._launch(java, libs)
 
     def startup_failure(self, summary: str) -> BrokerError:
         parts = [f"{summary} (logs: {self.log_file}, {self.out_file})"]
@@ -445,16 +442,13 @@ class LocalKafkaBroker:
                 time.sleep(POLL_INTERVAL)
                 continue
             return self.status()
-        self._terminate_after_failed_start()
-        raise self.startup_failure(
-            f"the Kafka broker was not ready within the deadline (last error: {last_error})"
-        )
-
-    def _terminate_after_failed_start(self) -> None:
         try:
             self.stop(timeout=10.0)
         except BrokerError:
             log.warning("could not stop the broker that failed to start", exc_info=True)
+        raise self.startup_failure(
+            f"the Kafka broker was not ready within the deadline (last error: {last_error})"
+        )
 
     def signal_stop(self) -> int | None:
         """Send SIGTERM to this node's process (when it is ours); return its pid."""

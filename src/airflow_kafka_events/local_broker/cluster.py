@@ -20,6 +20,7 @@ import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from airflow_kafka_events.errors import BrokerError
 from airflow_kafka_events.local_broker import java as _java
@@ -52,6 +53,9 @@ from airflow_kafka_events.local_broker.security import (
     ensure_security,
     load_security,
 )
+
+if TYPE_CHECKING:
+    from confluent_kafka.admin import AdminClient
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +100,7 @@ class LocalKafkaCluster:
             raise BrokerError(
                 f"{self.state_dir} holds a single-node broker; use another --state-dir for a cluster"
             )
-        recorded = self._read_state()
+        recorded = read_state_file(self.state_dir / CLUSTER_FILE)
         picked_brokers = self._pick("brokers", brokers, recorded.get("brokers"))
         picked_security = self._pick("security", security, recorded.get("security"))
         self.brokers: int = picked_brokers if isinstance(picked_brokers, int) else 1
@@ -123,9 +127,6 @@ class LocalKafkaCluster:
                 "use another --state-dir (or delete this one)"
             )
         return given if given is not None else recorded
-
-    def _read_state(self) -> dict[str, object]:
-        return read_state_file(self.state_dir / CLUSTER_FILE)
 
     def _choose_ports(self, recorded: object) -> list[tuple[int, int]]:
         if isinstance(recorded, list) and len(recorded) == self.brokers:
@@ -284,7 +285,7 @@ class LocalKafkaCluster:
                 raise
             return self.status()
 
-    def _admin(self) -> object:
+    def _admin(self) -> AdminClient:
         from confluent_kafka.admin import AdminClient
 
         return AdminClient(
@@ -318,10 +319,9 @@ class LocalKafkaCluster:
             f"the Kafka cluster was not ready within the deadline (last error: {last_error})"
         )
 
-    def _probe(self, admin: object, deadline: float) -> None:
-        from confluent_kafka.admin import AdminClient, NewTopic
+    def _probe(self, admin: AdminClient, deadline: float) -> None:
+        from confluent_kafka.admin import NewTopic
 
-        assert isinstance(admin, AdminClient)
         remaining = max(1.0, min(10.0, deadline - time.monotonic()))
         brokers = admin.list_topics(timeout=remaining).brokers
         if len(brokers) < self.brokers:
@@ -364,10 +364,7 @@ class LocalKafkaCluster:
         )
         return time.monotonic() - began
 
-    def _live_brokers(self, admin: object) -> set[int]:
-        from confluent_kafka.admin import AdminClient
-
-        assert isinstance(admin, AdminClient)
+    def _live_brokers(self, admin: AdminClient) -> set[int]:
         try:
             return set(admin.list_topics(timeout=5).brokers)
         except Exception:  # no node answers yet

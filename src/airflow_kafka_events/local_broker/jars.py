@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import re
@@ -18,7 +17,9 @@ from airflow_kafka_events.local_broker._common import (
     LOG_TAIL_LINES,
     file_lock,
     package_file,
+    read_state_file,
     write_atomic,
+    write_state_file,
 )
 
 log = logging.getLogger(__name__)
@@ -63,15 +64,9 @@ def _jar_version(libs: Path, artifact: str) -> str | None:
 
 
 def jars_complete(libs_dir: Path, version: str) -> bool:
-    marker = libs_dir.parent / FETCH_MARKER
-    try:
-        data = json.loads(marker.read_text("utf-8"))
-    except (OSError, ValueError):
-        return False
-    if not isinstance(data, dict) or data.get("version") != version:
-        return False
+    data = read_state_file(libs_dir.parent / FETCH_MARKER)
     jars = data.get("jars")
-    if not isinstance(jars, list) or not jars:
+    if data.get("version") != version or not isinstance(jars, list) or not jars:
         return False
     return all((libs_dir / str(name)).is_file() for name in jars)
 
@@ -101,7 +96,7 @@ def ensure_jars(libs_dir: Path, version: str) -> Path:
         os.replace(tmp, libs_dir)
         jars = sorted(p.name for p in libs_dir.glob("*.jar"))
         marker = {"version": version, "log4j_version": log4j_version, "jars": jars}
-        write_atomic(version_dir / FETCH_MARKER, json.dumps(marker, indent=2) + "\n")
+        write_state_file(version_dir / FETCH_MARKER, marker)
         log.info("fetched %d jars of Kafka %s in %.1fs", len(jars), version, time.monotonic() - started)
         return libs_dir
 

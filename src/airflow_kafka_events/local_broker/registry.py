@@ -53,6 +53,7 @@ from airflow_kafka_events.local_broker._common import (
     write_atomic,
     write_state_file,
 )
+from airflow_kafka_events.local_broker.broker import StatePath
 from airflow_kafka_events.local_broker.jars import FETCH_MARKER, clear_for_fetch, run_mvn
 from airflow_kafka_events.local_broker.java import parse_java_version
 
@@ -198,13 +199,8 @@ class LocalSchemaRegistry:
         self.port = int(str(state.get("port") or port or 0))
         self.management_port = int(str(state.get("management_port") or 0))
 
-    @property
-    def pid_file(self) -> Path:
-        return self.state_dir / PID_FILE
-
-    @property
-    def out_file(self) -> Path:
-        return self.state_dir / OUT_FILE
+    pid_file = StatePath(PID_FILE)
+    out_file = StatePath(OUT_FILE)
 
     @property
     def base_url(self) -> str:

@@ -18,6 +18,7 @@ This module imports no Airflow module.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -80,14 +81,7 @@ class Checkpoint:
 
     def to_json(self) -> dict[str, Any]:
         """A JSON object (only str keys, int / bool / null values)."""
-        return {
-            "format": CHECKPOINT_FORMAT,
-            "attempt": self.attempt,
-            "next_sequence_index": self.next_sequence_index,
-            "offset": self.offset,
-            "partition": self.partition,
-            "finished": self.finished,
-        }
+        return {"format": CHECKPOINT_FORMAT, **dataclasses.asdict(self)}
 
     @classmethod
     def from_json(cls, value: Any) -> Checkpoint:

@@ -22,6 +22,7 @@ This module imports no Airflow module.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -190,13 +191,8 @@ class StreamDescriptor:
             value = getattr(self, name)
             if not isinstance(value, str) or not value:
                 raise ValidationError(f"StreamDescriptor.{name} must be a non-empty str, got {value!r}")
-        data = {name: getattr(self, name) for name in ("attempt", "count", "first_offset", "last_offset")}
-        data["partition"] = self.partition
-        _req_int(data, "attempt", low=0)
-        _req_int(data, "count", low=0)
-        _req_int(data, "first_offset", low=0, optional=True)
-        _req_int(data, "last_offset", low=0)
-        _req_int(data, "partition", low=0)
+        for name in ("attempt", "count", "first_offset", "last_offset", "partition"):
+            _req_int(self.__dict__, name, low=0, optional=name == "first_offset")
         if self.error is not None:
             if isinstance(self.error, StreamFailure):
                 object.__setattr__(self, "error", self.error.to_avro())
@@ -213,16 +209,7 @@ class StreamDescriptor:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON values only (str, int, None, dict of str)."""
-        return {
-            "topic": self.topic,
-            "trigger_run_id": self.trigger_run_id,
-            "attempt": self.attempt,
-            "count": self.count,
-            "first_offset": self.first_offset,
-            "last_offset": self.last_offset,
-            "partition": self.partition,
-            "error": None if self.error is None else dict(self.error),
-        }
+        return dataclasses.asdict(self)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> StreamDescriptor:
@@ -236,16 +223,8 @@ class StreamDescriptor:
         ]
         if missing:
             raise ValidationError(f"StreamDescriptor dict misses {', '.join(missing)}")
-        return cls(
-            topic=data["topic"],
-            trigger_run_id=data["trigger_run_id"],
-            attempt=data["attempt"],
-            count=data["count"],
-            first_offset=data.get("first_offset"),
-            last_offset=data["last_offset"],
-            partition=data["partition"],
-            error=data.get("error"),
-        )
+        values: dict[str, Any] = {f.name: data.get(f.name) for f in dataclasses.fields(cls)}
+        return cls(**values)
 
 
 # --------------------------------------------------------------------------- resume rules

@@ -39,7 +39,7 @@ from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from airflow_kafka_events.envelopes.codec import EnvelopeCodec
 from airflow_kafka_events.envelopes.model import StreamFailure, TriggerEventEnvelope
-from airflow_kafka_events.errors import EnvelopeDecodeError, KafkaOperationError, StreamProgressError
+from airflow_kafka_events.errors import EnvelopeDecodeError, StreamProgressError
 from airflow_kafka_events.kafka.assigned_reader import bounded_read_config
 from airflow_kafka_events.kafka.clients import new_consumer
 from airflow_kafka_events.kafka.partitioner import partition_for_key
@@ -100,13 +100,6 @@ T = TypeVar("T")
 
 class _Again(Exception):
     """Not answered yet (a transient Kafka error, a topic still without metadata): try again."""
-
-
-def _hint(error: KafkaError) -> str:
-    """How to fix a missing topic (appended to the error naming it)."""
-    if error.code() not in _UNKNOWN_TOPIC_CODES:
-        return ""
-    return " (it does not exist: create the topics with `airflow-kafka-events topics ensure`)"
 
 
 @dataclass(frozen=True)
@@ -278,11 +271,17 @@ class _PartitionScanner:
         (:meth:`remaining` raises) -- the retry policy of :mod:`airflow_kafka_events.retry`."""
         return retry_until(operation, retry_on=lambda exc: isinstance(exc, _Again), pause=self.pause_seconds)
 
-    def again_unless_transient(self, error: KafkaOperationError, cause: BaseException) -> _Again:
-        """:class:`_Again` for a transient Kafka error; else raise ``error``."""
-        if not self.transient(error.kafka_error):
-            raise error from cause
-        return _Again()
+    def ask(self, stage: str, what: str, call: Callable[[float], T]) -> T:
+        """``call(timeout)`` within the deadline (:meth:`remaining` names ``stage``); a Kafka error
+        raises :class:`_Again` when transient, else :class:`StreamProgressError` saying ``what``."""
+        left = self.remaining(stage)
+        try:
+            return call(min(left, 5.0))
+        except KafkaException as exc:
+            error = StreamProgressError.from_exception(what, exc)
+            if not self.transient(error.kafka_error):
+                raise error from exc
+            raise _Again from exc
 
     def close(self) -> None:
         try:
@@ -305,32 +304,31 @@ class _PartitionScanner:
         )
 
     def _partition_count(self) -> int:
-        left = self.remaining("topic metadata")
-        try:
-            metadata = self.consumer.list_topics(self.topic, timeout=min(left, 5.0))
-        except KafkaException as exc:
-            error = StreamProgressError.from_exception(f"cannot read metadata of topic {self.topic!r}", exc)
-            raise self.again_unless_transient(error, exc) from exc
+        metadata = self.ask(
+            "topic metadata",
+            f"cannot read metadata of topic {self.topic!r}",
+            lambda timeout: self.consumer.list_topics(self.topic, timeout=timeout),
+        )
         meta = metadata.topics.get(self.topic)
         err = None if meta is None else meta.error
         if meta is not None and err is None and meta.partitions:
             return len(meta.partitions)
         if err is not None and not self.transient(err):
-            raise StreamProgressError(f"topic {self.topic!r} is not available{_hint(err)}", kafka_error=err)
+            hint = ""
+            if err.code() in _UNKNOWN_TOPIC_CODES:
+                hint = " (it does not exist: create the topics with `airflow-kafka-events topics ensure`)"
+            raise StreamProgressError(f"topic {self.topic!r} is not available{hint}", kafka_error=err)
         raise _Again
 
     def _watermarks(self, partition: int) -> tuple[int, int]:
-        left = self.remaining("watermarks")
-        try:
-            low, high = self.consumer.get_watermark_offsets(
-                TopicPartition(self.topic, partition), timeout=min(left, 5.0), cached=False
-            )
-        except KafkaException as exc:
-            # e.g. NOT_LEADER_FOR_PARTITION right after a topic was created or a leader moved
-            error = StreamProgressError.from_exception(
-                f"cannot read the watermarks of {self.topic!r} partition {partition}", exc
-            )
-            raise self.again_unless_transient(error, exc) from exc
+        # transient: e.g. NOT_LEADER_FOR_PARTITION right after a topic was created or a leader moved
+        low, high = self.ask(
+            "watermarks",
+            f"cannot read the watermarks of {self.topic!r} partition {partition}",
+            lambda timeout: self.consumer.get_watermark_offsets(
+                TopicPartition(self.topic, partition), timeout=timeout, cached=False
+            ),
+        )
         return low, high
 
     def bound(
@@ -355,11 +353,11 @@ class _PartitionScanner:
         )
 
         def offset_for_time() -> Any:
-            left = self.remaining("offsets for the time bounds")
-            try:
-                (found,) = self.consumer.offsets_for_times([wanted], timeout=min(left, 5.0))
-            except KafkaException as exc:
-                raise self.again_unless_transient(StreamProgressError.from_exception(what, exc), exc) from exc
+            (found,) = self.ask(
+                "offsets for the time bounds",
+                what,
+                lambda timeout: self.consumer.offsets_for_times([wanted], timeout=timeout),
+            )
             if found.error is not None:
                 if not self.transient(found.error):
                     raise StreamProgressError(what, kafka_error=found.error)
@@ -540,11 +538,7 @@ def find_stream_progress(
     trigger_run_id: str,
     **options: Unpack[StreamLookupOptions],
 ) -> StreamProgress | None:
-    """The latest envelope of ``trigger_run_id`` in ``topic``, or ``None`` if it has none.
-
-    Scans the key's partition backwards from the high watermark in chunks of ``chunk_size``
-    offsets (down to the low watermark, or to the first offset at or after
-    ``not_before_ms``) and returns the highest ``(attempt, sequence_index)`` of the last
-    chunk holding any record of the key.  See :func:`lookup_stream` (the same options).
-    """
+    """The latest envelope of ``trigger_run_id`` in ``topic``, or ``None`` if it has none: the
+    :class:`StreamProgress` half of :func:`lookup_stream` (the same options; the search is in the
+    module doc)."""
     return lookup_stream(config, topic, trigger_run_id, **options)[1]

@@ -12,7 +12,7 @@ consumer group committed (:func:`committed_offsets`) and how many members it has
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
@@ -44,16 +44,6 @@ def client_config(kafka_config_id: str) -> tuple[dict[str, Any], list[str]]:
     return config, [password] if password else []
 
 
-@contextlib.contextmanager
-def _consumer(config: Mapping[str, Any], group_id: str) -> Iterator[Consumer]:
-    wired = {**config, "group.id": group_id, "enable.auto.commit": False}
-    consumer, _health = new_consumer(wired, name="kafka-events-ui", what="cannot read offsets")
-    try:
-        yield consumer
-    finally:
-        consumer.close()
-
-
 def _partitions(consumer: Consumer, topic: str) -> list[int]:
     try:
         meta = consumer.list_topics(topic, timeout=OFFSETS_TIMEOUT)
@@ -78,7 +68,9 @@ def end_offsets(config: Mapping[str, Any], topic: str) -> dict[int, int]:
 
 def committed_offsets(config: Mapping[str, Any], group_id: str, topic: str) -> dict[int, int | None]:
     """``{partition: committed offset or None}`` of consumer group ``group_id`` on ``topic``."""
-    with _consumer(config, group_id) as consumer:
+    wired = {**config, "group.id": group_id, "enable.auto.commit": False}
+    consumer, _health = new_consumer(wired, name="kafka-events-ui", what="cannot read offsets")
+    with contextlib.closing(consumer):
         partitions = [TopicPartition(topic, p) for p in _partitions(consumer, topic)]
         try:
             committed = consumer.committed(partitions, timeout=OFFSETS_TIMEOUT)

@@ -43,30 +43,13 @@ def _bundle_url(entry: str) -> str:
 
 
 REACT_APPS: list[dict[str, Any]] = [
-    {
-        "name": "Kafka Events",
-        "bundle_url": _bundle_url("nav"),
-        "destination": "nav",
-        "url_route": VIEW_URL_ROUTE,
-    },
-    {
-        "name": "Kafka streams",
-        "bundle_url": _bundle_url("dag"),
-        "destination": "dag",
-        "url_route": "kafka-events-dag",
-    },
-    {
-        "name": "Kafka streams",
-        "bundle_url": _bundle_url("dag_run"),
-        "destination": "dag_run",
-        "url_route": "kafka-events-dag-run",
-    },
-    {
-        "name": "Kafka stream",
-        "bundle_url": _bundle_url("task_instance"),
-        "destination": "task_instance",
-        "url_route": "kafka-events-task-instance",
-    },
+    {"name": name, "bundle_url": _bundle_url(destination), "destination": destination, "url_route": route}
+    for name, destination, route in (
+        ("Kafka Events", "nav", VIEW_URL_ROUTE),
+        ("Kafka streams", "dag", "kafka-events-dag"),
+        ("Kafka streams", "dag_run", "kafka-events-dag-run"),
+        ("Kafka stream", "task_instance", "kafka-events-task-instance"),
+    )
 ]
 
 

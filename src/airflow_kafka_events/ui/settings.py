@@ -82,14 +82,11 @@ class WindowRequest:
         return datetime.now(timezone.utc) - timedelta(minutes=self.minutes)
 
     def narrowed(self, minutes: int | None, max_records: int | None) -> WindowRequest:
-        """This window with a page's query-string overrides, each within the caps."""
+        """This window with a page's query-string overrides (which the page's query checks: within
+        :data:`MAX_WINDOW_MINUTES` and :data:`MAX_RECORDS_CAP`)."""
         return WindowRequest(
-            minutes=self.minutes
-            if minutes is None
-            else _int(minutes, "minutes", low=1, high=MAX_WINDOW_MINUTES),
-            max_records=self.max_records
-            if max_records is None
-            else _int(max_records, "max_records", low=1, high=MAX_RECORDS_CAP),
+            minutes=self.minutes if minutes is None else minutes,
+            max_records=self.max_records if max_records is None else max_records,
         )
 
 

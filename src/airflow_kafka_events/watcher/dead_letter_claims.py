@@ -49,10 +49,6 @@ CLAIM_READ_TIMEOUT = 15.0
 CLOCK_MARGIN_MS = 3_600_000
 
 
-def _coordinates(dlq_topic: str, topic: str, partition: int, offset: int) -> list[Any]:
-    return [dlq_topic, topic, partition, offset]
-
-
 def claim_partition(coordinates: list[Any], partitions: int) -> int:
     """The partition of the watchers' topic every claim of the record at ``coordinates`` goes to."""
     from airflow_kafka_events.kafka.partitioner import partition_for_key
@@ -93,7 +89,7 @@ class DeadLetterClaims:
         :class:`TopicError` when the watchers' topic is missing, :class:`TimeoutError`."""
         import asyncio
 
-        coordinates = _coordinates(dlq_topic, topic, partition, offset)
+        coordinates: list[Any] = [dlq_topic, topic, partition, offset]
         target = claim_partition(coordinates, await asyncio.to_thread(self._partition_count))
         key = CLAIM_PREFIX + json.dumps([*coordinates, self.claimer, self.run]).encode("utf-8")
         value = json.dumps({"claim": coordinates, "by": self.claimer}).encode("utf-8")

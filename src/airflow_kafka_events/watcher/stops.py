@@ -147,10 +147,8 @@ class WatcherResumption:
 
 def resumption(stored: Mapping[str, Any] | None, mark: Mapping[str, Any] | None) -> WatcherResumption:
     """How to resume from the asset state store's ``stored`` state and the Kafka ``mark`` (decoded)."""
-    if stored is None:
-        return WatcherResumption(
-            None, clean=True
-        )  # a first start (or a cleared store): its mark is not about it
+    if stored is None:  # a first start (or a cleared store): its mark is not about it
+        return WatcherResumption(None, clean=True)
     if mark is not None and mark.get("run") == stored.get("run"):
         fired = mark.get(IN_DOUBT_FIRED)
         return WatcherResumption(

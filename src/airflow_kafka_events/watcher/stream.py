@@ -268,11 +268,6 @@ class WatcherStream(SharedStreamProducer):
         record (which the watcher dead-letters)."""
         return not isinstance(decoded, AssetEventEnvelope) or self._select(decoded) is None
 
-    def _routing_keys(self) -> list[Hashable]:
-        if self.asset_uri is not None:
-            return [("uri", self._select_uri)]
-        return [("name", self.asset_name)]
-
     async def _open(self) -> tuple[Feed, PositionTracker]:
         PROCESS_LOAD.streams_open += 1
         self._counted = True
@@ -297,7 +292,7 @@ class WatcherStream(SharedStreamProducer):
             starts.update(await shared.start_offsets(missing))
             feed = await shared.subscribe(
                 starts,
-                keys=self._routing_keys(),
+                keys=[("uri", self._select_uri) if self.asset_uri is not None else ("name", self.asset_name)],
                 match=self._matches,
                 capacity=self.feed_capacity,
                 name=f"watcher-{self.asset_name or self.asset_uri}",

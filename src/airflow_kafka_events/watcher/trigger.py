@@ -41,47 +41,24 @@ What Airflow records
     run of its own (docs/airflow-versions.md).
 
 How it consumes
-    Each watcher has a stream (:class:`~airflow_kafka_events.watcher.stream.WatcherStream`, through
-    Airflow's shared-stream ack channel) and a position of its own in the watched asset's
-    ``asset_state_store``, moved past a record only once Airflow confirmed the asset events made from
-    it (or the record was dead-lettered).  The watchers of one triggerer that read the same topics
-    through the same connection share ONE reader that ``assign()``s every partition (no consumer
-    group: triggerers never split a topic) and decodes each record once; a watcher behind it reads on
-    its own until it has caught up (:mod:`airflow_kafka_events.watcher.stream`).
+    Each watcher has a stream and a position of its own, moved past a record only once Airflow
+    confirmed the asset events made from it (or the record was dead-lettered); the watchers of one
+    triggerer share one reader (:mod:`airflow_kafka_events.watcher.stream`).  After a triggerer
+    crash (``kill -9``) duplicates are bounded to about a second of events, nothing is lost; after
+    a graceful stop (SIGTERM) nothing fires twice.  Consumer DAGs should still be safe to re-run.
 
 What it does with each record
-    1. bytes that are not an asset event envelope (unknown framing, unknown schema, invalid
-       fields) are dead-lettered once (the watchers claim such a record in Kafka first, and the
-       first claimer writes it: :mod:`~airflow_kafka_events.watcher.dead_letter_claims`);
-    2. envelopes for another asset are skipped (matched on ``asset_uri`` and/or
-       ``asset_name``); with ``include_partitioned=False`` so are envelopes with a partition key
-       (leave those to a partition-aware bridge);
-    3. for its asset: signature check (``signing_conn_id``), allowlist (``allow``), causation
-       depth (``max_causation_depth``) -- any failure is dead-lettered with its reason and never
-       reaches Airflow;
-    4. repeats of an ``idempotency_key`` (or, without one, of an ``event_id``) already turned
-       into an asset event by this watcher are dropped;
-    5. everything else fires one ``TriggerEvent``.
-
-    The dead-letter record (:mod:`airflow_kafka_events.dead_letters.letter`) is the original record plus
-    ``x-reason`` / ``x-error-type`` / ``x-source-*`` headers; the watcher waits for the broker's
-    acknowledgement (retrying with backoff while the dead-letter topic is unreachable) and only
-    then rejects the record (``reject_shared_stream_event``), which lets the offset be committed.
-    Without ``dlq_topic`` refused records are logged and dropped.
-
-Deduplication window
-    Seen keys live in the watcher's memory (:class:`~airflow_kafka_events.assets.SeenKeys`,
-    at most ``dedupe_max_keys`` keys, each for ``dedupe_ttl`` seconds from its first sighting),
-    and the most recent 1,000 keys of events Airflow confirmed are stored with the position, so a
-    repeat published after a restart is dropped too.  After a triggerer crash (``kill -9``)
-    duplicates are bounded to about a second of events, nothing is lost; after a graceful stop
-    (SIGTERM) nothing fires twice (:mod:`~airflow_kafka_events.watcher.stream`).  Consumer DAGs
-    should still be safe to re-run.
-
-Undecodable records
-    Every watcher reading a topic sees its undecodable records; within one triggerer the first
-    to meet a record claims it in the process, across triggerers in Kafka
-    (:mod:`~airflow_kafka_events.watcher.dead_letter_claims`): the dead-letter topic gets one copy.
+    It runs the admission pipeline (:mod:`airflow_kafka_events.assets.admission`): records of
+    other assets (``asset_uri`` / ``asset_name``; with ``include_partitioned=False``, also those
+    with a partition key) are skipped; repeats of an ``idempotency_key`` (else ``event_id``) this
+    watcher fired are dropped (``dedupe_max_keys`` / ``dedupe_ttl`` in memory, and the most recent
+    1,000 stored with the position); everything else that passes fires one ``TriggerEvent``.
+    Refused records (undecodable, ``signing_conn_id``, ``allow``, ``max_causation_depth``, sizes)
+    are dead-lettered with their reason and never reach Airflow
+    (:mod:`~airflow_kafka_events.watcher.dead_letters`: an undecodable record reaches the
+    dead-letter topic once, over all watchers and triggerers); only once the broker acknowledged
+    the dead letter is the record rejected (``reject_shared_stream_event``), which lets the
+    position pass it.  Without ``dlq_topic`` refused records are logged and dropped.
 
 Feedback loops
     An operational DAG that emits to the asset that triggers it (directly or through other
@@ -166,10 +143,9 @@ def _keys_given_per_record() -> list[bytes]:
     raise RuntimeError("the watcher passes its signing keys with each record")
 
 
-def _check_arguments(
-    *, asset_uri: Any, asset_name: Any, max_causation_depth: Any, **optional_names: Any
-) -> None:
-    """The watcher's arguments, or :class:`ValidationError` naming the wrong one."""
+def _check_arguments(*, asset_uri: Any, asset_name: Any, **optional_names: Any) -> None:
+    """The watcher's asset and names, or :class:`ValidationError` naming the wrong one (the other
+    arguments are checked by :class:`AdmissionConfig`)."""
     if asset_uri is None and asset_name is None:
         raise ValidationError("KafkaAssetEventTrigger needs asset_uri and/or asset_name")
     for name, value in (("asset_uri", asset_uri), ("asset_name", asset_name)):
@@ -178,10 +154,6 @@ def _check_arguments(
     for name, value in optional_names.items():
         if value is not None and (not isinstance(value, str) or not value):
             raise ValidationError(f"{name} must be a non-empty str or None, got {value!r}")
-    if isinstance(max_causation_depth, bool) or not isinstance(max_causation_depth, int):
-        raise ValidationError(f"max_causation_depth must be an int >= 0, got {max_causation_depth!r}")
-    if max_causation_depth < 0:
-        raise ValidationError(f"max_causation_depth must be an int >= 0, got {max_causation_depth!r}")
 
 
 class KafkaAssetEventTrigger(WatcherDeadLetters, KafkaSharedStreamTrigger):
@@ -256,7 +228,6 @@ class KafkaAssetEventTrigger(WatcherDeadLetters, KafkaSharedStreamTrigger):
         _check_arguments(
             asset_uri=asset_uri,
             asset_name=asset_name,
-            max_causation_depth=max_causation_depth,
             kafka_config_id=kafka_config_id,
             group_id=group_id,
             dlq_topic=dlq_topic,

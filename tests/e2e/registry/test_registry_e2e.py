@@ -29,6 +29,7 @@ from airflow_kafka_events.watcher.stream import state_key
 from harness.airflow_runs import json_column
 from harness.airflow_stack import AirflowStack
 from harness.bridge_process import BridgeProcess
+from harness.kafka_records import high_watermark
 from harness.registry_records import confluent_serialized
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
@@ -68,14 +69,6 @@ def _raw_values(bootstrap: str, topic: str, count: int, timeout: float = 60) -> 
             if msg is not None and msg.error() is None:
                 found.append(msg.value())
         return found
-    finally:
-        consumer.close()
-
-
-def _end_of(bootstrap: str, topic: str) -> int:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"e2e-hw-{uuid.uuid4().hex[:8]}"})
-    try:
-        return int(consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=15)[1])
     finally:
         consumer.close()
 
@@ -133,7 +126,7 @@ def test_registry_framed_events_become_one_asset_event_each_through_the_watcher_
     bridge_topic = new_topic(partitions=1, prefix="e2e-registry-bridge")
     bridge_dlq = new_topic(partitions=1, prefix="e2e-registry-bridge-dlq")
     tag = uuid.uuid4().hex[:8]
-    watched_before, bridged_before = _end_of(kafka_bootstrap, watched_topic), 0
+    watched_before, bridged_before = high_watermark(kafka_bootstrap, watched_topic), 0
 
     # (a) confluent-kafka's AvroSerializer, as a service in another language writes
     source = EventSource(SourceKind.EXTERNAL, producer=PRODUCER)
@@ -187,7 +180,7 @@ def test_registry_framed_events_become_one_asset_event_each_through_the_watcher_
                 ("triggerer", "api-server"),
             )
         # both readers are past both records: nothing more can come of them
-        watched_end = _end_of(kafka_bootstrap, watched_topic)
+        watched_end = high_watermark(kafka_bootstrap, watched_topic)
         stack.wait_for(
             lambda: _watcher_position(stack, watched_topic) >= watched_end,
             90,
@@ -207,6 +200,6 @@ def test_registry_framed_events_become_one_asset_event_each_through_the_watcher_
     for asset, ids in expected.items():
         found = [event_id for event_id in _event_ids(stack, asset) if event_id in ids]
         assert sorted(found) == sorted(ids), (asset.uri, found)  # exactly one AssetEvent per record
-    assert _end_of(kafka_bootstrap, f"e2e.registry.dlq.{run}") == 0  # nothing dead-lettered
-    assert _end_of(kafka_bootstrap, bridge_dlq) == 0
+    assert high_watermark(kafka_bootstrap, f"e2e.registry.dlq.{run}") == 0  # nothing dead-lettered
+    assert high_watermark(kafka_bootstrap, bridge_dlq) == 0
     print(f"registry e2e: {time.monotonic() - started:.1f}s")

@@ -301,7 +301,7 @@ def test_the_watchers_reader_stops_with_a_typed_error_instead_of_spinning(secure
         try:
             with pytest.raises(KafkaAuthenticationError, match="SCRAM-SHA-512"):
                 while time.monotonic() - began < AUTH_WITHIN:
-                    await reader.poll(0.2)
+                    await reader.poll_batch(1, 0.2)
             return time.monotonic() - began
         finally:
             await reader.close()

@@ -156,14 +156,17 @@ def test_a_retry_after_a_deferral_resumes_at_the_checkpoint(new_topic):
     )
     with pytest.raises(RuntimeError, match="page 25 cannot be handled"):
         run_to_end(first, context, info.value)
-    assert effects == list(range(25))
+    # the batches before the failing one were handled and checkpointed; where that batch starts
+    # depends on how the pages arrived (a batch of at most max_events=5 is cut early at max_wait)
+    handled = len(effects)
+    assert 21 <= handled <= 25 and effects == list(range(handled)), effects
     saved = load_checkpoint(store, checkpoint_key(producer_stream), 0)
-    assert saved is not None and saved.next_sequence_index == 25
+    assert saved is not None and saved.next_sequence_index == handled
     producer.join(timeout=60)
     result, _ = run_to_end(
         consumer(topic, effects, max_events=5), make_context(run_id, "consume", store, try_number=2)
     )
-    assert effects == list(range(40)) and result["pages"] == 40 and result["pages_this_try"] == 15
+    assert effects == list(range(40)) and result["pages"] == 40 and result["pages_this_try"] == 40 - handled
 
 
 def test_the_trigger_runs_the_start_timeout_and_the_task_fails_with_stream_not_started(new_topic):

@@ -41,6 +41,7 @@ from airflow_kafka_events.kafka.producer import get_producer
 from airflow_kafka_events.kafka.settings import KafkaSettings
 from airflow_kafka_events.streams.consuming.reader import StreamReader
 from airflow_kafka_events.streams.descriptor import StreamDescriptor
+from harness.kafka_records import high_watermark
 from harness.registry_records import confluent_serialized
 from integration.bridge.fake_airflow import FakeAirflow
 from integration.bridge.test_bridge_kafka import committed, make_config, read_all, running, wait_until
@@ -78,15 +79,6 @@ def _raw_values(bootstrap: str, topic: str, partitions: int, count: int, timeout
             if msg is not None and msg.error() is None:
                 found.append(msg)
         return found
-    finally:
-        consumer.close()
-
-
-def high_watermark(bootstrap: str, topic: str) -> int:
-    """Records ever written to partition 0 of ``topic`` (a dead-letter topic: none means none)."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"wm-{uuid.uuid4().hex[:8]}"})
-    try:
-        return int(consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10, cached=False)[1])
     finally:
         consumer.close()
 

@@ -23,9 +23,9 @@ from airflow_kafka_events.kafka.producer import get_producer
 from airflow_kafka_events.kafka.settings import KafkaSettings
 from airflow_kafka_events.watcher import dead_letters as watcher_dead_letters
 from airflow_kafka_events.watcher.trigger import KafkaAssetEventTrigger
+from harness.kafka_records import high_watermark
 from harness.registry_records import confluent_serialized
 from integration.registry.tcp_relay import relay_to
-from integration.registry.test_registry_framing import high_watermark
 from integration.triggers.test_asset_watcher import Watchers, _read_all, _until, stores  # noqa: F401
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]

@@ -41,10 +41,10 @@ def test_an_authentication_failure_ends_the_reader_with_its_cause_and_fix():
         )
         await reader.open()
         try:
-            assert await reader.poll(0.05) is None  # unreachable alone: keep going, no raise
+            assert await reader.poll_batch(1, 0.05) == []  # unreachable alone: keep going, no raise
             reader.health.error_cb(KafkaError(KafkaError.SASL_AUTHENTICATION_FAILED, "bad s3cret"))
             with pytest.raises(KafkaOperationError) as raised:
-                await reader.poll(0.05)
+                await reader.poll_batch(1, 0.05)
             return str(raised.value)
         finally:
             await reader.close()

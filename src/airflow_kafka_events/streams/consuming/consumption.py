@@ -342,60 +342,37 @@ def drive_stream(
     if summary is None:
         summary = ConsumptionSummary.starting_at(trigger_run_id, topic, start)
     summary.idle = False
+    last: Any = None
     try:
-        return _drive(
-            reader, summary, handle_batch, handle_event, save, out, trigger_run_id, topic, is_idle, index
-        )
+        while not summary.finished:
+            try:
+                batch = reader.next_batch()
+            except (StreamNotStartedError, StreamGapError) as exc:
+                if is_idle is None or not is_idle(exc):
+                    raise
+                summary.idle = True
+                return summary, last
+            _note_batch(batch, summary, out)
+            events = page_events(batch.events)
+            if events:
+                started = time.monotonic()
+                if handle_batch is not None:
+                    last = handle_batch(events)
+                    summary.pages = events[-1].sequence_index + 1
+                    summary.pages_this_try += len(events)
+                else:
+                    assert handle_event is not None
+                    last = _hand_pages_one_by_one(reader, batch, events, handle_event, save, summary)
+                summary.batches_this_try += 1
+                _report_batch(topic, batch, len(events), time.monotonic() - started)
+            _acknowledge(reader, batch, save, out, trigger_run_id)
+            summary.finished = batch.finished
+            if index is not None:
+                index.checkpointed(batch.checkpoint)
+        return summary, last
     finally:
         if index is not None:
             index.close()
-
-
-def _drive(
-    reader: _Reader,
-    summary: ConsumptionSummary,
-    handle_batch: Callable[[list[StreamEvent]], Any] | None,
-    handle_event: Callable[[StreamEvent], Any] | None,
-    save: Callable[[Checkpoint], None] | None,
-    out: Any,
-    trigger_run_id: str,
-    topic: str,
-    is_idle: Callable[[StreamNotStartedError | StreamGapError], bool] | None,
-    index: ConsumerIndexWriter | None,
-) -> tuple[ConsumptionSummary, Any]:
-    last: Any = None
-    while not summary.finished:
-        try:
-            batch = reader.next_batch()
-        except (StreamNotStartedError, StreamGapError) as exc:
-            if is_idle is None or not is_idle(exc):
-                raise
-            summary.idle = True
-            return summary, last
-        _note_batch(batch, summary, out)
-        events = page_events(batch.events)
-        if events:
-            started = time.monotonic()
-            if handle_batch is not None:
-                last = handle_batch(events)
-                summary.pages = events[-1].sequence_index + 1
-                summary.pages_this_try += len(events)
-            else:
-                assert handle_event is not None
-                last = _hand_pages_one_by_one(reader, batch, events, handle_event, save, summary)
-            summary.batches_this_try += 1
-            _report_batch(topic, batch, len(events), time.monotonic() - started)
-        _acknowledge(reader, batch, save, out, trigger_run_id)
-        summary.finished = batch.finished
-        if index is not None:
-            position = batch.checkpoint
-            index.position(
-                attempt=position.attempt,
-                next_sequence_index=position.next_sequence_index,
-                offset=position.offset,
-                finished=position.finished,
-            )
-    return summary, last
 
 
 # ====================================================================== a finished stream
@@ -443,12 +420,7 @@ def read_stream(
         summary = ConsumptionSummary.starting_at(descriptor.trigger_run_id, descriptor.topic, start)
         out.info("stream %s: every page was handled already", descriptor.trigger_run_id)
         if index is not None:
-            index.position(
-                attempt=start.attempt,
-                next_sequence_index=start.next_sequence_index,
-                offset=start.offset,
-                finished=True,
-            )
+            index.checkpointed(start)
             index.close()
         return summary, None
     with open_reader(descriptor, start) as reader:

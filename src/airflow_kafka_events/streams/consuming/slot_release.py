@@ -33,7 +33,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -82,7 +82,7 @@ DEFAULT_RESCHEDULE_INTERVAL = 5.0
 #: Task state store key prefix of a :class:`RescheduleNote`.
 NOTE_KEY_PREFIX = "reschedule:"
 
-#: Producer task states in which it cannot have started (as ``StreamWaitTrigger`` counts them).
+#: Producer task states in which it cannot have started: the start clock stands still.
 _WAITING_PRODUCER_STATES = frozenset({None, "none", "scheduled"})
 
 
@@ -133,16 +133,11 @@ class WaitOptions:
     lookup_timeout: float = 30.0
 
     def __post_init__(self) -> None:
-        for flag in ("deferrable", "reschedule"):
+        flags = ("deferrable", "reschedule")
+        for flag in flags:
             if not isinstance(getattr(self, flag), bool):
                 raise ConfigurationError(f"{flag} must be True or False, got {getattr(self, flag)!r}")
-        for name in (
-            "reschedule_interval",
-            "idle_interval",
-            "resume_wait",
-            "state_poll_interval",
-            "lookup_timeout",
-        ):
+        for name in (f.name for f in fields(self) if f.name not in flags):  # the seconds
             object.__setattr__(self, name, positive_seconds(name, getattr(self, name)))
 
     @classmethod

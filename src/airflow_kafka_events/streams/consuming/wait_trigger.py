@@ -46,6 +46,7 @@ from airflow_kafka_events.errors import (
 )
 from airflow_kafka_events.kafka.client_executor import ClientExecutor
 from airflow_kafka_events.streams.checkpoint import Checkpoint
+from airflow_kafka_events.streams.consuming.slot_release import paused_start_deadline
 
 if TYPE_CHECKING:
     from airflow_kafka_events.streams.consuming.operator import StreamRef
@@ -53,14 +54,27 @@ if TYPE_CHECKING:
     from airflow_kafka_events.streams.consuming.slot_release import WaitOptions
 
 __all__ = [
-    "WAITING_PRODUCER_STATES",
     "StreamWaitTrigger",
     "producer_state_key",
     "wait_event_error",
 ]
 
-#: Producer task states in which it cannot have started: the start clock stands still.
-WAITING_PRODUCER_STATES = frozenset({None, "none", "scheduled"})
+#: The keyword arguments of :class:`StreamWaitTrigger` (each kept as the attribute of its name).
+_KWARGS = (
+    "topic",
+    "trigger_run_id",
+    "kafka_config_id",
+    "checkpoint",
+    "max_events",
+    "resume_wait",
+    "start_timeout",
+    "start_deadline",
+    "gap_timeout",
+    "gap_deadline",
+    "producer",
+    "poll_timeout",
+    "state_poll_interval",
+)
 
 #: Seconds of one :meth:`StreamReader.fill` slice (the longest a cancelled wait keeps its thread).
 FILL_SLICE = 1.0
@@ -185,24 +199,9 @@ class StreamWaitTrigger(BaseTrigger):
         )
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
-        return (
-            f"{type(self).__module__}.{type(self).__qualname__}",
-            {
-                "topic": self.topic,
-                "trigger_run_id": self.trigger_run_id,
-                "kafka_config_id": self.kafka_config_id,
-                "checkpoint": self.checkpoint,
-                "max_events": self.max_events,
-                "resume_wait": self.resume_wait,
-                "start_timeout": self.start_timeout,
-                "start_deadline": self.start_deadline,
-                "gap_timeout": self.gap_timeout,
-                "gap_deadline": self.gap_deadline,
-                "producer": self.producer,
-                "poll_timeout": self.poll_timeout,
-                "state_poll_interval": self.state_poll_interval,
-            },
-        )
+        return f"{type(self).__module__}.{type(self).__qualname__}", {
+            name: getattr(self, name) for name in _KWARGS
+        }
 
     # ------------------------------------------------------------------ seams
     def _open_reader(self) -> Any:
@@ -318,11 +317,10 @@ class StreamWaitTrigger(BaseTrigger):
     async def _pause_start_clock(self, start_deadline: float, now: float) -> float:
         """The start deadline, moved by the time since the last look if the producer could not start."""
         known, state = await self.producer_state()
-        last = getattr(self, "_last_state_look", None)
-        self._last_state_look = now
-        if known and state in WAITING_PRODUCER_STATES and last is not None:
-            return start_deadline + (now - last)
-        return start_deadline
+        last, self._last_state_look = getattr(self, "_last_state_look", None), now
+        return paused_start_deadline(
+            start_deadline, producer_state=state, known=known, last_look=last, now=now
+        )
 
     def _ready_payload(self, reason: str, tracker: Any, start_deadline: float) -> dict[str, Any]:
         self.log.info(

@@ -37,6 +37,7 @@ from airflow_kafka_events.streams.index.record import (
 
 if TYPE_CHECKING:
     from airflow_kafka_events.kafka.delivery import DeliveryFuture
+    from airflow_kafka_events.streams.checkpoint import Checkpoint
 
 __all__ = [
     "INDEX_ROLE",
@@ -79,14 +80,7 @@ class _Sender:
         self.failures += 1
         if getattr(exc, "code", None) in _MISSING:
             if self.stopped is None:
-                self.stopped = str(exc)
-                self.log.warning(
-                    "%s: the stream index topic %r does not exist; the index is not written (fix: create it "
-                    "with `airflow-kafka-events topics ensure`, [kafka_events] stream_index_topic): %s",
-                    self.what,
-                    self.topic,
-                    exc,
-                )
+                self._stop(str(exc), f": {exc}")
             return
         (self.log.warning if self.failures == 1 else self.log.debug)(
             "%s: writing its stream index record to %r failed (the stream itself is not affected): %s",
@@ -101,14 +95,19 @@ class _Sender:
         has = getattr(self.producer, "has_topic", None)
         if has is None or has(self.topic, timeout) is not False:
             return True  # unknown: the writes say
-        self.stopped = "missing"
+        self._stop("missing", "")
+        return False
+
+    def _stop(self, cause: str, detail: str) -> None:
+        """Stop writing: the index topic is missing (one warning with the fix)."""
+        self.stopped = cause
         self.log.warning(
             "%s: the stream index topic %r does not exist; the index is not written (fix: create it with "
-            "`airflow-kafka-events topics ensure`, [kafka_events] stream_index_topic)",
+            "`airflow-kafka-events topics ensure`, [kafka_events] stream_index_topic)%s",
             self.what,
             self.topic,
+            detail,
         )
-        return False
 
     def send(self, key: bytes, value: bytes) -> None:
         if self.stopped is not None:
@@ -282,6 +281,15 @@ class ConsumerIndexWriter:
         self.record = replace(self.record, positions_over_time=sampled(samples, now, next_sequence_index))
         self._written_at, self._written_position = now, next_sequence_index
         self.sender.send(self.key, encode_record(self.record))
+
+    def checkpointed(self, checkpoint: Checkpoint) -> None:
+        """The consumer acknowledged ``checkpoint``: :meth:`position` at it."""
+        self.position(
+            attempt=checkpoint.attempt,
+            next_sequence_index=checkpoint.next_sequence_index,
+            offset=checkpoint.offset,
+            finished=checkpoint.finished,
+        )
 
     def close(self, timeout: float = INDEX_WRITE_TIMEOUT) -> bool:
         """Write the latest position if it was not, then wait for it (at most ``timeout``)."""

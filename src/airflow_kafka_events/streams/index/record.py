@@ -94,9 +94,11 @@ def _int(data: Mapping[str, Any], name: str, *, low: int = 0, default: int | Non
     return value
 
 
-def _time(data: Mapping[str, Any], name: str) -> float | None:
+def _time(data: Mapping[str, Any], name: str, *, required: bool = False) -> float | None:
     value = data.get(name)
     if value is None:
+        if required:
+            raise ValidationError(f"index record field {name!r} is missing")
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise ValidationError(f"index record field {name!r} must be epoch seconds, got {value!r}")
@@ -188,9 +190,7 @@ class StreamRecord:
         status = data.get("status")
         if status not in STATUSES:
             raise ValidationError(f"index record field 'status' must be one of {STATUSES}, got {status!r}")
-        updated = _time(data, "updated_at")
-        if updated is None:
-            raise ValidationError("index record field 'updated_at' is missing")
+        updated = _time(data, "updated_at", required=True) or 0.0
         return cls(
             stream_id=_str(data, "stream_id", required=True) or "",
             topic=_str(data, "topic", required=True) or "",
@@ -248,9 +248,7 @@ class ConsumerRecord:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> ConsumerRecord:
-        updated = _time(data, "updated_at")
-        if updated is None:
-            raise ValidationError("index record field 'updated_at' is missing")
+        updated = _time(data, "updated_at", required=True) or 0.0
         finished = data.get("finished", False)
         if not isinstance(finished, bool):
             raise ValidationError(f"index record field 'finished' must be a bool, got {finished!r}")

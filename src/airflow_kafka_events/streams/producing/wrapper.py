@@ -290,9 +290,5 @@ class StreamingWrapperTrigger(StreamingTrigger):
             await self._wrapped.on_kill()
 
 
-class _Exhausted:
-    def __repr__(self) -> str:
-        return "<exhausted>"
-
-
-_EXHAUSTED: Any = _Exhausted()
+#: What :meth:`StreamingWrapperTrigger._next_event` returns once the wrapped trigger is exhausted.
+_EXHAUSTED: Any = object()

@@ -52,11 +52,6 @@ def _rate(record: StreamRecord) -> float | None:
     return round((p1 - p0) / (t1 - t0), 3) if t1 > t0 and p1 > p0 else None
 
 
-def _parts(record: StreamRecord) -> dict[str, Any]:
-    """The stream's DAG, run, task and map index (see :attr:`StreamRecord.key_parts`)."""
-    return dict(zip(("dag_id", "run_id", "task_id", "map_index"), record.key_parts, strict=True))
-
-
 def last_activity(record: StreamRecord) -> float:
     """When the stream last wrote (its latest page, else its latest record): the listing's order."""
     return record.last_page_at if record.last_page_at is not None else record.updated_at
@@ -68,7 +63,8 @@ def state_of(record: StreamRecord) -> str:
 
 
 def _summary(record: StreamRecord) -> StreamOverview:
-    parts = _parts(record)
+    names = ("dag_id", "run_id", "task_id", "map_index")
+    parts: dict[str, Any] = dict(zip(names, record.key_parts, strict=True))  # see StreamRecord.key_parts
     return StreamOverview(
         record.stream_id,
         **parts,

@@ -17,7 +17,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
@@ -60,7 +60,7 @@ class SkippedRecord:
     reason: str
 
     def to_dict(self) -> dict[str, Any]:
-        return {"key": self.key, "reason": self.reason}
+        return asdict(self)
 
 
 @dataclass

@@ -170,7 +170,12 @@ class TopicReader:
             except KafkaException as exc:
                 err = _kafka_error(exc)
                 if err is not None and err.code() in _UNKNOWN_TOPIC:
-                    raise self._no_topic(err) from exc
+                    raise TopicNotFoundError(
+                        f"topic {self.topic!r} does not exist at {self.servers} (or this client may not see "
+                        "it); fix: create the topics with `airflow-kafka-events topics ensure`, or name the "
+                        "right topic (--topic)",
+                        kafka_error=err,
+                    ) from exc
                 if err is None or not (err.retriable() or err.code() in _TRANSIENT):
                     self._serve_callbacks()
                     self._raise_if_refused()
@@ -196,13 +201,6 @@ class TopicReader:
                 self.consumer.poll(0)
         except KafkaException:  # what it reports is in the health already
             pass
-
-    def _no_topic(self, err: KafkaError | None = None) -> TopicNotFoundError:
-        return TopicNotFoundError(
-            f"topic {self.topic!r} does not exist at {self.servers} (or this client may not see it); fix: "
-            "create the topics with `airflow-kafka-events topics ensure`, or name the right topic (--topic)",
-            kafka_error=err,
-        )
 
     # ------------------------------------------------------------------ metadata
     def partitions(self) -> list[int]:
@@ -382,11 +380,8 @@ def scan(
 
 def message_headers(msg: Message) -> list[tuple[str, bytes | None]]:
     """A record's headers as a list of ``(name, value)``."""
-    headers: list[tuple[str, bytes | None]] = []
-    for header in msg.headers() or []:
-        value = header[1]
-        headers.append((str(header[0]), value.encode("utf-8") if isinstance(value, str) else value))
-    return headers
+    pairs = [(str(header[0]), header[1]) for header in msg.headers() or []]
+    return [(name, value.encode("utf-8") if isinstance(value, str) else value) for name, value in pairs]
 
 
 def message_timestamp_ms(msg: Message) -> int | None:

@@ -21,6 +21,7 @@ from airflow_kafka_events.envelopes.model import TriggerEventEnvelope
 from airflow_kafka_events.errors import EnvelopeDecodeError, ValidationError
 from airflow_kafka_events.streams.descriptor import parse_stream_id
 from airflow_kafka_events.streams.progress import metadata_generation
+from airflow_kafka_events.ui.inspection.listing import record_dict
 from airflow_kafka_events.ui.inspection.redact import preview, redact_text
 
 __all__ = [
@@ -72,25 +73,7 @@ class StreamOverview:
         )
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "trigger_run_id": self.trigger_run_id,
-            "dag_id": self.dag_id,
-            "run_id": self.run_id,
-            "task_id": self.task_id,
-            "map_index": self.map_index,
-            "attempt": self.attempt,
-            "generation": self.generation,
-            "pages": self.pages,
-            "last_sequence": self.last_sequence,
-            "state": self.state,
-            "error": self.error,
-            "first_at": iso(self.first_at),
-            "last_at": iso(self.last_at),
-            "pages_per_second": self.pages_per_second,
-            "topic": self.topic,
-            "partition": self.partition,
-            "last_offset": self.last_offset,
-        }
+        return record_dict(self)
 
 
 @dataclass(frozen=True)
@@ -123,16 +106,7 @@ class PageInfo:
         )
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "offset": self.offset,
-            "attempt": self.attempt,
-            "sequence_index": self.sequence_index,
-            "is_last": self.is_last,
-            "emitted_at": iso(self.emitted_at),
-            "record_bytes": self.record_bytes,
-            "error": self.error,
-            "payload_preview": self.payload_preview,
-        }
+        return record_dict(self)
 
 
 @dataclass

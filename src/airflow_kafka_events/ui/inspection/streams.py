@@ -294,6 +294,14 @@ def _looked_up(
     return _Span(location.partition, start, latest.offset + 1, latest.attempt, location.low, location.high)
 
 
+def _envelope_of(
+    msg: Message, key: bytes, trigger_run_id: str, codec: EnvelopeCodec[TriggerEventEnvelope]
+) -> TriggerEventEnvelope | None:
+    """The stream's envelope in ``msg`` (``None``: another key's record, or not an envelope of it)."""
+    envelope = decode_envelope(msg, codec) if msg.key() == key else None
+    return None if envelope is None or envelope.trigger_run_id != trigger_run_id else envelope
+
+
 def _hinted(
     reader: TopicReader, trigger_run_id: str, partition: int, last_offset: int, window: ScanWindow
 ) -> _Span | None:
@@ -311,8 +319,8 @@ def _hinted(
     best: tuple[int, int, TriggerEventEnvelope] | None = None
     for msg in reader.read(partition, last_offset, min(high, last_offset + 1 + window.max_records)):
         offset = int(msg.offset() or 0)
-        envelope = decode_envelope(msg, reader.codecs.trigger) if msg.key() == key else None
-        if envelope is None or envelope.trigger_run_id != trigger_run_id:
+        envelope = _envelope_of(msg, key, trigger_run_id, reader.codecs.trigger)
+        if envelope is None:
             if offset == last_offset:
                 return None  # the hint names another record: not this stream's
             continue
@@ -336,11 +344,22 @@ _FIX_MISSED = (
 )
 
 
-def _envelope_of(
-    msg: Message, key: bytes, trigger_run_id: str, codec: EnvelopeCodec[TriggerEventEnvelope]
-) -> TriggerEventEnvelope | None:
-    envelope = decode_envelope(msg, codec) if msg.key() == key else None
-    return None if envelope is None or envelope.trigger_run_id != trigger_run_id else envelope
+def _attempt_pages(
+    reader: TopicReader, trigger_run_id: str, partition: int, start: int, end: int, attempt: int
+) -> tuple[StreamState, list[PageInfo], int]:
+    """The envelopes of ``attempt`` at offsets ``start`` .. ``end - 1``: their state, pages, and the
+    records read (other keys' and earlier attempts' among them)."""
+    key = trigger_run_id.encode("utf-8")
+    stream = StreamState(trigger_run_id, reader.topic, partition)
+    pages: list[PageInfo] = []
+    scanned = 0
+    for msg in reader.read(partition, start, end):
+        scanned += 1
+        envelope = _envelope_of(msg, key, trigger_run_id, reader.codecs.trigger)
+        if envelope is not None and envelope.attempt == attempt:
+            stream.add(envelope, int(msg.offset() or 0))
+            pages.append(PageInfo.of(envelope, msg))
+    return stream, pages, scanned
 
 
 def _not_found_in(trigger_run_id: str, location: StreamLocation, written: WrittenSpan) -> StreamNotFoundError:
@@ -382,17 +401,11 @@ def _in_span(
     first, end = latest.first_offset, latest.offset + 1
     start = first if first is not None and location.low <= first <= latest.offset else location.scan_start
     stop = min(end, start + window.max_records)
-    key = trigger_run_id.encode("utf-8")
-    stream = StreamState(trigger_run_id, reader.topic, location.partition)
-    pages: list[PageInfo] = []
-    scanned = 0
-    for msg in reader.read(location.partition, start, stop):
-        scanned += 1
-        envelope = _envelope_of(msg, key, trigger_run_id, reader.codecs.trigger)
-        if envelope is not None and envelope.attempt == latest.attempt:
-            stream.add(envelope, int(msg.offset() or 0))
-            pages.append(PageInfo.of(envelope, msg))
+    stream, pages, scanned = _attempt_pages(
+        reader, trigger_run_id, location.partition, start, stop, latest.attempt
+    )
     if stop < end:  # truncated: the state is the latest envelope's, not the last one read
+        key = trigger_run_id.encode("utf-8")
         for msg in reader.read(location.partition, latest.offset, end):
             envelope = _envelope_of(msg, key, trigger_run_id, reader.codecs.trigger)
             if envelope is not None:
@@ -417,17 +430,9 @@ def _read_attempt(
 ) -> StreamDetail:
     """The envelopes of ``span``'s attempt (the newest ``window.max_records`` offsets of it)."""
     first = max(span.start, span.end - window.max_records)
-    stream = StreamState(trigger_run_id, reader.topic, span.partition)
-    pages: list[PageInfo] = []
-    scanned = 0
-    key = trigger_run_id.encode("utf-8")
-    for msg in reader.read(span.partition, first, span.end):
-        scanned += 1
-        envelope = decode_envelope(msg, reader.codecs.trigger) if msg.key() == key else None
-        if envelope is None or envelope.trigger_run_id != trigger_run_id or envelope.attempt != span.attempt:
-            continue  # not this stream's, or an earlier attempt
-        stream.add(envelope, int(msg.offset() or 0))
-        pages.append(PageInfo.of(envelope, msg))
+    stream, pages, scanned = _attempt_pages(
+        reader, trigger_run_id, span.partition, first, span.end, span.attempt
+    )
     part = PartitionWindow(span.partition, first, span.end, scanned, first > span.start, span.low, span.high)
     return StreamDetail(
         stream.summary(), pages, ScannedWindow(reader.topic, window, (part,)), found_by=found_by
@@ -517,10 +522,8 @@ def tail_stream(
             start = latest.offset
         end = 2**62 if follow else location.high
         for msg in reader.read(partition, start, max(end, start + 1), follow=follow):
-            if msg.key() != key:
-                continue
-            envelope = decode_envelope(msg, reader.codecs.trigger)
-            if envelope is None or envelope.trigger_run_id != trigger_run_id:
+            envelope = _envelope_of(msg, key, trigger_run_id, reader.codecs.trigger)
+            if envelope is None:
                 continue
             yield PageInfo.of(envelope, msg)
             if follow and envelope.is_last:

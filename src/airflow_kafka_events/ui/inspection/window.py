@@ -17,7 +17,7 @@ This module imports no Airflow module.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from typing import Any
 
@@ -136,17 +136,7 @@ class PartitionWindow:
             )
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "partition": self.partition,
-            "start_offset": self.start_offset,
-            "end_offset": self.end_offset,
-            "records_scanned": self.records_scanned,
-            "truncated": self.truncated,
-            "low": self.low,
-            "high": self.high,
-            "kept": self.kept,
-            "unread_end": self.unread_end,
-        }
+        return asdict(self)
 
 
 @dataclass(frozen=True)

@@ -90,11 +90,7 @@ class PageRequest:
 
     def stream_index(self) -> IndexCache:
         """The app's stream index cache (one per app: a page reads only the index records new since)."""
-        state = self.request.app.state
-        cache = getattr(state, "stream_index", None)
-        if cache is None:
-            cache = state.stream_index = IndexCache()
-        return cast(IndexCache, cache)
+        return cast(IndexCache, self.request.app.state.stream_index)  # set by create_app
 
     def answer(self, payload: Any) -> Response:
         """``payload`` as JSON, the secrets of the view's connection masked."""

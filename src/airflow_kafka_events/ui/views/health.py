@@ -17,9 +17,10 @@ metadata-DB queries.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import datetime, timedelta, timezone
-from typing import Any
+from typing import Any, TypeVar
 
 from airflow.api_fastapi.common.db.common import SessionDep
 from fastapi import APIRouter
@@ -39,8 +40,15 @@ __all__ = [
 router = APIRouter()
 
 
-def _error(exc: AirflowKafkaEventsError) -> str:
-    return f"{type(exc).__name__}: {exc}"
+T = TypeVar("T")
+
+
+def _or_error(call: Callable[[], T]) -> T | str:
+    """``call()``, or the text of the package error it raised (each part of the page names its own)."""
+    try:
+        return call()
+    except AirflowKafkaEventsError as exc:
+        return f"{type(exc).__name__}: {exc}"
 
 
 class _Ends:
@@ -53,10 +61,7 @@ class _Ends:
     def of(self, topic: str) -> dict[int, int] | str:
         """``{partition: end}``, or the error text when they cannot be read."""
         if topic not in self._ends:
-            try:
-                self._ends[topic] = end_offsets(self._page.config(), topic)
-            except AirflowKafkaEventsError as exc:
-                self._ends[topic] = _error(exc)
+            self._ends[topic] = _or_error(lambda: end_offsets(self._page.config(), topic))
         return self._ends[topic]
 
 
@@ -103,17 +108,9 @@ _Group = tuple[dict[int, int | None] | str, tuple[str, int] | str]
 
 def _read_group(page: PageRequest, group_id: str) -> _Group:
     """What the group committed on the asset events topic, and its ``(state, members)`` now."""
-    try:
-        committed: dict[int, int | None] | str = committed_offsets(
-            page.config(), group_id, page.settings.asset_events_topic
-        )
-    except AirflowKafkaEventsError as exc:
-        committed = _error(exc)
-    try:
-        members: tuple[str, int] | str = group_members(page.config(), group_id)
-    except AirflowKafkaEventsError as exc:
-        members = _error(exc)
-    return committed, members
+    topic = page.settings.asset_events_topic
+    committed = _or_error(lambda: committed_offsets(page.config(), group_id, topic))
+    return committed, _or_error(lambda: group_members(page.config(), group_id))
 
 
 def _bridge_row(page: PageRequest, group_id: str, group: _Group, ends: _Ends) -> dict[str, Any]:
@@ -129,13 +126,9 @@ def _bridge_row(page: PageRequest, group_id: str, group: _Group, ends: _Ends) ->
 
 def _stream_listing(page: PageRequest) -> tuple[StreamListing | None, str | None]:
     # the watchers and bridges are shown even when the index cannot be read (e.g. not created)
-    try:
-        filters = StreamFilter(state="running")
-        return list_streams(
-            page.config(), page.settings.stream_index_topic, filters=filters, cache=page.stream_index()
-        ), None
-    except AirflowKafkaEventsError as exc:
-        return None, _error(exc)
+    filters, topic = StreamFilter(state="running"), page.settings.stream_index_topic
+    found = _or_error(lambda: list_streams(page.config(), topic, filters=filters, cache=page.stream_index()))
+    return (None, found) if isinstance(found, str) else (found, None)
 
 
 @router.get("/api/health")

@@ -62,10 +62,15 @@ SPAN_BEFORE = timedelta(minutes=1)
 SPAN_AFTER = timedelta(minutes=5)
 
 
+#: What a consumer's row shows of its checkpoint (``None`` each without one).
+_CHECKPOINT_FIELDS = ("attempt", "next_sequence_index", "offset", "finished")
+
+
 def _consumer_rows(
     checkpoints: list[ConsumerCheckpoint], summaries: dict[str, StreamOverview]
 ) -> list[dict[str, Any]]:
-    """Consumers known only from the task state store (none in the index): their checkpoints."""
+    """Consumers known only from the task state store (none in the index): their checkpoints, with
+    their lag behind the stream they read when ``summaries`` has it."""
     rows = []
     for cp in checkpoints:
         summary = summaries.get(cp.trigger_run_id)
@@ -78,10 +83,7 @@ def _consumer_rows(
                 "task_id": cp.task_id,
                 "map_index": cp.map_index,
                 "generation": cp.generation,
-                "attempt": None if cp.checkpoint is None else cp.checkpoint.attempt,
-                "next_sequence_index": None if cp.checkpoint is None else cp.checkpoint.next_sequence_index,
-                "offset": None if cp.checkpoint is None else cp.checkpoint.offset,
-                "finished": None if cp.checkpoint is None else cp.checkpoint.finished,
+                **{name: getattr(cp.checkpoint, name, None) for name in _CHECKPOINT_FIELDS},
                 "pages_handled": cp.pages,
                 "lag_pages": lag,
                 "updated_at": cp.updated_at,
@@ -91,6 +93,17 @@ def _consumer_rows(
     return rows
 
 
+def _indexed_summaries(
+    listing: StreamListing, checkpoints: list[ConsumerCheckpoint]
+) -> dict[str, StreamOverview]:
+    """The summaries of the streams ``checkpoints`` read that are in the index (matched or not)."""
+    return {
+        cp.trigger_run_id: read.summary
+        for cp in checkpoints
+        if (read := listing.stream(cp.trigger_run_id)) is not None
+    }
+
+
 def _map_index(value: str | None) -> int | None:
     """A map index from the query; the UI leaves ``{MAP_INDEX}`` unreplaced for an unmapped task."""
     try:
@@ -98,12 +111,6 @@ def _map_index(value: str | None) -> int | None:
     except ValueError:
         return None
     return number if number is None or number >= -1 else None
-
-
-def _listing(page: PageRequest, filters: StreamFilter) -> StreamListing:
-    return list_streams(
-        page.config(), page.settings.stream_index_topic, filters=filters, cache=page.stream_index()
-    )
 
 
 @router.get("/api/streams")
@@ -122,12 +129,11 @@ def streams_page(
     dag_id, run_id, task_id, state = dag_id or None, run_id or None, task_id or None, state or None
     try:
         filters = StreamFilter(dag_id, run_id, task_id, index, state)
-        listing = _listing(page, filters)
+        listing = list_streams(
+            page.config(), page.settings.stream_index_topic, filters=filters, cache=page.stream_index()
+        )
     except AirflowKafkaEventsError as exc:
         return page.failed(exc)
-    matched = listing.matched
-    streams = listing.rows(offset, page.limit)  # newest activity first
-    consumers = {s.trigger_run_id: s.consumer_rows() for s in streams}
     task_tab = bool(dag_id and run_id and task_id)
     own_stream = None
     read_by_task: list[dict[str, Any]] = []
@@ -137,25 +143,18 @@ def streams_page(
         own_stream = None if own_id is None else listing.stream(own_id)
         for record in consumers_of_task(listing.consumers, dag_id, run_id, task_id, index):
             read_by_task.append(consumer_row(record, listing.records.get(record.stream_id)))
-    known = {
-        row["trigger_run_id"]: read.summary
-        for row in read_by_task
-        if (read := listing.stream(row["trigger_run_id"])) is not None
-    }
     if task_tab and not read_by_task:  # consumers that wrote no index record: their checkpoints
         stored = consumer_checkpoints(session, dag_id=dag_id, run_id=run_id, task_id=task_id, map_index=index)
-        read_by_task = _consumer_rows(stored, known)
+        read_by_task = _consumer_rows(stored, _indexed_summaries(listing, stored))
     payload = {
-        "streams": [{**s.to_dict(), "consumers": consumers[s.trigger_run_id]} for s in streams],
+        **listing.to_dict(offset, page.limit),  # its streams (newest activity first), matched, index
         "task_instance_stream": None if own_stream is None else own_stream.trigger_run_id,
         "read_by_task_instance": read_by_task,
         "window": None,
         "window_text": listing.describe(),
         "undecodable": len(listing.skipped),
-        "matched": len(matched),
         "offset": offset,
         "limit": page.limit,
-        "index": listing.index_dict(),
     }
     return page.answer(payload)
 
