@@ -2,14 +2,18 @@
 
 One broker and one Airflow deployment (api-server, scheduler with the LocalExecutor, triggerer,
 dag-processor on SQLite; ``tests/harness/airflow_stack.py``) are started once, with
-``benchmarks/dags`` as the DAGs folder.  Then the two DAGs of ``benchmarks/dags/bench_paging.py``
-run alternately, ``--runs`` times each, over the same paginated source (``--pages`` pages,
-``--delay`` seconds of simulated latency each):
+``benchmarks/dags`` as the DAGs folder.  Then the DAGs of ``benchmarks/dags/bench_paging.py`` (those
+``--variants`` names) run alternately, ``--runs`` times each, over the same paginated source
+(``--pages`` pages, ``--delay`` seconds of simulated latency each):
 
 * ``classic``: the task defers to a one-page trigger, resumes on a worker with the page, handles
   it and defers again for the next page (one defer/resume cycle per page);
 * ``streaming``: the task defers ONCE to ``CountingPagesTrigger``, which writes every page to
-  Kafka; the task resumes once and reads the pages back in batches.
+  Kafka; the task resumes once and reads the pages back in batches;
+* ``floor``: the task defers once to a trigger that fires at once and resumes: one defer/resume
+  cycle alone.  The streaming variant's floor is its median wall + ``pages`` x ``delay``; the run
+  reports streaming / floor, and each streaming and floor run's phases
+  (``benchmarks/deferral_phases.py``).
 
 Per run: the number of ``deferred`` state changes of the task (metadata ``log`` table), the wall
 time of the DAG run (``queued_at`` -> ``end_date`` from the REST API, and the benchmark's own clock
@@ -38,15 +42,21 @@ from typing import Any
 
 from confluent_kafka.admin import AdminClient
 
-from airflow_kafka_events.kafka import KafkaSettings, TopicSpec, ensure_topics
+from airflow_kafka_events.kafka import KafkaSettings
+from airflow_kafka_events.kafka.topic_plan import TopicSettings, configured_topics, ensure_configured_topics
 from airflow_kafka_events.local_broker import LocalKafkaBroker
 from airflow_kafka_events.streams.producing.trigger import DEFAULT_TOPIC
 from benchmarks.asset_event_e2e_latency import write_results
+from benchmarks.deferral_phases import median_phases, phases, run_moments
 
 REPO = Path(__file__).resolve().parents[1]
 DAGS_FOLDER = Path(__file__).resolve().parent / "dags"
 TASK_ID = "fetch_pages"
-VARIANTS = {"classic": "bench_classic_paging", "streaming": "bench_streaming_paging"}
+VARIANTS = {
+    "classic": "bench_classic_paging",
+    "streaming": "bench_streaming_paging",
+    "floor": "bench_defer_floor",
+}
 
 
 def say(msg: str) -> None:
@@ -100,7 +110,10 @@ def airflow_environment(
             say(f"[broker]  local Kafka {status.version} at {bootstrap} (pid {broker_pid})")
         settings = KafkaSettings({"bootstrap.servers": bootstrap})
         admin = AdminClient(settings.admin_config())
-        ensure_topics(admin, [TopicSpec(DEFAULT_TOPIC, partitions=3)])
+        # every topic the (default) configuration names, as `airflow-kafka-events topics ensure` makes
+        # them: without the stream index topic each streaming task would report it missing
+        wanted = configured_topics(environ={"AIRFLOW_HOME": str(scratch / "airflow")})
+        ensure_configured_topics(admin, wanted, TopicSettings(partitions=3))
         del admin
         conn = {"conn_type": "kafka", "extra": {"bootstrap.servers": bootstrap}}
         stack = AirflowStack(
@@ -145,6 +158,8 @@ class RunResult:
     wall_api_s: float | None  # queued_at -> end_date
     wall_clock_s: float  # trigger + wait, the benchmark's own clock
     loadavg_end: list[float]
+    #: seconds between the run's moments (benchmarks/deferral_phases.py); not for classic runs
+    phases: dict[str, float] = field(default_factory=dict)
 
 
 def _seconds(start: str | None, end: str | None) -> float | None:
@@ -157,6 +172,8 @@ def _seconds(start: str | None, end: str | None) -> float | None:
 def run_once(env: Environment, variant: str, pages: int, delay: float, timeout: float) -> RunResult:
     stack = env.stack
     dag_id = VARIANTS[variant]
+    if variant == "floor":  # one page that is there at once: the defer/resume cycle alone
+        pages, delay = 1, 0.0
     t0 = time.monotonic()
     run_id = stack.trigger_dag(dag_id, conf={"pages": pages, "delay": delay})
     try:
@@ -181,6 +198,10 @@ def run_once(env: Environment, variant: str, pages: int, delay: float, timeout: 
         with contextlib.suppress(Exception):
             pages_handled = int(stack.xcom(dag_id, run_id, TASK_ID)["pages"])
     tries = len(stack.task_instance_tries(dag_id, run_id, TASK_ID))
+    spans: dict[str, float] = {}
+    if variant != "classic" and state == "success":
+        with contextlib.suppress(Exception):  # a moment that cannot be read leaves the phases out
+            spans = phases(run_moments(stack, dag_id, run_id, TASK_ID, env.bootstrap, DEFAULT_TOPIC))
     return RunResult(
         variant=variant,
         dag_id=dag_id,
@@ -194,6 +215,7 @@ def run_once(env: Environment, variant: str, pages: int, delay: float, timeout: 
         wall_api_s=_seconds(run.get("queued_at"), run.get("end_date")),
         wall_clock_s=round(wall_clock, 3),
         loadavg_end=loadavg(),
+        phases=spans,
     )
 
 
@@ -203,11 +225,12 @@ def _median(values: Iterable[float | None]) -> float | None:
     return statistics.median(present) if present else None
 
 
-def summarize(results: list[RunResult], pages: int) -> dict[str, dict[str, Any]]:
+def summarize(results: list[RunResult], pages: int, delay: float) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     for variant in VARIANTS:
         mine = [r for r in results if r.variant == variant]
-        ok = [r for r in mine if r.state == "success" and r.pages_handled == pages]
+        expected = 1 if variant == "floor" else pages
+        ok = [r for r in mine if r.state == "success" and r.pages_handled == expected]
         out[variant] = {
             "runs": len(mine),
             "succeeded": len(ok),
@@ -220,10 +243,16 @@ def summarize(results: list[RunResult], pages: int) -> dict[str, dict[str, Any]]
             "median_wall_clock_s": _median(r.wall_clock_s for r in ok),
             "wall_api_s_ok": [r.wall_api_s for r in ok],
             "wall_clock_s_ok": [r.wall_clock_s for r in ok],
+            "median_phases_s": median_phases([r.phases for r in ok if r.phases]),
         }
     classic, streaming = out["classic"]["median_wall_api_s"], out["streaming"]["median_wall_api_s"]
-    ratio = classic / streaming if classic and streaming else None
-    out["ratio"] = {"classic_over_streaming_median_wall_api": ratio}
+    cycle = out["floor"]["median_wall_api_s"]
+    floor = None if cycle is None else cycle + pages * delay
+    out["ratio"] = {
+        "classic_over_streaming_median_wall_api": classic / streaming if classic and streaming else None,
+        "floor_s": floor,
+        "streaming_over_floor": streaming / floor if streaming and floor else None,
+    }
     return out
 
 
@@ -257,8 +286,28 @@ def print_table(
             f"{_fmt(s['median_deferrals_ok'], '.0f'):>9} {_fmt(s['median_wall_api_s']):>17}s "
             f"{_fmt(s['median_wall_clock_s']):>17}s"
         )
-    ratio = summary["ratio"]["classic_over_streaming_median_wall_api"]
-    say(f"ratio classic/streaming of the median wall time (queued -> end): {_fmt(ratio)}x")
+    ratio = summary["ratio"]
+    say(
+        "ratio classic/streaming of the median wall time (queued -> end): "
+        f"{_fmt(ratio['classic_over_streaming_median_wall_api'])}x"
+    )
+    print_phases(summary)
+    say(
+        f"floor (median defer/resume cycle + {pages} x {delay * 1000:.0f} ms): "
+        f"{_fmt(ratio['floor_s'], '.2f')}s; streaming/floor: {_fmt(ratio['streaming_over_floor'], '.2f')}x"
+    )
+
+
+def print_phases(summary: dict[str, dict[str, Any]]) -> None:
+    """The median seconds between a run's moments, streaming and floor side by side."""
+    streaming, floor = summary["streaming"]["median_phases_s"], summary["floor"]["median_phases_s"]
+    if not streaming and not floor:
+        return
+    say("")
+    say(f"{'median phase (s)':<32} {'streaming':>9} {'floor':>9}")
+    for name in [*streaming, *(n for n in floor if n not in streaming)]:
+        say(f"{name:<32} {_fmt(streaming.get(name), '.3f'):>9} {_fmt(floor.get(name), '.3f'):>9}")
+    say("")
 
 
 # ====================================================================== main
@@ -270,21 +319,32 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--out", type=Path, help="also write the results as JSON to this file")
     parser.add_argument("--no-warmup", action="store_true", help="skip the uncounted 2-page warm-up runs")
     parser.add_argument("--keep-home", action="store_true", help="keep the Airflow home (logs, DB)")
+    parser.add_argument(
+        "--variants",
+        default=",".join(VARIANTS),
+        help=f"comma-separated variants to run, alternating (default {','.join(VARIANTS)}; "
+        "classic takes minutes)",
+    )
     args = parser.parse_args(argv)
     if args.pages < 1 or args.runs < 1 or args.delay < 0:
         parser.error("--pages and --runs must be >= 1, --delay >= 0")
+    variants = [v.strip() for v in args.variants.split(",") if v.strip()]
+    unknown = sorted(set(variants) - set(VARIANTS))
+    if unknown or not variants:
+        parser.error(f"--variants: unknown {unknown}; choose from {list(VARIANTS)}")
 
     load_start = loadavg()
     say(f"[machine] {os.cpu_count()} CPUs, load average {load_start}")
     results: list[RunResult] = []
     started = time.monotonic()
-    with airflow_environment(list(VARIANTS.values()), prefix="bench-b1-", keep_home=args.keep_home) as env:
+    dag_ids = [VARIANTS[v] for v in variants]
+    with airflow_environment(dag_ids, prefix="bench-b1-", keep_home=args.keep_home) as env:
         if not args.no_warmup:
-            for variant in VARIANTS:
+            for variant in variants:
                 warm = run_once(env, variant, pages=2, delay=0.0, timeout=300)
                 say(f"[warmup]  {variant}: {warm.state} in {_fmt(warm.wall_api_s)}s (not counted)")
         for i in range(args.runs):
-            for variant in VARIANTS:
+            for variant in variants:
                 per_page = 15.0 if variant == "classic" else 0.5
                 timeout = max(300.0, args.pages * (args.delay + per_page))
                 result = run_once(env, variant, args.pages, args.delay, timeout)
@@ -297,7 +357,7 @@ def main(argv: list[str]) -> int:
                     f"load={result.loadavg_end}"
                 )
         startup = env.started_in
-    summary = summarize(results, args.pages)
+    summary = summarize(results, args.pages, args.delay)
     print_table(results, summary, args.pages, args.delay)
     load_end = loadavg()
     say(f"[machine] load average at the end {load_end}; benchmark took {time.monotonic() - started:.0f}s")
@@ -312,4 +372,4 @@ def main(argv: list[str]) -> int:
             "runs": [asdict(r) for r in results],
         }
         write_results(args.out, document, load_start, load_end)
-    return 0 if all(s["succeeded"] for k, s in summary.items() if k in VARIANTS) else 1
+    return 0 if all(summary[v]["succeeded"] == summary[v]["runs"] for v in variants) else 1

@@ -7,6 +7,10 @@ last (the pattern streaming triggers replace: one defer/resume cycle per page).
 ``bench_streaming_paging``: ``fetch_pages`` defers ONCE to ``CountingPagesTrigger``, which
 writes every page to Kafka; the task resumes once and handles the pages in batches.
 
+``bench_defer_floor``: ``fetch_pages`` defers ONCE to a one-page trigger that fires at once and
+resumes with that page: one defer/resume cycle and nothing else, the floor of the streaming
+variant (with the pages' own time added, ``pages`` x ``delay``).
+
 Both read ``pages`` and ``delay`` (seconds of simulated latency per page) from the DAG run's
 conf; the XCom of both has ``"pages"``, the number of pages handled.
 """
@@ -65,6 +69,16 @@ class StreamingPagingOperator(StreamingOperatorMixin, BaseOperator):
         self.page_sum += sum(int(e.payload["page"]) for e in events)  # handle the pages
 
 
+class DeferFloorOperator(BaseOperator):
+    """One defer/resume cycle: defers to a trigger that fires at once, resumes with its one page."""
+
+    def execute(self, context: Any) -> None:
+        self.defer(trigger=OnePageTrigger(page=0, pages=1, delay=0.0), method_name="execute_complete")
+
+    def execute_complete(self, context: Any, event: Any = None) -> dict[str, int]:
+        return {"pages": 1, "page_sum": int(event["page"])}
+
+
 _DEFAULTS: dict[str, Any] = {
     "schedule": None,
     "start_date": pendulum.datetime(2024, 1, 1, tz="UTC"),
@@ -78,3 +92,6 @@ with DAG(dag_id="bench_classic_paging", **_DEFAULTS):
 
 with DAG(dag_id="bench_streaming_paging", **_DEFAULTS):
     StreamingPagingOperator(task_id="fetch_pages", retries=0)
+
+with DAG(dag_id="bench_defer_floor", **_DEFAULTS):
+    DeferFloorOperator(task_id="fetch_pages", retries=0)

@@ -184,9 +184,11 @@ class KafkaSettings:
         return KafkaSettings({**self.config, **overrides})
 
     # ------------------------------------------------------------------ roles
-    def producer_config(self) -> dict[str, Any]:
+    def producer_config(self, *, linger_ms: int = 1) -> dict[str, Any]:
         """Producer configuration with idempotence and ``acks=all`` enforced.
 
+        ``linger_ms``: librdkafka's batching delay unless the connection sets one (``linger.ms``
+        or ``queue.buffering.max.ms``); 0 for a producer whose every send waits for its receipt.
         Raises :class:`ConfigurationError` when the configuration explicitly weakens them
         (``enable.idempotence=false``, ``acks`` other than all/-1), or sets a transactional id
         (this package's producers are not transactional).
@@ -203,12 +205,12 @@ class KafkaSettings:
         config["enable.idempotence"] = True
         config["acks"] = "all"
         config.setdefault("partitioner", "murmur2_random")
-        # Most sends here wait for their own receipt (a trigger awaits each page), so librdkafka's
-        # default 5 ms batching delay would be pure latency (B4: p50 6 ms at 5 ms, under 1 ms at 0);
-        # pipelined sends still batch while earlier ones are in flight. Asset event emits use 0
-        # (assets.publish.EMIT_LINGER_MS).
+        # librdkafka's default 5 ms batching delay would be pure latency for a send that waits for
+        # its receipt (B4: p50 6 ms at 5 ms, under 1 ms at 0); pipelined sends still batch while
+        # earlier ones are in flight. Asset event emits (assets.publish.EMIT_LINGER_MS) and the
+        # streaming triggers' pages (streams.producing.outage.STREAM_LINGER_MS) use 0.
         if not LINGER_KEYS & config.keys():
-            config["linger.ms"] = 1
+            config["linger.ms"] = linger_ms
         return config
 
     def consumer_config(self, group_id: str | None = None, **extra: Any) -> dict[str, Any]:

@@ -226,3 +226,19 @@ def test_a_missing_index_topic_never_holds_up_or_fails_a_stream(
     # found missing before the first record (one metadata request), not after its delivery timeout
     warned = [line for line in capsys.readouterr().out.splitlines() if missing in line]  # the trigger's log
     assert len(warned) == 1 and "does not exist" in warned[0] and "topics ensure" in warned[0], warned
+
+
+def test_a_consumer_finds_a_missing_index_topic_before_its_first_record(
+    kafka_bootstrap, new_topic, monkeypatch, capsys
+):
+    missing = f"no-index-{uuid.uuid4().hex}"
+    monkeypatch.setenv("AIRFLOW__KAFKA_EVENTS__STREAM_INDEX_TOPIC", missing)
+    events = new_topic(partitions=1)
+    effects: list[int] = []
+    operator = PagesOperator(task_id="handle", topic=events, pages=3, effects=effects)
+    defer_and_resume(operator, make_context(new_run_id(), "handle", DictStore()))
+    assert effects == [0, 1, 2]
+    logged = capsys.readouterr().out.splitlines()  # the task's log
+    consumer = [line for line in logged if "consumer " in line and "stream index" in line]
+    # one metadata request found it missing: no record was queued, none failed at its delivery timeout
+    assert len(consumer) == 1 and "does not exist" in consumer[0] and "topics ensure" in consumer[0], consumer

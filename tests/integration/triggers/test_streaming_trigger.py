@@ -92,6 +92,20 @@ def test_every_page_is_an_envelope_and_one_event_describes_the_stream(kafka_boot
     assert dict(samples.FETCHES[key]) == {i: 1 for i in range(pages)}
 
 
+def test_pages_are_sent_without_a_batching_delay_unless_the_connection_sets_one(
+    kafka_bootstrap, new_topic, monkeypatch
+):
+    topic = new_topic(partitions=1)
+    trigger = PagedTrigger(total=2, trigger_run_id=_key(), topic=topic)
+    assert _descriptor(_run(trigger)).count == 2
+    _settings, producer, _index = trigger._open_kafka()  # this process's producers: the ones the run used
+    assert (producer.role, producer.config["linger.ms"]) == ("stream", 0)  # each page awaits its receipt
+    extra = {"bootstrap.servers": kafka_bootstrap, "linger.ms": 5}
+    monkeypatch.setenv("AIRFLOW_CONN_KAFKA_DEFAULT", json.dumps({"conn_type": "kafka", "extra": extra}))
+    _settings, producer, _index = trigger._open_kafka()
+    assert producer.config["linger.ms"] == 5
+
+
 def test_bytes_payloads_and_producer_identity_from_the_task_instance(kafka_bootstrap, new_topic):
     topic = new_topic(partitions=3)
     trigger = samples.BytesTrigger(chunks=["naïve", "second"], topic=topic)

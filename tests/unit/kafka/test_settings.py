@@ -100,3 +100,10 @@ def test_producer_config_defaults_to_a_short_linger_but_keeps_an_explicit_one():
     assert KafkaSettings({**BOOT, "linger.ms": 20}).producer_config()["linger.ms"] == 20
     aliased = KafkaSettings({**BOOT, "queue.buffering.max.ms": 20}).producer_config()
     assert aliased["queue.buffering.max.ms"] == 20 and "linger.ms" not in aliased  # librdkafka's alias
+
+
+def test_a_producer_config_takes_the_callers_linger_unless_the_connection_sets_one():
+    assert KafkaSettings(BOOT).producer_config(linger_ms=0)["linger.ms"] == 0
+    assert KafkaSettings({**BOOT, "linger.ms": 20}).producer_config(linger_ms=0)["linger.ms"] == 20
+    aliased = KafkaSettings({**BOOT, "queue.buffering.max.ms": 20}).producer_config(linger_ms=0)
+    assert aliased["queue.buffering.max.ms"] == 20 and "linger.ms" not in aliased

@@ -154,3 +154,18 @@ def test_a_writer_that_finds_the_index_topic_missing_sends_nothing(caplog):
     writer.finished(1, 2, 1, None)
     assert producer.sent == []
     assert len([r for r in caplog.records if "topics ensure" in r.getMessage()]) == 1
+
+
+def test_a_consumer_that_finds_the_index_topic_missing_sends_nothing_and_closes_at_once(caplog):
+    class NoTopic(RecordingProducer):
+        def has_topic(self, topic, timeout):
+            return False
+
+    producer, clock = NoTopic(), Clock()
+    base = ConsumerRecord(stream_id="d/t/-1/r", consumer_id="d/c/-1/r", updated_at=0.0, task_id="c")
+    writer = ConsumerIndexWriter(producer, "idx", base, clock=clock)
+    assert writer.check_topic() is False
+    writer.position(attempt=0, next_sequence_index=3, offset=9, finished=True)
+    assert writer.close() is False  # no record to wait for
+    assert producer.sent == []
+    assert len([r for r in caplog.records if "topics ensure" in r.getMessage()]) == 1

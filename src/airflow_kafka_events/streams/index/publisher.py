@@ -240,6 +240,10 @@ class ConsumerIndexWriter:
         self._written_at: float | None = None
         self._written_position: int | None = None
 
+    def check_topic(self) -> bool:
+        """Whether the index topic exists (blocking; see :meth:`_Sender.check_topic`)."""
+        return self.sender.check_topic()
+
     def position(
         self,
         *,
@@ -308,6 +312,8 @@ def consumer_writer(
 
     ``None`` when the context has no task instance, or no producer could be made (logged).
     ``settings``: the consumer's ``KafkaSettings`` (the producer is one per process and connection).
+    The writer has checked that the index topic exists (one metadata request): with the topic
+    missing it writes nothing, and its close does not wait a record's delivery timeout.
     """
     from airflow_kafka_events.kafka.producer import get_producer
     from airflow_kafka_events.streams.descriptor import generation_of
@@ -338,9 +344,11 @@ def consumer_writer(
         producer = get_producer(
             settings.producer_config(), role=INDEX_ROLE, message_timeout=INDEX_WRITE_TIMEOUT
         )
-        return ConsumerIndexWriter(
+        writer = ConsumerIndexWriter(
             producer, index_topic(), record, cadence=Cadence.from_config(), logger=logger
         )
+        writer.check_topic()
+        return writer
     except Exception as exc:  # the index never fails a task
         (logger if logger is not None else log).warning(
             "stream %s: the consumer's stream index record will not be written: %s", stream_id, exc
