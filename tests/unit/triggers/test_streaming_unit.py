@@ -27,6 +27,7 @@ from airflow_kafka_events.errors import (
     ValidationError,
     WrappedTaskFailedError,
 )
+from airflow_kafka_events.kafka.settings import KafkaSettings
 from airflow_kafka_events.streams.descriptor import (
     ResumePlan,
     StreamDescriptor,
@@ -35,6 +36,7 @@ from airflow_kafka_events.streams.descriptor import (
     plan_resume,
     stream_id,
 )
+from airflow_kafka_events.streams.producing.outage import STREAM_LINGER_MS, stream_producer_config
 from airflow_kafka_events.streams.producing.trigger import Page, StreamingTrigger
 from airflow_kafka_events.streams.producing.wrapper import (
     TASK_FAILED_ERROR_TYPE,
@@ -322,6 +324,40 @@ def test_every_envelope_of_an_attempt_records_its_generation(generation, next_se
     for is_last in (False, True):
         value = writer.encode(payload=None if is_last else {"p": 1}, cursor="c", is_last=is_last, error=None)
         assert TRIGGER_EVENT_CODEC.decode(value).metadata == metadata
+
+
+# --------------------------------------------------------------------------- the stream producer
+def test_the_stream_producer_sends_without_linger_unless_the_connection_sets_one():
+    settings = KafkaSettings({"bootstrap.servers": "localhost:9092"})
+    config = stream_producer_config(settings)
+    assert config["linger.ms"] == STREAM_LINGER_MS == 0  # each page waits for its own receipt
+    assert (config["acks"], config["enable.idempotence"]) == ("all", True)
+    assert stream_producer_config(settings.with_overrides({"linger.ms": 5}))["linger.ms"] == 5
+    aliased = stream_producer_config(settings.with_overrides({"queue.buffering.max.ms": 7}))
+    assert aliased["queue.buffering.max.ms"] == 7 and "linger.ms" not in aliased
+
+
+def test_a_trigger_writes_its_pages_with_the_stream_producer(monkeypatch):
+    import airflow_kafka_events.provider.hook as hooks
+    import airflow_kafka_events.streams.producing.outage as outage
+    import airflow_kafka_events.streams.producing.trigger as trigger_module
+
+    settings = KafkaSettings({"bootstrap.servers": "localhost:9092"})
+    made: list[tuple[str, dict[str, Any], float | None]] = []
+
+    def fake_get_producer(config: Any, *, role: str, message_timeout: float | None = None) -> Any:
+        made.append((role, dict(config), message_timeout))
+        return SimpleNamespace(role=role)
+
+    monkeypatch.setattr(hooks.KafkaEventsHook, "get_settings", lambda self: settings)
+    monkeypatch.setattr(outage, "get_producer", fake_get_producer)
+    monkeypatch.setattr(trigger_module, "get_producer", fake_get_producer)
+    trigger = samples.PagedTrigger(total=1, trigger_run_id="s")
+    trigger.outage_timeout = 42.0
+    _, producer, index_producer = trigger._open_kafka()
+    assert (producer.role, index_producer.role) == ("stream", "stream-index")
+    assert made[0] == ("stream", stream_producer_config(settings), 42.0)
+    assert made[1][1] == settings.producer_config()  # the index record keeps the default batching
 
 
 # --------------------------------------------------------------------------- pages and triggers

@@ -1,8 +1,10 @@
-"""How a streaming trigger's producer rides out a broker outage.
+"""A streaming trigger's producer and how it rides out a broker outage.
 
 The trigger's producer has its own role (:data:`STREAM_ROLE`) whose ``message.timeout.ms`` is the
 outage timeout, so librdkafka keeps retrying one page (reconnecting with exponential backoff,
-``reconnect.backoff.ms`` .. ``reconnect.backoff.max.ms``) for that long.  :func:`await_delivery`
+``reconnect.backoff.ms`` .. ``reconnect.backoff.max.ms``) for that long.  It sends without a
+batching delay (:func:`stream_producer`): each page waits for its own receipt before the next
+is sent.  :func:`await_delivery`
 logs one line when a page is held because no broker is reachable and one when it got through.
 :func:`wait_for_earlier_sends` keeps a restarted run in the same process from looking up its
 progress while a page of an earlier, cancelled run may still be written.
@@ -15,13 +17,17 @@ import time
 from typing import Any
 
 from airflow_kafka_events.errors import ConfigurationError
-from airflow_kafka_events.kafka.producer import RecordProducer
+from airflow_kafka_events.kafka.producer import RecordProducer, get_producer
+from airflow_kafka_events.kafka.settings import LINGER_KEYS, KafkaSettings
 
 __all__ = [
     "DEFAULT_OUTAGE_TIMEOUT",
+    "STREAM_LINGER_MS",
     "STREAM_ROLE",
     "await_delivery",
     "resolve_outage_timeout",
+    "stream_producer",
+    "stream_producer_config",
     "wait_for_earlier_sends",
 ]
 
@@ -29,8 +35,27 @@ __all__ = [
 STREAM_ROLE = "stream"
 #: Seconds a page may wait for the brokers to come back (``[kafka_events] stream_outage_timeout``).
 DEFAULT_OUTAGE_TIMEOUT = 300.0
+#: ``linger.ms`` of the stream producer unless the connection sets one: a page is sent alone and
+#: awaited, so librdkafka's batching delay would only add to every page's write (B12: a trigger
+#: wrote about 3x the pages per second at 0 than at the producers' default 1 ms).
+STREAM_LINGER_MS = 0
 #: How often a held page checks whether the brokers are down (for its one log line).
 HELD_CHECK_INTERVAL = 1.0
+
+
+def stream_producer_config(settings: KafkaSettings) -> dict[str, Any]:
+    """The stream producer's configuration: ``settings.producer_config()`` (``acks=all``,
+    idempotence) with ``linger.ms`` :data:`STREAM_LINGER_MS` unless the settings set one."""
+    config = settings.producer_config()
+    if not LINGER_KEYS & settings.config.keys():
+        config["linger.ms"] = STREAM_LINGER_MS
+    return config
+
+
+def stream_producer(settings: KafkaSettings, *, message_timeout: float) -> RecordProducer:
+    """This process's stream producer for ``settings`` (:func:`stream_producer_config`, role
+    :data:`STREAM_ROLE`), its message timeout the outage timeout."""
+    return get_producer(stream_producer_config(settings), role=STREAM_ROLE, message_timeout=message_timeout)
 
 
 def resolve_outage_timeout(value: Any = None) -> float:

@@ -81,15 +81,15 @@ from airflow_kafka_events.errors import (
     StreamIdentityError,
     ValidationError,
 )
-from airflow_kafka_events.kafka.producer import RecordProducer
+from airflow_kafka_events.kafka.producer import RecordProducer, get_producer
 from airflow_kafka_events.kafka.settings import KafkaSettings
 from airflow_kafka_events.streams.descriptor import ResumePlan, StreamDescriptor, plan_resume, stream_id
 from airflow_kafka_events.streams.index.options import Cadence, index_topic
 from airflow_kafka_events.streams.index.publisher import INDEX_ROLE, INDEX_WRITE_TIMEOUT, StreamIndexWriter
 from airflow_kafka_events.streams.index.record import StreamRecord
 from airflow_kafka_events.streams.producing.outage import (
-    STREAM_ROLE,
     resolve_outage_timeout,
+    stream_producer,
     wait_for_earlier_sends,
 )
 from airflow_kafka_events.streams.producing.writer import AttemptWriter, close_iterator, parse_not_before
@@ -324,9 +324,11 @@ class StreamingTrigger(BaseTrigger):
         from airflow_kafka_events.provider.hook import KafkaEventsHook
 
         hook = KafkaEventsHook(kafka_config_id=self.kafka_config_id)
-        producer = hook.get_producer(role=STREAM_ROLE, message_timeout=self.resolve_outage_timeout())
-        index_producer = hook.get_producer(role=INDEX_ROLE, message_timeout=INDEX_WRITE_TIMEOUT)
         settings = hook.get_settings()
+        producer = stream_producer(settings, message_timeout=self.resolve_outage_timeout())
+        index_producer = get_producer(
+            settings.producer_config(), role=INDEX_ROLE, message_timeout=INDEX_WRITE_TIMEOUT
+        )
         settings.codecs.trigger.prepare(self.topic)  # a registry's schema id, off the event loop
         return settings, producer, index_producer
 
