@@ -19,6 +19,7 @@ BENCHMARKS = {
     "ui-pages": "benchmarks.ui_pages",
     "consumer-wait": "benchmarks.consumer_wait_latency",
     "stream-read": "benchmarks.stream_read_throughput",
+    "stream-e2e": "benchmarks.stream_e2e",
 }
 
 
