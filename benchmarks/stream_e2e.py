@@ -34,6 +34,7 @@ Uses ``KAFKA_BOOTSTRAP_SERVERS`` or starts the local broker.  Not run in CI.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import socket
@@ -41,6 +42,7 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -383,8 +385,115 @@ def run_once(
 
 
 # ====================================================================== main
+def _raw(settings: KafkaSettings, pages: int, value: bytes) -> dict[str, Any]:
+    result = raw_roundtrip(settings, pages, value)
+    say(
+        f"[raw]     {result['records']:,} x {result['value_bytes']} B: "
+        f"produce {result['produce_s']} s + consume {result['consume_s']} s = "
+        f"{result['pages_per_s']:,.0f} pages/s, load {result['load']}"
+    )
+    return result
+
+
+def _alone(bootstrap: str, linger_ms: int | None, pages: int, payload_bytes: int) -> dict[str, Any]:
+    alone = trigger_alone(bootstrap, linger_ms, pages, payload_bytes)
+    say(
+        f"[alone]   the trigger in this process: {alone['pages']:,} pages in {alone['seconds']} s = "
+        f"{alone['pages_per_s']:,.0f} pages/s, CPU {alone['cpu_us_per_page']} us/page, loop lag max "
+        f"{alone['loop_lag_max_ms']} ms; load {alone['load']}"
+    )
+    return alone
+
+
+@contextlib.contextmanager
+def kafka_only() -> Iterator[tuple[KafkaSettings, str]]:
+    """``KAFKA_BOOTSTRAP_SERVERS`` or a local broker of its own (stopped after), with the stream topics."""
+    from airflow_kafka_events.local_broker import LocalKafkaBroker
+
+    broker = None
+    bootstrap = os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "")
+    try:
+        if not bootstrap:
+            broker = LocalKafkaBroker(state_dir=Path(tempfile.mkdtemp(prefix="bench-b12-kafka-")))
+            bootstrap = str(broker.start().bootstrap_servers)
+        settings = KafkaSettings({"bootstrap.servers": bootstrap})
+        topics = [
+            TopicSpec(DEFAULT_TOPIC, partitions=3),
+            TopicSpec(index_topic(), partitions=3, cleanup_policy="compact"),
+        ]
+        ensure_topics(AdminClient(settings.admin_config()), topics)
+        yield settings, bootstrap
+    finally:
+        if broker is not None:
+            broker.stop()
+
+
 def _fmt(value: float | None, spec: str = ",.1f") -> str:
     return "-" if value is None else format(value, spec)
+
+
+def run_with_airflow(
+    args: argparse.Namespace, statsd: StatsdCounter, value: bytes, scratch: Path, raws: list[dict[str, Any]]
+) -> tuple[list[dict[str, Any]], dict[str, Any] | None, dict[str, Any] | None]:
+    """The Airflow runs (warm-up, then each mode ``--runs`` times, raw around each), then the trigger
+    alone; the runs, the warm-up and the trigger alone."""
+    modes = [m for m in args.modes.split(",") if m]
+    runs: list[dict[str, Any]] = []
+    warmup: dict[str, Any] | None = None
+    metrics_env = {
+        "AIRFLOW__METRICS__STATSD_ON": "True",
+        "AIRFLOW__METRICS__STATSD_HOST": "127.0.0.1",
+        "AIRFLOW__METRICS__STATSD_PORT": str(statsd.port),
+        "AIRFLOW__METRICS__STATSD_PREFIX": "airflow",
+    }
+    with airflow_environment(
+        [DAG_ID],
+        prefix="bench-b12-",
+        keep_home=args.keep_home,
+        extra_env=metrics_env,
+        connection_extra={} if args.linger_ms is None else {"linger.ms": args.linger_ms},
+    ) as env:
+        ensure_topics(
+            AdminClient(env.settings.admin_config()),
+            [TopicSpec(index_topic(), partitions=3, cleanup_policy="compact")],
+        )
+        if not args.no_warmup:
+            # the triggerer's first streaming trigger: its classes are imported on the event loop
+            warm = run_once(env, statsd, "live", 100, args.payload_bytes, scratch)
+            warmup = asdict(warm)
+            say(
+                f"[warmup]  {warm.state}, e2e {_fmt(warm.e2e_s, '.2f')} s (not counted); blocked: "
+                f"{warm.blocked_metric} metric, {warm.blocked_log_lines} log lines {warm.blocked_seconds}"
+            )
+
+        before = _raw(env.settings, args.pages, value)
+        raws.append(before)
+        for i in range(args.runs):
+            for mode in modes if i % 2 == 0 else list(reversed(modes)):
+                run = run_once(env, statsd, mode, args.pages, args.payload_bytes, scratch)
+                after = _raw(env.settings, args.pages, value)
+                raws.append(after)
+                raw_rate = (before["pages_per_s"] + after["pages_per_s"]) / 2
+                ratio = None if run.e2e_pages_per_s is None else round(run.e2e_pages_per_s / raw_rate, 4)
+                record = {**asdict(run), "raw_pages_per_s_mean": round(raw_rate, 1), "ratio": ratio}
+                runs.append(record)
+                handled = "; ".join(
+                    f"{task}: {h['pages']:,} pages in {h['batches']} batches, last "
+                    f"{h['last_after_first_write_s']} s after the first write "
+                    f"({h['last_after_end_marker_s']:+} s after the end marker)"
+                    for task, h in run.handled.items()
+                )
+                say(
+                    f"[run {i + 1}] {mode:<6} {run.state}: e2e {_fmt(run.e2e_s, '.2f')} s = "
+                    f"{_fmt(run.e2e_pages_per_s, ',.0f')} pages/s (raw {raw_rate:,.0f}/s, ratio "
+                    f"{_fmt(ratio, '.3f')}); trigger wrote {_fmt(run.write_pages_per_s, ',.0f')}/s; "
+                    f"blocked: {run.blocked_metric} metric, {run.blocked_log_lines} log lines "
+                    f"{run.blocked_seconds[:5]}; load {run.load_start} -> {run.load_end}"
+                )
+                say(f"          {handled}")
+                before = after
+        alone = _alone(env.bootstrap, args.linger_ms, args.pages, args.payload_bytes)
+    return runs, warmup, alone
 
 
 def main(argv: list[str]) -> int:
@@ -396,6 +505,11 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--out", type=Path, help="also write the results as JSON to this file")
     parser.add_argument("--no-warmup", action="store_true", help="skip the uncounted 100-page warm-up run")
     parser.add_argument("--keep-home", action="store_true", help="keep the Airflow home (logs, DB)")
+    parser.add_argument(
+        "--without-airflow",
+        action="store_true",
+        help="only raw and the trigger alone, on a broker of their own (no Airflow, no lock needed)",
+    )
     parser.add_argument(
         "--linger-ms",
         type=int,
@@ -411,12 +525,6 @@ def main(argv: list[str]) -> int:
     load_start = loadavg()
     say(f"[machine] {os.cpu_count()} CPUs, load average {load_start}")
     statsd = StatsdCounter((BLOCKED_METRIC,))
-    metrics_env = {
-        "AIRFLOW__METRICS__STATSD_ON": "True",
-        "AIRFLOW__METRICS__STATSD_HOST": "127.0.0.1",
-        "AIRFLOW__METRICS__STATSD_PORT": str(statsd.port),
-        "AIRFLOW__METRICS__STATSD_PREFIX": "airflow",
-    }
     value = envelope_value(args.pages, args.payload_bytes)
     raws: list[dict[str, Any]] = []
     runs: list[dict[str, Any]] = []
@@ -425,67 +533,13 @@ def main(argv: list[str]) -> int:
     scratch = Path(tempfile.mkdtemp(prefix="bench-b12-runs-"))
     started = time.monotonic()
     try:
-        with airflow_environment(
-            [DAG_ID],
-            prefix="bench-b12-",
-            keep_home=args.keep_home,
-            extra_env=metrics_env,
-            connection_extra={} if args.linger_ms is None else {"linger.ms": args.linger_ms},
-        ) as env:
-            ensure_topics(
-                AdminClient(env.settings.admin_config()),
-                [TopicSpec(index_topic(), partitions=3, cleanup_policy="compact")],
-            )
-            if not args.no_warmup:
-                # the triggerer's first streaming trigger: its classes are imported on the event loop
-                warm = run_once(env, statsd, "live", 100, args.payload_bytes, scratch)
-                warmup = asdict(warm)
-                say(
-                    f"[warmup]  {warm.state}, e2e {_fmt(warm.e2e_s, '.2f')} s (not counted); blocked: "
-                    f"{warm.blocked_metric} metric, {warm.blocked_log_lines} log lines {warm.blocked_seconds}"
-                )
-
-            def raw() -> dict[str, Any]:
-                result = raw_roundtrip(env.settings, args.pages, value)
-                say(
-                    f"[raw]     {result['records']:,} x {result['value_bytes']} B: "
-                    f"produce {result['produce_s']} s + consume {result['consume_s']} s = "
-                    f"{result['pages_per_s']:,.0f} pages/s, "
-                    f"load {result['load']}"
-                )
-                raws.append(result)
-                return result
-
-            before = raw()
-            for i in range(args.runs):
-                for mode in modes if i % 2 == 0 else list(reversed(modes)):
-                    run = run_once(env, statsd, mode, args.pages, args.payload_bytes, scratch)
-                    after = raw()
-                    raw_rate = (before["pages_per_s"] + after["pages_per_s"]) / 2
-                    ratio = None if run.e2e_pages_per_s is None else round(run.e2e_pages_per_s / raw_rate, 4)
-                    record = {**asdict(run), "raw_pages_per_s_mean": round(raw_rate, 1), "ratio": ratio}
-                    runs.append(record)
-                    handled = "; ".join(
-                        f"{task}: {h['pages']:,} pages in {h['batches']} batches, last "
-                        f"{h['last_after_first_write_s']} s after the first write "
-                        f"({h['last_after_end_marker_s']:+} s after the end marker)"
-                        for task, h in run.handled.items()
-                    )
-                    say(
-                        f"[run {i + 1}] {mode:<6} {run.state}: e2e {_fmt(run.e2e_s, '.2f')} s = "
-                        f"{_fmt(run.e2e_pages_per_s, ',.0f')} pages/s (raw {raw_rate:,.0f}/s, ratio "
-                        f"{_fmt(ratio, '.3f')}); trigger wrote {_fmt(run.write_pages_per_s, ',.0f')}/s; "
-                        f"blocked: {run.blocked_metric} metric, {run.blocked_log_lines} log lines "
-                        f"{run.blocked_seconds[:5]}; load {run.load_start} -> {run.load_end}"
-                    )
-                    say(f"          {handled}")
-                    before = after
-            alone = trigger_alone(env.bootstrap, args.linger_ms, args.pages, args.payload_bytes)
-            say(
-                f"[alone]   the trigger in this process: {alone['pages']:,} pages in {alone['seconds']} s = "
-                f"{alone['pages_per_s']:,.0f} pages/s, CPU {alone['cpu_us_per_page']} us/page, loop lag max "
-                f"{alone['loop_lag_max_ms']} ms; load {alone['load']}"
-            )
+        if args.without_airflow:
+            with kafka_only() as (settings, bootstrap):
+                raws.append(_raw(settings, args.pages, value))
+                alone = _alone(bootstrap, args.linger_ms, args.pages, args.payload_bytes)
+                raws.append(_raw(settings, args.pages, value))
+        else:
+            runs, warmup, alone = run_with_airflow(args, statsd, value, scratch, raws)
     finally:
         statsd.close()
     load_end = loadavg()

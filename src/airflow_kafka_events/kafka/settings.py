@@ -208,8 +208,9 @@ class KafkaSettings:
         config.setdefault("partitioner", "murmur2_random")
         # Most sends here wait for their own receipt (a trigger awaits each page), so librdkafka's
         # default 5 ms batching delay would be pure latency (B4: p50 6 ms at 5 ms, under 1 ms at 0);
-        # pipelined sends still batch while earlier ones are in flight. Asset event emits use 0
-        # (assets.publish.EMIT_LINGER_MS).
+        # pipelined sends still batch while earlier ones are in flight. Asset event emits and the
+        # pages of streaming triggers use 0 (assets.publish.EMIT_LINGER_MS,
+        # streams.producing.outage.STREAM_LINGER_MS).
         if not LINGER_KEYS & config.keys():
             config["linger.ms"] = 1
         return config
