@@ -440,6 +440,7 @@ def run_with_airflow(
     modes = [m for m in args.modes.split(",") if m]
     runs: list[dict[str, Any]] = []
     warmup: dict[str, Any] | None = None
+    alone: dict[str, Any] | None = None
     metrics_env = {
         "AIRFLOW__METRICS__STATSD_ON": "True",
         "AIRFLOW__METRICS__STATSD_HOST": "127.0.0.1",
@@ -492,7 +493,8 @@ def run_with_airflow(
                 )
                 say(f"          {handled}")
                 before = after
-        alone = _alone(env.bootstrap, args.linger_ms, args.pages, args.payload_bytes)
+        if not args.no_alone:
+            alone = _alone(env.bootstrap, args.linger_ms, args.pages, args.payload_bytes)
     return runs, warmup, alone
 
 
@@ -505,6 +507,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--out", type=Path, help="also write the results as JSON to this file")
     parser.add_argument("--no-warmup", action="store_true", help="skip the uncounted 100-page warm-up run")
     parser.add_argument("--keep-home", action="store_true", help="keep the Airflow home (logs, DB)")
+    parser.add_argument("--no-alone", action="store_true", help="skip the trigger alone after Airflow")
     parser.add_argument(
         "--without-airflow",
         action="store_true",
