@@ -21,6 +21,7 @@ BENCHMARKS = {
     "consumer-wait": "benchmarks.consumer_wait_latency",
     "stream-read": "benchmarks.stream_read_throughput",
     "many-streams": "benchmarks.many_streams",
+    "stream-e2e": "benchmarks.stream_e2e",
 }
 
 

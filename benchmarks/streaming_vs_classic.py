@@ -34,7 +34,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -83,10 +83,17 @@ class Environment:
 
 @contextlib.contextmanager
 def airflow_environment(
-    dag_ids: Sequence[str], *, prefix: str, keep_home: bool = False, topology: str = "embedded"
+    dag_ids: Sequence[str],
+    *,
+    prefix: str,
+    keep_home: bool = False,
+    topology: str = "embedded",
+    extra_env: Mapping[str, str] | None = None,
+    connection_extra: Mapping[str, Any] | None = None,
 ) -> Iterator[Environment]:
     """Start the broker (unless ``KAFKA_BOOTSTRAP_SERVERS``) and the Airflow stack (of ``topology``,
-    see tests/harness/airflow_stack.py); stop both after.
+    see tests/harness/airflow_stack.py, with ``extra_env`` in its environment and
+    ``connection_extra`` in its ``kafka_default`` connection's extra); stop both after.
 
     Both are stopped through their own APIs, by the pids they started.  The Airflow home (logs,
     metadata DB) is a temporary directory, removed afterwards unless ``keep_home`` or the body
@@ -115,11 +122,11 @@ def airflow_environment(
         wanted = configured_topics(environ={"AIRFLOW_HOME": str(scratch / "airflow")})
         ensure_configured_topics(admin, wanted, TopicSettings(partitions=3))
         del admin
-        conn = {"conn_type": "kafka", "extra": {"bootstrap.servers": bootstrap}}
+        conn = {"conn_type": "kafka", "extra": {"bootstrap.servers": bootstrap, **(connection_extra or {})}}
         stack = AirflowStack(
             scratch / "airflow",
             DAGS_FOLDER,
-            {"AIRFLOW_CONN_KAFKA_DEFAULT": json.dumps(conn)},
+            {"AIRFLOW_CONN_KAFKA_DEFAULT": json.dumps(conn), **(extra_env or {})},
             topology=topology,
         )
         stack.start(dag_ids=list(dag_ids))

@@ -31,6 +31,7 @@ from airflow_kafka_events.errors import NotSentError
 from airflow_kafka_events.kafka.client_log import LIBRDKAFKA_LOGGER
 from airflow_kafka_events.kafka.producer import get_producer
 from airflow_kafka_events.kafka.settings import KafkaSettings
+from airflow_kafka_events.streams.producing.outage import STREAM_LINGER_MS
 from airflow_kafka_events.streams.producing.trigger import Page, StreamingTrigger
 from integration.faults.broker import FaultBroker, read_values, wait_until
 from integration.triggers.sample_triggers import collect, read_topic
@@ -331,8 +332,10 @@ def test_a_run_cancelled_while_its_page_is_held_is_resumed_without_writing_that_
     runner = threading.Thread(target=lambda: loop.run_until_complete(asyncio.wait({first})), name="first-run")
     runner.start()
     assert REACHED[key].wait(60), "the stream never reached page 20"
-    producer = get_producer(
-        KafkaSettings(extra).producer_config(), role="stream", message_timeout=OutageTrigger.outage_timeout
+    producer = get_producer(  # the trigger's page producer, as StreamingTrigger._open_kafka makes it
+        KafkaSettings(extra).producer_config(linger_ms=STREAM_LINGER_MS),
+        role="stream",
+        message_timeout=OutageTrigger.outage_timeout,
     )
     with broker.stopped():
         wait_until(lambda: producer.outstanding_for(topic, key) > 0, timeout=30, what="a held page")
