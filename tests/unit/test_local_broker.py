@@ -25,7 +25,15 @@ import pytest
 from airflow_kafka_events import local_broker
 from airflow_kafka_events.cli import main as cli
 from airflow_kafka_events.errors import AirflowKafkaEventsError, BrokerError
-from airflow_kafka_events.local_broker._common import DEFAULT_KAFKA_VERSION, BrokerStatus, new_cluster_id
+from airflow_kafka_events.local_broker._common import (
+    DEFAULT_KAFKA_VERSION,
+    FIRST_PICKED_PORT,
+    BrokerStatus,
+    ephemeral_port_start,
+    free_ports,
+    new_cluster_id,
+    port_is_free,
+)
 from airflow_kafka_events.local_broker.broker import LocalKafkaBroker
 from airflow_kafka_events.local_broker.jars import render_pom
 from airflow_kafka_events.local_broker.java import parse_java_version
@@ -163,6 +171,13 @@ def test_a_new_state_dir_gets_two_distinct_free_ports(state_dir: Path) -> None:
 
     assert broker.port != broker.controller_port
     assert not (state_dir / "broker.json").exists()  # recorded on start only
+
+
+def test_free_ports_are_distinct_bindable_and_below_the_ephemeral_range() -> None:
+    # a port the kernel hands to outgoing connections could be taken before the broker binds it
+    ports = free_ports(6)
+    assert len(set(ports)) == 6
+    assert all(FIRST_PICKED_PORT <= p < ephemeral_port_start() and port_is_free(p) for p in ports), ports
 
 
 def test_port_and_controller_port_must_differ(state_dir: Path) -> None:

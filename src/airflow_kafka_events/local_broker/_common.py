@@ -7,6 +7,7 @@ import contextlib
 import errno
 import json
 import os
+import random
 import re
 import socket
 import subprocess
@@ -153,7 +154,39 @@ def port_is_free(port: int, host: str = HOST) -> bool:
     return True
 
 
+#: The lowest port :func:`free_ports` picks; it picks below the kernel's ephemeral range.
+FIRST_PICKED_PORT = 20000
+#: Random picks :func:`free_ports` tries before it lets the kernel choose.
+PORT_PICKS = 200
+
+
+def ephemeral_port_start() -> int:
+    """The first port of the range the kernel hands to outgoing connections (32768 if unknown)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_ports(count: int, host: str = HOST) -> list[int]:
+    """``count`` distinct ports free now, picked at random below the ephemeral range: a port the
+    kernel chose (port 0) is one it also hands to outgoing connections, which can take it before the
+    server binds it (seen with brokers started beside busy tests: "Address already in use")."""
+    ports: list[int] = []
+    end = ephemeral_port_start()
+    if end - FIRST_PICKED_PORT >= 10 * count:
+        for _ in range(PORT_PICKS):
+            port = random.randrange(FIRST_PICKED_PORT, end)
+            if port not in ports and port_is_free(port, host):
+                ports.append(port)
+                if len(ports) == count:
+                    return ports
+    return (
+        ports + [p for p in _kernel_ports(count + len(ports), host) if p not in ports][: count - len(ports)]
+    )
+
+
+def _kernel_ports(count: int, host: str) -> list[int]:
     socks = []
     try:
         for _ in range(count):
