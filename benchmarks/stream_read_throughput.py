@@ -10,7 +10,9 @@ every round), in the same process:
   raw+decode   the same, each value decoded with ``TRIGGER_EVENT_CODEC.decode``;
   reader       the project's ``StreamReader`` (``max_events=--max-events``), every batch acknowledged;
   operator     the consumer operator's loop without Airflow: ``drive_stream`` over the same reader,
-               a no-op batch handler, each batch's checkpoint saved to an in-memory store.
+               a no-op batch handler, each batch's checkpoint saved to an in-memory store, with
+               the operator's collector threshold (``[kafka_events] stream_read_gc_threshold``);
+  operator-gc700  the same loop with Python's own collector threshold (the option at 0).
 
 Reported per variant: records/s of the best round and of every round, the process CPU time per
 record (less swayed by other load on the machine), and the ratios the issue sets goals on (reader /
@@ -47,7 +49,7 @@ from airflow_kafka_events.envelopes.codec import TRIGGER_EVENT_CODEC
 from airflow_kafka_events.envelopes.model import ProducerIdentity, TriggerEventEnvelope
 
 PRODUCER = ProducerIdentity("bench_dag", "manual__2026-12-02", "stream_task", 0, 1)
-VARIANTS = ("raw", "raw+decode", "reader", "operator")
+VARIANTS = ("raw", "raw+decode", "reader", "operator", "operator-gc700")
 
 
 def page(size: int) -> dict[str, Any]:
@@ -151,7 +153,9 @@ def read_reader(config: dict[str, Any], topic: str, run: str, n: int, max_events
     return seen
 
 
-def read_operator_loop(config: dict[str, Any], topic: str, run: str, n: int, max_events: int) -> int:
+def read_operator_loop(
+    config: dict[str, Any], topic: str, run: str, n: int, max_events: int, gc_threshold: int
+) -> int:
     from airflow_kafka_events.streams.consuming.consumption import drive_stream
 
     saved: list[Any] = []  # the task state store's stand-in: the latest checkpoint
@@ -161,7 +165,12 @@ def read_operator_loop(config: dict[str, Any], topic: str, run: str, n: int, max
 
     with _reader(config, topic, run, max_events) as reader:
         summary, _ = drive_stream(
-            reader, trigger_run_id=run, topic=topic, handle_batch=lambda events: None, save=save
+            reader,
+            trigger_run_id=run,
+            topic=topic,
+            handle_batch=lambda events: None,
+            save=save,
+            gc_threshold=gc_threshold,
         )
     if summary.pages != n or not summary.finished:
         raise RuntimeError(f"operator loop: {summary.pages} pages, finished={summary.finished}, {n} written")
@@ -175,6 +184,7 @@ def measure_size(
     from confluent_kafka.admin import AdminClient
 
     from airflow_kafka_events.kafka import KafkaSettings, TopicSpec, delete_topics, ensure_topics
+    from airflow_kafka_events.streams.consuming.collector import DEFAULT_GC_THRESHOLD
 
     settings = KafkaSettings({"bootstrap.servers": bootstrap})
     admin = AdminClient(settings.admin_config())
@@ -190,7 +200,8 @@ def measure_size(
             "raw": lambda: read_raw(config, topic, n, decode=False),
             "raw+decode": lambda: read_raw(config, topic, n, decode=True),
             "reader": lambda: read_reader(config, topic, run, n, max_events),
-            "operator": lambda: read_operator_loop(config, topic, run, n, max_events),
+            "operator": lambda: read_operator_loop(config, topic, run, n, max_events, DEFAULT_GC_THRESHOLD),
+            "operator-gc700": lambda: read_operator_loop(config, topic, run, n, max_events, 0),
         }
         rates: dict[str, list[float]] = {name: [] for name in variants}
         cpu: dict[str, list[float]] = {name: [] for name in variants}
@@ -229,9 +240,9 @@ def report(result: dict[str, Any]) -> None:
     for name, values in rates.items():
         every = " ".join(f"{v:,.0f}" for v in values)
         print(
-            f"  {name:11s} best {best[name]:10,.0f} rec/s  CPU {min(cpu[name]):6.1f} us/rec   rounds: {every}"
+            f"  {name:14s} best {best[name]:10,.0f} rec/s  CPU {min(cpu[name]):6.1f} us/rec   rounds: {every}"
         )
-    for name in ("reader", "operator"):
+    for name in ("reader", "operator", "operator-gc700"):
         if name in best and "raw+decode" in best:
             print(f"  {name} / raw+decode: {best[name] / best['raw+decode']:.2f}x", end="")
         if name in best and "raw" in best:

@@ -103,6 +103,13 @@ def _config_options() -> dict[str, Any]:
             "Seconds a streaming trigger's page waits for unreachable Kafka brokers before the "
             "trigger fails (its producer's message.timeout.ms).",
         ),
+        "stream_read_gc_threshold": _option(
+            "integer",
+            "50000",
+            "While a consumer task reads a stream, Python's first garbage-collector threshold is at "
+            "least this many allocations (put back after), so a batch's decoded pages die young "
+            "instead of being walked by collections of the whole process. 0: Python's own (700).",
+        ),
         "watcher_airflow_api_conn_id": _option(
             "string",
             "",

@@ -44,6 +44,7 @@ from airflow_kafka_events.streams.checkpoint import (
     save_checkpoint,
     state_store_of,
 )
+from airflow_kafka_events.streams.consuming.collector import resolve_gc_threshold, young_collections_every
 from airflow_kafka_events.streams.descriptor import StreamDescriptor, generation_of
 
 if TYPE_CHECKING:
@@ -317,6 +318,7 @@ def drive_stream(
     summary: ConsumptionSummary | None = None,
     is_idle: Callable[[StreamNotStartedError | StreamGapError], bool] | None = None,
     index: ConsumerIndexWriter | None = None,
+    gc_threshold: int = 0,
 ) -> tuple[ConsumptionSummary, Any]:
     """Read ``reader`` to the stream's end, handing pages over in order; ``(summary, last result)``.
 
@@ -335,6 +337,10 @@ def drive_stream(
 
     ``index``: the consumer's stream index writer; it is told each acknowledged checkpoint (it
     writes when due) and closed (its latest position written) when the run stops, however it stops.
+
+    ``gc_threshold``: Python's first collector threshold while reading, at least this many
+    allocations (:func:`~airflow_kafka_events.streams.consuming.collector.young_collections_every`;
+    0 leaves it).
     """
     if (handle_batch is None) == (handle_event is None):
         raise ValueError("pass exactly one of handle_batch and handle_event")
@@ -343,36 +349,37 @@ def drive_stream(
         summary = ConsumptionSummary.starting_at(trigger_run_id, topic, start)
     summary.idle = False
     last: Any = None
-    try:
-        while not summary.finished:
-            try:
-                batch = reader.next_batch()
-            except (StreamNotStartedError, StreamGapError) as exc:
-                if is_idle is None or not is_idle(exc):
-                    raise
-                summary.idle = True
-                return summary, last
-            _note_batch(batch, summary, out)
-            events = page_events(batch.events)
-            if events:
-                started = time.monotonic()
-                if handle_batch is not None:
-                    last = handle_batch(events)
-                    summary.pages = events[-1].sequence_index + 1
-                    summary.pages_this_try += len(events)
-                else:
-                    assert handle_event is not None
-                    last = _hand_pages_one_by_one(reader, batch, events, handle_event, save, summary)
-                summary.batches_this_try += 1
-                _report_batch(topic, batch, len(events), time.monotonic() - started)
-            _acknowledge(reader, batch, save, out, trigger_run_id)
-            summary.finished = batch.finished
+    with young_collections_every(gc_threshold):
+        try:
+            while not summary.finished:
+                try:
+                    batch = reader.next_batch()
+                except (StreamNotStartedError, StreamGapError) as exc:
+                    if is_idle is None or not is_idle(exc):
+                        raise
+                    summary.idle = True
+                    return summary, last
+                _note_batch(batch, summary, out)
+                events = page_events(batch.events)
+                if events:
+                    started = time.monotonic()
+                    if handle_batch is not None:
+                        last = handle_batch(events)
+                        summary.pages = events[-1].sequence_index + 1
+                        summary.pages_this_try += len(events)
+                    else:
+                        assert handle_event is not None
+                        last = _hand_pages_one_by_one(reader, batch, events, handle_event, save, summary)
+                    summary.batches_this_try += 1
+                    _report_batch(topic, batch, len(events), time.monotonic() - started)
+                _acknowledge(reader, batch, save, out, trigger_run_id)
+                summary.finished = batch.finished
+                if index is not None:
+                    index.checkpointed(batch.checkpoint)
+            return summary, last
+        finally:
             if index is not None:
-                index.checkpointed(batch.checkpoint)
-        return summary, last
-    finally:
-        if index is not None:
-            index.close()
+                index.close()
 
 
 # ====================================================================== a finished stream
@@ -434,6 +441,7 @@ def read_stream(
             start=start,
             logger=out,
             index=index,
+            gc_threshold=resolve_gc_threshold(),
         )
     summary.log_handled(out)
     return summary, last

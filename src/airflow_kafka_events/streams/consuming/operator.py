@@ -35,6 +35,7 @@ from airflow_kafka_events.errors import (
 )
 from airflow_kafka_events.provider.serialization import check_trigger_kwargs
 from airflow_kafka_events.streams.checkpoint import Checkpoint, state_store_of
+from airflow_kafka_events.streams.consuming.collector import resolve_gc_threshold
 from airflow_kafka_events.streams.consuming.consumption import (
     ConsumptionSummary,
     StreamCheckpoints,
@@ -473,6 +474,7 @@ class StreamConsumerOperator(BaseOperator):
                     summary=summary,
                     is_idle=None if self.wait_mode == IN_WORKER else self._idle_test(start_deadline),
                     index=consumer_writer(settings, trigger_run_id, context, logger=self.log),
+                    gc_threshold=resolve_gc_threshold(),
                 )
                 position = reader.checkpoint()
         except StreamNotStartedError as exc:
