@@ -24,6 +24,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
+from contextlib import closing, nullcontext
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Protocol
@@ -349,37 +350,34 @@ def drive_stream(
         summary = ConsumptionSummary.starting_at(trigger_run_id, topic, start)
     summary.idle = False
     last: Any = None
-    with young_collections_every(gc_threshold):
-        try:
-            while not summary.finished:
-                try:
-                    batch = reader.next_batch()
-                except (StreamNotStartedError, StreamGapError) as exc:
-                    if is_idle is None or not is_idle(exc):
-                        raise
-                    summary.idle = True
-                    return summary, last
-                _note_batch(batch, summary, out)
-                events = page_events(batch.events)
-                if events:
-                    started = time.monotonic()
-                    if handle_batch is not None:
-                        last = handle_batch(events)
-                        summary.pages = events[-1].sequence_index + 1
-                        summary.pages_this_try += len(events)
-                    else:
-                        assert handle_event is not None
-                        last = _hand_pages_one_by_one(reader, batch, events, handle_event, save, summary)
-                    summary.batches_this_try += 1
-                    _report_batch(topic, batch, len(events), time.monotonic() - started)
-                _acknowledge(reader, batch, save, out, trigger_run_id)
-                summary.finished = batch.finished
-                if index is not None:
-                    index.checkpointed(batch.checkpoint)
-            return summary, last
-        finally:
+    closes_index = nullcontext() if index is None else closing(index)
+    with young_collections_every(gc_threshold), closes_index:
+        while not summary.finished:
+            try:
+                batch = reader.next_batch()
+            except (StreamNotStartedError, StreamGapError) as exc:
+                if is_idle is None or not is_idle(exc):
+                    raise
+                summary.idle = True
+                return summary, last
+            _note_batch(batch, summary, out)
+            events = page_events(batch.events)
+            if events:
+                started = time.monotonic()
+                if handle_batch is not None:
+                    last = handle_batch(events)
+                    summary.pages = events[-1].sequence_index + 1
+                    summary.pages_this_try += len(events)
+                else:
+                    assert handle_event is not None
+                    last = _hand_pages_one_by_one(reader, batch, events, handle_event, save, summary)
+                summary.batches_this_try += 1
+                _report_batch(topic, batch, len(events), time.monotonic() - started)
+            _acknowledge(reader, batch, save, out, trigger_run_id)
+            summary.finished = batch.finished
             if index is not None:
-                index.close()
+                index.checkpointed(batch.checkpoint)
+        return summary, last
 
 
 # ====================================================================== a finished stream
