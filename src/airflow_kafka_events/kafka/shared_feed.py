@@ -239,6 +239,10 @@ class Feed:
     async def _run_catch_up(self, previous: asyncio.Task[None] | None) -> None:
         if previous is not None:
             await asyncio.gather(previous, return_exceptions=True)  # one private client at a time
+        async with self._shared.catch_up_slot():  # waits while the reader's cap of them run
+            await self._catch_up_with_own_reader()
+
+    async def _catch_up_with_own_reader(self) -> None:
         reader = self._shared._new_reader(f"{self.name}-catch-up")
         try:
             await reader.open()
