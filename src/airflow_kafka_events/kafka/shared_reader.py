@@ -106,9 +106,11 @@ class SharedReader:
         prepare: Prepare | None = None,
         whole_topics: bool = True,
         max_catch_up: int | None = None,
+        kind: str = "",
     ) -> None:
         self._registry = registry
         self.key = key
+        self.kind = kind
         self.config = dict(config)
         self.topics = sorted(topics)
         self.name = name
@@ -129,7 +131,9 @@ class SharedReader:
         self.frontier: dict[Partition, int] = {}
         #: counters for tests and benchmarks
         self.records_read = 0
-        self.catch_up_readers = 0
+        self.catch_up_readers = 0  # made so far
+        self.catch_ups_running = 0  # open now (at most ``max_catch_up``)
+        self.catch_ups_peak = 0
         self._feeds: list[Feed] = []
         self._index: dict[Hashable, list[Feed]] = {}
         self._users = 0
@@ -370,6 +374,7 @@ class SharedReaders:
                 prepare=prepare,
                 whole_topics=whole_topics,
                 max_catch_up=max_catch_up,
+                kind=kind,
             )
             self._readers[key] = reader
             self.created += 1

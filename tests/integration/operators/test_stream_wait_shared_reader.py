@@ -25,12 +25,13 @@ from airflow_kafka_events.envelopes.model import TriggerEventEnvelope
 from airflow_kafka_events.kafka.producer import RecordProducer
 from airflow_kafka_events.kafka.settings import KafkaSettings
 from airflow_kafka_events.kafka.shared_reader import SHARED_READERS, SharedReader
-from airflow_kafka_events.streams.consuming.shared_wait import STREAM_WAIT_KIND
+from airflow_kafka_events.streams.consuming.shared_wait import MAX_CATCH_UP, STREAM_WAIT_KIND
 from airflow_kafka_events.streams.consuming.wait_trigger import StreamWaitTrigger
 
 pytestmark = pytest.mark.integration
 
 WAITERS = 50
+LATE = MAX_CATCH_UP + 2
 
 
 @pytest.fixture(autouse=True)
@@ -77,7 +78,7 @@ def kafka_clients() -> int:
 
 
 def wait_readers() -> list[SharedReader]:
-    return [reader for reader in SHARED_READERS.readers() if reader.key[2] == STREAM_WAIT_KIND]
+    return [reader for reader in SHARED_READERS.readers() if reader.kind == STREAM_WAIT_KIND]
 
 
 async def until(condition: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
@@ -110,7 +111,7 @@ async def first_event(waiter: StreamWaitTrigger) -> dict[str, Any]:
 def test_fifty_waiting_triggers_share_one_kafka_client(new_topic, send):
     topic = new_topic(partitions=3)
     runs = [f"wait-{i}-{uuid.uuid4().hex[:8]}" for i in range(WAITERS)]
-    quiet, late = runs[-1], f"late-{uuid.uuid4().hex[:8]}"
+    quiet, late = runs[-1], [f"late-{i}-{uuid.uuid4().hex[:8]}" for i in range(LATE)]
 
     async def scenario() -> None:
         before = kafka_clients()
@@ -122,7 +123,7 @@ def test_fifty_waiting_triggers_share_one_kafka_client(new_topic, send):
 
             # every stream but the quiet one gets a full batch (max_events=2), and the late
             # joiner's stream too, before it waits
-            for run in [*runs[:-1], late]:
+            for run in [*runs[:-1], *late]:
                 send(topic, pages(run, 2))
             done, _ = await asyncio.wait([tasks[run] for run in runs[:-1]], timeout=60)
             assert len(done) == WAITERS - 1, "a waiter with its pages did not fire"
@@ -133,12 +134,19 @@ def test_fifty_waiting_triggers_share_one_kafka_client(new_topic, send):
             assert not tasks[quiet].done()  # nothing came for it: it waits on
             assert shared.catch_up_readers == 0 and kafka_clients() == before + 1
 
-            # a waiter from the start of its stream, which the shared reader has read past
-            await until(lambda: sum(shared.frontier.values()) >= 2 * WAITERS, "the pages read")
-            late_waiter = asyncio.ensure_future(first_event(trigger(topic, late)))
-            payload = await asyncio.wait_for(late_waiter, timeout=60)
-            assert payload["status"] == "ready" and payload["reason"] == "full-batch", payload
-            assert shared.catch_up_readers == 1  # it read its records with its own catch-up reader
+            # waiters from the start of their streams, which the shared reader has read past,
+            # each catch up with their own reader; with every slot taken, they wait for one
+            await until(lambda: sum(shared.frontier.values()) >= 2 * (WAITERS - 1 + LATE), "the pages read")
+            async with contextlib.AsyncExitStack() as slots:
+                for _ in range(MAX_CATCH_UP):
+                    await slots.enter_async_context(shared.catch_up_slot())
+                late_waiters = [asyncio.ensure_future(first_event(trigger(topic, run))) for run in late]
+                await until(lambda: shared.feeds == 1 + LATE, "the late waiters subscribed")
+                assert shared.catch_up_readers == 0 and not any(w.done() for w in late_waiters)
+            for payload in await asyncio.wait_for(asyncio.gather(*late_waiters), timeout=120):
+                assert payload["status"] == "ready" and payload["reason"] == "full-batch", payload
+            assert shared.catch_up_readers == LATE
+            assert shared.catch_ups_peak == MAX_CATCH_UP  # never more at once: the others waited
             assert wait_readers() == [shared] and not tasks[quiet].done()
         finally:
             for task in tasks.values():
