@@ -239,6 +239,16 @@ class Feed:
     async def _run_catch_up(self, previous: asyncio.Task[None] | None) -> None:
         if previous is not None:
             await asyncio.gather(previous, return_exceptions=True)  # one private client at a time
+        shared = self._shared
+        async with shared.catch_up_slot():  # waits while the reader's cap of them run
+            shared.catch_ups_running += 1
+            shared.catch_ups_peak = max(shared.catch_ups_peak, shared.catch_ups_running)
+            try:
+                await self._catch_up_with_own_reader()
+            finally:
+                shared.catch_ups_running -= 1
+
+    async def _catch_up_with_own_reader(self) -> None:
         reader = self._shared._new_reader(f"{self.name}-catch-up")
         try:
             await reader.open()

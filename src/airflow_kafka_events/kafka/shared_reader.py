@@ -24,6 +24,16 @@ Backpressure (bounded memory)
     and merges back when it has caught up.  So memory is bounded per feed, and one slow watcher
     never delays the others.
 
+Scoped readers
+    A reader made with ``whole_topics=False`` reads only the partitions its feeds start on (and
+    looks for no new partition): each feed then follows only the partitions it subscribed with
+    (e.g. a stream, which lives on one partition).
+
+Catch-up clients
+    With ``max_catch_up`` a reader runs at most that many catch-up readers at once; a feed behind
+    beyond that waits for a slot (it is not fed meanwhile, and misses nothing: it reads from its
+    own position once it has one).
+
 Every client call runs on the owning reader's own thread
 (:class:`~airflow_kafka_events.kafka.client_executor.ClientExecutor` inside
 :class:`~airflow_kafka_events.kafka.assigned_reader.AssignedReader`).  The registry
@@ -34,7 +44,9 @@ last feed leaves.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import os
 import time
 from collections.abc import Awaitable, Callable, Hashable, Iterable, Mapping, Sequence
 from typing import Any
@@ -92,9 +104,13 @@ class SharedReader:
         poll_timeout: float,
         on_read: OnRead | None = None,
         prepare: Prepare | None = None,
+        whole_topics: bool = True,
+        max_catch_up: int | None = None,
+        kind: str = "",
     ) -> None:
         self._registry = registry
         self.key = key
+        self.kind = kind
         self.config = dict(config)
         self.topics = sorted(topics)
         self.name = name
@@ -105,12 +121,19 @@ class SharedReader:
         #: feed's client calls (e.g. where a new watcher starts) queue behind it on its thread
         self.poll_timeout = min(poll_timeout, MAX_POLL_TIMEOUT)
         self._on_read = on_read
+        #: every partition of the topics (``False``: only those its feeds subscribed with)
+        self.whole_topics = whole_topics
+        #: catch-up readers running at most at once (``None``: no limit)
+        self.max_catch_up = max_catch_up
+        self._catch_up_slots = None if max_catch_up is None else asyncio.Semaphore(max(1, max_catch_up))
         self.reader = self._new_reader(name)
         #: per partition, the offset after the last record the shared reader handed out
         self.frontier: dict[Partition, int] = {}
         #: counters for tests and benchmarks
         self.records_read = 0
-        self.catch_up_readers = 0
+        self.catch_up_readers = 0  # made so far
+        self.catch_ups_running = 0  # open now (at most ``max_catch_up``)
+        self.catch_ups_peak = 0
         self._feeds: list[Feed] = []
         self._index: dict[Hashable, list[Feed]] = {}
         self._users = 0
@@ -145,6 +168,19 @@ class SharedReader:
             return sorted(self.frontier)
         return await self.reader.partitions()
 
+    async def topic_partitions(self) -> list[Partition]:
+        """Every partition of the topics, from their metadata (raises :class:`TopicError` naming a
+        missing topic)."""
+        self._raise_if_failed()
+        await self._open()
+        return await self.reader.partitions()
+
+    def catch_up_slot(self) -> contextlib.AbstractAsyncContextManager[Any]:
+        """Held by a feed while its catch-up reader exists (waits while ``max_catch_up`` are)."""
+        if self._catch_up_slots is None:
+            return contextlib.nullcontext()
+        return self._catch_up_slots
+
     async def start_offsets(self, partitions: Sequence[Partition]) -> dict[Partition, int]:
         """Where partitions without a stored position start (see :class:`AssignedReader`).
 
@@ -164,8 +200,9 @@ class SharedReader:
         capacity: int = FEED_CAPACITY,
         name: str,
     ) -> Feed:
-        """A feed reading from ``starts`` (every partition of the topics).  ``keys`` are the
-        routing keys whose records it gets (see ``route``); ``match`` has the last word."""
+        """A feed reading from ``starts`` (every partition of the topics; of a scoped reader, the
+        partitions the feed follows).  ``keys`` are the routing keys whose records it gets (see
+        ``route``); ``match`` has the last word."""
         async with self._lock:
             self._raise_if_failed()
             await self._open()
@@ -178,8 +215,8 @@ class SharedReader:
             if unknown:  # partitions this reader does not read yet: from the feed's start
                 await self.reader.assign(unknown)
                 self.frontier.update(unknown)
-            full = {tp: 0 for tp in self.frontier}  # a partition the feed did not know: all new
-            full.update(starts)
+            full = {tp: 0 for tp in self.frontier} if self.whole_topics else {}
+            full.update(starts)  # a partition of the topics the feed did not know: all new
             feed = Feed(self, full, keys=keys, match=match, capacity=capacity, name=name)
             self._feeds.append(feed)
             for key in feed.keys:
@@ -210,7 +247,7 @@ class SharedReader:
                     if self.prepare is not None:
                         await self.prepare(messages)
                     self._dispatch(messages)
-                elif time.monotonic() >= self._next_refresh:
+                elif self.whole_topics and time.monotonic() >= self._next_refresh:
                     await self._refresh_partitions()
         except asyncio.CancelledError:
             raise
@@ -282,7 +319,8 @@ class SharedReader:
 # --------------------------------------------------------------------------- the registry
 class SharedReaders:
     """The shared readers of this process: one per event loop, kind, client settings, topics and
-    decoding (``variant``: e.g. the codec of a schema registry, which is not a client setting)."""
+    decoding (``variant``: e.g. the codec of a schema registry, which is not a client setting).
+    The key holds the process id: a forked child never uses its parent's clients."""
 
     def __init__(self) -> None:
         self._readers: dict[Hashable, SharedReader] = {}
@@ -294,7 +332,8 @@ class SharedReaders:
         kind: str, config: Mapping[str, Any], topics: Sequence[str], variant: Hashable = None
     ) -> Hashable:
         settings = tuple(sorted((str(k), repr(v)) for k, v in config.items()))
-        return (id(asyncio.get_running_loop()), kind, settings, tuple(sorted(topics)), variant)
+        loop = id(asyncio.get_running_loop())
+        return (os.getpid(), loop, kind, settings, tuple(sorted(topics)), variant)
 
     def acquire(
         self,
@@ -309,12 +348,16 @@ class SharedReaders:
         make_on_read: MakeOnRead | None = None,
         prepare: Prepare | None = None,
         variant: Hashable = None,
+        whole_topics: bool = True,
+        max_catch_up: int | None = None,
     ) -> SharedReader:
         """The reader for these settings and topics (created on first use); pair every call with
         one :meth:`SharedReader.release` (a feed's ``close`` does it).  ``make_on_read`` is called
         only when the reader is created (its ``on_read``); ``prepare`` is awaited before each batch
         is decoded (the reader's records, and its feeds' catch-up readers'); readers of equal
-        settings that decode differently (``variant``) are distinct."""
+        settings that decode differently (``variant``) are distinct.  ``whole_topics`` and
+        ``max_catch_up``: see the module doc (*Scoped readers*, *Catch-up clients*); a kind passes
+        the same ones each time (they are not part of the key)."""
         key = self.key(kind, config, topics, variant)
         reader = self._readers.get(key)
         if reader is None:
@@ -329,6 +372,9 @@ class SharedReaders:
                 poll_timeout=poll_timeout,
                 on_read=None if make_on_read is None else make_on_read(),
                 prepare=prepare,
+                whole_topics=whole_topics,
+                max_catch_up=max_catch_up,
+                kind=kind,
             )
             self._readers[key] = reader
             self.created += 1

@@ -29,3 +29,20 @@ def test_a_different_codec_is_a_different_reader_and_the_same_codec_the_same():
     same, again, different = asyncio.run(keys())
     assert same == again
     assert same != different
+
+
+def test_a_forked_process_gets_its_own_reader(monkeypatch):
+    """The key holds the process id: a forked child (same loop object id, same settings) does not
+    find its parent's reader."""
+    from airflow_kafka_events.kafka import shared_reader
+
+    parent_pid = shared_reader.os.getpid()
+
+    async def keys() -> tuple[tuple[object, ...], tuple[object, ...]]:
+        parent = SharedReaders.key("watchers", CONFIG, ["t"])
+        monkeypatch.setattr(shared_reader.os, "getpid", lambda: parent_pid + 1)
+        return parent, SharedReaders.key("watchers", CONFIG, ["t"])  # type: ignore[return-value]
+
+    parent, child = asyncio.run(keys())
+    assert parent != child
+    assert parent[1:] == child[1:]

@@ -1,10 +1,12 @@
 """The trigger a deferred stream consumer waits in: wake up for a batch, not for a page.
 
-:class:`StreamWaitTrigger` reads the stream from the consumer's checkpoint in the triggerer
-(a :class:`~airflow_kafka_events.streams.consuming.reader.StreamReader` on its own
-:class:`~airflow_kafka_events.kafka.client_executor.ClientExecutor` thread, never on the
-triggerer's shared ``sync_to_async`` thread) and hands nothing out: it only decides when the
-task is worth resuming.  It yields ONE event:
+:class:`StreamWaitTrigger` follows the stream from the consumer's checkpoint in the triggerer
+and hands nothing out: it only decides when the task is worth resuming.  It opens no Kafka
+client of its own: every waiting trigger of a topic and connection in one triggerer is fed by one
+shared reader, routing each record by its key to its stream's trigger
+(:mod:`~airflow_kafka_events.streams.consuming.shared_wait`), which puts its own records in order
+(:class:`~airflow_kafka_events.streams.consuming.follower.StreamFollower`, as a
+:class:`~airflow_kafka_events.streams.consuming.reader.StreamReader` would).  It yields ONE event:
 
 * ``{"status": "ready", ...}`` when ``max_events`` pages past the checkpoint are there, or the
   stream's end (normal or failed) or a new attempt is known, or ``resume_wait`` seconds after
@@ -44,7 +46,6 @@ from airflow_kafka_events.errors import (
     StreamReadError,
     ValidationError,
 )
-from airflow_kafka_events.kafka.client_executor import ClientExecutor
 from airflow_kafka_events.streams.checkpoint import Checkpoint
 from airflow_kafka_events.streams.consuming.slot_release import paused_start_deadline
 
@@ -76,7 +77,7 @@ _KWARGS = (
     "state_poll_interval",
 )
 
-#: Seconds of one :meth:`StreamReader.fill` slice (the longest a cancelled wait keeps its thread).
+#: Seconds of one look at the stream (the trigger checks its clocks at least this often).
 FILL_SLICE = 1.0
 
 
@@ -204,22 +205,22 @@ class StreamWaitTrigger(BaseTrigger):
         }
 
     # ------------------------------------------------------------------ seams
-    def _open_reader(self) -> Any:
-        # Blocking (connection lookup, client creation): runs on the reader's own thread.
-        from airflow_kafka_events.provider.hook import KafkaEventsHook
-        from airflow_kafka_events.streams.consuming.reader import ReadOptions, StreamReader
+    async def _open_watch(self) -> Any:
+        """The stream as this trigger follows it: a feed of the triggerer's shared reader of the
+        topic (no client of its own; see :mod:`~airflow_kafka_events.streams.consuming.shared_wait`)."""
+        from asgiref.sync import sync_to_async
 
-        settings = KafkaEventsHook(kafka_config_id=self.kafka_config_id).get_settings()
+        from airflow_kafka_events.provider.hook import KafkaEventsHook
+        from airflow_kafka_events.streams.consuming.follower import StreamFollower
+        from airflow_kafka_events.streams.consuming.shared_wait import StreamWatch, wait_reader_config
+
+        hook = KafkaEventsHook(kafka_config_id=self.kafka_config_id)
+        settings = await sync_to_async(hook.get_settings)()  # the connection, from Airflow
         start = None if self.checkpoint is None else Checkpoint.from_json(self.checkpoint)
-        return StreamReader(
-            settings.consumer_config(f"airflow-kafka-events-wait-{self.trigger_run_id}"),
-            self.topic,
-            self.trigger_run_id,
-            # only fills: the trigger keeps the timeouts itself
-            options=ReadOptions(max_events=self.max_events, max_wait=0.0, poll_timeout=self.poll_timeout),
-            checkpoint=start,
-            codec=settings.codecs.trigger,
+        follower = StreamFollower(
+            self.topic, self.trigger_run_id, checkpoint=start, codec=settings.codecs.trigger
         )
+        return StreamWatch(wait_reader_config(settings), follower, poll_timeout=self.poll_timeout)
 
     async def producer_state(self) -> tuple[bool, str | None]:
         """``(known, state)`` of the producing task, asked from Airflow (the triggerer's comms)."""
@@ -251,33 +252,31 @@ class StreamWaitTrigger(BaseTrigger):
 
     # ------------------------------------------------------------------ run
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        executor = ClientExecutor(f"wait-{self.trigger_run_id}")
-        reader: Any = None
+        watch: Any = None
         try:
             try:
-                reader = await executor.run(self._open_reader)
-                payload = await self._wait(executor, reader)
-            except StreamGapError as exc:  # more later pages held than the reader keeps
+                watch = await self._open_watch()
+                payload = await self._wait(watch)
+            except StreamGapError as exc:  # more later pages held than the follower keeps
                 payload = self._gap_payload(str(exc), exc.missing_index, exc.attempt, exc.present)
             except (KafkaOperationError, StreamReadError) as exc:
                 payload = {"status": "error", "error_type": type(exc).__name__, "message": str(exc)}
             yield TriggerEvent(payload)
         finally:
-            if reader is not None:
-                # queued behind a fill still running after a cancel; the thread ends after it
-                asyncio.get_running_loop().run_in_executor(executor._pool, reader.close)
-            executor.shutdown()
+            if watch is not None:
+                # shielded: leaving the shared reader (closing it, if last) ends even when cancelled
+                await asyncio.shield(watch.close())
 
-    async def _wait(self, executor: ClientExecutor, reader: Any) -> dict[str, Any]:
+    async def _wait(self, watch: Any) -> dict[str, Any]:
         now = time.time()
         start_deadline = self.start_deadline if self.start_deadline is not None else now + self.start_timeout
         gap_deadline = self.gap_deadline if self.gap_deadline is not None else now + self.gap_timeout
-        tracker = reader.tracker
+        tracker = watch.tracker
         first_ready: float | None = None
         progress = tracker.progress
         next_state_look = now
         while True:
-            await executor.run(reader.fill, FILL_SLICE)
+            await watch.fill(FILL_SLICE)
             now = time.time()
             if tracker.progress != progress:
                 progress = tracker.progress
