@@ -97,6 +97,7 @@ from benchmarks.cpu_accounting import (
     triggerer_threads,
     wait_for_quiet,
 )
+from benchmarks.harness import AIRFLOW_DEFAULT_HEALTH, json_text
 from benchmarks.watcher_report import print_report, print_resources, summarize
 
 REPO = Path(__file__).resolve().parents[1]
@@ -185,6 +186,7 @@ def environment(
     triggerers: int,
     capacity: int | None,
     parse_interval: float | None,
+    database: str,
 ) -> Iterator[Setup]:
     """Broker (unless ``KAFKA_BOOTSTRAP_SERVERS``), topics, the Airflow stack; all stopped after."""
     sys.path.insert(0, str(REPO / "tests"))
@@ -242,12 +244,13 @@ def environment(
                 }
             ),
             "AIRFLOW__TRIGGERER__SHARED_STREAM_COHORT_GRACE_PERIOD": "5",
+            **AIRFLOW_DEFAULT_HEALTH,
         }
         if capacity is not None:
             extra_env["AIRFLOW__TRIGGERER__CAPACITY"] = str(capacity)
         if parse_interval is not None:
             extra_env["AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL"] = f"{parse_interval:g}"
-        stack = AirflowStack(scratch / "airflow", DAGS_FOLDER, extra_env)
+        stack = AirflowStack(scratch / "airflow", DAGS_FOLDER, extra_env, database=database)
         names = ("triggerer", *(f"triggerer-{i}" for i in range(2, triggerers + 1)))
         for name in names[1:]:
             stack.add_triggerer(name)
@@ -310,7 +313,7 @@ def load_asset_ids(setup: Setup) -> None:
     names = [CEILING[0]] + [name for count in setup.counts for name, _ in kafka_assets(count)]
 
     def all_there() -> dict[str, int] | None:
-        rows = setup.stack.query("SELECT id, name FROM asset WHERE name LIKE 'b8_%'")
+        rows = setup.stack.query("SELECT id, name FROM asset WHERE name LIKE ?", ("b8_%",))
         found = {str(r["name"]): int(r["id"]) for r in rows}
         return found if all(n in found for n in names) else None
 
@@ -390,10 +393,11 @@ class Batch:
     loadavg_end: list[float] = field(default_factory=list)
 
 
-def _where(setup: Setup, phase: str) -> tuple[str, list[int], str]:
+def _where(setup: Setup, phase: str) -> tuple[str, list[int]]:
     ids = [setup.asset_ids[n] for n, _ in phase_assets(phase)]
-    path = "$.payload.b8" if is_ceiling(phase) else "$.payload.extra.b8"
-    return f"asset_id IN ({','.join('?' * len(ids))}) AND json_extract(extra, '{path}') = ?", ids, path
+    keys = ("payload", "b8") if is_ceiling(phase) else ("payload", "extra", "b8")
+    tag = json_text(setup.stack.database, "extra", keys)
+    return f"asset_id IN ({','.join('?' * len(ids))}) AND {tag} = ?", ids
 
 
 def ceiling_poll_interval(count: int) -> float:
@@ -527,7 +531,7 @@ class PositionStores:
 
 def run_batch(setup: Setup, producer: RecordProducer, batch: Batch, timeout: float) -> Batch:
     batch.tag = f"{setup.run}-{batch.phase}-{batch.kind}-{uuid.uuid4().hex[:6]}"
-    where, ids, path = _where(setup, batch.phase)
+    where, ids = _where(setup, batch.phase)
     stack = setup.stack
     cpu0 = cpu_snapshot(setup)
     stores = None if is_ceiling(batch.phase) else PositionStores(setup, ids)
@@ -574,7 +578,7 @@ def run_batch(setup: Setup, producer: RecordProducer, batch: Batch, timeout: flo
         stored.append(at)
         emitted.append(sent)
         latencies.append((at - sent).total_seconds() * 1000)
-        seq = int((payload if path == "$.payload.b8" else payload["extra"])["seq"])
+        seq = int((payload if is_ceiling(batch.phase) else payload["extra"])["seq"])
         seqs.add(seq)
         if seq in fired:
             to_fired.append((fired[seq] - sent).total_seconds() * 1000)
@@ -695,6 +699,13 @@ def main(argv: list[str]) -> int:
         help="[dag_processor] min_file_process_interval: seconds between two parses of the DAG file, "
         "which has every asset of the run (the test stack's 5 when absent; Airflow's default is 30)",
     )
+    parser.add_argument(
+        "--database",
+        choices=("postgres", "sqlite"),
+        default="postgres",
+        help="metadata DB (postgres: a local server of its own; on SQLite Airflow itself fails at 1,000 "
+        "watched assets, 'database is locked')",
+    )
     parser.add_argument("--out", type=Path, help="also write the results as JSON to this file")
     parser.add_argument("--keep-home", action="store_true", help="keep the Airflow home (logs, DB)")
     parser.add_argument(
@@ -728,6 +739,7 @@ def main(argv: list[str]) -> int:
         triggerers=args.triggerers,
         capacity=args.capacity,
         parse_interval=args.parse_interval,
+        database=args.database,
     ) as setup:
         load_asset_ids(setup)
         resources["no watcher"] = triggerer_resources(setup)
@@ -772,7 +784,7 @@ def main(argv: list[str]) -> int:
             producer.close()
         startup, code = setup.started_in, setup.code
     summary = summarize(batches)
-    print_report(summary, rates, args.triggerers)
+    print_report(summary, rates, args.triggerers, args.database)
     print_resources(resources)
     load_end = loadavg()
     say(f"[machine] load average at the end {load_end}; benchmark took {time.monotonic() - started:.0f}s")
@@ -782,6 +794,7 @@ def main(argv: list[str]) -> int:
             "triggerers": args.triggerers,
             "capacity": args.capacity,
             "parse_interval": args.parse_interval,
+            "database": args.database,
             "events": args.events,
             "rates": rates,
             "paced_seconds": args.paced_seconds,
