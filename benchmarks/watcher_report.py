@@ -6,7 +6,7 @@ import statistics
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from benchmarks.asset_event_e2e_latency import say
+from benchmarks.harness import say
 
 if TYPE_CHECKING:
     from benchmarks.watcher_throughput import Batch

@@ -1,7 +1,8 @@
 """B8: asset events per second into Airflow, Airflow's own ceiling vs Kafka watchers on 1 to 1,000 assets.
 
 One broker and one Airflow deployment (api-server, scheduler, dag-processor, ONE triggerer or
-``--triggerers`` of them; SQLite metadata DB; ``tests/harness/airflow_stack.py``) with
+``--triggerers`` of them; a PostgreSQL metadata DB of its own, or SQLite with ``--database sqlite``;
+``tests/harness/airflow_stack.py``; Airflow's own health-check thresholds) with
 ``benchmarks/dags`` as the DAGs folder.  One DAG, ``b8_consumer``
 (``benchmarks/dags/b8_watcher_throughput.py``), is scheduled on all B8 assets and one that never
 gets an event (ALL of them must be updated, so no DAG run is made); the
@@ -31,8 +32,8 @@ Airflow places the triggers (``[triggerer] capacity``, Airflow's default 1,000 a
 
 Each phase: a warm-up batch (not counted; for Kafka one event per asset), then a **burst** of
 ``--events`` events (all emitted at once), then one **paced** batch per rate of ``--rates``
-(``--paced-seconds`` long).  Per batch, from the ``asset_event`` rows (read-only SQLite queries,
-found by the batch tag in ``extra``):
+(``--paced-seconds`` long).  Per batch, from the ``asset_event`` rows (read-only queries, found by
+the batch tag in ``extra``):
 
 * throughput = events / (last row's ``timestamp`` - first event's ``emitted_at``), and the steady
   rate between the 10th and the 90th percentile row;
@@ -67,11 +68,8 @@ import io
 import json
 import os
 import re
-import shutil
 import subprocess
-import sys
 import tarfile
-import tempfile
 import threading
 import time
 import uuid
@@ -81,15 +79,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka.admin import AdminClient
-
 from airflow_kafka_events.assets.publish import build_envelope, record_key
 from airflow_kafka_events.envelopes.codec import ASSET_EVENT_CODEC
 from airflow_kafka_events.envelopes.model import AssetRef, EventSource, SourceKind
-from airflow_kafka_events.kafka import KafkaSettings, TopicSpec, ensure_topics
+from airflow_kafka_events.kafka import KafkaSettings, TopicSpec
 from airflow_kafka_events.kafka.producer import RecordProducer, close_all_producers
-from airflow_kafka_events.local_broker import LocalKafkaBroker
-from benchmarks.asset_event_e2e_latency import loadavg, parse_db_time, percentile, say, write_results
 from benchmarks.cpu_accounting import (
     _tree_cpu,
     machine_busy,
@@ -97,11 +91,25 @@ from benchmarks.cpu_accounting import (
     triggerer_threads,
     wait_for_quiet,
 )
-from benchmarks.harness import AIRFLOW_DEFAULT_HEALTH, json_text
+from benchmarks.harness import (
+    AIRFLOW_DEFAULT_HEALTH,
+    DAGS_FOLDER,
+    REPO,
+    airflow_stack_class,
+    create_topics,
+    json_text,
+    kafka_broker,
+    loadavg,
+    machine_at_start,
+    parse_db_time,
+    percentile,
+    running_stack,
+    say,
+    scratch_dir,
+    write_results,
+)
 from benchmarks.watcher_report import print_report, print_resources, summarize
 
-REPO = Path(__file__).resolve().parents[1]
-DAGS_FOLDER = Path(__file__).resolve().parent / "dags"
 DAG_ID = "b8_consumer"
 MAX_ASSETS = 2000
 CEILING = ("b8_ceiling", "bench://b8/ceiling")
@@ -189,35 +197,19 @@ def environment(
     database: str,
 ) -> Iterator[Setup]:
     """Broker (unless ``KAFKA_BOOTSTRAP_SERVERS``), topics, the Airflow stack; all stopped after."""
-    sys.path.insert(0, str(REPO / "tests"))
-    from harness.airflow_stack import AirflowStack
-
     t0 = time.monotonic()
-    scratch = Path(tempfile.mkdtemp(prefix="bench-b8-"))
-    control = scratch / "control"
-    control.mkdir()
-    (control / "phase").write_text("none\n")
     run = uuid.uuid4().hex[:8]
-    broker: LocalKafkaBroker | None = None
-    broker_pid: int | None = None
-    bootstrap = os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "")
-    stack = None
-    failed = False
-    try:
-        if not bootstrap:
-            broker = LocalKafkaBroker(state_dir=scratch / "kafka")
-            status = broker.start()
-            bootstrap = str(status.bootstrap_servers)
-            broker_pid = status.pid
-            say(f"[broker]  local Kafka {status.version} at {bootstrap} (pid {status.pid})")
+    with scratch_dir("bench-b8-", keep=keep_home) as scratch, kafka_broker(scratch / "kafka") as broker:
+        control = scratch / "control"
+        control.mkdir()
+        (control / "phase").write_text("none\n")
+        bootstrap = broker.bootstrap
         topics = {count: f"bench.b8.k{count}.{run}" for count in counts}
-        admin = AdminClient(KafkaSettings({"bootstrap.servers": bootstrap}).admin_config())
-        ensure_topics(
-            admin,
+        create_topics(
+            bootstrap,
             [TopicSpec(t, partitions=PARTITIONS) for t in topics.values()]
             + [TopicSpec(f"bench.b8.dlq.{run}", partitions=1)],
         )
-        del admin
         paths = [str(DAGS_FOLDER)]
         if live_src:
             code = "working tree"
@@ -250,43 +242,28 @@ def environment(
             extra_env["AIRFLOW__TRIGGERER__CAPACITY"] = str(capacity)
         if parse_interval is not None:
             extra_env["AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL"] = f"{parse_interval:g}"
-        stack = AirflowStack(scratch / "airflow", DAGS_FOLDER, extra_env, database=database)
+        stack = airflow_stack_class()(scratch / "airflow", DAGS_FOLDER, extra_env, database=database)
         names = ("triggerer", *(f"triggerer-{i}" for i in range(2, triggerers + 1)))
         for name in names[1:]:
             stack.add_triggerer(name)
             stack.topology_components.append(name)
-        stack.start(dag_ids=[DAG_ID])
-        started_in = time.monotonic() - t0
-        pids = {name: stack.pid(name) for name in ("api-server", "scheduler", *names, "dag-processor")}
-        say(f"[airflow] stack healthy, DAG parsed in {started_in:.1f}s (home {stack.home}; pids {pids})")
-        yield Setup(
-            stack,
-            bootstrap,
-            run,
-            control,
-            topics,
-            tuple(counts),
-            names,
-            scratch,
-            broker_pid,
-            started_in,
-            code,
-        )
-    except BaseException:
-        failed = True
-        raise
-    finally:
-        close_all_producers()
-        if stack is not None:
-            stack.stop()
-            say("[airflow] stopped")
-        if broker is not None:
-            broker.stop()
-            say("[broker]  stopped")
-        if keep_home or failed:
-            say(f"[files]   kept {scratch}")
-        else:
-            shutil.rmtree(scratch, ignore_errors=True)
+        with running_stack(stack, [DAG_ID], since=t0) as started_in:
+            try:
+                yield Setup(
+                    stack,
+                    bootstrap,
+                    run,
+                    control,
+                    topics,
+                    tuple(counts),
+                    names,
+                    scratch,
+                    broker.pid,
+                    started_in,
+                    code,
+                )
+            finally:
+                close_all_producers()  # the benchmark's cached producers, before the stack stops
 
 
 # ====================================================================== phases
@@ -725,8 +702,7 @@ def main(argv: list[str]) -> int:
     if args.events < 10 or any(r <= 0 or r * args.paced_seconds < 10 for r in rates):
         parser.error("--events and every paced batch (rate x --paced-seconds) must be >= 10 events")
 
-    load_start = loadavg()
-    say(f"[machine] {os.cpu_count()} CPUs, load average {load_start}")
+    load_start = machine_at_start()
     started = time.monotonic()
     batches: list[Batch] = []
     switches: dict[str, float] = {}
