@@ -15,6 +15,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from confluent_kafka.admin import AdminClient
@@ -28,16 +29,19 @@ REPO = Path(__file__).resolve().parents[1]
 #: the benchmarks' DAGs, every Airflow benchmark's DAGs folder
 DAGS_FOLDER = Path(__file__).resolve().parent / "dags"
 
-#: Airflow's own failure detection (its defaults), not the test stack's quick one: under a benchmark's
-#: load a late heartbeat must not fail a component's job and hand its work to another (with the test
-#: stack's 15 s a scheduler marked its own job failed at 200 stream pairs, B13; a triggerer late past
-#: its threshold loses its triggers to another triggerer)
-AIRFLOW_DEFAULT_HEALTH = {
-    "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "300",
-    "AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT": "30",
-    "AIRFLOW__SCHEDULER__SCHEDULER_HEALTH_CHECK_THRESHOLD": "30",
-    "AIRFLOW__TRIGGERER__TRIGGERER_HEALTH_CHECK_THRESHOLD": "30",
-}
+#: Airflow's own heartbeat timeout and health-check thresholds (its defaults), not the test stack's quick
+#: ones, and 30 s for a worker's Execution API request (Airflow's 5 s): under a benchmark's load a late
+#: heartbeat or answer must not fail a component's job or a task and hand its work to another (with the
+#: test stack's 15 s a scheduler marked its own job failed at 200 stream pairs, B13; a triggerer late
+#: past its threshold loses its triggers to another triggerer)
+AIRFLOW_DEFAULT_HEALTH: Mapping[str, str] = MappingProxyType(
+    {
+        "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "300",
+        "AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT": "30",
+        "AIRFLOW__SCHEDULER__SCHEDULER_HEALTH_CHECK_THRESHOLD": "30",
+        "AIRFLOW__TRIGGERER__TRIGGERER_HEALTH_CHECK_THRESHOLD": "30",
+    }
+)
 
 
 # ====================================================================== output and the machine
