@@ -20,40 +20,28 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
-import shutil
 import statistics
-import tempfile
 import time
 import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka.admin import AdminClient
-
-from airflow_kafka_events.kafka import KafkaSettings, TopicSpec, delete_topics, ensure_topics
+from airflow_kafka_events.kafka import KafkaSettings, TopicSpec
 from airflow_kafka_events.kafka.producer import close_all_producers
-from airflow_kafka_events.local_broker import LocalKafkaBroker
-from benchmarks.asset_event_e2e_latency import write_results
+from benchmarks.harness import (
+    create_topics,
+    kafka_broker,
+    loadavg,
+    machine_at_start,
+    percentile,
+    remove_topics,
+    say,
+    write_results,
+)
 
 ASSET_URI = "bench://b4/orders"
-
-
-def say(msg: str) -> None:
-    print(msg, flush=True)
-
-
-def loadavg() -> list[float]:
-    return [round(x, 2) for x in os.getloadavg()]
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    """Nearest-rank percentile (``q`` in 0..100) of ``values``."""
-    ordered = sorted(values)
-    rank = max(1, math.ceil(q / 100 * len(ordered)))
-    return ordered[rank - 1]
 
 
 def summary(samples_s: Sequence[float], wall_s: float) -> dict[str, Any]:
@@ -261,35 +249,21 @@ def _write(args: argparse.Namespace, results: dict[str, Any], load_start: Any, l
 
 def main(argv: list[str]) -> int:
     args = _parse(argv)
-    load_start = loadavg()
-    say(f"[machine] {os.cpu_count()} CPUs, load average {load_start}")
-    broker = None
-    state_dir = None
-    bootstrap = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
-    if not bootstrap:
-        state_dir = Path(tempfile.mkdtemp(prefix="bench-b4-kafka-"))
-        broker = LocalKafkaBroker(state_dir=state_dir)
-        status = broker.start()
-        bootstrap = str(status.bootstrap_servers)
-        say(f"[broker]  local Kafka {status.version} at {bootstrap} (pid {status.pid})")
-    settings = KafkaSettings({"bootstrap.servers": bootstrap})
-    admin = AdminClient(settings.admin_config())
-    topic = f"bench-b4-{uuid.uuid4().hex[:8]}"
-    ensure_topics(admin, [TopicSpec(topic, partitions=args.partitions)])
-    try:
-        variants, notes = _variants(args, bootstrap, topic)
-        results = _report(args, *_measure(variants, args.events, args.block))
-        for name, note in notes.items():
-            results[name] = {"note": note}
-        if args.burst > 0:
-            results["bursts_msgs_per_s"] = _bursts(bootstrap, topic, args.burst, args.burst_rounds)
-    finally:
-        close_all_producers()  # before the broker goes away
-        delete_topics(admin, [topic])
-        if broker is not None:
-            broker.stop()
-        if state_dir is not None:
-            shutil.rmtree(state_dir, ignore_errors=True)
+    load_start = machine_at_start()
+    with kafka_broker() as broker:
+        bootstrap = broker.bootstrap
+        topic = f"bench-b4-{uuid.uuid4().hex[:8]}"
+        create_topics(bootstrap, [TopicSpec(topic, partitions=args.partitions)])
+        try:
+            variants, notes = _variants(args, bootstrap, topic)
+            results = _report(args, *_measure(variants, args.events, args.block))
+            for name, note in notes.items():
+                results[name] = {"note": note}
+            if args.burst > 0:
+                results["bursts_msgs_per_s"] = _bursts(bootstrap, topic, args.burst, args.burst_rounds)
+        finally:
+            close_all_producers()  # before the topic and the broker go away
+            remove_topics(bootstrap, [topic])
     load_end = loadavg()
     say(f"[machine] load average at the end {load_end}")
     if args.out:

@@ -28,15 +28,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import math
 import os
 import random
-import shutil
 import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from collections.abc import Iterator, Sequence
@@ -45,55 +42,27 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka.admin import AdminClient
-
 from airflow_kafka_events.assets.publish import emit
-from airflow_kafka_events.kafka import KafkaSettings, TopicSpec, ensure_topics
-from airflow_kafka_events.kafka.producer import close_all_producers
-from airflow_kafka_events.local_broker import LocalKafkaBroker
+from airflow_kafka_events.kafka import TopicSpec
+from benchmarks.harness import (
+    DAGS_FOLDER,
+    airflow_stack_class,
+    create_topics,
+    kafka_broker,
+    loadavg,
+    machine_at_start,
+    parse_db_time,
+    percentile,
+    running_stack,
+    say,
+    scratch_dir,
+    write_results,
+)
 
-REPO = Path(__file__).resolve().parents[1]
-DAGS_FOLDER = Path(__file__).resolve().parent / "dags"
 DAG_IDS = ("b5_watcher_consumer", "b5_bridge_consumer")
 WATCHED = ("b5_watched", "bench://b5/watched")
 BRIDGED = ("b5_bridged", "bench://b5/bridged")
 PATHS = ("watcher", "bridge")
-
-
-def say(msg: str) -> None:
-    print(msg, flush=True)
-
-
-def loadavg() -> list[float]:
-    return [round(x, 2) for x in os.getloadavg()]
-
-
-def write_results(
-    out: Path, document: dict[str, Any], load_start: Any, load_end: Any, **machine: Any
-) -> None:
-    """Write a benchmark's results as JSON to ``out``, with the machine it ran on (CPUs, load averages)."""
-    document = {
-        **document,
-        "machine": {"cpus": os.cpu_count(), "loadavg_start": load_start, "loadavg_end": load_end, **machine},
-    }
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(document, indent=2) + "\n")
-    say(f"[results] written to {out}")
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    """Nearest-rank percentile (``q`` in 0..100) of ``values``."""
-    ordered = sorted(values)
-    return ordered[max(1, math.ceil(q / 100 * len(ordered))) - 1]
-
-
-def parse_db_time(value: Any) -> datetime:
-    """An ``asset_event.timestamp`` as SQLite holds it (naive = UTC) -> aware UTC datetime."""
-    if isinstance(value, datetime):
-        parsed = value
-    else:
-        parsed = datetime.fromisoformat(str(value).replace("Z", "+00:00"))
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)
 
 
 # ====================================================================== environment
@@ -112,31 +81,18 @@ class Setup:
 @contextlib.contextmanager
 def environment(*, keep_home: bool) -> Iterator[Setup]:
     """Broker (unless ``KAFKA_BOOTSTRAP_SERVERS``), topics, the Airflow stack; all stopped after."""
-    sys.path.insert(0, str(REPO / "tests"))
-    from harness.airflow_stack import AirflowStack
-
     t0 = time.monotonic()
-    scratch = Path(tempfile.mkdtemp(prefix="bench-b5-"))
     run = uuid.uuid4().hex[:8]
-    broker: LocalKafkaBroker | None = None
-    bootstrap = os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "")
-    stack = None
-    failed = False
-    try:
-        if not bootstrap:
-            broker = LocalKafkaBroker(state_dir=scratch / "kafka")
-            status = broker.start()
-            bootstrap = str(status.bootstrap_servers)
-            say(f"[broker]  local Kafka {status.version} at {bootstrap} (pid {status.pid})")
+    with scratch_dir("bench-b5-", keep=keep_home) as scratch, kafka_broker(scratch / "kafka") as broker:
+        bootstrap = broker.bootstrap
         names = {
             "watcher": f"bench.b5.watcher.{run}",
             "watcher_dlq": f"bench.b5.watcher-dlq.{run}",
             "bridge": f"bench.b5.bridge.{run}",
             "bridge_dlq": f"bench.b5.bridge-dlq.{run}",
         }
-        admin = AdminClient(KafkaSettings({"bootstrap.servers": bootstrap}).admin_config())
-        ensure_topics(
-            admin,
+        create_topics(
+            bootstrap,
             [
                 TopicSpec(names["watcher"], partitions=3),
                 TopicSpec(names["watcher_dlq"], partitions=1),
@@ -144,7 +100,6 @@ def environment(*, keep_home: bool) -> Iterator[Setup]:
                 TopicSpec(names["bridge_dlq"], partitions=1),
             ],
         )
-        del admin
         extra_env = {
             "AIRFLOW_KAFKA_EVENTS_B5_RUN": run,
             "AIRFLOW_CONN_KAFKA_DEFAULT": json.dumps(
@@ -165,29 +120,18 @@ def environment(*, keep_home: bool) -> Iterator[Setup]:
             ),
             "AIRFLOW__TRIGGERER__SHARED_STREAM_COHORT_GRACE_PERIOD": "5",
         }
-        stack = AirflowStack(scratch / "airflow", DAGS_FOLDER, extra_env)
-        stack.start(dag_ids=list(DAG_IDS))
-        started_in = time.monotonic() - t0
-        pids = {name: stack.pid(name) for name in ("api-server", "scheduler", "triggerer", "dag-processor")}
-        say(f"[airflow] stack healthy, DAGs parsed in {started_in:.1f}s (home {stack.home}; pids {pids})")
-        yield Setup(
-            stack, bootstrap, run, names["watcher"], names["bridge"], names["bridge_dlq"], scratch, started_in
-        )
-    except BaseException:
-        failed = True
-        raise
-    finally:
-        close_all_producers()
-        if stack is not None:
-            stack.stop()
-            say("[airflow] stopped")
-        if broker is not None:
-            broker.stop()
-            say("[broker]  stopped")
-        if keep_home or failed:
-            say(f"[files]   kept {scratch}")
-        else:
-            shutil.rmtree(scratch, ignore_errors=True)
+        stack = airflow_stack_class()(scratch / "airflow", DAGS_FOLDER, extra_env)
+        with running_stack(stack, DAG_IDS, since=t0) as started_in:
+            yield Setup(
+                stack,
+                bootstrap,
+                run,
+                names["watcher"],
+                names["bridge"],
+                names["bridge_dlq"],
+                scratch,
+                started_in,
+            )
 
 
 class Bridge:
@@ -419,8 +363,7 @@ def main(argv: list[str]) -> int:
     if args.events < 1:
         parser.error("--events must be >= 1")
 
-    load_start = loadavg()
-    say(f"[machine] {os.cpu_count()} CPUs, load average {load_start}")
+    load_start = machine_at_start()
     started = time.monotonic()
     samples: list[Sample] = []
     loads: list[list[float]] = []

@@ -22,13 +22,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import tempfile
 import time
 import timeit
 import uuid
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from airflow_kafka_events.envelopes.codec import TRIGGER_EVENT_CODEC
@@ -127,29 +124,16 @@ def _project_round(producer: Any, topic: str, items: list[TriggerEventEnvelope])
     return time.perf_counter() - t0
 
 
-def produce_figures(messages: int, rounds: int) -> dict[str, float]:
-    from confluent_kafka.admin import AdminClient
-
-    from airflow_kafka_events.kafka import KafkaSettings, TopicSpec, delete_topics, ensure_topics
+def _produce_rounds(
+    config: dict[str, Any], topic: str, items: list[Any], encoded: list[bytes], rounds: int
+) -> tuple[dict[str, float], dict[str, float]]:
+    """The best wall and CPU seconds of each variant over ``rounds`` (its clients are gone on return)."""
     from airflow_kafka_events.kafka.producer import RecordProducer
-    from airflow_kafka_events.local_broker import LocalKafkaBroker
 
-    broker = None
-    bootstrap = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
-    if not bootstrap:
-        broker = LocalKafkaBroker(state_dir=Path(tempfile.mkdtemp(prefix="bench-kafka-")))
-        bootstrap = str(broker.start().bootstrap_servers)
-    settings = KafkaSettings({"bootstrap.servers": bootstrap})
-    admin = AdminClient(settings.admin_config())
-    topic = f"bench-b3-{uuid.uuid4().hex[:8]}"
-    ensure_topics(admin, [TopicSpec(topic, partitions=3)])
-    config = settings.producer_config()
-    items = envelopes("b3", messages)
-    encoded = [TRIGGER_EVENT_CODEC.encode(item) for item in items]
     best = {"raw": float("inf"), "project": float("inf"), "bytes": float("inf")}
     cpu = dict(best)  # the process's CPU seconds per round (all threads): less swayed by other load
+    project, raw = RecordProducer(config), _Raw(config)
     try:
-        project, raw = RecordProducer(config), _Raw(config)
         _project_round(project, topic, items[:200])  # warm up: connection, producer id
         raw.round(topic, items[:200], encode=True)
         variants: dict[str, Callable[[], float]] = {
@@ -162,11 +146,25 @@ def produce_figures(messages: int, rounds: int) -> dict[str, float]:
                 started = time.process_time()
                 best[name] = min(best[name], run())
                 cpu[name] = min(cpu[name], time.process_time() - started)
-        project.close()
     finally:
-        delete_topics(admin, [topic])
-        if broker is not None:
-            broker.stop()
+        project.close()
+    return best, cpu
+
+
+def produce_figures(messages: int, rounds: int) -> dict[str, float]:
+    from airflow_kafka_events.kafka import KafkaSettings, TopicSpec
+    from benchmarks.harness import create_topics, kafka_broker, remove_topics
+
+    items = envelopes("b3", messages)
+    encoded = [TRIGGER_EVENT_CODEC.encode(item) for item in items]
+    with kafka_broker() as broker:
+        config = KafkaSettings({"bootstrap.servers": broker.bootstrap}).producer_config()
+        topic = f"bench-b3-{uuid.uuid4().hex[:8]}"
+        create_topics(broker.bootstrap, [TopicSpec(topic, partitions=3)])
+        try:
+            best, cpu = _produce_rounds(config, topic, items, encoded, rounds)
+        finally:
+            remove_topics(broker.bootstrap, [topic])
     rates = {name: messages / seconds for name, seconds in best.items()}
     us = {name: seconds / messages * 1e6 for name, seconds in cpu.items()}
     print(f"messages per round: {messages}, rounds: {rounds}, envelope: {len(encoded[0])} bytes")

@@ -33,9 +33,8 @@ from pathlib import Path
 from typing import Any
 
 from airflow_kafka_events.streams.descriptor import stream_id
-from benchmarks.asset_event_e2e_latency import write_results
 from benchmarks.first_page_latency import emitted_times, percentile
-from benchmarks.streaming_vs_classic import airflow_environment, loadavg, say
+from benchmarks.harness import airflow_environment, loadavg, say, write_results
 
 DAG_ID = "b14_consumer_wait"
 PRODUCER = "produce"

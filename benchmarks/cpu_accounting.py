@@ -9,7 +9,7 @@ import os
 import time
 from pathlib import Path
 
-from benchmarks.asset_event_e2e_latency import say
+from benchmarks.harness import say
 
 _TICKS = os.sysconf("SC_CLK_TCK")
 

@@ -20,14 +20,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import os
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks.asset_event_e2e_latency import write_results
-from benchmarks.streaming_vs_classic import Environment, _fmt, _seconds, airflow_environment, loadavg, say
+from benchmarks.harness import Environment, airflow_environment, loadavg, machine_at_start, say, write_results
+from benchmarks.streaming_vs_classic import _fmt, _seconds
 
 #: variant -> (dag_id, task_id of the working task)
 VARIANTS = {
@@ -157,8 +156,7 @@ def main(argv: list[str]) -> int:
     if args.items < 1 or not variants or any(v not in VARIANTS for v in variants):
         parser.error(f"--items must be >= 1 and --variants a subset of {','.join(VARIANTS)}")
 
-    load_start = loadavg()
-    say(f"[machine] {os.cpu_count()} CPUs, load average {load_start}")
+    load_start = machine_at_start()
     results: list[B2Result] = []
     started = time.monotonic()
     dag_ids = [VARIANTS[v][0] for v in variants]

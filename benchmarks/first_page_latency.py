@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import statistics
 import time
 import uuid
@@ -35,8 +34,7 @@ from airflow_kafka_events.kafka import KafkaSettings
 from airflow_kafka_events.kafka.consumer import EnvelopeConsumer
 from airflow_kafka_events.streams.descriptor import stream_id
 from airflow_kafka_events.streams.producing.trigger import DEFAULT_TOPIC
-from benchmarks.asset_event_e2e_latency import write_results
-from benchmarks.streaming_vs_classic import Environment, airflow_environment, loadavg, say
+from benchmarks.harness import Environment, airflow_environment, loadavg, machine_at_start, say, write_results
 
 DAG_ID = "bench_first_page"
 PRODUCER = "produce"
@@ -209,8 +207,7 @@ def main(argv: list[str]) -> int:
     if args.pages < 1 or args.runs < 1 or args.delay < 0:
         parser.error("--pages and --runs must be >= 1, --delay >= 0")
 
-    load_start = loadavg()
-    say(f"[machine] {os.cpu_count()} CPUs, load average {load_start}")
+    load_start = machine_at_start()
     results = []
     with airflow_environment([DAG_ID], prefix="bench-b7-", keep_home=args.keep_home) as env:
         for i in range(args.runs):

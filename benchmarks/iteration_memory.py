@@ -33,12 +33,9 @@ from airflow_kafka_events.iteration.options import (
     ShardOptions,
 )
 from airflow_kafka_events.iteration.runner import IterationRunner
+from benchmarks.harness import machine_at_start, say
 
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
-
-
-def say(msg: str) -> None:
-    print(msg, flush=True)
 
 
 def rss_bytes() -> int:
@@ -131,7 +128,7 @@ def main(argv: list[str]) -> int:
     if args.items < 1 or args.every < 1 or args.concurrency < 1:
         parser.error("--items, --every and --concurrency must be >= 1")
 
-    say(f"[machine] {os.cpu_count()} CPUs, load average {[round(x, 2) for x in os.getloadavg()]}")
+    machine_at_start()
     result = run(args.items, args.every, args.concurrency, args.mode)
     say(f"B6 {result['mode']} body, {result['items']:,} items, concurrency {result['concurrency']}:")
     say(f"{'items':>10} {'RSS MiB':>9} {'t (s)':>8}")

@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-import os
 import shutil
 import sys
 import tempfile
@@ -35,10 +34,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchmarks.asset_event_e2e_latency import loadavg, write_results
 from benchmarks.cpu_accounting import _tree_cpu
+from benchmarks.harness import (
+    AIRFLOW_DEFAULT_HEALTH,
+    DAGS_FOLDER,
+    airflow_stack_class,
+    create_topics,
+    kafka_broker,
+    loadavg,
+    machine_at_start,
+    say,
+    write_results,
+)
 from benchmarks.stream_slots import _ts
-from benchmarks.streaming_vs_classic import DAGS_FOLDER, REPO, say
 
 MIB = 1024 * 1024
 
@@ -371,9 +379,6 @@ def measure(stack: Any, pairs: int, scratch: Path, args: argparse.Namespace) -> 
 
 
 def run_deployment(pairs: int, bootstrap: str, scratch: Path, args: argparse.Namespace) -> dict[str, Any]:
-    sys.path.insert(0, str(REPO / "tests"))
-    from harness.airflow_stack import AirflowStack
-
     conn = {"conn_type": "kafka", "extra": {"bootstrap.servers": bootstrap}}
     env = {
         "AIRFLOW_CONN_KAFKA_DEFAULT": json.dumps(conn),
@@ -381,15 +386,12 @@ def run_deployment(pairs: int, bootstrap: str, scratch: Path, args: argparse.Nam
         "B13_PAGES": str(args.pages),
         "B13_DELAY": str(args.delay),
         "B13_DIR": str(scratch / "records"),
-        # Airflow's defaults, not the test harness's quick failure detection (as B9)
-        "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "300",
-        "AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT": "30",
-        # Airflow's default: with the harness's 15 s a scheduler whose own heartbeat came late under load
-        # marked its job failed and reset the task instances it was running as orphans (seen at 200 pairs)
-        "AIRFLOW__SCHEDULER__SCHEDULER_HEALTH_CHECK_THRESHOLD": "30",
+        # with the harness's 15 s a scheduler whose own heartbeat came late under load marked its job
+        # failed and reset the task instances it was running as orphans (seen at 200 pairs)
+        **AIRFLOW_DEFAULT_HEALTH,
     }
     home = scratch / f"airflow-{pairs}"
-    stack = AirflowStack(home, DAGS_FOLDER, env, parallelism=args.slots, database="postgres")
+    stack = airflow_stack_class()(home, DAGS_FOLDER, env, parallelism=args.slots, database="postgres")
     try:
         stack.start(timeout=600.0, dag_ids=[f"b13_streams_{pairs}"])
         say(f"[airflow] {pairs} pairs, parallelism {args.slots}: stack healthy")
@@ -428,37 +430,25 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     pair_counts = [int(n) for n in args.pairs.split(",")]
 
-    from confluent_kafka.admin import AdminClient
-
-    from airflow_kafka_events.kafka import KafkaSettings
-    from airflow_kafka_events.kafka.topics import TopicSpec, ensure_topics
-    from airflow_kafka_events.local_broker import LocalKafkaBroker
+    from airflow_kafka_events.kafka.topics import TopicSpec
     from airflow_kafka_events.streams.producing.trigger import DEFAULT_TOPIC
 
     scratch = Path(tempfile.mkdtemp(prefix="b13-"))
-    broker = None
-    bootstrap = os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "")
     results: list[dict[str, Any]] = []
-    load_start = loadavg()
-    say(f"[machine] {os.cpu_count()} CPUs, load average {load_start}")
+    load_start = machine_at_start()
     t0 = time.monotonic()
     finished = False
     try:
-        if not bootstrap:
-            broker = LocalKafkaBroker(state_dir=scratch / "kafka")
-            bootstrap = str(broker.start().bootstrap_servers)
-        admin = AdminClient(KafkaSettings({"bootstrap.servers": bootstrap}).admin_config())
-        ensure_topics(admin, [TopicSpec(DEFAULT_TOPIC, partitions=3)])
-        for pairs in pair_counts:
-            results.append(run_deployment(pairs, bootstrap, scratch, args))
-            if args.out:  # after each deployment: a later one that is stopped keeps the earlier results
-                write_results(
-                    args.out, {"benchmark": "B13 many streams", "runs": results}, load_start, loadavg()
-                )
+        with kafka_broker(scratch / "kafka") as broker:
+            create_topics(broker.bootstrap, [TopicSpec(DEFAULT_TOPIC, partitions=3)])
+            for pairs in pair_counts:
+                results.append(run_deployment(pairs, broker.bootstrap, scratch, args))
+                if args.out:  # after each deployment: a later one that is stopped keeps the earlier results
+                    write_results(
+                        args.out, {"benchmark": "B13 many streams", "runs": results}, load_start, loadavg()
+                    )
         finished = True
     finally:
-        if broker is not None:
-            broker.stop()
         ok = finished and all(r["state"] == "success" and r["records"]["ok"] for r in results)
         if ok:
             shutil.rmtree(scratch, ignore_errors=True)

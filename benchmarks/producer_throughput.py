@@ -8,19 +8,14 @@ Both variants encode ``TriggerEventEnvelope`` records with the Avro codec and wr
 from __future__ import annotations
 
 import argparse
-import os
-import tempfile
 import time
 import uuid
-from pathlib import Path
-
-from confluent_kafka.admin import AdminClient
 
 from airflow_kafka_events.envelopes.codec import TRIGGER_EVENT_CODEC
 from airflow_kafka_events.envelopes.model import TriggerEventEnvelope
-from airflow_kafka_events.kafka import KafkaSettings, TopicSpec, delete_topics, ensure_topics
+from airflow_kafka_events.kafka import KafkaSettings, TopicSpec
 from airflow_kafka_events.kafka.producer import RecordProducer
-from airflow_kafka_events.local_broker import LocalKafkaBroker
+from benchmarks.harness import create_topics, kafka_broker, remove_topics
 
 
 def _envelopes(run: str, n: int) -> list[bytes]:
@@ -38,41 +33,38 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--messages", type=int, default=2000)
     args = parser.parse_args(argv)
 
-    broker = None
-    bootstrap = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
-    if not bootstrap:
-        broker = LocalKafkaBroker(state_dir=Path(tempfile.mkdtemp(prefix="bench-kafka-")))
-        bootstrap = str(broker.start().bootstrap_servers)
-    settings = KafkaSettings({"bootstrap.servers": bootstrap})
-    admin = AdminClient(settings.admin_config())
-    topic = f"bench-{uuid.uuid4().hex[:8]}"
-    ensure_topics(admin, [TopicSpec(topic, partitions=3)])
-    try:
-        t0 = time.perf_counter()
-        bodies = _envelopes("encode-only", args.messages)
-        encode_s = time.perf_counter() - t0
+    with kafka_broker() as broker:
+        settings = KafkaSettings({"bootstrap.servers": broker.bootstrap})
+        topic = f"bench-{uuid.uuid4().hex[:8]}"
+        create_topics(broker.bootstrap, [TopicSpec(topic, partitions=3)])
+        try:
+            t0 = time.perf_counter()
+            bodies = _envelopes("encode-only", args.messages)
+            encode_s = time.perf_counter() - t0
 
-        producer = RecordProducer(settings.producer_config())
-        t0 = time.perf_counter()
-        for body in _envelopes("sync", args.messages):
-            producer.send_and_wait(topic, body, key="sync")
-        sync_s = time.perf_counter() - t0
+            producer = RecordProducer(settings.producer_config())
+            try:
+                t0 = time.perf_counter()
+                for body in _envelopes("sync", args.messages):
+                    producer.send_and_wait(topic, body, key="sync")
+                sync_s = time.perf_counter() - t0
 
-        t0 = time.perf_counter()
-        futures = [producer.send(topic, body, key="pipelined") for body in _envelopes("pipe", args.messages)]
-        for f in futures:
-            f.result()
-        pipe_s = time.perf_counter() - t0
-        producer.close()
+                t0 = time.perf_counter()
+                futures = [
+                    producer.send(topic, body, key="pipelined") for body in _envelopes("pipe", args.messages)
+                ]
+                for f in futures:
+                    f.result()
+                pipe_s = time.perf_counter() - t0
+            finally:
+                producer.close()
 
-        n = args.messages
-        print(f"messages per variant: {n}, envelope size: {len(bodies[0])} bytes")
-        print(f"encode only     : {n / encode_s:10.0f} msg/s")
-        print(f"send_and_wait   : {n / sync_s:10.0f} msg/s  ({sync_s:.2f}s)")
-        print(f"pipelined send  : {n / pipe_s:10.0f} msg/s  ({pipe_s:.2f}s)")
-        print(f"ratio pipelined/sync: {sync_s / pipe_s:.1f}x")
-    finally:
-        delete_topics(admin, [topic])
-        if broker is not None:
-            broker.stop()
+            n = args.messages
+            print(f"messages per variant: {n}, envelope size: {len(bodies[0])} bytes")
+            print(f"encode only     : {n / encode_s:10.0f} msg/s")
+            print(f"send_and_wait   : {n / sync_s:10.0f} msg/s  ({sync_s:.2f}s)")
+            print(f"pipelined send  : {n / pipe_s:10.0f} msg/s  ({pipe_s:.2f}s)")
+            print(f"ratio pipelined/sync: {sync_s / pipe_s:.1f}x")
+        finally:
+            remove_topics(broker.bootstrap, [topic])
     return 0

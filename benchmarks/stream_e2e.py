@@ -55,10 +55,17 @@ from airflow_kafka_events.kafka import KafkaSettings, TopicSpec, ensure_topics
 from airflow_kafka_events.streams.descriptor import stream_id
 from airflow_kafka_events.streams.index.options import index_topic
 from airflow_kafka_events.streams.producing.trigger import DEFAULT_TOPIC
-from benchmarks.asset_event_e2e_latency import write_results
 from benchmarks.dags.b12_stream_e2e import padding
+from benchmarks.harness import (
+    Environment,
+    airflow_environment,
+    create_topics,
+    kafka_broker,
+    loadavg,
+    say,
+    write_results,
+)
 from benchmarks.stream_read_throughput import read_raw
-from benchmarks.streaming_vs_classic import Environment, airflow_environment, loadavg, say
 
 DAG_ID = "b12_stream_e2e"
 PRODUCER, CONSUMER = "produce", "consume"
@@ -408,24 +415,13 @@ def _alone(bootstrap: str, linger_ms: int | None, pages: int, payload_bytes: int
 @contextlib.contextmanager
 def kafka_only() -> Iterator[tuple[KafkaSettings, str]]:
     """``KAFKA_BOOTSTRAP_SERVERS`` or a local broker of its own (stopped after), with the stream topics."""
-    from airflow_kafka_events.local_broker import LocalKafkaBroker
-
-    broker = None
-    bootstrap = os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "")
-    try:
-        if not bootstrap:
-            broker = LocalKafkaBroker(state_dir=Path(tempfile.mkdtemp(prefix="bench-b12-kafka-")))
-            bootstrap = str(broker.start().bootstrap_servers)
-        settings = KafkaSettings({"bootstrap.servers": bootstrap})
+    with kafka_broker() as broker:
         topics = [
             TopicSpec(DEFAULT_TOPIC, partitions=3),
             TopicSpec(index_topic(), partitions=3, cleanup_policy="compact"),
         ]
-        ensure_topics(AdminClient(settings.admin_config()), topics)
-        yield settings, bootstrap
-    finally:
-        if broker is not None:
-            broker.stop()
+        create_topics(broker.bootstrap, topics)
+        yield KafkaSettings({"bootstrap.servers": broker.bootstrap}), broker.bootstrap
 
 
 def _fmt(value: float | None, spec: str = ",.1f") -> str:

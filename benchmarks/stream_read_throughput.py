@@ -38,7 +38,6 @@ import argparse
 import gc
 import json
 import os
-import tempfile
 import time
 import uuid
 from collections.abc import Callable
@@ -181,16 +180,14 @@ def read_operator_loop(
 def measure_size(
     bootstrap: str, n: int, size: int, rounds: int, max_events: int, variants: list[str]
 ) -> dict[str, Any]:
-    from confluent_kafka.admin import AdminClient
-
-    from airflow_kafka_events.kafka import KafkaSettings, TopicSpec, delete_topics, ensure_topics
+    from airflow_kafka_events.kafka import KafkaSettings, TopicSpec
     from airflow_kafka_events.streams.consuming.collector import DEFAULT_GC_THRESHOLD
+    from benchmarks.harness import create_topics, remove_topics
 
     settings = KafkaSettings({"bootstrap.servers": bootstrap})
-    admin = AdminClient(settings.admin_config())
     topic = f"bench-b11-{size}-{uuid.uuid4().hex[:8]}"
     run = f"b11-{size}-{uuid.uuid4().hex[:8]}"
-    ensure_topics(admin, [TopicSpec(topic, partitions=1, max_message_bytes=8 * 1024 * 1024)])
+    create_topics(bootstrap, [TopicSpec(topic, partitions=1, max_message_bytes=8 * 1024 * 1024)])
     try:
         t0 = time.perf_counter()
         envelope_size = write_stream(settings.producer_config(), topic, run, n, size)
@@ -213,7 +210,7 @@ def measure_size(
                 rates[name].append(count / (time.perf_counter() - started))
                 cpu[name].append((time.process_time() - cpu_started) / count * 1e6)
     finally:
-        delete_topics(admin, [topic])
+        remove_topics(bootstrap, [topic])
     return {
         "size": size,
         "envelope_bytes": envelope_size,
@@ -252,7 +249,7 @@ def report(result: dict[str, Any]) -> None:
 
 
 def main(argv: list[str]) -> int:
-    from airflow_kafka_events.local_broker import LocalKafkaBroker
+    from benchmarks.harness import kafka_broker
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -280,21 +277,13 @@ def main(argv: list[str]) -> int:
         gc.disable()
     if args.gc_threshold:
         gc.set_threshold(args.gc_threshold, *gc.get_threshold()[1:])
-    broker = None
-    bootstrap = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
-    if not bootstrap:
-        broker = LocalKafkaBroker(state_dir=Path(tempfile.mkdtemp(prefix="bench-kafka-")))
-        bootstrap = str(broker.start().bootstrap_servers)
     results = []
-    try:
+    with kafka_broker() as broker:
         for size in (int(s) for s in args.sizes.split(",")):
             n = max(1, min(args.records, args.max_mb * 1_000_000 // size))
-            result = measure_size(bootstrap, n, size, args.rounds, args.max_events, variants)
+            result = measure_size(broker.bootstrap, n, size, args.rounds, args.max_events, variants)
             report(result)
             results.append(result)
-    finally:
-        if broker is not None:
-            broker.stop()
     if args.out:
         args.out.write_text(json.dumps(results, indent=2))
     return 0

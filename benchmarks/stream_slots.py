@@ -15,17 +15,22 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import statistics
-import sys
 import tempfile
 import time
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from benchmarks.streaming_vs_classic import DAGS_FOLDER, REPO, say
+from benchmarks.harness import (
+    AIRFLOW_DEFAULT_HEALTH,
+    DAGS_FOLDER,
+    airflow_stack_class,
+    create_topics,
+    kafka_broker,
+    say,
+)
 
 RUN_TIMEOUT = 1800.0
 
@@ -124,21 +129,17 @@ def run_slots(
     scratch: Path,
     database: str,
 ) -> list[dict[str, Any]]:
-    sys.path.insert(0, str(REPO / "tests"))
-    from harness.airflow_stack import AirflowStack
-
     conn = {"conn_type": "kafka", "extra": {"bootstrap.servers": bootstrap}}
     env = {
         "AIRFLOW_CONN_KAFKA_DEFAULT": json.dumps(conn),
         "B9_PAIRS": ",".join(map(str, pair_counts)),
         "B9_DEFERRABLE": "true" if deferrable else "false",
-        # Airflow's defaults, not the test harness's quick failure detection: with 32 task processes on a
-        # small machine a heartbeat or an Execution API answer can be late without anything being wrong
-        "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "300",
-        "AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT": "30",
+        # with 32 task processes on a small machine a heartbeat or an Execution API answer can be late
+        # without anything being wrong
+        **AIRFLOW_DEFAULT_HEALTH,
     }
     home = scratch / f"airflow-{slots}-{n_runs()}"
-    stack = AirflowStack(home, DAGS_FOLDER, env, parallelism=slots, database=database)
+    stack = airflow_stack_class()(home, DAGS_FOLDER, env, parallelism=slots, database=database)
     results: list[dict[str, Any]] = []
     try:
         dag_ids = [f"b9_{o}_{n}" for n in pair_counts for o in ("consumers_first", "producers_first")]
@@ -181,37 +182,29 @@ def main(argv: list[str]) -> int:
     slot_counts = [int(s) for s in args.slots.split(",")]
     conf = {"pages": args.pages, "delay": args.delay}
 
-    from confluent_kafka.admin import AdminClient
-
-    from airflow_kafka_events.kafka import KafkaSettings
-    from airflow_kafka_events.kafka.topics import TopicSpec, ensure_topics
-    from airflow_kafka_events.local_broker import LocalKafkaBroker
+    from airflow_kafka_events.kafka.topics import TopicSpec
     from airflow_kafka_events.streams.producing.trigger import DEFAULT_TOPIC
 
     scratch = Path(tempfile.mkdtemp(prefix="b9-"))
-    broker = None
-    bootstrap = os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "")
     results: list[dict[str, Any]] = []
     t0 = time.monotonic()
     finished = False
     try:
-        if not bootstrap:
-            broker = LocalKafkaBroker(state_dir=scratch / "kafka")
-            bootstrap = str(broker.start().bootstrap_servers)
-        admin = AdminClient(KafkaSettings({"bootstrap.servers": bootstrap}).admin_config())
-        ensure_topics(admin, [TopicSpec(DEFAULT_TOPIC, partitions=3)])
-        for slots in slot_counts:
-            results += run_slots(
-                slots, pair_counts, bootstrap, conf, not args.in_worker, scratch, args.database
-            )
-        if not args.no_reference:
-            for n in pair_counts:
-                ample = min(2 * n, args.max_reference_slots)
-                results += run_slots(ample, [n], bootstrap, conf, not args.in_worker, scratch, args.database)
+        with kafka_broker(scratch / "kafka") as broker:
+            bootstrap = broker.bootstrap
+            create_topics(bootstrap, [TopicSpec(DEFAULT_TOPIC, partitions=3)])
+            for slots in slot_counts:
+                results += run_slots(
+                    slots, pair_counts, bootstrap, conf, not args.in_worker, scratch, args.database
+                )
+            if not args.no_reference:
+                for n in pair_counts:
+                    ample = min(2 * n, args.max_reference_slots)
+                    results += run_slots(
+                        ample, [n], bootstrap, conf, not args.in_worker, scratch, args.database
+                    )
         finished = True
     finally:
-        if broker is not None:
-            broker.stop()
         if finished and all(r["state"] == "success" for r in results):
             shutil.rmtree(scratch, ignore_errors=True)
         else:  # the Airflow homes (task logs, metadata DB) of a failed or broken-off run are kept

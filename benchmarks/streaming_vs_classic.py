@@ -27,127 +27,24 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
-import os
-import shutil
 import statistics
-import sys
-import tempfile
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka.admin import AdminClient
-
-from airflow_kafka_events.kafka import KafkaSettings
-from airflow_kafka_events.kafka.topic_plan import TopicSettings, configured_topics, ensure_configured_topics
-from airflow_kafka_events.local_broker import LocalKafkaBroker
 from airflow_kafka_events.streams.producing.trigger import DEFAULT_TOPIC
-from benchmarks.asset_event_e2e_latency import write_results
 from benchmarks.deferral_phases import median_phases, phases, run_moments
+from benchmarks.harness import Environment, airflow_environment, loadavg, machine_at_start, say, write_results
 
-REPO = Path(__file__).resolve().parents[1]
-DAGS_FOLDER = Path(__file__).resolve().parent / "dags"
 TASK_ID = "fetch_pages"
 VARIANTS = {
     "classic": "bench_classic_paging",
     "streaming": "bench_streaming_paging",
     "floor": "bench_defer_floor",
 }
-
-
-def say(msg: str) -> None:
-    print(msg, flush=True)
-
-
-def loadavg() -> list[float]:
-    return [round(x, 2) for x in os.getloadavg()]
-
-
-# ====================================================================== environment
-@dataclass
-class Environment:
-    """A running broker (ours or ``KAFKA_BOOTSTRAP_SERVERS``) and a running Airflow stack."""
-
-    stack: Any  # harness.airflow_stack.AirflowStack
-    settings: KafkaSettings
-    bootstrap: str
-    home: Path
-    started_in: float
-    broker_pid: int | None = None
-    notes: dict[str, Any] = field(default_factory=dict)
-
-
-@contextlib.contextmanager
-def airflow_environment(
-    dag_ids: Sequence[str],
-    *,
-    prefix: str,
-    keep_home: bool = False,
-    topology: str = "embedded",
-    extra_env: Mapping[str, str] | None = None,
-    connection_extra: Mapping[str, Any] | None = None,
-) -> Iterator[Environment]:
-    """Start the broker (unless ``KAFKA_BOOTSTRAP_SERVERS``) and the Airflow stack (of ``topology``,
-    see tests/harness/airflow_stack.py, with ``extra_env`` in its environment and
-    ``connection_extra`` in its ``kafka_default`` connection's extra); stop both after.
-
-    Both are stopped through their own APIs, by the pids they started.  The Airflow home (logs,
-    metadata DB) is a temporary directory, removed afterwards unless ``keep_home`` or the body
-    raised (then its path is printed).
-    """
-    sys.path.insert(0, str(REPO / "tests"))
-    from harness.airflow_stack import AirflowStack
-
-    t0 = time.monotonic()
-    scratch = Path(tempfile.mkdtemp(prefix=prefix))
-    broker: LocalKafkaBroker | None = None
-    broker_pid: int | None = None
-    bootstrap = os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "")
-    stack = None
-    failed = False
-    try:
-        if not bootstrap:
-            broker = LocalKafkaBroker(state_dir=scratch / "kafka")
-            status = broker.start()
-            bootstrap, broker_pid = str(status.bootstrap_servers), status.pid
-            say(f"[broker]  local Kafka {status.version} at {bootstrap} (pid {broker_pid})")
-        settings = KafkaSettings({"bootstrap.servers": bootstrap})
-        admin = AdminClient(settings.admin_config())
-        # every topic the (default) configuration names, as `airflow-kafka-events topics ensure` makes
-        # them: without the stream index topic each streaming task would report it missing
-        wanted = configured_topics(environ={"AIRFLOW_HOME": str(scratch / "airflow")})
-        ensure_configured_topics(admin, wanted, TopicSettings(partitions=3))
-        del admin
-        conn = {"conn_type": "kafka", "extra": {"bootstrap.servers": bootstrap, **(connection_extra or {})}}
-        stack = AirflowStack(
-            scratch / "airflow",
-            DAGS_FOLDER,
-            {"AIRFLOW_CONN_KAFKA_DEFAULT": json.dumps(conn), **(extra_env or {})},
-            topology=topology,
-        )
-        stack.start(dag_ids=list(dag_ids))
-        started_in = time.monotonic() - t0
-        pids = {name: stack.pid(name) for name in ("api-server", "scheduler", "triggerer", "dag-processor")}
-        say(f"[airflow] stack healthy, DAGs parsed in {started_in:.1f}s (home {stack.home}; pids {pids})")
-        yield Environment(stack, settings, bootstrap, stack.home, started_in, broker_pid)
-    except BaseException:
-        failed = True
-        raise
-    finally:
-        if stack is not None:
-            stack.stop()
-            say("[airflow] stopped")
-        if broker is not None:
-            broker.stop()
-            say(f"[broker]  stopped (pid {broker_pid})")
-        if keep_home or failed:
-            say(f"[files]   kept {scratch}")
-        else:
-            shutil.rmtree(scratch, ignore_errors=True)
 
 
 # ====================================================================== one run
@@ -340,8 +237,7 @@ def main(argv: list[str]) -> int:
     if unknown or not variants:
         parser.error(f"--variants: unknown {unknown}; choose from {list(VARIANTS)}")
 
-    load_start = loadavg()
-    say(f"[machine] {os.cpu_count()} CPUs, load average {load_start}")
+    load_start = machine_at_start()
     results: list[RunResult] = []
     started = time.monotonic()
     dag_ids = [VARIANTS[v] for v in variants]

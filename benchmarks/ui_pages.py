@@ -44,7 +44,6 @@ import os
 import re
 import statistics
 import sys
-import tempfile
 import time
 import uuid
 from collections.abc import Iterator, Sequence
@@ -52,8 +51,6 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
-
-from confluent_kafka.admin import AdminClient
 
 from airflow_kafka_events.assets.publish import build_envelope, record_key
 from airflow_kafka_events.dead_letters.headers import DeadLetterReason
@@ -66,9 +63,8 @@ from airflow_kafka_events.envelopes.model import (
     SourceKind,
     TriggerEventEnvelope,
 )
-from airflow_kafka_events.kafka import KafkaSettings, TopicSpec, ensure_topics
+from airflow_kafka_events.kafka import KafkaSettings, TopicSpec
 from airflow_kafka_events.kafka.producer import close_all_producers, get_producer
-from airflow_kafka_events.local_broker import LocalKafkaBroker
 from airflow_kafka_events.streams.descriptor import stream_id
 from airflow_kafka_events.streams.index.record import (
     ConsumerRecord,
@@ -78,8 +74,15 @@ from airflow_kafka_events.streams.index.record import (
     stream_key,
 )
 from airflow_kafka_events.streams.progress import lookup_stream
+from benchmarks.harness import (
+    airflow_stack_class,
+    create_topics,
+    kafka_broker,
+    running_stack,
+    say,
+    scratch_dir,
+)
 
-REPO = Path(__file__).resolve().parents[1]
 GOAL_MS = 300.0
 PAGES_PER_STREAM = 100
 DAG_ID = "b10_ui"
@@ -108,10 +111,6 @@ class PagingProducer(StreamingOperatorMixin, BaseOperator):
 with DAG(dag_id={dag_id!r}, schedule=None, start_date=pendulum.datetime(2024, 1, 1, tz="UTC"), catchup=False):
     PagingProducer(task_id="produce")
 """
-
-
-def say(text: str) -> None:
-    print(text, flush=True)
 
 
 # --------------------------------------------------------------------------- filling the topics
@@ -322,35 +321,22 @@ def _pages(streams: int, minutes: int, old: str, hint: str) -> dict[str, str]:
 
 @contextlib.contextmanager
 def environment(max_records: int) -> Iterator[tuple[Any, str, dict[str, str]]]:
-    sys.path.insert(0, str(REPO / "tests"))
-    from harness.airflow_stack import AirflowStack
-
-    scratch = Path(tempfile.mkdtemp(prefix="bench-b10-"))
     run = uuid.uuid4().hex[:8]
-    broker = None
-    bootstrap = os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "")
-    stack = None
-    try:
-        if not bootstrap:
-            broker = LocalKafkaBroker(state_dir=scratch / "kafka")
-            status = broker.start()
-            bootstrap = str(status.bootstrap_servers)
-            say(f"[broker]  local Kafka {status.version} at {bootstrap}")
+    with scratch_dir("bench-b10-") as scratch, kafka_broker(scratch / "kafka") as broker:
+        bootstrap = broker.bootstrap
         topics = {
             "trigger": f"bench.b10.trigger.{run}",
             "asset": f"bench.b10.asset.{run}",
             "dlq": f"bench.b10.dlq.{run}",
             "index": f"bench.b10.stream-index.{run}",
         }
-        admin = AdminClient(KafkaSettings({"bootstrap.servers": bootstrap}).admin_config())
-        ensure_topics(
-            admin,
+        create_topics(
+            bootstrap,
             [
                 TopicSpec(name, partitions=3, cleanup_policy="compact" if role == "index" else None)
                 for role, name in topics.items()
             ],
         )
-        del admin
         env = {
             "AIRFLOW_CONN_KAFKA_DEFAULT": json.dumps(
                 {"conn_type": "kafka", "extra": {"bootstrap.servers": bootstrap}}
@@ -365,18 +351,15 @@ def environment(max_records: int) -> Iterator[tuple[Any, str, dict[str, str]]]:
         dags.mkdir()
         source = STREAM_DAG.format(pages=PAGES_PER_STREAM, topic=topics["trigger"], dag_id=STREAM_DAG_ID)
         (dags / f"{STREAM_DAG_ID}.py").write_text(source)
-        stack = AirflowStack(
+        stack = airflow_stack_class()(
             home=scratch / "airflow", dags_folder=dags, extra_env=env, users={"admin": "admin"}
         )
-        stack.start(timeout=400.0, dag_ids=[STREAM_DAG_ID])
-        say(f"[airflow] {stack.base_url}")
-        yield stack, bootstrap, topics
-    finally:
-        close_all_producers(timeout=10)
-        if stack is not None:
-            stack.stop()
-        if broker is not None:
-            broker.stop()
+        with running_stack(stack, [STREAM_DAG_ID], since=time.monotonic(), timeout=400.0):
+            say(f"[airflow] {stack.base_url}")
+            try:
+                yield stack, bootstrap, topics
+            finally:
+                close_all_producers(timeout=10)  # the fill's producers, before the stack stops
 
 
 def main(argv: Sequence[str] = ()) -> int:

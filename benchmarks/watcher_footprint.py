@@ -18,25 +18,22 @@ import argparse
 import asyncio
 import json
 import os
-import tempfile
 import time
 import uuid
 from pathlib import Path
 from typing import Any
 
 import psutil
-from confluent_kafka.admin import AdminClient
 
 from airflow_kafka_events.assets.publish import build_envelope, record_key
 from airflow_kafka_events.envelopes.codec import ASSET_EVENT_CODEC
 from airflow_kafka_events.envelopes.model import AssetRef, EventSource, SourceKind
-from airflow_kafka_events.kafka import KafkaSettings, TopicSpec, ensure_topics
+from airflow_kafka_events.kafka import KafkaSettings, TopicSpec
 from airflow_kafka_events.kafka.producer import RecordProducer
-from airflow_kafka_events.local_broker import LocalKafkaBroker
 from airflow_kafka_events.watcher.stops import stops_topic
 from airflow_kafka_events.watcher.stream import WatcherStream
 from airflow_kafka_events.watcher.trigger import KafkaAssetEventTrigger
-from benchmarks.asset_event_e2e_latency import loadavg, say, write_results
+from benchmarks.harness import create_topics, kafka_broker, loadavg, machine_at_start, say, write_results
 
 CONN_ID = "kafka_footprint"
 
@@ -181,26 +178,17 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--timeout", type=float, default=600.0, help="longest wait for a phase (600 s)")
     parser.add_argument("--out", type=Path, help="also write the results as JSON to this file")
     args = parser.parse_args(argv)
-    load_start = loadavg()
-    say(f"[machine] {os.cpu_count()} CPUs, load average {load_start}")
-    bootstrap = os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "")
-    broker = None
-    if not bootstrap:
-        broker = LocalKafkaBroker(state_dir=Path(tempfile.mkdtemp(prefix="bench-b8-footprint-")))
-        bootstrap = str(broker.start().bootstrap_servers)
-    try:
+    load_start = machine_at_start()
+    with kafka_broker() as broker:
+        bootstrap = broker.bootstrap
         topic = f"bench.b8.footprint.{uuid.uuid4().hex[:8]}"
-        admin = AdminClient(KafkaSettings({"bootstrap.servers": bootstrap}).admin_config())
-        ensure_topics(admin, [TopicSpec(topic, partitions=3), TopicSpec(stops_topic(), partitions=1)])
+        create_topics(bootstrap, [TopicSpec(topic, partitions=3), TopicSpec(stops_topic(), partitions=1)])
         conn = {
             "conn_type": "kafka",
             "extra": {"bootstrap.servers": bootstrap, "auto.offset.reset": "earliest"},
         }
         os.environ[f"AIRFLOW_CONN_{CONN_ID.upper()}"] = json.dumps(conn)
         results = asyncio.run(measure(bootstrap, topic, args))
-    finally:
-        if broker is not None:
-            broker.stop()
     load_end = loadavg()
     say(f"[machine] load average at the end {load_end}")
     if args.out:

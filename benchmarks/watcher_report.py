@@ -6,7 +6,7 @@ import statistics
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from benchmarks.asset_event_e2e_latency import say
+from benchmarks.harness import say
 
 if TYPE_CHECKING:
     from benchmarks.watcher_throughput import Batch
@@ -79,10 +79,12 @@ def _ratio(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}"
 
 
-def print_report(summary: dict[str, Any], rates: Sequence[float], triggerers: int = 1) -> None:
+def print_report(
+    summary: dict[str, Any], rates: Sequence[float], triggerers: int = 1, database: str = "postgres"
+) -> None:
     say("")
     where = "one triggerer" if triggerers == 1 else f"{triggerers} triggerers"
-    say(f"B8 asset events into Airflow ({where}, SQLite): bursts (events/s, ratio to the ceiling)")
+    say(f"B8 asset events into Airflow ({where}, {database}): bursts (events/s, ratio to the ceiling)")
     say(
         f"{'config':<10} {'events/s':>9} {'ratio':>6} {'steady/s':>9} {'ratio':>6} "
         f"{'p50':>8} {'p95':>8} {'emit->fired p50':>16} {'fired->row p50':>15} {'pos. stores':>11} "

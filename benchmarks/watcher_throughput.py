@@ -1,7 +1,8 @@
 """B8: asset events per second into Airflow, Airflow's own ceiling vs Kafka watchers on 1 to 1,000 assets.
 
 One broker and one Airflow deployment (api-server, scheduler, dag-processor, ONE triggerer or
-``--triggerers`` of them; SQLite metadata DB; ``tests/harness/airflow_stack.py``) with
+``--triggerers`` of them; a PostgreSQL metadata DB of its own, or SQLite with ``--database sqlite``;
+``tests/harness/airflow_stack.py``; Airflow's own health-check thresholds) with
 ``benchmarks/dags`` as the DAGs folder.  One DAG, ``b8_consumer``
 (``benchmarks/dags/b8_watcher_throughput.py``), is scheduled on all B8 assets and one that never
 gets an event (ALL of them must be updated, so no DAG run is made); the
@@ -31,8 +32,8 @@ Airflow places the triggers (``[triggerer] capacity``, Airflow's default 1,000 a
 
 Each phase: a warm-up batch (not counted; for Kafka one event per asset), then a **burst** of
 ``--events`` events (all emitted at once), then one **paced** batch per rate of ``--rates``
-(``--paced-seconds`` long).  Per batch, from the ``asset_event`` rows (read-only SQLite queries,
-found by the batch tag in ``extra``):
+(``--paced-seconds`` long).  Per batch, from the ``asset_event`` rows (read-only queries, found by
+the batch tag in ``extra``):
 
 * throughput = events / (last row's ``timestamp`` - first event's ``emitted_at``), and the steady
   rate between the 10th and the 90th percentile row;
@@ -67,11 +68,8 @@ import io
 import json
 import os
 import re
-import shutil
 import subprocess
-import sys
 import tarfile
-import tempfile
 import threading
 import time
 import uuid
@@ -81,15 +79,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka.admin import AdminClient
-
 from airflow_kafka_events.assets.publish import build_envelope, record_key
 from airflow_kafka_events.envelopes.codec import ASSET_EVENT_CODEC
 from airflow_kafka_events.envelopes.model import AssetRef, EventSource, SourceKind
-from airflow_kafka_events.kafka import KafkaSettings, TopicSpec, ensure_topics
+from airflow_kafka_events.kafka import KafkaSettings, TopicSpec
 from airflow_kafka_events.kafka.producer import RecordProducer, close_all_producers
-from airflow_kafka_events.local_broker import LocalKafkaBroker
-from benchmarks.asset_event_e2e_latency import loadavg, parse_db_time, percentile, say, write_results
 from benchmarks.cpu_accounting import (
     _tree_cpu,
     machine_busy,
@@ -97,10 +91,25 @@ from benchmarks.cpu_accounting import (
     triggerer_threads,
     wait_for_quiet,
 )
+from benchmarks.harness import (
+    AIRFLOW_DEFAULT_HEALTH,
+    DAGS_FOLDER,
+    REPO,
+    airflow_stack_class,
+    create_topics,
+    json_text,
+    kafka_broker,
+    loadavg,
+    machine_at_start,
+    parse_db_time,
+    percentile,
+    running_stack,
+    say,
+    scratch_dir,
+    write_results,
+)
 from benchmarks.watcher_report import print_report, print_resources, summarize
 
-REPO = Path(__file__).resolve().parents[1]
-DAGS_FOLDER = Path(__file__).resolve().parent / "dags"
 DAG_ID = "b8_consumer"
 MAX_ASSETS = 2000
 CEILING = ("b8_ceiling", "bench://b8/ceiling")
@@ -185,37 +194,22 @@ def environment(
     triggerers: int,
     capacity: int | None,
     parse_interval: float | None,
+    database: str,
 ) -> Iterator[Setup]:
     """Broker (unless ``KAFKA_BOOTSTRAP_SERVERS``), topics, the Airflow stack; all stopped after."""
-    sys.path.insert(0, str(REPO / "tests"))
-    from harness.airflow_stack import AirflowStack
-
     t0 = time.monotonic()
-    scratch = Path(tempfile.mkdtemp(prefix="bench-b8-"))
-    control = scratch / "control"
-    control.mkdir()
-    (control / "phase").write_text("none\n")
     run = uuid.uuid4().hex[:8]
-    broker: LocalKafkaBroker | None = None
-    broker_pid: int | None = None
-    bootstrap = os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "")
-    stack = None
-    failed = False
-    try:
-        if not bootstrap:
-            broker = LocalKafkaBroker(state_dir=scratch / "kafka")
-            status = broker.start()
-            bootstrap = str(status.bootstrap_servers)
-            broker_pid = status.pid
-            say(f"[broker]  local Kafka {status.version} at {bootstrap} (pid {status.pid})")
+    with scratch_dir("bench-b8-", keep=keep_home) as scratch, kafka_broker(scratch / "kafka") as broker:
+        control = scratch / "control"
+        control.mkdir()
+        (control / "phase").write_text("none\n")
+        bootstrap = broker.bootstrap
         topics = {count: f"bench.b8.k{count}.{run}" for count in counts}
-        admin = AdminClient(KafkaSettings({"bootstrap.servers": bootstrap}).admin_config())
-        ensure_topics(
-            admin,
+        create_topics(
+            bootstrap,
             [TopicSpec(t, partitions=PARTITIONS) for t in topics.values()]
             + [TopicSpec(f"bench.b8.dlq.{run}", partitions=1)],
         )
-        del admin
         paths = [str(DAGS_FOLDER)]
         if live_src:
             code = "working tree"
@@ -242,48 +236,34 @@ def environment(
                 }
             ),
             "AIRFLOW__TRIGGERER__SHARED_STREAM_COHORT_GRACE_PERIOD": "5",
+            **AIRFLOW_DEFAULT_HEALTH,
         }
         if capacity is not None:
             extra_env["AIRFLOW__TRIGGERER__CAPACITY"] = str(capacity)
         if parse_interval is not None:
             extra_env["AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL"] = f"{parse_interval:g}"
-        stack = AirflowStack(scratch / "airflow", DAGS_FOLDER, extra_env)
+        stack = airflow_stack_class()(scratch / "airflow", DAGS_FOLDER, extra_env, database=database)
         names = ("triggerer", *(f"triggerer-{i}" for i in range(2, triggerers + 1)))
         for name in names[1:]:
             stack.add_triggerer(name)
             stack.topology_components.append(name)
-        stack.start(dag_ids=[DAG_ID])
-        started_in = time.monotonic() - t0
-        pids = {name: stack.pid(name) for name in ("api-server", "scheduler", *names, "dag-processor")}
-        say(f"[airflow] stack healthy, DAG parsed in {started_in:.1f}s (home {stack.home}; pids {pids})")
-        yield Setup(
-            stack,
-            bootstrap,
-            run,
-            control,
-            topics,
-            tuple(counts),
-            names,
-            scratch,
-            broker_pid,
-            started_in,
-            code,
-        )
-    except BaseException:
-        failed = True
-        raise
-    finally:
-        close_all_producers()
-        if stack is not None:
-            stack.stop()
-            say("[airflow] stopped")
-        if broker is not None:
-            broker.stop()
-            say("[broker]  stopped")
-        if keep_home or failed:
-            say(f"[files]   kept {scratch}")
-        else:
-            shutil.rmtree(scratch, ignore_errors=True)
+        with running_stack(stack, [DAG_ID], since=t0) as started_in:
+            try:
+                yield Setup(
+                    stack,
+                    bootstrap,
+                    run,
+                    control,
+                    topics,
+                    tuple(counts),
+                    names,
+                    scratch,
+                    broker.pid,
+                    started_in,
+                    code,
+                )
+            finally:
+                close_all_producers()  # the benchmark's cached producers, before the stack stops
 
 
 # ====================================================================== phases
@@ -310,7 +290,7 @@ def load_asset_ids(setup: Setup) -> None:
     names = [CEILING[0]] + [name for count in setup.counts for name, _ in kafka_assets(count)]
 
     def all_there() -> dict[str, int] | None:
-        rows = setup.stack.query("SELECT id, name FROM asset WHERE name LIKE 'b8_%'")
+        rows = setup.stack.query("SELECT id, name FROM asset WHERE name LIKE ?", ("b8_%",))
         found = {str(r["name"]): int(r["id"]) for r in rows}
         return found if all(n in found for n in names) else None
 
@@ -390,10 +370,11 @@ class Batch:
     loadavg_end: list[float] = field(default_factory=list)
 
 
-def _where(setup: Setup, phase: str) -> tuple[str, list[int], str]:
+def _where(setup: Setup, phase: str) -> tuple[str, list[int]]:
     ids = [setup.asset_ids[n] for n, _ in phase_assets(phase)]
-    path = "$.payload.b8" if is_ceiling(phase) else "$.payload.extra.b8"
-    return f"asset_id IN ({','.join('?' * len(ids))}) AND json_extract(extra, '{path}') = ?", ids, path
+    keys = ("payload", "b8") if is_ceiling(phase) else ("payload", "extra", "b8")
+    tag = json_text(setup.stack.database, "extra", keys)
+    return f"asset_id IN ({','.join('?' * len(ids))}) AND {tag} = ?", ids
 
 
 def ceiling_poll_interval(count: int) -> float:
@@ -527,7 +508,7 @@ class PositionStores:
 
 def run_batch(setup: Setup, producer: RecordProducer, batch: Batch, timeout: float) -> Batch:
     batch.tag = f"{setup.run}-{batch.phase}-{batch.kind}-{uuid.uuid4().hex[:6]}"
-    where, ids, path = _where(setup, batch.phase)
+    where, ids = _where(setup, batch.phase)
     stack = setup.stack
     cpu0 = cpu_snapshot(setup)
     stores = None if is_ceiling(batch.phase) else PositionStores(setup, ids)
@@ -574,7 +555,7 @@ def run_batch(setup: Setup, producer: RecordProducer, batch: Batch, timeout: flo
         stored.append(at)
         emitted.append(sent)
         latencies.append((at - sent).total_seconds() * 1000)
-        seq = int((payload if path == "$.payload.b8" else payload["extra"])["seq"])
+        seq = int((payload if is_ceiling(batch.phase) else payload["extra"])["seq"])
         seqs.add(seq)
         if seq in fired:
             to_fired.append((fired[seq] - sent).total_seconds() * 1000)
@@ -695,6 +676,13 @@ def main(argv: list[str]) -> int:
         help="[dag_processor] min_file_process_interval: seconds between two parses of the DAG file, "
         "which has every asset of the run (the test stack's 5 when absent; Airflow's default is 30)",
     )
+    parser.add_argument(
+        "--database",
+        choices=("postgres", "sqlite"),
+        default="postgres",
+        help="metadata DB (postgres: a local server of its own; on SQLite Airflow itself fails at 1,000 "
+        "watched assets, 'database is locked')",
+    )
     parser.add_argument("--out", type=Path, help="also write the results as JSON to this file")
     parser.add_argument("--keep-home", action="store_true", help="keep the Airflow home (logs, DB)")
     parser.add_argument(
@@ -714,8 +702,7 @@ def main(argv: list[str]) -> int:
     if args.events < 10 or any(r <= 0 or r * args.paced_seconds < 10 for r in rates):
         parser.error("--events and every paced batch (rate x --paced-seconds) must be >= 10 events")
 
-    load_start = loadavg()
-    say(f"[machine] {os.cpu_count()} CPUs, load average {load_start}")
+    load_start = machine_at_start()
     started = time.monotonic()
     batches: list[Batch] = []
     switches: dict[str, float] = {}
@@ -728,6 +715,7 @@ def main(argv: list[str]) -> int:
         triggerers=args.triggerers,
         capacity=args.capacity,
         parse_interval=args.parse_interval,
+        database=args.database,
     ) as setup:
         load_asset_ids(setup)
         resources["no watcher"] = triggerer_resources(setup)
@@ -772,7 +760,7 @@ def main(argv: list[str]) -> int:
             producer.close()
         startup, code = setup.started_in, setup.code
     summary = summarize(batches)
-    print_report(summary, rates, args.triggerers)
+    print_report(summary, rates, args.triggerers, args.database)
     print_resources(resources)
     load_end = loadavg()
     say(f"[machine] load average at the end {load_end}; benchmark took {time.monotonic() - started:.0f}s")
@@ -782,6 +770,7 @@ def main(argv: list[str]) -> int:
             "triggerers": args.triggerers,
             "capacity": args.capacity,
             "parse_interval": args.parse_interval,
+            "database": args.database,
             "events": args.events,
             "rates": rates,
             "paced_seconds": args.paced_seconds,
