@@ -103,6 +103,13 @@ def _config_options() -> dict[str, Any]:
             "Seconds a streaming trigger's page waits for unreachable Kafka brokers before the "
             "trigger fails (its producer's message.timeout.ms).",
         ),
+        "stream_write_window": _option(
+            "integer",
+            "256",
+            "Pages a streaming trigger keeps in flight: it fetches and sends the next pages while "
+            "the receipts of up to this many are outstanding (and at most 8 MiB of them), and takes "
+            "the receipts in batches. 1: each page is acknowledged before the next is fetched.",
+        ),
         "watcher_airflow_api_conn_id": _option(
             "string",
             "",

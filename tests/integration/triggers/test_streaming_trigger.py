@@ -98,11 +98,11 @@ def test_pages_are_sent_without_a_batching_delay_unless_the_connection_sets_one(
     topic = new_topic(partitions=1)
     trigger = PagedTrigger(total=2, trigger_run_id=_key(), topic=topic)
     assert _descriptor(_run(trigger)).count == 2
-    _settings, producer, _index = trigger._open_kafka()  # this process's producers: the ones the run used
-    assert (producer.role, producer.config["linger.ms"]) == ("stream", 0)  # each page awaits its receipt
+    _settings, producer, _index, _window = trigger._open_kafka()  # this process's producers: the run's
+    assert (producer.role, producer.config["linger.ms"]) == ("stream", 0)
     extra = {"bootstrap.servers": kafka_bootstrap, "linger.ms": 5}
     monkeypatch.setenv("AIRFLOW_CONN_KAFKA_DEFAULT", json.dumps({"conn_type": "kafka", "extra": extra}))
-    _settings, producer, _index = trigger._open_kafka()
+    _settings, producer, _index, _window = trigger._open_kafka()
     assert producer.config["linger.ms"] == 5
 
 

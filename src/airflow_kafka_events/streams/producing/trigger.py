@@ -93,7 +93,12 @@ from airflow_kafka_events.streams.producing.outage import (
     resolve_outage_timeout,
     wait_for_earlier_sends,
 )
-from airflow_kafka_events.streams.producing.writer import AttemptWriter, close_iterator, parse_not_before
+from airflow_kafka_events.streams.producing.writer import (
+    AttemptWriter,
+    close_iterator,
+    parse_not_before,
+    resolve_write_window,
+)
 from airflow_kafka_events.streams.progress import StreamLocation, StreamProgress, lookup_stream
 
 __all__ = [
@@ -171,6 +176,9 @@ class StreamingTrigger(BaseTrigger):
     #: How long (seconds) one page may wait for unreachable brokers before the run fails;
     #: ``None``: ``[kafka_events] stream_outage_timeout`` (default 300).
     outage_timeout: float | None = None
+    #: Pages in flight at most (produced, receipt not taken yet); ``None``:
+    #: ``[kafka_events] stream_write_window`` (default 256).
+    write_window: int | None = None
 
     def __init__(
         self,
@@ -320,7 +328,11 @@ class StreamingTrigger(BaseTrigger):
         """``outage_timeout``, else ``[kafka_events] stream_outage_timeout``, else 300 s."""
         return resolve_outage_timeout(self.outage_timeout)
 
-    def _open_kafka(self) -> tuple[KafkaSettings, RecordProducer, RecordProducer]:
+    def resolve_write_window(self) -> int:
+        """``write_window``, else ``[kafka_events] stream_write_window``, else 256 pages."""
+        return resolve_write_window(self.write_window)
+
+    def _open_kafka(self) -> tuple[KafkaSettings, RecordProducer, RecordProducer, int]:
         # Blocking (connection lookup, client creation): called in a worker thread.
         from airflow_kafka_events.provider.hook import KafkaEventsHook
 
@@ -333,7 +345,7 @@ class StreamingTrigger(BaseTrigger):
         )
         index_producer = hook.get_producer(role=INDEX_ROLE, message_timeout=INDEX_WRITE_TIMEOUT)
         settings.codecs.trigger.prepare(self.topic)  # a registry's schema id, off the event loop
-        return settings, producer, index_producer
+        return settings, producer, index_producer, self.resolve_write_window()
 
     def _index_writer(
         self,
@@ -379,7 +391,7 @@ class StreamingTrigger(BaseTrigger):
         """Write the stream to Kafka (resuming it if it has progress); yield one event."""
         trigger_run_id = self.resolve_trigger_run_id()
         identity = self.resolve_producer_identity()
-        settings, producer, index_producer = await asyncio.to_thread(self._open_kafka)
+        settings, producer, index_producer, window = await asyncio.to_thread(self._open_kafka)
         await wait_for_earlier_sends(producer, self.topic, trigger_run_id, self.log)
         location, progress = await self._look_up(settings, trigger_run_id)
         plan = plan_resume(progress, self.generation)
@@ -389,9 +401,10 @@ class StreamingTrigger(BaseTrigger):
             )
             return
         writer, index = await self._open_writer(
-            settings, producer, index_producer, trigger_run_id, identity, location, progress, plan
+            settings, producer, index_producer, trigger_run_id, identity, location, progress, plan, window
         )
         error = await self._write_pages(writer, plan.cursor, index)
+        self._acknowledged(writer, index, await writer.drain())
         yield self.final_event(await self._finish(writer, index, error))
 
     async def _look_up(
@@ -484,6 +497,7 @@ class StreamingTrigger(BaseTrigger):
         location: StreamLocation,
         progress: StreamProgress | None,
         plan: ResumePlan,
+        window: int,
     ) -> tuple[AttemptWriter, StreamIndexWriter]:
         """The writer of the attempt ``plan`` says, and its stream index record (started)."""
         self.log.info(
@@ -514,6 +528,7 @@ class StreamingTrigger(BaseTrigger):
             generation=generation,
             log=self.log,
             codec=settings.codecs.trigger,
+            window=window,
         )
         index = self._index_writer(
             index_producer, trigger_run_id, identity, location.partition, plan.attempt, generation, progress
@@ -550,7 +565,8 @@ class StreamingTrigger(BaseTrigger):
     async def _write_pages(
         self, writer: AttemptWriter, cursor: str | None, index: StreamIndexWriter
     ) -> StreamFailure | None:
-        """Fetch and deliver pages one by one; the error that ended the stream, if any."""
+        """Fetch, encode and send pages (up to the writer's window in flight); the error that ended
+        the stream, if any.  Pages still in flight when it returns are the caller's to drain."""
         try:
             iterator = self.pages(cursor)
         except Exception as exc:
@@ -578,15 +594,22 @@ class StreamingTrigger(BaseTrigger):
                         exc,
                     )
                     return self.stream_error_for(exc)
-                offset = await writer.send(value, page.cursor)
-                index.page(writer.next_seq - 1, offset)
-                metrics.incr(metrics.PAGES_WRITTEN, tags={"topic": writer.topic})
+                acknowledged = await writer.send(value, page.cursor)
+                if acknowledged:
+                    self._acknowledged(writer, index, acknowledged)
         finally:
             self._pages_iterator = None
             try:
                 await close_iterator(iterator)
             except Exception:
                 self.log.warning("closing pages() of stream %s failed", writer.trigger_run_id, exc_info=True)
+
+    @staticmethod
+    def _acknowledged(writer: AttemptWriter, index: StreamIndexWriter, count: int) -> None:
+        """``count`` more pages are acknowledged: the index and the metric learn the frontier."""
+        if count and writer.last_offset is not None:
+            index.page(writer.acked - 1, writer.last_offset)
+            metrics.incr(metrics.PAGES_WRITTEN, count, tags={"topic": writer.topic})
 
     async def cleanup(self) -> None:
         """Close a page iterator left open by an interrupted run. Never raises."""
