@@ -334,13 +334,26 @@ class AttemptWriter:
 
 
 async def _settled(future: DeliveryFuture) -> None:
-    """Wait until ``future`` is resolved, without raising its error (the caller reads it)."""
-    try:
-        await future
-    except asyncio.CancelledError:
-        raise
-    except Exception:
-        pass
+    """Wait until ``future`` is resolved, without reading its outcome; a cancelled wait leaves
+    ``future`` as it is (its outcome still counts: the page may be in Kafka)."""
+    if future.done():
+        return
+    loop = asyncio.get_running_loop()
+    woken: asyncio.Future[None] = loop.create_future()
+
+    def wake(_: DeliveryFuture) -> None:
+        try:
+            loop.call_soon_threadsafe(_set_done, woken)
+        except RuntimeError:  # the loop closed meanwhile: nobody waits any more
+            pass
+
+    future.add_done_callback(wake)
+    await woken
+
+
+def _set_done(woken: asyncio.Future[None]) -> None:
+    if not woken.done():
+        woken.set_result(None)
 
 
 async def _delivered(pages: list[_InFlight], timeout: float) -> list[_InFlight]:
