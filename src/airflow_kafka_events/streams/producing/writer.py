@@ -69,6 +69,9 @@ _log = logging.getLogger(__name__)
 DEFAULT_WRITE_WINDOW = 256
 #: Bytes of pages in flight from which the window is full whatever its page count (large pages).
 WINDOW_BYTES = 8 * 1024 * 1024
+#: Pages sent at most between two returns to the event loop (a page source that never awaits would
+#: otherwise keep the loop to itself for half a window).
+YIELD_EVERY = 32
 
 
 def resolve_write_window(value: Any = None) -> int:
@@ -144,6 +147,7 @@ class AttemptWriter:
         self._in_flight: deque[_InFlight] = deque()
         self._in_flight_bytes = 0
         self._metadata_cache: dict[str, str] | None = None
+        self._unyielded = 0
 
     @property
     def in_flight(self) -> int:
@@ -204,6 +208,10 @@ class AttemptWriter:
             await self._take(len(self._in_flight))
         while len(self._in_flight) >= self.window or self._in_flight_bytes >= WINDOW_BYTES:
             await self._take(max(1, len(self._in_flight) // 2))
+        self._unyielded += 1
+        if self._unyielded >= YIELD_EVERY:
+            self._unyielded = 0
+            await asyncio.sleep(0)
         return self.acked - before
 
     async def drain(self) -> int:
@@ -219,7 +227,8 @@ class AttemptWriter:
         last = self._in_flight[count - 1]
         if last.future.outstanding():
             await self._await(last)
-        else:  # a page source that never awaits would otherwise keep the loop to itself
+        else:
+            self._unyielded = 0
             await asyncio.sleep(0)
         while self._in_flight and self._in_flight[0].future.done():
             page = self._in_flight[0]
@@ -232,6 +241,7 @@ class AttemptWriter:
 
     async def _await(self, page: _InFlight) -> None:
         """Wait for ``page``'s delivery report (its outcome is read by the caller)."""
+        self._unyielded = 0
         waited = self._waited
         delivery = asyncio.ensure_future(_settled(page.future))
         try:
