@@ -607,8 +607,9 @@ class StreamingTrigger(BaseTrigger):
     @staticmethod
     def _acknowledged(writer: AttemptWriter, index: StreamIndexWriter, count: int) -> None:
         """``count`` more pages are acknowledged: the index and the metric learn the frontier."""
-        if count and writer.last_offset is not None:
-            index.page(writer.acked - 1, writer.last_offset)
+        first, offsets = writer.take_acknowledged()
+        if offsets:
+            index.pages(first, offsets)
             metrics.incr(metrics.PAGES_WRITTEN, count, tags={"topic": writer.topic})
 
     async def cleanup(self) -> None:

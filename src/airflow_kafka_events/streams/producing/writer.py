@@ -148,6 +148,8 @@ class AttemptWriter:
         self._in_flight_bytes = 0
         self._metadata_cache: dict[str, str] | None = None
         self._unyielded = 0
+        #: offsets of the pages acknowledged since :meth:`take_acknowledged`
+        self._acknowledged: list[int] = []
 
     @property
     def in_flight(self) -> int:
@@ -274,6 +276,13 @@ class AttemptWriter:
         self.cursor = page.cursor
         self.last_offset = receipt.offset
         self.written += 1
+        self._acknowledged.append(receipt.offset)
+
+    def take_acknowledged(self) -> tuple[int, list[int]]:
+        """The envelopes acknowledged since the last call: the first one's sequence index, and the
+        offset of each, in order."""
+        offsets, self._acknowledged = self._acknowledged, []
+        return self.acked - len(offsets), offsets
 
     async def _after_failure(self, error: BaseException) -> None:
         """The receipt of the oldest page in flight failed (or never came): leave no page of this
