@@ -9,11 +9,15 @@ is (``TriggerEvent(descriptor.to_dict())``, or with ``finish_task=True`` a
 ``TaskSuccessEvent``/``TaskFailedEvent`` whose XCom ``return_value`` is the descriptor).
 
 Delivery and resume
-    The delivery of each page is awaited (``acks=all``) before the next page is fetched, so
-    what is in Kafka is exactly what was fetched.  A trigger that is stopped (triggerer
-    restart, redistribution, crash) and started again looks its stream up in Kafka
-    (:func:`~airflow_kafka_events.streams.progress.lookup_stream`) and continues after the
-    last written page from that page's ``cursor``: written pages are not fetched again.
+    Pages are pipelined: up to ``[kafka_events] stream_write_window`` pages are in flight while the
+    next are fetched, and their ``acks=all`` receipts are taken in batches
+    (:mod:`~airflow_kafka_events.streams.producing.writer`).  The stream's progress is the run of
+    pages acknowledged in order.  A page that fails while later pages reached Kafka is sent again,
+    with every page after it, before the run fails, so that no page follows a missing one (unless
+    that second send fails too: logged as an error).  A trigger that is
+    stopped (triggerer restart, redistribution, crash) and started again looks its stream up in Kafka
+    (:func:`~airflow_kafka_events.streams.progress.lookup_stream`) and continues after the last
+    written page from that page's ``cursor``: written pages are not fetched again.
     The rules are in :func:`~airflow_kafka_events.streams.descriptor.plan_resume`.
 
 Generations
@@ -44,9 +48,10 @@ End of an attempt
 Broker outages
     Each page waits up to ``outage_timeout`` (``[kafka_events] stream_outage_timeout``, 300 s)
     for unreachable brokers (:mod:`~airflow_kafka_events.streams.producing.outage`).  One attempt never
-    writes a page twice: a page is sent once and awaited before the next, librdkafka's retries
-    of it carry the idempotent producer's sequence number (the broker stores one copy), and a
-    page whose outcome is unknown fails the run; the next run resumes from what Kafka holds.
+    writes a page twice except to close a hole: librdkafka's retries of a page carry the idempotent
+    producer's sequence number (the broker stores one copy), a failed page is sent again byte for byte
+    with the pages after it (a consumer keeps the first copy of each), and a page whose outcome is
+    unknown fails the run; the next run resumes from what Kafka holds.
 
 Stream index
     The trigger also writes its stream's state record to the stream index (a compacted topic,
