@@ -132,10 +132,27 @@ def test_concurrent_streams_on_one_topic_keep_per_key_order(kafka_bootstrap, new
     )
 
     async def both():
-        return await asyncio.gather(
-            collect(PagedTrigger(total=120, trigger_run_id=first, topic=topic)),
-            collect(PagedTrigger(total=80, trigger_run_id=second, topic=topic)),
-        )
+        # each stream writes its first pages, then waits until the other has written its first pages
+        held = {first: (60, asyncio.Event()), second: (40, asyncio.Event())}
+        samples.HOLD_BEFORE.update(held)
+
+        async def release() -> None:
+            async with asyncio.timeout(30):
+                while len(samples.FETCHES[first]) < 60 or len(samples.FETCHES[second]) < 40:
+                    await asyncio.sleep(0.01)
+            for _, event in held.values():
+                event.set()
+
+        try:
+            results = await asyncio.gather(
+                collect(PagedTrigger(total=120, trigger_run_id=first, topic=topic)),
+                collect(PagedTrigger(total=80, trigger_run_id=second, topic=topic)),
+                release(),
+            )
+        finally:
+            samples.HOLD_BEFORE.pop(first, None)
+            samples.HOLD_BEFORE.pop(second, None)
+        return results[0], results[1]
 
     events_a, events_b = asyncio.run(both())
     stored = read_topic(kafka_bootstrap, topic)
