@@ -110,6 +110,13 @@ def _config_options() -> dict[str, Any]:
             "least this many allocations (put back after), so a batch's decoded pages die young "
             "instead of being walked by collections of the whole process. 0: Python's own (700).",
         ),
+        "stream_write_window": _option(
+            "integer",
+            "256",
+            "Pages a streaming trigger keeps in flight: it fetches and sends the next pages while "
+            "the receipts of up to this many are outstanding (and at most 8 MiB of them), and takes "
+            "the receipts in batches. 1: each page is acknowledged before the next is fetched.",
+        ),
         "watcher_airflow_api_conn_id": _option(
             "string",
             "",

@@ -20,9 +20,11 @@ from confluent_kafka import KafkaError, Producer
 
 from airflow_kafka_events.envelopes.codec import TRIGGER_EVENT_CODEC
 from airflow_kafka_events.envelopes.model import ProducerIdentity, TriggerEventEnvelope
-from airflow_kafka_events.errors import StreamProgressError
+from airflow_kafka_events.errors import NotSentError, StreamProgressError
+from airflow_kafka_events.kafka.delivery import DeliveryFuture
 from airflow_kafka_events.kafka.partitioner import partition_for_key
 from airflow_kafka_events.kafka.settings import KafkaSettings
+from airflow_kafka_events.streams.consuming.sequence import SequenceTracker
 from airflow_kafka_events.streams.descriptor import StreamDescriptor
 from airflow_kafka_events.streams.progress import find_stream_progress, lookup_stream
 from integration.triggers import sample_triggers as samples
@@ -98,11 +100,11 @@ def test_pages_are_sent_without_a_batching_delay_unless_the_connection_sets_one(
     topic = new_topic(partitions=1)
     trigger = PagedTrigger(total=2, trigger_run_id=_key(), topic=topic)
     assert _descriptor(_run(trigger)).count == 2
-    _settings, producer, _index = trigger._open_kafka()  # this process's producers: the ones the run used
-    assert (producer.role, producer.config["linger.ms"]) == ("stream", 0)  # each page awaits its receipt
+    _settings, producer, _index, _window = trigger._open_kafka()  # this process's producers: the run's
+    assert (producer.role, producer.config["linger.ms"]) == ("stream", 0)
     extra = {"bootstrap.servers": kafka_bootstrap, "linger.ms": 5}
     monkeypatch.setenv("AIRFLOW_CONN_KAFKA_DEFAULT", json.dumps({"conn_type": "kafka", "extra": extra}))
-    _settings, producer, _index = trigger._open_kafka()
+    _settings, producer, _index, _window = trigger._open_kafka()
     assert producer.config["linger.ms"] == 5
 
 
@@ -130,10 +132,27 @@ def test_concurrent_streams_on_one_topic_keep_per_key_order(kafka_bootstrap, new
     )
 
     async def both():
-        return await asyncio.gather(
-            collect(PagedTrigger(total=120, trigger_run_id=first, topic=topic)),
-            collect(PagedTrigger(total=80, trigger_run_id=second, topic=topic)),
-        )
+        # each stream writes its first pages, then waits until the other has written its first pages
+        held = {first: (60, asyncio.Event()), second: (40, asyncio.Event())}
+        samples.HOLD_BEFORE.update(held)
+
+        async def release() -> None:
+            async with asyncio.timeout(30):
+                while len(samples.FETCHES[first]) < 60 or len(samples.FETCHES[second]) < 40:
+                    await asyncio.sleep(0.01)
+            for _, event in held.values():
+                event.set()
+
+        try:
+            results = await asyncio.gather(
+                collect(PagedTrigger(total=120, trigger_run_id=first, topic=topic)),
+                collect(PagedTrigger(total=80, trigger_run_id=second, topic=topic)),
+                release(),
+            )
+        finally:
+            samples.HOLD_BEFORE.pop(first, None)
+            samples.HOLD_BEFORE.pop(second, None)
+        return results[0], results[1]
 
     events_a, events_b = asyncio.run(both())
     stored = read_topic(kafka_bootstrap, topic)
@@ -175,6 +194,75 @@ def test_resumed_stream_continues_after_the_last_written_page(kafka_bootstrap, n
     # the second run knew where the attempt began although it did not write it
     assert (descriptor.attempt, descriptor.count) == (0, 20)
     assert (descriptor.first_offset, descriptor.last_offset) == (stored[0].offset, stored[-1].offset)
+
+
+class _FailsOnePage:
+    """The trigger's producer, except that the first send of page ``page`` fails at once as librdkafka
+    reports a message it gave up on, while the pages after it are produced (and reach Kafka)."""
+
+    def __init__(self, producer, page: int) -> None:
+        self.producer, self.page, self.failed = producer, page, False
+
+    def send(self, topic, value, **options):
+        if not self.failed and TRIGGER_EVENT_CODEC.decode(value).sequence_index == self.page:
+            self.failed = True
+            future = DeliveryFuture()
+            future.settle(exception=NotSentError("not sent — nothing will be published: injected"))
+            return future
+        return self.producer.send(topic, value, **options)
+
+    def __getattr__(self, name):
+        return getattr(self.producer, name)
+
+
+class _FailingPageTrigger(PagedTrigger):
+    """A PagedTrigger whose page ``failing_page`` fails once at the producer, with ``window`` in flight."""
+
+    def __init__(self, *, failing_page: int, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.failing_page = failing_page
+
+    def trigger_kwargs(self):
+        return {**super().trigger_kwargs(), "failing_page": self.failing_page}
+
+    def _open_kafka(self):
+        settings, producer, index_producer, window = super()._open_kafka()
+        return settings, _FailsOnePage(producer, self.failing_page), index_producer, window
+
+
+def test_a_page_failing_mid_window_leaves_consumers_no_gap_and_the_rerun_resumes(kafka_bootstrap, new_topic):
+    topic = new_topic(partitions=1)
+    key = _key()
+    total, failing = 60, 5
+    first = _FailingPageTrigger(failing_page=failing, total=total, trigger_run_id=key, topic=topic)
+    first.write_window = 16  # pages 1..16 are in flight when page 5's receipt is taken
+    with pytest.raises(NotSentError, match="injected"):
+        _run(first)
+    stored = read_topic(kafka_bootstrap, topic, key)
+    sequences = [s.envelope.sequence_index for s in stored]
+    hole = sequences.index(failing + 1)  # the pages after the failed one reached Kafka before it
+    assert sequences[:hole] == list(range(failing))
+    strays = sequences[hole : sequences.index(failing)]
+    assert strays == list(range(failing + 1, strays[-1] + 1)) and len(strays) >= 5
+    assert sequences[sequences.index(failing) :] == list(range(failing, strays[-1] + 1))  # sent again
+    copies: dict[int, TriggerEventEnvelope] = {}
+    for s in stored:  # every copy of a page is that page (the very bytes sent again)
+        assert copies.setdefault(s.envelope.sequence_index, s.envelope) == s.envelope
+
+    again = PagedTrigger(total=total, trigger_run_id=key, topic=topic)
+    descriptor = _descriptor(_run(again))
+    assert (descriptor.attempt, descriptor.count) == (0, total)
+    fetches = samples.FETCHES[key]
+    assert all(fetches[i] == 1 for i in range(total))  # the rerun fetched only what Kafka did not hold
+
+    stored = read_topic(kafka_bootstrap, topic, key)
+    tracker = SequenceTracker(key)  # what a consumer of the stream is handed
+    for s in stored:
+        tracker.offer(s.envelope, s.offset)
+    taken = tracker.take(10 * total)
+    assert [e.sequence_index for e in taken.events] == list(range(total + 1))
+    assert [e.payload for e in taken.events[:-1]] == [samples.page_payload(i) for i in range(total)]
+    assert taken.finished and tracker.buffered == []
 
 
 def test_interrupted_stream_without_cursors_restarts_as_a_new_attempt(kafka_bootstrap, new_topic):

@@ -93,6 +93,18 @@ def test_a_producer_writes_at_start_every_n_pages_and_at_the_end():
     assert [p for _, p in last["pages_over_time"]] == [0, 3, 6, 7]
 
 
+def test_pages_acknowledged_in_batches_are_recorded_where_the_page_cadence_falls_due():
+    producer, clock = RecordingProducer(), Clock()
+    writer = _writer(producer, clock)
+    writer.start()
+    writer.pages(0, [100])
+    writer.pages(1, [101, 102, 103, 104, 105, 106, 107])  # pages 1..7: due at page 2 and page 5
+    writer.pages(8, [108])  # due at page 8
+    states = [(v["pages"], v["last_sequence"], v["last_offset"]) for _, _, v in producer.sent]
+    assert states == [(0, None, None), (3, 2, 102), (6, 5, 105), (9, 8, 108)]
+    assert producer.sent[-1][2]["first_offset"] == 100
+
+
 def test_a_slow_producer_writes_every_s_seconds():
     producer, clock = RecordingProducer(), Clock()
     writer = _writer(producer, clock)

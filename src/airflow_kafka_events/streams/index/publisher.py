@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -189,6 +189,18 @@ class StreamIndexWriter:
         )
         if self.cadence.due(pages - self._written_pages, now - self._written_at):
             self._write(self.record.with_pages(now, pages))
+
+    def pages(self, first_sequence: int, offsets: Sequence[int]) -> None:
+        """Pages ``first_sequence ..`` were delivered at ``offsets``: as :meth:`page` for each, but the
+        record is only looked at where the page cadence falls due and at the last one."""
+        if not offsets:
+            return
+        last = first_sequence + len(offsets) - 1
+        due = self._written_pages + self.cadence.pages - 1  # the page whose delivery makes it due
+        while first_sequence <= due < last:
+            self.page(due, offsets[due - first_sequence])
+            due = self._written_pages + self.cadence.pages - 1
+        self.page(last, offsets[-1])
 
     def finished(self, pages: int, last_offset: int, first_offset: int | None, error: str | None) -> None:
         """The terminal marker (sequence index ``pages``) was delivered at ``last_offset``."""

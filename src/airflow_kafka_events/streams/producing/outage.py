@@ -1,7 +1,7 @@
 """How a streaming trigger's producer rides out a broker outage.
 
 The trigger's producer has its own role (:data:`STREAM_ROLE`) whose ``message.timeout.ms`` is the
-outage timeout, so librdkafka keeps retrying one page (reconnecting with exponential backoff,
+outage timeout, so librdkafka keeps retrying a page (reconnecting with exponential backoff,
 ``reconnect.backoff.ms`` .. ``reconnect.backoff.max.ms``) for that long.  :func:`await_delivery`
 logs one line when a page is held because no broker is reachable and one when it got through.
 :func:`wait_for_earlier_sends` keeps a restarted run in the same process from looking up its
@@ -28,10 +28,10 @@ __all__ = [
 
 #: Producer role of streaming triggers (its message timeout is the outage timeout).
 STREAM_ROLE = "stream"
-#: ``linger.ms`` of the streaming triggers' producer unless the connection sets one: a trigger sends
-#: a page and awaits its receipt before it fetches the next, so a batching delay is pure latency on
-#: every page (B1: ~3 ms a page at 1 ms on a loaded machine); pages of concurrent triggers still
-#: batch while earlier requests are in flight.
+#: ``linger.ms`` of the streaming triggers' producer unless the connection sets one: a trigger's first
+#: page, its terminal marker and every page of a slow source wait for their receipts, so a batching
+#: delay is pure latency on them (B1: ~3 ms a page at 1 ms on a loaded machine); pages produced while
+#: earlier requests are in flight (a trigger's window, concurrent triggers) still batch.
 STREAM_LINGER_MS = 0
 #: Seconds a page may wait for the brokers to come back (``[kafka_events] stream_outage_timeout``).
 DEFAULT_OUTAGE_TIMEOUT = 300.0

@@ -9,11 +9,15 @@ is (``TriggerEvent(descriptor.to_dict())``, or with ``finish_task=True`` a
 ``TaskSuccessEvent``/``TaskFailedEvent`` whose XCom ``return_value`` is the descriptor).
 
 Delivery and resume
-    The delivery of each page is awaited (``acks=all``) before the next page is fetched, so
-    what is in Kafka is exactly what was fetched.  A trigger that is stopped (triggerer
-    restart, redistribution, crash) and started again looks its stream up in Kafka
-    (:func:`~airflow_kafka_events.streams.progress.lookup_stream`) and continues after the
-    last written page from that page's ``cursor``: written pages are not fetched again.
+    Pages are pipelined: up to ``[kafka_events] stream_write_window`` pages are in flight while the
+    next are fetched, and their ``acks=all`` receipts are taken in batches
+    (:mod:`~airflow_kafka_events.streams.producing.writer`).  The stream's progress is the run of
+    pages acknowledged in order.  A page that fails while later pages reached Kafka is sent again,
+    with every page after it, before the run fails, so that no page follows a missing one (unless
+    that second send fails too: logged as an error).  A trigger that is
+    stopped (triggerer restart, redistribution, crash) and started again looks its stream up in Kafka
+    (:func:`~airflow_kafka_events.streams.progress.lookup_stream`) and continues after the last
+    written page from that page's ``cursor``: written pages are not fetched again.
     The rules are in :func:`~airflow_kafka_events.streams.descriptor.plan_resume`.
 
 Generations
@@ -44,9 +48,10 @@ End of an attempt
 Broker outages
     Each page waits up to ``outage_timeout`` (``[kafka_events] stream_outage_timeout``, 300 s)
     for unreachable brokers (:mod:`~airflow_kafka_events.streams.producing.outage`).  One attempt never
-    writes a page twice: a page is sent once and awaited before the next, librdkafka's retries
-    of it carry the idempotent producer's sequence number (the broker stores one copy), and a
-    page whose outcome is unknown fails the run; the next run resumes from what Kafka holds.
+    writes a page twice except to close a hole: librdkafka's retries of a page carry the idempotent
+    producer's sequence number (the broker stores one copy), a failed page is sent again byte for byte
+    with the pages after it (a consumer keeps the first copy of each), and a page whose outcome is
+    unknown fails the run; the next run resumes from what Kafka holds.
 
 Stream index
     The trigger also writes its stream's state record to the stream index (a compacted topic,
@@ -93,7 +98,12 @@ from airflow_kafka_events.streams.producing.outage import (
     resolve_outage_timeout,
     wait_for_earlier_sends,
 )
-from airflow_kafka_events.streams.producing.writer import AttemptWriter, close_iterator, parse_not_before
+from airflow_kafka_events.streams.producing.writer import (
+    AttemptWriter,
+    close_iterator,
+    parse_not_before,
+    resolve_write_window,
+)
 from airflow_kafka_events.streams.progress import StreamLocation, StreamProgress, lookup_stream
 
 __all__ = [
@@ -171,6 +181,9 @@ class StreamingTrigger(BaseTrigger):
     #: How long (seconds) one page may wait for unreachable brokers before the run fails;
     #: ``None``: ``[kafka_events] stream_outage_timeout`` (default 300).
     outage_timeout: float | None = None
+    #: Pages in flight at most (produced, receipt not taken yet); ``None``:
+    #: ``[kafka_events] stream_write_window`` (default 256).
+    write_window: int | None = None
 
     def __init__(
         self,
@@ -320,7 +333,11 @@ class StreamingTrigger(BaseTrigger):
         """``outage_timeout``, else ``[kafka_events] stream_outage_timeout``, else 300 s."""
         return resolve_outage_timeout(self.outage_timeout)
 
-    def _open_kafka(self) -> tuple[KafkaSettings, RecordProducer, RecordProducer]:
+    def resolve_write_window(self) -> int:
+        """``write_window``, else ``[kafka_events] stream_write_window``, else 256 pages."""
+        return resolve_write_window(self.write_window)
+
+    def _open_kafka(self) -> tuple[KafkaSettings, RecordProducer, RecordProducer, int]:
         # Blocking (connection lookup, client creation): called in a worker thread.
         from airflow_kafka_events.provider.hook import KafkaEventsHook
 
@@ -333,7 +350,7 @@ class StreamingTrigger(BaseTrigger):
         )
         index_producer = hook.get_producer(role=INDEX_ROLE, message_timeout=INDEX_WRITE_TIMEOUT)
         settings.codecs.trigger.prepare(self.topic)  # a registry's schema id, off the event loop
-        return settings, producer, index_producer
+        return settings, producer, index_producer, self.resolve_write_window()
 
     def _index_writer(
         self,
@@ -379,7 +396,7 @@ class StreamingTrigger(BaseTrigger):
         """Write the stream to Kafka (resuming it if it has progress); yield one event."""
         trigger_run_id = self.resolve_trigger_run_id()
         identity = self.resolve_producer_identity()
-        settings, producer, index_producer = await asyncio.to_thread(self._open_kafka)
+        settings, producer, index_producer, window = await asyncio.to_thread(self._open_kafka)
         await wait_for_earlier_sends(producer, self.topic, trigger_run_id, self.log)
         location, progress = await self._look_up(settings, trigger_run_id)
         plan = plan_resume(progress, self.generation)
@@ -389,9 +406,10 @@ class StreamingTrigger(BaseTrigger):
             )
             return
         writer, index = await self._open_writer(
-            settings, producer, index_producer, trigger_run_id, identity, location, progress, plan
+            settings, producer, index_producer, trigger_run_id, identity, location, progress, plan, window
         )
         error = await self._write_pages(writer, plan.cursor, index)
+        self._acknowledged(writer, index, await writer.drain())
         yield self.final_event(await self._finish(writer, index, error))
 
     async def _look_up(
@@ -484,6 +502,7 @@ class StreamingTrigger(BaseTrigger):
         location: StreamLocation,
         progress: StreamProgress | None,
         plan: ResumePlan,
+        window: int,
     ) -> tuple[AttemptWriter, StreamIndexWriter]:
         """The writer of the attempt ``plan`` says, and its stream index record (started)."""
         self.log.info(
@@ -514,6 +533,7 @@ class StreamingTrigger(BaseTrigger):
             generation=generation,
             log=self.log,
             codec=settings.codecs.trigger,
+            window=window,
         )
         index = self._index_writer(
             index_producer, trigger_run_id, identity, location.partition, plan.attempt, generation, progress
@@ -550,7 +570,8 @@ class StreamingTrigger(BaseTrigger):
     async def _write_pages(
         self, writer: AttemptWriter, cursor: str | None, index: StreamIndexWriter
     ) -> StreamFailure | None:
-        """Fetch and deliver pages one by one; the error that ended the stream, if any."""
+        """Fetch, encode and send pages (up to the writer's window in flight); the error that ended
+        the stream, if any.  Pages still in flight when it returns are the caller's to drain."""
         try:
             iterator = self.pages(cursor)
         except Exception as exc:
@@ -578,15 +599,23 @@ class StreamingTrigger(BaseTrigger):
                         exc,
                     )
                     return self.stream_error_for(exc)
-                offset = await writer.send(value, page.cursor)
-                index.page(writer.next_seq - 1, offset)
-                metrics.incr(metrics.PAGES_WRITTEN, tags={"topic": writer.topic})
+                acknowledged = await writer.send(value, page.cursor)
+                if acknowledged:
+                    self._acknowledged(writer, index, acknowledged)
         finally:
             self._pages_iterator = None
             try:
                 await close_iterator(iterator)
             except Exception:
                 self.log.warning("closing pages() of stream %s failed", writer.trigger_run_id, exc_info=True)
+
+    @staticmethod
+    def _acknowledged(writer: AttemptWriter, index: StreamIndexWriter, count: int) -> None:
+        """``count`` more pages are acknowledged: the index and the metric learn the frontier."""
+        first, offsets = writer.take_acknowledged()
+        if offsets:
+            index.pages(first, offsets)
+            metrics.incr(metrics.PAGES_WRITTEN, count, tags={"topic": writer.topic})
 
     async def cleanup(self) -> None:
         """Close a page iterator left open by an interrupted run. Never raises."""
