@@ -257,6 +257,8 @@ def plan_resume(progress: StreamProgress | None, generation: int | None) -> Resu
       same attempt, continue at ``sequence_index + 1`` from its ``resume_cursor``; pages
       already in Kafka are not fetched again.  A page without a cursor cannot be resumed
       after, so then a new attempt starts from 0;
+    * a page of the attempt is missing with no page before it to resume after
+      (``progress.first_missing``): a new attempt from 0;
     * the last envelope ends a failed attempt: a new attempt from 0 (a retry is a new epoch);
     * the last envelope ends a successful attempt: ``already_complete``.
 
@@ -267,6 +269,8 @@ def plan_resume(progress: StreamProgress | None, generation: int | None) -> Resu
         return ResumePlan(attempt=0, next_seq=0, cursor=None, already_complete=False)
     fresh = ResumePlan(attempt=progress.attempt + 1, next_seq=0, cursor=None, already_complete=False)
     if generation is not None and progress.generation != generation:
+        return fresh
+    if progress.first_missing is not None:
         return fresh
     if not progress.is_last:
         if progress.resume_cursor is None:

@@ -19,6 +19,14 @@ lookup costs at most the offsets of that time, whatever the partition holds.  A 
 either bound doubles its chunk after each one without the key (up to 64 times ``chunk_size``),
 so the records written after the stream cost a few round trips, not one per chunk.
 
+A writer that keeps pages in flight (a streaming trigger's ``stream_write_window``) can leave a
+*hole*: a page whose delivery failed, with later pages of the attempt delivered.  A lookup given
+``gap_window`` (the writer's window) checks the latest attempt's last ``gap_window`` sequence numbers
+and returns the envelope *before* the first missing page, so a writer resuming from it fills the
+hole; when no page before the hole can be resumed after (page 0 is missing, or the hole lies where no
+page could be in flight), the progress says so in ``first_missing`` and the writer starts a new
+attempt.
+
 The reader is a plain ``assign()`` consumer: it joins no group and commits nothing (its
 ``group.id`` is a throwaway, ``enable.auto.commit=false``).  Kafka failures raise
 :class:`~airflow_kafka_events.errors.StreamProgressError` (with librdkafka's error code).
@@ -145,7 +153,9 @@ class StreamProgress:
 
     ``first_offset`` is the offset of the ``sequence_index`` 0 envelope of the same attempt
     (``None`` when it cannot be found any more).  ``generation`` is the task generation
-    recorded in the envelope's metadata (``None``: none recorded).
+    recorded in the envelope's metadata (``None``: none recorded).  ``first_missing`` (only from a
+    lookup with ``gap_window``) is the sequence index of a page of this attempt missing below
+    ``sequence_index`` with no page before it to resume after: the attempt cannot be continued.
     """
 
     trigger_run_id: str
@@ -159,6 +169,7 @@ class StreamProgress:
     resume_cursor: str | None
     first_offset: int | None
     generation: int | None = None
+    first_missing: int | None = None
 
     @classmethod
     def from_envelope(
@@ -430,7 +441,7 @@ class _PartitionScanner:
         return _Found(offset=offset, envelope=envelope)
 
     # ------------------------------------------------------------------ search
-    def latest(self, location: StreamLocation, chunk_size: int) -> StreamProgress | None:
+    def latest(self, location: StreamLocation, chunk_size: int, gap_window: int = 0) -> StreamProgress | None:
         end = location.end
         size = chunk_size
         while end > location.scan_start:
@@ -439,17 +450,79 @@ class _PartitionScanner:
             if records:
                 best = max(records, key=lambda r: r.rank)
                 first = self._first_offset(location, best, records, start, chunk_size)
-                return StreamProgress.from_envelope(
-                    best.envelope,
-                    topic=self.topic,
-                    partition=location.partition,
-                    offset=best.offset,
-                    first_offset=first,
+                unresumable: int | None = None
+                if gap_window > 0 and not best.envelope.is_last:
+                    before, missing = self._before_first_hole(
+                        location, best, records, start, chunk_size, gap_window
+                    )
+                    if before is None:
+                        unresumable = missing
+                    else:
+                        best = before
+                return replace(
+                    StreamProgress.from_envelope(
+                        best.envelope,
+                        topic=self.topic,
+                        partition=location.partition,
+                        offset=best.offset,
+                        first_offset=first,
+                    ),
+                    first_missing=unresumable,
                 )
             end = start
             if location.not_before_ms is not None or location.not_after_ms is not None:
                 size = min(size * 2, chunk_size * _MAX_CHUNK_GROWTH)  # a time window: fewer round trips
         return None
+
+    def _before_first_hole(
+        self,
+        location: StreamLocation,
+        latest: _Found,
+        records: list[_Found],
+        start: int,
+        chunk_size: int,
+        window: int,
+    ) -> tuple[_Found | None, int | None]:
+        """The envelope before the first page missing among the ``window`` pages up to ``latest``
+        (of its attempt), and that page's sequence index; ``(latest, None)`` when none is missing,
+        ``(None, seq)`` when no page before it can be resumed after.
+
+        With at most ``window`` pages in flight, page ``latest - window`` was acknowledged before
+        ``latest`` was sent: a hole lies above it.  The partition is read back (in chunks) until
+        every page from there to ``latest`` is seen, or to the attempt's first offset.
+        """
+        attempt, top = latest.envelope.attempt, latest.envelope.sequence_index
+        low = max(0, top - window)
+        floor = location.scan_start
+        seen: dict[int, _Found] = {}
+        while True:
+            for record in records:
+                envelope = record.envelope
+                if envelope.attempt != attempt or not low <= envelope.sequence_index <= top:
+                    continue
+                seen.setdefault(envelope.sequence_index, record)
+                hinted = 0 if envelope.sequence_index == 0 else metadata_first_offset(envelope)
+                if hinted is not None:
+                    floor = max(floor, record.offset if envelope.sequence_index == 0 else hinted)
+            if len(seen) == top - low + 1 or start <= floor:
+                break
+            end, start = start, max(floor, start - chunk_size)
+            records = self.read_range(location.partition, start, end)
+        missing = next((seq for seq in range(low, top + 1) if seq not in seen), None)
+        if missing is None:
+            return latest, None
+        log.warning(
+            "stream %r attempt %d: page %d is missing from %s[%d] while later pages up to %d are there "
+            "(a write failed twice); %s",
+            self.trigger_run_id,
+            attempt,
+            missing,
+            self.topic,
+            location.partition,
+            top,
+            f"resuming after page {missing - 1}" if missing > low else "it cannot be resumed",
+        )
+        return (seen[missing - 1], missing) if missing > low else (None, missing)
 
     def _first_offset(
         self, location: StreamLocation, best: _Found, records: list[_Found], start: int, chunk_size: int
@@ -477,7 +550,7 @@ def _check_ms(name: str, value: int | None) -> None:
         raise ValueError(f"{name} must be an int >= 0 (epoch milliseconds) or None, got {value!r}")
 
 
-def _check_args(topic: str, trigger_run_id: str, timeout: float, chunk_size: int) -> None:
+def _check_args(topic: str, trigger_run_id: str, timeout: float, chunk_size: int, gap_window: int) -> None:
     if not isinstance(topic, str) or not topic:
         raise ValueError(f"topic must be a non-empty str, got {topic!r}")
     if not isinstance(trigger_run_id, str) or not trigger_run_id:
@@ -486,6 +559,8 @@ def _check_args(topic: str, trigger_run_id: str, timeout: float, chunk_size: int
         raise ValueError(f"timeout must be positive, got {timeout!r}")
     if chunk_size < 1:
         raise ValueError(f"chunk_size must be at least 1, got {chunk_size!r}")
+    if gap_window < 0:
+        raise ValueError(f"gap_window must be >= 0, got {gap_window!r}")
 
 
 def lookup_stream(
@@ -498,6 +573,7 @@ def lookup_stream(
     codec: EnvelopeCodec[TriggerEventEnvelope] | None = None,
     not_before_ms: int | None = None,
     not_after_ms: int | None = None,
+    gap_window: int = 0,
 ) -> tuple[StreamLocation, StreamProgress | None]:
     """Where the stream lives (partition, watermarks) and its latest envelope (``None``: none).
 
@@ -507,9 +583,11 @@ def lookup_stream(
     read no offset below the first one whose record timestamp is at or after it (see the
     module doc); the returned location's ``scan_start`` is that offset.  ``not_after_ms``:
     read no offset at or above the first one stamped at or after it (``scan_end``); the
-    envelope returned is then the stream's latest *before* that time.
+    envelope returned is then the stream's latest *before* that time.  ``gap_window`` (pages):
+    return the envelope before a missing page among the latest attempt's last ``gap_window``
+    (see the module doc); 0: the latest envelope, holes or not.
     """
-    _check_args(topic, trigger_run_id, timeout, chunk_size)
+    _check_args(topic, trigger_run_id, timeout, chunk_size, gap_window)
     _check_ms("not_before_ms", not_before_ms)
     _check_ms("not_after_ms", not_after_ms)
     scanner = _PartitionScanner(config, topic, trigger_run_id, timeout=timeout, codec=codec)
@@ -517,7 +595,7 @@ def lookup_stream(
         location = scanner.locate()
         if not_before_ms is not None or not_after_ms is not None:
             location = scanner.bound(location, not_before_ms, not_after_ms)
-        return location, scanner.latest(location, chunk_size)
+        return location, scanner.latest(location, chunk_size, gap_window)
     finally:
         scanner.close()
 
@@ -530,6 +608,7 @@ class StreamLookupOptions(TypedDict, total=False):
     codec: EnvelopeCodec[TriggerEventEnvelope] | None
     not_before_ms: int | None
     not_after_ms: int | None
+    gap_window: int
 
 
 def find_stream_progress(

@@ -197,15 +197,15 @@ def test_resumed_stream_continues_after_the_last_written_page(kafka_bootstrap, n
 
 
 class _FailsOnePage:
-    """The trigger's producer, except that the first send of page ``page`` fails at once as librdkafka
-    reports a message it gave up on, while the pages after it are produced (and reach Kafka)."""
+    """The trigger's producer, except that the first ``times`` sends of page ``page`` fail at once as
+    librdkafka reports a message it gave up on, while the pages after it are produced (and reach Kafka)."""
 
-    def __init__(self, producer, page: int) -> None:
-        self.producer, self.page, self.failed = producer, page, False
+    def __init__(self, producer, page: int, times: int = 1) -> None:
+        self.producer, self.page, self.failures_left = producer, page, times
 
     def send(self, topic, value, **options):
-        if not self.failed and TRIGGER_EVENT_CODEC.decode(value).sequence_index == self.page:
-            self.failed = True
+        if self.failures_left and TRIGGER_EVENT_CODEC.decode(value).sequence_index == self.page:
+            self.failures_left -= 1
             future = DeliveryFuture()
             future.settle(exception=NotSentError("not sent — nothing will be published: injected"))
             return future
@@ -218,16 +218,27 @@ class _FailsOnePage:
 class _FailingPageTrigger(PagedTrigger):
     """A PagedTrigger whose page ``failing_page`` fails once at the producer, with ``window`` in flight."""
 
-    def __init__(self, *, failing_page: int, **kwargs) -> None:
+    def __init__(self, *, failing_page: int, failures: int = 1, **kwargs) -> None:
         super().__init__(**kwargs)
-        self.failing_page = failing_page
+        self.failing_page, self.failures = failing_page, failures
 
     def trigger_kwargs(self):
-        return {**super().trigger_kwargs(), "failing_page": self.failing_page}
+        return {**super().trigger_kwargs(), "failing_page": self.failing_page, "failures": self.failures}
 
     def _open_kafka(self):
         settings, producer, index_producer, window = super()._open_kafka()
-        return settings, _FailsOnePage(producer, self.failing_page), index_producer, window
+        return settings, _FailsOnePage(producer, self.failing_page, self.failures), index_producer, window
+
+
+def _consumed(stored, key: str, total: int) -> None:
+    """What a consumer of the stream is handed: pages 0..total-1 and the end, once, in order."""
+    tracker = SequenceTracker(key)
+    for s in stored:
+        tracker.offer(s.envelope, s.offset)
+    taken = tracker.take(10 * total)
+    assert [e.sequence_index for e in taken.events] == list(range(total + 1))
+    assert [e.payload for e in taken.events[:-1]] == [samples.page_payload(i) for i in range(total)]
+    assert taken.finished and tracker.buffered == []
 
 
 def test_a_page_failing_mid_window_leaves_consumers_no_gap_and_the_rerun_resumes(kafka_bootstrap, new_topic):
@@ -255,14 +266,65 @@ def test_a_page_failing_mid_window_leaves_consumers_no_gap_and_the_rerun_resumes
     fetches = samples.FETCHES[key]
     assert all(fetches[i] == 1 for i in range(total))  # the rerun fetched only what Kafka did not hold
 
+    _consumed(read_topic(kafka_bootstrap, topic, key), key, total)
+
+
+def test_a_page_failing_twice_leaves_a_hole_the_rerun_fills(kafka_bootstrap, new_topic):
+    topic = new_topic(partitions=1)
+    key = _key()
+    total, failing = 60, 5
+    first = _FailingPageTrigger(
+        failing_page=failing, failures=2, total=total, trigger_run_id=key, topic=topic
+    )
+    first.write_window = 16
+    with pytest.raises(NotSentError, match="injected"):
+        _run(first)
     stored = read_topic(kafka_bootstrap, topic, key)
-    tracker = SequenceTracker(key)  # what a consumer of the stream is handed
-    for s in stored:
-        tracker.offer(s.envelope, s.offset)
-    taken = tracker.take(10 * total)
-    assert [e.sequence_index for e in taken.events] == list(range(total + 1))
-    assert [e.payload for e in taken.events[:-1]] == [samples.page_payload(i) for i in range(total)]
-    assert taken.finished and tracker.buffered == []
+    sequences = {s.envelope.sequence_index for s in stored}
+    assert failing not in sequences and max(sequences) > failing  # a hole: later pages, not page 5
+
+    settings = KafkaSettings({"bootstrap.servers": kafka_bootstrap})
+    progress = find_stream_progress(settings, topic, key, gap_window=16)
+    assert progress is not None and (progress.sequence_index, progress.first_missing) == (failing - 1, None)
+    assert progress.resume_cursor == str(failing)
+
+    again = PagedTrigger(total=total, trigger_run_id=key, topic=topic)
+    again.write_window = 16
+    descriptor = _descriptor(_run(again))
+    assert (descriptor.attempt, descriptor.count) == (0, total)
+    fetches = samples.FETCHES[key]
+    assert all(fetches[i] == 1 for i in range(failing))  # what was before the hole is not fetched again
+    assert all(fetches[i] >= 1 for i in range(total))
+    _consumed(read_topic(kafka_bootstrap, topic, key), key, total)
+
+
+def test_a_hole_at_page_0_starts_a_new_attempt(kafka_bootstrap, new_topic):
+    topic = new_topic(partitions=1)
+    key = _key()
+    _produce(
+        kafka_bootstrap, topic, [(key, _envelope(key, seq, resume_cursor=str(seq + 1))) for seq in (1, 2, 3)]
+    )
+    settings = KafkaSettings({"bootstrap.servers": kafka_bootstrap})
+    latest = find_stream_progress(settings, topic, key)
+    assert latest is not None and (latest.sequence_index, latest.first_missing) == (3, None)
+    progress = find_stream_progress(settings, topic, key, gap_window=16)
+    assert progress is not None and (progress.sequence_index, progress.first_missing) == (3, 0)
+
+    descriptor = _descriptor(_run(PagedTrigger(total=4, trigger_run_id=key, topic=topic)))
+    assert (descriptor.attempt, descriptor.count) == (1, 4)
+    _consumed(read_topic(kafka_bootstrap, topic, key), key, 4)
+
+
+def test_a_hole_is_looked_for_only_within_the_window(kafka_bootstrap, new_topic):
+    topic = new_topic(partitions=1)
+    key = _key()
+    seqs = [0, 1, 2, *range(4, 40)]  # page 3 missing, 36 pages later
+    _produce(kafka_bootstrap, topic, [(key, _envelope(key, s, resume_cursor=str(s + 1))) for s in seqs])
+    settings = KafkaSettings({"bootstrap.servers": kafka_bootstrap})
+    within = find_stream_progress(settings, topic, key, gap_window=64, chunk_size=5)
+    assert within is not None and (within.sequence_index, within.offset, within.first_missing) == (2, 2, None)
+    beyond = find_stream_progress(settings, topic, key, gap_window=16, chunk_size=5)
+    assert beyond is not None and (beyond.sequence_index, beyond.first_missing) == (39, None)
 
 
 def test_interrupted_stream_without_cursors_restarts_as_a_new_attempt(kafka_bootstrap, new_topic):

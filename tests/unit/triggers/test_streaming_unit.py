@@ -9,6 +9,7 @@ import enum
 import json
 import time
 import uuid
+from dataclasses import replace
 from types import SimpleNamespace
 from typing import Any
 
@@ -235,6 +236,15 @@ _DONE = ResumePlan(2, 5, None, True)
         pytest.param(_progress(**_INTERRUPTED), None, _RESUME, id="interrupted"),
         pytest.param(_progress(seq=0, cursor="c1"), None, ResumePlan(0, 1, "c1", False), id="after-first"),
         pytest.param(_progress(**_NO_CURSOR), None, _NEW_ATTEMPT, id="no-cursor"),
+        pytest.param(
+            replace(_progress(**_INTERRUPTED), first_missing=0), None, _NEW_ATTEMPT, id="unresumable-hole"
+        ),
+        pytest.param(
+            replace(_progress(**_INTERRUPTED, generation=1), first_missing=2),
+            1,
+            _NEW_ATTEMPT,
+            id="same-gen-hole",
+        ),
         pytest.param(_progress(**_FAILED), None, _NEW_ATTEMPT, id="failed-attempt"),
         pytest.param(_progress(**_COMPLETE), None, _DONE, id="complete"),
         pytest.param(_progress(**_INTERRUPTED, generation=4), None, _RESUME, id="no-gen-resumes-any-gen"),

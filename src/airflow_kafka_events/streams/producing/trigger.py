@@ -13,8 +13,9 @@ Delivery and resume
     next are fetched, and their ``acks=all`` receipts are taken in batches
     (:mod:`~airflow_kafka_events.streams.producing.writer`).  The stream's progress is the run of
     pages acknowledged in order.  A page that fails while later pages reached Kafka is sent again,
-    with every page after it, before the run fails, so that no page follows a missing one (unless
-    that second send fails too: logged as an error).  A trigger that is
+    with every page after it, before the run fails, so that no page follows a missing one.  If that
+    second send fails too (logged as an error), the next run finds the hole: its lookup checks the
+    last window of pages and resumes after the page before the missing one.  A trigger that is
     stopped (triggerer restart, redistribution, crash) and started again looks its stream up in Kafka
     (:func:`~airflow_kafka_events.streams.progress.lookup_stream`) and continues after the last
     written page from that page's ``cursor``: written pages are not fetched again.
@@ -423,6 +424,7 @@ class StreamingTrigger(BaseTrigger):
             trigger_run_id,
             timeout=self.progress_timeout,
             not_before_ms=self.not_before_ms,
+            gap_window=self.resolve_write_window(),
         )
         if location.not_before_ms is not None:
             self.log.info(
@@ -485,6 +487,10 @@ class StreamingTrigger(BaseTrigger):
             return (
                 f"from the beginning: attempt {progress.attempt} is of generation {progress.generation}, "
                 f"this task is of generation {self.generation}"
+            )
+        if progress.first_missing is not None:
+            return (
+                f"from the beginning: page {progress.first_missing} of attempt {progress.attempt} is missing"
             )
         if progress.is_last:
             return f"from the beginning: attempt {progress.attempt} failed"

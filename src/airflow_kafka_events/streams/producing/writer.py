@@ -31,7 +31,8 @@ A failed receipt
     the failed page arrives and then reads the stray and the copy as the same page (same
     ``(attempt, sequence_index)``, same content; the first copy wins).  Then the run fails with the
     first error, as a serial writer's did: the next run resumes after the last page in Kafka,
-    which is then preceded by all the others.
+    which is then preceded by all the others.  If sending again fails too, a hole stays; the next
+    run's lookup (``gap_window``: this window) finds it and resumes after the page before it.
 """
 
 from __future__ import annotations
@@ -320,7 +321,7 @@ class AttemptWriter:
         except Exception:
             self.log.error(
                 "stream %s: sending pages %d..%d again failed: Kafka holds page(s) after missing page %d "
-                "of attempt %d; its consumers wait for that page",
+                "of attempt %d; the next run of this trigger finds the hole and resumes before it",
                 self.trigger_run_id,
                 failed[0].seq,
                 failed[-1].seq,
