@@ -195,6 +195,7 @@ def environment(
     capacity: int | None,
     parse_interval: float | None,
     database: str,
+    namespace_levels: str | None = None,
 ) -> Iterator[Setup]:
     """Broker (unless ``KAFKA_BOOTSTRAP_SERVERS``), topics, the Airflow stack; all stopped after."""
     t0 = time.monotonic()
@@ -242,6 +243,8 @@ def environment(
             extra_env["AIRFLOW__TRIGGERER__CAPACITY"] = str(capacity)
         if parse_interval is not None:
             extra_env["AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL"] = f"{parse_interval:g}"
+        if namespace_levels is not None:
+            extra_env["AIRFLOW__LOGGING__NAMESPACE_LEVELS"] = namespace_levels
         stack = airflow_stack_class()(scratch / "airflow", DAGS_FOLDER, extra_env, database=database)
         names = ("triggerer", *(f"triggerer-{i}" for i in range(2, triggerers + 1)))
         for name in names[1:]:
@@ -683,6 +686,11 @@ def main(argv: list[str]) -> int:
         help="metadata DB (postgres: a local server of its own; on SQLite Airflow itself fails at 1,000 "
         "watched assets, 'database is locked')",
     )
+    parser.add_argument(
+        "--namespace-levels",
+        help="[logging] namespace_levels of the stack, e.g. 'airflow.jobs.triggerer_job_runner=warning' (no "
+        "'Trigger fired event' line per event: no emit -> fired split then)",
+    )
     parser.add_argument("--out", type=Path, help="also write the results as JSON to this file")
     parser.add_argument("--keep-home", action="store_true", help="keep the Airflow home (logs, DB)")
     parser.add_argument(
@@ -716,6 +724,7 @@ def main(argv: list[str]) -> int:
         capacity=args.capacity,
         parse_interval=args.parse_interval,
         database=args.database,
+        namespace_levels=args.namespace_levels,
     ) as setup:
         load_asset_ids(setup)
         resources["no watcher"] = triggerer_resources(setup)
@@ -770,6 +779,7 @@ def main(argv: list[str]) -> int:
             "triggerers": args.triggerers,
             "capacity": args.capacity,
             "parse_interval": args.parse_interval,
+            "namespace_levels": args.namespace_levels,
             "database": args.database,
             "events": args.events,
             "rates": rates,
