@@ -29,7 +29,8 @@ the collector's share, which grows with the decoded pages a reader holds (a batc
 ``max_events`` pages is alive until its handler returns; raw+decode drops each page at once).
 ``--gc-threshold N`` sets the collector's first-generation threshold instead (Python's default
 700 allocations): pages that live for a batch then seldom reach the oldest generation, whose
-collections walk every object of the process.
+collections walk every object of the process.  ``--gc-stats`` also reports, per variant (best
+round), the collections of each generation and the wall time spent in them (``gc.callbacks``).
 """
 
 from __future__ import annotations
@@ -40,7 +41,8 @@ import json
 import os
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -176,6 +178,28 @@ def read_operator_loop(
     return summary.pages
 
 
+# --------------------------------------------------------------------------- the collector's share
+@contextmanager
+def collections_counted(into: dict[int, list[float]]) -> Iterator[None]:
+    """Inside the block, each collection of generation g adds 1 to ``into[g][0]`` and its wall
+    seconds to ``into[g][1]``."""
+    started = [0.0]
+
+    def note(phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            started[0] = time.perf_counter()
+        else:
+            counts = into.setdefault(info["generation"], [0, 0.0])
+            counts[0] += 1
+            counts[1] += time.perf_counter() - started[0]
+
+    gc.callbacks.append(note)
+    try:
+        yield
+    finally:
+        gc.callbacks.remove(note)
+
+
 # --------------------------------------------------------------------------- one payload size
 def measure_size(
     bootstrap: str, n: int, size: int, rounds: int, max_events: int, variants: list[str]
@@ -202,13 +226,18 @@ def measure_size(
         }
         rates: dict[str, list[float]] = {name: [] for name in variants}
         cpu: dict[str, list[float]] = {name: [] for name in variants}
+        collections: dict[str, list[dict[int, list[float]]]] = {name: [] for name in variants}
         for r in range(rounds):
             order = variants if r % 2 == 0 else list(reversed(variants))
             for name in order:
-                started, cpu_started = time.perf_counter(), time.process_time()
-                count = runs[name]()
-                rates[name].append(count / (time.perf_counter() - started))
+                counted: dict[int, list[float]] = {}
+                with collections_counted(counted):
+                    started, cpu_started = time.perf_counter(), time.process_time()
+                    count = runs[name]()
+                    wall = time.perf_counter() - started
+                rates[name].append(count / wall)
                 cpu[name].append((time.process_time() - cpu_started) / count * 1e6)
+                collections[name].append({g: [n, t / wall] for g, (n, t) in sorted(counted.items())})
     finally:
         remove_topics(bootstrap, [topic])
     return {
@@ -220,10 +249,11 @@ def measure_size(
         "gc": {"enabled": gc.isenabled(), "threshold": gc.get_threshold()},
         "rates": rates,
         "cpu_us": cpu,
+        "collections": collections,
     }
 
 
-def report(result: dict[str, Any]) -> None:
+def report(result: dict[str, Any], *, gc_stats: bool = False) -> None:
     rates, cpu = result["rates"], result["cpu_us"]
     best = {name: max(values) for name, values in rates.items()}
     load = ", ".join(f"{x:.2f}" for x in result["load"])
@@ -239,6 +269,11 @@ def report(result: dict[str, Any]) -> None:
         print(
             f"  {name:14s} best {best[name]:10,.0f} rec/s  CPU {min(cpu[name]):6.1f} us/rec   rounds: {every}"
         )
+        if gc_stats:
+            counted = result["collections"][name][values.index(best[name])]
+            share = sum(fraction for _, fraction in counted.values())
+            gens = ", ".join(f"gen{g} {int(n)}x {fraction:.0%}" for g, (n, fraction) in counted.items())
+            print(f"  {'':14s} collections: {share:.0%} of the wall ({gens or 'none'})")
     for name in ("reader", "operator", "operator-gc700"):
         if name in best and "raw+decode" in best:
             print(f"  {name} / raw+decode: {best[name] / best['raw+decode']:.2f}x", end="")
@@ -266,6 +301,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument(
         "--gc-threshold", type=int, help="the collector's first-generation threshold (Python's default: 700)"
     )
+    parser.add_argument(
+        "--gc-stats", action="store_true", help="report the collections and their share of the wall"
+    )
     parser.add_argument("--out", type=Path, help="write every figure as JSON here")
     args = parser.parse_args(argv)
     variants = [v for v in args.variants.split(",") if v]
@@ -282,7 +320,7 @@ def main(argv: list[str]) -> int:
         for size in (int(s) for s in args.sizes.split(",")):
             n = max(1, min(args.records, args.max_mb * 1_000_000 // size))
             result = measure_size(broker.bootstrap, n, size, args.rounds, args.max_events, variants)
-            report(result)
+            report(result, gc_stats=args.gc_stats)
             results.append(result)
     if args.out:
         args.out.write_text(json.dumps(results, indent=2))

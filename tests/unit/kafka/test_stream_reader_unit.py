@@ -629,6 +629,49 @@ def test_reader_delivers_a_stream_in_batches_of_max_events(broker):
     assert len(broker.consumers[0].assignments[0]) == 1  # only the stream's partition was assigned
 
 
+def test_reader_decodes_a_consumed_chunk_only_as_far_as_each_batch_needs(broker, monkeypatch):
+    for e in stream(10):
+        broker.send("events", e)
+    r = reader(broker, max_events=4)
+    decoded: list[bytes] = []
+    decode = r._decoder.decode
+    monkeypatch.setattr(r._decoder, "decode", lambda data: decoded.append(data) or decode(data))
+    consumed: list[int] = []  # messages per consume call
+
+    def counting_consume(**kwargs: Any) -> list[FakeMessage]:
+        messages = consume(**kwargs)
+        consumed.append(len(messages))
+        return messages
+
+    consume = broker.consumers[0].consume
+    monkeypatch.setattr(broker.consumers[0], "consume", counting_consume)
+    first = r.next_batch()
+    assert seqs(first.events) == [0, 1, 2, 3] and sum(consumed) == 10  # one chunk of all ten records
+    assert len(decoded) == 4 and r.tracker.ready_count == 0  # the other six wait undecoded
+    assert r.ack(first).offset == 4
+    calls = len(consumed)
+    second = r.next_batch()
+    assert seqs(second.events) == [4, 5, 6, 7] and len(decoded) == 8 and len(consumed) == calls
+    third = r.next_batch()
+    assert seqs(third.events) == [8, 9] and third.finished and len(decoded) == 10
+
+
+def test_scan_lock_on_reads_again_what_a_chunk_held_past_the_batch(broker):
+    for i in range(6):
+        broker.produce("events", b"noise", f"k{i}", partition=i % 2)
+    for e in stream(12):
+        broker.produce("events", TRIGGER_EVENT_CODEC.encode(e), RUN, partition=2)
+        if e.sequence_index == 4:
+            broker.produce("events", b"not an envelope", RUN, partition=2)  # poison at offset 5
+    broker.per_consume = 12  # the first chunk ends inside the stream, past the first batch
+    r = reader(broker, scan_partitions=True, max_events=3)
+    batches = read_all(r)
+    assert [i for b in batches for i in seqs(b.events)] == list(range(12)) and r.partition == 2
+    assert batches[-1].finished
+    assert [record.offset for b in batches for record in b.rejected] == [5]  # once
+    assert [p for p, _ in broker.consumers[0].assignments[-1]] == [2]
+
+
 def test_reader_waits_max_wait_after_the_first_ready_element(broker, clock):
     start = clock.now
     broker.send("events", env(0), at=start)

@@ -377,6 +377,7 @@ def drive_stream(
             summary.finished = batch.finished
             if index is not None:
                 index.checkpointed(batch.checkpoint)
+            del batch, events  # the handled pages go now, not after the next batch is read
         return summary, last
 
 

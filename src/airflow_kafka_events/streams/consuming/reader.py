@@ -198,6 +198,10 @@ class StreamReader:
         self._resume_from_group = checkpoint is None and group_id is not None
         self._assigned = False
         self._rejected: list[ConsumedRecord[TriggerEventEnvelope]] = []
+        # consumed messages not taken in yet (from ``_unread_at`` on): a chunk is decoded only as
+        # far as the next batch needs, so the decoded pages held at once are about one batch
+        self._unread: list[Message] = []
+        self._unread_at = 0
         self._ready_since: float | None = None
         self._deadlines = StreamDeadlines(options.start_timeout, options.gap_timeout)
         self._failure_error: StreamFailedError | None = None
@@ -300,7 +304,7 @@ class StreamReader:
         due_at = self.policy.due_at(ready, self._ready_since)
         if due_at is not None:
             wake.append(due_at)
-        self._process(self._consume(max(0.0, min(self.poll_timeout, min(wake) - now))))
+        self._take_in(max(0.0, min(self.poll_timeout, min(wake) - now)))
         return None
 
     def fill(self, timeout: float) -> None:
@@ -323,7 +327,7 @@ class StreamReader:
             if not self._assigned and not self._assign():
                 self._sleep(min(self.poll_timeout, deadline - now))
                 continue
-            self._process(self._consume(min(self.poll_timeout, deadline - now)))
+            self._take_in(min(self.poll_timeout, deadline - now))
             if self._tracker.ended or self._tracker.ready_count >= self.policy.max_events:
                 return
 
@@ -357,6 +361,7 @@ class StreamReader:
         if self._closed:
             return
         self._closed = True
+        self._unread = []
         consumer, self._consumer = self._consumer, None
         if consumer is None:
             return
@@ -481,16 +486,28 @@ class StreamReader:
             now = self._clock()
             if now >= deadline:
                 return
-            self._process(self._consume(max(0.0, min(self.poll_timeout, deadline - now))))
+            self._take_in(max(0.0, min(self.poll_timeout, deadline - now)))
 
     # ------------------------------------------------------------------ records
-    def _process(self, messages: list[Message]) -> None:
-        """Take consumed messages in, in one pass (most are the stream's next elements)."""
-        before = self._tracker.progress
+    def _take_in(self, timeout: float) -> None:
+        """Take in the consumed messages not taken in yet, else consume (waiting up to ``timeout``)."""
+        if self._unread_at >= len(self._unread):
+            self._unread, self._unread_at = self._consume(timeout), 0
+        self._process()
+
+    def _process(self) -> None:
+        """Take unread messages in, in one pass (most are the stream's next elements), until
+        ``max_events`` elements (or rejected records) are ready; the rest wait for the next pass."""
+        tracker = self._tracker
+        before = tracker.progress
         lock_on: int | None = None
         key = self._key
         where = self._where()  # for the logs
-        for msg in messages:
+        messages, at, full = self._unread, self._unread_at, self.policy.max_events
+        count = len(messages)
+        while at < count:
+            msg = messages[at]
+            at += 1
             if msg.error() is not None and not usable_message(msg, where=where):
                 continue
             partition = msg.partition()
@@ -507,6 +524,12 @@ class StreamReader:
             if offset is not None:
                 self._next_offset = offset + 1
             self._handle(msg, offset, where)
+            if tracker.ready_count + len(self._rejected) >= full:
+                break
+        if at < count:
+            self._unread_at = at
+        else:  # every message taken in: drop the chunk
+            self._unread, self._unread_at = [], 0
         self._settle(before, lock_on, where)
 
     def _settle(self, before: tuple[int, int, int, bool], lock_on: int | None, where: str) -> None:
@@ -549,6 +572,7 @@ class StreamReader:
         """Scan mode found the stream's partition: read only that one from now on."""
         offset = self._next_offset if self._next_offset is not None else OFFSET_BEGINNING
         log.debug("%s: found the stream; dropping the other partitions", self._where())
+        self._unread, self._unread_at = [], 0  # read again from the offset after the last one taken in
         try:
             self._consumer.assign([TopicPartition(self.topic, partition, offset)])
         except KafkaException as exc:

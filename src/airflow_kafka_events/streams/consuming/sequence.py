@@ -86,7 +86,9 @@ class SequenceTracker:
         self.trigger_run_id = trigger_run_id
         self._attempt = attempt  # epoch followed
         self._expected = next_sequence_index  # frontier: next index to become ready
-        self._ready: deque[tuple[TriggerEventEnvelope, int | None]] = deque()
+        # ready elements and their positions side by side (no pair object per element to collect)
+        self._ready: deque[TriggerEventEnvelope] = deque()
+        self._ready_positions: deque[int | None] = deque()
         self._buffer: dict[int, tuple[TriggerEventEnvelope, int | None]] = {}
         self._last_index: int | None = None  # sequence index of this attempt's is_last, once seen
         self._end_reached = finished  # the normal end is ready (or taken)
@@ -165,7 +167,7 @@ class SequenceTracker:
 
     def lowest_held_position(self) -> int | None:
         """The lowest position among elements read but not handed out yet (``None`` if none)."""
-        positions = [pos for _, pos in self._ready]
+        positions = list(self._ready_positions)
         positions.extend(pos for _, pos in self._buffer.values())
         if self._failure is not None:
             positions.append(self._failure[1])
@@ -208,6 +210,7 @@ class SequenceTracker:
         self._attempt = attempt
         self._expected = 0
         self._ready.clear()
+        self._ready_positions.clear()
         self._buffer.clear()
         self._last_index = None
         self._failure = None
@@ -242,7 +245,8 @@ class SequenceTracker:
         if envelope.is_last and envelope.error is not None:
             self._failure = (envelope, position)
         else:
-            self._ready.append((envelope, position))
+            self._ready.append(envelope)
+            self._ready_positions.append(position)
             self._end_reached = envelope.is_last
         if self.ended:
             self.dropped += len(self._buffer)
@@ -257,12 +261,10 @@ class SequenceTracker:
         """
         if max_events < 1:
             raise ValueError("max_events must be at least 1")
-        events: list[TriggerEventEnvelope] = []
-        positions: list[int | None] = []
-        while self._ready and len(events) < max_events:
-            envelope, position = self._ready.popleft()
-            events.append(envelope)
-            positions.append(position)
+        ready, ready_positions = self._ready, self._ready_positions
+        count = min(max_events, len(ready))
+        events = [ready.popleft() for _ in range(count)]
+        positions = [ready_positions.popleft() for _ in range(count)]
         restarted = False
         finished = False
         if events:
