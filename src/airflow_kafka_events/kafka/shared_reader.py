@@ -304,15 +304,21 @@ class SharedReader:
             delay,
         )
         await asyncio.sleep(delay)
-        old, self.reader = self.reader, self._new_reader(self.name)
-        self.rebuilds += 1
+        async with self._lock:  # a feed subscribing meanwhile assigns its partitions to the new client
+            new = self._new_reader(self.name)
+            try:
+                await new.open()
+                await new.assign(dict(self.frontier))
+            except BaseException:
+                await new.close()
+                raise
+            old, self.reader = self.reader, new
+            self.rebuilds += 1
+        log.info("%s reads on from %s with a new client", self.name, positions_to_json(self.frontier))
         try:
             await old.close()
         except Exception as exc:  # the old client is dropped all the same
             log.warning("%s: closing the failed client failed too (%s)", self.name, exc)
-        await self.reader.open()
-        await self.reader.assign(dict(self.frontier))
-        log.info("%s reads on from %s with a new client", self.name, positions_to_json(self.frontier))
 
     def _dispatch(self, messages: Sequence[Message]) -> None:
         """Hand each record to the feeds that want it; then tell every feed how far it was read.
