@@ -23,7 +23,13 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
-from airflow_kafka_events.errors import ConfigurationError, KafkaOperationError, TopicError
+from airflow_kafka_events.errors import (
+    ConfigurationError,
+    KafkaAuthenticationError,
+    KafkaOperationError,
+    KafkaTlsError,
+    TopicError,
+)
 from airflow_kafka_events.kafka.client_executor import ClientExecutor
 from airflow_kafka_events.kafka.client_log import Cause, ClientHealth, cause_of, refusal_error
 from airflow_kafka_events.kafka.clients import new_consumer
@@ -37,6 +43,7 @@ __all__ = [
     "AssignedReader",
     "StartPolicy",
     "bounded_read_config",
+    "heals_by_retrying",
 ]
 
 #: Causes of client errors that will not heal by themselves: the reader raises instead of retrying.
@@ -45,6 +52,18 @@ _FATAL_CAUSES = (Cause.AUTHENTICATION, Cause.AUTHORIZATION)
 _NO_GROUP = "airflow-kafka-events.assigned-reader"
 #: Seconds between librdkafka statistics reports of a reader (only broker up/down is read).
 _STATS_INTERVAL = 30.0
+
+
+def heals_by_retrying(exc: BaseException) -> bool:
+    """Whether a reader's failure may pass if the reader tries again (a broker down, a timeout, a
+    client call that failed once), rather than one that will not: the brokers refused the client
+    (credentials, TLS, authorization), librdkafka called its error fatal, or a topic does not exist
+    (:class:`TopicError`)."""
+    if isinstance(exc, (KafkaAuthenticationError, KafkaTlsError, TopicError)):
+        return False
+    if isinstance(exc, KafkaOperationError) and exc.kafka_error is not None:
+        return not (exc.kafka_error.fatal() or cause_of(exc.code) in _FATAL_CAUSES)
+    return True
 
 
 class StartPolicy:
@@ -155,7 +174,12 @@ class AssignedReader:
             low, high = self._client().get_watermark_offsets(tp, cached=True)
             known = low if earliest else high
             if known is None or known < 0:
-                low, high = self._client().get_watermark_offsets(tp, timeout=timeout)
+                try:
+                    low, high = self._client().get_watermark_offsets(tp, timeout=timeout)
+                except KafkaException as exc:
+                    raise KafkaOperationError.from_exception(
+                        f"cannot read the offsets of {topic}[{partition}] from {self.bootstrap_servers}", exc
+                    ) from exc
                 known = low if earliest else high
             starts[(topic, partition)] = known
         return starts

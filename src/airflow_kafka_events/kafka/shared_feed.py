@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from confluent_kafka import Message
 
+from airflow_kafka_events.kafka.assigned_reader import heals_by_retrying
 from airflow_kafka_events.kafka.positions import Partition, positions_to_json
 
 if TYPE_CHECKING:
@@ -39,6 +40,10 @@ __all__ = [
 READ_BATCH = 500
 #: Records a feed buffers for its owner before it falls back to reading on its own.
 FEED_CAPACITY = 2000
+#: Seconds before a failed reader (the shared one, or a feed's catch-up reader) reads on with a new
+#: client, doubled after each failure in a row up to :data:`REBUILD_BACKOFF_MAX`.
+REBUILD_BACKOFF = 1.0
+REBUILD_BACKOFF_MAX = 30.0
 
 
 class FedRecord(NamedTuple):
@@ -249,6 +254,33 @@ class Feed:
                 shared.catch_ups_running -= 1
 
     async def _catch_up_with_own_reader(self) -> None:
+        """Read the partitions this feed is behind on until each reaches the shared frontier.  A
+        failure that may pass starts a new reader from where this one got to (after a backoff, as
+        the shared reader's); one that does not fails this feed."""
+        failures = 0
+        while self.behind:
+            try:
+                await self._read_behind()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                if not heals_by_retrying(exc):
+                    self._fail(exc)
+                    return
+                failures += 1
+                delay = min(REBUILD_BACKOFF * 2 ** (failures - 1), REBUILD_BACKOFF_MAX)
+                log.warning(
+                    "%s: its catch-up reader failed (%s: %s); a new one reads on from %s in %.0fs",
+                    self.name,
+                    type(exc).__name__,
+                    exc,
+                    positions_to_json({tp: self.next[tp] for tp in self.behind}),
+                    delay,
+                )
+                await asyncio.sleep(delay)
+        log.info("%s caught up: it reads through the shared reader again", self.name)
+
+    async def _read_behind(self) -> None:
         reader = self._shared._new_reader(f"{self.name}-catch-up")
         try:
             await reader.open()
@@ -271,11 +303,6 @@ class Feed:
                     self.shared.update(merged)
                     if self.behind:
                         await reader.unassign(merged)
-            log.info("%s caught up: it reads through the shared reader again", self.name)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            self._fail(exc)
         finally:
             await reader.close()
 

@@ -34,6 +34,21 @@ Catch-up clients
     beyond that waits for a slot (it is not fed meanwhile, and misses nothing: it reads from its
     own position once it has one).
 
+Failures
+    A failure that may pass (a broker down or restarting, a metadata request timing out, a
+    client call or a ``prepare`` that raised) does not reach the feeds: the reader logs it, waits
+    (:data:`~airflow_kafka_events.kafka.shared_feed.REBUILD_BACKOFF`, doubling up to
+    :data:`~airflow_kafka_events.kafka.shared_feed.REBUILD_BACKOFF_MAX`), closes its client and
+    reads on with a new one from its frontier (nothing is skipped: the frontier only moves past
+    records handed out).  librdkafka rides out a broker outage by itself, so a broker that stops
+    and comes back costs no rebuild at all.  A problem with one feed or one record stays there: a
+    record that cannot be decoded (``decode`` raised) reaches every feed as the exception, for
+    each ``match`` to judge; a feed whose ``match`` or buffer raises is failed alone.  Only what
+    does not heal by retrying (see
+    :func:`~airflow_kafka_events.kafka.assigned_reader.heals_by_retrying`: credentials, TLS or
+    authorization refused, a fatal librdkafka error, a topic deleted, seen missing on two looks
+    at the metadata :data:`TOPIC_GONE_CONFIRM` seconds apart) fails every feed, with that error.
+
 Every client call runs on the owning reader's own thread
 (:class:`~airflow_kafka_events.kafka.client_executor.ClientExecutor` inside
 :class:`~airflow_kafka_events.kafka.assigned_reader.AssignedReader`).  The registry
@@ -53,9 +68,18 @@ from typing import Any
 
 from confluent_kafka import Message
 
-from airflow_kafka_events.kafka.assigned_reader import AssignedReader
+from airflow_kafka_events.errors import TopicError
+from airflow_kafka_events.kafka.assigned_reader import AssignedReader, heals_by_retrying
 from airflow_kafka_events.kafka.positions import Partition, positions_to_json
-from airflow_kafka_events.kafka.shared_feed import FEED_CAPACITY, READ_BATCH, FedRecord, Feed, _coordinates
+from airflow_kafka_events.kafka.shared_feed import (
+    FEED_CAPACITY,
+    READ_BATCH,
+    REBUILD_BACKOFF,
+    REBUILD_BACKOFF_MAX,
+    FedRecord,
+    Feed,
+    _coordinates,
+)
 
 log = logging.getLogger(__name__)
 
@@ -67,8 +91,12 @@ __all__ = [
 
 #: Longest wait of one poll (a reader per process and topic set can afford to wake up often).
 MAX_POLL_TIMEOUT = 0.25
-#: Seconds between two looks for partitions a topic gained (while idle).
+#: Seconds between two looks at the topics' metadata while idle: for partitions a topic gained
+#: (a reader of whole topics) and for a topic deleted (every reader).
 PARTITION_REFRESH_INTERVAL = 30.0
+#: Seconds a topic must stay missing from the metadata (two looks at least this far apart) before
+#: the reader calls it deleted and fails its feeds (a restarting broker may not list it for a moment).
+TOPIC_GONE_CONFIRM = 10.0
 
 #: ``decode(message)``: what the feeds' ``match`` and the router see (computed once per record).
 Decode = Callable[[Message], Any]
@@ -134,6 +162,7 @@ class SharedReader:
         self.catch_up_readers = 0  # made so far
         self.catch_ups_running = 0  # open now (at most ``max_catch_up``)
         self.catch_ups_peak = 0
+        self.rebuilds = 0  # new clients after a failure that may pass
         self._feeds: list[Feed] = []
         self._index: dict[Hashable, list[Feed]] = {}
         self._users = 0
@@ -143,6 +172,8 @@ class SharedReader:
         self._task: asyncio.Task[None] | None = None
         self._failure: BaseException | None = None
         self._next_refresh = 0.0
+        #: when a look at the metadata first found a topic missing (``None``: every topic was there)
+        self._topic_missing_since: float | None = None
 
     def _new_reader(self, name: str) -> AssignedReader:
         if name != self.name:
@@ -240,41 +271,118 @@ class SharedReader:
 
     # ------------------------------------------------------------------ reading
     async def _run(self) -> None:
-        try:
-            while True:
+        failures = 0
+        while True:
+            try:
                 messages = await self.reader.poll_batch(READ_BATCH, self.poll_timeout)
                 if messages:
                     if self.prepare is not None:
                         await self.prepare(messages)
                     self._dispatch(messages)
-                elif self.whole_topics and time.monotonic() >= self._next_refresh:
-                    await self._refresh_partitions()
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            self._fail(exc)
+                elif time.monotonic() >= self._next_refresh:
+                    await self._look_at_topics()
+                failures = 0
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                if not heals_by_retrying(exc):
+                    self._fail(exc)
+                    return
+                failures += 1
+                await self._rebuild(exc, failures)
+
+    async def _rebuild(self, cause: BaseException, failures: int) -> None:
+        """Read on with a new client from the frontier, after a failure that may pass (see the
+        module doc, *Failures*); the feeds keep waiting meanwhile."""
+        delay = min(REBUILD_BACKOFF * 2 ** (failures - 1), REBUILD_BACKOFF_MAX)
+        log.warning(
+            "%s failed (%s: %s); its %d feed(s) keep waiting and it reads on with a new client in %.0fs",
+            self.name,
+            type(cause).__name__,
+            cause,
+            len(self._feeds),
+            delay,
+        )
+        await asyncio.sleep(delay)
+        async with self._lock:  # a feed subscribing meanwhile assigns its partitions to the new client
+            new = self._new_reader(self.name)
+            try:
+                await new.open()
+                await new.assign(dict(self.frontier))
+            except BaseException:
+                await new.close()
+                raise
+            old, self.reader = self.reader, new
+            self.rebuilds += 1
+        log.info("%s reads on from %s with a new client", self.name, positions_to_json(self.frontier))
+        try:
+            await old.close()
+        except Exception as exc:  # the old client is dropped all the same
+            log.warning("%s: closing the failed client failed too (%s)", self.name, exc)
 
     def _dispatch(self, messages: Sequence[Message]) -> None:
-        """Hand each record to the feeds that want it; then tell every feed how far it was read."""
+        """Hand each record to the feeds that want it; then tell every feed how far it was read.
+
+        A feed whose ``match`` or buffer raises is failed alone; a record ``decode`` raises on is
+        handed on as that exception (see the module doc, *Failures*)."""
         self.records_read += len(messages)
+        broken: dict[int, tuple[Feed, BaseException]] = {}
+        per_feed, advanced = self._sort(messages, broken)
+        for tp, next_offset in advanced.items():
+            self.frontier[tp] = max(self.frontier.get(tp, 0), next_offset)
+            if self._on_read is not None:
+                try:
+                    self._on_read(self.reader.client, tp[0], tp[1], next_offset - 1)
+                except Exception:
+                    log.exception("%s: on_read failed for %s[%s]", self.name, tp[0], tp[1])
+        for feed in list(self._feeds):
+            if id(feed) in broken:
+                continue
+            try:
+                feed._offer(per_feed.get(id(feed), ()), advanced)
+            except Exception as exc:
+                broken[id(feed)] = (feed, exc)
+        for feed, error in broken.values():
+            self._fail_feed(feed, error)
+
+    def _sort(
+        self, messages: Sequence[Message], broken: dict[int, tuple[Feed, BaseException]]
+    ) -> tuple[dict[int, list[FedRecord]], dict[Partition, int]]:
+        """Per feed, the records of ``messages`` it wants; per partition, the offset after the
+        last one.  A feed whose ``match`` raises is put in ``broken`` and gets nothing more."""
         per_feed: dict[int, list[FedRecord]] = {}
         advanced: dict[Partition, int] = {}
         for message in messages:
             tp, offset = _coordinates(message)
             advanced[tp] = offset + 1
-            decoded = self.decode(message)
+            decoded = self._decoded(message, tp, offset)
             for feed in self._candidates(decoded):
-                if feed._wants(tp, offset, decoded):
+                if id(feed) in broken:
+                    continue
+                try:
+                    wanted = feed._wants(tp, offset, decoded)
+                except Exception as exc:
+                    broken[id(feed)] = (feed, exc)
+                    continue
+                if wanted:
                     per_feed.setdefault(id(feed), []).append(FedRecord(message, decoded, tp, offset))
-        for tp, next_offset in advanced.items():
-            self.frontier[tp] = max(self.frontier.get(tp, 0), next_offset)
-            if self._on_read is not None:
-                self._on_read(self.reader.client, tp[0], tp[1], next_offset - 1)
-        for feed in list(self._feeds):
-            feed._offer(per_feed.get(id(feed), ()), advanced)
+        return per_feed, advanced
+
+    def _decoded(self, message: Message, tp: Partition, offset: int) -> Any:
+        try:
+            return self.decode(message)
+        except Exception as exc:
+            log.warning(
+                "%s cannot decode %s[%s]@%s (%r); handed on as the error", self.name, *tp, offset, exc
+            )
+            return exc
 
     def _candidates(self, decoded: Any) -> Iterable[Feed]:
-        keys = self._route(decoded)
+        try:
+            keys = self._route(decoded)
+        except Exception as exc:
+            log.warning("%s cannot route a record (%r); every feed gets it", self.name, exc)
+            keys = None
         if keys is None:
             return list(self._feeds)
         found: dict[int, Feed] = {}
@@ -283,9 +391,45 @@ class SharedReader:
                 found[id(feed)] = feed
         return found.values()
 
-    async def _refresh_partitions(self) -> None:
-        self._next_refresh = time.monotonic() + PARTITION_REFRESH_INTERVAL
-        new = {tp: 0 for tp in await self.reader.partitions() if tp not in self.frontier}
+    def _fail_feed(self, feed: Feed, exc: BaseException) -> None:
+        """One feed failed (its ``match`` or buffer raised): it alone gets the error, the others read on."""
+        log.error(
+            "%s: feed %s failed (%r); the reader goes on for the other feeds", self.name, feed.name, exc
+        )
+        self._detach(feed)
+        feed._fail(exc)
+
+    async def _look_at_topics(self) -> None:
+        """Look at the topics' metadata: partitions a topic gained (a reader of whole topics) and a
+        topic deleted (raises :class:`TopicError` once it was missing for :data:`TOPIC_GONE_CONFIRM`
+        seconds).  Metadata that cannot be read (a broker down) is looked at again later."""
+        now = time.monotonic()
+        self._next_refresh = now + PARTITION_REFRESH_INTERVAL
+        try:
+            partitions = await self.reader.partitions()
+        except TopicError as exc:
+            since = self._topic_missing_since
+            if since is None:
+                self._topic_missing_since = now
+                self._next_refresh = now + TOPIC_GONE_CONFIRM
+                log.warning("%s: %s; looking again in %.0fs", self.name, exc.message, TOPIC_GONE_CONFIRM)
+                return
+            if now - since < TOPIC_GONE_CONFIRM:
+                self._next_refresh = since + TOPIC_GONE_CONFIRM
+                return
+            raise TopicError(
+                f"{self.name}: a topic it reads was deleted: {exc.message}; every task waiting on "
+                "it fails: recreate the topic, then run the tasks again"
+            ) from exc
+        except Exception as exc:
+            if not heals_by_retrying(exc):
+                raise
+            log.info("%s cannot read the topics' metadata (%s); looking again later", self.name, exc)
+            return
+        self._topic_missing_since = None
+        if not self.whole_topics:
+            return
+        new = {tp: 0 for tp in partitions if tp not in self.frontier}
         if not new:
             return
         await self.reader.assign(new)

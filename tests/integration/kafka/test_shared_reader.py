@@ -5,7 +5,11 @@
   merges into the shared reader;
 * a leaving feed does not disturb the others; the last one closes the reader;
 * a slow feed's buffer stays bounded (it falls back to its own reader) and it still gets every
-  record once, while a fast feed beside it is not held up.
+  record once, while a fast feed beside it is not held up;
+* a feed whose ``match`` raises fails alone; a record ``decode`` raises on reaches the feeds as the
+  error and the reader reads on;
+* a failure that may pass (injected into the reader's poll) rebuilds the reader, which reads on from
+  its frontier: every record once, in order; one that does not (refused credentials) fails every feed.
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ from typing import Any
 
 import pytest
 
+from airflow_kafka_events.errors import KafkaAuthenticationError, KafkaOperationError
+from airflow_kafka_events.kafka import shared_reader
 from airflow_kafka_events.kafka.producer import get_producer
 from airflow_kafka_events.kafka.settings import KafkaSettings
 from airflow_kafka_events.kafka.shared_feed import READ_BATCH, Feed
@@ -233,5 +239,166 @@ def test_a_slow_feed_stays_bounded_and_still_gets_every_record_once(kafka_bootst
             await quick.stop()
             await fast.close()
             await slow.close()
+
+    asyncio.run(scenario())
+
+
+class Boom(Exception):
+    """A feed's own bug."""
+
+
+def test_a_feed_whose_match_raises_fails_alone(kafka_bootstrap, new_topic):
+    topic = new_topic(partitions=1, prefix="shared-match")
+    registry = SharedReaders()
+
+    def bad_match(decoded: tuple[str, str]) -> bool:
+        if decoded[1] == "bad:1":
+            raise Boom("the owner's match broke on bad:1")
+        return decoded[0] == "bad"
+
+    async def scenario() -> None:
+        good = await _subscribe(registry, kafka_bootstrap, topic, "good", 0)
+        reader = _acquire(registry, kafka_bootstrap, topic)
+        bad = await reader.subscribe({(topic, 0): 0}, keys=["bad"], match=bad_match, name="bad")
+        taker = Taker(good)
+        try:
+            _send(kafka_bootstrap, topic, [("good", "good:0"), ("bad", "bad:0"), ("bad", "bad:1")])
+            _send(kafka_bootstrap, topic, [("good", "good:1")])
+            await _until(lambda: taker.values == ["good:0", "good:1"], 60, "the good feed's records")
+            with pytest.raises(Boom):
+                while True:
+                    await bad.take(100, 0.2)
+            assert reader.feeds == 1 and registry.get("test", _config(kafka_bootstrap), [topic]) is reader
+        finally:
+            await taker.stop()
+            await bad.close()
+            await good.close()
+        assert len(registry) == 0
+
+    asyncio.run(scenario())
+
+
+def test_a_record_decode_raises_on_reaches_the_feeds_as_the_error(kafka_bootstrap, new_topic):
+    topic = new_topic(partitions=1, prefix="shared-decode")
+    registry = SharedReaders()
+    owners = ["a", "b"]
+
+    def decode(message: Any) -> tuple[str, str]:
+        if message.value() == b"poison":
+            raise ValueError("cannot decode poison")
+        return _decode(message)
+
+    async def scenario() -> None:
+        reader = registry.acquire(
+            "test",
+            _config(kafka_bootstrap),
+            [topic],
+            name="it",
+            decode=decode,
+            route=_route,
+            poll_timeout=0.2,
+        )
+        feeds = [
+            await reader.subscribe(
+                {(topic, 0): 0},
+                keys=[owner],
+                match=lambda d, o=owner: isinstance(d, ValueError) or d[0] == o,
+                name=owner,
+            )
+            for owner in owners
+        ]
+        errors: list[list[Any]] = [[], []]
+        values: list[list[str]] = [[], []]
+
+        async def take(i: int) -> None:
+            while True:
+                records, _ = await feeds[i].take(100, 0.2)
+                for record in records:
+                    if isinstance(record.decoded, ValueError):
+                        errors[i].append(record.offset)
+                    else:
+                        values[i].append(record.decoded[1])
+
+        tasks = [asyncio.create_task(take(i)) for i in range(2)]
+        try:
+            _send(kafka_bootstrap, topic, [("a", "a:0"), ("b", "poison"), ("b", "b:0"), ("a", "a:1")])
+            await _until(lambda: values == [["a:0", "a:1"], ["b:0"]], 60, "every feed's records")
+            assert errors == [[1], [1]]  # each feed's match judged the undecodable record
+            assert reader.feeds == 2 and not reader.rebuilds
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            for feed in feeds:
+                await feed.close()
+
+    asyncio.run(scenario())
+
+
+def _fail_next_poll(reader: Any, error: Exception) -> None:
+    """The reader's next poll raises ``error`` (the one after reads as before)."""
+    client = reader.reader
+    original = client.poll_batch
+
+    async def failing(*args: Any, **kwargs: Any) -> Any:
+        client.poll_batch = original
+        raise error
+
+    client.poll_batch = failing
+
+
+def test_a_failure_that_may_pass_rebuilds_the_reader_from_its_frontier(
+    kafka_bootstrap, new_topic, monkeypatch
+):
+    monkeypatch.setattr(shared_reader, "REBUILD_BACKOFF", 0.1)
+    topic = new_topic(partitions=1, prefix="shared-rebuild")
+    registry = SharedReaders()
+
+    async def scenario() -> None:
+        feed = await _subscribe(registry, kafka_bootstrap, topic, "a", 0)
+        reader = _acquire(registry, kafka_bootstrap, topic)
+        await reader.release()  # the feed holds it
+        first_client = reader.reader
+        taker = Taker(feed)
+        try:
+            _send(kafka_bootstrap, topic, [("a", f"a:{n}") for n in range(5)])
+            await _until(lambda: len(taker.values) == 5, 60, "the first records")
+            _fail_next_poll(reader, KafkaOperationError("injected: a client call failed"))
+            await _until(lambda: reader.rebuilds == 1, 30, "the reader rebuilt")
+            _send(kafka_bootstrap, topic, [("a", f"a:{n}") for n in range(5, 10)])
+            await _until(lambda: len(taker.values) >= 10, 60, "the records after the rebuild")
+            assert taker.values == [f"a:{n}" for n in range(10)]
+            assert taker.offsets == list(range(10))
+            assert reader.reader is not first_client and first_client._executor.closed
+            assert registry.get("test", _config(kafka_bootstrap), [topic]) is reader
+        finally:
+            await taker.stop()
+            await feed.close()
+        assert len(registry) == 0
+
+    asyncio.run(scenario())
+
+
+def test_a_failure_that_does_not_heal_fails_every_feed(kafka_bootstrap, new_topic):
+    topic = new_topic(partitions=1, prefix="shared-fatal")
+    registry = SharedReaders()
+
+    async def scenario() -> None:
+        feeds = [await _subscribe(registry, kafka_bootstrap, topic, owner, 0) for owner in ("a", "b")]
+        reader = _acquire(registry, kafka_bootstrap, topic)
+        await reader.release()
+        refused = KafkaAuthenticationError("the brokers refused the credentials of the reader")
+        _fail_next_poll(reader, refused)
+        try:
+            for feed in feeds:
+                with pytest.raises(KafkaAuthenticationError) as info:
+                    while True:
+                        await feed.take(100, 0.2)
+                assert info.value is refused
+            assert not reader.rebuilds
+            assert registry.get("test", _config(kafka_bootstrap), [topic]) is None  # the next one is new
+        finally:
+            for feed in feeds:
+                await feed.close()
 
     asyncio.run(scenario())

@@ -4,7 +4,9 @@ Fifty :class:`StreamWaitTrigger` s on one event loop (as in one triggerer) add O
 (one ``rdk:main`` thread) for the shared reader; each fires with its own stream's payload when its
 pages arrive, a waiter whose stream got nothing does not fire, a waiter that joins behind what the
 shared reader read gets its records (through a catch-up reader), and the last waiter to leave
-closes the client (the registry is empty).
+closes the client (the registry is empty).  Records that are not a waiter's page (undecodable,
+keyless, another stream's key, a tombstone) leave every waiter waiting for its own pages; a deleted
+topic fails its waiters with a ``TopicError`` event naming it.
 """
 
 from __future__ import annotations
@@ -12,21 +14,25 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import time
 import uuid
-from collections.abc import Callable, Iterator
-from pathlib import Path
-from typing import Any
+from collections.abc import Iterator
 
 import pytest
+from confluent_kafka.admin import AdminClient
 
-from airflow_kafka_events.envelopes.codec import TRIGGER_EVENT_CODEC
-from airflow_kafka_events.envelopes.model import TriggerEventEnvelope
-from airflow_kafka_events.kafka.producer import RecordProducer
-from airflow_kafka_events.kafka.settings import KafkaSettings
-from airflow_kafka_events.kafka.shared_reader import SHARED_READERS, SharedReader
-from airflow_kafka_events.streams.consuming.shared_wait import MAX_CATCH_UP, STREAM_WAIT_KIND
-from airflow_kafka_events.streams.consuming.wait_trigger import StreamWaitTrigger
+from airflow_kafka_events.errors import TopicError
+from airflow_kafka_events.kafka import shared_reader
+from airflow_kafka_events.streams.consuming.shared_wait import MAX_CATCH_UP
+from airflow_kafka_events.streams.consuming.wait_trigger import wait_event_error
+from integration.operators.waiters import (
+    Sender,
+    first_event,
+    kafka_clients,
+    pages,
+    trigger,
+    until,
+    wait_readers,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -41,71 +47,10 @@ def kafka_connection(monkeypatch, kafka_bootstrap):
 
 
 @pytest.fixture
-def send(kafka_bootstrap: str) -> Iterator[Callable[[str, list[TriggerEventEnvelope]], None]]:
-    settings = KafkaSettings({"bootstrap.servers": kafka_bootstrap, "partitioner": "murmur2_random"})
-    producer = RecordProducer(settings.producer_config())
-
-    def send(topic: str, envelopes: list[TriggerEventEnvelope]) -> None:
-        futures = [
-            producer.send(topic, TRIGGER_EVENT_CODEC.encode(e), key=e.trigger_run_id) for e in envelopes
-        ]
-        producer.flush()
-        for future in futures:
-            future.result()
-
-    yield send
-    producer.close()
-
-
-def pages(run: str, n: int) -> list[TriggerEventEnvelope]:
-    return [
-        TriggerEventEnvelope(
-            trigger_run_id=run, sequence_index=i, is_last=False, payload={"run": run, "page": i}
-        )
-        for i in range(n)
-    ]
-
-
-def kafka_clients() -> int:
-    """librdkafka clients of this process: one ``rdk:main`` thread each."""
-    count = 0
-    for comm in Path("/proc/self/task").glob("*/comm"):
-        try:
-            count += comm.read_text().strip() == "rdk:main"
-        except OSError:  # the thread ended meanwhile
-            pass
-    return count
-
-
-def wait_readers() -> list[SharedReader]:
-    return [reader for reader in SHARED_READERS.readers() if reader.kind == STREAM_WAIT_KIND]
-
-
-async def until(condition: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"{what}: not within {timeout:g}s"
-        await asyncio.sleep(0.02)
-
-
-def trigger(topic: str, run: str, **kwargs: Any) -> StreamWaitTrigger:
-    kwargs = {
-        "max_events": 2,
-        "resume_wait": 600.0,
-        "start_timeout": 600.0,
-        "gap_timeout": 600.0,
-        "poll_timeout": 0.1,
-        **kwargs,
-    }
-    serialized = StreamWaitTrigger(topic=topic, trigger_run_id=run, **kwargs).serialize()[1]
-    return StreamWaitTrigger(**json.loads(json.dumps(serialized)))  # as the triggerer gets it
-
-
-async def first_event(waiter: StreamWaitTrigger) -> dict[str, Any]:
-    async with contextlib.aclosing(waiter.run()) as events:  # it leaves the shared reader at once
-        async for event in events:
-            return event.payload
-    raise AssertionError("the trigger ended without an event")
+def send(kafka_bootstrap: str) -> Iterator[Sender]:
+    sender = Sender(kafka_bootstrap)
+    yield sender
+    sender.close()
 
 
 def test_fifty_waiting_triggers_share_one_kafka_client(new_topic, send):
@@ -154,5 +99,70 @@ def test_fifty_waiting_triggers_share_one_kafka_client(new_topic, send):
             await asyncio.gather(*tasks.values(), return_exceptions=True)
         assert wait_readers() == []  # the last waiter closed the shared reader
         await until(lambda: kafka_clients() == before, "the shared client gone", timeout=30)
+
+    asyncio.run(scenario())
+
+
+def test_records_that_are_no_waiters_page_leave_every_waiter_waiting(new_topic, send):
+    topic = new_topic(partitions=1)  # every record passes every waiter's feed
+    runs = [f"poison-{i}-{uuid.uuid4().hex[:8]}" for i in range(3)]
+
+    async def scenario() -> None:
+        tasks = {run: asyncio.ensure_future(first_event(trigger(topic, run))) for run in runs}
+        try:
+            await until(lambda: sum(r.feeds for r in wait_readers()) == len(runs), "every waiter subscribed")
+            (shared,) = wait_readers()
+            send.raw(
+                topic,
+                [
+                    (runs[0], b"not an envelope"),  # a waiter's key, an undecodable value
+                    (runs[1], None),  # a tombstone with a waiter's key
+                    (None, b"{}"),  # no key
+                    (f"other-{uuid.uuid4().hex[:8]}", b"\x00\xff"),  # another stream's key
+                ],
+            )
+            await until(lambda: shared.frontier.get((topic, 0), 0) >= 4, "the records read")
+            assert not any(task.done() for task in tasks.values())
+            for run in runs:
+                send(topic, pages(run, 2))
+            for payload in await asyncio.wait_for(asyncio.gather(*tasks.values()), timeout=60):
+                assert payload["status"] == "ready" and payload["reason"] == "full-batch", payload
+                assert payload["ready"] == 2
+            assert wait_readers() == [] and not shared.rebuilds
+        finally:
+            for task in tasks.values():
+                task.cancel()
+            await asyncio.gather(*tasks.values(), return_exceptions=True)
+
+    asyncio.run(scenario())
+
+
+def test_a_deleted_topic_fails_its_waiters_with_a_topic_error(new_topic, send, kafka_bootstrap, monkeypatch):
+    monkeypatch.setattr(shared_reader, "PARTITION_REFRESH_INTERVAL", 0.5)
+    monkeypatch.setattr(shared_reader, "TOPIC_GONE_CONFIRM", 1.0)
+    topic = new_topic(partitions=1)
+    runs = [f"deleted-{i}-{uuid.uuid4().hex[:8]}" for i in range(3)]
+
+    async def scenario() -> None:
+        tasks = {run: asyncio.ensure_future(first_event(trigger(topic, run))) for run in runs}
+        try:
+            await until(lambda: sum(r.feeds for r in wait_readers()) == len(runs), "every waiter subscribed")
+            send(topic, pages(runs[0], 1))  # one page: not a batch yet
+            (shared,) = wait_readers()
+            await until(lambda: shared.frontier.get((topic, 0), 0) >= 1, "the page read")
+            admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+            for future in admin.delete_topics([topic], operation_timeout=30).values():
+                await asyncio.to_thread(future.result, 30)
+            payloads = await asyncio.wait_for(asyncio.gather(*tasks.values()), timeout=120)
+        finally:
+            for task in tasks.values():
+                task.cancel()
+            await asyncio.gather(*tasks.values(), return_exceptions=True)
+        for run, payload in zip(runs, payloads, strict=True):
+            assert payload["status"] == "error" and payload["error_type"] == "TopicError", payload
+            assert topic in payload["message"] and "recreate the topic" in payload["message"]
+            error = wait_event_error(payload, topic=topic, trigger_run_id=run)
+            assert isinstance(error, TopicError) and run in str(error)
+        assert wait_readers() == []
 
     asyncio.run(scenario())

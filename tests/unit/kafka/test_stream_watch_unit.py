@@ -6,8 +6,9 @@ import asyncio
 from typing import Any
 
 import pytest
+from confluent_kafka import KafkaError
 
-from airflow_kafka_events.errors import TopicError
+from airflow_kafka_events.errors import KafkaAuthenticationError, KafkaOperationError, TopicError
 from airflow_kafka_events.kafka.partitioner import partition_for_key
 from airflow_kafka_events.streams.checkpoint import Checkpoint
 from airflow_kafka_events.streams.consuming import shared_wait
@@ -37,11 +38,16 @@ class FakeShared:
 
     def __init__(self, *, partitions: int = 3, low: int = 5, missing: bool = False) -> None:
         self.count, self.low, self.missing = partitions, low, missing
+        #: raised by the next ``topic_partitions`` (e.g. the brokers unreachable), then cleared
+        self.error: Exception | None = None
         self.subscribed: list[dict[tuple[str, int], int]] = []
         self.released = 0
         self.feed = FakeFeed()
 
     async def topic_partitions(self) -> list[tuple[str, int]]:
+        error, self.error = self.error, None
+        if error is not None:
+            raise error
         if self.missing:
             raise TopicError("topic 't' is not available")
         return [("t", p) for p in range(self.count)]
@@ -104,3 +110,27 @@ def test_a_checkpoint_past_the_end_subscribes_nothing(shared: FakeShared):
     watch = StreamWatch({}, StreamFollower("t", RUN, checkpoint=checkpoint), poll_timeout=0.1)
     fill_once(watch)
     assert shared.subscribed == [] and watch.tracker.ended
+
+
+def test_brokers_out_of_reach_are_tried_again_and_the_reader_released(shared: FakeShared):
+    shared.error = KafkaOperationError(
+        "cannot read the metadata of topic 't'", kafka_error=KafkaError(KafkaError._TRANSPORT)
+    )
+    watch = StreamWatch({}, StreamFollower("t", RUN), poll_timeout=0.1)
+
+    async def go() -> None:
+        await watch.fill(0.0)  # refused: nothing subscribed, nothing raised
+        assert shared.subscribed == [] and shared.released == 1 and watch.feed is None
+        await watch.fill(0.0)  # the brokers answer again
+        await watch.close()
+
+    asyncio.run(go())
+    assert shared.subscribed == [{("t", partition_for_key(RUN, shared.count)): shared.low}]
+
+
+def test_refused_credentials_are_raised_and_the_reader_released(shared: FakeShared):
+    shared.error = KafkaAuthenticationError("the brokers refused the credentials")
+    watch = StreamWatch({}, StreamFollower("t", RUN), poll_timeout=0.1)
+    with pytest.raises(KafkaAuthenticationError):
+        fill_once(watch)
+    assert shared.subscribed == [] and shared.released == 1

@@ -17,6 +17,12 @@ one client, not 200.
 * **Joining behind.**  A waiter whose checkpoint is behind what the shared reader read of its
   partition catches up with a private reader from its checkpoint, then merges; at most
   :data:`MAX_CATCH_UP` of those run at once per shared reader, the others wait for a slot.
+* **Failures.**  The shared reader rides out what may pass (a broker down or restarting: its
+  waiters keep waiting, and a waiter that starts meanwhile tries to subscribe again every
+  :data:`TOPIC_RETRY` seconds) and fails its waiters only on what does not heal (credentials,
+  TLS or authorization refused, the topic deleted); a record of the topic another stream wrote,
+  or one that cannot be decoded, concerns one waiter at most (see
+  :mod:`~airflow_kafka_events.kafka.shared_reader`, *Failures*).
 * **A fixed group id** (:data:`WAIT_GROUP_ID`, never joined, nothing committed): the registry
   keys readers by their whole client configuration, so a per-stream group id would give one
   reader per stream again.
@@ -34,6 +40,7 @@ from typing import Any
 from confluent_kafka import Message
 
 from airflow_kafka_events.errors import TopicError
+from airflow_kafka_events.kafka.assigned_reader import heals_by_retrying
 from airflow_kafka_events.kafka.partitioner import partition_for_key
 from airflow_kafka_events.kafka.positions import Partition
 from airflow_kafka_events.kafka.settings import KafkaSettings
@@ -59,7 +66,8 @@ STREAM_WAIT_KIND = "stream-wait"
 WAIT_GROUP_ID = "airflow-kafka-events-stream-wait"
 #: Catch-up readers (each a Kafka client) of one shared waiters' reader running at once.
 MAX_CATCH_UP = 4
-#: Seconds between two looks for the stream's topic while it does not exist.
+#: Seconds between two tries to subscribe while the stream's topic does not exist or the brokers
+#: cannot be reached.
 TOPIC_RETRY = 1.0
 
 
@@ -136,6 +144,18 @@ class StreamWatch:
                 self.feed = await self._subscribe()
             except TopicError as exc:  # not there yet: the trigger's start clock decides
                 log.info("%s: %s; looking again in %gs", self.follower.where, exc, TOPIC_RETRY)
+                await asyncio.sleep(min(timeout, TOPIC_RETRY))
+                return
+            except Exception as exc:
+                if not heals_by_retrying(exc):
+                    raise
+                # e.g. the brokers are down: the trigger's clocks decide how long that may last
+                log.warning(
+                    "%s: cannot subscribe yet (%s); trying again in %gs",
+                    self.follower.where,
+                    exc,
+                    TOPIC_RETRY,
+                )
                 await asyncio.sleep(min(timeout, TOPIC_RETRY))
                 return
         records, _ = await self.feed.take(READ_BATCH, timeout)

@@ -15,13 +15,18 @@ shared reader, routing each record by its key to its stream's trigger
 * ``{"status": "not_started", ...}`` when nothing of the stream arrived by ``start_deadline``;
 * ``{"status": "gap", ...}`` when the stream started but its next page did not come by
   ``gap_deadline`` (moved forward by every page that arrives);
-* ``{"status": "error", ...}`` when the Kafka client failed.
+* ``{"status": "error", ...}`` when the shared reader failed in a way that does not heal by
+  retrying (credentials, TLS or authorization refused, the topic deleted; a broker outage is
+  ridden out, see :mod:`~airflow_kafka_events.kafka.shared_reader`, *Failures*).
 
 The task turns the last three into the typed errors an in-worker read raises
 (:class:`~airflow_kafka_events.errors.StreamNotStartedError`,
 :class:`~airflow_kafka_events.errors.StreamGapError`,
-:class:`~airflow_kafka_events.errors.KafkaOperationError`), so the consumer fails the same way in
-both modes (``defer(timeout=)`` would end in ``TaskDeferralTimeout`` instead).
+:class:`~airflow_kafka_events.errors.KafkaOperationError`, or by the event's ``error_type`` its
+subclass :class:`~airflow_kafka_events.errors.TopicError`,
+:class:`~airflow_kafka_events.errors.KafkaAuthenticationError` or
+:class:`~airflow_kafka_events.errors.KafkaTlsError`), so the consumer fails the same way in both
+modes (``defer(timeout=)`` would end in ``TaskDeferralTimeout`` instead).
 
 The start clock (``start_deadline``, wall-clock epoch seconds) stands still while the producing
 task (``producer``) is known to be waiting for a slot (no state or ``scheduled``): the trigger asks
@@ -40,10 +45,13 @@ from typing import TYPE_CHECKING, Any
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_kafka_events.errors import (
+    KafkaAuthenticationError,
     KafkaOperationError,
+    KafkaTlsError,
     StreamGapError,
     StreamNotStartedError,
     StreamReadError,
+    TopicError,
     ValidationError,
 )
 from airflow_kafka_events.streams.checkpoint import Checkpoint
@@ -77,6 +85,11 @@ _KWARGS = (
     "state_poll_interval",
 )
 
+#: The typed errors an ``error`` event's ``error_type`` comes back as (others: KafkaOperationError).
+_ERROR_TYPES: dict[str, type[KafkaOperationError]] = {
+    cls.__name__: cls for cls in (KafkaAuthenticationError, KafkaTlsError, TopicError)
+}
+
 #: Seconds of one look at the stream (the trigger checks its clocks at least this often).
 FILL_SLICE = 1.0
 
@@ -102,7 +115,8 @@ def wait_event_error(event: Mapping[str, Any], *, topic: str, trigger_run_id: st
             trigger_run_id=trigger_run_id,
         )
     if status == "error":
-        return KafkaOperationError(f"waiting for stream {trigger_run_id!r} failed: {message}")
+        kind = _ERROR_TYPES.get(str(event.get("error_type")), KafkaOperationError)
+        return kind(f"waiting for stream {trigger_run_id!r} on topic {topic!r} failed: {message}")
     if status != "ready":
         return ValidationError(f"unexpected event from the stream wait trigger: {dict(event)!r}")
     return None
