@@ -5,9 +5,6 @@ Pure logic, no client: the records are plain message objects with the stream's k
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
-
 import pytest
 
 from airflow_kafka_events.envelopes.codec import TRIGGER_EVENT_CODEC
@@ -15,43 +12,11 @@ from airflow_kafka_events.envelopes.model import StreamFailure, TriggerEventEnve
 from airflow_kafka_events.errors import ConfigurationError, StreamGapError
 from airflow_kafka_events.streams.checkpoint import Checkpoint
 from airflow_kafka_events.streams.consuming.follower import StreamFollower
+from harness.kafka_records import FakeMessage
 
 pytestmark = pytest.mark.unit
 
 RUN = "run-1"
-
-
-@dataclass
-class Record:
-    """The parts of a consumed message the follower reads."""
-
-    _offset: int
-    _key: bytes | None
-    _value: bytes | None
-
-    def topic(self) -> str:
-        return "t"
-
-    def partition(self) -> int:
-        return 0
-
-    def offset(self) -> int:
-        return self._offset
-
-    def key(self) -> bytes | None:
-        return self._key
-
-    def value(self) -> bytes | None:
-        return self._value
-
-    def error(self) -> Any:
-        return None
-
-    def timestamp(self) -> tuple[int, int]:
-        return (1, 1_700_000_000_000)
-
-    def headers(self) -> Any:
-        return []
 
 
 def env(seq: int, *, run: str = RUN, attempt: int = 0, last: bool = False, error: bool = False) -> bytes:
@@ -66,15 +31,15 @@ def env(seq: int, *, run: str = RUN, attempt: int = 0, last: bool = False, error
     return TRIGGER_EVENT_CODEC.encode(envelope)
 
 
-def records(*values: bytes | None, key: str = RUN, first: int = 0) -> list[Record]:
-    return [Record(first + i, key.encode(), value) for i, value in enumerate(values)]
+def records(*values: bytes | None, key: str = RUN, first: int = 0) -> list[FakeMessage]:
+    return [FakeMessage("t", 0, first + i, key.encode(), value) for i, value in enumerate(values)]
 
 
 def test_in_order_pages_become_ready_and_other_keys_are_not_looked_at():
     follower = StreamFollower("t", RUN)
     assert not follower.tracker.started
     # another stream's record (its value is not even an envelope): skipped by its key
-    follower.offer([Record(0, b"other", b"not an envelope"), *records(env(0), env(1), first=1)])
+    follower.offer([FakeMessage("t", 0, 0, b"other", b"not an envelope"), *records(env(0), env(1), first=1)])
     assert follower.tracker.started and follower.tracker.ready_count == 2
     assert follower.rejected == 0 and follower.next_offset == 3
 

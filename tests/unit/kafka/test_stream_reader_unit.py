@@ -40,6 +40,7 @@ from airflow_kafka_events.streams.checkpoint import (
 from airflow_kafka_events.streams.consuming import reader as sr
 from airflow_kafka_events.streams.consuming.reader import ReadOptions, StreamReader
 from airflow_kafka_events.streams.consuming.sequence import BatchPolicy, Offer, SequenceTracker
+from harness.kafka_records import FakeMessage
 
 pytestmark = pytest.mark.unit
 
@@ -420,40 +421,6 @@ class FakeClock:
 
     def sleep(self, seconds: float) -> None:
         self.now += max(seconds, 0.001)
-
-
-@dataclass
-class FakeMessage:
-    _topic: str
-    _partition: int
-    _offset: int
-    _key: bytes | None
-    _value: bytes | None
-    _error: Any = None
-
-    def topic(self) -> str:
-        return self._topic
-
-    def partition(self) -> int:
-        return self._partition
-
-    def offset(self) -> int:
-        return self._offset
-
-    def key(self) -> bytes | None:
-        return self._key
-
-    def value(self) -> bytes | None:
-        return self._value
-
-    def error(self) -> Any:
-        return self._error
-
-    def timestamp(self) -> tuple[int, int]:
-        return (1, 1_700_000_000_000)
-
-    def headers(self) -> Any:
-        return [("h", b"v")]
 
 
 @dataclass
