@@ -27,8 +27,9 @@ Last, **alone**: the same trigger's ``run()`` in this process's own event loop, 
 CPU per page, the loop's longest lag).  ``--linger-ms`` sets ``linger.ms`` on the deployment's
 Kafka connection (and the trigger alone's): the stream producer's is 1 unless the connection sets
 one (``0``: what it was before the CPU cuts of B12 at 100,000 pages).  ``--without-airflow
---profile FILE`` runs the trigger alone under cProfile.  An uncounted 100-page warm-up run comes first: the triggerer's first streaming
-trigger, whose classes Airflow imports on the event loop (its blocked counts are reported too).
+--profile FILE`` runs the trigger alone under cProfile.  An uncounted 100-page warm-up run comes
+first: the triggerer's first streaming trigger, whose classes Airflow imports on the event loop (its
+blocked counts are reported too).
 Uses ``KAFKA_BOOTSTRAP_SERVERS`` or starts the local broker.  Not run in CI.
 """
 
