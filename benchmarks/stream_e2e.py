@@ -25,9 +25,11 @@ woke more than ``[triggerer] blocked_main_thread_warning_threshold`` (0.2 s) lat
 this process; per run both the counter's increments and the log lines are reported.
 Last, **alone**: the same trigger's ``run()`` in this process's own event loop, no Airflow (pages/s,
 CPU per page, the loop's longest lag).  ``--linger-ms`` sets ``linger.ms`` on the deployment's
-Kafka connection (and the trigger alone's): ``1`` gives the stream producer the batching delay it
-had before B12.  An uncounted 100-page warm-up run comes first: the triggerer's first streaming
-trigger, whose classes Airflow imports on the event loop (its blocked counts are reported too).
+Kafka connection (and the trigger alone's): the stream producer's is 1 unless the connection sets
+one (``0``: what it was before the CPU cuts of B12 at 100,000 pages).  ``--without-airflow
+--profile FILE`` runs the trigger alone under cProfile.  An uncounted 100-page warm-up run comes
+first: the triggerer's first streaming trigger, whose classes Airflow imports on the event loop (its
+blocked counts are reported too).
 Uses ``KAFKA_BOOTSTRAP_SERVERS`` or starts the local broker.  Not run in CI.
 """
 
@@ -187,10 +189,16 @@ def raw_roundtrip(settings: KafkaSettings, n: int, value: bytes) -> dict[str, An
 
 
 # ====================================================================== the trigger alone
-def trigger_alone(bootstrap: str, linger_ms: int | None, pages: int, payload_bytes: int) -> dict[str, Any]:
+def trigger_alone(
+    bootstrap: str, linger_ms: int | None, pages: int, payload_bytes: int, profile: Path | None = None
+) -> dict[str, Any]:
     """``CountingPagesTrigger.run()`` in this process's own event loop (no Airflow), the same pages:
-    pages/s, this process's CPU per page, and the loop's lag as Airflow's watchdog sees it."""
+    pages/s, this process's CPU per page, and the loop's lag as Airflow's watchdog sees it.
+
+    ``profile``: run it under cProfile (the event loop's thread only; librdkafka's and the producer's
+    poller threads are not seen) and write the statistics there (``python -m pstats`` reads them)."""
     import asyncio
+    import cProfile
 
     from airflow_kafka_events.streams.producing.demo_trigger import CountingPagesTrigger
 
@@ -222,7 +230,13 @@ def trigger_alone(bootstrap: str, linger_ms: int | None, pages: int, payload_byt
         watching.cancel()
         return elapsed, cpu
 
+    profiler = None if profile is None else cProfile.Profile()
+    if profiler is not None:
+        profiler.enable()
     elapsed, cpu = asyncio.run(run())
+    if profiler is not None:
+        profiler.disable()
+        profiler.dump_stats(profile)
     return {
         "pages": pages,
         "seconds": round(elapsed, 3),
@@ -402,13 +416,20 @@ def _raw(settings: KafkaSettings, pages: int, value: bytes) -> dict[str, Any]:
     return result
 
 
-def _alone(bootstrap: str, linger_ms: int | None, pages: int, payload_bytes: int) -> dict[str, Any]:
-    alone = trigger_alone(bootstrap, linger_ms, pages, payload_bytes)
+def _alone(
+    bootstrap: str, linger_ms: int | None, pages: int, payload_bytes: int, profile: Path | None = None
+) -> dict[str, Any]:
+    alone = trigger_alone(bootstrap, linger_ms, pages, payload_bytes, profile)
     say(
         f"[alone]   the trigger in this process: {alone['pages']:,} pages in {alone['seconds']} s = "
         f"{alone['pages_per_s']:,.0f} pages/s, CPU {alone['cpu_us_per_page']} us/page, loop lag max "
         f"{alone['loop_lag_max_ms']} ms; load {alone['load']}"
     )
+    if profile is not None:
+        import pstats
+
+        say(f"[alone]   cProfile statistics in {profile}; the functions of most own time:")
+        pstats.Stats(str(profile)).sort_stats("tottime").print_stats(25)
     return alone
 
 
@@ -510,9 +531,14 @@ def main(argv: list[str]) -> int:
         help="only raw and the trigger alone, on a broker of their own (no Airflow, no lock needed)",
     )
     parser.add_argument(
+        "--profile",
+        type=Path,
+        help="with --without-airflow: run the trigger alone under cProfile, its statistics to this file",
+    )
+    parser.add_argument(
         "--linger-ms",
         type=int,
-        help="linger.ms of the Airflow connection (its producers'; 1 = the stream producer before B12)",
+        help="linger.ms of the Airflow connection (its producers'; the stream producer's is 1 unless set)",
     )
     args = parser.parse_args(argv)
     modes = [m for m in args.modes.split(",") if m]
@@ -520,6 +546,8 @@ def main(argv: list[str]) -> int:
         parser.error(f"--modes must be a subset of {','.join(MODES)}")
     if args.pages < 2 or args.payload_bytes < 1 or args.runs < 1:
         parser.error("--pages must be >= 2, --payload-bytes and --runs >= 1")
+    if args.profile is not None and not args.without_airflow:
+        parser.error("--profile needs --without-airflow")
 
     load_start = loadavg()
     say(f"[machine] {os.cpu_count()} CPUs, load average {load_start}")
@@ -535,7 +563,7 @@ def main(argv: list[str]) -> int:
         if args.without_airflow:
             with kafka_only() as (settings, bootstrap):
                 raws.append(_raw(settings, args.pages, value))
-                alone = _alone(bootstrap, args.linger_ms, args.pages, args.payload_bytes)
+                alone = _alone(bootstrap, args.linger_ms, args.pages, args.payload_bytes, args.profile)
                 raws.append(_raw(settings, args.pages, value))
         else:
             runs, warmup, alone = run_with_airflow(args, statsd, value, scratch, raws)

@@ -89,6 +89,27 @@ class StatsdServer:
                 )
             time.sleep(0.2)
 
+    def wait_for_total(self, pattern: str, total: int, timeout: float = 60.0) -> list[str]:
+        """The counter lines fully matching ``pattern`` (``name:<n>|c``) once their ``n`` add up to
+        ``total``; AssertionError at ``timeout`` or when they add up to more."""
+        deadline = time.monotonic() + timeout
+        while True:
+            found = [line.text for line in self.matching(pattern)]
+            summed = sum(int(text.rsplit(":", 1)[1].split("|", 1)[0]) for text in found)
+            if summed > total:
+                raise AssertionError(
+                    f"StatsD lines matching {pattern!r} add up to {summed} > {total}: {found!r}"
+                )
+            if summed == total:
+                return found
+            if time.monotonic() > deadline:
+                ours = [line for line in self.lines if "kafka_events" in line]
+                raise AssertionError(
+                    f"StatsD lines matching {pattern!r} add up to {summed}, not {total}, within "
+                    f"{timeout:.0f}s; kafka_events lines received: {ours[-50:]}"
+                )
+            time.sleep(0.2)
+
     def senders(self, pattern: str) -> set[tuple[int, ...]]:
         """Of each process that sent lines matching ``pattern``: its pid and its parents' pids
         (empty: the sender had exited before its line was read)."""

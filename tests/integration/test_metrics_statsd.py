@@ -79,15 +79,20 @@ def test_a_streaming_trigger_and_a_watcher_report_through_airflow_stats(
     topic = new_topic(partitions=3)
     run = f"dag/t/-1/run-{uuid.uuid4().hex}"
     asyncio.run(collect(PagedTrigger(total=4, trigger_run_id=run, topic=topic)))
-    pages = airflow_stats.wait_for(
-        rf"airflow\.kafka_events\.stream\.pages_written,topic={topic}:1\|c", count=4
-    )
-    assert len(pages) == 4  # no stream id or run id in any name: one name per topic tag
+    # pages are counted as their receipts are taken, in batches; no stream id or run id in any name:
+    # one name per topic tag
+    airflow_stats.wait_for_total(rf"airflow\.kafka_events\.stream\.pages_written,topic={topic}:\d+\|c", 4)
     airflow_stats.wait_for(r"airflow\.kafka_events\.stream\.ended\.complete:1\|c")
-    airflow_stats.wait_for(
-        rf"airflow\.kafka_events\.producer\.delivery_time\.stream,role=stream,topic={topic}:[0-9.]+\|ms",
-        count=5,
+    # the producer's deliveries (4 pages, the end marker) are counted in batches too, each batch with
+    # one delivery time (its slowest)
+    delivered = airflow_stats.wait_for_total(
+        rf"airflow\.kafka_events\.producer\.delivered,role=stream,topic={topic}:\d+\|c", 5
     )
+    times = airflow_stats.wait_for(
+        rf"airflow\.kafka_events\.producer\.delivery_time\.stream,role=stream,topic={topic}:[0-9.]+\|ms",
+        count=len(delivered),
+    )
+    assert len(times) == len(delivered)
 
     # a consumer of that stream: pages handled, the handler's time and its lag behind the writes
     from airflow_kafka_events.kafka.settings import KafkaSettings

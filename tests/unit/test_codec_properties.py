@@ -4,6 +4,7 @@ import enum
 import functools
 import json
 import math
+from dataclasses import replace
 from datetime import datetime, timezone
 from decimal import Decimal
 from typing import Any
@@ -13,7 +14,12 @@ from confluent_kafka.schema_registry import SchemaRegistryClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from airflow_kafka_events.envelopes.codec import ASSET_EVENT_CODEC, TRIGGER_EVENT_CODEC, EnvelopeCodec
+from airflow_kafka_events.envelopes.codec import (
+    ASSET_EVENT_CODEC,
+    TRIGGER_EVENT_CODEC,
+    AttemptEncoder,
+    EnvelopeCodec,
+)
 from airflow_kafka_events.envelopes.framing import frame_confluent
 from airflow_kafka_events.envelopes.json_values import json_from_text, json_to_text
 from airflow_kafka_events.envelopes.model import (
@@ -407,3 +413,160 @@ def test_fast_path_is_pinned_to_the_current_schema() -> None:
     # A new schema version turns the fast path off (fastavro alone) until it is written for it.
     assert codec._FAST_FINGERPRINT == schemas.schema_fingerprint(schemas.TRIGGER_EVENT_ENVELOPE)
     assert TRIGGER_EVENT_CODEC._fits_fast_path() and not ASSET_EVENT_CODEC._fits_fast_path()
+
+
+# --------------------------------------------------------------------------- one attempt's encoder
+def _attempt_encoder(envelope: TriggerEventEnvelope, codec: Any = TRIGGER_EVENT_CODEC, **kwargs: Any) -> Any:
+    return AttemptEncoder(
+        codec,
+        trigger_run_id=envelope.trigger_run_id,
+        attempt=envelope.attempt,
+        producer=envelope.producer,
+        metadata=envelope.metadata,
+        **kwargs,
+    )
+
+
+def _encode_page(encoder: AttemptEncoder, envelope: TriggerEventEnvelope) -> bytes:
+    return encoder.encode(
+        envelope.sequence_index,
+        payload=envelope.payload,
+        resume_cursor=envelope.resume_cursor,
+        is_last=envelope.is_last,
+        error=envelope.error,
+        emitted_at=envelope.emitted_at,
+    )
+
+
+@MODEST
+@given(envelope=trigger_envelopes)
+def test_an_attempt_encoder_writes_the_codecs_bytes(envelope: TriggerEventEnvelope) -> None:
+    data = _encode_page(_attempt_encoder(envelope), envelope)
+    assert data == TRIGGER_EVENT_CODEC.encode(envelope) == REFERENCE_CODEC.encode(envelope)
+
+
+pages_of_an_attempt = st.lists(
+    st.tuples(
+        st.integers(min_value=0, max_value=2**63 - 1),
+        envelope_payloads,
+        st.none() | some_text,
+        timestamps,
+        st.none() | st.builds(StreamFailure, st.text(min_size=1, max_size=20), some_text),
+    ),
+    min_size=1,
+    max_size=30,
+)
+
+
+@MODEST
+@given(first=trigger_envelopes, pages=pages_of_an_attempt)
+def test_an_attempt_encoder_writes_every_envelope_of_its_attempt_as_the_codec(
+    first: TriggerEventEnvelope, pages: list[tuple[Any, ...]]
+) -> None:
+    encoder = _attempt_encoder(first)
+    for index, payload, cursor, at, error in pages:
+        envelope = replace(
+            first,
+            sequence_index=index,
+            payload=payload,
+            resume_cursor=cursor,
+            emitted_at=at,
+            is_last=error is not None,
+            error=error,
+        )
+        assert _encode_page(encoder, envelope) == TRIGGER_EVENT_CODEC.encode(envelope)
+        assert TRIGGER_EVENT_CODEC.decode(_encode_page(encoder, envelope)) == envelope
+
+
+def test_an_attempt_encoder_stamps_the_time_of_the_encode() -> None:
+    encoder = _attempt_encoder(TriggerEventEnvelope("run-1", 0, False))
+    before = datetime.now(UTC)
+    decoded = TRIGGER_EVENT_CODEC.decode(encoder.encode(3, payload={"a": 1}, resume_cursor="4"))
+    after = datetime.now(UTC)
+    assert before <= decoded.emitted_at <= after
+    assert (decoded.sequence_index, decoded.payload, decoded.resume_cursor) == (3, {"a": 1}, "4")
+
+
+def test_an_attempt_encoder_writes_the_registry_framing_of_the_codec() -> None:
+    from tests.unit.test_codec import mock_registry
+
+    codec = EnvelopeCodec(TriggerEventEnvelope, registry_client=mock_registry())
+    envelope = TriggerEventEnvelope("run-1", 7, False, {"page": 7}, 2, resume_cursor="8", metadata={"a": "b"})
+    data = _encode_page(_attempt_encoder(envelope, codec, topic="trigger-events"), envelope)
+    assert data == codec.encode(envelope, topic="trigger-events")
+    assert data[0] == 0 and codec.decode(data) == envelope
+
+
+def test_an_attempt_encoder_without_the_fast_path_is_the_codecs_way() -> None:
+    envelope = TriggerEventEnvelope("run-1", 7, False, {"page": 7}, resume_cursor="8")
+    encoder = _attempt_encoder(envelope, REFERENCE_CODEC)
+    assert _encode_page(encoder, envelope) == REFERENCE_CODEC.encode(envelope)
+
+
+NAIVE = datetime(2026, 1, 1)
+
+
+@pytest.mark.parametrize(
+    ("fixed", "page"),
+    [
+        ({}, {"payload": float("nan")}),
+        ({}, {"payload": {1: "a"}}),
+        ({}, {"payload": {"a": {2.5: True}}}),
+        ({}, {"payload": {"s"}}),
+        ({}, {"resume_cursor": 5}),
+        ({}, {"resume_cursor": "\ud800"}),
+        ({}, {"payload": "\udfff"}),
+        ({}, {"error": StreamFailure("E", "m")}),
+        ({}, {"is_last": 1}),
+        ({}, {"sequence_index": -1}),
+        ({}, {"sequence_index": 2**63}),
+        ({}, {"sequence_index": True}),
+        ({}, {"emitted_at": NAIVE}),
+        ({}, {"emitted_at": "2026-01-01T00:00:00+00:00"}),
+        ({"trigger_run_id": ""}, {}),
+        ({"trigger_run_id": "\ud800"}, {}),
+        ({"attempt": -1}, {}),
+        ({"metadata": {"k": 1}}, {}),
+        ({"metadata": {"k": "\ud800"}}, {}),
+        ({"producer": "dag"}, {}),
+    ],
+)
+def test_an_attempt_encoder_refuses_or_writes_as_the_codec(
+    fixed: dict[str, Any], page: dict[str, Any]
+) -> None:
+    fields: dict[str, Any] = {
+        "trigger_run_id": "run-1",
+        "attempt": 0,
+        "producer": ProducerIdentity("d", "r", "t", -1, 1),
+        "metadata": {"generation": "0"},
+        **fixed,
+    }
+    values: dict[str, Any] = {
+        "sequence_index": 3,
+        "payload": {"page": 3},
+        "resume_cursor": "4",
+        "is_last": False,
+        "error": None,
+        "emitted_at": datetime(2026, 1, 1, tzinfo=UTC),
+        **page,
+    }
+    encoder = AttemptEncoder(TRIGGER_EVENT_CODEC, **fields)  # never raises: the envelope does
+    index = values.pop("sequence_index")
+
+    def general() -> bytes:
+        return TRIGGER_EVENT_CODEC.encode(TriggerEventEnvelope(sequence_index=index, **fields, **values))
+
+    def attempt() -> bytes:
+        return encoder.encode(index, **values)
+
+    assert outcome(attempt) == outcome(general)
+
+
+def test_an_attempt_encoder_builds_no_envelope_for_a_page_the_fast_path_takes() -> None:
+    from unittest import mock
+
+    envelope = TriggerEventEnvelope("run-1", 7, False, {"page": 7}, resume_cursor="8", metadata={"a": "b"})
+    encoder = _attempt_encoder(envelope)
+    with mock.patch.object(TriggerEventEnvelope, "__post_init__", side_effect=AssertionError("built")):
+        data = _encode_page(encoder, envelope)
+    assert data == TRIGGER_EVENT_CODEC.encode(envelope)

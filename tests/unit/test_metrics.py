@@ -103,3 +103,58 @@ def test_nothing_is_read_or_sent_at_import(tmp_path):
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
+
+
+class _Recorded:
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str, float, dict[str, str]]] = []
+
+    def gauge(self, name, value, tags):
+        self.calls.append(("gauge", name, value, dict(tags)))
+
+    def incr(self, name, count, tags):
+        self.calls.append(("incr", name, count, dict(tags)))
+
+    def timing(self, name, ms, tags):
+        self.calls.append(("timing", name, ms, dict(tags)))
+
+
+def test_a_batch_of_deliveries_is_one_count_and_its_slowest_time(udp):
+    metrics.set_sink(metrics.StatsdSink("127.0.0.1", udp.getsockname()[1], "airflow"))
+    metrics.delivered("stream", "airflow.trigger-events", 0.25, count=128)
+    assert _lines(udp, 2) == [
+        "airflow.kafka_events.producer.delivered:128|c",
+        "airflow.kafka_events.producer.delivery_time.stream:250.000|ms",
+    ]
+
+
+def test_a_producers_deliveries_are_reported_per_topic_at_most_every_interval():
+    from airflow_kafka_events.kafka.producer import DeliveryTally
+
+    sink = _Recorded()
+    metrics.set_sink(sink)
+    tally = DeliveryTally("stream", interval=3600.0)
+    for seconds in (0.002, 0.009, 0.004):
+        tally.add("a", seconds)
+    tally.add("b", 0.001)
+    tally.report()  # the interval has not passed since the tally was made
+    assert sink.calls == []
+    tally.report(force=True)
+    tags_a, tags_b = {"role": "stream", "topic": "a"}, {"role": "stream", "topic": "b"}
+    assert sink.calls == [
+        ("incr", metrics.DELIVERED, 3, tags_a),
+        ("timing", f"{metrics.DELIVERY_TIME}.stream", pytest.approx(9.0), tags_a),
+        ("incr", metrics.DELIVERED, 1, tags_b),
+        ("timing", f"{metrics.DELIVERY_TIME}.stream", pytest.approx(1.0), tags_b),
+    ]
+    sink.calls.clear()
+    tally.report(force=True)  # nothing counted since
+    assert sink.calls == []
+    due = DeliveryTally("emit", interval=0.0)
+    due.add("c", 0.003)
+    due.report()
+    assert [call[:3] for call in sink.calls] == [
+        ("incr", metrics.DELIVERED, 1),
+        ("timing", f"{metrics.DELIVERY_TIME}.emit", pytest.approx(3.0)),
+        ("timing", metrics.EMIT_LATENCY, pytest.approx(3.0)),
+    ]

@@ -27,6 +27,7 @@ import asyncio
 import io
 import os
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
@@ -48,7 +49,13 @@ from airflow_kafka_events.envelopes.framing import (
     parse_single_object,
 )
 from airflow_kafka_events.envelopes.json_values import json_from_text, json_to_text
-from airflow_kafka_events.envelopes.model import AssetEventEnvelope, TriggerEventEnvelope
+from airflow_kafka_events.envelopes.model import (
+    INT64_MAX,
+    AssetEventEnvelope,
+    ProducerIdentity,
+    StreamFailure,
+    TriggerEventEnvelope,
+)
 from airflow_kafka_events.envelopes.registry import RegistrySchemas, RegistrySettings, SubjectNameStrategy
 from airflow_kafka_events.errors import (
     ConfigurationError,
@@ -64,6 +71,7 @@ __all__ = [
     "ASSET_EVENT_CODEC",
     "REGISTRY_CODECS",
     "TRIGGER_EVENT_CODEC",
+    "AttemptEncoder",
     "EnvelopeCodec",
     "EnvelopeCodecs",
     "RegistryCodecs",
@@ -106,36 +114,81 @@ def _some(value: Any, write: Callable[[Any], bytes]) -> bytes:
     return b"\x00" if value is None else b"\x02" + write(value)
 
 
-def _write_trigger(envelope: TriggerEventEnvelope) -> bytes:
-    producer, error, payload = envelope.producer, envelope.error, envelope.payload
-    metadata = envelope.metadata
+def _trigger_head(trigger_run_id: str, attempt: int) -> bytes:
+    """The body's first fields: ``trigger_run_id``, ``attempt``."""
+    return _string(trigger_run_id) + _long(attempt)
+
+
+def _producer_part(producer: ProducerIdentity) -> bytes:
+    """The body's ``producer`` record."""
+    return b"".join(
+        (
+            _some(producer.dag_id, _string),
+            _some(producer.run_id, _string),
+            _some(producer.task_id, _string),
+            _some(producer.map_index, _long),
+            _some(producer.try_number, _long),
+        )
+    )
+
+
+def _metadata_part(metadata: Mapping[str, str]) -> bytes:
+    """The body's last field, ``metadata`` (a map: one block, then the empty block)."""
+    if not metadata:
+        return b"\x00"
+    parts = [_long(len(metadata))]
+    for key, value in metadata.items():
+        parts += (_string(key), _string(value))
+    parts.append(b"\x00")
+    return b"".join(parts)
+
+
+def _trigger_body(
+    head: bytes,
+    sequence_index: int,
+    is_last: bool,
+    payload: Any,
+    micros: int,
+    producer_part: bytes,
+    cursor: str | None,
+    error: StreamFailure | None,
+    metadata_part: bytes,
+) -> bytes:
+    """A trigger event body from its parts, in the schema's field order (``head``, ``producer_part``
+    and ``metadata_part`` as the functions above write them; ``micros``: ``emitted_at``)."""
     if payload is None:
         payload_part = b"\x00"
     elif isinstance(payload, bytes):
         payload_part = b"\x02" + _long(len(payload)) + payload
     else:
         payload_part = b"\x04" + _string(json_to_text(payload, what="payload"))
-    parts = [
-        _string(envelope.trigger_run_id),
-        _long(envelope.attempt),
-        _long(envelope.sequence_index),
-        b"\x01" if envelope.is_last else b"\x00",
-        payload_part,
-        _long((envelope.emitted_at - _EPOCH) // _MICROSECOND),
-        _some(producer.dag_id, _string),
-        _some(producer.run_id, _string),
-        _some(producer.task_id, _string),
-        _some(producer.map_index, _long),
-        _some(producer.try_number, _long),
-        _some(envelope.resume_cursor, _string),
-        b"\x00" if error is None else b"\x02" + _string(error.type) + _string(error.message),
-    ]
-    if metadata:
-        parts.append(_long(len(metadata)))
-        for key, value in metadata.items():
-            parts += (_string(key), _string(value))
-    parts.append(b"\x00")
-    return b"".join(parts)
+    return b"".join(
+        (
+            head,
+            _long(sequence_index),
+            b"\x01" if is_last else b"\x00",
+            payload_part,
+            _long(micros),
+            producer_part,
+            _some(cursor, _string),
+            b"\x00" if error is None else b"\x02" + _string(error.type) + _string(error.message),
+            metadata_part,
+        )
+    )
+
+
+def _write_trigger(envelope: TriggerEventEnvelope) -> bytes:
+    return _trigger_body(
+        _trigger_head(envelope.trigger_run_id, envelope.attempt),
+        envelope.sequence_index,
+        envelope.is_last,
+        envelope.payload,
+        (envelope.emitted_at - _EPOCH) // _MICROSECOND,
+        _producer_part(envelope.producer),
+        envelope.resume_cursor,
+        envelope.error,
+        _metadata_part(envelope.metadata),
+    )
 
 
 # (data, position) -> (value, next position); ValueError / IndexError on anything unusual.
@@ -347,11 +400,16 @@ class EnvelopeCodec(Generic[E]):
                 f"{self!r} encodes {self._type.__name__}, got {type(envelope).__qualname__}"
             )
         body = self._fast_write(envelope) if type(envelope) is TriggerEventEnvelope else None
-        if body is not None and self._registry is None:
-            return SINGLE_OBJECT_MAGIC + _FAST_FINGERPRINT + body  # frame_single_object(), pinned fingerprint
-        if body is None:
-            body = self._write_body(envelope.to_avro())
+        if body is not None:
+            return self._frame(body, ctx, fast=True)
+        return self._frame(self._write_body(envelope.to_avro()), ctx)
+
+    def _frame(self, body: bytes, ctx: SerializationContext | None, *, fast: bool = False) -> bytes:
+        """``body`` in its framing: single-object encoding (``fast``: a body the fast path wrote, of the
+        pinned fingerprint), or the registry's wire format with the schema id of ``ctx``'s subject."""
         if self._registry is None:
+            if fast:
+                return SINGLE_OBJECT_MAGIC + _FAST_FINGERPRINT + body  # frame_single_object(), pinned
             return frame_single_object(self.fingerprint, body)
         return frame_confluent(self._registry.schema_id(self._name, self.record_name, ctx, self._type), body)
 
@@ -488,6 +546,113 @@ class EnvelopeCodec(Generic[E]):
         if not isinstance(record, dict):
             raise EnvelopeDecodeError(f"Avro body holds a {type(record).__qualname__}, not a record")
         return record
+
+
+# --------------------------------------------------------------------------- one attempt's envelopes
+class AttemptEncoder:
+    """Encodes the envelopes of one attempt of a stream: ``trigger_run_id``, ``attempt``, ``producer``
+    and ``metadata`` are the same in each, so their Avro bytes are written once, and each envelope
+    writes only its own fields (sequence index, ``is_last``, payload, ``emitted_at``, cursor, error).
+
+    :meth:`encode` returns ``codec.encode()`` of the :class:`TriggerEventEnvelope` with those fields,
+    byte for byte.  When the codec has no fast path (another schema version) or a value is one the
+    fast path does not take (a lone surrogate, a field breaking a rule), that envelope is built and
+    encoded by ``codec``: its checks, its errors.
+    """
+
+    def __init__(
+        self,
+        codec: EnvelopeCodec[TriggerEventEnvelope],
+        *,
+        trigger_run_id: str,
+        attempt: int,
+        producer: ProducerIdentity,
+        metadata: Mapping[str, str],
+        topic: str | None = None,
+    ) -> None:
+        self.codec = codec
+        self._fixed: dict[str, Any] = {
+            "trigger_run_id": trigger_run_id,
+            "attempt": attempt,
+            "producer": producer,
+            "metadata": dict(metadata),
+        }
+        self._ctx = None if topic is None else SerializationContext(topic, MessageField.VALUE)
+        self._parts: tuple[bytes, bytes, bytes] | None = None  # head, producer, metadata
+        if codec.envelope_type is TriggerEventEnvelope and codec._fits_fast_path():
+            try:
+                TriggerEventEnvelope(sequence_index=0, is_last=False, **self._fixed)  # their rules
+                self._parts = (
+                    _trigger_head(trigger_run_id, attempt),
+                    _producer_part(producer),
+                    _metadata_part(self._fixed["metadata"]),
+                )
+            except Exception:  # every envelope goes the codec's way, which raises
+                self._parts = None
+
+    def encode(
+        self,
+        sequence_index: int,
+        *,
+        payload: Any = None,
+        resume_cursor: str | None = None,
+        is_last: bool = False,
+        error: StreamFailure | None = None,
+        emitted_at: datetime | None = None,
+    ) -> bytes:
+        """The bytes of this attempt's envelope ``sequence_index`` (``emitted_at``: now, unless given)."""
+        parts = self._parts
+        if parts is not None:
+            try:
+                body = self._body(parts, sequence_index, payload, resume_cursor, is_last, error, emitted_at)
+            except Exception:  # the codec's way words the error
+                body = None
+            if body is not None:
+                return self.codec._frame(body, self._ctx, fast=True)
+        fields: dict[str, Any] = {} if emitted_at is None else {"emitted_at": emitted_at}
+        envelope = TriggerEventEnvelope(
+            sequence_index=sequence_index,
+            is_last=is_last,
+            payload=payload,
+            resume_cursor=resume_cursor,
+            error=error,
+            **fields,
+            **self._fixed,
+        )
+        return self.codec.encode(envelope, ctx=self._ctx)
+
+    @staticmethod
+    def _body(
+        parts: tuple[bytes, bytes, bytes],
+        sequence_index: int,
+        payload: Any,
+        cursor: str | None,
+        is_last: bool,
+        error: StreamFailure | None,
+        emitted_at: datetime | None,
+    ) -> bytes | None:
+        """The body, or ``None`` when a field breaks a rule of :class:`TriggerEventEnvelope` (the
+        rules ``__post_init__`` checks of the fields an envelope varies in; keep in step)."""
+        if not (
+            type(sequence_index) is int
+            and 0 <= sequence_index <= INT64_MAX
+            and type(is_last) is bool
+            and (cursor is None or isinstance(cursor, str))
+            and (error is None or (is_last and isinstance(error, StreamFailure)))
+        ):
+            return None
+        if isinstance(payload, (bytearray, memoryview)):
+            payload = bytes(payload)
+        if emitted_at is None:
+            micros = time.time_ns() // 1000  # datetime.now(timezone.utc)'s clock and rounding
+        elif isinstance(emitted_at, datetime) and emitted_at.utcoffset() is not None:
+            micros = (emitted_at.astimezone(timezone.utc) - _EPOCH) // _MICROSECOND
+        else:
+            return None
+        head, producer, metadata = parts
+        return _trigger_body(
+            head, sequence_index, is_last, payload, micros, producer, cursor, error, metadata
+        )
 
 
 # --------------------------------------------------------------------------- shared codecs

@@ -26,6 +26,7 @@ from airflow_kafka_events.kafka.partitioner import partition_for_key
 from airflow_kafka_events.kafka.settings import KafkaSettings
 from airflow_kafka_events.streams.consuming.sequence import SequenceTracker
 from airflow_kafka_events.streams.descriptor import StreamDescriptor
+from airflow_kafka_events.streams.producing.outage import STREAM_LINGER_MS
 from airflow_kafka_events.streams.progress import find_stream_progress, lookup_stream
 from integration.triggers import sample_triggers as samples
 from integration.triggers.sample_triggers import PagedTrigger, collect, read_topic, wait_for
@@ -94,14 +95,14 @@ def test_every_page_is_an_envelope_and_one_event_describes_the_stream(kafka_boot
     assert dict(samples.FETCHES[key]) == {i: 1 for i in range(pages)}
 
 
-def test_pages_are_sent_without_a_batching_delay_unless_the_connection_sets_one(
+def test_pages_are_sent_with_the_stream_batching_delay_unless_the_connection_sets_one(
     kafka_bootstrap, new_topic, monkeypatch
 ):
     topic = new_topic(partitions=1)
     trigger = PagedTrigger(total=2, trigger_run_id=_key(), topic=topic)
     assert _descriptor(_run(trigger)).count == 2
     _settings, producer, _index, _window = trigger._open_kafka()  # this process's producers: the run's
-    assert (producer.role, producer.config["linger.ms"]) == ("stream", 0)
+    assert (producer.role, producer.config["linger.ms"]) == ("stream", STREAM_LINGER_MS) == ("stream", 1)
     extra = {"bootstrap.servers": kafka_bootstrap, "linger.ms": 5}
     monkeypatch.setenv("AIRFLOW_CONN_KAFKA_DEFAULT", json.dumps({"conn_type": "kafka", "extra": extra}))
     _settings, producer, _index, _window = trigger._open_kafka()

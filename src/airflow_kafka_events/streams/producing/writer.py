@@ -44,7 +44,7 @@ from collections import deque
 from datetime import datetime
 from typing import Any, NamedTuple
 
-from airflow_kafka_events.envelopes.codec import TRIGGER_EVENT_CODEC, EnvelopeCodec
+from airflow_kafka_events.envelopes.codec import TRIGGER_EVENT_CODEC, AttemptEncoder, EnvelopeCodec
 from airflow_kafka_events.envelopes.model import ProducerIdentity, StreamFailure, TriggerEventEnvelope
 from airflow_kafka_events.errors import ConfigurationError
 from airflow_kafka_events.kafka.delivery import DeliveryFuture, DeliveryReceipt, caller_gave_up
@@ -147,7 +147,7 @@ class AttemptWriter:
         self._key = trigger_run_id.encode("utf-8")
         self._in_flight: deque[_InFlight] = deque()
         self._in_flight_bytes = 0
-        self._metadata_cache: dict[str, str] | None = None
+        self._attempt_encoder: AttemptEncoder | None = None
         self._unyielded = 0
         #: offsets of the pages acknowledged since :meth:`take_acknowledged`
         self._acknowledged: list[int] = []
@@ -162,33 +162,37 @@ class AttemptWriter:
         """How long a receipt is waited for: the producer reports a page by its message timeout."""
         return self.delivery_timeout + getattr(self.producer, "report_grace", 0.0)
 
-    def _metadata(self) -> dict[str, str]:
-        cached = self._metadata_cache
-        if cached is not None:
-            return dict(cached)
+    def _encoder(self) -> AttemptEncoder:
+        """The encoder of this attempt's envelopes; from page 1 on their metadata holds the offset of
+        page 0 (acknowledged before page 1 is encoded), and then no longer changes."""
+        encoder = self._attempt_encoder
+        if encoder is not None:
+            return encoder
         metadata: dict[str, str] = {}
         if self.generation is not None:
             metadata[GENERATION_METADATA_KEY] = str(self.generation)
-        if self.next_seq > 0 and self.first_offset is not None:
+        final = self.next_seq > 0
+        if final and self.first_offset is not None:
             metadata[FIRST_OFFSET_METADATA_KEY] = str(self.first_offset)
-            self._metadata_cache = metadata  # the same for every later envelope of the attempt
-        return dict(metadata)
+        encoder = AttemptEncoder(
+            self.codec,
+            trigger_run_id=self.trigger_run_id,
+            attempt=self.attempt,
+            producer=self.identity,
+            metadata=metadata,
+            topic=self.topic,
+        )
+        if final:
+            self._attempt_encoder = encoder  # the same for every later envelope of the attempt
+        return encoder
 
     def encode(
         self, *, payload: Any, cursor: str | None, is_last: bool, error: StreamFailure | None
     ) -> bytes:
-        envelope = TriggerEventEnvelope(
-            trigger_run_id=self.trigger_run_id,
-            sequence_index=self.next_seq,
-            is_last=is_last,
-            payload=payload,
-            attempt=self.attempt,
-            producer=self.identity,
-            resume_cursor=cursor,
-            error=error,
-            metadata=self._metadata(),
+        """The bytes of the envelope ``next_seq`` of this attempt."""
+        return self._encoder().encode(
+            self.next_seq, payload=payload, resume_cursor=cursor, is_last=is_last, error=error
         )
-        return self.codec.encode(envelope, topic=self.topic)
 
     def _produce(self, value: bytes) -> DeliveryFuture:
         return self.producer.send(
