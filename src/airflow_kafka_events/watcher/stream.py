@@ -267,7 +267,7 @@ class WatcherStream(SharedStreamProducer):
         self._last_flush = 0.0
         self._counted = False  # counted in its load's streams_open
         self._in_backlog = 0  # its records counted in its load's backlog
-        self._awaiting_slot = False  # its store task waits for a store slot (nothing sent yet)
+        self._sending = False  # a store's request is under way (until then its task may be cancelled)
         self._urgent = False  # an own record finished since the last store: store within flush_interval
         # per partition, how often advance() sought it back: records taken before a rewind are stale
         self._rewinds: dict[tuple[str, int], int] = {}
@@ -517,11 +517,7 @@ class WatcherStream(SharedStreamProducer):
         if tracker is None or (not force and not self._flush_due()):
             return
         if not force:
-            self._awaiting_slot = True
-            try:
-                await self._load.store_slot()
-            finally:
-                self._awaiting_slot = False
+            await self._load.store_slot()
         async with self._flush_lock:
             positions = tracker.durable()
             if not force and not self._keys.dirty and not tracker.changed_since_stored():
@@ -537,12 +533,15 @@ class WatcherStream(SharedStreamProducer):
             # cleared before the store: a record finishing while it is under way makes it urgent again
             urgent, self._urgent, self._keys.dirty = self._urgent, False, False
             covered = len(self._unstored)  # the confirmations this state holds
+            self._sending = True
             try:
                 await self.store().aset(self._state_key, value)
             except Exception as exc:
                 self._urgent, self._keys.dirty = self._urgent or urgent, True
                 self._warn_store(exc)
                 return
+            finally:
+                self._sending = False
             self._last_flush = time.monotonic()
             tracker.mark_stored(positions)
             # Airflow's supervisor answered this store, so it took this state before the runner
@@ -584,7 +583,9 @@ class WatcherStream(SharedStreamProducer):
     async def _final_flush(self) -> None:
         task = self._flush_task
         if task is not None and not task.done():
-            if self._awaiting_slot:  # nothing sent yet: the forced store below takes its place
+            if (
+                not self._sending
+            ):  # not sent yet (it may wait for its slot): the forced store below replaces it
                 task.cancel()
             await asyncio.gather(task, return_exceptions=True)
         stored = await self.store().aget(self._state_key, None)

@@ -315,7 +315,8 @@ def test_a_forced_store_is_not_paced():
     asyncio.run(scenario())
 
 
-def test_closing_a_stream_does_not_wait_for_its_pending_store_slot():
+@pytest.mark.parametrize("started", [True, False], ids=["waiting-for-its-slot", "not-started-yet"])
+def test_closing_a_stream_does_not_wait_for_its_pending_store_slot(started):
     clock = Clock()
     load = WatcherLoad(clock=clock)
     store = Store()
@@ -335,7 +336,8 @@ def test_closing_a_stream_does_not_wait_for_its_pending_store_slot():
         _confirm(stream, 0)
         stream._last_flush -= stream.store_interval()
         stream._request_flush()
-        await asyncio.sleep(0)
+        if started:
+            await asyncio.sleep(0)
         assert stream._flush_task is not None and not stream._flush_task.done()
         await asyncio.wait_for(stream._final_flush(), timeout=5.0)  # the last store: at once
         assert stream._flush_task.cancelled()
