@@ -26,15 +26,25 @@ has its own shared-stream group and :class:`WatcherStream`, and:
 * a partition without a stored position starts at the connection's ``auto.offset.reset``
   (default ``earliest``); that start is stored at once.
 
+A position is stored at most every store interval: :data:`FLUSH_INTERVAL` (1 s) with up to 10
+watcher streams in a triggerer, ``N / 10`` s with N of them; :data:`DEFER_FACTOR` times that while
+:data:`DEFER_BACKLOG` or more records of the process's watchers await Airflow's confirmation.  A
+position that moved only past other assets' records is stored every :data:`SKIP_FLUSH_INTERVAL`
+seconds, ``N /`` :data:`SKIP_STORES_PER_SECOND` when that is longer (stretched the same way under a
+backlog).  Once due, a store waits for its slot: the process's :class:`WatcherLoad` hands out slots
+``1 /`` :data:`STORES_PER_SECOND` s apart (:data:`DEFER_FACTOR` times that under the backlog), to
+both kinds of store in turn, so a triggerer's watchers store at most :data:`STORES_PER_SECOND`
+positions a second at every moment, not only on average: a burst that makes every watcher due at
+once is stored over ``N / 10`` s instead of in one wave that the triggerer's supervisor answers
+before the events queued behind it.  Each stream holds at most one slot, so the wait is at most
+about ``N / 10`` s (three times that under the backlog); the state stored is taken after it.  A
+stream's last store (at a stop) does not wait.
+
 After ``kill -9`` of a triggerer, records whose asset events were persisted after the last
 store become asset events once more: duplicates are bounded by what a watcher confirmed in its
-last store interval (:data:`FLUSH_INTERVAL`, 1 s, up to 10 watcher streams in a triggerer;
-``N / 10`` s with N of them, so that a triggerer stores at most :data:`STORES_PER_SECOND`
-positions a second; :data:`DEFER_FACTOR` times that while :data:`DEFER_BACKLOG` or more records
-of the process's watchers await Airflow's confirmation) plus one confirmation round; nothing is
-lost.  A position that moved only past other assets' records is stored every
-:data:`SKIP_FLUSH_INTERVAL` seconds, ``N /`` :data:`SKIP_STORES_PER_SECOND` with N watcher streams
-in a triggerer when that is longer (both stretched by :data:`DEFER_FACTOR` under a backlog too).
+last store interval plus its wait for a slot (together at most ``FLUSH_INTERVAL + N / 10`` s, or
+``2 * N / 10`` s with more than 10 watcher streams; three times that under the backlog) plus one
+confirmation round; nothing is lost.
 
 A graceful stop (SIGTERM) is no crash: Airflow's runner no longer answers asset-state-store writes
 while it closes the streams, so a closing stream writes its last state to Kafka instead, and the
@@ -48,9 +58,10 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import math
 import time
 import uuid
-from collections.abc import AsyncIterator, Hashable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Hashable, Mapping, Sequence
 from typing import Any
 
 from airflow.providers.apache.kafka.triggers.shared_stream import KafkaBrokerPayload
@@ -98,9 +109,10 @@ __all__ = [
 STATE_KEY = "airflow_kafka_events.watcher"
 #: Seconds between two stores of a changing position (the bound on duplicates after a crash).
 FLUSH_INTERVAL = 1.0
-#: Position stores per second a triggerer's watchers aim to stay under together: with N watcher
-#: streams open in a process each stores at most every ``FLUSH_INTERVAL * max(1, N / this)``
-#: seconds (each store is one request through the triggerer's supervisor to the metadata DB).
+#: Position stores per second a triggerer's watchers stay under together: with N watcher streams
+#: open in a process each stores at most every ``FLUSH_INTERVAL * max(1, N / this)`` seconds, and
+#: the process hands out store slots at most this many a second (each store is one request through
+#: the triggerer's supervisor to the metadata DB).
 STORES_PER_SECOND = 10.0
 #: While this process's watchers have this many records handed on that Airflow has not confirmed
 #: yet (a burst: the triggerer's supervisor is behind, persisting them), each stores its position
@@ -130,18 +142,45 @@ STOPS_ROLE = "watcher-stops"
 
 
 class WatcherLoad:
-    """What every watcher stream of this process shares: how many are open, and their backlog.
+    """What every watcher stream of this process shares: how many are open, their backlog, and the
+    pace of their position stores.
 
-    One object per process (:data:`PROCESS_LOAD`), on purpose: the store interval and the backlog
-    rule above are about the triggerer's supervisor, which all the process's watchers share.
+    One object per process (:data:`PROCESS_LOAD`), on purpose: the store interval, the backlog rule
+    and the pace above are about the triggerer's supervisor, which all the process's watchers share.
+
+    :param clock: the monotonic clock the store slots are counted on.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         #: Watcher streams open in this process (for ``STORES_PER_SECOND``).
         self.streams_open = 0
         #: Records this process's watcher streams handed on and Airflow has not confirmed (each
         #: stream adds its own count when it looks: a moment late at worst).
         self.backlog = 0
+        self.clock = clock
+        self._next_slot = -math.inf  # the earliest time the next store slot may be handed out
+
+    def store_spacing(self) -> float:
+        """Seconds between two store slots: ``1 /`` :data:`STORES_PER_SECOND`, :data:`DEFER_FACTOR`
+        times that while :data:`DEFER_BACKLOG` or more records await Airflow's confirmation."""
+        spacing = 1.0 / STORES_PER_SECOND
+        return spacing * DEFER_FACTOR if self.backlog >= DEFER_BACKLOG else spacing
+
+    def reserve_store(self) -> float:
+        """Reserve the next store slot; return the seconds until it (0: now).
+
+        Slots are handed out in turn, :meth:`store_spacing` apart, so the process's paced stores
+        never come faster than that however many watchers fall due at the same moment."""
+        now = self.clock()
+        slot = max(now, self._next_slot)
+        self._next_slot = slot + self.store_spacing()
+        return slot - now
+
+    async def store_slot(self) -> None:
+        """Wait for the next store slot (reserved on the call)."""
+        wait = self.reserve_store()
+        if wait > 0:
+            await asyncio.sleep(wait)
 
 
 #: The process's :class:`WatcherLoad`.
@@ -173,6 +212,8 @@ class WatcherStream(SharedStreamProducer):
 
     :param store: where the position is kept (default: the watched asset's ``asset_state_store``
         accessor; anything with ``aget``/``aset``).
+    :param load: what it shares with the process's other watcher streams (default
+        :data:`PROCESS_LOAD`).
     """
 
     def __init__(
@@ -191,6 +232,7 @@ class WatcherStream(SharedStreamProducer):
         flush_interval: float = FLUSH_INTERVAL,
         max_pending: int | None = None,
         feed_capacity: int = FEED_CAPACITY,
+        load: WatcherLoad | None = None,
     ) -> None:
         if asset_uri is None and asset_name is None:
             raise ConfigurationError("a watcher's stream needs asset_uri and/or asset_name")
@@ -207,6 +249,7 @@ class WatcherStream(SharedStreamProducer):
         self.max_pending = max_pending if max_pending is not None else _pending_window()
         self.feed_capacity = feed_capacity
         self._store = store
+        self._load = load if load is not None else PROCESS_LOAD
         self._select = asset_selector(
             asset_uri=asset_uri, asset_name=asset_name, include_partitioned=include_partitioned
         )
@@ -222,8 +265,9 @@ class WatcherStream(SharedStreamProducer):
         self._flush_lock = asyncio.Lock()
         self._flush_task: asyncio.Task[None] | None = None
         self._last_flush = 0.0
-        self._counted = False  # counted in PROCESS_LOAD.streams_open
-        self._in_backlog = 0  # its records counted in PROCESS_LOAD.backlog
+        self._counted = False  # counted in its load's streams_open
+        self._in_backlog = 0  # its records counted in its load's backlog
+        self._sending = False  # a store's request is under way (until then its task may be cancelled)
         self._urgent = False  # an own record finished since the last store: store within flush_interval
         # per partition, how often advance() sought it back: records taken before a rewind are stale
         self._rewinds: dict[tuple[str, int], int] = {}
@@ -274,7 +318,7 @@ class WatcherStream(SharedStreamProducer):
         return not isinstance(decoded, AssetEventEnvelope) or self._select(decoded) is None
 
     async def _open(self) -> tuple[Feed, PositionTracker]:
-        PROCESS_LOAD.streams_open += 1
+        self._load.streams_open += 1
         self._counted = True
         config, self._stops = await sync_to_async(self._clients)()
         assert self._stops is not None
@@ -439,13 +483,13 @@ class WatcherStream(SharedStreamProducer):
             return False
         since = time.monotonic() - self._last_flush
         interval = self.store_interval() if self._urgent else self.skip_store_interval()
-        if PROCESS_LOAD.backlog >= DEFER_BACKLOG:  # Airflow is behind: the store waits, a while
+        if self._load.backlog >= DEFER_BACKLOG:  # Airflow is behind: the store waits, a while
             interval *= DEFER_FACTOR
         return since >= interval
 
     def _count_backlog(self, pending: int) -> None:
-        """This stream's part of the process's backlog (:data:`PROCESS_LOAD`) is now ``pending``."""
-        PROCESS_LOAD.backlog += pending - self._in_backlog
+        """This stream's part of the process's backlog (its :class:`WatcherLoad`) is now ``pending``."""
+        self._load.backlog += pending - self._in_backlog
         self._in_backlog = pending
 
     def _request_flush(self) -> None:
@@ -465,11 +509,15 @@ class WatcherStream(SharedStreamProducer):
         At most every ``flush_interval`` once one of the watcher's own records finished (that
         bounds what a crash repeats), else every :data:`SKIP_FLUSH_INTERVAL` (a position that only
         moved past other assets' records: with 100 watchers on a topic those stores would outnumber
-        the asset events).
+        the asset events).  An unforced store then waits for its slot in the process's pace
+        (:meth:`WatcherLoad.store_slot`) and takes its state after the wait: the freshest position.
+        A forced store (a stream's last) goes at once.
         """
         tracker = self._tracker
         if tracker is None or (not force and not self._flush_due()):
             return
+        if not force:
+            await self._load.store_slot()
         async with self._flush_lock:
             positions = tracker.durable()
             if not force and not self._keys.dirty and not tracker.changed_since_stored():
@@ -485,12 +533,15 @@ class WatcherStream(SharedStreamProducer):
             # cleared before the store: a record finishing while it is under way makes it urgent again
             urgent, self._urgent, self._keys.dirty = self._urgent, False, False
             covered = len(self._unstored)  # the confirmations this state holds
+            self._sending = True
             try:
                 await self.store().aset(self._state_key, value)
             except Exception as exc:
                 self._urgent, self._keys.dirty = self._urgent or urgent, True
                 self._warn_store(exc)
                 return
+            finally:
+                self._sending = False
             self._last_flush = time.monotonic()
             tracker.mark_stored(positions)
             # Airflow's supervisor answered this store, so it took this state before the runner
@@ -510,13 +561,13 @@ class WatcherStream(SharedStreamProducer):
     def store_interval(self) -> float:
         """Seconds between two stores once an own record finished: ``flush_interval``, stretched so
         that all watcher streams of this process store at most :data:`STORES_PER_SECOND` times a second."""
-        return self.flush_interval * max(1.0, PROCESS_LOAD.streams_open / STORES_PER_SECOND)
+        return self.flush_interval * max(1.0, self._load.streams_open / STORES_PER_SECOND)
 
     def skip_store_interval(self) -> float:
         """Seconds between two stores of a position that moved only past other assets' records:
         :data:`SKIP_FLUSH_INTERVAL`, stretched so that all watcher streams of this process store such
         progress at most :data:`SKIP_STORES_PER_SECOND` times a second."""
-        return max(SKIP_FLUSH_INTERVAL, PROCESS_LOAD.streams_open / SKIP_STORES_PER_SECOND)
+        return max(SKIP_FLUSH_INTERVAL, self._load.streams_open / SKIP_STORES_PER_SECOND)
 
     def _warn_store(self, exc: BaseException) -> None:
         now = time.monotonic()
@@ -532,6 +583,10 @@ class WatcherStream(SharedStreamProducer):
     async def _final_flush(self) -> None:
         task = self._flush_task
         if task is not None and not task.done():
+            if (
+                not self._sending
+            ):  # not sent yet (it may wait for its slot): the forced store below replaces it
+                task.cancel()
             await asyncio.gather(task, return_exceptions=True)
         stored = await self.store().aget(self._state_key, None)
         if isinstance(stored, Mapping) and stored.get("run") not in (None, self._run):
@@ -623,7 +678,7 @@ class WatcherStream(SharedStreamProducer):
         finally:
             if self._counted:
                 self._counted = False
-                PROCESS_LOAD.streams_open -= 1
+                self._load.streams_open -= 1
             self._count_backlog(0)
             feed, self._feed = self._feed, None
             if feed is not None:

@@ -1,9 +1,10 @@
 """The watcher stream's store policy: prompt for its own records, lazy for skipped ones, capped
-per triggerer; its in-flight window follows Airflow's subscriber queue size."""
+and paced per triggerer; its in-flight window follows Airflow's subscriber queue size."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 import pytest
@@ -13,11 +14,19 @@ from airflow_kafka_events.kafka.positions import PositionTracker
 from airflow_kafka_events.kafka.shared_feed import FedRecord
 from airflow_kafka_events.watcher import stream as asset_stream
 from airflow_kafka_events.watcher.records import Ticket
-from airflow_kafka_events.watcher.stream import WatcherStream
+from airflow_kafka_events.watcher.stream import WatcherLoad, WatcherStream
 
 pytestmark = pytest.mark.unit
 
 TP = ("events", 0)
+
+
+@pytest.fixture(autouse=True)
+def process_load(monkeypatch: pytest.MonkeyPatch) -> WatcherLoad:
+    """A fresh process load per test: no store slot reserved by another test's streams."""
+    load = WatcherLoad()
+    monkeypatch.setattr(asset_stream, "PROCESS_LOAD", load)
+    return load
 
 
 class Store:
@@ -187,6 +196,153 @@ def test_a_slow_store_runs_beside_the_stream_one_at_a_time():
         stream._request_flush()
         await stream._flush_task
         assert store.writes[-1]["positions"] == {"events": {"0": 2}}
+
+    asyncio.run(scenario())
+
+
+class Clock:
+    """A monotonic clock that moves only when told."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_the_process_hands_out_store_slots_at_the_paced_rate():
+    clock = Clock()
+    load = WatcherLoad(clock=clock)
+    spacing = 1 / asset_stream.STORES_PER_SECOND
+    waits = [load.reserve_store() for _ in range(5)]  # five stores due at the same moment
+    assert waits == pytest.approx([0, spacing, 2 * spacing, 3 * spacing, 4 * spacing])
+    clock.now += 10 * spacing  # a quiet while: the next store goes at once
+    assert load.reserve_store() == 0
+    load.backlog = asset_stream.DEFER_BACKLOG  # Airflow is behind: the slots are further apart
+    assert load.reserve_store() == pytest.approx(spacing)
+    assert load.reserve_store() == pytest.approx(spacing + spacing * asset_stream.DEFER_FACTOR)
+
+
+def _confirm(stream: WatcherStream, offset: int) -> None:
+    """One of the watcher's own records handed on and confirmed (what advance() does)."""
+    stream._tracker.hand_on(TP, offset, None)
+    stream._urgent = bool(stream._tracker.finish(TP, [offset])) or stream._urgent
+
+
+class TimedStore(Store):
+    """A store that notes when each write reached it."""
+
+    def __init__(self, times: list[float]) -> None:
+        super().__init__()
+        self.times = times
+
+    async def aset(self, key: str, value: Any) -> None:
+        self.times.append(time.monotonic())
+        await super().aset(key, value)
+
+
+def test_many_watchers_due_at_once_store_at_the_paced_rate(monkeypatch):
+    monkeypatch.setattr(asset_stream, "STORES_PER_SECOND", 100.0)  # 10 ms apart: a short test
+    spacing = 1 / asset_stream.STORES_PER_SECOND
+    times: list[float] = []
+    streams = [producer(TimedStore(times)) for _ in range(20)]
+
+    async def scenario() -> float:
+        for stream in streams:
+            _confirm(stream, 0)
+            stream._last_flush -= stream.store_interval()  # every one due: a burst just confirmed
+        started = time.monotonic()
+        for stream in streams:
+            stream._request_flush()
+        await asyncio.gather(*(stream._flush_task for stream in streams if stream._flush_task is not None))
+        return started
+
+    started = asyncio.run(scenario())
+    assert len(times) == len(streams)  # each stored once
+    for k, at in enumerate(sorted(times)):  # the k-th store no earlier than its slot, k spacings on
+        assert at - started >= k * spacing - 1e-3, (k, at - started)
+
+
+def test_a_store_waiting_for_its_slot_takes_the_freshest_state():
+    clock = Clock()
+    load = WatcherLoad(clock=clock)  # a clock that stands still: the slot is 0.2 s of real waiting away
+    store = Store()
+    stream = WatcherStream(
+        topics=["events"],
+        kafka_config_id="kafka_watcher",
+        asset_uri="s3://a",
+        asset_name=None,
+        store=store,
+        load=load,
+    )
+    stream._tracker = PositionTracker({TP: 0})
+    load.reserve_store(), load.reserve_store()  # two other watchers' stores go first
+
+    async def scenario() -> None:
+        _confirm(stream, 0)
+        stream._last_flush -= stream.store_interval()
+        stream._request_flush()
+        await asyncio.sleep(0)
+        assert stream._flush_task is not None and not stream._flush_task.done() and store.writes == []
+        _confirm(stream, 1)  # confirmed while the store waits for its slot
+        await stream._flush_task
+        assert store.writes[-1]["positions"] == {"events": {"0": 2}}
+
+    asyncio.run(scenario())
+
+
+def test_a_forced_store_is_not_paced():
+    clock = Clock()
+    load = WatcherLoad(clock=clock)
+    store = Store()
+    stream = WatcherStream(
+        topics=["events"],
+        kafka_config_id="kafka_watcher",
+        asset_uri="s3://a",
+        asset_name=None,
+        store=store,
+        load=load,
+    )
+    stream._tracker = PositionTracker({TP: 0})
+    for _ in range(10_000):  # the next slot is 1,000 s away
+        load.reserve_store()
+
+    async def scenario() -> None:
+        _confirm(stream, 0)
+        await asyncio.wait_for(stream.flush(force=True), timeout=5.0)
+        assert store.writes[-1]["positions"] == {"events": {"0": 1}}
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("started", [True, False], ids=["waiting-for-its-slot", "not-started-yet"])
+def test_closing_a_stream_does_not_wait_for_its_pending_store_slot(started):
+    clock = Clock()
+    load = WatcherLoad(clock=clock)
+    store = Store()
+    stream = WatcherStream(
+        topics=["events"],
+        kafka_config_id="kafka_watcher",
+        asset_uri="s3://a",
+        asset_name=None,
+        store=store,
+        load=load,
+    )
+    stream._tracker = PositionTracker({TP: 0})
+    for _ in range(10_000):  # the next slot is 1,000 s away
+        load.reserve_store()
+
+    async def scenario() -> None:
+        _confirm(stream, 0)
+        stream._last_flush -= stream.store_interval()
+        stream._request_flush()
+        if started:
+            await asyncio.sleep(0)
+        assert stream._flush_task is not None and not stream._flush_task.done()
+        await asyncio.wait_for(stream._final_flush(), timeout=5.0)  # the last store: at once
+        assert stream._flush_task.cancelled()
+        assert len(store.writes) == 1 and store.writes[0]["positions"] == {"events": {"0": 1}}
+        assert store.writes[0]["stopped"] is True
 
     asyncio.run(scenario())
 
