@@ -46,6 +46,11 @@ REBUILD_BACKOFF = 1.0
 REBUILD_BACKOFF_MAX = 30.0
 
 
+def rebuild_delay(failures: int) -> float:
+    """Seconds before a new client after ``failures`` failures in a row (1 s, doubling, at most 30 s)."""
+    return float(min(REBUILD_BACKOFF * 2 ** (failures - 1), REBUILD_BACKOFF_MAX))
+
+
 class FedRecord(NamedTuple):
     """One record handed to a feed: the client's message and its decoding."""
 
@@ -268,7 +273,7 @@ class Feed:
                     self._fail(exc)
                     return
                 failures += 1
-                delay = min(REBUILD_BACKOFF * 2 ** (failures - 1), REBUILD_BACKOFF_MAX)
+                delay = rebuild_delay(failures)
                 log.warning(
                     "%s: its catch-up reader failed (%s: %s); a new one reads on from %s in %.0fs",
                     self.name,

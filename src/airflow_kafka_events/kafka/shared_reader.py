@@ -74,11 +74,10 @@ from airflow_kafka_events.kafka.positions import Partition, positions_to_json
 from airflow_kafka_events.kafka.shared_feed import (
     FEED_CAPACITY,
     READ_BATCH,
-    REBUILD_BACKOFF,
-    REBUILD_BACKOFF_MAX,
     FedRecord,
     Feed,
     _coordinates,
+    rebuild_delay,
 )
 
 log = logging.getLogger(__name__)
@@ -294,7 +293,7 @@ class SharedReader:
     async def _rebuild(self, cause: BaseException, failures: int) -> None:
         """Read on with a new client from the frontier, after a failure that may pass (see the
         module doc, *Failures*); the feeds keep waiting meanwhile."""
-        delay = min(REBUILD_BACKOFF * 2 ** (failures - 1), REBUILD_BACKOFF_MAX)
+        delay = rebuild_delay(failures)
         log.warning(
             "%s failed (%s: %s); its %d feed(s) keep waiting and it reads on with a new client in %.0fs",
             self.name,

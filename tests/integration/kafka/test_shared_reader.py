@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from airflow_kafka_events.errors import KafkaAuthenticationError, KafkaOperationError
-from airflow_kafka_events.kafka import shared_reader
+from airflow_kafka_events.kafka import shared_feed
 from airflow_kafka_events.kafka.producer import get_producer
 from airflow_kafka_events.kafka.settings import KafkaSettings
 from airflow_kafka_events.kafka.shared_feed import READ_BATCH, Feed
@@ -350,7 +350,7 @@ def _fail_next_poll(reader: Any, error: Exception) -> None:
 def test_a_failure_that_may_pass_rebuilds_the_reader_from_its_frontier(
     kafka_bootstrap, new_topic, monkeypatch
 ):
-    monkeypatch.setattr(shared_reader, "REBUILD_BACKOFF", 0.1)
+    monkeypatch.setattr(shared_feed, "REBUILD_BACKOFF", 0.1)
     topic = new_topic(partitions=1, prefix="shared-rebuild")
     registry = SharedReaders()
 
