@@ -89,18 +89,21 @@ class StatsdServer:
                 )
             time.sleep(0.2)
 
-    def wait_for_total(self, pattern: str, total: int, timeout: float = 60.0) -> list[str]:
+    def wait_for_total(
+        self, pattern: str, total: int, timeout: float = 60.0, *, at_least: bool = False
+    ) -> list[str]:
         """The counter lines fully matching ``pattern`` (``name:<n>|c``) once their ``n`` add up to
-        ``total``; AssertionError at ``timeout`` or when they add up to more."""
+        ``total`` (``at_least``: to ``total`` or more: other runs report to the same counter);
+        AssertionError at ``timeout`` or, unless ``at_least``, when they add up to more."""
         deadline = time.monotonic() + timeout
         while True:
             found = [line.text for line in self.matching(pattern)]
             summed = sum(int(text.rsplit(":", 1)[1].split("|", 1)[0]) for text in found)
-            if summed > total:
+            if summed > total and not at_least:
                 raise AssertionError(
                     f"StatsD lines matching {pattern!r} add up to {summed} > {total}: {found!r}"
                 )
-            if summed == total:
+            if summed >= total:
                 return found
             if time.monotonic() > deadline:
                 ours = [line for line in self.lines if "kafka_events" in line]
