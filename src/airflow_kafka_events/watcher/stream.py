@@ -27,24 +27,27 @@ has its own shared-stream group and :class:`WatcherStream`, and:
   (default ``earliest``); that start is stored at once.
 
 A position is stored at most every store interval: :data:`FLUSH_INTERVAL` (1 s) with up to 10
-watcher streams in a triggerer, ``N / 10`` s with N of them; :data:`DEFER_FACTOR` times that while
-:data:`DEFER_BACKLOG` or more records of the process's watchers await Airflow's confirmation.  A
-position that moved only past other assets' records is stored every :data:`SKIP_FLUSH_INTERVAL`
-seconds, ``N /`` :data:`SKIP_STORES_PER_SECOND` when that is longer (stretched the same way under a
-backlog).  Once due, a store waits for its slot: the process's :class:`WatcherLoad` hands out slots
-``1 /`` :data:`STORES_PER_SECOND` s apart (:data:`DEFER_FACTOR` times that under the backlog), to
-both kinds of store in turn, so a triggerer's watchers store at most :data:`STORES_PER_SECOND`
-positions a second at every moment, not only on average: a burst that makes every watcher due at
-once is stored over ``N / 10`` s instead of in one wave that the triggerer's supervisor answers
-before the events queued behind it.  Each stream holds at most one slot, so the wait is at most
-about ``N / 10`` s (three times that under the backlog); the state stored is taken after it.  A
-stream's last store (at a stop) does not wait.
+watcher streams in a triggerer, ``N / 10`` s with N of them.  A position that moved only past other
+assets' records is stored every :data:`SKIP_FLUSH_INTERVAL` seconds, ``N /``
+:data:`SKIP_STORES_PER_SECOND` when that is longer.  Once due, a store waits for its turn: the
+process's :class:`WatcherLoad` hands out store slots first come, first served, ``1 /``
+:data:`STORES_PER_SECOND` s apart while Airflow has none of the process's watcher events to persist,
+and ``1 /`` :data:`BUSY_STORES_PER_SECOND` s apart while it has (records handed on and not confirmed
+yet, or confirmed less than :data:`BUSY_LINGER` s ago).  A store is one request through the
+triggerer's supervisor, which answers it between its passes over the events it persists, and costs
+it more than an event (B8 measured about 30 ms of CPU through Airflow's in-process execution API,
+against about 16 ms for persisting an event); with one store per event, a burst of events into
+1,000 watchers ran at half of Airflow's own rate.  So while Airflow is busy with the watchers' events
+the stores make way for them, and catch up at the quicker pace once it is not.  The state stored is
+taken when the slot comes.  A stream's first store and its last (at a stop) do not wait.
 
 After ``kill -9`` of a triggerer, records whose asset events were persisted after the last
 store become asset events once more: duplicates are bounded by what a watcher confirmed in its
-last store interval plus its wait for a slot (together at most ``FLUSH_INTERVAL + N / 10`` s, or
-``2 * N / 10`` s with more than 10 watcher streams; three times that under the backlog) plus one
-confirmation round; nothing is lost.
+last store interval plus its wait for a slot, plus one confirmation round; nothing is lost.  The
+wait for a slot is at most about ``N / 10`` s while Airflow has no watcher events to persist, and
+``N /`` :data:`BUSY_STORES_PER_SECOND` s (with N watcher streams due in the triggerer) under a
+steady flow of them.  ``[kafka_events] watcher_airflow_api_conn_id`` removes those repeats
+(:mod:`airflow_kafka_events.watcher.recheck`).
 
 A graceful stop (SIGTERM) is no crash: Airflow's runner no longer answers asset-state-store writes
 while it closes the streams, so a closing stream writes its last state to Kafka instead, and the
@@ -61,7 +64,7 @@ import logging
 import math
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Hashable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Mapping, Sequence
 from typing import Any
 
 from airflow.providers.apache.kafka.triggers.shared_stream import KafkaBrokerPayload
@@ -109,18 +112,20 @@ __all__ = [
 STATE_KEY = "airflow_kafka_events.watcher"
 #: Seconds between two stores of a changing position (the bound on duplicates after a crash).
 FLUSH_INTERVAL = 1.0
-#: Position stores per second a triggerer's watchers stay under together: with N watcher streams
-#: open in a process each stores at most every ``FLUSH_INTERVAL * max(1, N / this)`` seconds, and
-#: the process hands out store slots at most this many a second (each store is one request through
-#: the triggerer's supervisor to the metadata DB).
+#: Position stores per second a triggerer's watchers stay under together while Airflow has none of
+#: their events to persist: with N watcher streams open in a process each stores at most every
+#: ``FLUSH_INTERVAL * max(1, N / this)`` seconds, and the process hands out store slots at most this
+#: many a second (each store is one request through the triggerer's supervisor to the metadata DB).
 STORES_PER_SECOND = 10.0
-#: While this process's watchers have this many records handed on that Airflow has not confirmed
-#: yet (a burst: the triggerer's supervisor is behind, persisting them), each stores its position
-#: every ``DEFER_FACTOR`` store intervals: a store is a request that queues in that supervisor beside
-#: the events it waits for (measured in B8: 100 stores inside a burst of 1000 events for 100 assets
-#: cost about a fifth of its throughput).
-DEFER_BACKLOG = 50
-DEFER_FACTOR = 3.0
+#: Store slots per second while Airflow persists the process's watcher events: a store costs the
+#: triggerer's supervisor more than an event (see the module docstring), so stores make way.
+BUSY_STORES_PER_SECOND = 1.0
+#: Seconds after the last record awaiting Airflow's confirmation that the slots stay at the busy pace
+#: (events come in bursts: a lull of a second is not the end of one).
+BUSY_LINGER = 5.0
+#: Longest sleep of a store waiting for its slot before it looks at the pace again (it quickens when
+#: Airflow is no longer busy).
+SLOT_RECHECK = 1.0
 #: Seconds between two stores of a position that moved only past other assets' records (losing
 #: such progress in a crash only means reading records again that are skipped again).
 SKIP_FLUSH_INTERVAL = 30.0
@@ -145,42 +150,58 @@ class WatcherLoad:
     """What every watcher stream of this process shares: how many are open, their backlog, and the
     pace of their position stores.
 
-    One object per process (:data:`PROCESS_LOAD`), on purpose: the store interval, the backlog rule
-    and the pace above are about the triggerer's supervisor, which all the process's watchers share.
+    One object per process (:data:`PROCESS_LOAD`), on purpose: the store interval, the backlog and
+    the pace above are about the triggerer's supervisor, which all the process's watchers share.
 
     :param clock: the monotonic clock the store slots are counted on.
+    :param sleep: how a store waits for its slot (``asyncio.sleep``; a test's goes with its clock).
     """
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
         #: Watcher streams open in this process (for ``STORES_PER_SECOND``).
         self.streams_open = 0
         #: Records this process's watcher streams handed on and Airflow has not confirmed (each
         #: stream adds its own count when it looks: a moment late at worst).
         self.backlog = 0
         self.clock = clock
-        self._next_slot = -math.inf  # the earliest time the next store slot may be handed out
+        self._sleep = sleep
+        self._busy_until = -math.inf  # the end of the lull after the last record awaiting Airflow
+        self._last_slot = -math.inf  # when the last store slot was handed out
+        self._turns: tuple[asyncio.AbstractEventLoop, asyncio.Lock] | None = None
+
+    def add_backlog(self, change: int) -> None:
+        """``change`` more (or fewer) records await Airflow's confirmation."""
+        self.backlog += change
+        if self.backlog > 0 or change < 0:  # records await Airflow, or some were just confirmed
+            self._busy_until = self.clock() + BUSY_LINGER
+
+    def busy(self) -> bool:
+        """Whether Airflow is persisting this process's watcher events (or was, a moment ago)."""
+        return self.backlog > 0 or self.clock() < self._busy_until
 
     def store_spacing(self) -> float:
-        """Seconds between two store slots: ``1 /`` :data:`STORES_PER_SECOND`, :data:`DEFER_FACTOR`
-        times that while :data:`DEFER_BACKLOG` or more records await Airflow's confirmation."""
-        spacing = 1.0 / STORES_PER_SECOND
-        return spacing * DEFER_FACTOR if self.backlog >= DEFER_BACKLOG else spacing
+        """Seconds between two store slots: ``1 /`` :data:`BUSY_STORES_PER_SECOND` while
+        :meth:`busy`, else ``1 /`` :data:`STORES_PER_SECOND`."""
+        return 1.0 / (BUSY_STORES_PER_SECOND if self.busy() else STORES_PER_SECOND)
 
-    def reserve_store(self) -> float:
-        """Reserve the next store slot; return the seconds until it (0: now).
-
-        Slots are handed out in turn, :meth:`store_spacing` apart, so the process's paced stores
-        never come faster than that however many watchers fall due at the same moment."""
-        now = self.clock()
-        slot = max(now, self._next_slot)
-        self._next_slot = slot + self.store_spacing()
-        return slot - now
+    def _queue(self) -> asyncio.Lock:
+        """The line the stores wait in (first come, first served), one per event loop."""
+        loop = asyncio.get_running_loop()
+        if self._turns is None or self._turns[0] is not loop:
+            self._turns = (loop, asyncio.Lock())
+        return self._turns[1]
 
     async def store_slot(self) -> None:
-        """Wait for the next store slot (reserved on the call)."""
-        wait = self.reserve_store()
-        if wait > 0:
-            await asyncio.sleep(wait)
+        """Wait for this store's turn: slots are handed out in turn, :meth:`store_spacing` apart,
+        the pace read again while waiting, so the stores catch up quickly once Airflow is idle."""
+        async with self._queue():
+            while (wait := self._last_slot + self.store_spacing() - self.clock()) > 0:
+                await self._sleep(min(wait, SLOT_RECHECK))
+            self._last_slot = self.clock()
 
 
 #: The process's :class:`WatcherLoad`.
@@ -483,14 +504,13 @@ class WatcherStream(SharedStreamProducer):
             return False
         since = time.monotonic() - self._last_flush
         interval = self.store_interval() if self._urgent else self.skip_store_interval()
-        if self._load.backlog >= DEFER_BACKLOG:  # Airflow is behind: the store waits, a while
-            interval *= DEFER_FACTOR
         return since >= interval
 
     def _count_backlog(self, pending: int) -> None:
         """This stream's part of the process's backlog (its :class:`WatcherLoad`) is now ``pending``."""
-        self._load.backlog += pending - self._in_backlog
-        self._in_backlog = pending
+        if pending != self._in_backlog:
+            self._load.add_backlog(pending - self._in_backlog)
+            self._in_backlog = pending
 
     def _request_flush(self) -> None:
         """Store in the background once due: neither reading nor the shared stream's advance waits

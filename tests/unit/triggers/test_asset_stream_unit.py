@@ -106,52 +106,35 @@ def test_skipped_records_of_many_watchers_are_stored_at_the_stretched_interval(m
     asyncio.run(scenario())
 
 
-def test_a_backlog_awaiting_airflow_makes_the_skipped_records_store_wait_longer(monkeypatch):
-    monkeypatch.setattr(asset_stream.PROCESS_LOAD, "backlog", asset_stream.DEFER_BACKLOG)
-    store = Store()
-    stream = producer(store)
-
-    async def scenario() -> None:
-        await stream.flush(force=True)
-        stream._tracker.read(TP, 0)  # another asset's record: skipped
-        stream._last_flush -= stream.skip_store_interval() + 1
-        await stream.flush()
-        assert len(store.writes) == 1  # Airflow is behind: the skipped progress waits longer
-        stream._last_flush -= stream.skip_store_interval() * asset_stream.DEFER_FACTOR
-        await stream.flush()
-        assert len(store.writes) == 2
-
-    asyncio.run(scenario())
+def test_records_awaiting_airflow_make_the_stores_go_at_the_busy_pace():
+    clock = Clock()
+    load = WatcherLoad(clock=clock)
+    quick, slow = 1 / asset_stream.STORES_PER_SECOND, 1 / asset_stream.BUSY_STORES_PER_SECOND
+    assert not load.busy() and load.store_spacing() == pytest.approx(quick)
+    load.add_backlog(3)  # a burst's records await Airflow's confirmation
+    assert load.busy() and load.store_spacing() == pytest.approx(slow)
+    load.add_backlog(-3)  # confirmed: Airflow was just busy, a lull is not the end of the burst
+    clock.now += asset_stream.BUSY_LINGER - 0.1
+    assert load.busy() and load.store_spacing() == pytest.approx(slow)
+    clock.now += 0.2
+    assert not load.busy() and load.store_spacing() == pytest.approx(quick)
 
 
-def test_a_backlog_awaiting_airflow_makes_the_store_wait_longer(monkeypatch):
-    monkeypatch.setattr(asset_stream.PROCESS_LOAD, "backlog", 0)
+def test_a_watchers_backlog_counts_in_its_process_load_until_it_closes():
     store, other = Store(), Store()
     stream, busy = producer(store), producer(other)
 
     async def scenario() -> None:
-        await stream.flush(force=True)
-        interval = stream.store_interval()
-        for offset in range(asset_stream.DEFER_BACKLOG):  # another watcher's burst awaits Airflow
+        for offset in range(5):  # another watcher's records await Airflow
             busy._tracker.hand_on(TP, offset, None)
         busy._request_flush()  # counts its backlog
-        stream._tracker.hand_on(TP, 0, None)
-        stream._urgent = bool(stream._tracker.finish(TP, [0]))  # this watcher's record confirmed
-        stream._last_flush -= interval * 1.5
-        await stream.flush()
-        assert len(store.writes) == 1  # an ordinary interval passed: the backlog makes it wait
-        stream._last_flush -= interval * asset_stream.DEFER_FACTOR
-        await stream.flush()
-        assert len(store.writes) == 2 and store.writes[-1]["positions"] == {"events": {"0": 1}}
-        busy._tracker.finish(TP, range(1, asset_stream.DEFER_BACKLOG))  # Airflow caught up, one left
+        assert asset_stream.PROCESS_LOAD.backlog == 5 and asset_stream.PROCESS_LOAD.busy()
+        busy._tracker.finish(TP, range(2))
         busy._request_flush()
-        stream._tracker.hand_on(TP, 1, None)
-        stream._urgent = bool(stream._tracker.finish(TP, [1]))
-        stream._last_flush -= interval * 1.5
-        await stream.flush()  # no backlog: the ordinary interval again
-        assert len(store.writes) == 3 and store.writes[-1]["positions"] == {"events": {"0": 2}}
+        assert asset_stream.PROCESS_LOAD.backlog == 3
         await busy.aclose()
         assert asset_stream.PROCESS_LOAD.backlog == 0  # a closed stream leaves nothing counted
+        await stream.aclose()
 
     asyncio.run(scenario())
 
@@ -210,17 +193,58 @@ class Clock:
         return self.now
 
 
-def test_the_process_hands_out_store_slots_at_the_paced_rate():
+class Sleeper:
+    """``asyncio.sleep`` for a :class:`Clock`: moves the clock instead of waiting."""
+
+    def __init__(self, clock: Clock) -> None:
+        self.clock = clock
+
+    async def __call__(self, seconds: float) -> None:
+        self.clock.now += seconds
+        await asyncio.sleep(0)
+
+
+def test_the_process_hands_out_store_slots_in_turn_at_the_paced_rate():
     clock = Clock()
-    load = WatcherLoad(clock=clock)
-    spacing = 1 / asset_stream.STORES_PER_SECOND
-    waits = [load.reserve_store() for _ in range(5)]  # five stores due at the same moment
-    assert waits == pytest.approx([0, spacing, 2 * spacing, 3 * spacing, 4 * spacing])
-    clock.now += 10 * spacing  # a quiet while: the next store goes at once
-    assert load.reserve_store() == 0
-    load.backlog = asset_stream.DEFER_BACKLOG  # Airflow is behind: the slots are further apart
-    assert load.reserve_store() == pytest.approx(spacing)
-    assert load.reserve_store() == pytest.approx(spacing + spacing * asset_stream.DEFER_FACTOR)
+    load = WatcherLoad(clock=clock, sleep=Sleeper(clock))
+    quick, slow = 1 / asset_stream.STORES_PER_SECOND, 1 / asset_stream.BUSY_STORES_PER_SECOND
+    granted: list[tuple[int, float]] = []
+
+    async def store(n: int) -> None:
+        await load.store_slot()
+        granted.append((n, clock.now))
+
+    async def scenario() -> None:
+        start = clock.now
+        await asyncio.gather(*(store(n) for n in range(5)))  # five stores due at the same moment
+        assert [n for n, _ in granted] == [0, 1, 2, 3, 4]  # first come, first served
+        assert [at - start for _, at in granted] == pytest.approx([0, quick, 2 * quick, 3 * quick, 4 * quick])
+        granted.clear()
+        clock.now += 10 * quick  # a quiet while: the next store goes at once
+        await store(5)
+        assert granted[-1][1] == clock.now
+        load.add_backlog(1)  # Airflow is persisting the watchers' events: the slots are further apart
+        before = clock.now
+        await store(6)
+        assert granted[-1][1] - before == pytest.approx(slow)
+
+    asyncio.run(scenario())
+
+
+def test_a_store_waiting_at_the_busy_pace_goes_soon_after_airflow_is_idle(monkeypatch):
+    monkeypatch.setattr(asset_stream, "BUSY_STORES_PER_SECOND", 0.01)  # busy: slots 100 s apart
+    clock = Clock()
+    load = WatcherLoad(clock=clock, sleep=Sleeper(clock))
+    load.add_backlog(1)
+
+    async def scenario() -> None:
+        await load.store_slot()  # another watcher's store just went
+        load.add_backlog(-1)  # the last record confirmed: the busy pace lasts the lull after it
+        started = clock.now
+        await load.store_slot()
+        assert clock.now - started <= asset_stream.BUSY_LINGER + asset_stream.SLOT_RECHECK  # not 100 s
+
+    asyncio.run(scenario())
 
 
 def _confirm(stream: WatcherStream, offset: int) -> None:
@@ -264,8 +288,7 @@ def test_many_watchers_due_at_once_store_at_the_paced_rate(monkeypatch):
 
 
 def test_a_store_waiting_for_its_slot_takes_the_freshest_state():
-    clock = Clock()
-    load = WatcherLoad(clock=clock)  # a clock that stands still: the slot is 0.2 s of real waiting away
+    load = WatcherLoad()
     store = Store()
     stream = WatcherStream(
         topics=["events"],
@@ -276,9 +299,9 @@ def test_a_store_waiting_for_its_slot_takes_the_freshest_state():
         load=load,
     )
     stream._tracker = PositionTracker({TP: 0})
-    load.reserve_store(), load.reserve_store()  # two other watchers' stores go first
 
     async def scenario() -> None:
+        await load.store_slot()  # another watcher's store just went: this one's slot is 0.1 s away
         _confirm(stream, 0)
         stream._last_flush -= stream.store_interval()
         stream._request_flush()
@@ -291,7 +314,8 @@ def test_a_store_waiting_for_its_slot_takes_the_freshest_state():
     asyncio.run(scenario())
 
 
-def test_a_forced_store_is_not_paced():
+def test_a_forced_store_is_not_paced(monkeypatch):
+    monkeypatch.setattr(asset_stream, "BUSY_STORES_PER_SECOND", 0.001)  # busy: the next slot 1,000 s away
     clock = Clock()
     load = WatcherLoad(clock=clock)
     store = Store()
@@ -304,10 +328,10 @@ def test_a_forced_store_is_not_paced():
         load=load,
     )
     stream._tracker = PositionTracker({TP: 0})
-    for _ in range(10_000):  # the next slot is 1,000 s away
-        load.reserve_store()
+    load.add_backlog(1)
 
     async def scenario() -> None:
+        await load.store_slot()
         _confirm(stream, 0)
         await asyncio.wait_for(stream.flush(force=True), timeout=5.0)
         assert store.writes[-1]["positions"] == {"events": {"0": 1}}
@@ -316,7 +340,8 @@ def test_a_forced_store_is_not_paced():
 
 
 @pytest.mark.parametrize("started", [True, False], ids=["waiting-for-its-slot", "not-started-yet"])
-def test_closing_a_stream_does_not_wait_for_its_pending_store_slot(started):
+def test_closing_a_stream_does_not_wait_for_its_pending_store_slot(started, monkeypatch):
+    monkeypatch.setattr(asset_stream, "BUSY_STORES_PER_SECOND", 0.001)  # busy: the next slot 1,000 s away
     clock = Clock()
     load = WatcherLoad(clock=clock)
     store = Store()
@@ -329,10 +354,10 @@ def test_closing_a_stream_does_not_wait_for_its_pending_store_slot(started):
         load=load,
     )
     stream._tracker = PositionTracker({TP: 0})
-    for _ in range(10_000):  # the next slot is 1,000 s away
-        load.reserve_store()
+    load.add_backlog(1)
 
     async def scenario() -> None:
+        await load.store_slot()
         _confirm(stream, 0)
         stream._last_flush -= stream.store_interval()
         stream._request_flush()
