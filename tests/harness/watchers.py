@@ -1,14 +1,14 @@
 """Asset watchers run in-process: ``KafkaAssetEventTrigger`` driven by Airflow's own
 ``SharedStreamManager`` (ack mode), with the asset state stores a triggerer's supervisor keeps
-held in memory, and the Kafka connection a watcher reads through."""
+held in memory, and the Kafka connection a watcher reads through (wait for what they do with
+:func:`harness.waiting.until`)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import json
-import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 import pytest
@@ -111,12 +111,3 @@ class Watchers:
             yield self
         finally:
             await self.stop()
-
-
-async def until(condition: Callable[[], Any], timeout: float, what: str) -> None:
-    """Wait until ``condition()`` is true; fail naming ``what`` after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        await asyncio.sleep(0.2)

@@ -22,7 +22,8 @@ import pytest
 
 from airflow_kafka_events import metrics
 from harness.statsd_server import StatsdServer
-from harness.watchers import Watchers, memory_stores, until, watcher_conn
+from harness.waiting import until
+from harness.watchers import Watchers, memory_stores, watcher_conn
 from integration.bridge.fake_airflow import FakeAirflow
 from integration.bridge.test_bridge_kafka import ASSET as BRIDGE_ASSET
 from integration.bridge.test_bridge_kafka import PASSWORD, envelope, send, send_raw

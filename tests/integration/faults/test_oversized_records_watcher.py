@@ -17,7 +17,8 @@ import pytest
 from airflow_kafka_events.assets.publish import publish
 from airflow_kafka_events.dead_letters.letter import REFERENCE_PREFIX_BYTES, DeadLetter
 from airflow_kafka_events.watcher.trigger import KafkaAssetEventTrigger
-from harness.watchers import Watchers, memory_stores, until, watcher_conn
+from harness.waiting import until
+from harness.watchers import Watchers, memory_stores, watcher_conn
 from integration.faults.test_oversized_records import (
     ASSET,
     CASES,

@@ -25,7 +25,8 @@ from airflow_kafka_events.watcher import dead_letters as watcher_dead_letters
 from airflow_kafka_events.watcher.trigger import KafkaAssetEventTrigger
 from harness.kafka_records import high_watermark
 from harness.registry_records import confluent_serialized
-from harness.watchers import MemoryStores, Watchers, memory_stores, until
+from harness.waiting import until
+from harness.watchers import MemoryStores, Watchers, memory_stores
 from integration.registry.tcp_relay import relay_to
 from integration.triggers.test_asset_watcher import _read_all
 

@@ -35,7 +35,8 @@ from airflow_kafka_events.kafka.shared_reader import SHARED_READERS
 from airflow_kafka_events.watcher import dead_letters as watcher_dead_letters
 from airflow_kafka_events.watcher.stream import state_key
 from airflow_kafka_events.watcher.trigger import KafkaAssetEventTrigger
-from harness.watchers import MemoryStores, Watchers, memory_stores, until, watcher_conn
+from harness.waiting import until
+from harness.watchers import MemoryStores, Watchers, memory_stores, watcher_conn
 
 pytestmark = pytest.mark.integration
 
