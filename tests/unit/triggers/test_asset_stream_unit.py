@@ -217,6 +217,15 @@ class Clock:
         return self.now
 
 
+@pytest.fixture
+def far_slot() -> WatcherLoad:
+    """A process load whose clock stands still and whose next store slot is 1,000 s away."""
+    load = WatcherLoad(clock=Clock())
+    for _ in range(10_000):
+        load.reserve_store()
+    return load
+
+
 def test_the_process_hands_out_store_slots_at_the_paced_rate():
     clock = Clock()
     load = WatcherLoad(clock=clock)
@@ -290,13 +299,9 @@ def test_a_store_waiting_for_its_slot_takes_the_freshest_state():
     asyncio.run(scenario())
 
 
-def test_a_forced_store_is_not_paced():
-    clock = Clock()
-    load = WatcherLoad(clock=clock)
+def test_a_forced_store_is_not_paced(far_slot):
     store = Store()
-    stream = watcher_stream(store, load)
-    for _ in range(10_000):  # the next slot is 1,000 s away
-        load.reserve_store()
+    stream = watcher_stream(store, far_slot)
 
     async def scenario() -> None:
         _confirm(stream, 0)
@@ -307,13 +312,9 @@ def test_a_forced_store_is_not_paced():
 
 
 @pytest.mark.parametrize("started", [True, False], ids=["waiting-for-its-slot", "not-started-yet"])
-def test_closing_a_stream_does_not_wait_for_its_pending_store_slot(started):
-    clock = Clock()
-    load = WatcherLoad(clock=clock)
+def test_closing_a_stream_does_not_wait_for_its_pending_store_slot(far_slot, started):
     store = Store()
-    stream = watcher_stream(store, load)
-    for _ in range(10_000):  # the next slot is 1,000 s away
-        load.reserve_store()
+    stream = watcher_stream(store, far_slot)
 
     async def scenario() -> None:
         _confirm(stream, 0)
