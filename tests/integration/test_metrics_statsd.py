@@ -22,18 +22,13 @@ import pytest
 
 from airflow_kafka_events import metrics
 from harness.statsd_server import StatsdServer
+from harness.waiting import until
+from harness.watchers import Watchers, memory_stores, watcher_conn
 from integration.bridge.fake_airflow import FakeAirflow
 from integration.bridge.test_bridge_kafka import ASSET as BRIDGE_ASSET
 from integration.bridge.test_bridge_kafka import PASSWORD, envelope, send, send_raw
 from integration.triggers.sample_triggers import PagedTrigger, collect
-from integration.triggers.test_asset_watcher import (
-    ASSET_A,
-    MemoryStores,
-    Watchers,
-    _event,
-    _until,
-    _watcher_conn,
-)
+from integration.triggers.test_asset_watcher import ASSET_A, _event
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -121,15 +116,13 @@ def test_a_streaming_trigger_and_a_watcher_report_through_airflow_stats(
     # the asset watcher: two events fired, one poison record dead-lettered, lag reported
     watched = new_topic(partitions=1, prefix="watched")
     dlq_topic = new_topic(partitions=1, prefix="watched-dlq")
-    _watcher_conn(monkeypatch, kafka_bootstrap, "kafka_watcher_metrics", f"w-{uuid.uuid4().hex[:8]}")
-    memory = MemoryStores()
+    watcher_conn(monkeypatch, kafka_bootstrap, "kafka_watcher_metrics", f"w-{uuid.uuid4().hex[:8]}")
+    memory_stores(monkeypatch)
     from airflow_kafka_events.assets.publish import publish
     from airflow_kafka_events.kafka.producer import get_producer
     from airflow_kafka_events.kafka.settings import KafkaSettings
-    from airflow_kafka_events.watcher.stream import WatcherStream
     from airflow_kafka_events.watcher.trigger import KafkaAssetEventTrigger
 
-    monkeypatch.setattr(WatcherStream, "store", lambda self: memory.for_asset(self.asset_uri))
     producer = get_producer(KafkaSettings({"bootstrap.servers": kafka_bootstrap}).producer_config())
     publish(_event(ASSET_A, extra={"n": 1}), producer=producer, topic=watched)
     producer.send_and_wait(watched, b"not an envelope", key=ASSET_A.uri.encode())
@@ -139,12 +132,8 @@ def test_a_streaming_trigger_and_a_watcher_report_through_airflow_stats(
     )
 
     async def scenario() -> Watchers:
-        watchers = Watchers()
-        watchers.start(1, trigger)
-        try:
-            await _until(lambda: len(watchers.fired[1]) == 2, 90, "two events fired")
-        finally:
-            await watchers.stop()
+        async with Watchers().running({1: trigger}) as watchers:
+            await until(lambda: len(watchers.fired[1]) == 2, 90, "two events fired")
         return watchers
 
     asyncio.run(scenario())

@@ -22,7 +22,7 @@ from airflow_kafka_events.streams.consuming.slot_release import (
     reschedule_in,
     wait_mode,
 )
-from unit.operators.fakes import DictStore
+from harness.task_state import DictStore
 
 pytestmark = pytest.mark.unit
 

@@ -34,6 +34,7 @@ __all__ = [
     "READ_BATCH",
     "FedRecord",
     "Feed",
+    "Rebuilds",
 ]
 
 #: Records a reader takes from its client in one call.
@@ -49,6 +50,27 @@ REBUILD_BACKOFF_MAX = 30.0
 def rebuild_delay(failures: int) -> float:
     """Seconds before a new client after ``failures`` failures in a row (1 s, doubling, at most 30 s)."""
     return float(min(REBUILD_BACKOFF * 2 ** (failures - 1), REBUILD_BACKOFF_MAX))
+
+
+class Rebuilds:
+    """The failures in a row of one reader (the shared one, or a feed's catch-up reader), and what
+    follows each: a new client after :func:`rebuild_delay`, or the end of the reader."""
+
+    def __init__(self) -> None:
+        self.failures = 0
+
+    def delay_after(self, exc: Exception) -> float | None:
+        """Seconds before the reader reads on with a new client after ``exc``; ``None`` when ``exc``
+        does not heal by retrying (see :func:`~airflow_kafka_events.kafka.assigned_reader.heals_by_retrying`)
+        and the reader's feed(s) must fail with it."""
+        if not heals_by_retrying(exc):
+            return None
+        self.failures += 1
+        return rebuild_delay(self.failures)
+
+    def reset(self) -> None:
+        """The reader read: the next failure is the first in a row again."""
+        self.failures = 0
 
 
 class FedRecord(NamedTuple):
@@ -262,18 +284,17 @@ class Feed:
         """Read the partitions this feed is behind on until each reaches the shared frontier.  A
         failure that may pass starts a new reader from where this one got to (after a backoff, as
         the shared reader's); one that does not fails this feed."""
-        failures = 0
+        rebuilds = Rebuilds()
         while self.behind:
             try:
                 await self._read_behind()
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                if not heals_by_retrying(exc):
+                delay = rebuilds.delay_after(exc)
+                if delay is None:
                     self._fail(exc)
                     return
-                failures += 1
-                delay = rebuild_delay(failures)
                 log.warning(
                     "%s: its catch-up reader failed (%s: %s); a new one reads on from %s in %.0fs",
                     self.name,

@@ -76,8 +76,8 @@ from airflow_kafka_events.kafka.shared_feed import (
     READ_BATCH,
     FedRecord,
     Feed,
+    Rebuilds,
     _coordinates,
-    rebuild_delay,
 )
 
 log = logging.getLogger(__name__)
@@ -270,7 +270,7 @@ class SharedReader:
 
     # ------------------------------------------------------------------ reading
     async def _run(self) -> None:
-        failures = 0
+        rebuilds = Rebuilds()
         while True:
             try:
                 messages = await self.reader.poll_batch(READ_BATCH, self.poll_timeout)
@@ -280,20 +280,19 @@ class SharedReader:
                     self._dispatch(messages)
                 elif time.monotonic() >= self._next_refresh:
                     await self._look_at_topics()
-                failures = 0
+                rebuilds.reset()
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                if not heals_by_retrying(exc):
+                delay = rebuilds.delay_after(exc)
+                if delay is None:
                     self._fail(exc)
                     return
-                failures += 1
-                await self._rebuild(exc, failures)
+                await self._rebuild(exc, delay)
 
-    async def _rebuild(self, cause: BaseException, failures: int) -> None:
-        """Read on with a new client from the frontier, after a failure that may pass (see the
-        module doc, *Failures*); the feeds keep waiting meanwhile."""
-        delay = rebuild_delay(failures)
+    async def _rebuild(self, cause: BaseException, delay: float) -> None:
+        """Read on with a new client from the frontier ``delay`` seconds after a failure that may
+        pass (see the module doc, *Failures*); the feeds keep waiting meanwhile."""
         log.warning(
             "%s failed (%s: %s); its %d feed(s) keep waiting and it reads on with a new client in %.0fs",
             self.name,

@@ -44,14 +44,13 @@ from airflow_kafka_events.kafka.topics import TopicSpec, ensure_topics
 from airflow_kafka_events.local_broker.cluster import LocalKafkaCluster
 from airflow_kafka_events.streams.consuming.reader import ReadOptions, StreamReader
 from airflow_kafka_events.streams.producing.trigger import Page, StreamingTrigger
-from airflow_kafka_events.watcher.stream import WatcherStream
 from airflow_kafka_events.watcher.trigger import KafkaAssetEventTrigger
+from harness.watchers import MemoryStores, Watchers, memory_stores, watcher_conn
 from integration.bridge.fake_airflow import FakeAirflow
 from integration.bridge.test_bridge_kafka import PASSWORD, committed, make_config, running
 from integration.cluster.support import isr_complete, partitions, wait_until
 from integration.faults.broker import read_values
 from integration.triggers.sample_triggers import collect, page_payload, read_topic
-from integration.triggers.test_asset_watcher import MemoryStores, Watchers, _watcher_conn
 
 pytestmark = [pytest.mark.integration, pytest.mark.cluster, pytest.mark.faults, pytest.mark.timeout(300)]
 
@@ -466,13 +465,8 @@ def test_leader_killed_under_the_watcher_and_the_bridge_each_event_arrives_once(
     victim = _leaders(admin, topic)[0].leader
     victim_partitions = _led_by(admin, topic, victim)
     conn_id = "kafka_watcher_failover"
-    _watcher_conn(monkeypatch, cluster.bootstrap_servers, conn_id, f"failover-{uuid.uuid4().hex[:8]}")
-    stores = MemoryStores()
-    monkeypatch.setattr(
-        WatcherStream,
-        "store",
-        lambda self: stores.for_asset(self.asset_uri or self.asset_name),
-    )
+    watcher_conn(monkeypatch, cluster.bootstrap_servers, conn_id, f"failover-{uuid.uuid4().hex[:8]}")
+    stores = memory_stores(monkeypatch)
     triggers = {
         i + 1: KafkaAssetEventTrigger(asset_uri=asset.uri, topics=[topic], kafka_config_id=conn_id)
         for i, asset in enumerate(WATCHED)

@@ -16,8 +16,9 @@ import pytest
 
 from airflow_kafka_events.assets.publish import publish
 from airflow_kafka_events.dead_letters.letter import REFERENCE_PREFIX_BYTES, DeadLetter
-from airflow_kafka_events.watcher.stream import WatcherStream
 from airflow_kafka_events.watcher.trigger import KafkaAssetEventTrigger
+from harness.waiting import until
+from harness.watchers import Watchers, memory_stores, watcher_conn
 from integration.faults.test_oversized_records import (
     ASSET,
     CASES,
@@ -26,7 +27,6 @@ from integration.faults.test_oversized_records import (
     dlq_records,
     good_event,
 )
-from integration.triggers.test_asset_watcher import MemoryStores, Watchers, _until, _watcher_conn
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults, pytest.mark.timeout(300)]
 
@@ -40,9 +40,8 @@ def test_watcher_dead_letters_oversized_records_and_the_next_event_fires(
     dlq = new_topic(
         partitions=1, prefix="big-dlq", config={"max.message.bytes": dlq_limit} if dlq_limit else None
     )
-    stores = MemoryStores()
-    monkeypatch.setattr(WatcherStream, "store", lambda self: stores.for_asset(ASSET.uri))
-    _watcher_conn(monkeypatch, kafka_bootstrap, "kafka_watcher_big", f"big-{uuid.uuid4().hex[:8]}")
+    stores = memory_stores(monkeypatch)
+    watcher_conn(monkeypatch, kafka_bootstrap, "kafka_watcher_big", f"big-{uuid.uuid4().hex[:8]}")
     bad = write_bad(kafka_bootstrap, topic)
     good = good_event("batch-after")
     publish(good, producer=big_producer(kafka_bootstrap), topic=topic, timeout=30)
@@ -51,14 +50,10 @@ def test_watcher_dead_letters_oversized_records_and_the_next_event_fires(
     )
 
     async def scenario() -> Watchers:
-        watchers = Watchers()
-        watchers.start(1, trigger)
-        try:
-            await _until(
+        async with Watchers().running({1: trigger}) as watchers:
+            await until(
                 lambda: stores.positions(ASSET.uri, "kafka_watcher_big") == {0: 2}, 90, "position past both"
             )
-        finally:
-            await watchers.stop()
         return watchers
 
     watchers = asyncio.run(scenario())

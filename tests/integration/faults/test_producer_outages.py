@@ -34,7 +34,7 @@ from airflow_kafka_events.kafka.settings import KafkaSettings
 from airflow_kafka_events.streams.producing.outage import STREAM_LINGER_MS
 from airflow_kafka_events.streams.producing.trigger import Page, StreamingTrigger
 from airflow_kafka_events.streams.producing.writer import DEFAULT_WRITE_WINDOW
-from integration.faults.broker import FaultBroker, read_values, wait_until
+from integration.faults.broker import read_values, wait_until
 from integration.triggers.sample_triggers import collect, read_topic
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
@@ -42,15 +42,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.faults]
 EMIT_TIMEOUT = 5.0
 #: The bound the issue names for the CLI's exit, and used for an emit's failure too.
 SLACK = 2.0
-
-
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FaultBroker]:
-    fault_broker = FaultBroker(tmp_path_factory.mktemp("fault-broker"))
-    try:
-        yield fault_broker
-    finally:
-        fault_broker.broker.stop()
 
 
 @pytest.fixture(autouse=True)

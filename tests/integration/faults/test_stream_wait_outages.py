@@ -13,7 +13,6 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Iterator
 
 import pytest
 
@@ -26,15 +25,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.faults]
 WAITERS = 5
 #: Seconds the broker is down (from the end of its stop to the start of its restart).
 OUTAGE = 30.0
-
-
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FaultBroker]:
-    fault_broker = FaultBroker(tmp_path_factory.mktemp("fault-broker"))
-    try:
-        yield fault_broker
-    finally:
-        fault_broker.broker.stop()
 
 
 @pytest.fixture(autouse=True)

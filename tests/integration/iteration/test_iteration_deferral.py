@@ -28,8 +28,9 @@ from airflow_kafka_events.iteration.sources import from_stream
 from airflow_kafka_events.streams.consuming.reader import ReadOptions, StreamReader
 from airflow_kafka_events.streams.consuming.wait_trigger import StreamWaitTrigger
 from airflow_kafka_events.streams.descriptor import stream_id
+from harness.task_state import DictStore
 from integration.iteration.test_iteration_kafka import DAG_ID, PageWriter, settings_of
-from unit.operators.fakes import DictStore, context
+from unit.operators.fakes import context
 
 pytestmark = pytest.mark.integration
 

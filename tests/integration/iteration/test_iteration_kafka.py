@@ -30,8 +30,9 @@ from airflow_kafka_events.kafka.settings import KafkaSettings
 from airflow_kafka_events.streams.consuming.operator import StreamRef
 from airflow_kafka_events.streams.consuming.reader import ReadOptions, StreamReader
 from airflow_kafka_events.streams.descriptor import stream_id
+from harness.task_state import DictStore
 from unit.iteration.runners import make_runner
-from unit.operators.fakes import DictStore, context
+from unit.operators.fakes import context
 
 pytestmark = pytest.mark.integration
 

@@ -20,9 +20,10 @@ from airflow.sdk.exceptions import AirflowRescheduleException
 from airflow_kafka_events.iteration.operator import IterableOperator
 from airflow_kafka_events.iteration.sources import from_stream
 from airflow_kafka_events.streams.descriptor import stream_id
+from harness.task_state import DictStore
 from integration.iteration.test_iteration_deferral import ROWS, Gate, results_so_far
 from integration.iteration.test_iteration_kafka import DAG_ID, PageWriter
-from unit.operators.fakes import DictStore, context
+from unit.operators.fakes import context
 
 pytestmark = pytest.mark.integration
 

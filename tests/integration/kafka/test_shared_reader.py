@@ -27,6 +27,7 @@ from airflow_kafka_events.kafka.producer import get_producer
 from airflow_kafka_events.kafka.settings import KafkaSettings
 from airflow_kafka_events.kafka.shared_feed import READ_BATCH, Feed
 from airflow_kafka_events.kafka.shared_reader import SharedReaders
+from harness.waiting import until
 
 pytestmark = pytest.mark.integration
 
@@ -100,14 +101,6 @@ class Taker:
         await asyncio.gather(self.task, return_exceptions=True)
 
 
-async def _until(condition: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        await asyncio.sleep(0.05)
-
-
 def test_many_feeds_share_one_reader_and_each_record_is_fetched_once(kafka_bootstrap, new_topic):
     topic = new_topic(partitions=1, prefix="shared-many")
     owners = [f"asset-{i}" for i in range(20)]
@@ -129,7 +122,7 @@ def test_many_feeds_share_one_reader_and_each_record_is_fetched_once(kafka_boots
         assert reader is not None and registry.created == 1 and len(registry) == 1 and reader.feeds == 20
         assert len(made) == 1
         try:
-            await _until(lambda: all(t.frontier.get((topic, 0)) == 400 for t in takers), 60, "every frontier")
+            await until(lambda: all(t.frontier.get((topic, 0)) == 400 for t in takers), 60, "every frontier")
             assert last_read[(topic, 0)] == 399  # the hook saw the last record read
             for owner, taker in zip(owners, takers, strict=True):
                 assert taker.values == [f"{owner}:{n}" for n in range(400) if owners[n % 20] == owner]
@@ -154,16 +147,16 @@ def test_a_late_joiner_behind_the_frontier_gets_every_record_from_its_position(k
         early = await _subscribe(registry, kafka_bootstrap, topic, "late", 0)
         first = Taker(early)
         try:
-            await _until(lambda: len(first.values) == 30, 60, "the early feed's 30 records")
+            await until(lambda: len(first.values) == 30, 60, "the early feed's 30 records")
             late = await _subscribe(registry, kafka_bootstrap, topic, "late", 5)  # behind the frontier (30)
             assert late.catching_up
             second = Taker(late)
-            await _until(lambda: len(second.values) == 25, 60, "the late feed's catch-up")
+            await until(lambda: len(second.values) == 25, 60, "the late feed's catch-up")
             _send(kafka_bootstrap, topic, [("late", f"v{n}") for n in range(30, 40)])
-            await _until(lambda: len(first.values) == 40 and len(second.values) == 35, 60, "the new records")
-            await _until(lambda: not late.catching_up, 30, "the late feed to merge")
+            await until(lambda: len(first.values) == 40 and len(second.values) == 35, 60, "the new records")
+            await until(lambda: not late.catching_up, 30, "the late feed to merge")
             _send(kafka_bootstrap, topic, [("late", f"v{n}") for n in range(40, 45)])
-            await _until(lambda: len(second.values) == 40, 60, "records after the merge")
+            await until(lambda: len(second.values) == 40, 60, "records after the merge")
             assert second.values == [f"v{n}" for n in range(5, 45)]  # all from its position, once
             assert second.offsets == list(range(5, 45))
             assert first.values == [f"v{n}" for n in range(45)]
@@ -188,13 +181,13 @@ def test_a_leaving_feed_does_not_disturb_the_others(kafka_bootstrap, new_topic):
         staying, leaving = Taker(stay), Taker(leave)
         try:
             _send(kafka_bootstrap, topic, [(k, f"{k}{n}") for n in range(10) for k in ("a", "b")])
-            await _until(lambda: len(staying.values) == 10 and len(leaving.values) == 10, 60, "both feeds")
+            await until(lambda: len(staying.values) == 10 and len(leaving.values) == 10, 60, "both feeds")
             await leaving.stop()
             await leave.close()
             reader = registry.get("test", _config(kafka_bootstrap), [topic])
             assert reader is not None and reader.feeds == 1
             _send(kafka_bootstrap, topic, [(k, f"{k}{n}") for n in range(10, 20) for k in ("a", "b")])
-            await _until(lambda: len(staying.values) == 20, 60, "the staying feed's new records")
+            await until(lambda: len(staying.values) == 20, 60, "the staying feed's new records")
             assert staying.values == [f"a{n}" for n in range(20)]
             assert registry.created == 1  # the same reader went on
         finally:
@@ -227,11 +220,11 @@ def test_a_slow_feed_stays_bounded_and_still_gets_every_record_once(kafka_bootst
             await asyncio.sleep(0.5)  # its own reader waits for room: still bounded
             assert slow.buffered <= capacity
             late = Taker(slow)  # now it takes: every record, in order, once
-            await _until(lambda: len(late.values) >= 2000, 60, "the slow feed's records")
-            await _until(lambda: not slow.catching_up, 30, "the slow feed to merge")
+            await until(lambda: len(late.values) >= 2000, 60, "the slow feed's records")
+            await until(lambda: not slow.catching_up, 30, "the slow feed to merge")
             assert late.values == [f"v{n}" for n in range(2000)]
             _send(kafka_bootstrap, topic, [("all", "after")])
-            await _until(
+            await until(
                 lambda: late.values[-1:] == ["after"] and quick.values[-1:] == ["after"], 30, "one more"
             )
             await late.stop()
@@ -264,7 +257,7 @@ def test_a_feed_whose_match_raises_fails_alone(kafka_bootstrap, new_topic):
         try:
             _send(kafka_bootstrap, topic, [("good", "good:0"), ("bad", "bad:0"), ("bad", "bad:1")])
             _send(kafka_bootstrap, topic, [("good", "good:1")])
-            await _until(lambda: taker.values == ["good:0", "good:1"], 60, "the good feed's records")
+            await until(lambda: taker.values == ["good:0", "good:1"], 60, "the good feed's records")
             with pytest.raises(Boom):
                 while True:
                     await bad.take(100, 0.2)
@@ -322,7 +315,7 @@ def test_a_record_decode_raises_on_reaches_the_feeds_as_the_error(kafka_bootstra
         tasks = [asyncio.create_task(take(i)) for i in range(2)]
         try:
             _send(kafka_bootstrap, topic, [("a", "a:0"), ("b", "poison"), ("b", "b:0"), ("a", "a:1")])
-            await _until(lambda: values == [["a:0", "a:1"], ["b:0"]], 60, "every feed's records")
+            await until(lambda: values == [["a:0", "a:1"], ["b:0"]], 60, "every feed's records")
             assert errors == [[1], [1]]  # each feed's match judged the undecodable record
             assert reader.feeds == 2 and not reader.rebuilds
         finally:
@@ -362,11 +355,11 @@ def test_a_failure_that_may_pass_rebuilds_the_reader_from_its_frontier(
         taker = Taker(feed)
         try:
             _send(kafka_bootstrap, topic, [("a", f"a:{n}") for n in range(5)])
-            await _until(lambda: len(taker.values) == 5, 60, "the first records")
+            await until(lambda: len(taker.values) == 5, 60, "the first records")
             _fail_next_poll(reader, KafkaOperationError("injected: a client call failed"))
-            await _until(lambda: reader.rebuilds == 1, 30, "the reader rebuilt")
+            await until(lambda: reader.rebuilds == 1, 30, "the reader rebuilt")
             _send(kafka_bootstrap, topic, [("a", f"a:{n}") for n in range(5, 10)])
-            await _until(lambda: len(taker.values) >= 10, 60, "the records after the rebuild")
+            await until(lambda: len(taker.values) >= 10, 60, "the records after the rebuild")
             assert taker.values == [f"a:{n}" for n in range(10)]
             assert taker.offsets == list(range(10))
             assert reader.reader is not first_client and first_client._executor.closed

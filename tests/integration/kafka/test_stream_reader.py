@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 import threading
 import time
 import uuid
@@ -27,6 +26,7 @@ from airflow_kafka_events.kafka.settings import KafkaSettings
 from airflow_kafka_events.streams.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from airflow_kafka_events.streams.consuming.reader import ReadOptions, StreamReader
 from airflow_kafka_events.streams.consuming.sequence import StreamBatch
+from harness.task_state import DictStore
 
 pytestmark = pytest.mark.integration
 
@@ -58,19 +58,6 @@ def seqs(events: list[TriggerEventEnvelope]) -> list[int]:
 
 def events_of(batches: list[StreamBatch]) -> list[TriggerEventEnvelope]:
     return [e for b in batches for e in b.events]
-
-
-class DictStore:
-    """Keeps JSON text, as a task state store keeps JSON values."""
-
-    def __init__(self) -> None:
-        self.data: dict[str, str] = {}
-
-    def get(self, key: str, default: Any = None) -> Any:
-        return json.loads(self.data[key]) if key in self.data else default
-
-    def set(self, key: str, value: Any) -> None:
-        self.data[key] = json.dumps(value)
 
 
 @pytest.fixture

@@ -26,7 +26,8 @@ from airflow_kafka_events.streams.consuming.operator import StreamConsumerOperat
 from airflow_kafka_events.streams.consuming.wait_trigger import StreamWaitTrigger
 from airflow_kafka_events.streams.descriptor import stream_id
 from airflow_kafka_events.streams.producing.demo_trigger import CountingPagesTrigger
-from integration.operators.test_stream_operators import DAG_ID, DictStore, make_context, new_run_id
+from harness.task_state import DictStore
+from integration.operators.test_stream_operators import DAG_ID, make_context, new_run_id
 
 pytestmark = pytest.mark.integration
 

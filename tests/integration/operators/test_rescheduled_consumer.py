@@ -22,8 +22,9 @@ from airflow_kafka_events.streams.consuming.operator import StreamRef
 from airflow_kafka_events.streams.consuming.slot_release import RescheduleNote, note_key
 from airflow_kafka_events.streams.descriptor import stream_id
 from airflow_kafka_events.streams.producing.demo_trigger import CountingPagesTrigger
+from harness.task_state import DictStore
 from integration.operators.test_deferred_consumer import Consumer, start_producer
-from integration.operators.test_stream_operators import DAG_ID, DictStore, make_context, new_run_id
+from integration.operators.test_stream_operators import DAG_ID, make_context, new_run_id
 
 pytestmark = pytest.mark.integration
 

@@ -33,6 +33,7 @@ from airflow_kafka_events.streams.consuming.operator import StreamConsumerOperat
 from airflow_kafka_events.streams.descriptor import StreamDescriptor, stream_id
 from airflow_kafka_events.streams.producing.demo_trigger import CountingPagesTrigger
 from airflow_kafka_events.streams.producing.operator import StreamingOperatorMixin, StreamingTriggerOperator
+from harness.task_state import DictStore
 from integration.triggers.sample_triggers import read_topic, wait_for
 
 pytestmark = pytest.mark.integration
@@ -45,19 +46,6 @@ def kafka_connection(monkeypatch, kafka_bootstrap):
     """The default Airflow Kafka connection, from the environment (no metadata DB)."""
     extra = {"bootstrap.servers": kafka_bootstrap}
     monkeypatch.setenv("AIRFLOW_CONN_KAFKA_DEFAULT", json.dumps({"conn_type": "kafka", "extra": extra}))
-
-
-class DictStore:
-    """Keeps JSON text, as Airflow's task state store keeps JSON values."""
-
-    def __init__(self) -> None:
-        self.data: dict[str, str] = {}
-
-    def get(self, key: str, default: Any = None) -> Any:
-        return json.loads(self.data[key]) if key in self.data else default
-
-    def set(self, key: str, value: Any) -> None:
-        self.data[key] = json.dumps(value)
 
 
 RUN_AFTER: dict[str, datetime] = {}

@@ -25,8 +25,10 @@ from airflow_kafka_events.watcher import dead_letters as watcher_dead_letters
 from airflow_kafka_events.watcher.trigger import KafkaAssetEventTrigger
 from harness.kafka_records import high_watermark
 from harness.registry_records import confluent_serialized
+from harness.waiting import until
+from harness.watchers import MemoryStores, Watchers, memory_stores
 from integration.registry.tcp_relay import relay_to
-from integration.triggers.test_asset_watcher import Watchers, _read_all, _until, stores  # noqa: F401
+from integration.triggers.test_asset_watcher import _read_all
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -57,16 +59,17 @@ def _event(n: int) -> AssetEventEnvelope:
     )
 
 
+@pytest.fixture
+def stores(monkeypatch) -> MemoryStores:
+    return memory_stores(monkeypatch)
+
+
 def _run(watcher: KafkaAssetEventTrigger, done, during=None) -> Watchers:
     async def scenario() -> Watchers:
-        watchers = Watchers()
-        watchers.start(1, watcher)
-        try:
+        async with Watchers().running({1: watcher}) as watchers:
             if during is not None:
                 await during(watchers)
-            await _until(lambda: done(watchers), 120, "the watcher's events")
-        finally:
-            await watchers.stop()
+            await until(lambda: done(watchers), 120, "the watcher's events")
         return watchers
 
     return asyncio.run(scenario())
@@ -77,7 +80,7 @@ def test_the_watcher_fires_events_of_every_framing_and_dead_letters_an_unknown_s
     schema_registry_url,
     new_topic,
     monkeypatch,
-    stores,  # noqa: F811
+    stores,
 ):
     topic, dlq = new_topic(partitions=1, prefix="watched"), new_topic(partitions=1, prefix="watched-dlq")
     settings = _conn(monkeypatch, kafka_bootstrap, schema_registry_url)
@@ -107,7 +110,7 @@ def test_a_registry_cut_off_mid_run_holds_the_watcher_without_dead_letters_or_lo
     schema_registry_url,
     new_topic,
     monkeypatch,
-    stores,  # noqa: F811
+    stores,
     caplog,
 ):
     caplog.set_level(logging.WARNING, logger="airflow_kafka_events.watcher.stream")
@@ -125,13 +128,13 @@ def test_a_registry_cut_off_mid_run_holds_the_watcher_without_dead_letters_or_lo
         )
 
         async def cut_then_restore(watchers: Watchers) -> None:
-            await _until(lambda: len(watchers.fired[1]) == 1, 120, "the first event")
+            await until(lambda: len(watchers.fired[1]) == 1, 120, "the first event")
             relay.stop()
             for envelope in later:  # registry-framed, written through the registry itself
                 await asyncio.to_thread(
                     publish, envelope, producer=producer, topic=topic, timeout=30, codec=writer.codecs.asset
                 )
-            await _until(
+            await until(
                 lambda: sum("for the schema registry" in r.getMessage() for r in caplog.records) >= 2,
                 120,
                 "the watcher to try the registry twice",
@@ -150,7 +153,7 @@ def test_the_first_fetch_of_a_schema_id_runs_off_the_event_loop(
     schema_registry_url,
     new_topic,
     monkeypatch,
-    stores,  # noqa: F811
+    stores,
 ):
     """The registry answers each reply DELAY seconds late: the watcher fetches the writer schema in a
     thread, so the event loop goes on (no gap near DELAY), and the records still fire in order."""

@@ -16,11 +16,9 @@ import contextlib
 import json
 import time
 import uuid
-from collections.abc import Callable
 from typing import Any
 
 import pytest
-from airflow.triggers.shared_stream import SharedStreamManager
 from confluent_kafka import Consumer, TopicPartition
 
 from airflow_kafka_events.assets.authz import sign_envelope, verify_envelope
@@ -35,8 +33,10 @@ from airflow_kafka_events.kafka.producer import get_producer
 from airflow_kafka_events.kafka.settings import KafkaSettings
 from airflow_kafka_events.kafka.shared_reader import SHARED_READERS
 from airflow_kafka_events.watcher import dead_letters as watcher_dead_letters
-from airflow_kafka_events.watcher.stream import WatcherStream, state_key
+from airflow_kafka_events.watcher.stream import state_key
 from airflow_kafka_events.watcher.trigger import KafkaAssetEventTrigger
+from harness.waiting import until
+from harness.watchers import MemoryStores, Watchers, memory_stores, watcher_conn
 
 pytestmark = pytest.mark.integration
 
@@ -143,95 +143,9 @@ def test_signed_envelope_survives_kafka_and_verifies(kafka_bootstrap, new_topic)
 
 
 # --------------------------------------------------------------------------- the watcher path
-def _watcher_conn(monkeypatch: pytest.MonkeyPatch, bootstrap: str, conn_id: str, group: str) -> None:
-    extra = {
-        "bootstrap.servers": bootstrap,
-        "group.id": group,
-        "enable.auto.commit": "false",
-        "auto.offset.reset": "earliest",
-        "session.timeout.ms": "6000",
-        "heartbeat.interval.ms": "500",
-    }
-    monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", json.dumps({"conn_type": "kafka", "extra": extra}))
-
-
-class Watchers:
-    """Run watchers through Airflow's SharedStreamManager; 'persist' every event they fire."""
-
-    def __init__(self, grace: float = 0.0) -> None:
-        self.manager = SharedStreamManager(ack_timeout=60.0, cohort_grace_period=grace)
-        self.fired: dict[int, list[dict[str, Any]]] = {}
-        self.tasks: list[asyncio.Task] = []
-
-    def start(self, trigger_id: int, trigger: KafkaAssetEventTrigger) -> None:
-        key = trigger.shared_stream_key()
-        stream = self.manager.subscribe(trigger_id=trigger_id, trigger=trigger, key=key)
-        self.fired[trigger_id] = []
-
-        async def run() -> None:
-            async for event in trigger.filter_shared_stream(stream):
-                seq = self.manager.bind_pending_event(trigger_id=trigger_id, key=key)
-                self.fired[trigger_id].append(event.payload)
-                if seq is not None:
-                    self.manager.confirm_persisted([seq])
-
-        async def guarded() -> None:
-            try:
-                await run()
-            finally:
-                await self.manager.unsubscribe(trigger_id, key)
-
-        self.tasks.append(asyncio.create_task(guarded()))
-
-    async def stop(self) -> None:
-        for task in self.tasks:
-            task.cancel()
-        await asyncio.gather(*self.tasks, return_exceptions=True)
-        await self.manager.stop_all()
-
-
-async def _until(condition: Callable[[], Any], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        await asyncio.sleep(0.2)
-
-
-class MemoryStores:
-    """The ``asset_state_store`` of each asset, as the triggerer's supervisor would keep it."""
-
-    def __init__(self) -> None:
-        self.values: dict[tuple[str, str], Any] = {}
-
-    def for_asset(self, asset: str) -> Any:
-        stores = self
-
-        class Store:
-            async def aget(self, key: str, default: Any = None) -> Any:
-                return json.loads(json.dumps(stores.values.get((asset, key), default)))
-
-            async def aset(self, key: str, value: Any) -> None:
-                stores.values[(asset, key)] = json.loads(json.dumps(value))
-
-        return Store()
-
-    def positions(self, asset: str, conn_id: str) -> dict[int, int]:
-        stored = self.values.get((asset, state_key(conn_id))) or {}
-        return {
-            int(p): o for partitions in stored.get("positions", {}).values() for p, o in partitions.items()
-        }
-
-
 @pytest.fixture
 def stores(monkeypatch) -> MemoryStores:
-    memory = MemoryStores()
-    monkeypatch.setattr(
-        WatcherStream,
-        "store",
-        lambda self: memory.for_asset(self.asset_uri or self.asset_name),
-    )
-    return memory
+    return memory_stores(monkeypatch)
 
 
 def test_watchers_handle_only_their_records_and_store_positions_past_them(
@@ -240,7 +154,7 @@ def test_watchers_handle_only_their_records_and_store_positions_past_them(
     topic = new_topic(partitions=1, prefix="watched")
     dlq_topic = new_topic(partitions=1, prefix="watched-dlq")
     group = f"watchers-{uuid.uuid4().hex[:8]}"
-    _watcher_conn(monkeypatch, kafka_bootstrap, "kafka_watcher_it", group)
+    watcher_conn(monkeypatch, kafka_bootstrap, "kafka_watcher_it", group)
     monkeypatch.setenv(
         "AIRFLOW_CONN_ASSET_SIGNING_IT", json.dumps({"conn_type": "generic", "password": "b-signing-key"})
     )
@@ -261,18 +175,13 @@ def test_watchers_handle_only_their_records_and_store_positions_past_them(
     watcher_b = KafkaAssetEventTrigger(asset_uri=ASSET_B.uri, signing_conn_id="asset_signing_it", **common)
 
     async def scenario() -> Watchers:
-        watchers = Watchers()
-        watchers.start(1, watcher_a)
-        watchers.start(2, watcher_b)
-        try:
+        async with Watchers().running({1: watcher_a, 2: watcher_b}) as watchers:
             for asset in (ASSET_A, ASSET_B):
-                await _until(
+                await until(
                     lambda a=asset: stores.positions(a.uri, "kafka_watcher_it") == {0: 7},
                     90,
                     f"{asset.uri}'s stored position to reach 7",
                 )
-        finally:
-            await watchers.stop()
         return watchers
 
     watchers = asyncio.run(scenario())
@@ -307,7 +216,7 @@ def test_two_triggerers_lose_nothing_whichever_watchers_each_runs(
     Before: the group split the partitions between the triggerers and 60 of 120 events were lost.
     """
     topic = new_topic(partitions=3, prefix="multi")
-    _watcher_conn(monkeypatch, kafka_bootstrap, "kafka_watcher_multi", f"multi-{uuid.uuid4().hex[:8]}")
+    watcher_conn(monkeypatch, kafka_bootstrap, "kafka_watcher_multi", f"multi-{uuid.uuid4().hex[:8]}")
     producer = _producer(kafka_bootstrap)
     sent: dict[str, list[str]] = {asset.uri: [] for asset in WATCHED}
     for n in range(20):
@@ -327,13 +236,13 @@ def test_two_triggerers_lose_nothing_whichever_watchers_each_runs(
         for tid, trigger in triggers.items():
             (first if tid % 2 else second).start(tid, trigger)
         try:
-            await _until(
+            await until(
                 lambda: sum(len(f) for w in (first, second) for f in w.fired.values()) >= 120,
                 120,
                 "120 asset events",
             )
             for asset in WATCHED:
-                await _until(
+                await until(
                     lambda a=asset: sum(stores.positions(a.uri, "kafka_watcher_multi").values()) == 120,
                     60,
                     f"{asset.uri}'s positions to pass every record",
@@ -357,7 +266,7 @@ def test_many_watchers_of_one_topic_share_one_reader_in_a_triggerer(
     """30 watchers of one topic in one triggerer: ONE reader fetches each record once, and each
     watcher fires exactly its own events and stores its own position."""
     topic = new_topic(partitions=3, prefix="shared")
-    _watcher_conn(monkeypatch, kafka_bootstrap, "kafka_watcher_shared", f"shared-{uuid.uuid4().hex[:8]}")
+    watcher_conn(monkeypatch, kafka_bootstrap, "kafka_watcher_shared", f"shared-{uuid.uuid4().hex[:8]}")
     assets = [AssetRef(name=f"it://shared/{i}", uri=f"it://shared/{i}") for i in range(30)]
     triggers = {
         i + 1: KafkaAssetEventTrigger(asset_uri=a.uri, topics=[topic], kafka_config_id="kafka_watcher_shared")
@@ -367,27 +276,22 @@ def test_many_watchers_of_one_topic_share_one_reader_in_a_triggerer(
     sent: dict[str, list[str]] = {a.uri: [] for a in assets}
 
     async def scenario() -> tuple[Watchers, Any]:
-        watchers = Watchers()
-        for tid, trigger in triggers.items():
-            watchers.start(tid, trigger)
-        try:
+        async with Watchers().running(triggers) as watchers:
             readers = lambda: [r for r in SHARED_READERS.readers() if r.topics == [topic]]  # noqa: E731
-            await _until(lambda: [r.feeds for r in readers()] == [30], 60, "30 watchers on one reader")
+            await until(lambda: [r.feeds for r in readers()] == [30], 60, "30 watchers on one reader")
             producer = _producer(kafka_bootstrap)
             for n in range(5):
                 for asset in assets:
                     receipt = publish(_event(asset, extra={"n": n}), producer=producer, topic=topic)
                     sent[asset.uri].append(receipt.event_id)
-            await _until(lambda: sum(len(f) for f in watchers.fired.values()) >= 150, 60, "150 asset events")
+            await until(lambda: sum(len(f) for f in watchers.fired.values()) >= 150, 60, "150 asset events")
             for asset in assets:
-                await _until(
+                await until(
                     lambda a=asset: sum(stores.positions(a.uri, "kafka_watcher_shared").values()) == 150,
                     60,
                     f"{asset.uri}'s positions to pass every record",
                 )
             (reader,) = readers()
-        finally:
-            await watchers.stop()
         return watchers, reader
 
     watchers, reader = asyncio.run(scenario())
@@ -400,7 +304,7 @@ def test_many_watchers_of_one_topic_share_one_reader_in_a_triggerer(
 
 def test_a_restarted_watcher_resumes_at_its_stored_position(kafka_bootstrap, new_topic, monkeypatch, stores):
     topic = new_topic(partitions=2, prefix="resume")
-    _watcher_conn(monkeypatch, kafka_bootstrap, "kafka_watcher_resume", f"resume-{uuid.uuid4().hex[:8]}")
+    watcher_conn(monkeypatch, kafka_bootstrap, "kafka_watcher_resume", f"resume-{uuid.uuid4().hex[:8]}")
     producer = _producer(kafka_bootstrap)
     before = [publish(_event(ASSET_A, extra={"n": n}), producer=producer, topic=topic) for n in range(4)]
     trigger = KafkaAssetEventTrigger(
@@ -408,13 +312,9 @@ def test_a_restarted_watcher_resumes_at_its_stored_position(kafka_bootstrap, new
     )
 
     async def run_until(count: int) -> list[str]:
-        watchers = Watchers()
-        watchers.start(1, trigger)
-        try:
-            await _until(lambda: len(watchers.fired[1]) >= count, 60, f"{count} events")
+        async with Watchers().running({1: trigger}) as watchers:
+            await until(lambda: len(watchers.fired[1]) >= count, 60, f"{count} events")
             await asyncio.sleep(0)  # nothing else is awaited: stop right after the last event
-        finally:
-            await watchers.stop()
         return [p["event_id"] for p in watchers.fired[1]]
 
     assert asyncio.run(run_until(4)) == [r.event_id for r in before]
@@ -431,7 +331,7 @@ def test_a_new_watcher_starts_by_auto_offset_reset_whatever_its_group_committed(
     ``auto.offset.reset`` (earliest), even where its connection's group committed further on."""
     topic = new_topic(partitions=1, prefix="upgrade")
     group = f"upgrade-{uuid.uuid4().hex[:8]}"
-    _watcher_conn(monkeypatch, kafka_bootstrap, "kafka_watcher_upgrade", group)
+    watcher_conn(monkeypatch, kafka_bootstrap, "kafka_watcher_upgrade", group)
     producer = _producer(kafka_bootstrap)
     receipts = [publish(_event(ASSET_A, extra={"n": n}), producer=producer, topic=topic) for n in range(5)]
     old = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": group, "enable.auto.commit": False})
@@ -444,14 +344,10 @@ def test_a_new_watcher_starts_by_auto_offset_reset_whatever_its_group_committed(
     )
 
     async def scenario() -> list[str]:
-        watchers = Watchers()
-        watchers.start(1, trigger)
-        try:
-            await _until(
+        async with Watchers().running({1: trigger}) as watchers:
+            await until(
                 lambda: stores.positions(ASSET_A.uri, "kafka_watcher_upgrade") == {0: 5}, 60, "position 5"
             )
-        finally:
-            await watchers.stop()
         return [p["event_id"] for p in watchers.fired[1]]
 
     assert asyncio.run(scenario()) == [r.event_id for r in receipts]
@@ -471,7 +367,7 @@ def test_a_record_every_watcher_refuses_is_dead_lettered_once_over_two_triggerer
     stops = new_topic(partitions=3, prefix="claims-stops", config={"cleanup.policy": "compact"})
     monkeypatch.setenv("AIRFLOW__KAFKA_EVENTS__WATCHER_STOPS_TOPIC", stops)
     for conn_id in ("kafka_watcher_t1", "kafka_watcher_t2"):
-        _watcher_conn(monkeypatch, kafka_bootstrap, conn_id, f"claims-{uuid.uuid4().hex[:8]}")
+        watcher_conn(monkeypatch, kafka_bootstrap, conn_id, f"claims-{uuid.uuid4().hex[:8]}")
     producer = _producer(kafka_bootstrap)
     poison = producer.send_and_wait(topic, b"\x7f not an envelope", key=b"it://watched/a", partition=1)
     after = [publish(_event(asset), producer=producer, topic=topic) for asset in (ASSET_A, ASSET_B)]
@@ -491,8 +387,8 @@ def test_a_record_every_watcher_refuses_is_dead_lettered_once_over_two_triggerer
         one.start(1, first)
         two.start(2, second)
         try:
-            await _until(lambda: one.fired[1] and two.fired[2], 90, "both watchers firing")
-            await _until(
+            await until(lambda: one.fired[1] and two.fired[2], 90, "both watchers firing")
+            await until(
                 lambda: (
                     past_the_poison(ASSET_A, "kafka_watcher_t1")
                     and past_the_poison(ASSET_B, "kafka_watcher_t2")
@@ -529,7 +425,7 @@ def test_a_claim_won_by_a_run_that_stopped_before_writing_is_written_by_the_next
     dlq_topic = new_topic(partitions=1, prefix="claims-again-dlq")
     stops = new_topic(partitions=3, prefix="claims-again-stops", config={"cleanup.policy": "compact"})
     monkeypatch.setenv("AIRFLOW__KAFKA_EVENTS__WATCHER_STOPS_TOPIC", stops)
-    _watcher_conn(monkeypatch, kafka_bootstrap, "kafka_watcher_again", f"again-{uuid.uuid4().hex[:8]}")
+    watcher_conn(monkeypatch, kafka_bootstrap, "kafka_watcher_again", f"again-{uuid.uuid4().hex[:8]}")
     producer = _producer(kafka_bootstrap)
     poison = producer.send_and_wait(topic, b"\x7f not an envelope", partition=0)
     after = [publish(_event(asset), producer=producer, topic=topic) for asset in (ASSET_A, ASSET_B)]
@@ -541,20 +437,19 @@ def test_a_claim_won_by_a_run_that_stopped_before_writing_is_written_by_the_next
     common = {"topics": [topic], "kafka_config_id": "kafka_watcher_again", "dlq_topic": dlq_topic}
 
     async def scenario() -> Watchers:
-        watchers = Watchers()
-        watchers.start(1, KafkaAssetEventTrigger(asset_uri=ASSET_A.uri, **common))
-        watchers.start(2, KafkaAssetEventTrigger(asset_uri=ASSET_B.uri, **common))
-        try:
-            await _until(lambda: watchers.fired[1] and watchers.fired[2], 90, "both watchers firing")
-            await _until(
+        triggers = {
+            1: KafkaAssetEventTrigger(asset_uri=ASSET_A.uri, **common),
+            2: KafkaAssetEventTrigger(asset_uri=ASSET_B.uri, **common),
+        }
+        async with Watchers().running(triggers) as watchers:
+            await until(lambda: watchers.fired[1] and watchers.fired[2], 90, "both watchers firing")
+            await until(
                 lambda: all(
                     stores.positions(a.uri, "kafka_watcher_again").get(0, 0) > 2 for a in (ASSET_A, ASSET_B)
                 ),
                 60,
                 "both watchers' stored positions past every record",
             )
-        finally:
-            await watchers.stop()
         return watchers
 
     asyncio.run(scenario())

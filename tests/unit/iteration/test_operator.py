@@ -25,7 +25,8 @@ from airflow_kafka_events.iteration.operator import IterableOperator
 from airflow_kafka_events.iteration.sources import StreamItems, from_stream, results_of
 from airflow_kafka_events.provider import get_provider_info
 from airflow_kafka_events.streams.consuming.operator import StreamRef
-from unit.operators.fakes import DictStore, context
+from harness.task_state import DictStore
+from unit.operators.fakes import context
 
 pytestmark = pytest.mark.unit
 

@@ -1,5 +1,5 @@
-"""Which reader failures heal by retrying, and the typed errors a waiting consumer's ``error``
-event comes back as."""
+"""Which reader failures heal by retrying, how long a shared reader waits before reading on with a
+new client, and the typed errors a waiting consumer's ``error`` event comes back as."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from airflow_kafka_events.errors import (
     TopicError,
 )
 from airflow_kafka_events.kafka.assigned_reader import heals_by_retrying
+from airflow_kafka_events.kafka.shared_feed import Rebuilds
 from airflow_kafka_events.streams.consuming.wait_trigger import wait_event_error
 
 pytestmark = pytest.mark.unit
@@ -43,6 +44,20 @@ def test_outages_timeouts_and_failed_calls_heal_by_retrying(error: Exception):
 )
 def test_refusals_fatal_errors_and_missing_topics_do_not(error: Exception):
     assert not heals_by_retrying(error)
+
+
+def test_a_reader_waits_longer_after_each_failure_in_a_row_until_it_reads_again():
+    rebuilds = Rebuilds()
+    outage = KafkaOperationError("metadata", kafka_error=KafkaError(KafkaError._TRANSPORT))
+    assert [rebuilds.delay_after(outage) for _ in range(7)] == [1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 30.0]
+    rebuilds.reset()  # it read: the next failure is the first in a row
+    assert rebuilds.delay_after(outage) == 1.0
+
+
+def test_a_failure_that_does_not_heal_gets_no_delay_and_counts_no_failure():
+    rebuilds = Rebuilds()
+    assert rebuilds.delay_after(KafkaAuthenticationError("refused")) is None
+    assert rebuilds.failures == 0
 
 
 @pytest.mark.parametrize(

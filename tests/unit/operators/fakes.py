@@ -1,8 +1,8 @@
-"""Test doubles for the operator tests: an in-memory stream reader, a JSON store, a context."""
+"""Test doubles for the operator tests: an in-memory stream reader, a context (the task state store:
+:class:`harness.task_state.DictStore`)."""
 
 from __future__ import annotations
 
-import json
 from datetime import datetime
 from types import SimpleNamespace
 from typing import Any
@@ -11,6 +11,7 @@ from airflow_kafka_events.envelopes.model import StreamFailure, TriggerEventEnve
 from airflow_kafka_events.streams.checkpoint import Checkpoint
 from airflow_kafka_events.streams.consuming.sequence import StreamBatch
 from airflow_kafka_events.streams.descriptor import StreamDescriptor
+from harness.task_state import DictStore
 
 TOPIC = "airflow.trigger-events"
 
@@ -125,21 +126,6 @@ class FakeReader:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-class DictStore:
-    """Keeps JSON text, as Airflow's task state store keeps JSON values; records every write."""
-
-    def __init__(self) -> None:
-        self.data: dict[str, str] = {}
-        self.writes: list[tuple[str, Any]] = []
-
-    def get(self, key: str, default: Any = None) -> Any:
-        return json.loads(self.data[key]) if key in self.data else default
-
-    def set(self, key: str, value: Any) -> None:
-        self.data[key] = json.dumps(value)
-        self.writes.append((key, json.loads(self.data[key])))
 
 
 def context(

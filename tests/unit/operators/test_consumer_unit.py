@@ -22,7 +22,8 @@ from airflow_kafka_events.streams.consuming.operator import (
     consumer_group_id,
 )
 from airflow_kafka_events.streams.descriptor import stream_id
-from unit.operators.fakes import DictStore, FakeReader, context, stream
+from harness.task_state import DictStore
+from unit.operators.fakes import FakeReader, context, stream
 
 pytestmark = pytest.mark.unit
 

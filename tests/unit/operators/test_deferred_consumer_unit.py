@@ -24,7 +24,8 @@ from airflow_kafka_events.streams.consuming.operator import StreamConsumerOperat
 from airflow_kafka_events.streams.consuming.slot_release import default_deferrable
 from airflow_kafka_events.streams.consuming.wait_trigger import StreamWaitTrigger, producer_state_key
 from airflow_kafka_events.streams.descriptor import stream_id
-from unit.operators.fakes import DictStore, FakeReader, context, stream
+from harness.task_state import DictStore
+from unit.operators.fakes import FakeReader, context, stream
 
 pytestmark = pytest.mark.unit
 

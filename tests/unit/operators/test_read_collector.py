@@ -18,7 +18,8 @@ from airflow_kafka_events.streams.consuming.collector import (
 from airflow_kafka_events.streams.consuming.consumption import drive_stream
 from airflow_kafka_events.streams.consuming.operator import StreamConsumerOperator, StreamRef
 from airflow_kafka_events.streams.descriptor import stream_id
-from unit.operators.fakes import DictStore, FakeReader, context, stream
+from harness.task_state import DictStore
+from unit.operators.fakes import FakeReader, context, stream
 
 pytestmark = pytest.mark.unit
 

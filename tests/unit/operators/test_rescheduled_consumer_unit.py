@@ -12,7 +12,8 @@ from airflow_kafka_events.streams.checkpoint import Checkpoint
 from airflow_kafka_events.streams.consuming import slot_release
 from airflow_kafka_events.streams.consuming.operator import StreamRef
 from airflow_kafka_events.streams.consuming.slot_release import RescheduleNote, note_key
-from unit.operators.fakes import DictStore, context, stream
+from harness.task_state import DictStore
+from unit.operators.fakes import context, stream
 from unit.operators.test_deferred_consumer_unit import HANDLED, RUN, Consumer, FakeClock, IdleReader
 from unit.operators.test_deferred_consumer_unit import clock as clock  # the fixture
 

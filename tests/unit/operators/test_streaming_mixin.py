@@ -31,7 +31,8 @@ from airflow_kafka_events.streams.producing.operator import (
     StreamingTriggerOperator,
 )
 from airflow_kafka_events.streams.producing.trigger import Page, StreamingTrigger
-from unit.operators.fakes import DictStore, FakeReader, context, descriptor, stream
+from harness.task_state import DictStore
+from unit.operators.fakes import FakeReader, context, descriptor, stream
 
 pytestmark = pytest.mark.unit
 

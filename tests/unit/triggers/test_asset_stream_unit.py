@@ -40,9 +40,16 @@ class Store:
         self.writes.append(value)
 
 
-def producer(store: Store) -> WatcherStream:
+def watcher_stream(store: Store, load: WatcherLoad | None = None) -> WatcherStream:
+    """The stream of a watcher of ``events`` reading from offset 0 of ``TP``, storing into ``store``
+    (paced by ``load``; default: the process's)."""
     stream = WatcherStream(
-        topics=["events"], kafka_config_id="kafka_watcher", asset_uri="s3://a", asset_name=None, store=store
+        topics=["events"],
+        kafka_config_id="kafka_watcher",
+        asset_uri="s3://a",
+        asset_name=None,
+        store=store,
+        load=load,
     )
     stream._tracker = PositionTracker({TP: 0})
     return stream
@@ -50,7 +57,7 @@ def producer(store: Store) -> WatcherStream:
 
 def test_skipped_records_are_stored_lazily_own_records_promptly(monkeypatch):
     store = Store()
-    stream = producer(store)
+    stream = watcher_stream(store)
 
     async def scenario() -> None:
         await stream.flush(force=True)
@@ -72,7 +79,7 @@ def test_skipped_records_are_stored_lazily_own_records_promptly(monkeypatch):
 
 
 def test_the_store_interval_stretches_with_the_streams_of_the_process(monkeypatch):
-    stream = producer(Store())
+    stream = watcher_stream(Store())
     monkeypatch.setattr(asset_stream.PROCESS_LOAD, "streams_open", 6)
     assert stream.store_interval() == asset_stream.FLUSH_INTERVAL  # up to 10 watchers: 1 s
     monkeypatch.setattr(asset_stream.PROCESS_LOAD, "streams_open", 100)
@@ -80,7 +87,7 @@ def test_the_store_interval_stretches_with_the_streams_of_the_process(monkeypatc
 
 
 def test_the_store_interval_of_skipped_records_stretches_with_the_streams_of_the_process(monkeypatch):
-    stream = producer(Store())
+    stream = watcher_stream(Store())
     monkeypatch.setattr(asset_stream.PROCESS_LOAD, "streams_open", 60)
     assert stream.skip_store_interval() == asset_stream.SKIP_FLUSH_INTERVAL  # up to 60 watchers: 30 s
     monkeypatch.setattr(asset_stream.PROCESS_LOAD, "streams_open", 1000)
@@ -91,7 +98,7 @@ def test_skipped_records_of_many_watchers_are_stored_at_the_stretched_interval(m
     monkeypatch.setattr(asset_stream.PROCESS_LOAD, "streams_open", 1000)
     monkeypatch.setattr(asset_stream.PROCESS_LOAD, "backlog", 0)
     store = Store()
-    stream = producer(store)
+    stream = watcher_stream(store)
 
     async def scenario() -> None:
         await stream.flush(force=True)
@@ -122,7 +129,7 @@ def test_records_awaiting_airflow_make_the_stores_go_at_the_busy_pace():
 
 def test_a_watchers_backlog_counts_in_its_process_load_until_it_closes():
     store, other = Store(), Store()
-    stream, busy = producer(store), producer(other)
+    stream, busy = watcher_stream(store), watcher_stream(other)
 
     async def scenario() -> None:
         for offset in range(5):  # another watcher's records await Airflow
@@ -141,9 +148,9 @@ def test_a_watchers_backlog_counts_in_its_process_load_until_it_closes():
 
 def test_the_in_flight_window_follows_airflows_subscriber_queue(monkeypatch):
     monkeypatch.setenv("AIRFLOW__TRIGGERER__SHARED_STREAM_SUBSCRIBER_QUEUE_SIZE", "4096")
-    assert producer(Store()).max_pending == int(4096 * asset_stream.PENDING_SHARE)
+    assert watcher_stream(Store()).max_pending == int(4096 * asset_stream.PENDING_SHARE)
     monkeypatch.delenv("AIRFLOW__TRIGGERER__SHARED_STREAM_SUBSCRIBER_QUEUE_SIZE")
-    assert producer(Store()).max_pending == int(1024 * asset_stream.PENDING_SHARE)
+    assert watcher_stream(Store()).max_pending == int(1024 * asset_stream.PENDING_SHARE)
 
 
 class SlowStore(Store):
@@ -158,7 +165,7 @@ class SlowStore(Store):
 
 def test_a_slow_store_runs_beside_the_stream_one_at_a_time():
     store = SlowStore()
-    stream = producer(store)
+    stream = watcher_stream(store)
 
     async def scenario() -> None:
         store.release = asyncio.Event()
@@ -202,6 +209,17 @@ class Sleeper:
     async def __call__(self, seconds: float) -> None:
         self.clock.now += seconds
         await asyncio.sleep(0)
+
+
+@pytest.fixture
+def far_slot(monkeypatch: pytest.MonkeyPatch) -> WatcherLoad:
+    """A process load, busy with Airflow's work, whose clock stands still and whose next store slot
+    is 1,000 s away."""
+    monkeypatch.setattr(asset_stream, "BUSY_STORES_PER_SECOND", 0.001)
+    load = WatcherLoad(clock=Clock())
+    load.add_backlog(1)
+    asyncio.run(load.store_slot())  # another watcher's store just went
+    return load
 
 
 def test_the_process_hands_out_store_slots_in_turn_at_the_paced_rate():
@@ -269,7 +287,7 @@ def test_many_watchers_due_at_once_store_at_the_paced_rate(monkeypatch):
     monkeypatch.setattr(asset_stream, "STORES_PER_SECOND", 100.0)  # 10 ms apart: a short test
     spacing = 1 / asset_stream.STORES_PER_SECOND
     times: list[float] = []
-    streams = [producer(TimedStore(times)) for _ in range(20)]
+    streams = [watcher_stream(TimedStore(times)) for _ in range(20)]
 
     async def scenario() -> float:
         for stream in streams:
@@ -290,15 +308,7 @@ def test_many_watchers_due_at_once_store_at_the_paced_rate(monkeypatch):
 def test_a_store_waiting_for_its_slot_takes_the_freshest_state():
     load = WatcherLoad()
     store = Store()
-    stream = WatcherStream(
-        topics=["events"],
-        kafka_config_id="kafka_watcher",
-        asset_uri="s3://a",
-        asset_name=None,
-        store=store,
-        load=load,
-    )
-    stream._tracker = PositionTracker({TP: 0})
+    stream = watcher_stream(store, load)
 
     async def scenario() -> None:
         await load.store_slot()  # another watcher's store just went: this one's slot is 0.1 s away
@@ -314,24 +324,11 @@ def test_a_store_waiting_for_its_slot_takes_the_freshest_state():
     asyncio.run(scenario())
 
 
-def test_a_forced_store_is_not_paced(monkeypatch):
-    monkeypatch.setattr(asset_stream, "BUSY_STORES_PER_SECOND", 0.001)  # busy: the next slot 1,000 s away
-    clock = Clock()
-    load = WatcherLoad(clock=clock)
+def test_a_forced_store_is_not_paced(far_slot):
     store = Store()
-    stream = WatcherStream(
-        topics=["events"],
-        kafka_config_id="kafka_watcher",
-        asset_uri="s3://a",
-        asset_name=None,
-        store=store,
-        load=load,
-    )
-    stream._tracker = PositionTracker({TP: 0})
-    load.add_backlog(1)
+    stream = watcher_stream(store, far_slot)
 
     async def scenario() -> None:
-        await load.store_slot()
         _confirm(stream, 0)
         await asyncio.wait_for(stream.flush(force=True), timeout=5.0)
         assert store.writes[-1]["positions"] == {"events": {"0": 1}}
@@ -340,24 +337,11 @@ def test_a_forced_store_is_not_paced(monkeypatch):
 
 
 @pytest.mark.parametrize("started", [True, False], ids=["waiting-for-its-slot", "not-started-yet"])
-def test_closing_a_stream_does_not_wait_for_its_pending_store_slot(started, monkeypatch):
-    monkeypatch.setattr(asset_stream, "BUSY_STORES_PER_SECOND", 0.001)  # busy: the next slot 1,000 s away
-    clock = Clock()
-    load = WatcherLoad(clock=clock)
+def test_closing_a_stream_does_not_wait_for_its_pending_store_slot(far_slot, started):
     store = Store()
-    stream = WatcherStream(
-        topics=["events"],
-        kafka_config_id="kafka_watcher",
-        asset_uri="s3://a",
-        asset_name=None,
-        store=store,
-        load=load,
-    )
-    stream._tracker = PositionTracker({TP: 0})
-    load.add_backlog(1)
+    stream = watcher_stream(store, far_slot)
 
     async def scenario() -> None:
-        await load.store_slot()
         _confirm(stream, 0)
         stream._last_flush -= stream.store_interval()
         stream._request_flush()
@@ -417,7 +401,7 @@ def _item(offset: int, *, acked: int = 1, failed: int = 0) -> AdvanceItem:
 
 def test_a_rewind_while_a_batch_is_handed_on_drops_the_rest_and_never_stores_past_it():
     store = Store()
-    stream = producer(store)
+    stream = watcher_stream(store)
     feed = Feed()
 
     async def opened() -> tuple[Feed, PositionTracker]:
@@ -449,7 +433,7 @@ def test_a_rewind_while_a_batch_is_handed_on_drops_the_rest_and_never_stores_pas
 
 
 def test_records_confirmed_after_a_failed_one_are_finished_so_the_reread_drops_them():
-    stream = producer(Store())
+    stream = watcher_stream(Store())
     feed = Feed()
     stream._feed = feed  # type: ignore[assignment]
     tickets = {o: Ticket() for o in range(3)}
@@ -485,7 +469,7 @@ def test_records_confirmed_after_the_last_store_stay_in_doubt_at_a_clean_stop():
     after the last store the supervisor answered, nor counts its key among the repeats; records
     confirmed before that store are done."""
     store = FailingStore()
-    stream = producer(store)
+    stream = watcher_stream(store)
     stream._feed = Feed()  # type: ignore[assignment]
     tickets = {o: Ticket(seq=o, partition=TP, offset=o, accepted_key=f"key-{o}") for o in range(4)}
     for offset, ticket in tickets.items():
@@ -511,7 +495,7 @@ def test_the_last_store_of_a_stop_without_a_mark_never_passes_a_record_confirmed
     still answers): that store keeps the records confirmed after the last store unread too, and does
     not call the stop clean (the next start handles them as after a crash: rechecked, or fired again)."""
     store = FailingStore()
-    stream = producer(store)
+    stream = watcher_stream(store)
     stream._feed = Feed()  # type: ignore[assignment]
     for offset in range(2):
         ticket = Ticket(seq=offset, partition=TP, offset=offset, accepted_key=f"key-{offset}")

@@ -10,12 +10,14 @@ import json
 import logging
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from airflow_kafka_events.errors import ConfigurationError
 from airflow_kafka_events.kafka.positions import PositionTracker
+from airflow_kafka_events.kafka.producer import close_all_producers
 from airflow_kafka_events.watcher import recheck as watcher_recheck
 from airflow_kafka_events.watcher import resume as watcher_resume
 from airflow_kafka_events.watcher import stream as asset_stream
@@ -127,8 +129,16 @@ async def _recheck(found: WatcherResumption) -> None:
     )
 
 
+@pytest.fixture
+def producers_closed() -> Iterator[None]:
+    """Closes the producers the test made (a watcher opening makes its clean-stop marks' producer)
+    at its teardown, while pytest's log stream is open, rather than at the interpreter's exit."""
+    yield
+    close_all_producers(timeout=0)
+
+
 @pytest.mark.parametrize(("stopped", "asks"), [(False, True), (True, False), (None, True)])
-def test_a_stream_asks_airflow_only_after_an_unclean_stop(monkeypatch, stopped, asks):
+def test_a_stream_asks_airflow_only_after_an_unclean_stop(monkeypatch, producers_closed, stopped, asks):
     monkeypatch.setenv("AIRFLOW__KAFKA_EVENTS__WATCHER_AIRFLOW_API_CONN_ID", "airflow_api")
     asked: list[tuple[str, str, str]] = []
 
