@@ -10,7 +10,7 @@ the broker's or the network's.  Variants, one after another in one process:
   loop         ``drive_stream`` over the same reader (the consumer operator's loop, a no-op
                handler), at the process's collector threshold (``gc_threshold=0``).
 
-Per variant and round: CPU per record, and per generation the collections, their wall time
+Per variant and round: CPU per record, and per generation the collections, their CPU time
 (``gc.callbacks``) and, in a separate counting round (``gc.get_objects`` at each collection is
 slow), the objects each collection walked and how many reached the oldest generation.  Also the
 objects ``gc.is_tracked`` finds in one decoded record.  ``--gc-threshold`` sets the first
@@ -150,16 +150,16 @@ VARIANTS: dict[str, Callable[[list[bytes], str, int], int]] = {
 
 @contextmanager
 def collections_timed(into: dict[int, list[float]]) -> Iterator[None]:
-    """Each collection of generation g adds 1 to ``into[g][0]`` and its wall seconds to ``into[g][1]``."""
+    """Each collection of generation g adds 1 to ``into[g][0]`` and its CPU seconds to ``into[g][1]``."""
     started = [0.0]
 
     def note(phase: str, info: dict[str, Any]) -> None:
         if phase == "start":
-            started[0] = time.perf_counter()
+            started[0] = time.process_time()
         else:
             counts = into.setdefault(info["generation"], [0, 0.0])
             counts[0] += 1
-            counts[1] += time.perf_counter() - started[0]
+            counts[1] += time.process_time() - started[0]
 
     gc.callbacks.append(note)
     try:
@@ -224,9 +224,8 @@ def main(argv: list[str]) -> int:
     run = "b11-gc-stream"
     values = stream_values(run, args.records, args.size)
     print(f"thresholds {gc.get_threshold()}, {args.records} records of {len(values[0])} B")
-    print(
-        f"tracked objects before reading: {len(gc.get_objects())}; per record: {tracked_per_record(values, run)}"
-    )
+    per_record = tracked_per_record(values, run)
+    print(f"tracked objects before reading: {len(gc.get_objects())}; per record: {per_record}")
     for max_events in (int(m) for m in args.max_events.split(",")):
         for name in args.variants.split(","):
             read = VARIANTS[name]
