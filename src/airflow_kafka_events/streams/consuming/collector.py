@@ -84,8 +84,8 @@ def young_collections_every(allocations: int) -> Iterator[None]:
 def collections_paused() -> Iterator[None]:
     """Inside the block Python's cyclic collector starts no collection; after it, as before.
 
-    What a :class:`~airflow_kafka_events.streams.consuming.reader.StreamReader` decodes a batch
-    in.  The decoded pages are alive until the caller drops the batch, so every young collection
+    A :class:`~airflow_kafka_events.streams.consuming.reader.StreamReader` decodes each batch
+    inside one.  The decoded pages are alive until the caller drops the batch, so every young collection
     started while they are built only moves them up a generation, where the older collections walk
     them again; paused, the batch meets one young collection after the block instead of one every
     700 allocations.  The allocations still count: the first one after the block starts the
