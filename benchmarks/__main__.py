@@ -20,6 +20,7 @@ BENCHMARKS = {
     "ui-pages": "benchmarks.ui_pages",
     "consumer-wait": "benchmarks.consumer_wait_latency",
     "stream-read": "benchmarks.stream_read_throughput",
+    "stream-read-gc": "benchmarks.stream_read_gc",
     "many-streams": "benchmarks.many_streams",
     "stream-e2e": "benchmarks.stream_e2e",
 }

@@ -7,6 +7,7 @@ in-memory consumer and a fake clock, so timeouts are checked without waiting for
 from __future__ import annotations
 
 import dataclasses
+import gc
 import json
 import pickle
 import random
@@ -806,6 +807,32 @@ def test_reader_rejects_poison_of_its_key_and_never_decodes_other_keys(broker):
     assert all(isinstance(rec.error, EnvelopeDecodeError) and rec.key == RUN.encode() for rec in rejected)
     assert "tombstone" in str(rejected[1].error) and "other-run" in str(rejected[2].error)
     assert b"other poison" not in decoded and len(decoded) == 4  # only records with our key
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_reader_decodes_with_the_collector_paused_and_leaves_it_as_found(broker, enabled):
+    collector_on: list[bool] = []
+
+    class SpyCodec:
+        def decode(self, data: bytes) -> TriggerEventEnvelope:
+            collector_on.append(gc.isenabled())
+            return TRIGGER_EVENT_CODEC.decode(data)
+
+    for e in stream(5):
+        broker.send("events", e)
+    was = gc.isenabled()
+    if not enabled:
+        gc.disable()
+    try:
+        r = reader(broker, codec=SpyCodec(), max_events=2)
+        batches = [r.next_batch() for _ in range(3)]
+        after = gc.isenabled()
+    finally:
+        if was:
+            gc.enable()
+    assert [seqs(b.events) for b in batches] == [[0, 1], [2, 3], [4]]
+    assert collector_on == [False] * 5  # every record decoded with the collector off
+    assert after is enabled
 
 
 def test_a_batch_of_only_rejected_records_is_returned(broker):

@@ -12,6 +12,7 @@ from airflow_kafka_events.errors import ConfigurationError
 from airflow_kafka_events.streams.checkpoint import Checkpoint
 from airflow_kafka_events.streams.consuming.collector import (
     DEFAULT_GC_THRESHOLD,
+    collections_paused,
     resolve_gc_threshold,
     young_collections_every,
 )
@@ -141,3 +142,52 @@ def test_the_consumer_operator_hands_batches_over_with_the_configured_threshold(
     summary = op.execute(context(task_id="consume", store=DictStore()))
     assert summary["pages"] == 3 and THRESHOLDS == [40_000, 40_000]
     assert gc.get_threshold() == (700, 10, 10)
+
+
+# ====================================================================== a pause around a decode
+def test_a_pause_turns_the_collector_off_inside_and_on_after():
+    with collections_paused():
+        assert not gc.isenabled()
+    assert gc.isenabled()
+    assert gc.get_threshold() == (700, 10, 10)
+
+
+def test_a_pause_turns_it_on_again_when_the_block_raises():
+    with pytest.raises(RuntimeError), collections_paused():
+        raise RuntimeError("decode failed")
+    assert gc.isenabled()
+
+
+def test_a_pause_leaves_a_collector_that_was_off_off():
+    gc.disable()
+    with collections_paused():
+        assert not gc.isenabled()
+    assert not gc.isenabled()
+
+
+def test_nested_pauses_end_with_the_collector_on():
+    with collections_paused():
+        with collections_paused():
+            assert not gc.isenabled()
+        assert not gc.isenabled()
+    assert gc.isenabled()
+
+
+def test_no_collection_starts_inside_a_pause_and_the_one_due_starts_after():
+    generations: list[int] = []
+
+    def note(phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            generations.append(info["generation"])
+
+    gc.collect()
+    gc.callbacks.append(note)
+    try:
+        with collections_paused():
+            held = [[i] for i in range(5_000)]  # 7 times the first threshold, all alive
+            assert generations == []
+        more = [[i] for i in range(10)]  # the first allocations after the pause
+    finally:
+        gc.callbacks.remove(note)
+    assert generations[:1] == [0]
+    assert len(held) + len(more) == 5_010

@@ -13,6 +13,10 @@ counting before any collection sees them.
 it, leaves a collector that was turned off alone, and puts back what it found); a consumer task
 runs one task in its process, so the process's setting is the task's to choose while it reads.
 ``[kafka_events] stream_read_gc_threshold`` sets the value; 0 keeps Python's.
+
+:func:`collections_paused` holds collections off while a reader decodes one batch (any reader,
+inside a task or not): the batch's pages then meet one young collection, not one every 700
+allocations that moves them up to the older generations.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from airflow_kafka_events.errors import ConfigurationError
 
 __all__ = [
     "DEFAULT_GC_THRESHOLD",
+    "collections_paused",
     "resolve_gc_threshold",
     "young_collections_every",
 ]
@@ -73,3 +78,35 @@ def young_collections_every(allocations: int) -> Iterator[None]:
     finally:
         if gc.get_threshold() == raised:
             gc.set_threshold(*before)
+
+
+@contextmanager
+def collections_paused() -> Iterator[None]:
+    """Inside the block Python's cyclic collector starts no collection; after it, as before.
+
+    A :class:`~airflow_kafka_events.streams.consuming.reader.StreamReader` decodes each batch
+    inside one.  The decoded pages are alive until the caller drops the batch, so every young collection
+    started while they are built only moves them up a generation, where the older collections walk
+    them again; paused, the batch meets one young collection after the block instead of one every
+    700 allocations.  The allocations still count: the first one after the block starts the
+    collection that was due, so no collection is skipped, only started later (by the length of
+    one batch's decode).
+
+    When the collector is already off (``gc.disable()``, or another thread's pause), nothing is
+    changed: only a collector this block turned off is turned back on, in a ``finally``.  Threads:
+    ``gc.disable()`` / ``gc.enable()`` act on the whole process.  Pauses in several threads
+    overlapping end with the collector on (each one that turned it off turns it on, and one that
+    found it off touches nothing); the only cost is a pause ending early for the other thread.
+    Other threads allocate without collections while a pause lasts (their cyclic garbage waits for
+    the collection after it).  A thread that calls ``gc.disable()`` while another thread's pause is
+    open finds the collector on again when that pause ends: the pause cannot tell that call from
+    its own.
+    """
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
