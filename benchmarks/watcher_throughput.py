@@ -441,22 +441,31 @@ def emit_kafka(setup: Setup, producer: RecordProducer, batch: Batch) -> float:
     return time.monotonic() - t0
 
 
+#: The runner's line for a ceiling event (its whole payload: the batch tag and number).
 FIRED = re.compile(r"^(\S+) \[info\s*\] Trigger fired event .*?'b8': '([^']+)', 'seq': (\d+)")
+#: ... for a watcher's event (its asset event's id, not its payload: ``WatcherTriggerEvent``).
+FIRED_EVENT = re.compile(r"^(\S+) \[info\s*\] Trigger fired event .*?'event_id': '([^']+)'")
 
 
-def fired_times(setup: Setup, tag: str) -> dict[int, datetime]:
-    """When the triggerer's runner yielded each event of batch ``tag`` (its log, per ``seq``)."""
+def fired_times(setup: Setup, tag: str, event_ids: dict[str, int]) -> dict[int, datetime]:
+    """When the triggerer's runner yielded each event of batch ``tag`` (its log, per ``seq``); a
+    watcher's line names its asset event, ``event_ids`` maps those of the batch to their ``seq``."""
     found: dict[int, datetime] = {}
     for name in setup.triggerers:
         with (setup.stack.log_dir / f"{name}.log").open(errors="replace") as fh:
             for line in fh:
-                if tag not in line:
+                if "Trigger fired event" not in line:
                     continue
+                seq: int | None = None
                 match = FIRED.match(line)
-                if match and match.group(2) == tag:
-                    found.setdefault(
-                        int(match.group(3)), datetime.fromisoformat(match.group(1).replace("Z", "+00:00"))
-                    )
+                if match is not None:
+                    seq = int(match.group(3)) if match.group(2) == tag else None
+                else:
+                    by_id = FIRED_EVENT.match(line)
+                    seq = event_ids.get(by_id.group(2)) if by_id is not None else None
+                    match = by_id
+                if match is not None and seq is not None:
+                    found.setdefault(seq, datetime.fromisoformat(match.group(1).replace("Z", "+00:00")))
     return found
 
 
@@ -547,11 +556,16 @@ def run_batch(setup: Setup, producer: RecordProducer, batch: Batch, timeout: flo
     latencies: list[float] = []
     emitted: list[datetime] = []
     seqs: set[int] = set()
-    fired = fired_times(setup, batch.tag)
+    extras = [json.loads(row["extra"]) if isinstance(row["extra"], str) else row["extra"] for row in rows]
+    event_ids = {
+        str(e["payload"].get("event_id")): int(e["payload"]["extra"]["seq"])
+        for e in extras
+        if not is_ceiling(batch.phase)
+    }
+    fired = fired_times(setup, batch.tag, event_ids)
     to_fired: list[float] = []
     after_fired: list[float] = []
-    for row in rows:
-        extra = json.loads(row["extra"]) if isinstance(row["extra"], str) else row["extra"]
+    for row, extra in zip(rows, extras, strict=True):
         payload = extra["payload"]
         at = parse_db_time(row["timestamp"])
         sent = datetime.fromisoformat(payload["emitted_at"])

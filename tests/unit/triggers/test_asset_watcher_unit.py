@@ -15,10 +15,11 @@ from typing import Any
 
 import pytest
 from airflow._shared.module_loading import import_string
+from airflow.jobs.triggerer_job_runner import TriggerEventEntry, messages
 from airflow.providers.apache.kafka.triggers.shared_stream import KafkaBrokerPayload, KafkaSharedStreamTrigger
 from airflow.serialization.encoders import encode_trigger
 from airflow.serialization.serialized_objects import BaseSerialization
-from airflow.triggers.base import BaseEventTrigger
+from airflow.triggers.base import BaseEventTrigger, TriggerEvent
 from airflow.triggers.shared_stream import AdvanceItem, SharedStreamManager, SharedStreamProducer
 
 from airflow_kafka_events.assets.authz import sign_envelope
@@ -334,6 +335,31 @@ def test_own_events_fire_with_the_envelope_in_the_payload(monkeypatch):
         "idempotency_key": "k1",
     }
     assert payload == envelope_payload(ours, record(ours, 0))
+
+
+def test_a_fired_event_logs_as_its_asset_event_and_reaches_airflow_whole(monkeypatch):
+    trigger = make_trigger(FakeDlqProducer())
+    ours = envelope(extra={"note": "<script>alert(1)</script> token=hunter2"}, idempotency_key="k1")
+    fired: list[Any] = []
+
+    async def stream() -> AsyncIterator[KafkaRecord]:
+        yield record(ours, 7)
+
+    async def collect() -> None:
+        async for event in trigger.filter_shared_stream(stream()):
+            fired.append(event)
+
+    asyncio.run(collect())
+    [event] = fired
+    logged = repr(event)  # Airflow's runner logs "Trigger fired event" with result=<the event>
+    assert ours.event_id in logged and ASSET.uri in logged
+    assert "'kafka': {'topic': 'events', 'partition': 0, 'offset': 7}" in logged
+    assert "hunter2" not in logged and "<script>" not in logged and "k1" not in logged  # not the payload
+    # to the supervisor it is Airflow's TriggerEvent with the whole payload
+    changes = messages.TriggerStateChanges(events=[TriggerEventEntry(1, event, None)])
+    received = messages.TriggerStateChanges.model_validate_json(changes.model_dump_json()).events[0].event
+    assert type(received) is TriggerEvent and received.payload == event.payload
+    assert received.payload["extra"] == {"note": "<script>alert(1)</script> token=hunter2"}
 
 
 def test_matching_by_name_and_or_uri(monkeypatch):
