@@ -482,7 +482,7 @@ class KafkaAssetEventTrigger(WatcherDeadLetters, KafkaSharedStreamTrigger):
                 verdict, payload = await self._handle(record)
                 if payload is not None:
                     metrics.incr(metrics.WATCHER_EVENTS_FIRED, tags={"topic": record.topic})
-                    yield WatcherTriggerEvent(payload)
+                    yield WatcherTriggerEvent(payload=payload)
                 elif verdict.rejected and await self._dead_letter(record, verdict):
                     reject_shared_stream_event()
 
