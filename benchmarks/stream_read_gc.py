@@ -33,7 +33,7 @@ from airflow_kafka_events.envelopes.codec import TRIGGER_EVENT_CODEC
 from airflow_kafka_events.envelopes.model import TriggerEventEnvelope
 from airflow_kafka_events.streams.consuming.consumption import drive_stream, page_events
 from airflow_kafka_events.streams.consuming.reader import ReadOptions, StreamReader
-from benchmarks.stream_read_throughput import PRODUCER, page
+from benchmarks.stream_read_throughput import PRODUCER, collections_timed, page, read_in_order
 
 TOPIC = "bench-b11-gc"
 CHUNK = 500
@@ -122,15 +122,8 @@ def _reader(values: list[bytes], run: str, max_events: int) -> MemoryReader:
 
 
 def read_reader(values: list[bytes], run: str, max_events: int) -> int:
-    seen = 0
     with _reader(values, run, max_events) as reader:
-        for batch in reader:
-            for envelope in batch.events:
-                if envelope.sequence_index != seen:
-                    raise RuntimeError(f"reader: {envelope.sequence_index} where {seen} was due")
-                seen += 1
-            reader.ack(batch)
-    return seen
+        return read_in_order(reader)
 
 
 def read_loop(values: list[bytes], run: str, max_events: int) -> int:
@@ -146,26 +139,6 @@ VARIANTS: dict[str, Callable[[list[bytes], str, int], int]] = {
     "reader": read_reader,
     "loop": read_loop,
 }
-
-
-@contextmanager
-def collections_timed(into: dict[int, list[float]]) -> Iterator[None]:
-    """Each collection of generation g adds 1 to ``into[g][0]`` and its CPU seconds to ``into[g][1]``."""
-    started = [0.0]
-
-    def note(phase: str, info: dict[str, Any]) -> None:
-        if phase == "start":
-            started[0] = time.process_time()
-        else:
-            counts = into.setdefault(info["generation"], [0, 0.0])
-            counts[0] += 1
-            counts[1] += time.process_time() - started[0]
-
-    gc.callbacks.append(note)
-    try:
-        yield
-    finally:
-        gc.callbacks.remove(note)
 
 
 @contextmanager
@@ -234,7 +207,7 @@ def main(argv: list[str]) -> int:
             for _ in range(args.rounds):
                 timed = {}
                 gc.collect()
-                with collections_timed(timed):
+                with collections_timed(timed, clock=time.process_time):
                     started = time.process_time()
                     if read(values, run, max_events) != args.records:
                         raise RuntimeError(f"{name}: not every record read")

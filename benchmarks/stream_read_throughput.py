@@ -140,15 +140,22 @@ def _reader(config: dict[str, Any], topic: str, run: str, max_events: int) -> An
     return StreamReader(config, topic, run, options=options, partition=0)
 
 
-def read_reader(config: dict[str, Any], topic: str, run: str, n: int, max_events: int) -> int:
+def read_in_order(reader: Any) -> int:
+    """Every batch of ``reader`` (a ``StreamReader``), each element checked in order, each batch
+    acknowledged; how many elements."""
     seen = 0
+    for batch in reader:
+        for envelope in batch.events:
+            if envelope.sequence_index != seen:
+                raise RuntimeError(f"reader: {envelope.sequence_index} where {seen} was due")
+            seen += 1
+        reader.ack(batch)
+    return seen
+
+
+def read_reader(config: dict[str, Any], topic: str, run: str, n: int, max_events: int) -> int:
     with _reader(config, topic, run, max_events) as reader:
-        for batch in reader:
-            for envelope in batch.events:
-                if envelope.sequence_index != seen:
-                    raise RuntimeError(f"reader: {envelope.sequence_index} where {seen} was due")
-                seen += 1
-            reader.ack(batch)
+        seen = read_in_order(reader)
     if seen != n:
         raise RuntimeError(f"reader: {seen} records, {n} written")
     return seen
@@ -180,18 +187,20 @@ def read_operator_loop(
 
 # --------------------------------------------------------------------------- the collector's share
 @contextmanager
-def collections_counted(into: dict[int, list[float]]) -> Iterator[None]:
-    """Inside the block, each collection of generation g adds 1 to ``into[g][0]`` and its wall
-    seconds to ``into[g][1]``."""
+def collections_timed(
+    into: dict[int, list[float]], clock: Callable[[], float] = time.perf_counter
+) -> Iterator[None]:
+    """Inside the block, each collection of generation g adds 1 to ``into[g][0]`` and its seconds on
+    ``clock`` (default: the wall) to ``into[g][1]``."""
     started = [0.0]
 
     def note(phase: str, info: dict[str, Any]) -> None:
         if phase == "start":
-            started[0] = time.perf_counter()
+            started[0] = clock()
         else:
             counts = into.setdefault(info["generation"], [0, 0.0])
             counts[0] += 1
-            counts[1] += time.perf_counter() - started[0]
+            counts[1] += clock() - started[0]
 
     gc.callbacks.append(note)
     try:
@@ -231,7 +240,7 @@ def measure_size(
             order = variants if r % 2 == 0 else list(reversed(variants))
             for name in order:
                 counted: dict[int, list[float]] = {}
-                with collections_counted(counted):
+                with collections_timed(counted):
                     started, cpu_started = time.perf_counter(), time.process_time()
                     count = runs[name]()
                     wall = time.perf_counter() - started
