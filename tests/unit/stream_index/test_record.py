@@ -131,6 +131,8 @@ def test_samples_keep_the_newest_and_only_go_forward():
         samples = sampled(samples, float(i), i)
     assert len(samples) == MAX_SAMPLES and samples[0] == (10.0, 10) and samples[-1] == (69.0, 69)
     back = sampled(samples, 30.0, 999)  # a clock that went back drops what is "later"
-    assert back[-1] == (30.0, 999) and all(t < 30.0 for t, _ in back[:-1])
+    assert back[-2:] == ((30.0, 30), (30.0, 999)) and all(t <= 30.0 for t, _ in back[:-1])
+    # two writes in the same millisecond are both samples (the first was rounded up to it)
+    assert sampled(((100.001, 4),), 100.0008, 8) == ((100.001, 4), (100.001, 8))
     decoded = StreamRecord.from_json({**_stream().to_json(), "pages_over_time": [[i, i] for i in range(500)]})
     assert len(decoded.pages_over_time) == MAX_SAMPLES  # a reader keeps them bounded too

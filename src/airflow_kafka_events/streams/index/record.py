@@ -68,10 +68,12 @@ def consumer_key(stream_id: str, consumer_id: str) -> bytes:
 
 
 def sampled(samples: Sequence[Sample], at: float, value: int, limit: int = MAX_SAMPLES) -> tuple[Sample, ...]:
-    """``samples`` with ``(at, value)`` appended (samples at or after ``at`` dropped: a series only
-    goes forward in time), the newest ``limit`` kept."""
-    kept = [s for s in samples if s[0] < at]
-    kept.append((round(at, 3), value))
+    """``samples`` with ``(at, value)`` appended, times to the millisecond (samples after ``at``
+    dropped: a series only goes forward in time; two in the same millisecond both stay), the newest
+    ``limit`` kept."""
+    at = round(at, 3)
+    kept = [s for s in samples if s[0] <= at]
+    kept.append((at, value))
     return tuple(kept[-limit:])
 
 
