@@ -65,6 +65,7 @@ from airflow_kafka_events.iteration.sources import (
     locate_stream_start,
 )
 from airflow_kafka_events.streams.checkpoint import Checkpoint, state_store_of
+from airflow_kafka_events.streams.consuming.collector import resolve_gc_threshold, young_collections_every
 from airflow_kafka_events.streams.consuming.operator import StreamRef
 from airflow_kafka_events.streams.consuming.reader import ReadOptions, StreamReader
 from airflow_kafka_events.streams.consuming.slot_release import (
@@ -544,8 +545,12 @@ class IterableOperator(BaseOperator):
                 logger=self.log,
                 carried=state.carried or None,
             )
+            # a stream's items come in batches of pages held while their items run: the collector's
+            # threshold is raised as in a consumer task (collector.py)
+            threshold = resolve_gc_threshold() if isinstance(source, StreamItemSource) else 0
             try:
-                summary = runner.run(source)
+                with young_collections_every(threshold):
+                    summary = runner.run(source)
             except BaseException as exc:
                 if sink is not None and sink.opened and self._last_try(context):
                     try:

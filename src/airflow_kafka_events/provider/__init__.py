@@ -106,7 +106,8 @@ def _config_options() -> dict[str, Any]:
         "stream_read_gc_threshold": _option(
             "integer",
             "50000",
-            "While a consumer task reads a stream, Python's first garbage-collector threshold is at "
+            "While a task reads a stream (a consumer task, a producer's resume, @task.iterable over a "
+            "stream), Python's first garbage-collector threshold is at "
             "least this many allocations (put back after), so a batch's decoded pages die young "
             "instead of being walked by collections of the whole process. 0: Python's own (700).",
         ),

@@ -176,7 +176,7 @@ class WatcherLoad:
     def add_backlog(self, change: int) -> None:
         """``change`` more (or fewer) records await Airflow's confirmation."""
         self.backlog += change
-        if self.backlog > 0 or change < 0:  # records await Airflow, or some were just confirmed
+        if change < 0:  # some were just confirmed: busy() lingers after the backlog empties
             self._busy_until = self.clock() + BUSY_LINGER
 
     def busy(self) -> bool:

@@ -9,6 +9,8 @@ from typing import Any
 import pytest
 
 from airflow_kafka_events.errors import ConfigurationError
+from airflow_kafka_events.iteration.operator import IterableOperator
+from airflow_kafka_events.iteration.sources import StreamItemSource, from_stream
 from airflow_kafka_events.streams.checkpoint import Checkpoint
 from airflow_kafka_events.streams.consuming.collector import (
     DEFAULT_GC_THRESHOLD,
@@ -142,6 +144,42 @@ def test_the_consumer_operator_hands_batches_over_with_the_configured_threshold(
     summary = op.execute(context(task_id="consume", store=DictStore()))
     assert summary["pages"] == 3 and THRESHOLDS == [40_000, 40_000]
     assert gc.get_threshold() == (700, 10, 10)
+
+
+class _StreamIteration(IterableOperator):
+    """``@task.iterable`` over a stream, the stream's pages from :class:`FakeReader`."""
+
+    def _open_source(self, context: Any, resumption: Any) -> StreamItemSource:
+        return StreamItemSource(
+            FakeReader(stream(RUN, 3), max_events=2), name="page", spec=from_stream("produce"), trigger_run_id=RUN
+        )
+
+
+def test_an_iteration_over_a_stream_runs_its_items_with_the_configured_threshold(monkeypatch):
+    monkeypatch.setenv("AIRFLOW__KAFKA_EVENTS__STREAM_READ_GC_THRESHOLD", "40000")
+    seen: list[int] = []
+
+    def work(page: Any) -> None:
+        seen.append(gc.get_threshold()[0])
+
+    op = _StreamIteration(
+        task_id="iterate", python_callable=work, iterate_kwargs={"page": from_stream("produce")}, results_stream=False
+    )
+    summary = op.execute(context(task_id="iterate", store=DictStore()))
+    assert summary["succeeded"] == 3 and seen == [40_000] * 3
+    assert gc.get_threshold() == (700, 10, 10)
+
+
+def test_an_iteration_over_a_list_leaves_the_threshold(monkeypatch):
+    monkeypatch.setenv("AIRFLOW__KAFKA_EVENTS__STREAM_READ_GC_THRESHOLD", "40000")
+    seen: list[int] = []
+
+    def work(n: int) -> None:
+        seen.append(gc.get_threshold()[0])
+
+    op = IterableOperator(task_id="iterate", python_callable=work, iterate_kwargs={"n": [1, 2]}, results_stream=False)
+    assert op.execute(context(task_id="iterate", store=DictStore()))["succeeded"] == 2
+    assert seen == [700, 700]
 
 
 # ====================================================================== a pause around a decode
