@@ -151,7 +151,10 @@ class _StreamIteration(IterableOperator):
 
     def _open_source(self, context: Any, resumption: Any) -> StreamItemSource:
         return StreamItemSource(
-            FakeReader(stream(RUN, 3), max_events=2), name="page", spec=from_stream("produce"), trigger_run_id=RUN
+            FakeReader(stream(RUN, 3), max_events=2),
+            name="page",
+            spec=from_stream("produce"),
+            trigger_run_id=RUN,
         )
 
 
@@ -163,7 +166,10 @@ def test_an_iteration_over_a_stream_runs_its_items_with_the_configured_threshold
         seen.append(gc.get_threshold()[0])
 
     op = _StreamIteration(
-        task_id="iterate", python_callable=work, iterate_kwargs={"page": from_stream("produce")}, results_stream=False
+        task_id="iterate",
+        python_callable=work,
+        iterate_kwargs={"page": from_stream("produce")},
+        results_stream=False,
     )
     summary = op.execute(context(task_id="iterate", store=DictStore()))
     assert summary["succeeded"] == 3 and seen == [40_000] * 3
@@ -177,7 +183,9 @@ def test_an_iteration_over_a_list_leaves_the_threshold(monkeypatch):
     def work(n: int) -> None:
         seen.append(gc.get_threshold()[0])
 
-    op = IterableOperator(task_id="iterate", python_callable=work, iterate_kwargs={"n": [1, 2]}, results_stream=False)
+    op = IterableOperator(
+        task_id="iterate", python_callable=work, iterate_kwargs={"n": [1, 2]}, results_stream=False
+    )
     assert op.execute(context(task_id="iterate", store=DictStore()))["succeeded"] == 2
     assert seen == [700, 700]
 
