@@ -4,12 +4,14 @@ and, when a test fails, where each missing or repeated event stopped (:func:`acc
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
+import shutil
 import time
 import uuid
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -19,10 +21,69 @@ from airflow_kafka_events.envelopes.codec import ASSET_EVENT_CODEC
 from airflow_kafka_events.envelopes.model import AssetRef, EventSource, SourceKind
 from airflow_kafka_events.kafka.producer import get_producer
 from airflow_kafka_events.kafka.settings import KafkaSettings
+from airflow_kafka_events.kafka.topics import TopicSpec, ensure_topics
+from airflow_kafka_events.watcher.confirmations import mark_of
 from harness.airflow_runs import json_column
 from harness.airflow_stack import AirflowStack
 
 ASSETS = [AssetRef(name=f"e2e://multi/{i}", uri=f"e2e://multi/{i}") for i in range(6)]
+
+
+#: The DAG of the six watched assets (all six schedule one no-op DAG).
+DAG_FILE = Path(__file__).parents[1] / "e2e" / "faults" / "watcher_dags" / "e2e_watchers_multi.py"
+
+
+class WatchersStack(NamedTuple):
+    """A stack running :data:`DAG_FILE` on two triggerers, and the topics its watchers read and write."""
+
+    stack: AirflowStack
+    topic: str
+    dlq: str | None
+
+
+@contextlib.contextmanager
+def watchers_stack(
+    tmp_path_factory: Any,
+    kafka_admin: Any,
+    bootstrap: str,
+    *,
+    name: str,
+    topology: str,
+    dead_letters: bool = False,
+    recheck: bool = False,
+    env: Mapping[str, str] | None = None,
+) -> Iterator[WatchersStack]:
+    """The six watchers on two triggerers, each allowed 3 of them (``[triggerer] capacity``), so Airflow
+    puts 3 on each: a topic of 3 partitions, a stops topic (and with ``dead_letters`` a dead-letter
+    topic) of their own named after ``name``, one connection with one ``group.id`` for all the
+    watchers; ``recheck`` lets them ask the api-server what exists after an unclean stop; ``env`` is
+    added to every component's environment."""
+    run = uuid.uuid4().hex[:8]
+    topic = f"e2e.watchers.{name}.{run}"
+    stops = f"e2e.watchers.{name}-stops.{run}"
+    dlq = f"e2e.watchers.{name}-dlq.{run}" if dead_letters else None
+    specs = [TopicSpec(topic, partitions=3), TopicSpec(stops, cleanup_policy="compact")]
+    ensure_topics(kafka_admin, specs + ([TopicSpec(dlq, partitions=1)] if dlq else []))
+    dags = tmp_path_factory.mktemp(f"{name}-dags")
+    shutil.copy2(DAG_FILE, dags / DAG_FILE.name)
+    extra_env = {**stack_env(bootstrap, topic=topic, stops=stops, group_id=f"e2e-{name}-{run}", dlq=dlq)}
+    extra_env.update(env or {})
+    stack = AirflowStack(
+        home=tmp_path_factory.mktemp(f"{name}-home"), dags_folder=dags, extra_env=extra_env, topology=topology
+    )
+    if recheck:
+        stack.enable_watcher_recheck()
+    if "triggerer-2" not in stack.components:  # the embedded topology has one triggerer
+        stack.add_triggerer("triggerer-2")
+    for triggerer in ("triggerer", "triggerer-2"):
+        stack.components[triggerer].env["AIRFLOW__TRIGGERER__CAPACITY"] = "3"
+    try:
+        stack.start(timeout=400.0, dag_ids=["e2e_watchers_multi"])
+        if not stack.components["triggerer-2"].running:
+            stack.restart_component("triggerer-2")
+        yield WatchersStack(stack, topic, dlq)
+    finally:
+        stack.stop()
 
 
 def stack_env(
@@ -101,6 +162,20 @@ def event_ids(stack: AirflowStack) -> Counter[str]:
         extra = json_column(row["extra"])
         found[((extra or {}).get("payload") or {}).get("event_id")] += 1
     return found
+
+
+def persisted_marks(stack: AirflowStack) -> set[tuple[str, int]]:
+    """The watcher run and sequence number of every asset event Airflow holds of the six assets."""
+    rows = stack.query(
+        "SELECT ae.extra FROM asset_event ae JOIN asset a ON a.id = ae.asset_id WHERE a.uri LIKE ?",
+        ("e2e://multi/%",),
+    )
+    marks: set[tuple[str, int]] = set()
+    for row in rows:
+        mark = mark_of(json_column(row["extra"]))
+        if mark is not None:
+            marks.add(mark)
+    return marks
 
 
 #: A triggerer's log line of a fired event: Airflow's "Trigger fired event" with the watcher's payload.

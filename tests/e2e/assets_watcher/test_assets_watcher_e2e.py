@@ -131,6 +131,16 @@ def _asset_events(stack: AirflowStack, uri: str) -> list[dict[str, Any]]:
     return rows
 
 
+def _describe(row: dict[str, Any]) -> str:
+    """One asset event row in a line: what tells a repeat of one record from two emissions."""
+    payload = row["payload"]
+    return (
+        f"asset_event {row['id']}: event_id={payload.get('event_id')} "
+        f"idempotency_key={payload.get('idempotency_key')} kafka={payload.get('kafka')} "
+        f"source={payload.get('source')} extra={payload.get('extra')}"
+    )
+
+
 def _events_with(stack: AirflowStack, uri: str, event_id: str) -> list[dict[str, Any]]:
     return [row for row in _asset_events(stack, uri) if row["payload"].get("event_id") == event_id]
 
@@ -239,7 +249,11 @@ def test_failure_callback_event_runs_the_investigation_dag_once(stack, kafka_boo
     )
     where = from_this_run()[0]["payload"]["kafka"]
     _wait_drained(stack, kafka_bootstrap, INVESTIGATE_URI, where["topic"], {where["partition"]})
-    (event,) = from_this_run()  # exactly one asset event for the failed run
+    events = from_this_run()
+    assert len(events) == 1, "not exactly one asset event for the failed run:\n" + "\n".join(
+        _describe(row) for row in events
+    )
+    (event,) = events
     assert event["extra"]["from_trigger"] is True
     assert event["partition_key"] is None  # watcher events carry no partition
     payload = event["payload"]

@@ -21,13 +21,11 @@ import contextlib
 import json
 import os
 import re
-import shutil
 import threading
 import time
 import uuid
 from collections import Counter
 from datetime import datetime
-from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
@@ -35,7 +33,6 @@ from confluent_kafka import Consumer, TopicPartition
 from airflow_kafka_events.dead_letters.letter import DeadLetter
 from airflow_kafka_events.kafka.producer import get_producer
 from airflow_kafka_events.kafka.settings import KafkaSettings
-from airflow_kafka_events.kafka.topics import TopicSpec, ensure_topics
 from airflow_kafka_events.watcher.stream import state_key
 from harness.airflow_runs import AirflowStackError
 from harness.airflow_stack import AirflowStack
@@ -46,13 +43,12 @@ from harness.multi_watched_assets import (
     event_ids,
     keep_evidence,
     publish_records,
-    stack_env,
     summary,
+    watchers_stack,
 )
 
 pytestmark = [pytest.mark.e2e, pytest.mark.faults]
 
-DAG_FILE = Path(__file__).parent / "watcher_dags" / "e2e_watchers_multi.py"
 TRIGGERERS = ("triggerer", "triggerer-2")
 #: the triggerer of each graceful stop
 STOPS = ("triggerer", "triggerer-2", "triggerer")
@@ -85,32 +81,16 @@ SETTLED = re.compile(
 
 @pytest.fixture(scope="module")
 def graceful(tmp_path_factory, kafka_bootstrap, kafka_admin):
-    run = uuid.uuid4().hex[:8]
-    topic = f"e2e.watchers.graceful.{run}"
-    stops = f"e2e.watchers.graceful-stops.{run}"
-    dlq = f"e2e.watchers.graceful-dlq.{run}"
-    ensure_topics(
-        kafka_admin,
-        [
-            TopicSpec(topic, partitions=3),
-            TopicSpec(stops, cleanup_policy="compact"),
-            TopicSpec(dlq, partitions=1),
-        ],
-    )
-    dags = tmp_path_factory.mktemp("graceful-dags")
-    shutil.copy2(DAG_FILE, dags / DAG_FILE.name)
-    env = stack_env(kafka_bootstrap, topic=topic, stops=stops, group_id=f"e2e-graceful-{run}", dlq=dlq)
     assert not os.environ.get("AIRFLOW__KAFKA_EVENTS__WATCHER_AIRFLOW_API_CONN_ID")
-    stack = AirflowStack(
-        home=tmp_path_factory.mktemp("graceful-home"), dags_folder=dags, extra_env=env, topology="production"
-    )
-    for name in TRIGGERERS:
-        stack.components[name].env["AIRFLOW__TRIGGERER__CAPACITY"] = "3"
-    try:
-        stack.start(timeout=400.0, dag_ids=["e2e_watchers_multi"])
-        yield stack, topic, dlq
-    finally:
-        stack.stop()
+    with watchers_stack(
+        tmp_path_factory,
+        kafka_admin,
+        kafka_bootstrap,
+        name="graceful",
+        topology="production",
+        dead_letters=True,
+    ) as running:
+        yield running.stack, running.topic, running.dlq
 
 
 def _opened(stack: AirflowStack, name: str) -> int:

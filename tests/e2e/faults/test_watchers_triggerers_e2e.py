@@ -20,50 +20,27 @@ Graceful stops (SIGTERM) with the default settings: test_watcher_graceful_restar
 from __future__ import annotations
 
 import re
-import shutil
 import threading
 import time
-import uuid
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from airflow_kafka_events.kafka.topics import TopicSpec, ensure_topics
 from harness.airflow_stack import AirflowStack
-from harness.multi_watched_assets import event_ids, publish, stack_env
+from harness.multi_watched_assets import event_ids, publish, watchers_stack
 
 pytestmark = [pytest.mark.e2e, pytest.mark.faults]
-
-DAG_FILE = Path(__file__).parent / "watcher_dags" / "e2e_watchers_multi.py"
 
 
 @pytest.fixture(scope="module")
 def multi(tmp_path_factory, kafka_bootstrap, kafka_admin, e2e_topology):
-    run = uuid.uuid4().hex[:8]
-    topic = f"e2e.watchers.multi.{run}"
-    stops = f"e2e.watchers.stops.{run}"
-    ensure_topics(kafka_admin, [TopicSpec(topic, partitions=3), TopicSpec(stops, cleanup_policy="compact")])
-    dags = tmp_path_factory.mktemp("multi-dags")
-    shutil.copy2(DAG_FILE, dags / DAG_FILE.name)
-    # one consumer group for all the watchers: what used to lose events
-    env = stack_env(kafka_bootstrap, topic=topic, stops=stops, group_id=f"e2e-multi-{run}")
-    stack = AirflowStack(
-        home=tmp_path_factory.mktemp("multi-home"), dags_folder=dags, extra_env=env, topology=e2e_topology
-    )
-    stack.enable_watcher_recheck()  # after an unclean stop, watchers ask the api-server what exists
-    if "triggerer-2" not in stack.components:  # the embedded topology has one triggerer
-        stack.add_triggerer("triggerer-2")
-    for name in ("triggerer", "triggerer-2"):
-        stack.components[name].env["AIRFLOW__TRIGGERER__CAPACITY"] = "3"
-    try:
-        stack.start(timeout=400.0, dag_ids=["e2e_watchers_multi"])
-        if not stack.components["triggerer-2"].running:
-            stack.restart_component("triggerer-2")
-        yield stack, topic
-    finally:
-        stack.stop()
+    # one consumer group for all the watchers: what used to lose events; after an unclean stop the
+    # watchers ask the api-server what exists
+    with watchers_stack(
+        tmp_path_factory, kafka_admin, kafka_bootstrap, name="multi", topology=e2e_topology, recheck=True
+    ) as running:
+        yield running.stack, running.topic
 
 
 def _placement(stack: AirflowStack) -> Counter[Any]:
