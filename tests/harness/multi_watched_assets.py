@@ -66,7 +66,7 @@ def watchers_stack(
     ensure_topics(kafka_admin, specs + ([TopicSpec(dlq, partitions=1)] if dlq else []))
     dags = tmp_path_factory.mktemp(f"{name}-dags")
     shutil.copy2(DAG_FILE, dags / DAG_FILE.name)
-    extra_env = {**stack_env(bootstrap, topic=topic, stops=stops, group_id=f"e2e-{name}-{run}", dlq=dlq)}
+    extra_env = stack_env(bootstrap, topic=topic, stops=stops, group_id=f"e2e-{name}-{run}", dlq=dlq)
     extra_env.update(env or {})
     stack = AirflowStack(
         home=tmp_path_factory.mktemp(f"{name}-home"), dags_folder=dags, extra_env=extra_env, topology=topology
@@ -151,31 +151,34 @@ def publish(bootstrap: str, topic: str, per_asset: int, *, pause: float = 0.0) -
     return [p.event_id for p in publish_records(bootstrap, topic, per_asset, pause=pause)]
 
 
-def event_ids(stack: AirflowStack) -> Counter[str]:
-    """How many Airflow asset events each published event id became."""
+def _asset_event_extras(stack: AirflowStack) -> list[Any]:
+    """The ``extra`` of every asset event Airflow holds of the six assets."""
     rows = stack.query(
         "SELECT ae.extra FROM asset_event ae JOIN asset a ON a.id = ae.asset_id WHERE a.uri LIKE ?",
         ("e2e://multi/%",),
     )
-    found: Counter[str] = Counter()
-    for row in rows:
-        extra = json_column(row["extra"])
-        found[((extra or {}).get("payload") or {}).get("event_id")] += 1
-    return found
+    return [json_column(row["extra"]) for row in rows]
+
+
+def event_ids(stack: AirflowStack) -> Counter[str]:
+    """How many Airflow asset events each published event id became."""
+    extras = _asset_event_extras(stack)
+    return Counter(((extra or {}).get("payload") or {}).get("event_id") for extra in extras)
 
 
 def persisted_marks(stack: AirflowStack) -> set[tuple[str, int]]:
     """The watcher run and sequence number of every asset event Airflow holds of the six assets."""
-    rows = stack.query(
-        "SELECT ae.extra FROM asset_event ae JOIN asset a ON a.id = ae.asset_id WHERE a.uri LIKE ?",
-        ("e2e://multi/%",),
-    )
-    marks: set[tuple[str, int]] = set()
-    for row in rows:
-        mark = mark_of(json_column(row["extra"]))
-        if mark is not None:
-            marks.add(mark)
-    return marks
+    return {mark for extra in _asset_event_extras(stack) if (mark := mark_of(extra)) is not None}
+
+
+def placement(stack: AirflowStack) -> Counter[int | None]:
+    """How many of the stack's triggers each triggerer (its job id) holds; ``None``: not assigned."""
+    return Counter(row["triggerer_id"] for row in stack.query("SELECT triggerer_id FROM trigger"))
+
+
+def spread(stack: AirflowStack) -> list[int]:
+    """How many triggers each triggerer holding any holds, fewest first."""
+    return sorted(count for triggerer, count in placement(stack).items() if triggerer is not None)
 
 
 #: A triggerer's log line of a fired event: Airflow's "Trigger fired event" with the watcher's payload.

@@ -20,12 +20,17 @@ import signal
 import threading
 import time
 from collections import Counter
-from typing import Any
 
 import pytest
 
-from harness.airflow_stack import AirflowStack
-from harness.multi_watched_assets import event_ids, fired_events, persisted_marks, publish, watchers_stack
+from harness.multi_watched_assets import (
+    event_ids,
+    fired_events,
+    persisted_marks,
+    publish,
+    spread,
+    watchers_stack,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.faults]
 
@@ -41,10 +46,6 @@ def stalled(tmp_path_factory, kafka_bootstrap, kafka_admin, e2e_topology):
         yield running.stack, running.topic
 
 
-def _placement(stack: AirflowStack) -> Counter[Any]:
-    return Counter(row["triggerer_id"] for row in stack.query("SELECT triggerer_id FROM trigger"))
-
-
 @pytest.mark.xfail(
     strict=True,
     raises=AssertionError,
@@ -54,7 +55,7 @@ def _placement(stack: AirflowStack) -> Counter[Any]:
 def test_a_stalled_supervisor_fires_nothing_twice(stalled, kafka_bootstrap):
     stack, topic = stalled
     stack.wait_for(
-        lambda: sorted(c for t, c in _placement(stack).items() if t is not None) == [3, 3],
+        lambda: spread(stack) == [3, 3],
         180,
         "3 + 3",
         interval=1.0,
@@ -65,7 +66,7 @@ def test_a_stalled_supervisor_fires_nothing_twice(stalled, kafka_bootstrap):
     stack.components["triggerer"].env["AIRFLOW__TRIGGERER__CAPACITY"] = "6"
     stack.restart_component("triggerer", timeout=180)
     stack.wait_for(
-        lambda: sorted(c for t, c in _placement(stack).items() if t is not None) == [3, 3],
+        lambda: spread(stack) == [3, 3],
         180,
         "3 + 3 again",
         interval=1.0,
@@ -86,7 +87,7 @@ def test_a_stalled_supervisor_fires_nothing_twice(stalled, kafka_bootstrap):
     os.kill(pid, signal.SIGSTOP)
     try:
         stack.wait_for(
-            lambda: sorted(c for t, c in _placement(stack).items() if t is not None) == [6],
+            lambda: spread(stack) == [6],
             180,
             "all six watchers on triggerer",
             components=("triggerer",),

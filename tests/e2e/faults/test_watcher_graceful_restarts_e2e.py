@@ -42,6 +42,7 @@ from harness.multi_watched_assets import (
     account,
     event_ids,
     keep_evidence,
+    placement,
     publish_records,
     summary,
     watchers_stack,
@@ -253,11 +254,11 @@ def test_a_record_the_watchers_of_both_triggerers_refuse_is_dead_lettered_once(g
     dead-letter topic once (the watchers claim it in Kafka first, docs/watcher-dead-letters.md)."""
     stack, topic, dlq = graceful
 
-    def spread() -> bool:
-        placed = Counter(row["triggerer_id"] for row in stack.query("SELECT triggerer_id FROM trigger"))
+    def three_each() -> bool:
+        placed = placement(stack)
         return None not in placed and sorted(placed.values()) == [3, 3]
 
-    stack.wait_for(spread, 180, "the six watchers 3 + 3 on the two triggerers", components=TRIGGERERS)
+    stack.wait_for(three_each, 180, "the six watchers 3 + 3 on the two triggerers", components=TRIGGERERS)
     for name in TRIGGERERS:
         stack.wait_for(lambda n=name: _all_opened(stack, n), 120, f"the watchers of {name} reading")
     producer = get_producer(KafkaSettings({"bootstrap.servers": kafka_bootstrap}).producer_config())

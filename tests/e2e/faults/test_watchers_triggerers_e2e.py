@@ -23,12 +23,11 @@ import re
 import threading
 import time
 from collections import Counter
-from typing import Any
 
 import pytest
 
 from harness.airflow_stack import AirflowStack
-from harness.multi_watched_assets import event_ids, publish, watchers_stack
+from harness.multi_watched_assets import event_ids, publish, spread, watchers_stack
 
 pytestmark = [pytest.mark.e2e, pytest.mark.faults]
 
@@ -43,14 +42,9 @@ def multi(tmp_path_factory, kafka_bootstrap, kafka_admin, e2e_topology):
         yield running.stack, running.topic
 
 
-def _placement(stack: AirflowStack) -> Counter[Any]:
-    rows = stack.query("SELECT triggerer_id FROM trigger")
-    return Counter(row["triggerer_id"] for row in rows)
-
-
 def _wait_spread(stack: AirflowStack, triggerers: int, per: int) -> None:
     stack.wait_for(
-        lambda: sorted(c for t, c in _placement(stack).items() if t is not None) == [per] * triggerers,
+        lambda: spread(stack) == [per] * triggerers,
         180,
         f"the six watchers spread {per} per triggerer over {triggerers} triggerers",
         components=("triggerer",),
