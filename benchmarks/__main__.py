@@ -23,6 +23,7 @@ BENCHMARKS = {
     "stream-read-gc": "benchmarks.stream_read_gc",
     "many-streams": "benchmarks.many_streams",
     "stream-e2e": "benchmarks.stream_e2e",
+    "runner-heap": "benchmarks.runner_heap",
 }
 
 

@@ -463,6 +463,8 @@ def run_with_airflow(
         "AIRFLOW__METRICS__STATSD_HOST": "127.0.0.1",
         "AIRFLOW__METRICS__STATSD_PORT": str(statsd.port),
         "AIRFLOW__METRICS__STATSD_PREFIX": "airflow",
+        # the triggerer's runner: its inherited heap frozen at the fork (the default) or not
+        "AIRFLOW__KAFKA_EVENTS__TRIGGERER_FREEZE_HEAP": str(args.runner_heap == "frozen").lower(),
     }
     with airflow_environment(
         [DAG_ID],
@@ -540,6 +542,13 @@ def main(argv: list[str]) -> int:
         type=int,
         help="linger.ms of the Airflow connection (its producers'; the stream producer's is 1 unless set)",
     )
+    parser.add_argument(
+        "--runner-heap",
+        choices=("frozen", "inherited"),
+        default="frozen",
+        help="the triggerer's runner's inherited heap: frozen at its fork ([kafka_events] "
+        "triggerer_freeze_heap, the default) or left to its collections (inherited)",
+    )
     args = parser.parse_args(argv)
     modes = [m for m in args.modes.split(",") if m]
     if set(modes) - set(MODES) or not modes:
@@ -577,6 +586,7 @@ def main(argv: list[str]) -> int:
             "pages": args.pages,
             "payload_bytes": args.payload_bytes,
             "connection_linger_ms": args.linger_ms,
+            "runner_heap": args.runner_heap,
             "warmup": warmup,
             "trigger_alone": alone,
             "raw": raws,

@@ -19,7 +19,7 @@ NAME = "airflow_kafka_events"
 #: Lowest first; a node imports only nodes of its own layer or a lower one.
 LAYERS: list[set[str]] = [
     {"errors", "retry", "airflow_config", "lazy_exports", "__about__"},
-    {"envelopes", "metrics", "airflow_versions", "local_broker"},
+    {"envelopes", "metrics", "airflow_versions", "triggerer_heap", "local_broker"},
     {"kafka"},
     {"dead_letters", "provider"},
     {"assets"},

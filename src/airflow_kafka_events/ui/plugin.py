@@ -6,7 +6,9 @@
   (scheduler, workers, triggerer) never import it;
 * ``listeners``: :mod:`airflow_kafka_events.watcher.persisted_events`, which records in the asset state
   store, in the transaction persisting it, each asset event of a watcher (so that a watcher stopped
-  gracefully knows at its next start which of its last events Airflow has);
+  gracefully knows at its next start which of its last events Airflow has), and
+  :mod:`airflow_kafka_events.triggerer_heap`, which freezes the heap a triggerer's runner inherits
+  from its supervisor at the fork (so its full collections do not block its event loop);
 * ``react_apps``: the entries of Airflow's UI that show the view -- "Kafka Events" in the
   navigation bar, and a "Kafka streams" tab on a DAG, a DAG run and a task instance.  Airflow's
   UI imports the bundle into its own page (no frame): links go through its router, the page takes
@@ -26,6 +28,7 @@ from typing import Any
 
 from airflow.plugins_manager import AirflowPlugin
 
+from airflow_kafka_events import triggerer_heap
 from airflow_kafka_events.__about__ import __version__
 from airflow_kafka_events.watcher import persisted_events
 
@@ -59,7 +62,7 @@ class KafkaEventsPlugin(AirflowPlugin):
     name = "airflow_kafka_events"
     version = __version__
     react_apps = REACT_APPS
-    listeners = [persisted_events]
+    listeners = [persisted_events, triggerer_heap]
 
     # built on first use, by the api-server only
     @property
