@@ -465,6 +465,11 @@ def run_with_airflow(
         "AIRFLOW__METRICS__STATSD_PREFIX": "airflow",
         # the triggerer's runner: its inherited heap frozen at the fork (the default) or not
         "AIRFLOW__KAFKA_EVENTS__TRIGGERER_FREEZE_HEAP": str(args.runner_heap == "frozen").lower(),
+        **(
+            {}
+            if args.write_window is None
+            else {"AIRFLOW__KAFKA_EVENTS__STREAM_WRITE_WINDOW": str(args.write_window)}
+        ),
     }
     with airflow_environment(
         [DAG_ID],
@@ -549,6 +554,11 @@ def main(argv: list[str]) -> int:
         help="the triggerer's runner's inherited heap: frozen at its fork ([kafka_events] "
         "triggerer_freeze_heap, the default) or left to its collections (inherited)",
     )
+    parser.add_argument(
+        "--write-window",
+        type=int,
+        help="[kafka_events] stream_write_window of the deployment (pages in flight; unset: its default)",
+    )
     args = parser.parse_args(argv)
     modes = [m for m in args.modes.split(",") if m]
     if set(modes) - set(MODES) or not modes:
@@ -587,6 +597,7 @@ def main(argv: list[str]) -> int:
             "payload_bytes": args.payload_bytes,
             "connection_linger_ms": args.linger_ms,
             "runner_heap": args.runner_heap,
+            "write_window": args.write_window,
             "warmup": warmup,
             "trigger_alone": alone,
             "raw": raws,

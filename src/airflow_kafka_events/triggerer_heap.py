@@ -1,23 +1,27 @@
 """The plugin's listener that leaves a triggerer's runner's inherited heap out of garbage collection.
 
-Airflow's triggerer runs its triggers in a subprocess, the runner, forked from its supervisor.  The
-runner inherits the supervisor's heap: about 275,000 objects the cyclic collector tracks (Airflow's
-imports and the supervisor's state), alive as long as the process.  Every full collection in the
-runner walks all of them (0.3 s on a busy 2-core machine) holding the GIL, so the runner's event
-loop waits and Airflow's watchdog reports it blocked (``triggers.blocked_main_thread``), however
-short each trigger's own steps are.  Airflow freezes a heap before it forks in its LocalExecutor,
-its Celery workers and its DAG processor, not before it forks the triggerer's runner.
+Airflow's triggerer runs its triggers in a subprocess, the runner, forked from its supervisor (on
+Linux; Airflow 3.4 spawns it afresh on macOS, where nothing is inherited).  The runner inherits the
+supervisor's heap: about 275,000 objects the cyclic collector tracks (Airflow's imports and the
+supervisor's state), alive as long as the process.  Every full collection in the runner walks all
+of them (0.2-0.3 s on a busy 2-core machine) holding the GIL, so the runner's event loop waits and
+Airflow's watchdog reports it blocked (``triggers.blocked_main_thread``), however short each
+trigger's own steps are.  Airflow freezes a heap before it forks in its LocalExecutor, its Celery
+workers and its DAG processor, not before it forks the triggerer's runner.
 
 ``on_starting`` (Airflow's listener hook, called when a job is created) registers fork handlers
-for the job.  When that job is a triggerer's, the supervisor collects its garbage just before it
+for the job.  When that job is a triggerer's and the process forking is the one that created it
+(the supervisor, not a runner forking in turn), the supervisor collects its garbage just before it
 forks, and the runner, just forked and before its event loop starts, freezes what it inherited
-(``gc.freeze()``: moved to the permanent generation, a constant-time splice; no page copied).  Its
-full collections then walk only what the runner made itself.  Frozen objects are still freed when
-their last reference goes; only one that dies in a reference cycle is not reclaimed, a bounded
-amount (the supervisor's objects at the fork, its garbage collected just before).  The supervisor
-itself is left as it is.  ``[kafka_events] triggerer_freeze_heap = false`` leaves the runner's
-collector alone.  Other jobs (the scheduler, the DAG processor) and other processes are not
-touched.
+(``gc.freeze()``; on Python 3.11-3.13 a constant-time splice of the collector's lists, while
+Python 3.14's incremental collector walks the objects once).  Its full collections then walk only
+what the runner made itself.  Frozen objects are still freed when their last reference goes; one
+that dies in a reference cycle is not reclaimed, nor what only it holds.  That is bounded: the
+supervisor's objects at the fork, its garbage collected just before, and what Airflow's own
+after-fork handlers drop in the runner before the freeze (its database engine's pool, disposed
+there: ~700 objects).  The supervisor itself is left as it is.  ``[kafka_events]
+triggerer_freeze_heap = false`` leaves the runner's collector alone.  Forks of other jobs (the
+scheduler, the DAG processor) and of any other process do nothing.
 """
 
 from __future__ import annotations
@@ -47,15 +51,20 @@ class RunnerHeapFreeze:
     """The fork handlers of one job: collect before a triggerer's supervisor forks, freeze in the child.
 
     Holds the job weakly (a process that creates many jobs keeps none of them alive); the job's type
-    is read at the fork, when its job runner has set it (``on_starting`` comes before that).
+    is read at the fork, when its job runner has set it (``on_starting`` comes before that).  Acts
+    only in the process that created the job: a child inherits the handlers, and a runner that
+    forks in turn (a trigger's process pool) must not collect or freeze anything.
     """
 
     def __init__(self, job: Any, *, enabled: Any = _freeze_enabled) -> None:
         self._job = weakref.ref(job)
+        self._pid = os.getpid()
         self._enabled = enabled
         self._freeze_in_child = False
 
     def applies(self) -> bool:
+        if os.getpid() != self._pid:
+            return False
         job = self._job()
         # the instance's own value: never an ORM load inside a fork handler
         return job is not None and vars(job).get("job_type") == TRIGGERER_JOB_TYPE and self._enabled()

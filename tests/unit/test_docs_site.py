@@ -156,6 +156,7 @@ def test_the_declared_defaults_are_the_ones_the_code_uses(reference: ModuleType)
     from airflow_kafka_events.assets.validation import DEFAULT_MAX_EXTRA_BYTES
     from airflow_kafka_events.kafka.topic_plan import TOPIC_OPTIONS, WATCHER_STOPS_TOPIC
     from airflow_kafka_events.streams.producing.outage import DEFAULT_OUTAGE_TIMEOUT
+    from airflow_kafka_events.streams.producing.writer import DEFAULT_WRITE_WINDOW
     from airflow_kafka_events.ui.settings import ViewSettings
 
     options = {name: o["default"] for name, o in reference.config_options().items()}
@@ -170,5 +171,7 @@ def test_the_declared_defaults_are_the_ones_the_code_uses(reference: ModuleType)
     assert int(options["asset_event_max_extra_bytes"]) == DEFAULT_MAX_EXTRA_BYTES
     assert options["watcher_stops_topic"] == WATCHER_STOPS_TOPIC
     assert float(options["stream_outage_timeout"]) == DEFAULT_OUTAGE_TIMEOUT
+    assert int(options["stream_write_window"]) == DEFAULT_WRITE_WINDOW
+    assert options["triggerer_freeze_heap"] == "true"
     for _, option, default in TOPIC_OPTIONS:
         assert options[option] == (default or options["trigger_events_topic"]), option

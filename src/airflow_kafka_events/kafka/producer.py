@@ -192,6 +192,7 @@ class SendOptions(TypedDict, total=False):
     headers: Headers | None
     partition: int | None
     timeout: float
+    block: bool
 
 
 class RecordProducer:
@@ -368,12 +369,16 @@ class RecordProducer:
         headers: Headers | None = None,
         partition: int | None = None,
         timeout: float = SEND_TIMEOUT,
+        block: bool = True,
     ) -> DeliveryFuture:
         """Queue one message; the future resolves with its receipt or a :class:`DeliveryError`.
 
         A record larger than ``message.max.bytes`` raises :class:`RecordTooLargeError` before
-        anything is queued.  A full local queue is waited out (up to ``timeout``), never silently
-        dropped.
+        anything is queued.  A full local queue (``queue.buffering.max.messages`` /
+        ``.kbytes``, shared by every sender of this producer) is waited out, up to ``timeout``, never
+        silently dropped; with ``block=False`` it raises librdkafka's ``BufferError`` at once and
+        queues nothing, for a caller on an event loop that waits without blocking it (and raises
+        :meth:`queue_full_error` when it gives up).
         """
         if self._closed.is_set():
             raise KafkaOperationError("producer is closed")
@@ -389,7 +394,7 @@ class RecordProducer:
         if size > self.max_message_bytes:
             raise too_large_for_producer(topic, size, self.max_message_bytes)
         pending = _Pending(self, topic, size, raw_key)
-        self._produce(pending, value, header_list, -1 if partition is None else partition, timeout)
+        self._produce(pending, value, header_list, -1 if partition is None else partition, timeout, block)
         if len(self._in_flight) >= SERVE_BACKLOG:  # busy: serve the reports ready (poll(0) never waits)
             self._sends = sends = self._sends + 1
             if not sends % SERVE_EVERY:
@@ -403,6 +408,7 @@ class RecordProducer:
         headers: list[tuple[str, bytes | str | None]] | None,
         partition: int,
         timeout: float,
+        block: bool = True,
     ) -> None:
         produce, in_flight = self._producer.produce, self._in_flight
         while True:
@@ -415,6 +421,8 @@ class RecordProducer:
                 return
             except BufferError as exc:
                 in_flight.discard(pending)
+                if not block:
+                    raise
                 self._queue_full(exc, pending.sent_at + timeout, timeout)
             except KafkaException as exc:
                 in_flight.discard(pending)
@@ -423,15 +431,19 @@ class RecordProducer:
                 in_flight.discard(pending)
                 raise
 
+    def queue_full_error(self, timeout: float) -> NotSentError:
+        """The error of a message given up after the local queue stayed full for ``timeout`` s."""
+        return NotSentError(
+            f"not sent — nothing will be published: the local producer queue stayed full for "
+            f"{timeout}s (brokers at {self.bootstrap_servers}); fix: "
+            f"{self.health.fix_for(Cause.TIMED_OUT)}",
+            kafka_error=KafkaError(KafkaError._QUEUE_FULL),
+        )
+
     def _queue_full(self, exc: BufferError, deadline: float, timeout: float) -> None:
         """The local queue is full: serve delivery reports for a moment, or give up at ``deadline``."""
         if time.monotonic() >= deadline:
-            raise NotSentError(
-                f"not sent — nothing will be published: the local producer queue stayed full for "
-                f"{timeout}s (brokers at {self.bootstrap_servers}); fix: "
-                f"{self.health.fix_for(Cause.TIMED_OUT)}",
-                kafka_error=KafkaError(KafkaError._QUEUE_FULL),
-            ) from exc
+            raise self.queue_full_error(timeout) from exc
         if not self._serve(0.05, caller=True):  # inside a callback of this producer: cannot serve
             time.sleep(0.05)
 

@@ -66,6 +66,31 @@ def test_send_and_wait_returns_a_receipt_of_the_stored_message(kafka_bootstrap, 
     )
 
 
+def test_a_full_local_queue_refuses_a_non_blocking_send_at_once_and_queues_nothing(
+    kafka_bootstrap, new_topic
+):
+    topic = new_topic(partitions=1)
+    # two messages fill the queue; a long linger keeps them in it
+    config = _settings(
+        kafka_bootstrap, **{"queue.buffering.max.messages": 2, "linger.ms": 5000}
+    ).producer_config()
+    producer = RecordProducer(config)
+    try:
+        queued = [producer.send(topic, f"m{n}".encode(), key="k") for n in range(2)]
+        started = time.monotonic()
+        with pytest.raises(BufferError):
+            producer.send(topic, b"m2", key="k", timeout=30.0, block=False)
+        assert time.monotonic() - started < 1.0  # at once, not after the 30 s a blocking send waits
+        assert len(producer) == 2
+        producer.flush(30.0)
+        assert [f.result(30.0).offset for f in queued] == [0, 1]
+        # with room again, the same send goes through
+        assert producer.send(topic, b"m2", key="k", block=False).result(30.0).offset == 2
+    finally:
+        producer.close()
+    assert [m.value() for m in _read_all(kafka_bootstrap, topic, 3)] == [b"m0", b"m1", b"m2"]
+
+
 def test_idempotence_is_in_effect_the_broker_assigned_a_producer_id(kafka_bootstrap, new_topic):
     topic = new_topic(partitions=1)
     stats: list[dict] = []

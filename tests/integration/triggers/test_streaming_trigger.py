@@ -23,6 +23,7 @@ from airflow_kafka_events.envelopes.model import ProducerIdentity, TriggerEventE
 from airflow_kafka_events.errors import NotSentError, StreamProgressError
 from airflow_kafka_events.kafka.delivery import DeliveryFuture
 from airflow_kafka_events.kafka.partitioner import partition_for_key
+from airflow_kafka_events.kafka.producer import RecordProducer
 from airflow_kafka_events.kafka.settings import KafkaSettings
 from airflow_kafka_events.streams.consuming.sequence import SequenceTracker
 from airflow_kafka_events.streams.descriptor import StreamDescriptor
@@ -164,6 +165,43 @@ def test_concurrent_streams_on_one_topic_keep_per_key_order(kafka_bootstrap, new
     # interleaved: each stream's offsets start before the other's end
     assert a[0].offset < b[-1].offset and b[0].offset < a[-1].offset
     assert _descriptor(events_a).count == 120 and _descriptor(events_b).count == 80
+
+
+def test_streams_sharing_a_full_producer_queue_write_every_page_once_in_order(
+    monkeypatch, kafka_bootstrap, new_topic
+):
+    """The process's stream producer queues at most 16 messages (``queue.buffering.max.messages``)
+    while three streams keep up to 256 pages each in flight: their pages meet a full local queue
+    again and again, wait for room with the event loop free, and every page reaches Kafka once."""
+    extra = {"bootstrap.servers": kafka_bootstrap, "queue.buffering.max.messages": 16}
+    monkeypatch.setenv("AIRFLOW_CONN_KAFKA_DEFAULT", json.dumps({"conn_type": "kafka", "extra": extra}))
+    topic = new_topic(partitions=3)
+    keys = [_key(name) for name in ("a", "b", "c")]
+    triggers = [PagedTrigger(total=300, trigger_run_id=key, topic=topic) for key in keys]
+    for trigger in triggers:
+        trigger.write_window = 256
+    refused = 0
+    real_send = RecordProducer.send
+
+    def counting_send(self, *args, **kwargs):  # the real send, counting the full queue's refusals
+        nonlocal refused
+        try:
+            return real_send(self, *args, **kwargs)
+        except BufferError:
+            refused += 1
+            raise
+
+    monkeypatch.setattr(RecordProducer, "send", counting_send)
+
+    async def together():
+        return await asyncio.gather(*(collect(trigger) for trigger in triggers))
+
+    results = asyncio.run(together())
+    stored = read_topic(kafka_bootstrap, topic)
+    for key, events in zip(keys, results, strict=True):
+        _assert_complete_stream([s for s in stored if s.envelope.trigger_run_id == key], pages=300)
+        assert _descriptor(events).count == 300
+    assert refused > 0, "the local queue never filled: the test did not exercise the wait"
 
 
 def test_resumed_stream_continues_after_the_last_written_page(kafka_bootstrap, new_topic):

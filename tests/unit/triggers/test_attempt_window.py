@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 from collections.abc import Callable, Coroutine
 from types import SimpleNamespace
@@ -36,8 +37,17 @@ class FakeBroker:
         self.message_timeout = 5.0
         self.report_grace = 0.0
         self.writer: AttemptWriter | None = None
+        #: the local queue is full (``BufferError``) while this returns True for the send attempt
+        self.queue_full: Callable[[], bool] = lambda: False
+        self.full_attempts = 0
 
-    def send(self, topic: str, value: bytes, *, key: Any, partition: int, timeout: float) -> DeliveryFuture:
+    def send(
+        self, topic: str, value: bytes, *, key: Any, partition: int, timeout: float, block: bool = True
+    ) -> DeliveryFuture:
+        if self.queue_full():
+            assert not block, "a streaming trigger's send must not block its event loop on a full queue"
+            self.full_attempts += 1
+            raise BufferError("Local: Queue full")
         if self.writer is not None:
             self.in_flight_at_send.append(self.writer.in_flight)
         future = DeliveryFuture()
@@ -49,6 +59,11 @@ class FakeBroker:
             future.settle(exception=NotSentError("not sent — nothing will be published: refused"))
         return future
 
+    def queue_full_error(self, timeout: float) -> NotSentError:
+        return NotSentError(
+            f"not sent — nothing will be published: the local producer queue stayed full for {timeout}s"
+        )
+
     def deliver(self, n: int) -> None:
         value, future = self.sends[n]
         self.log.append(value)
@@ -59,7 +74,12 @@ class FakeBroker:
 
 
 def _writer(
-    broker: FakeBroker, *, window: int, next_seq: int = 0, first_offset: int | None = None
+    broker: FakeBroker,
+    *,
+    window: int,
+    next_seq: int = 0,
+    first_offset: int | None = None,
+    delivery_timeout: float = 5.0,
 ) -> AttemptWriter:
     writer = AttemptWriter(
         broker,  # type: ignore[arg-type]
@@ -71,7 +91,7 @@ def _writer(
         first_offset=first_offset,
         cursor=None,
         identity=ProducerIdentity(),
-        delivery_timeout=5.0,
+        delivery_timeout=delivery_timeout,
         window=window,
     )
     broker.writer = writer
@@ -117,6 +137,55 @@ def test_pages_are_in_flight_up_to_the_window_and_receipts_are_taken_by_half_win
     _run(scenario())
     assert max(broker.in_flight_at_send) < 4
     assert broker.sequences() == [0, 1, 2, 3, 4]
+
+
+def test_a_full_producer_queue_is_waited_out_with_the_event_loop_free():
+    broker = FakeBroker()
+    writer = _writer(broker, window=64)
+    ticks = 0
+    ticks_at_full: list[int] = []
+
+    def full() -> bool:  # sends 3..5 meet a full queue, five attempts in all
+        if len(broker.sends) == 3 and broker.full_attempts < 5:
+            ticks_at_full.append(ticks)
+            return True
+        return False
+
+    broker.queue_full = full
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while True:
+            ticks += 1
+            await asyncio.sleep(0)
+
+    async def scenario() -> None:
+        running = asyncio.ensure_future(ticker())
+        for _ in range(6):
+            await writer.send(*_page(writer))
+        await writer.drain()
+        running.cancel()
+
+    _run(scenario())
+    assert broker.full_attempts == 5
+    # between two attempts the loop ran other tasks: the wait did not block it
+    assert all(later > earlier for earlier, later in itertools.pairwise(ticks_at_full)), ticks_at_full
+    assert broker.sequences() == [0, 1, 2, 3, 4, 5]  # every page once, in order
+
+
+def test_a_producer_queue_full_past_the_delivery_timeout_fails_the_page_unsent():
+    broker = FakeBroker()
+    writer = _writer(broker, window=64, delivery_timeout=0.05)
+    broker.queue_full = lambda: len(broker.sends) == 2
+
+    async def scenario() -> None:
+        for _ in range(2):
+            await writer.send(*_page(writer))
+        with pytest.raises(NotSentError, match="queue stayed full"):
+            await writer.send(*_page(writer))
+
+    _run(scenario())
+    assert broker.full_attempts >= 2 and broker.sequences() == [0, 1]
 
 
 def test_the_frontier_moves_only_over_contiguous_receipts():
@@ -261,7 +330,7 @@ def test_no_receipt_within_the_message_timeout_fails_as_outcome_unknown():
     assert writer.acked == 1
 
 
-@pytest.mark.parametrize(("value", "pages"), [(None, 256), ("64", 64), (1, 1), (" 8 ", 8)])
+@pytest.mark.parametrize(("value", "pages"), [(None, 1024), ("64", 64), (1, 1), (" 8 ", 8)])
 def test_the_window_comes_from_the_trigger_or_the_provider_config(value, pages):
     assert resolve_write_window(value) == pages
 

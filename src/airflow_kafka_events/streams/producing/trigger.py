@@ -183,7 +183,7 @@ class StreamingTrigger(BaseTrigger):
     #: ``None``: ``[kafka_events] stream_outage_timeout`` (default 300).
     outage_timeout: float | None = None
     #: Pages in flight at most (produced, receipt not taken yet); ``None``:
-    #: ``[kafka_events] stream_write_window`` (default 256).
+    #: ``[kafka_events] stream_write_window`` (default 1024).
     write_window: int | None = None
 
     def __init__(
@@ -335,7 +335,7 @@ class StreamingTrigger(BaseTrigger):
         return resolve_outage_timeout(self.outage_timeout)
 
     def resolve_write_window(self) -> int:
-        """``write_window``, else ``[kafka_events] stream_write_window``, else 256 pages."""
+        """``write_window``, else ``[kafka_events] stream_write_window``, else 1024 pages."""
         return resolve_write_window(self.write_window)
 
     def _open_kafka(self) -> tuple[KafkaSettings, RecordProducer, RecordProducer, int]:
