@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pendulum
-from airflow.sdk import DAG, BaseOperator
+from airflow.sdk import BaseOperator, dag
 
 from harness.heap_probe import HeapProbeTrigger
 
@@ -22,11 +22,9 @@ class ProbeRunnerHeapOperator(BaseOperator):
         return event
 
 
-with DAG(
-    dag_id=DAG_ID,
-    schedule=None,
-    start_date=pendulum.datetime(2024, 1, 1, tz="UTC"),
-    catchup=False,
-    tags=["e2e"],
-):
+@dag(schedule=None, start_date=pendulum.datetime(2024, 1, 1, tz="UTC"), catchup=False, tags=["e2e"])
+def e2e_runner_heap() -> None:
     ProbeRunnerHeapOperator(task_id=TASK_ID)
+
+
+e2e_runner_heap()
