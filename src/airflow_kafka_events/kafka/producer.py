@@ -192,7 +192,6 @@ class SendOptions(TypedDict, total=False):
     headers: Headers | None
     partition: int | None
     timeout: float
-    block: bool
 
 
 class RecordProducer:

@@ -117,8 +117,9 @@ def _config_options() -> dict[str, Any]:
             "Pages a streaming trigger keeps in flight: it fetches and sends the next pages while "
             "the receipts of up to this many are outstanding (and at most 8 MiB of them), and takes "
             "the receipts in batches. 1: each page is acknowledged before the next is fetched. "
-            "While the process's producer queue is full (queue.buffering.max.messages, shared by "
-            "every trigger of the triggerer), pages wait for room without blocking the event loop.",
+            "While the triggerer's producer queue for the connection is full "
+            "(queue.buffering.max.messages / .kbytes), a page waits for room without blocking the "
+            "event loop, and fails unsent after stream_outage_timeout.",
         ),
         "triggerer_freeze_heap": _option(
             "boolean",

@@ -217,10 +217,27 @@ def metadata_generation(envelope: TriggerEventEnvelope) -> int | None:
 class _Found:
     offset: int
     envelope: TriggerEventEnvelope
+    #: the record value's bytes (what the writer counted of it while in flight)
+    size: int = 0
 
     @property
     def rank(self) -> tuple[int, int, int]:
         return (self.envelope.attempt, self.envelope.sequence_index, self.offset)
+
+
+def _acknowledged_below(seen: Mapping[int, _Found], top: int, low: int, window_bytes: int) -> int:
+    """``low`` raised to the page from which the pages seen just below ``top`` (contiguous, down
+    from ``top - 1``) hold ``window_bytes``: the pages in flight beside ``top`` held fewer bytes,
+    so none below that page was still in flight when ``top`` was sent (no hole there)."""
+    total = 0
+    for seq in range(top - 1, low - 1, -1):
+        found = seen.get(seq)
+        if found is None:
+            return low
+        total += found.size
+        if total >= window_bytes:
+            return seq
+    return low
 
 
 class _PartitionScanner:
@@ -438,10 +455,12 @@ class _PartitionScanner:
             return None
         if envelope.trigger_run_id != self.trigger_run_id:
             return None
-        return _Found(offset=offset, envelope=envelope)
+        return _Found(offset=offset, envelope=envelope, size=len(value))
 
     # ------------------------------------------------------------------ search
-    def latest(self, location: StreamLocation, chunk_size: int, gap_window: int = 0) -> StreamProgress | None:
+    def latest(
+        self, location: StreamLocation, chunk_size: int, gap_window: int = 0, gap_bytes: int = 0
+    ) -> StreamProgress | None:
         end = location.end
         size = chunk_size
         while end > location.scan_start:
@@ -453,7 +472,7 @@ class _PartitionScanner:
                 unresumable: int | None = None
                 if gap_window > 0 and not best.envelope.is_last:
                     before, missing = self._before_first_hole(
-                        location, best, records, start, chunk_size, gap_window
+                        location, best, records, start, chunk_size, gap_window, gap_bytes
                     )
                     if before is None:
                         unresumable = missing
@@ -482,14 +501,18 @@ class _PartitionScanner:
         start: int,
         chunk_size: int,
         window: int,
+        window_bytes: int = 0,
     ) -> tuple[_Found | None, int | None]:
         """The envelope before the first page missing among the ``window`` pages up to ``latest``
         (of its attempt), and that page's sequence index; ``(latest, None)`` when none is missing,
         ``(None, seq)`` when no page before it can be resumed after.
 
         With at most ``window`` pages in flight, page ``latest - window`` was acknowledged before
-        ``latest`` was sent: a hole lies above it.  The partition is read back (in chunks) until
-        every page from there to ``latest`` is seen, or to the attempt's first offset.
+        ``latest`` was sent: a hole lies above it.  With ``window_bytes`` too (the writer's bytes
+        bound: the pages in flight when ``latest`` was sent held fewer bytes), once the pages seen
+        just below ``latest`` hold that many bytes, every page below them was acknowledged before
+        ``latest`` was sent.  The partition is read back (in chunks) until every page from the
+        lower of those bounds to ``latest`` is seen, or to the attempt's first offset.
         """
         attempt, top = latest.envelope.attempt, latest.envelope.sequence_index
         low = max(0, top - window)
@@ -504,7 +527,9 @@ class _PartitionScanner:
                 hinted = 0 if envelope.sequence_index == 0 else metadata_first_offset(envelope)
                 if hinted is not None:
                     floor = max(floor, record.offset if envelope.sequence_index == 0 else hinted)
-            if len(seen) == top - low + 1 or start <= floor:
+            if window_bytes > 0:
+                low = _acknowledged_below(seen, top, low, window_bytes)
+            if sum(1 for seq in seen if seq >= low) == top - low + 1 or start <= floor:
                 break
             end, start = start, max(floor, start - chunk_size)
             records = self.read_range(location.partition, start, end)
@@ -574,6 +599,7 @@ def lookup_stream(
     not_before_ms: int | None = None,
     not_after_ms: int | None = None,
     gap_window: int = 0,
+    gap_bytes: int = 0,
 ) -> tuple[StreamLocation, StreamProgress | None]:
     """Where the stream lives (partition, watermarks) and its latest envelope (``None``: none).
 
@@ -585,9 +611,13 @@ def lookup_stream(
     read no offset at or above the first one stamped at or after it (``scan_end``); the
     envelope returned is then the stream's latest *before* that time.  ``gap_window`` (pages):
     return the envelope before a missing page among the latest attempt's last ``gap_window``
-    (see the module doc); 0: the latest envelope, holes or not.
+    (see the module doc); 0: the latest envelope, holes or not.  ``gap_bytes``: the writer's bound
+    on the bytes in flight too (its ``WINDOW_BYTES``), so the pages read back stop at that many
+    bytes below the latest page, whatever ``gap_window``; 0: pages only.
     """
     _check_args(topic, trigger_run_id, timeout, chunk_size, gap_window)
+    if gap_bytes < 0:
+        raise ValueError(f"gap_bytes must be >= 0, got {gap_bytes!r}")
     _check_ms("not_before_ms", not_before_ms)
     _check_ms("not_after_ms", not_after_ms)
     scanner = _PartitionScanner(config, topic, trigger_run_id, timeout=timeout, codec=codec)
@@ -595,7 +625,7 @@ def lookup_stream(
         location = scanner.locate()
         if not_before_ms is not None or not_after_ms is not None:
             location = scanner.bound(location, not_before_ms, not_after_ms)
-        return location, scanner.latest(location, chunk_size, gap_window)
+        return location, scanner.latest(location, chunk_size, gap_window, gap_bytes)
     finally:
         scanner.close()
 
@@ -609,6 +639,7 @@ class StreamLookupOptions(TypedDict, total=False):
     not_before_ms: int | None
     not_after_ms: int | None
     gap_window: int
+    gap_bytes: int
 
 
 def find_stream_progress(

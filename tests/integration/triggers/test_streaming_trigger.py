@@ -354,15 +354,34 @@ def test_a_hole_at_page_0_starts_a_new_attempt(kafka_bootstrap, new_topic):
     _consumed(read_topic(kafka_bootstrap, topic, key), key, 4)
 
 
+def _stream_missing_page_3(bootstrap: str, topic: str) -> str:
+    """A stream's key whose pages 0..39 are in ``topic`` but page 3 (36 pages after the hole)."""
+    key = _key()
+    seqs = [0, 1, 2, *range(4, 40)]
+    _produce(bootstrap, topic, [(key, _envelope(key, s, resume_cursor=str(s + 1))) for s in seqs])
+    return key
+
+
 def test_a_hole_is_looked_for_only_within_the_window(kafka_bootstrap, new_topic):
     topic = new_topic(partitions=1)
-    key = _key()
-    seqs = [0, 1, 2, *range(4, 40)]  # page 3 missing, 36 pages later
-    _produce(kafka_bootstrap, topic, [(key, _envelope(key, s, resume_cursor=str(s + 1))) for s in seqs])
+    key = _stream_missing_page_3(kafka_bootstrap, topic)
     settings = KafkaSettings({"bootstrap.servers": kafka_bootstrap})
     within = find_stream_progress(settings, topic, key, gap_window=64, chunk_size=5)
     assert within is not None and (within.sequence_index, within.offset, within.first_missing) == (2, 2, None)
     beyond = find_stream_progress(settings, topic, key, gap_window=16, chunk_size=5)
+    assert beyond is not None and (beyond.sequence_index, beyond.first_missing) == (39, None)
+
+
+def test_a_hole_is_looked_for_only_within_the_writers_bytes_in_flight(kafka_bootstrap, new_topic):
+    topic = new_topic(partitions=1)
+    key = _stream_missing_page_3(kafka_bootstrap, topic)
+    settings = KafkaSettings({"bootstrap.servers": kafka_bootstrap})
+    size = len(_envelope(key, 20, resume_cursor="21"))  # every page's size, within a few bytes
+    # within the pages' count and their bytes: the hole is found
+    found = find_stream_progress(settings, topic, key, gap_window=64, gap_bytes=40 * size, chunk_size=5)
+    assert found is not None and (found.sequence_index, found.first_missing) == (2, None)
+    # the 16 pages below the latest already hold the writer's bytes bound: none below them was in flight
+    beyond = find_stream_progress(settings, topic, key, gap_window=64, gap_bytes=16 * size, chunk_size=5)
     assert beyond is not None and (beyond.sequence_index, beyond.first_missing) == (39, None)
 
 

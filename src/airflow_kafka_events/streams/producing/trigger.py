@@ -100,6 +100,7 @@ from airflow_kafka_events.streams.producing.outage import (
     wait_for_earlier_sends,
 )
 from airflow_kafka_events.streams.producing.writer import (
+    WINDOW_BYTES,
     AttemptWriter,
     close_iterator,
     parse_not_before,
@@ -425,6 +426,7 @@ class StreamingTrigger(BaseTrigger):
             timeout=self.progress_timeout,
             not_before_ms=self.not_before_ms,
             gap_window=self.resolve_write_window(),
+            gap_bytes=WINDOW_BYTES,
         )
         if location.not_before_ms is not None:
             self.log.info(

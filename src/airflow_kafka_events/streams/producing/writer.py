@@ -68,15 +68,21 @@ _log = logging.getLogger(__name__)
 
 #: Pages a streaming trigger keeps in flight by default (``[kafka_events] stream_write_window``):
 #: with half a window taken per wait, a trigger writes about half a window per receipt round trip,
-#: which bounds its rate (B12: 1 KB pages in a triggerer, 12,000 pages/s at 256, 16,500-27,500 at
-#: 1024); :data:`WINDOW_BYTES` keeps the writer's memory and a restarted consumer's hold-back small.
+#: which bounds its rate (B12, 1 KB pages in a triggerer: 8,300-12,800 pages/s at 256,
+#: 13,000-27,500 at 1024); :data:`WINDOW_BYTES` keeps the writer's memory, a restarted consumer's
+#: hold-back and a restarted writer's look for a hole small.
 DEFAULT_WRITE_WINDOW = 1024
 #: Bytes of pages in flight from which the window is full whatever its page count (large pages).
 WINDOW_BYTES = 8 * 1024 * 1024
-#: Seconds a page waits before it is queued again when the producer's local queue is full
-#: (``queue.buffering.max.messages`` / ``.kbytes``, shared by every trigger of the process): the
-#: event loop runs meanwhile, where the producer's own blocking wait would stall every trigger.
+#: Seconds a page first waits before it is queued again when the producer's local queue is full
+#: (``queue.buffering.max.messages`` / ``.kbytes``, shared by the process's streams on one
+#: connection): the event loop runs meanwhile, where the producer's own blocking wait would stall
+#: every trigger of the triggerer.
 QUEUE_FULL_PAUSE = 0.01
+#: ... doubled after each refusal, up to this many seconds.
+QUEUE_FULL_MAX_PAUSE = 0.1
+#: Seconds a page waits for room before the writer logs it (once).
+QUEUE_FULL_WARN_AFTER = 5.0
 #: Pages sent at most between two returns to the event loop (a page source that never awaits would
 #: otherwise keep the loop to itself for half a window).
 YIELD_EVERY = 32
@@ -202,10 +208,13 @@ class AttemptWriter:
         )
 
     async def _produce(self, value: bytes) -> DeliveryFuture:
-        """Queue ``value`` with the producer; while its local queue is full (every trigger of the
-        process shares it), try again every :data:`QUEUE_FULL_PAUSE` s with the event loop free,
-        up to the delivery timeout (then the producer's ``NotSentError``)."""
+        """Queue ``value`` with the producer; while its local queue is full (the process's streams
+        on one connection share it), try again after :data:`QUEUE_FULL_PAUSE` s, doubling up to
+        :data:`QUEUE_FULL_MAX_PAUSE`, with the event loop free, up to the delivery timeout (then the
+        producer's ``NotSentError``)."""
         deadline: float | None = None
+        pause = QUEUE_FULL_PAUSE
+        warned = False
         while True:
             try:
                 return self.producer.send(
@@ -222,8 +231,20 @@ class AttemptWriter:
                     deadline = now + self.delivery_timeout
                 elif now >= deadline:
                     raise self.producer.queue_full_error(self.delivery_timeout) from exc
+                elif not warned and now >= deadline - self.delivery_timeout + QUEUE_FULL_WARN_AFTER:
+                    warned = True
+                    self.log.warning(
+                        "stream %s: page %d waits for room in the Kafka producer's local queue "
+                        "(queue.buffering.max.messages / .kbytes, shared with this process's other "
+                        "streams), full for %.0f s; it fails unsent after %.0f s",
+                        self.trigger_run_id,
+                        self.next_seq,
+                        QUEUE_FULL_WARN_AFTER,
+                        self.delivery_timeout,
+                    )
                 self._unyielded = 0
-                await asyncio.sleep(QUEUE_FULL_PAUSE)
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, QUEUE_FULL_MAX_PAUSE)
 
     async def send(self, value: bytes, cursor: str | None) -> int:
         """Produce the page ``next_seq`` (``value``, resumed after at ``cursor``); while the window is
@@ -337,11 +358,11 @@ class AttemptWriter:
             failed[0].seq,
             failed[-1].seq,
         )
-        for page in failed:
-            resent = page._replace(future=await self._produce(page.value))
-            self._in_flight.append(resent)
-            self._in_flight_bytes += len(page.value)
         try:
+            for page in failed:
+                resent = page._replace(future=await self._produce(page.value))
+                self._in_flight.append(resent)
+                self._in_flight_bytes += len(page.value)
             while self._in_flight:
                 page = self._in_flight[0]
                 if page.future.outstanding():
