@@ -56,10 +56,9 @@ class RunnerHeapFreeze:
     forks in turn (a trigger's process pool) must not collect or freeze anything.
     """
 
-    def __init__(self, job: Any, *, enabled: Any = _freeze_enabled) -> None:
+    def __init__(self, job: Any) -> None:
         self._job = weakref.ref(job)
         self._pid = os.getpid()
-        self._enabled = enabled
         self._freeze_in_child = False
 
     def applies(self) -> bool:
@@ -67,7 +66,7 @@ class RunnerHeapFreeze:
             return False
         job = self._job()
         # the instance's own value: never an ORM load inside a fork handler
-        return job is not None and vars(job).get("job_type") == TRIGGERER_JOB_TYPE and self._enabled()
+        return job is not None and vars(job).get("job_type") == TRIGGERER_JOB_TYPE and _freeze_enabled()
 
     def before(self) -> None:
         self._freeze_in_child = False

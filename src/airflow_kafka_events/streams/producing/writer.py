@@ -212,7 +212,7 @@ class AttemptWriter:
         on one connection share it), try again after :data:`QUEUE_FULL_PAUSE` s, doubling up to
         :data:`QUEUE_FULL_MAX_PAUSE`, with the event loop free, up to the delivery timeout (then the
         producer's ``NotSentError``)."""
-        deadline: float | None = None
+        refused_at: float | None = None
         pause = QUEUE_FULL_PAUSE
         warned = False
         while True:
@@ -227,11 +227,11 @@ class AttemptWriter:
                 )
             except BufferError as exc:
                 now = time.monotonic()
-                if deadline is None:
-                    deadline = now + self.delivery_timeout
-                elif now >= deadline:
+                if refused_at is None:
+                    refused_at = now
+                elif now - refused_at >= self.delivery_timeout:
                     raise self.producer.queue_full_error(self.delivery_timeout) from exc
-                elif not warned and now >= deadline - self.delivery_timeout + QUEUE_FULL_WARN_AFTER:
+                elif not warned and now - refused_at >= QUEUE_FULL_WARN_AFTER:
                     warned = True
                     self.log.warning(
                         "stream %s: page %d waits for room in the Kafka producer's local queue "
