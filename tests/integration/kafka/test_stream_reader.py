@@ -21,6 +21,7 @@ from airflow_kafka_events.errors import (
     UnknownFramingError,
 )
 from airflow_kafka_events.kafka.delivery import DeliveryReceipt
+from airflow_kafka_events.kafka.partitioner import partition_for_key
 from airflow_kafka_events.kafka.producer import RecordProducer
 from airflow_kafka_events.kafka.settings import KafkaSettings
 from airflow_kafka_events.streams.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
@@ -115,7 +116,15 @@ def open_reader(settings: KafkaSettings) -> Iterator[Callable[..., StreamReader]
 @pytest.mark.parametrize("locate", ["partitioner", "scan"])
 def test_interleaved_streams_on_three_partitions_are_each_read_in_order(locate, new_topic, send, open_reader):
     topic = new_topic(partitions=3)
-    runs = [f"dag/task/-1/run-{i}-{uuid.uuid4().hex[:6]}" for i in range(6)]
+    runs = [f"dag/task/-1/run-{i}-{uuid.uuid4().hex[:6]}" for i in range(5)]
+    # a sixth key on another partition than the first: random keys all land on one partition 1 time in 243
+    runs.append(
+        next(
+            key
+            for key in (f"dag/task/-1/run-5-{uuid.uuid4().hex[:6]}" for _ in range(1000))
+            if partition_for_key(key, 3) != partition_for_key(runs[0], 3)
+        )
+    )
     n = 25
     interleaved = [page(run, seq, last=seq == n - 1) for seq in range(n) for run in runs]
     receipts = send(topic, interleaved)
