@@ -24,8 +24,9 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import closing, nullcontext
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -294,16 +295,83 @@ def _report_batch(topic: str, batch: StreamBatch, pages: int, seconds: float) ->
     metrics.batch_handled(topic, pages, seconds, lag)
 
 
-def _acknowledge(
-    reader: _Reader, batch: StreamBatch, save: Callable[[Checkpoint], None] | None, out: Any, name: str
-) -> None:
-    """Save the batch's checkpoint, then commit it to the reader's consumer group (if any)."""
-    if save is not None:
-        save(batch.checkpoint)
-    try:
-        reader.ack(batch)
-    except KafkaOperationError as exc:  # the task state store keeps the position anyway
-        out.warning("stream %s: committing the position to Kafka failed: %s", name, exc)
+class _CheckpointAhead:
+    """A handled batch's checkpoint, stored while the next batch is read.
+
+    :meth:`submit` starts storing a handled batch's checkpoint in one background thread (a
+    round trip to Airflow's API: about as long as reading a batch); :meth:`settle`, called
+    before the next batch is handed to a handler (and before the reading loop returns), waits
+    for it, raises its error, and then acknowledges the batch to the reader (its consumer
+    group commit) and tells the stream index.  So a handler never runs before every batch
+    handled before it is checkpointed, and a hard crash still replays at most one batch.
+    Only ``save`` runs in the thread; the reader, the index and the handlers stay on the
+    caller's thread.  Without ``save`` a batch is acknowledged at once.
+    """
+
+    def __init__(
+        self,
+        reader: _Reader,
+        save: Callable[[Checkpoint], None] | None,
+        index: ConsumerIndexWriter | None,
+        out: Any,
+        name: str,
+    ) -> None:
+        self._reader = reader
+        self._save = save
+        self._index = index
+        self._out = out
+        self._name = name
+        self._pool: ThreadPoolExecutor | None = None
+        self._pending: tuple[Future[None], StreamBatch] | None = None
+
+    def submit(self, batch: StreamBatch) -> None:
+        """``batch`` was handled: store its checkpoint (in the background when there is a store)."""
+        self.settle()
+        if self._save is None:
+            self._acknowledge(batch)
+            return
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="stream-checkpoint")
+        # the pages are not kept while the next batch is read: only what ack() needs
+        slim = replace(batch, events=[], rejected=[])
+        self._pending = (self._pool.submit(self._save, batch.checkpoint), slim)
+
+    def settle(self) -> None:
+        """Wait for the checkpoint in flight (its error raises here), then acknowledge its batch."""
+        if self._pending is None:
+            return
+        saving, batch = self._pending
+        self._pending = None
+        saving.result()
+        self._acknowledge(batch)
+
+    def _acknowledge(self, batch: StreamBatch) -> None:
+        try:
+            self._reader.ack(batch)
+        except KafkaOperationError as exc:  # the task state store keeps the position anyway
+            self._out.warning("stream %s: committing the position to Kafka failed: %s", self._name, exc)
+        if self._index is not None:
+            self._index.checkpointed(batch.checkpoint)
+
+    def __enter__(self) -> _CheckpointAhead:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
+        try:
+            if exc is None:
+                self.settle()
+            elif self._pending is not None:
+                try:
+                    self.settle()
+                except Exception as failed:  # the error already leaving the loop is the one to see
+                    self._out.warning(
+                        "stream %s: storing the checkpoint of the last handled batch failed: %s",
+                        self._name,
+                        failed,
+                    )
+        finally:
+            if self._pool is not None:
+                self._pool.shutdown(wait=True)
 
 
 def drive_stream(
@@ -325,11 +393,13 @@ def drive_stream(
 
     Exactly one of ``handle_batch`` (called once per batch with its pages) and
     ``handle_event`` (called once per page) is given.  After each batch the batch's
-    checkpoint is passed to ``save`` and then acknowledged to the reader (which commits it
-    to its consumer group, if any); with ``handle_event`` a checkpoint is also saved after
-    every page but the batch's last.  An exception of a handler propagates at once: nothing
-    after the failing batch (or page) is handled or checkpointed.  Batches without pages
-    (only the end marker) call no handler.
+    checkpoint is passed to ``save`` (in a background thread, while the next batch is read)
+    and then acknowledged to the reader (which commits it to its consumer group, if any);
+    the next batch is handed over only once that save returned, and a save that raises ends
+    the run there.  With ``handle_event`` a checkpoint is also saved after every page but
+    the batch's last.  An exception of a handler propagates at once: nothing after the
+    failing batch (or page) is handled or checkpointed.  Batches without pages (only the end
+    marker) call no handler.
 
     ``summary`` continues the counts of an earlier run of the same try (a consumer that
     deferred while idle).  ``is_idle``: when the reader raises ``StreamNotStartedError`` or
@@ -351,7 +421,8 @@ def drive_stream(
     summary.idle = False
     last: Any = None
     closes_index = nullcontext() if index is None else closing(index)
-    with young_collections_every(gc_threshold), closes_index:
+    ahead = _CheckpointAhead(reader, save, index, out, trigger_run_id)
+    with young_collections_every(gc_threshold), closes_index, ahead:
         while not summary.finished:
             try:
                 batch = reader.next_batch()
@@ -359,7 +430,8 @@ def drive_stream(
                 if is_idle is None or not is_idle(exc):
                     raise
                 summary.idle = True
-                return summary, last
+                return summary, last  # leaving the block waits for the checkpoint in flight
+            ahead.settle()  # every batch before this one is checkpointed before it is handled
             _note_batch(batch, summary, out)
             events = page_events(batch.events)
             if events:
@@ -373,10 +445,8 @@ def drive_stream(
                     last = _hand_pages_one_by_one(reader, batch, events, handle_event, save, summary)
                 summary.batches_this_try += 1
                 _report_batch(topic, batch, len(events), time.monotonic() - started)
-            _acknowledge(reader, batch, save, out, trigger_run_id)
+            ahead.submit(batch)
             summary.finished = batch.finished
-            if index is not None:
-                index.checkpointed(batch.checkpoint)
             del batch, events  # the handled pages go now, not after the next batch is read
         return summary, last
 
