@@ -93,8 +93,10 @@ def test_no_batch_is_handled_before_every_batch_before_it_is_checkpointed():
     seen: list[tuple[int, int | None]] = []
 
     def gate(write: int) -> None:
-        # hold the save: a handler that ran meanwhile would be seen here (its deadline is the hold)
-        handled.wait(0.3)
+        # hold each save for 0.2 s, so that a batch handed over before its predecessor's save
+        # returned is handled during the hold (and ends it) and records the older checkpoint
+        handled.clear()
+        handled.wait(0.2)
 
     store = GatedStore(gate)
 
