@@ -22,6 +22,11 @@ change the watchers' code half-way (``--live-src``: the working tree as it is):
     ``BurstTrigger``, the batch shared round-robin between them (``n`` triggers, ``n`` assets, still
     no Kafka), every trigger starting its share at the same moment: what Airflow itself can take for
     ``n`` watched assets.
+``ceiling-<n>+pad``
+    ``ceiling-<n>`` whose events are padded to the size of the payload a Kafka watcher fires for the
+    benchmark's events (a ceiling event is ``{"b8", "seq", "emitted_at"}``, about 80 B; a watcher's
+    about 1 KB), logged without the padding: what Airflow itself takes for events as large as the
+    watchers'.  ``kafka-<n>`` gets a ratio to it too ("vs +pad").
 ``kafka-<n>`` (``n`` from 1 to 2,000)
     ``n`` assets, each a ``kafka_watched_asset`` on ONE topic of that configuration (3
     partitions), in the triggerer(s); this process emits asset event envelopes to the topic
@@ -77,9 +82,11 @@ from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from airflow_kafka_events.assets.publish import build_envelope, record_key
+from airflow_kafka_events.assets.watcher_payload import envelope_payload
 from airflow_kafka_events.envelopes.codec import ASSET_EVENT_CODEC
 from airflow_kafka_events.envelopes.model import AssetRef, EventSource, SourceKind
 from airflow_kafka_events.kafka import KafkaSettings, TopicSpec
@@ -108,7 +115,7 @@ from benchmarks.harness import (
     scratch_dir,
     write_results,
 )
-from benchmarks.watcher_report import print_report, print_resources, summarize
+from benchmarks.watcher_report import PADDED, print_report, print_resources, summarize
 
 DAG_ID = "b8_consumer"
 MAX_ASSETS = 2000
@@ -310,9 +317,11 @@ def switch_phase(setup: Setup, phase: str, timeout: float) -> tuple[float, dict[
     ready_files = (
         [setup.control / f"{name}.ready" for name in ceiling_triggers(phase)] if is_ceiling(phase) else []
     )
-    for ready_file in ready_files:
-        ready_file.unlink(missing_ok=True)
-    (setup.control / "phase").write_text(phase + "\n")
+    phase_file = setup.control / "phase"
+    if phase_file.read_text().strip() != phase:  # the same phase again: its triggers keep running
+        for ready_file in ready_files:
+            ready_file.unlink(missing_ok=True)
+    phase_file.write_text(phase + "\n")
     names = {name for name, _ in phase_assets(phase)}
     ids = [setup.asset_ids[n] for n in names]
     marks = ",".join("?" * len(ids))
@@ -354,6 +363,7 @@ class Batch:
     count: int
     rate: float | None
     label: str = ""  # the phase, with "#2", "#3" ... when a phase is measured again
+    pad: int = 0  # ceiling: characters of padding in each event (``ceiling-<n>+pad``)
     others_before: float | None = None  # CPU cores other processes used just before (see --max-others)
     others_during: float | None = None  # ... and while the batch ran
     tag: str = ""
@@ -402,6 +412,8 @@ def emit_ceiling(setup: Setup, batch: Batch) -> float:
             "step": len(names),
             "start_at": start_at,
         }
+        if batch.pad:
+            spec["pad"] = batch.pad
         tmp = setup.control / f"{name}.go.tmp"
         tmp.write_text(json.dumps(spec))
         ready.append((tmp, setup.control / f"{name}.go"))
@@ -409,6 +421,24 @@ def emit_ceiling(setup: Setup, batch: Batch) -> float:
     for tmp, go in ready:
         os.rename(tmp, go)
     return time.monotonic() - t0
+
+
+def watcher_payload_pad(count_assets: int) -> int:
+    """Characters of padding that make a ceiling event's JSON as long as the payload a Kafka watcher of
+    ``kafka-<count_assets>`` fires for one of :func:`emit_kafka`'s envelopes."""
+    name, uri = kafka_assets(count_assets)[-1]
+    tag, seq = "0123456789abcdef", 99_999
+    envelope = build_envelope(
+        asset=AssetRef(name=name, uri=uri),
+        source=EventSource(SourceKind.EXTERNAL, producer="b8-bench"),
+        extra={"b8": tag, "seq": seq},
+        idempotency_key=f"{tag}-{seq}",
+    )
+    record = SimpleNamespace(topic=f"bench.b8.k{count_assets}.0123abcd", partition=2, offset=99_999)
+    watcher = len(json.dumps(envelope_payload(envelope, record)))  # type: ignore[arg-type]
+    emitted_at = datetime.now(timezone.utc).isoformat(timespec="microseconds")
+    ceiling = len(json.dumps({"b8": tag, "seq": seq, "emitted_at": emitted_at, "pad": ""}))
+    return max(0, watcher - ceiling)
 
 
 def emit_kafka(setup: Setup, producer: RecordProducer, batch: Batch) -> float:
@@ -608,16 +638,41 @@ def describe(batch: Batch) -> str:
 
 
 # ====================================================================== main
+def base_phase(config: str) -> str:
+    """The phase a configuration runs (``ceiling-<n>+pad`` runs ``ceiling-<n>``)."""
+    return config.removesuffix(PADDED)
+
+
 def phase_count(phase: str) -> int:
     """How many assets ``phase`` watches."""
+    phase = base_phase(phase)
     return 1 if phase == "ceiling" else int(phase.split("-", 1)[1])
 
 
 def valid_phase(phase: str) -> bool:
     if phase == "ceiling":
         return True
-    kind, _, count = phase.partition("-")
+    padded = phase.endswith(PADDED)
+    kind, _, count = base_phase(phase).partition("-")
+    if padded and kind != "ceiling":
+        return False
     return kind in ("ceiling", "kafka") and count.isdigit() and 1 <= int(count) <= MAX_ASSETS
+
+
+def phase_plan(
+    config: str, label: str, events: int, rates: Sequence[float], paced_seconds: float
+) -> list[Batch]:
+    """The batches of a configuration: a warm-up, a burst of ``events``, one paced batch per rate."""
+    phase = base_phase(config)
+    pad = watcher_payload_pad(phase_count(phase)) if config.endswith(PADDED) else 0
+    if pad:
+        say(f"[phase]   {label}: each event padded with {pad} characters")
+    plan = [
+        Batch(phase, "warmup", max(20, len(phase_assets(phase))), None, label, pad=pad),
+        Batch(phase, "burst", events, None, label, pad=pad),
+    ]
+    plan += [Batch(phase, f"paced-{r:g}", round(r * paced_seconds), r, label, pad=pad) for r in rates]
+    return plan
 
 
 def phase_resources(
@@ -713,7 +768,7 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     phases = [p.strip() for p in args.configs.split(",") if p.strip()]
     if not phases or not all(valid_phase(p) for p in phases):
-        parser.error(f"--configs: ceiling, ceiling-<n> or kafka-<n> (n from 1 to {MAX_ASSETS})")
+        parser.error(f"--configs: ceiling, ceiling-<n>[+pad] or kafka-<n> (n from 1 to {MAX_ASSETS})")
     if args.triggerers < 1:
         parser.error("--triggerers: at least 1")
     counts = sorted({phase_count(p) for p in phases if p != "ceiling"})
@@ -746,21 +801,17 @@ def main(argv: list[str]) -> int:
         say(f"[memory]  triggerer(s) with no watcher: {baseline}")
         producer = RecordProducer(KafkaSettings({"bootstrap.servers": setup.bootstrap}).producer_config())
         try:
-            for index, phase in enumerate(phases):
-                seen = phases[:index].count(phase)
-                label = phase if not seen else f"{phase}#{seen + 1}"
+            for index, config in enumerate(phases):
+                seen = phases[:index].count(config)
+                label = config if not seen else f"{config}#{seen + 1}"
+                phase = base_phase(config)
                 took, placements[label] = switch_phase(setup, phase, args.timeout)
                 switches[label] = round(took, 1)
                 say(
                     f"[phase]   {label}: watchers registered and started in {switches[label]:.1f}s, "
                     f"triggers per triggerer job {placements[label]}"
                 )
-                assets = len(phase_assets(phase))
-                plan = [
-                    Batch(phase, "warmup", max(20, assets), None, label),
-                    Batch(phase, "burst", args.events, None, label),
-                ]
-                plan += [Batch(phase, f"paced-{r:g}", round(r * args.paced_seconds), r, label) for r in rates]
+                plan = phase_plan(config, label, args.events, rates, args.paced_seconds)
                 ended = time.monotonic()
                 quiet_cpu: tuple[float, float] | None = None
                 for batch in plan:

@@ -10,11 +10,12 @@ fires one batch twice), waits until ``start_at`` (a UNIX time: every trigger of 
 share of a batch at the same moment, however late within its poll interval it saw the file), then
 fires ``count`` ``TriggerEvent``\\ s, ``{"b8": batch, "seq": first + i * step, "emitted_at": <ISO
 UTC>}`` (``first`` 0 and ``step`` 1 when absent; one trigger of many numbers its events apart from
-the others'): as fast as it can (``rate`` null: one ``asyncio.sleep(0)`` between events, so the
-triggerer's loop keeps running) or event ``seq`` at ``start_at + seq / rate``, ``rate`` being the
-batch's rate over all triggers sharing it (so the batch is paced as a whole however many triggers
-share it).  Every start of the trigger writes ``<control_dir>/<name>.ready``.
-"""
+the others'; with ``"pad": n`` in the request each event also carries ``"pad"``, ``n`` characters,
+so Airflow persists an event as large as a Kafka watcher's, and logs it without them as a watcher's
+event logs without its payload): as fast as it can (``rate`` null: one ``asyncio.sleep(0)`` between
+events, so the triggerer's loop keeps running) or event ``seq`` at ``start_at + seq / rate``,
+``rate`` being the batch's rate over all triggers sharing it (so the batch is paced as a whole
+however many triggers share it). Every start of the trigger writes ``<control_dir>/<name>.ready``."""
 
 from __future__ import annotations
 
@@ -69,6 +70,7 @@ class BurstTrigger(BaseEventTrigger):
             batch, count, rate = str(spec["batch"]), int(spec["count"]), spec.get("rate")
             first, step = int(spec.get("first", 0)), int(spec.get("step", 1))
             start_at = float(spec.get("start_at") or time.time())
+            pad = "x" * int(spec.get("pad") or 0)
             for i in range(count):
                 seq = first + i * step
                 due = start_at + seq / float(rate) if rate else start_at
@@ -77,4 +79,16 @@ class BurstTrigger(BaseEventTrigger):
                 else:
                     await asyncio.sleep(0)
                 emitted_at = datetime.now(timezone.utc).isoformat(timespec="microseconds")
-                yield TriggerEvent({"b8": batch, "seq": seq, "emitted_at": emitted_at})
+                if pad:
+                    yield PaddedEvent({"b8": batch, "seq": seq, "emitted_at": emitted_at, "pad": pad})
+                else:
+                    yield TriggerEvent({"b8": batch, "seq": seq, "emitted_at": emitted_at})
+
+
+class PaddedEvent(TriggerEvent):
+    """A padded ceiling event: persisted whole, logged without its padding (as a watcher's event is
+    logged without its payload)."""
+
+    def __repr__(self) -> str:
+        shown = {key: value for key, value in self.payload.items() if key != "pad"}
+        return f"TriggerEvent<{shown!r}>"
