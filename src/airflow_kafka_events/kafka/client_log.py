@@ -267,6 +267,10 @@ class BrokerSnapshot:
     states: Mapping[str, str] = field(default_factory=dict)
     #: topics a broker's metadata answer did not know (no partition but librdkafka's "-1")
     unknown_topics: frozenset[str] = frozenset()
+    #: topics with at least one partition in the brokers' metadata
+    known_topics: frozenset[str] = frozenset()
+    #: every topic the client holds, whatever its state
+    listed_topics: frozenset[str] = frozenset()
 
     @property
     def any_up(self) -> bool:
@@ -287,17 +291,21 @@ class BrokerSnapshot:
     def from_stats(cls, stats: Mapping[str, Any]) -> BrokerSnapshot:
         brokers = stats.get("brokers") or {}
         topics = stats.get("topics") or {}
+        partitioned = {name for name, t in topics.items() if set(t.get("partitions") or {}) - {"-1"}}
         return cls(
             ts=float(stats.get("ts", 0)) / 1e6,
             produce_requests={
                 name: int((b.get("req") or {}).get("Produce", 0)) for name, b in brokers.items()
             },
             states={name: str(b.get("state", "")) for name, b in brokers.items()},
+            # a metadata age of 0 is "never answered" or "answered this millisecond": neither says
             unknown_topics=frozenset(
                 name
                 for name, t in topics.items()
-                if set(t.get("partitions") or {}) <= {"-1"} and int(t.get("metadata_age") or 0) > 0
+                if name not in partitioned and int(t.get("metadata_age") or 0) > 0
             ),
+            known_topics=frozenset(partitioned),
+            listed_topics=frozenset(topics),
         )
 
 
@@ -341,6 +349,7 @@ class ClientHealth:
         self._errors: dict[Cause, ObservedClientError] = {}
         self._last_transport: ObservedClientError | None = None
         self.snapshot: BrokerSnapshot | None = None
+        self._unknown_topics: frozenset[str] = frozenset()
         self.down_since: float | None = None
         self._snapshot_listeners: list[Callable[[BrokerSnapshot], None]] = []
         self._user_error_cb: Callable[[KafkaError], Any] | None = None
@@ -434,6 +443,9 @@ class ClientHealth:
     def observe(self, snapshot: BrokerSnapshot) -> None:
         with self._lock:
             self.snapshot = snapshot
+            # a topic stays unknown until the brokers name a partition of it or the client drops it
+            kept = (self._unknown_topics & snapshot.listed_topics) - snapshot.known_topics
+            self._unknown_topics = kept | snapshot.unknown_topics
             listeners = list(self._snapshot_listeners)
         if snapshot.any_up:
             self.mark_up()
@@ -456,6 +468,12 @@ class ClientHealth:
     @property
     def down(self) -> bool:
         return self.down_since is not None
+
+    def topic_unknown(self, topic: str) -> bool:
+        """Whether the brokers' last metadata answer about ``topic`` said they do not know it (as
+        seen by the statistics so far: one report's age of 0 does not forget an earlier answer)."""
+        with self._lock:
+            return topic in self._unknown_topics
 
     def last_error(self, since: float | None = None) -> ObservedClientError | None:
         """The most telling error seen (at or after ``since``): authentication, authorization,

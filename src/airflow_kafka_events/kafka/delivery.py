@@ -414,7 +414,7 @@ def _cause(health: ClientHealth, topic: str, err: KafkaError, since: float) -> t
     during the message's life."""
     own = cause_of(err.code())
     snapshot = health.snapshot
-    if own is Cause.TIMED_OUT and not health.down and snapshot and topic in snapshot.unknown_topics:
+    if own is Cause.TIMED_OUT and not health.down and health.topic_unknown(topic):
         return Cause.UNKNOWN_TOPIC, f"the brokers know no topic {topic!r}"
     if own is Cause.TIMED_OUT and health.down and health.refusal() is None:
         # every broker is still down: librdkafka reported it once, maybe before this message was

@@ -354,7 +354,8 @@ def test_a_run_cancelled_while_its_pages_are_held_is_resumed_without_writing_the
 
 def test_an_emit_to_a_missing_topic_is_not_sent_naming_the_unknown_topic(broker):
     topic = f"faults-missing-{uuid.uuid4().hex[:8]}"  # never created; auto-creation is off
-    # the broker's answer ends the call (~2 s), not the timeout: 10 s leaves room on a loaded machine
+    # the message's timeout ends the call (~9 s); the brokers' metadata answers, seen in the
+    # producer's statistics every second, name the cause
     with pytest.raises(NotSentError) as info:
         emit("s3://faults/missing", bootstrap_servers=broker.bootstrap, topic=topic, timeout=10.0)
     assert (

@@ -250,3 +250,33 @@ def test_snapshot_names_topics_the_brokers_do_not_know():
         "not-asked-yet": {"metadata_age": 0, "partitions": {"-1": {}}},
     }
     assert BrokerSnapshot.from_stats(stats).unknown_topics == {"missing"}
+
+
+def _topics_report(ts: float, **topics: tuple[int, list[str]]) -> BrokerSnapshot:
+    """A statistics report listing each topic with its metadata age (ms) and partition ids."""
+    stats = _stats(ts, b=("UP", 0))
+    stats["topics"] = {
+        name: {"metadata_age": age, "partitions": {p: {} for p in parts}}
+        for name, (age, parts) in topics.items()
+    }
+    return BrokerSnapshot.from_stats(stats)
+
+
+def test_an_unknown_topic_stays_unknown_through_a_report_of_metadata_age_zero(target):
+    health = _health(target)
+    assert not health.topic_unknown("missing")
+    health.observe(_topics_report(1.0, missing=(120, ["-1"])))
+    assert health.topic_unknown("missing")
+    # librdkafka asks for the topic's metadata every second: a report can come in the millisecond
+    # of the answer, its age 0 like a topic never asked about
+    health.observe(_topics_report(2.0, missing=(0, ["-1"])))
+    assert health.topic_unknown("missing")
+
+
+def test_a_topic_is_no_longer_unknown_once_created_or_dropped_by_the_client(target):
+    health = _health(target)
+    health.observe(_topics_report(1.0, missing=(120, ["-1"]), gone=(120, ["-1"])))
+    health.observe(_topics_report(2.0, missing=(5, ["-1", "0"])))  # created; "gone" no longer held
+    assert not health.topic_unknown("missing") and not health.topic_unknown("gone")
+    health.observe(_topics_report(3.0, never_answered=(0, ["-1"])))
+    assert not health.topic_unknown("never_answered")

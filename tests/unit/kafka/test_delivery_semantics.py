@@ -6,6 +6,7 @@ configuration (nothing is delivered).
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
@@ -19,8 +20,8 @@ from airflow_kafka_events.errors import (
     RecordTooLargeError,
     ValidationError,
 )
-from airflow_kafka_events.kafka.client_log import Cause
-from airflow_kafka_events.kafka.delivery import classify_failure, wire_size
+from airflow_kafka_events.kafka.client_log import Cause, ClientHealth
+from airflow_kafka_events.kafka.delivery import classify_failure, delivery_failure, wire_size
 from airflow_kafka_events.kafka.producer import RecordProducer, get_producer, role_config
 from airflow_kafka_events.kafka.settings import KafkaSettings
 
@@ -100,22 +101,48 @@ def test_a_failure_names_the_brokers_topic_cause_and_fix_and_no_password(produce
     assert str(unknown).startswith("outcome unknown — retry with the same idempotency key")
 
 
-def test_a_timeout_during_an_outage_that_began_before_the_send_names_the_outage(producer):
-    producer.health.error_cb(KafkaError(KafkaError._TRANSPORT, f"{NOWHERE}/bootstrap: Connection refused"))
-    producer.health.error_cb(KafkaError(KafkaError._ALL_BROKERS_DOWN, "1/1 brokers are down"))
+def test_a_timeout_during_an_outage_that_began_before_the_send_names_the_outage():
+    # a health of its own: a live producer's librdkafka would report its own outage at any moment
+    health = ClientHealth(bootstrap_servers=NOWHERE)
+    health.error_cb(KafkaError(KafkaError._TRANSPORT, f"{NOWHERE}/bootstrap: Connection refused"))
+    health.error_cb(KafkaError(KafkaError._ALL_BROKERS_DOWN, "1/1 brokers are down"))
     sent_after_it = time.monotonic() + 60.0  # the message's life began after every error report
-    error = producer.failure("orders", KafkaError(KafkaError._MSG_TIMED_OUT), sent_after_it, 10, False)
+
+    def timed_out() -> DeliveryError:
+        return delivery_failure(
+            health,
+            None,
+            "orders",
+            KafkaError(KafkaError._MSG_TIMED_OUT),
+            since=sent_after_it,
+            size=10,
+            produce_sent=False,
+        )
+
+    error = timed_out()
     assert isinstance(error, NotSentError)
     assert Cause.UNREACHABLE.value in str(error) and "all brokers down" in str(error)
-    producer.health.mark_up()  # reachable again: a later timeout is not blamed on the old outage
-    later = producer.failure("orders", KafkaError(KafkaError._MSG_TIMED_OUT), sent_after_it, 10, False)
-    assert Cause.UNREACHABLE.value not in str(later)
+    health.mark_up()  # reachable again: a later timeout is not blamed on the old outage
+    assert Cause.UNREACHABLE.value not in str(timed_out())
 
 
 def test_an_unknown_topic_is_named_as_such(producer):
     error = producer.failure("nope", KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART), 0.0, 10, True)
     assert isinstance(error, NotSentError)
     assert Cause.UNKNOWN_TOPIC.value in str(error) and "create the topic" in str(error)
+
+
+def test_a_timeout_names_the_unknown_topic_when_the_last_report_came_as_its_metadata_did():
+    health = ClientHealth(bootstrap_servers="k1:9092")
+    report = {"ts": 1_000_000, "brokers": {"k1:9092/1": {"state": "UP", "req": {"Produce": 0}}}}
+    for age in (130, 0):  # the second report came in the millisecond of a metadata answer
+        topics = {"nope": {"metadata_age": age, "partitions": {"-1": {}}}}
+        health.stats_cb(json.dumps({**report, "topics": topics}))
+    error = delivery_failure(
+        health, None, "nope", KafkaError(KafkaError._MSG_TIMED_OUT), since=0.0, size=10, produce_sent=False
+    )
+    assert isinstance(error, NotSentError)
+    assert Cause.UNKNOWN_TOPIC.value in str(error) and "the brokers know no topic 'nope'" in str(error)
 
 
 def test_a_broker_size_refusal_names_the_topic_limit(producer):
