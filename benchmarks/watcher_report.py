@@ -148,20 +148,19 @@ def _print_references(summary: dict[str, Any]) -> None:
             f"{reference['events_per_s']:.1f} events/s, steady {reference['steady_events_per_s']:.1f}/s"
         )
     for key, shaped in summary.items():
-        n = key.removeprefix("ceiling-").removesuffix("_reference")
-        if key.startswith("ceiling-") and key.endswith("_reference") and shaped and PADDED not in key:
-            say(
-                f"'vs ceiling-N': kafka-{n} against the mean of {shaped['ceiling_bursts']} ceiling-{n} "
-                f"burst(s) (the same {n} assets, each watched by a no-Kafka trigger): "
-                f"{shaped['events_per_s']:.1f} events/s"
-            )
-        elif key.startswith("ceiling-") and key.endswith(f"{PADDED}_reference") and shaped:
-            n = n.removesuffix(PADDED)
-            say(
-                f"'vs +pad': kafka-{n} against the mean of {shaped['ceiling_bursts']} ceiling-{n}{PADDED} "
-                f"burst(s) (the same triggers, each event as large as a watcher's): "
-                f"{shaped['events_per_s']:.1f} events/s"
-            )
+        if not (key.startswith("ceiling-") and key.endswith("_reference") and shaped):
+            continue
+        config = key.removesuffix("_reference")
+        n = config.removeprefix("ceiling-").removesuffix(PADDED)
+        column, what = (
+            ("'vs +pad'", "the same triggers, each event as large as a watcher's")
+            if config.endswith(PADDED)
+            else ("'vs ceiling-N'", f"the same {n} assets, each watched by a no-Kafka trigger")
+        )
+        say(
+            f"{column}: kafka-{n} against the mean of {shaped['ceiling_bursts']} {config} burst(s) "
+            f"({what}): {shaped['events_per_s']:.1f} events/s"
+        )
 
 
 def print_resources(resources: dict[str, Any]) -> None:
