@@ -1,9 +1,10 @@
-"""Reading a compacted topic: the latest value of one key, or of every key.
+"""Reading a compacted topic: the latest value of some keys, or of every key.
 
 A compacted topic keeps (at least) the latest record of each key; its readers here read a
 partition from a start offset to its high watermark as it is when the read begins, and keep the
 latest value per key (a tombstone, ``None``, forgets the key).  Used for the watchers' clean-stop
-marks (:mod:`airflow_kafka_events.watcher.stops`: one key, in the partition it hashes to)
+marks (:mod:`airflow_kafka_events.watcher.stops`: the keys of the watchers starting, in the
+partitions they hash to)
 and the stream index (:mod:`airflow_kafka_events.streams.index`: every key, every partition, or only
 the records after an earlier read's positions).
 
@@ -14,7 +15,7 @@ that does not exist raises what ``missing()`` builds (an error that names the op
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,7 +24,7 @@ from airflow_kafka_events.kafka.settings import KafkaSettings
 __all__ = [
     "CompactedRead",
     "read_compacted",
-    "read_compacted_key",
+    "read_compacted_keys",
 ]
 
 #: Records asked of librdkafka per ``consume()`` call.
@@ -112,36 +113,42 @@ def _read_ranges(
     return count
 
 
-def read_compacted_key(
+def read_compacted_keys(
     settings: KafkaSettings,
     topic: str,
-    key: bytes,
+    keys: Collection[bytes],
     *,
     timeout: float,
     purpose: str,
     missing: Callable[[], Exception],
-) -> bytes | None:
-    """The latest value of ``key`` (``None``: it has none, or a tombstone), from its partition only."""
+) -> dict[bytes, bytes | None]:
+    """The latest value of each of ``keys`` (``None``: it has none, or a tombstone), from the
+    partitions they are in only."""
     from confluent_kafka import TopicPartition
 
     from airflow_kafka_events.kafka.partitioner import partition_for_key
 
     deadline = time.monotonic() + timeout
+    wanted = set(keys)
+    latest: dict[bytes, bytes | None] = dict.fromkeys(wanted)
+    if not wanted:
+        return latest
     consumer = _new_reader(settings, purpose)
     try:
-        partitions = _partitions(consumer, topic, timeout, missing)
-        partition = partition_for_key(key, len(partitions))
-        low, high = consumer.get_watermark_offsets(
-            TopicPartition(topic, partition), timeout=max(0.1, deadline - time.monotonic())
-        )
-        latest: list[bytes | None] = [None]
+        count = len(_partitions(consumer, topic, timeout, missing))
+        ranges: dict[int, tuple[int, int]] = {}
+        for partition in sorted({partition_for_key(key, count) for key in wanted}):
+            ranges[partition] = consumer.get_watermark_offsets(
+                TopicPartition(topic, partition), timeout=max(0.1, deadline - time.monotonic())
+            )
 
         def keep(msg: Any) -> None:
-            if msg.key() == key:
-                latest[0] = msg.value()
+            key = msg.key()
+            if key in wanted:
+                latest[key] = msg.value()
 
-        _read_ranges(consumer, topic, {partition: (low, high)}, deadline, keep)
-        return latest[0]
+        _read_ranges(consumer, topic, ranges, deadline, keep)
+        return latest
     finally:
         consumer.close()
 

@@ -135,10 +135,11 @@ class Feed:
         buffered record left.
 
         Progress past other owners' records alone does not end a wait with a ``timeout``: the
-        shared reader moves every feed's frontier with every batch, and waking each owner for it
-        would cost each batch one wake-up per feed (with 1,000 watchers, 35 ms of CPU per record
-        at 20 records a second); the owner gets that progress when its wait ends."""
+        shared reader's frontier moves with every batch, and waking each owner for it would cost
+        each batch one wake-up per feed (with 1,000 watchers, 35 ms of CPU per record at 20
+        records a second); the owner gets that progress when its wait ends."""
         deadline = None if timeout is None else time.monotonic() + timeout
+        self._catch_up_with_shared_frontier()
         while not self._records and self._failure is None:
             if deadline is None and self._frontier:
                 break
@@ -156,19 +157,32 @@ class Feed:
                     await self._ready.wait()
             except TimeoutError:
                 break
+            finally:
+                self._catch_up_with_shared_frontier()
         if self._failure is not None:
             raise self._failure
         records = self._records[:max_records]
         del self._records[:max_records]
+        frontier = self._take_frontier()
+        for record in records:
+            self.taken[record.tp] = max(self.taken.get(record.tp, 0), record.offset + 1)
+        self._room.set()
+        return records, frontier
+
+    def progress(self) -> dict[Partition, int]:
+        """The frontier a :meth:`take` would return now with its records left buffered, without
+        waiting: e.g. what a stopping owner read past (a partition with records still buffered has
+        none)."""
+        self._catch_up_with_shared_frontier()
+        return self._take_frontier()
+
+    def _take_frontier(self) -> dict[Partition, int]:
         left = {record.tp for record in self._records}
         frontier = {tp: o for tp, o in self._frontier.items() if tp not in left}
         for tp in frontier:
             del self._frontier[tp]
             self.taken[tp] = max(self.taken.get(tp, 0), frontier[tp])
-        for record in records:
-            self.taken[record.tp] = max(self.taken.get(record.tp, 0), record.offset + 1)
-        self._room.set()
-        return records, frontier
+        return frontier
 
     def rewind(self, tp: Partition, offset: int) -> None:
         """The owner must read ``tp`` again from ``offset`` (e.g. a record was not confirmed)."""
@@ -197,21 +211,27 @@ class Feed:
     def _wants(self, tp: Partition, offset: int, decoded: Any) -> bool:
         return tp in self.shared and offset >= self.next[tp] and self.match(decoded)
 
-    def _offer(self, records: Sequence[FedRecord], advanced: Mapping[Partition, int]) -> None:
-        """A batch of the shared reader: this feed's records, and how far each partition was read
-        (progress alone wakes no owner: see :meth:`take`)."""
-        if self._closed:
+    def _offer(self, records: Sequence[FedRecord]) -> None:
+        """This feed's records of a batch of the shared reader (how far the batch read is the shared
+        reader's frontier, looked at when the owner takes: see :meth:`take`)."""
+        if self._closed or not records:
             return
-        for tp, next_offset in advanced.items():
-            if tp in self.shared and next_offset > self.next[tp]:
-                self.next[tp] = next_offset
-                self._frontier[tp] = next_offset
-        if records:
-            self._records.extend(records)
-            if len(self._records) > self.capacity:
-                self._fall_back(f"its owner left {len(self._records)} records untaken")
-                return
-            self._ready.set()
+        self._records.extend(records)
+        if len(self._records) > self.capacity:
+            self._fall_back(f"its owner left {len(self._records)} records untaken")
+            return
+        self._ready.set()
+
+    def _catch_up_with_shared_frontier(self) -> None:
+        """The shared reader's frontier on the partitions it feeds this feed with is this feed's
+        too: every record below it was handed to the feed or is not its owner's.  Looked at when
+        the owner takes, not pushed with each batch: a batch then costs the feeds it has records
+        for, not every feed (1,000 watchers of one topic, one record a batch)."""
+        frontier = self._shared.frontier
+        for tp in self.shared:
+            moved = frontier.get(tp, 0)
+            if moved > self.next[tp]:
+                self.next[tp] = self._frontier[tp] = moved
 
     def _add_partition(self, tp: Partition, start: int) -> None:
         """A partition the topic gained: every record on it is new."""

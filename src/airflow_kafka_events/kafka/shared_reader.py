@@ -60,11 +60,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import time
 from collections.abc import Awaitable, Callable, Hashable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from confluent_kafka import Message
 
@@ -81,6 +82,8 @@ from airflow_kafka_events.kafka.shared_feed import (
 )
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 __all__ = [
     "SHARED_READERS",
@@ -173,6 +176,10 @@ class SharedReader:
         self._next_refresh = 0.0
         #: when a look at the metadata first found a topic missing (``None``: every topic was there)
         self._topic_missing_since: float | None = None
+        #: metadata and start-offset requests in flight, answering every feed that asks meanwhile
+        self._asking: dict[Hashable, asyncio.Future[Any]] = {}
+        #: requests made to the client for feeds starting (for tests and benchmarks)
+        self.start_requests = 0
 
     def _new_reader(self, name: str) -> AssignedReader:
         if name != self.name:
@@ -183,6 +190,11 @@ class SharedReader:
     def feeds(self) -> int:
         return len(self._feeds)
 
+    @property
+    def feeds_behind(self) -> int:
+        """Feeds reading (or waiting to read) a partition with a catch-up reader."""
+        return sum(1 for feed in self._feeds if feed.catching_up)
+
     # ------------------------------------------------------------------ opening, subscribing
     async def _open(self) -> None:
         async with self._open_lock:
@@ -190,13 +202,36 @@ class SharedReader:
                 await self.reader.open()
                 self._opened = True
 
+    async def _ask_once(self, key: Hashable, ask: Callable[[], Awaitable[T]]) -> T:
+        """``ask()``'s answer, from one request for every caller that asks while it is in flight.
+
+        Many watchers start at once (a triggerer's start: up to its capacity, 1,000 by default);
+        each asking the client alone queued one request per watcher on the reader's one thread,
+        where, once the first feed reads, each waits behind the connection's pending fetch (up to
+        ``fetch.wait.max.ms``): minutes before the last watcher started.  A caller cancelled
+        leaves the request to the others."""
+        future = self._asking.get(key)
+        if future is None:
+            self.start_requests += 1
+            future = asyncio.ensure_future(ask())
+            self._asking[key] = future
+            future.add_done_callback(functools.partial(self._answered, key))
+        return await asyncio.shield(future)
+
+    def _answered(self, key: Hashable, future: asyncio.Future[Any]) -> None:
+        if self._asking.get(key) is future:
+            del self._asking[key]
+        if not future.cancelled():
+            future.exception()  # looked at: every caller may have gone
+
     async def partitions(self) -> list[Partition]:
-        """The partitions a feed must start on: those read already, else the topics' metadata."""
+        """The partitions a feed must start on: those read already, else the topics' metadata (one
+        request for the feeds asking at the same time)."""
         self._raise_if_failed()
         await self._open()
         if self.frontier:
             return sorted(self.frontier)
-        return await self.reader.partitions()
+        return list(await self._ask_once("partitions", self.reader.partitions))
 
     async def topic_partitions(self) -> list[Partition]:
         """Every partition of the topics, from their metadata (raises :class:`TopicError` naming a
@@ -214,12 +249,15 @@ class SharedReader:
     async def start_offsets(self, partitions: Sequence[Partition]) -> dict[Partition, int]:
         """Where partitions without a stored position start (see :class:`AssignedReader`).
 
-        Not serialized with other feeds' calls: many watchers starting at once each wait for at
-        most one poll of the shared reader, not for each other's calls."""
+        Not serialized with other feeds' calls, and feeds asking for the same partitions while a
+        request is in flight share its answer (taken after the first of them asked: a new feed
+        starting at ``latest`` may also get a record produced while it started)."""
         if not partitions:
             return {}
         await self._open()
-        return await self.reader.policy_offsets(list(partitions))
+        wanted = sorted(partitions)
+        found = await self._ask_once(("offsets", *wanted), lambda: self.reader.policy_offsets(wanted))
+        return dict(found)
 
     async def subscribe(
         self,
@@ -319,7 +357,8 @@ class SharedReader:
             log.warning("%s: closing the failed client failed too (%s)", self.name, exc)
 
     def _dispatch(self, messages: Sequence[Message]) -> None:
-        """Hand each record to the feeds that want it; then tell every feed how far it was read.
+        """Move the frontier past ``messages`` and hand each record to the feeds that want it (a
+        feed looks at the frontier when its owner takes, so a batch costs only the feeds it feeds).
 
         A feed whose ``match`` or buffer raises is failed alone; a record ``decode`` raises on is
         handed on as that exception (see the module doc, *Failures*)."""
@@ -333,11 +372,11 @@ class SharedReader:
                     self._on_read(self.reader.client, tp[0], tp[1], next_offset - 1)
                 except Exception:
                     log.exception("%s: on_read failed for %s[%s]", self.name, tp[0], tp[1])
-        for feed in list(self._feeds):
+        for feed, records in per_feed.values():
             if id(feed) in broken:
                 continue
             try:
-                feed._offer(per_feed.get(id(feed), ()), advanced)
+                feed._offer(records)
             except Exception as exc:
                 broken[id(feed)] = (feed, exc)
         for feed, error in broken.values():
@@ -345,10 +384,10 @@ class SharedReader:
 
     def _sort(
         self, messages: Sequence[Message], broken: dict[int, tuple[Feed, BaseException]]
-    ) -> tuple[dict[int, list[FedRecord]], dict[Partition, int]]:
+    ) -> tuple[dict[int, tuple[Feed, list[FedRecord]]], dict[Partition, int]]:
         """Per feed, the records of ``messages`` it wants; per partition, the offset after the
         last one.  A feed whose ``match`` raises is put in ``broken`` and gets nothing more."""
-        per_feed: dict[int, list[FedRecord]] = {}
+        per_feed: dict[int, tuple[Feed, list[FedRecord]]] = {}
         advanced: dict[Partition, int] = {}
         for message in messages:
             tp, offset = _coordinates(message)
@@ -363,7 +402,8 @@ class SharedReader:
                     broken[id(feed)] = (feed, exc)
                     continue
                 if wanted:
-                    per_feed.setdefault(id(feed), []).append(FedRecord(message, decoded, tp, offset))
+                    record = FedRecord(message, decoded, tp, offset)
+                    per_feed.setdefault(id(feed), (feed, []))[1].append(record)
         return per_feed, advanced
 
     def _decoded(self, message: Message, tp: Partition, offset: int) -> Any:

@@ -4,7 +4,6 @@ asset's events Airflow already has."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, replace
@@ -22,7 +21,13 @@ from airflow_kafka_events.watcher.confirmations import (
 )
 from airflow_kafka_events.watcher.keys import DurableKeys
 from airflow_kafka_events.watcher.recheck import fired_keys, recheck_conn_id
-from airflow_kafka_events.watcher.stops import WatcherResumption, decode_mark, read_mark, resumption
+from airflow_kafka_events.watcher.stops import (
+    MARK_READS,
+    MarkReads,
+    WatcherResumption,
+    decode_mark,
+    resumption,
+)
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +51,8 @@ class StopMarks:
     producer: RecordProducer
     topic: str
     key: bytes
+    #: reads the marks of the watchers starting together (the process's, :data:`MARK_READS`)
+    reads: MarkReads = MARK_READS
 
 
 @dataclass(frozen=True)
@@ -131,7 +138,7 @@ async def _read_mark(label: str, stops: StopMarks | None) -> dict[str, Any] | No
     if stops is None:
         return None
     try:
-        raw = await asyncio.to_thread(read_mark, stops.settings, stops.topic, stops.key)
+        raw = await stops.reads.read(stops.settings, stops.topic, stops.key)
         return decode_mark(raw) if raw is not None else None
     except Exception as exc:
         log.warning(

@@ -26,10 +26,23 @@ def _record(offset: int) -> FedRecord:
     return FedRecord(cast(Any, None), ("k", offset), TP, offset)
 
 
+class _Shared:
+    """The shared reader's side a feed looks at: its frontier."""
+
+    def __init__(self) -> None:
+        self.frontier: dict[tuple[str, int], int] = {TP: 0}
+
+
 def _feed() -> Feed:
-    feed = Feed(cast(Any, None), {TP: 0}, keys=["k"], match=lambda decoded: True, capacity=10, name="w")
+    feed = Feed(cast(Any, _Shared()), {TP: 0}, keys=["k"], match=lambda decoded: True, capacity=10, name="w")
     feed.shared = {TP}
     return feed
+
+
+def _read(feed: Feed, records: list[FedRecord], frontier: int) -> None:
+    """What the shared reader does with a batch: its frontier moves, the feed gets its records."""
+    cast(Any, feed)._shared.frontier[TP] = frontier
+    feed._offer(records)
 
 
 def test_a_take_cancelled_as_its_records_arrive_is_cancelled():
@@ -37,7 +50,7 @@ def test_a_take_cancelled_as_its_records_arrive_is_cancelled():
         feed = _feed()
         taking = asyncio.create_task(feed.take(10, timeout=30.0))
         await asyncio.sleep(0)  # the take waits for records
-        feed._offer([_record(4)], {TP: 5})  # the shared reader hands it a record: the wait ends
+        _read(feed, [_record(4)], 5)  # the shared reader hands it a record: the wait ends
         assert not taking.done()
         taking.cancel()  # Airflow's stop, in that same loop iteration, before the take resumes
         await asyncio.sleep(0.05)
@@ -67,7 +80,7 @@ def test_a_take_times_out_with_nothing_and_returns_what_arrived():
     async def scenario() -> tuple[Any, Any]:
         feed = _feed()
         empty = await feed.take(10, timeout=0.05)
-        feed._offer([], {TP: 3})
+        _read(feed, [], 3)
         return empty, await feed.take(10, timeout=1.0)
 
     empty, moved = asyncio.run(scenario())
@@ -83,13 +96,13 @@ def test_progress_past_other_records_wakes_no_owner_its_records_do():
         feed = _feed()
         taking = asyncio.create_task(feed.take(10, timeout=0.3))
         await asyncio.sleep(0)
-        feed._offer([], {TP: 3})  # another owner's record was read
+        _read(feed, [], 3)  # another owner's record was read
         await asyncio.sleep(0.05)
         woken = taking.done()
         progress = await taking  # the wait ended at its timeout, with the progress
         taking = asyncio.create_task(feed.take(10, timeout=30.0))
         await asyncio.sleep(0)
-        feed._offer([_record(3)], {TP: 4})  # its own record: the wait ends at once
+        _read(feed, [_record(3)], 4)  # its own record: the wait ends at once
         async with asyncio.timeout(1.0):
             records, frontier = await taking
         return woken, progress, ([r.offset for r in records], frontier)

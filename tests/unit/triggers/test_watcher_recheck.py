@@ -20,6 +20,7 @@ from airflow_kafka_events.kafka.positions import PositionTracker
 from airflow_kafka_events.kafka.producer import close_all_producers
 from airflow_kafka_events.watcher import recheck as watcher_recheck
 from airflow_kafka_events.watcher import resume as watcher_resume
+from airflow_kafka_events.watcher import stops as watcher_stops
 from airflow_kafka_events.watcher import stream as asset_stream
 from airflow_kafka_events.watcher.keys import DurableKeys
 from airflow_kafka_events.watcher.recheck import api_base_url, keys_of_events, recheck_conn_id
@@ -148,7 +149,7 @@ def test_a_stream_asks_airflow_only_after_an_unclean_stop(monkeypatch, producers
 
     monkeypatch.setattr(watcher_resume, "fired_keys", fired_keys)
     monkeypatch.setattr(asset_stream, "shared_reader", _NoReader)
-    monkeypatch.setattr(watcher_resume, "read_mark", lambda *args: None)  # no clean-stop mark in Kafka
+    monkeypatch.setattr(watcher_stops, "read_marks", lambda settings, topic, keys: {})  # no mark in Kafka
     kafka = '{"conn_type": "kafka", "extra": {"bootstrap.servers": "127.0.0.1:1"}}'  # never reached
     monkeypatch.setenv("AIRFLOW_CONN_KAFKA_WATCHER", kafka)
     monkeypatch.setattr(asset_stream, "sync_to_async", lambda fn: _run(fn))
