@@ -45,6 +45,10 @@ FEED_CAPACITY = 2000
 #: client, doubled after each failure in a row up to :data:`REBUILD_BACKOFF_MAX`.
 REBUILD_BACKOFF = 1.0
 REBUILD_BACKOFF_MAX = 30.0
+#: Seconds a catch-up reader whose buffer is full keeps its slot (and its client) waiting for its
+#: owner to take: longer, and it gives both up until there is room, so that owners that stopped
+#: taking do not hold every slot while other feeds wait for one.
+SLOT_HOLD = 1.0
 
 
 def rebuild_delay(failures: int) -> float:
@@ -227,6 +231,8 @@ class Feed:
         too: every record below it was handed to the feed or is not its owner's.  Looked at when
         the owner takes, not pushed with each batch: a batch then costs the feeds it has records
         for, not every feed (1,000 watchers of one topic, one record a batch)."""
+        if self._failure is not None or self._closed:
+            return  # detached from the shared reader: its frontier is no longer this feed's
         frontier = self._shared.frontier
         for tp in self.shared:
             moved = frontier.get(tp, 0)
@@ -289,25 +295,25 @@ class Feed:
             await asyncio.gather(task, return_exceptions=True)
 
     async def _run_catch_up(self, previous: asyncio.Task[None] | None) -> None:
+        """Read the partitions this feed is behind on until each reaches the shared frontier, with
+        a private reader that holds one of the shared reader's catch-up slots only while it reads.
+        A failure that may pass starts a new reader from where this one got to (after a backoff,
+        as the shared reader's, without a slot); one that does not fails this feed."""
         if previous is not None:
             await asyncio.gather(previous, return_exceptions=True)  # one private client at a time
         shared = self._shared
-        async with shared.catch_up_slot():  # waits while the reader's cap of them run
-            shared.catch_ups_running += 1
-            shared.catch_ups_peak = max(shared.catch_ups_peak, shared.catch_ups_running)
-            try:
-                await self._catch_up_with_own_reader()
-            finally:
-                shared.catch_ups_running -= 1
-
-    async def _catch_up_with_own_reader(self) -> None:
-        """Read the partitions this feed is behind on until each reaches the shared frontier.  A
-        failure that may pass starts a new reader from where this one got to (after a backoff, as
-        the shared reader's); one that does not fails this feed."""
         rebuilds = Rebuilds()
         while self.behind:
+            await self._until_room()  # an owner that does not take holds no slot and no client
             try:
-                await self._read_behind()
+                async with shared.catch_up_slot():  # waits while the reader's cap of them run
+                    shared.catch_ups_running += 1
+                    shared.catch_ups_peak = max(shared.catch_ups_peak, shared.catch_ups_running)
+                    try:
+                        await self._read_behind()
+                    finally:
+                        shared.catch_ups_running -= 1
+                rebuilds.reset()
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
@@ -326,15 +332,33 @@ class Feed:
                 await asyncio.sleep(delay)
         log.info("%s caught up: it reads through the shared reader again", self.name)
 
+    async def _until_room(self, timeout: float | None = None) -> bool:
+        """Wait until the buffer has room, at most ``timeout`` seconds (``None``: no limit);
+        whether it has."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while len(self._records) >= self.capacity:
+            self._room.clear()
+            if deadline is None:
+                await self._room.wait()
+                continue
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            try:
+                async with asyncio.timeout(remaining):
+                    await self._room.wait()
+            except TimeoutError:
+                return False
+        return True
+
     async def _read_behind(self) -> None:
         reader = self._shared._new_reader(f"{self.name}-catch-up")
         try:
             await reader.open()
             await reader.assign({tp: self.next[tp] for tp in self.behind})
             while self.behind:
-                while len(self._records) >= self.capacity:
-                    self._room.clear()
-                    await self._room.wait()
+                if not await self._until_room(SLOT_HOLD):
+                    return  # the owner stopped taking: the slot goes to another feed meanwhile
                 room = min(READ_BATCH, self.capacity - len(self._records))
                 messages = await reader.poll_batch(room, self._shared.poll_timeout)
                 if messages:

@@ -32,7 +32,9 @@ Scoped readers
 Catch-up clients
     With ``max_catch_up`` a reader runs at most that many catch-up readers at once; a feed behind
     beyond that waits for a slot (it is not fed meanwhile, and misses nothing: it reads from its
-    own position once it has one).
+    own position once it has one).  A catch-up reader whose buffer stays full for
+    :data:`~airflow_kafka_events.kafka.shared_feed.SLOT_HOLD` (its owner stopped taking) closes and
+    gives its slot up until its owner takes again.
 
 Failures
     A failure that may pass (a broker down or restarting, a metadata request timing out, a
@@ -391,6 +393,8 @@ class SharedReader:
         advanced: dict[Partition, int] = {}
         for message in messages:
             tp, offset = _coordinates(message)
+            if offset < self.frontier.get(tp, 0):
+                continue  # read before (a client that went back): every feed had it or passed it
             advanced[tp] = offset + 1
             decoded = self._decoded(message, tp, offset)
             for feed in self._candidates(decoded):

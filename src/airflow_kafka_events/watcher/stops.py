@@ -256,22 +256,39 @@ class MarkReads:
     async def _serve(
         self, where: _Topic, waiting: dict[_Topic, _Batch], readers: dict[_Topic, asyncio.Task[None]]
     ) -> None:
-        topic = where[1]
         try:
             while (batch := waiting.pop(where, None)) is not None:
-                read = self._read or read_marks
-                self.reads += 1
                 try:
-                    found = await asyncio.to_thread(read, batch.settings, topic, frozenset(batch.keys))
+                    found = await self._read_batch(where[1], batch)
                 except asyncio.CancelledError:
                     batch.answer.cancel()  # the loop is closing: so are the watchers waiting
                     raise
-                except Exception as exc:
+                except BaseException as exc:
                     batch.answer.set_exception(exc)
+                    if not isinstance(exc, Exception):
+                        raise
                 else:
                     batch.answer.set_result(found)
         finally:
             readers.pop(where, None)
+            left = waiting.pop(where, None)
+            if left is not None and not left.answer.done():
+                left.answer.cancel()  # not served: the loop is closing
+
+    async def _read_batch(self, topic: str, batch: _Batch) -> Mapping[bytes, bytes | None]:
+        """The batch's marks; a read that fails is tried once more (it fails every watcher of the
+        batch: each would start as after a crash)."""
+        read = self._read or read_marks
+        keys = frozenset(batch.keys)
+        self.reads += 1
+        try:
+            return await asyncio.to_thread(read, batch.settings, topic, keys)
+        except Exception as exc:
+            log.info(
+                "reading %d clean-stop mark(s) from %s failed (%s); trying once more", len(keys), topic, exc
+            )
+        self.reads += 1
+        return await asyncio.to_thread(read, batch.settings, topic, keys)
 
 
 def _looked_at(answer: asyncio.Future[Any]) -> None:

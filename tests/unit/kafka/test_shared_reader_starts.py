@@ -213,3 +213,45 @@ def test_a_batch_touches_only_the_feeds_it_has_records_for_and_every_feed_gets_t
     assert own[1] == {(TOPIC, 1): 2, (TOPIC, 2): 1}
     assert others == ([], {(TOPIC, 1): 2, (TOPIC, 2): 1})
     assert later == ([], {(TOPIC, 0): 1})
+
+
+def test_a_failed_feed_no_longer_follows_the_shared_reader():
+    """A feed failed alone (its ``match`` raised) is detached: the shared reader reads on for the
+    others, and its frontier must not become the failed feed's position (a clean stop would write it,
+    past the record it failed on)."""
+
+    async def scenario() -> tuple[Any, Any]:
+        shared, _ = _reader()
+        feed = await shared.subscribe(
+            {tp: 0 for tp in PARTITIONS}, keys=["a"], match=lambda d: True, name="a"
+        )
+        other = await shared.subscribe(
+            {tp: 0 for tp in PARTITIONS}, keys=["b"], match=lambda d: True, name="b"
+        )
+        shared._fail_feed(feed, ValueError("its match raised on offset 0"))
+        shared._dispatch([Message("a", 0, 0), Message("b", 0, 1)])
+        progress = feed.progress()
+        records, frontier = await other.take(10, timeout=0)
+        await other.close()
+        return progress, ([r.offset for r in records], frontier)
+
+    progress, others = asyncio.run(scenario())
+    assert progress == {}
+    assert others == ([1], {(TOPIC, 0): 2})
+
+
+def test_records_below_the_frontier_are_handed_to_no_feed():
+    """The shared reader never hands out a record twice, even when its client goes back."""
+
+    async def scenario() -> list[int]:
+        shared, _ = _reader()
+        feed = await shared.subscribe(
+            {tp: 0 for tp in PARTITIONS}, keys=["a"], match=lambda d: True, name="a"
+        )
+        shared._dispatch([Message("a", 0, 0), Message("a", 0, 1)])
+        shared._dispatch([Message("a", 0, 1), Message("a", 0, 2)])  # offset 1 again
+        records, _ = await feed.take(10, timeout=0)
+        await feed.close()
+        return [record.offset for record in records]
+
+    assert asyncio.run(scenario()) == [0, 1, 2]
