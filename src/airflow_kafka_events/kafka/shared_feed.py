@@ -86,6 +86,24 @@ class FedRecord(NamedTuple):
     offset: int
 
 
+async def _wait_until(event: asyncio.Event, deadline: float | None) -> bool:
+    """Wait for ``event`` until ``deadline`` (``time.monotonic()``; ``None``: no limit); whether it
+    was set in time.  Not ``asyncio.wait_for``: on Python 3.11 it swallows a cancellation that comes
+    in the loop iteration its wait ends in, and an owner's stop would then never end."""
+    if deadline is None:
+        await event.wait()
+        return True
+    remaining = deadline - time.monotonic()
+    if remaining <= 0:
+        return False
+    try:
+        async with asyncio.timeout(remaining):
+            await event.wait()
+    except TimeoutError:
+        return False
+    return True
+
+
 def _coordinates(message: Message) -> tuple[Partition, int]:
     return (str(message.topic()), int(message.partition() or 0)), int(message.offset() or 0)
 
@@ -148,21 +166,12 @@ class Feed:
             if deadline is None and self._frontier:
                 break
             self._ready.clear()
-            if deadline is None:
-                await self._ready.wait()
-                continue
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                break
             try:
-                # not asyncio.wait_for: on Python 3.11 it swallows a cancellation that comes in the
-                # loop iteration its wait ends in, and the owner's stop would then never end
-                async with asyncio.timeout(remaining):
-                    await self._ready.wait()
-            except TimeoutError:
-                break
+                woken = await _wait_until(self._ready, deadline)
             finally:
                 self._catch_up_with_shared_frontier()
+            if not woken:
+                break
         if self._failure is not None:
             raise self._failure
         records = self._records[:max_records]
@@ -338,16 +347,7 @@ class Feed:
         deadline = None if timeout is None else time.monotonic() + timeout
         while len(self._records) >= self.capacity:
             self._room.clear()
-            if deadline is None:
-                await self._room.wait()
-                continue
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return False
-            try:
-                async with asyncio.timeout(remaining):
-                    await self._room.wait()
-            except TimeoutError:
+            if not await _wait_until(self._room, deadline):
                 return False
         return True
 
