@@ -59,6 +59,7 @@ from airflow_kafka_events.kafka.delivery import (
     too_large_for_producer,
     wire_size,
 )
+from airflow_kafka_events.kafka.settings import ConfigKey, config_key
 
 __all__ = [
     "DEFAULT_MESSAGE_MAX_BYTES",
@@ -581,15 +582,11 @@ class RecordProducer:
 
 
 # ---------------------------------------------------------------------- process-wide registry
-_RegistryKey = tuple[int, str, tuple[tuple[str, str], ...]]
+_RegistryKey = tuple[int, str, ConfigKey]
 _registry_lock = threading.Lock()
 #: This process's producers by (pid, role, configuration): deliberately process-wide, as librdkafka
 #: producers are meant to be shared.
 _registry: dict[_RegistryKey, RecordProducer] = {}
-
-
-def _config_key(config: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
-    return tuple(sorted((str(k), repr(v)) for k, v in config.items()))
 
 
 def role_config(config: Mapping[str, Any], message_timeout: float | None) -> dict[str, Any]:
@@ -622,7 +619,7 @@ def get_producer(
     not touch the others.
     """
     wired = role_config(config, message_timeout)
-    key = (os.getpid(), role, _config_key(wired))
+    key = (os.getpid(), role, config_key(wired))
     with _registry_lock:
         producer = _registry.get(key)
         if producer is None or producer.closed:

@@ -100,6 +100,16 @@ def _as_bool(value: Any) -> bool:
     return str(value).strip().lower() in {"true", "1", "yes"}
 
 
+#: A hashable identity of a librdkafka configuration (see :func:`config_key`).
+ConfigKey = tuple[tuple[str, str], ...]
+
+
+def config_key(config: Mapping[str, Any]) -> ConfigKey:
+    """A hashable identity of a librdkafka configuration: equal for equal settings, whatever the
+    order of their keys (the key under which clients of the same settings are shared)."""
+    return tuple(sorted((str(k), repr(v)) for k, v in config.items()))
+
+
 def load_properties(path: str | os.PathLike[str]) -> dict[str, str]:
     """Read a librdkafka/Java-style ``.properties`` file (``key=value`` or ``key: value``)."""
     p = Path(path)
@@ -138,6 +148,11 @@ class KafkaSettings:
     @property
     def bootstrap_servers(self) -> str:
         return str(self.config["bootstrap.servers"])
+
+    @functools.cached_property
+    def key(self) -> ConfigKey:
+        """The identity of these settings (:func:`config_key`)."""
+        return config_key(self.config)
 
     @functools.cached_property
     def registry(self) -> RegistrySettings | None:

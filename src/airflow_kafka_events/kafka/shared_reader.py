@@ -74,6 +74,7 @@ from confluent_kafka import Message
 from airflow_kafka_events.errors import TopicError
 from airflow_kafka_events.kafka.assigned_reader import AssignedReader, heals_by_retrying
 from airflow_kafka_events.kafka.positions import Partition, positions_to_json
+from airflow_kafka_events.kafka.settings import config_key
 from airflow_kafka_events.kafka.shared_feed import (
     FEED_CAPACITY,
     READ_BATCH,
@@ -517,9 +518,8 @@ class SharedReaders:
     def key(
         kind: str, config: Mapping[str, Any], topics: Sequence[str], variant: Hashable = None
     ) -> Hashable:
-        settings = tuple(sorted((str(k), repr(v)) for k, v in config.items()))
         loop = id(asyncio.get_running_loop())
-        return (os.getpid(), loop, kind, settings, tuple(sorted(topics)), variant)
+        return (os.getpid(), loop, kind, config_key(config), tuple(sorted(topics)), variant)
 
     def acquire(
         self,

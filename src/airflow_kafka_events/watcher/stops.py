@@ -2,9 +2,9 @@
 
 A watcher stores its position in its asset's ``asset_state_store``, through the triggerer's
 supervisor.  On SIGTERM, Airflow's trigger runner cancels its channel to the supervisor before it
-closes the shared streams, so the last store of a closing watcher is never answered: the next
-start found a position up to a store interval old and no clean-stop flag, and treated the
-stop as a crash.  Kafka does not go through the supervisor, so a closing watcher writes its last
+closes the shared streams, so the last store of a closing watcher is never answered: the asset
+state store alone holds a position up to a store interval old and no clean-stop flag, as after a
+crash.  Kafka does not go through the supervisor, so a closing watcher writes its last
 state there instead: one record, keyed by the watcher (:func:`mark_key`), in a compacted topic
 (``[kafka_events] watcher_stops_topic``, default :data:`DEFAULT_STOPS_TOPIC`, made by
 ``airflow-kafka-events topics ensure``).  Its value is the state the asset state store would have
@@ -35,7 +35,7 @@ import logging
 import time
 import weakref
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from airflow_kafka_events.errors import TopicError, ValidationError
@@ -43,7 +43,7 @@ from airflow_kafka_events.kafka.topic_plan import WATCHER_STOPS_TOPIC, configure
 
 if TYPE_CHECKING:
     from airflow_kafka_events.kafka.producer import RecordProducer
-    from airflow_kafka_events.kafka.settings import KafkaSettings
+    from airflow_kafka_events.kafka.settings import ConfigKey, KafkaSettings
 
 log = logging.getLogger(__name__)
 
@@ -198,8 +198,8 @@ def read_marks(
 ReadMarks = Callable[["KafkaSettings", str, Collection[bytes]], Mapping[bytes, "bytes | None"]]
 
 
-#: a topic of one cluster: its settings (as JSON) and its name
-_Topic = tuple[str, str]
+#: a topic of one cluster: its settings' identity and its name
+_Topic = tuple["ConfigKey", str]
 
 
 @dataclass
@@ -211,53 +211,54 @@ class _Batch:
     answer: asyncio.Future[Mapping[bytes, bytes | None]]
 
 
-class MarkReads:
-    """The clean-stop marks of the watchers of a process that start together, read in one pass.
+@dataclass
+class _LoopReads:
+    """The reads of one event loop, per cluster and topic: the batch waiting for the next read,
+    and the reader running (one per cluster and topic)."""
 
-    A triggerer starts up to its capacity of watchers at once (1,000 by default).  Each reading its
-    own mark made a consumer per watcher on the event loop's default thread pool, and each read the
-    whole partition its key is in: 1,000 watchers took 175 s to start after a clean stop.  Here one
-    read of a topic at a time runs, for every key asked for before it began; a key asked for while
-    a read runs waits for the next one.  So a mark written before its watcher asked is in the read
-    that answers it, as when each watcher read its own.
+    waiting: dict[_Topic, _Batch] = field(default_factory=dict)
+    readers: dict[_Topic, asyncio.Task[None]] = field(default_factory=dict)
+
+
+class MarkReads:
+    """The clean-stop marks of the watchers of a process that start together, read in a few passes.
+
+    One read of a topic at a time runs, on a thread, for every key asked for before it began; a
+    key asked for while a read runs waits for the next one.  So a mark written before its watcher
+    asked is in the read that answers it, as if each watcher read its own, and the watchers a
+    triggerer starts together (up to its capacity) make one or two reads, not one each.
 
     :param read: reads the latest marks of some keys (blocking, run in a thread).
     """
 
     def __init__(self, read: ReadMarks | None = None) -> None:
         self._read = read
-        #: per event loop, cluster and topic, the batch waiting for the next read
-        self._waiting: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[_Topic, _Batch]] = (
+        self._loops: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopReads] = (
             weakref.WeakKeyDictionary()
         )
-        #: per event loop, the readers running (one per cluster and topic)
-        self._readers: weakref.WeakKeyDictionary[
-            asyncio.AbstractEventLoop, dict[_Topic, asyncio.Task[None]]
-        ] = weakref.WeakKeyDictionary()
         #: reads made (for tests and benchmarks)
         self.reads = 0
 
     async def read(self, settings: KafkaSettings, topic: str, key: bytes) -> bytes | None:
         """The latest mark of ``key`` in ``topic``, ``None`` when it has none (raises the read's error)."""
         loop = asyncio.get_running_loop()
-        where = (json.dumps(settings.config, sort_keys=True, default=str), topic)
-        waiting = self._waiting.setdefault(loop, {})
-        batch = waiting.get(where)
+        where = (settings.key, topic)
+        reads = self._loops.get(loop)
+        if reads is None:
+            reads = self._loops[loop] = _LoopReads()
+        batch = reads.waiting.get(where)
         if batch is None:
-            batch = waiting[where] = _Batch(settings, set(), loop.create_future())
+            batch = reads.waiting[where] = _Batch(settings, set(), loop.create_future())
             batch.answer.add_done_callback(_looked_at)
         batch.keys.add(key)
-        readers = self._readers.setdefault(loop, {})
-        if where not in readers:
-            readers[where] = loop.create_task(self._serve(where, waiting, readers), name=f"marks[{topic}]")
+        if where not in reads.readers:
+            reads.readers[where] = loop.create_task(self._serve(where, reads), name=f"marks[{topic}]")
         found = await asyncio.shield(batch.answer)
         return found.get(key)
 
-    async def _serve(
-        self, where: _Topic, waiting: dict[_Topic, _Batch], readers: dict[_Topic, asyncio.Task[None]]
-    ) -> None:
+    async def _serve(self, where: _Topic, reads: _LoopReads) -> None:
         try:
-            while (batch := waiting.pop(where, None)) is not None:
+            while (batch := reads.waiting.pop(where, None)) is not None:
                 try:
                     found = await self._read_batch(where[1], batch)
                 except asyncio.CancelledError:
@@ -270,8 +271,8 @@ class MarkReads:
                 else:
                     batch.answer.set_result(found)
         finally:
-            readers.pop(where, None)
-            left = waiting.pop(where, None)
+            reads.readers.pop(where, None)
+            left = reads.waiting.pop(where, None)
             if left is not None and not left.answer.done():
                 left.answer.cancel()  # not served: the loop is closing
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 from airflow_kafka_events.errors import ConfigurationError
-from airflow_kafka_events.kafka.settings import KafkaSettings, load_properties
+from airflow_kafka_events.kafka.settings import KafkaSettings, config_key, load_properties
 from airflow_kafka_events.kafka.topics import TopicSpec
 
 pytestmark = pytest.mark.unit
@@ -107,3 +107,13 @@ def test_a_producer_config_takes_the_callers_linger_unless_the_connection_sets_o
     assert KafkaSettings({**BOOT, "linger.ms": 20}).producer_config(linger_ms=0)["linger.ms"] == 20
     aliased = KafkaSettings({**BOOT, "queue.buffering.max.ms": 20}).producer_config(linger_ms=0)
     assert aliased["queue.buffering.max.ms"] == 20 and "linger.ms" not in aliased
+
+
+def test_settings_key_is_equal_for_equal_settings_whatever_their_order():
+    one = KafkaSettings({"bootstrap.servers": "b:9092", "security.protocol": "SSL", "linger.ms": 5})
+    same = KafkaSettings({"linger.ms": 5, "security.protocol": "SSL", "bootstrap.servers": "b:9092"})
+    other = KafkaSettings({"bootstrap.servers": "b:9092", "security.protocol": "SSL", "linger.ms": "5"})
+    assert one.key == same.key
+    assert hash(one.key) == hash(same.key)
+    assert one.key != other.key  # 5 and "5" are not taken for the same value
+    assert one.key == config_key(dict(one.config))

@@ -14,7 +14,7 @@ import asyncio
 import pytest
 
 from airflow_kafka_events.kafka import shared_feed
-from airflow_kafka_events.kafka.shared_reader import SharedReader, SharedReaders
+from harness.shared_readers import shared_reader_of
 
 pytestmark = pytest.mark.unit
 
@@ -92,18 +92,15 @@ def test_an_owner_that_stopped_taking_does_not_keep_another_feed_behind(monkeypa
     opened: list[str] = []
 
     async def scenario() -> tuple[list[int], int]:
-        shared = SharedReader(
-            SharedReaders(),
-            "key",
-            {"bootstrap.servers": "b:9092"},
-            [TOPIC],
+        shared = shared_reader_of(
+            Client(log, opened, "shared", shared=True),
+            TOPIC,
             name="watchers",
             decode=lambda message: message.key(),
             route=lambda decoded: [decoded],
             poll_timeout=0.05,
             max_catch_up=1,
         )
-        shared.reader = Client(log, opened, "shared", shared=True)  # type: ignore[assignment]
         shared._new_reader = lambda name: Client(log, opened, name)  # type: ignore[method-assign,assignment]
         first = await shared.subscribe(
             {TP: 100}, keys=["x"], match=lambda d: True, name="first"

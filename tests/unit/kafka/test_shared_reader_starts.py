@@ -18,7 +18,8 @@ import pytest
 
 from airflow_kafka_events.errors import TopicError
 from airflow_kafka_events.kafka.shared_feed import Feed
-from airflow_kafka_events.kafka.shared_reader import SharedReader, SharedReaders
+from airflow_kafka_events.kafka.shared_reader import SharedReader
+from harness.shared_readers import shared_reader_of
 
 pytestmark = pytest.mark.unit
 
@@ -63,18 +64,10 @@ class Client:
 
 
 def _reader() -> tuple[SharedReader, Client]:
-    shared = SharedReader(
-        SharedReaders(),
-        "key",
-        {"bootstrap.servers": "b:9092"},
-        [TOPIC],
-        name=f"watchers-of-{TOPIC}",
-        decode=lambda message: message.key(),
-        route=lambda decoded: [decoded],
-        poll_timeout=0.1,
-    )
     client = Client()
-    shared.reader = client  # type: ignore[assignment]
+    shared = shared_reader_of(
+        client, TOPIC, name=f"watchers-of-{TOPIC}", decode=lambda message: message.key(), route=lambda d: [d]
+    )
     return shared, client
 
 

@@ -12,7 +12,8 @@ from confluent_kafka import KafkaError
 
 from airflow_kafka_events.errors import KafkaAuthenticationError, KafkaOperationError, TopicError
 from airflow_kafka_events.kafka import shared_reader
-from airflow_kafka_events.kafka.shared_reader import SharedReader, SharedReaders
+from airflow_kafka_events.kafka.shared_reader import SharedReader
+from harness.shared_readers import shared_reader_of
 
 pytestmark = pytest.mark.unit
 
@@ -55,19 +56,15 @@ def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
 
 
 def reader() -> tuple[SharedReader, Metadata]:
-    shared = SharedReader(
-        SharedReaders(),
-        "key",
-        {"bootstrap.servers": "b:9092"},
-        [TOPIC],
+    metadata = Metadata()
+    shared = shared_reader_of(
+        metadata,
+        TOPIC,
         name=f"stream-waits-of-{TOPIC}",
         decode=lambda message: message,
         route=lambda decoded: None,
-        poll_timeout=0.1,
         whole_topics=False,
     )
-    metadata = Metadata()
-    shared.reader = metadata  # type: ignore[assignment]
     return shared, metadata
 
 

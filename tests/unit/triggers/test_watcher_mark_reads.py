@@ -65,7 +65,11 @@ def test_watchers_starting_together_share_reads_and_each_gets_its_own_mark():
     async def scenario() -> list[bytes | None]:
         first = asyncio.create_task(reads.read(CLUSTER, TOPIC, b"w0"))
         await _until(topic.begun.is_set, "the first read")
-        rest = [asyncio.create_task(reads.read(CLUSTER, TOPIC, f"w{i}".encode())) for i in range(1, 1000)]
+        # each watcher reads its connection into settings of its own: equal settings share reads
+        rest = [
+            asyncio.create_task(reads.read(KafkaSettings(dict(CLUSTER.config)), TOPIC, f"w{i}".encode()))
+            for i in range(1, 1000)
+        ]
         await asyncio.sleep(0.05)
         topic.release.set()
         return await asyncio.gather(first, *rest)
